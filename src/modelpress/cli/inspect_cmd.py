@@ -1,0 +1,73 @@
+"""modelpress inspect MODEL: interface, opsets, op histogram, parameters, FLOPs, per-node table."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.table import Table
+
+from modelpress.cli._common import console, human_bytes, human_count, write_json
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "inspect",
+        help="show a model's inputs, outputs, ops, parameters and FLOPs",
+        description="Show a model's inputs and outputs, opsets, op histogram, parameters and FLOPs.",
+        epilog="example: modelpress inspect model.onnx --shape input=1x3x224x224 --nodes",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("model", help="an .onnx file")
+    p.add_argument("--shape", action="append", metavar="NAME=DxDx...", help="input shape for FLOPs (repeatable)")
+    p.add_argument("--nodes", action="store_true", help="print a per-node table (FLOPs, bytes, output shape)")
+    p.add_argument("--top", type=int, default=25, help="rows of the per-node table, largest FLOPs first (0: all)")
+    p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from modelpress.ir import graph_stats, load, parse_shapes
+    from modelpress.profile import profile_model
+
+    model = load(args.model)
+    stats = graph_stats(model)
+    shapes = parse_shapes(args.shape)
+    cost = profile_model(model, shapes)
+
+    console.print(f"[bold]{args.model}[/]  ir_version {model.ir_version}, producer {model.producer_name or '?'} {model.producer_version or ''}")
+    console.print("opsets: " + ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in stats.opsets.items()))
+    io = Table(title="interface", show_edge=False)
+    for col in ("", "name", "dtype", "shape"):
+        io.add_column(col)
+    for kind, values in (("input", stats.inputs), ("output", stats.outputs)):
+        for v in values:
+            io.add_row(kind, v["name"], v["dtype"], "?" if v["shape"] is None else "[" + ", ".join(map(str, v["shape"])) + "]")
+    console.print(io)
+    console.print(
+        f"nodes {stats.node_count} (+{stats.constant_nodes} Constant), subgraphs {stats.subgraphs}, "
+        f"parameters {human_count(stats.parameters)} ({human_bytes(stats.parameter_bytes)})"
+    )
+    flops_note = "" if not cost.unknown_shapes else f"  ({cost.unknown_shapes} nodes with unknown shapes not counted; set --shape)"
+    console.print(f"FLOPs {human_count(cost.flops)}, bytes moved ≥ {human_bytes(cost.bytes)}{flops_note}")
+    ops = Table(title="ops", show_edge=False)
+    ops.add_column("op")
+    ops.add_column("count", justify="right")
+    for op, n in stats.op_counts.items():
+        ops.add_row(op, str(n))
+    console.print(ops)
+    if args.nodes:
+        rows = sorted(cost.nodes, key=lambda n: -n.flops)
+        rows = rows if args.top == 0 else rows[: args.top]
+        t = Table(title="nodes (largest FLOPs first)", show_edge=False)
+        for col in ("node", "op", "FLOPs", "weights", "activations", "output shape"):
+            t.add_column(col, justify="right" if col in ("FLOPs", "weights", "activations") else "left")
+        for n in rows:
+            t.add_row(n.name, n.op_type, human_count(n.flops), human_bytes(n.weight_bytes), human_bytes(n.activation_bytes), str(list(n.output_shape)) if n.output_shape else "?")
+        console.print(t)
+    if args.json:
+        data = stats.to_dict()
+        data["flops"] = cost.flops
+        data["bytes"] = cost.bytes
+        data["nodes"] = [n.__dict__ for n in cost.nodes]
+        write_json(args.json, data)
+    return 0

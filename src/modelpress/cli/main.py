@@ -1,0 +1,66 @@
+"""Entry point of the ``modelpress`` command.
+
+Each subcommand lives in its own module with ``add_parser(subparsers)`` (which sets ``func``).
+A ``ModelpressError`` becomes one ``error:`` line on stderr and exit code 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from modelpress.errors import ModelpressError
+
+# Module names under modelpress.cli, in the order `--help` lists them.
+COMMANDS = (
+    "demo_cmd",
+    "convert_cmd",
+    "inspect_cmd",
+    "optimize_cmd",
+    "verify_cmd",
+    "quantize_cmd",
+    "run_cmd",
+    "bench_cmd",
+    "advise_cmd",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from modelpress import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="modelpress",
+        description="Make a trained model ready for the hardware it runs on.",
+    )
+    parser.add_argument("--version", action="version", version=f"modelpress {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"modelpress.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"modelpress.cli.{name}":
+                continue  # a command not built yet
+            raise
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except ModelpressError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""Errors meant for people.
+
+A user's mistake raises a ``ModelpressError`` subclass whose message names the file, node or option
+and what to do. The CLI prints ``error: <message>`` on one line and exits with code 1; internal
+invariants may still ``assert``.
+"""
+
+from __future__ import annotations
+
+
+class ModelpressError(Exception):
+    """Base class of every error a user can cause."""
+
+
+class ModelLoadError(ModelpressError):
+    """A model file is missing, truncated, not ONNX, or not a valid graph."""
+
+
+class ModelSaveError(ModelpressError):
+    """A model could not be written (missing directory, no permission, invalid graph)."""
+
+
+class InputError(ModelpressError):
+    """Inputs given to a model (names, shapes, dtypes, files) do not match what it expects."""
+
+
+class OptionError(ModelpressError):
+    """An option has a value that cannot be used (unknown pass, bad shape string, ...)."""
+
+
+class VerificationError(ModelpressError):
+    """Two models that should compute the same thing do not."""
+
+
+class MissingExtraError(ModelpressError):
+    """An optional dependency is needed and not installed."""
+
+    def __init__(self, package: str, extra: str, purpose: str):
+        super().__init__(
+            f"{purpose} needs the '{package}' package: install it with "
+            f"`pip install 'modelpress[{extra}]'`"
+        )
+
+
+def require(module: str, *, extra: str, purpose: str):
+    """Import an optional module, or raise MissingExtraError naming the extra to install."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingExtraError(module.split(".")[0], extra, purpose) from exc

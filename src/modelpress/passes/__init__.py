@@ -1,0 +1,12 @@
+"""Graph rewrites: one pass a file, a registry, pipelines by level.
+
+Importing a pass module registers it; the import order below is the order passes run in each round.
+"""
+
+# ruff: noqa: F401, I001  (imports register the passes; their order matters)
+from modelpress.passes import cleanup
+# --- more passes: noop elimination, constant folding, fusions, replacements, reordering, level 3 ---
+from modelpress.passes.optimize import OptimizeResult, PassStats, optimize
+from modelpress.passes.registry import REGISTRY, get, register
+
+__all__ = ["REGISTRY", "OptimizeResult", "PassStats", "get", "optimize", "register"]

@@ -1,0 +1,91 @@
+"""Small helpers shared by the passes: constants, value replacement, node creation."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+
+def const_array(value: ir.Value | None) -> np.ndarray | None:
+    """The constant behind ``value`` (initializer or Constant node) as numpy, else None.
+
+    Graph inputs that double as initializers are not constants: the caller may override them.
+    """
+    if value is None or value.is_graph_input():
+        return None
+    tensor = ir.convenience.get_const_tensor(value)
+    if tensor is None:
+        return None
+    try:
+        return tensor.numpy()
+    except Exception:  # noqa: BLE001 - string or exotic tensors are not foldable here
+        return None
+
+
+def is_single_use(value: ir.Value) -> bool:
+    """True when exactly one node consumes ``value`` and it is not a graph output."""
+    return len(value.uses()) == 1 and not value.is_graph_output()
+
+
+def add_initializer(graph: ir.Graph | ir.Function, array: np.ndarray, name_hint: str) -> ir.Value:
+    """A new constant value holding ``array``: an initializer of ``graph`` (unique name).
+
+    Functions have no initializers, so there the constant becomes a Constant node prepended.
+    """
+    if isinstance(graph, ir.Function):
+        node = ir.node("Constant", [], attributes={"value": ir.tensor(array, name=name_hint)})
+        graph.insert_before(next(iter(graph)), node) if len(graph) else graph.append(node)
+        node.outputs[0].name = _unique(graph, name_hint)
+        return node.outputs[0]
+    name = _unique(graph, name_hint)
+    value = ir.Value(name=name, shape=ir.Shape(array.shape), type=ir.TensorType(ir.DataType.from_numpy(array.dtype)), const_value=ir.tensor(array, name=name))
+    graph.register_initializer(value)
+    return value
+
+
+def _unique(graph, hint: str) -> str:
+    taken = set()
+    if isinstance(graph, ir.Graph):
+        taken |= set(graph.initializers)
+    for v in graph.inputs:
+        taken.add(v.name)
+    for node in graph:
+        for o in node.outputs:
+            taken.add(o.name)
+    name, i = hint, 1
+    while name in taken:
+        name = f"{hint}_{i}"
+        i += 1
+    return name
+
+
+def replace_value(old: ir.Value, new: ir.Value) -> bool:
+    """Make every consumer of ``old`` (and the graph output it may be) use ``new`` instead.
+
+    When ``old`` is a graph output, ``new`` takes its place in the output list and its name, so the
+    model's interface is unchanged. That is impossible when ``new`` is itself a graph input, output
+    or initializer (its name is fixed); then nothing changes and False is returned.
+    """
+    if old is new:
+        return False
+    if old.is_graph_output():
+        if new.is_graph_input() or new.is_graph_output() or new.is_initializer() or new.producer() is None:
+            return False
+        graph = old.graph
+        name = old.name
+        for i, out in enumerate(graph.outputs):
+            if out is old:
+                graph.outputs[i] = new
+        old.name = None
+        new.name = name
+        if new.type is None:
+            new.type = old.type
+        if new.shape is None:
+            new.shape = old.shape
+    ir.convenience.replace_all_uses_with(old, new)
+    return True
+
+
+def remove_node(graph: ir.Graph | ir.Function, node: ir.Node) -> None:
+    """Remove ``node`` once nothing uses its outputs (safe: detaches its inputs first)."""
+    graph.remove(node, safe=True)

@@ -1,0 +1,1 @@
+"""Records of every command as JSON, and the HTML page built from them."""
