@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 import onnx
+import onnx.numpy_helper
 import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
@@ -110,6 +111,7 @@ def save(
             # Work on a copy: convert_model_to_external_data mutates the proto it is given.
             proto_copy = onnx.ModelProto()
             proto_copy.CopyFrom(proto)
+            _to_raw_data(proto_copy, size_threshold)
             onnx.save_model(
                 proto_copy,
                 str(tmp_model),
@@ -129,6 +131,15 @@ def save(
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)
     return p
+
+
+def _to_raw_data(proto: onnx.ModelProto, size_threshold: int) -> None:
+    # onnx moves only raw_data tensors to external files; typed fields (float_data, ...) stay inline.
+    for t in proto.graph.initializer:
+        if not t.HasField("raw_data") and t.data_location != onnx.TensorProto.EXTERNAL:
+            arr = onnx.numpy_helper.to_array(t)
+            if arr.nbytes >= size_threshold and arr.dtype != object:
+                t.CopyFrom(onnx.numpy_helper.from_array(arr, t.name))
 
 
 def _approx_size(proto: onnx.ModelProto) -> int:

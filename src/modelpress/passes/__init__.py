@@ -4,8 +4,12 @@ Importing a pass module registers it; the import order below is the order passes
 """
 
 # ruff: noqa: F401, I001  (imports register the passes; their order matters)
+# --- clean-up ---
 from modelpress.passes import cleanup
-# --- more passes: noop elimination, constant folding, fusions, replacements, reordering, level 3 ---
+# --- no-op elimination, constant folding, replacements ---
+# --- fusions ---
+# --- reordering and cancellation ---
+# --- level 3: ONNX Runtime-specific ---
 from modelpress.passes.optimize import OptimizeResult, PassStats, optimize
 from modelpress.passes.registry import REGISTRY, get, register
 
