@@ -26,6 +26,7 @@ def add_parser(sub) -> None:
     p.add_argument("--level", type=int, default=2, choices=[0, 1, 2, 3], help="1: clean-up, 2: standard ONNX rewrites (default), 3: ONNX Runtime-specific")
     p.add_argument("--passes", nargs="+", metavar="PASS", help="run exactly these passes")
     p.add_argument("--skip", nargs="+", metavar="PASS", default=[], help="passes not to run")
+    p.add_argument("--opset", type=int, help="upgrade to this opset first (lets fusions use newer standard ops)")
     p.add_argument("--no-verify", action="store_true", help="do not compare the result with the input")
     p.add_argument("--external-data", action="store_true", help="store weights in OUT.data beside the model")
     p.add_argument("--json", metavar="FILE", help="also write what changed as JSON")
@@ -42,7 +43,7 @@ def run(args) -> int:
     before = graph_stats(original)
     size_before = len(model_bytes(original))
     model = load(args.model)
-    result = optimize(model, level=args.level, passes=args.passes, skip=args.skip)
+    result = optimize(model, level=args.level, passes=args.passes, skip=args.skip, opset=args.opset)
     after = graph_stats(result.model)
 
     t = Table(title="passes", show_edge=False)

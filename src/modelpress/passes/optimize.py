@@ -64,14 +64,21 @@ def optimize(
     level: int = 2,
     passes: list[str] | None = None,
     skip: list[str] | None = None,
+    opset: int | None = None,
     max_rounds: int = 10,
 ) -> OptimizeResult:
     """Optimize ``model`` in place and return it with per-pass rewrite counts and times.
 
     ``passes`` runs exactly those passes (any level); ``skip`` removes passes from the selection.
+    ``opset`` first upgrades the model to that opset, which lets fusions use newer standard ops
+    (LayerNormalization from 17, Gelu from 20); without it the model's opset is kept.
     """
     if max_rounds < 1:
         raise OptionError("max_rounds must be at least 1")
+    if opset is not None:
+        from modelpress.ir.opset import upgrade_opset
+
+        model = upgrade_opset(model, opset)
     classes = select_passes(level, passes, skip)
     instances = [cls() for cls in classes]
     stats = [PassStats(p.name) for p in instances]

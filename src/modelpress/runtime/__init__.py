@@ -1,0 +1,1 @@
+"""Backends (ONNX Runtime, PyTorch), device placement with fallback, sessions, batch inference."""
