@@ -15,3 +15,12 @@ from modelpress.passes import optimize
 from modelpress.verify import verify
 
 __all__ = ["ModelpressError", "__version__", "inspect", "load", "optimize", "save", "verify"]
+
+
+def __getattr__(name: str):
+    # Heavier entry points load on first use so that `import modelpress` stays cheap.
+    if name == "Session":
+        from modelpress.runtime.session import Session
+
+        return Session
+    raise AttributeError(f"module 'modelpress' has no attribute {name!r}")

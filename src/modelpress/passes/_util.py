@@ -89,3 +89,58 @@ def replace_value(old: ir.Value, new: ir.Value) -> bool:
 def remove_node(graph: ir.Graph | ir.Function, node: ir.Node) -> None:
     """Remove ``node`` once nothing uses its outputs (safe: detaches its inputs first)."""
     graph.remove(node, safe=True)
+
+
+def static_shape(value: ir.Value | None) -> tuple[int, ...] | None:
+    """The shape of ``value`` when every dimension is a known integer, else None."""
+    if value is None or value.shape is None:
+        return None
+    dims = tuple(value.shape)
+    if not all(isinstance(d, int) for d in dims):
+        return None
+    return dims
+
+
+def known_rank(value: ir.Value | None) -> int | None:
+    """The rank of ``value`` when its shape is known (dimensions may be symbolic), else None."""
+    if value is None or value.shape is None:
+        return None
+    return value.shape.rank()
+
+
+def ints_arg(node: ir.Node, name: str, index: int) -> tuple[bool, list[int] | None]:
+    """An integer list that older opsets give as attribute ``name`` and newer ones as input ``index``.
+
+    Returns ``(given, values)``: ``given`` is False when neither form is present (the op's default
+    applies); ``values`` is None when it is given as an input that is not a constant.
+    """
+    attr = node.attributes.get(name)
+    if attr is not None:
+        return True, [int(v) for v in attr.as_ints()]
+    if index < len(node.inputs) and node.inputs[index] is not None:
+        array = const_array(node.inputs[index])
+        if array is None or array.dtype.kind not in "iu":
+            return True, None
+        return True, [int(v) for v in array.reshape(-1)]
+    return False, None
+
+
+def insert_node(
+    graph: ir.Graph | ir.Function,
+    before: ir.Node,
+    op_type: str,
+    inputs: list[ir.Value | None],
+    attributes: dict | None = None,
+    *,
+    like: ir.Value | None = None,
+) -> ir.Node:
+    """A new standard-domain node inserted before ``before`` (keeps the order topological).
+
+    ``like``: a value the new node's (first) output is known to equal in dtype and shape.
+    """
+    node = ir.node(op_type, inputs, attributes=attributes or {})
+    graph.insert_before(before, node)
+    if like is not None:
+        node.outputs[0].type = like.type
+        node.outputs[0].shape = like.shape
+    return node

@@ -25,6 +25,10 @@ class NodeCost:
     weight_bytes: int
     activation_bytes: int  # activations read + written
     output_shape: tuple | None
+    # Element counts behind the two byte figures, so a planner can re-price them at another
+    # precision (an fp32 graph planned for fp16 moves half the bytes, not the same bytes).
+    weight_elems: int = 0
+    activation_elems: int = 0
 
     @property
     def bytes(self) -> int:
@@ -77,6 +81,10 @@ def _itemsize(value: ir.Value | None) -> int:
 
 def _bytes(value: ir.Value | None) -> int:
     return _numel(_shape(value)) * _itemsize(value) if _shape(value) is not None else 0
+
+
+def _elems(value: ir.Value | None) -> int:
+    return _numel(_shape(value)) if _shape(value) is not None else 0
 
 
 def _is_weight(value: ir.Value | None) -> bool:
@@ -167,6 +175,9 @@ def profile_model(model: ir.Model, shapes: dict[str, tuple[int, ...]] | None = N
                 weight_bytes=weight,
                 activation_bytes=acts,
                 output_shape=out,
+                weight_elems=sum(_elems(v) for v in node.inputs if _is_weight(v)),
+                activation_elems=sum(_elems(v) for v in node.inputs if v is not None and not _is_weight(v))
+                + sum(_elems(v) for v in node.outputs),
             )
         )
     return ModelCost(nodes=costs, unknown_shapes=unknown)

@@ -38,3 +38,22 @@ def _default(obj):
     if isinstance(obj, Path):
         return str(obj)
     raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+
+def write_npz_atomic(path, arrays: dict) -> Path:
+    """Write arrays to an .npz file atomically."""
+    import numpy as np
+
+    path = Path(path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise ModelSaveError(f"{path}: output directory {parent} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=".modelpress-", suffix=".npz", dir=parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

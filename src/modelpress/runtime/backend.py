@@ -36,12 +36,27 @@ class Backend(Protocol):
 
 BACKENDS: dict[str, Callable[[], Backend]] = {}
 
+# Built-in backends register themselves when their module is imported; importing lazily keeps
+# torch out of the process until someone asks for the torch backend.
+_BUILTIN_MODULES = {
+    "ort": "modelpress.runtime.ort_backend",
+    "torch": "modelpress.runtime.torch_backend",
+}
+
 
 def register_backend(name: str, factory: Callable[[], Backend]) -> None:
     BACKENDS[name] = factory
 
 
+def backend_names() -> list[str]:
+    return sorted(set(BACKENDS) | set(_BUILTIN_MODULES))
+
+
 def get_backend(name: str) -> Backend:
+    if name not in BACKENDS and name in _BUILTIN_MODULES:
+        import importlib
+
+        importlib.import_module(_BUILTIN_MODULES[name])
     if name not in BACKENDS:
-        raise OptionError(f"unknown backend {name!r}; known backends: {', '.join(sorted(BACKENDS))}")
+        raise OptionError(f"unknown backend {name!r}; known backends: {', '.join(backend_names())}")
     return BACKENDS[name]()

@@ -1,0 +1,107 @@
+"""Timing and memory measurement for ``bench``: interleaved runs, peak RSS, the machine's peak.
+
+Variants are timed round-robin (one run of each per round) so that a slow period of a shared
+machine hits every variant alike; results are medians with the 25th-75th percentile spread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_ms: float
+    p25_ms: float
+    p75_ms: float
+    runs: int
+
+    @classmethod
+    def from_seconds(cls, samples: list[float]) -> Timing:
+        a = np.asarray(samples) * 1e3
+        return cls(float(np.median(a)), float(np.percentile(a, 25)), float(np.percentile(a, 75)), len(a))
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def time_interleaved(fns: list[Callable[[], object]], *, runs: int, warmup: int = 3, progress=None) -> list[Timing]:
+    """Time each function ``runs`` times, round-robin, after ``warmup`` untimed rounds."""
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
+    samples: list[list[float]] = [[] for _ in fns]
+    for r in range(runs):
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            fn()
+            samples[i].append(time.perf_counter() - t0)
+        if progress:
+            progress(r + 1, runs)
+    return [Timing.from_seconds(s) for s in samples]
+
+
+def _status_kib(field: str) -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def peak_memory_mb(fn: Callable[[], object]) -> float | None:
+    """Peak resident memory that ``fn`` adds to the process, in MiB (Linux; None elsewhere).
+
+    Writing 5 to /proc/self/clear_refs resets the kernel's high-water mark (VmHWM), so the peak
+    seen afterwards belongs to ``fn`` alone.
+    """
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return None
+    base = _status_kib("VmRSS")
+    fn()
+    peak = _status_kib("VmHWM")
+    if base is None or peak is None:
+        return None
+    return max(peak - base, 0) / 1024
+
+
+def machine_peak_gflops(*, n: int = 1024, runs: int = 10) -> float:
+    """Measured fp32 matrix-product throughput of this machine under ONNX Runtime, in GFLOP/s."""
+    import onnx
+
+    from modelpress.ir import from_proto
+    from modelpress.runtime.ort import session
+
+    text = f"""<ir_version: 8, opset_import: ["" : 17]>
+    mm (float[{n},{n}] a, float[{n},{n}] b) => (float[{n},{n}] c) {{ c = MatMul(a, b) }}"""
+    sess = session(from_proto(onnx.parser.parse_model(text)), optimize="all")
+    rng = np.random.default_rng(0)
+    feeds = {"a": rng.standard_normal((n, n), dtype=np.float32), "b": rng.standard_normal((n, n), dtype=np.float32)}
+    best = min(time_interleaved([lambda: sess.run(None, feeds)], runs=runs, warmup=2)[0].p25_ms, 1e9)
+    return 2 * n**3 / (best / 1e3) / 1e9
+
+
+def op_profile(trace_path: str) -> list[tuple[str, float, int]]:
+    """(op type, total ms, calls) from an ONNX Runtime profiler trace, most time first."""
+    import json
+
+    path = Path(trace_path)
+    events = json.loads(path.read_text())
+    path.unlink(missing_ok=True)
+    totals: dict[str, list[float]] = {}
+    for e in events:
+        if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"):
+            op = e.get("args", {}).get("op_name", "?")
+            t = totals.setdefault(op, [0.0, 0])
+            t[0] += e.get("dur", 0) / 1e3
+            t[1] += 1
+    return sorted(((op, ms, int(n)) for op, (ms, n) in totals.items()), key=lambda r: -r[1])
