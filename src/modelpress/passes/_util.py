@@ -144,3 +144,68 @@ def insert_node(
         node.outputs[0].type = like.type
         node.outputs[0].shape = like.shape
     return node
+
+
+# --- pattern-matching helpers (used by the fusion passes) ---
+
+
+def producer_of(value: ir.Value | None, *op_types: str) -> ir.Node | None:
+    """The node producing ``value`` when it is one of ``op_types`` in the standard domain."""
+    node = value.producer() if value is not None else None
+    if node is None or node.domain not in ("", "ai.onnx") or node.op_type not in op_types:
+        return None
+    return node
+
+
+def sole_consumer(value: ir.Value, *op_types: str) -> ir.Node | None:
+    """The one node that reads ``value`` (once), if it is one of ``op_types`` and ``value`` is no
+    graph output; else None. A fusion that swallows ``value`` needs exactly this."""
+    if not is_single_use(value):
+        return None
+    node = value.uses()[0].node
+    if node.domain not in ("", "ai.onnx") or node.op_type not in op_types:
+        return None
+    return node
+
+
+def consumer_nodes(value: ir.Value) -> set[ir.Node]:
+    """The distinct nodes that read ``value``."""
+    return {use.node for use in value.uses()}
+
+
+def other_input(node: ir.Node, value: ir.Value) -> ir.Value | None:
+    """For a binary node that reads ``value`` once, its other operand (either position)."""
+    if len(node.inputs) != 2:
+        return None
+    a, b = node.inputs
+    if a is value and b is not value:
+        return b
+    if b is value and a is not value:
+        return a
+    return None
+
+
+def const_scalar(value: ir.Value | None, *, other: ir.Value | None = None) -> float | None:
+    """The float of a one-element constant, else None.
+
+    A one-element constant of rank r only leaves an elementwise op's output shape unchanged when
+    the other operand has rank >= r; when ``other`` is given that is checked (rank 0 always is).
+    """
+    array = const_array(value)
+    if array is None or array.size != 1 or array.dtype.kind not in "fiu":
+        return None
+    if array.ndim > 0:
+        if other is None or other.shape is None or len(other.shape) < array.ndim:
+            return None
+    return float(array.reshape(()))
+
+
+def is_close(a: float | None, b: float, rel: float = 1e-5) -> bool:
+    """Tolerant comparison of a matched constant with the value a pattern needs."""
+    return a is not None and abs(a - b) <= rel * abs(b) + 1e-12
+
+
+def attr(node: ir.Node, name: str, default=None):
+    """An attribute's Python value, or ``default`` when the node does not set it."""
+    a = node.attributes.get(name)
+    return default if a is None else a.value

@@ -1,0 +1,274 @@
+"""No-op elimination: remove nodes whose output always equals one of their inputs.
+
+The rewrite is ``y = Op(x, ...)`` → ``x`` (consumers of ``y`` read ``x``; a graph output keeps its
+name). It is legal only when ``y`` equals ``x`` for *every* input the model accepts, dynamic
+dimensions included, so each rule below checks what is known statically:
+
+- Dropout in inference (``training_mode`` absent or constant false, not the old ``is_test=0``) whose
+  mask output is unused: inference-mode Dropout is the identity.
+- Cast / CastLike to the type the input already has.
+- Reshape whose target equals the input's shape, dimension by dimension (``0`` copies a dimension
+  unless ``allowzero``; one ``-1`` is allowed when every other dimension matches, so a dynamic
+  dimension stays dynamic).
+- Expand to a shape whose entries are 1 or equal to the input's static dimensions and whose rank is
+  not larger: broadcasting then changes nothing.
+- Transpose with the identity permutation; Pad with all-zero pads; Slice whose every sliced axis
+  starts at 0, ends past the end and steps by 1; Unsqueeze with no axes; Squeeze with no axes on a
+  static shape without size-1 dimensions; Concat of a single input.
+- ``x*1``, ``1*x``, ``x+0``, ``0+x``, ``x-0``, ``x/1`` when the constant is all ones (zeros) and
+  broadcasting it against ``x`` cannot change ``x``'s shape (the constant's rank is not larger and
+  each of its dimensions is 1 or equal to ``x``'s static dimension); ONNX gives both operands the
+  same type, so the dtype cannot change either. (``x+0`` turns ``-0.0`` into ``+0.0``; every
+  optimizer accepts that, as no comparison or arithmetic downstream can tell them apart except
+  division by zero.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import onnx_ir as ir
+
+from modelpress.passes._util import const_array, replace_value
+from modelpress.passes.base import GraphPass
+from modelpress.passes.registry import register
+
+# Exporters write "until the end" as INT64_MAX (PyTorch) or INT32_MAX (TensorFlow); a dynamic axis
+# longer than 2**31 - 1 elements is not a case any model has, so either means "to the end".
+_TO_THE_END = 2**31 - 1
+
+
+def _input(node: ir.Node, index: int) -> ir.Value | None:
+    return node.inputs[index] if len(node.inputs) > index else None
+
+
+def _dims(value: ir.Value | None) -> list[int | ir.SymbolicDim] | None:
+    if value is None or value.shape is None:
+        return None
+    return list(value.shape)
+
+
+def _ints(node: ir.Node, name: str) -> list[int] | None:
+    attr = node.attributes.get(name)
+    return None if attr is None else list(attr.as_ints())
+
+
+def _unused(value: ir.Value) -> bool:
+    return not value.uses() and not value.is_graph_output()
+
+
+def _dropout(node: ir.Node) -> ir.Value | None:
+    if node.attributes.get_int("is_test", 1) == 0:  # opset < 7 training mode
+        return None
+    if len(node.outputs) > 1 and not _unused(node.outputs[1]):
+        return None
+    training = _input(node, 2)
+    if training is not None:
+        flag = const_array(training)
+        if flag is None or bool(flag.reshape(-1)[0]):
+            return None
+    return node.inputs[0]
+
+
+def _cast(node: ir.Node) -> ir.Value | None:
+    x = node.inputs[0]
+    if x is None or x.dtype is None:
+        return None
+    to = node.attributes.get_int("to", -1)
+    return x if x.dtype.value == to else None
+
+
+def _cast_like(node: ir.Node) -> ir.Value | None:
+    x, like = node.inputs[0], _input(node, 1)
+    if x is None or like is None or x.dtype is None:
+        return None
+    return x if x.dtype == like.dtype else None
+
+
+def _reshape(node: ir.Node) -> ir.Value | None:
+    x = node.inputs[0]
+    dims = _dims(x)
+    target = const_array(_input(node, 1))
+    if dims is None or target is None or target.ndim != 1 or len(target) != len(dims):
+        return None
+    allowzero = node.attributes.get_int("allowzero", 0) == 1
+    minus_one = 0
+    for want, dim in zip(target.tolist(), dims):
+        if want == 0 and not allowzero:
+            continue  # copies the input's dimension
+        if want == -1:
+            minus_one += 1
+        elif not (isinstance(dim, int) and dim == want):
+            return None
+    # With every other dimension equal, a single -1 can only resolve to the input's own dimension,
+    # unless a zero-size dimension makes it ambiguous.
+    if minus_one > 1 or (minus_one and 0 in target.tolist()):
+        return None
+    return x
+
+
+def _expand(node: ir.Node) -> ir.Value | None:
+    x = node.inputs[0]
+    dims = _dims(x)
+    shape = const_array(_input(node, 1))
+    if dims is None or shape is None or shape.ndim != 1 or len(shape) > len(dims):
+        return None
+    for want, dim in zip(shape.tolist()[::-1], dims[::-1]):
+        if want != 1 and not (isinstance(dim, int) and dim == want):
+            return None
+    return x
+
+
+def _transpose(node: ir.Node) -> ir.Value | None:
+    x = node.inputs[0]
+    perm = _ints(node, "perm")
+    if perm is None:  # the default reverses the axes: the identity only up to rank 1
+        dims = _dims(x)
+        return x if dims is not None and len(dims) <= 1 else None
+    return x if perm == list(range(len(perm))) else None
+
+
+def _pad(node: ir.Node) -> ir.Value | None:
+    pads = _ints(node, "pads")  # opset < 11 keeps pads in an attribute
+    if pads is None:
+        arr = const_array(_input(node, 1))
+        if arr is None:
+            return None
+        pads = arr.reshape(-1).tolist()
+    return node.inputs[0] if not any(pads) else None
+
+
+def _slice(node: ir.Node) -> ir.Value | None:
+    x = node.inputs[0]
+    dims = _dims(x)
+    if dims is None:
+        return None
+    if node.attributes.get("starts") is not None:  # opset < 10: attributes
+        starts, ends = _ints(node, "starts"), _ints(node, "ends")
+        axes, steps = _ints(node, "axes"), None
+    else:
+        arrays = [const_array(_input(node, i)) for i in range(1, 5)]
+        for i, arr in enumerate(arrays):
+            if arr is None and _input(node, i + 1) is not None:
+                return None  # a runtime value: unknown
+        if arrays[0] is None or arrays[1] is None:
+            return None
+        starts, ends = arrays[0].tolist(), arrays[1].tolist()
+        axes = arrays[2].tolist() if arrays[2] is not None else None
+        steps = arrays[3].tolist() if arrays[3] is not None else None
+    axes = axes if axes is not None else list(range(len(starts)))
+    steps = steps if steps is not None else [1] * len(starts)
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        if step != 1 or axis < -len(dims) or axis >= len(dims):
+            return None
+        dim = dims[axis]
+        static = isinstance(dim, int)
+        starts_at_zero = start == 0 or (static and start <= -dim)
+        ends_at_end = end >= _TO_THE_END or (static and end >= dim)
+        if not (starts_at_zero and ends_at_end):
+            return None
+    return x
+
+
+def _axes(node: ir.Node) -> list[int] | None:
+    """The axes of Squeeze/Unsqueeze ([] when absent), or None when they are a runtime value."""
+    attr = _ints(node, "axes")
+    if attr is not None:
+        return attr
+    value = _input(node, 1)
+    if value is None:
+        return []
+    arr = const_array(value)
+    return None if arr is None else arr.reshape(-1).tolist()
+
+
+def _squeeze(node: ir.Node) -> ir.Value | None:
+    dims = _dims(node.inputs[0])
+    if _axes(node) != [] or dims is None:
+        return None
+    # Without axes Squeeze drops every size-1 dimension found at run time.
+    if all(isinstance(d, int) and d != 1 for d in dims):
+        return node.inputs[0]
+    return None
+
+
+def _unsqueeze(node: ir.Node) -> ir.Value | None:
+    return node.inputs[0] if _axes(node) == [] else None
+
+
+def _concat(node: ir.Node) -> ir.Value | None:
+    return node.inputs[0] if len(node.inputs) == 1 else None
+
+
+def _broadcast_keeps_shape(x: ir.Value, constant: np.ndarray) -> bool:
+    if constant.ndim == 0:
+        return True
+    dims = _dims(x)
+    if dims is None or constant.ndim > len(dims):
+        return False
+    return all(
+        c == 1 or (isinstance(d, int) and d == c)
+        for c, d in zip(constant.shape[::-1], dims[::-1])
+    )
+
+
+def _neutral(identity: float, *, commutative: bool) -> Callable[[ir.Node], ir.Value | None]:
+    """A rule for a binary op whose constant operand ``identity`` leaves the other one unchanged."""
+
+    def rule(node: ir.Node) -> ir.Value | None:
+        if len(node.inputs) != 2:
+            return None
+        sides = [(0, 1), (1, 0)] if commutative else [(0, 1)]
+        for keep, const in sides:
+            x, c = node.inputs[keep], const_array(node.inputs[const])
+            if x is None or c is None or c.dtype == object:
+                continue
+            if np.all(c == identity) and _broadcast_keeps_shape(x, c):
+                return x
+        return None
+
+    return rule
+
+
+RULES: dict[str, Callable[[ir.Node], ir.Value | None]] = {
+    "Dropout": _dropout,
+    "Cast": _cast,
+    "CastLike": _cast_like,
+    "Reshape": _reshape,
+    "Expand": _expand,
+    "Transpose": _transpose,
+    "Pad": _pad,
+    "Slice": _slice,
+    "Squeeze": _squeeze,
+    "Unsqueeze": _unsqueeze,
+    "Concat": _concat,
+    "Mul": _neutral(1, commutative=True),
+    "Add": _neutral(0, commutative=True),
+    "Sub": _neutral(0, commutative=False),
+    "Div": _neutral(1, commutative=False),
+}
+
+
+@register
+class EliminateNoOps(GraphPass):
+    """Replace a node that provably returns its input by that input (rules in the module doc)."""
+
+    name = "noop"
+    level = 1
+
+    def rewrite_graph(self, graph: ir.Graph | ir.Function) -> int:
+        count = 0
+        for node in list(graph):
+            rule = RULES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+            if rule is None or not node.inputs or node.inputs[0] is None:
+                continue
+            source = rule(node)
+            if source is None:
+                continue
+            # replace_value refuses when a graph output would have to take the name of a graph
+            # input or initializer; then the node stays, as the model's interface must not change.
+            if replace_value(node.outputs[0], source):
+                graph.remove(node, safe=True)
+                count += 1
+        return count

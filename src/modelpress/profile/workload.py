@@ -1,0 +1,193 @@
+"""A workload for planning: the kernels of one forward pass, as per-sample costs.
+
+Every cost a planner needs is linear in the batch for the models it handles (CNNs, encoders,
+decoder layers at a fixed sequence length): FLOPs and activations grow with the batch, weights
+are read once per pass. A ``Kernel`` therefore stores FLOPs and activation elements *per sample*
+and weight elements once; ``at_batch`` evaluates it. Element counts (not bytes) are stored so the
+advisor can price them at any precision.
+
+``workload_from_onnx`` builds one from an ONNX graph by profiling it at batch 1 and 2: the
+difference is the per-sample part, the rest is fixed (weights). A graph with a fixed batch is
+profiled once and divided by its batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import onnx_ir as ir
+
+from modelpress.errors import OptionError
+
+# What runs a kernel, and so which peak and which efficiency apply. Tensor kinds run on matrix
+# units; the others on vector units and are nearly always limited by memory bandwidth. "free"
+# ops are views (Reshape, Shape, ...) that move no data.
+TENSOR_KINDS = ("matmul", "conv", "attention")
+KINDS = TENSOR_KINDS + ("elementwise", "norm", "reduce", "memory", "free")
+
+_OP_KIND = {
+    **dict.fromkeys(("MatMul", "Gemm", "MatMulInteger", "QLinearMatMul", "MatMulNBits", "FusedMatMul"), "matmul"),
+    **dict.fromkeys(("Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "FusedConv"), "conv"),
+    **dict.fromkeys(("Attention", "MultiHeadAttention", "GroupQueryAttention"), "attention"),
+    **dict.fromkeys(
+        ("BatchNormalization", "InstanceNormalization", "LayerNormalization", "GroupNormalization",
+         "SkipLayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization"), "norm"),
+    **dict.fromkeys(
+        ("MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "ReduceMean",
+         "ReduceSum", "ReduceMax", "ReduceMin", "ReduceL2", "Softmax", "LogSoftmax", "ArgMax", "TopK"), "reduce"),
+    **dict.fromkeys(
+        ("Transpose", "Concat", "Slice", "Gather", "GatherElements", "Split", "Pad", "Cast", "Expand",
+         "Tile", "Resize", "Where", "ScatterND", "DepthToSpace", "SpaceToDepth"), "memory"),
+    **dict.fromkeys(
+        ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Shape", "Identity", "Constant", "Size",
+         "ConstantOfShape", "Range", "Dropout"), "free"),
+}
+# Elementwise ops and BatchNorm that an inference compiler folds into the producing kernel's
+# epilogue (TensorRT, ORT and XLA all do): in inference they cost neither a launch nor a trip
+# through memory. Eager training runs each as its own kernel.
+FUSABLE_OPS = frozenset(
+    ("Relu", "Clip", "Add", "Mul", "Sub", "Div", "Sigmoid", "Tanh", "Gelu", "FastGelu", "Erf",
+     "HardSwish", "HardSigmoid", "LeakyRelu", "PRelu", "Elu", "Selu", "Swish", "Mish", "Softplus",
+     "Neg", "Sqrt", "Pow", "BatchNormalization", "QuantizeLinear", "DequantizeLinear", "BiasGelu")
+)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel of a forward pass. FLOPs and activation elements per sample; weights fixed."""
+
+    name: str
+    kind: str
+    flops: float  # per sample; a multiply-add counts 2
+    weight_elems: float  # read once per pass, whatever the batch
+    in_elems: float  # activations read, per sample
+    out_elems: float  # activations written, per sample (what training saves for backward)
+    fusable: bool = False
+
+    def at_batch(self, batch: int) -> tuple[float, float, float]:
+        """(FLOPs, weight elements, activation elements) for a pass over ``batch`` samples."""
+        return self.flops * batch, self.weight_elems, (self.in_elems + self.out_elems) * batch
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one sample costs: the forward kernels, parameters and, for LLMs, the decode step."""
+
+    name: str
+    kernels: tuple[Kernel, ...]
+    params: float
+    sample: str  # what one sample is, in words ("image 3x224x224", "sequence of 384 tokens")
+    tokens_per_sample: int = 1  # training throughput in tokens/s is samples/s times this
+    # Generation (decoder LLMs): kernels of one decode step per sequence, at the mean context of
+    # the generated tokens, how many tokens a request generates, and the KV-cache elements a
+    # sequence holds at its full context.
+    decode: tuple[Kernel, ...] = ()
+    gen_tokens: int = 0
+    cache_elems: float = 0.0
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def flops_per_sample(self) -> float:
+        return sum(k.flops for k in self.kernels)
+
+    @property
+    def saved_elems_per_sample(self) -> float:
+        """Activations kept for the backward pass: every kernel's output (an upper estimate
+        without recomputation; views cost nothing)."""
+        return sum(k.out_elems for k in self.kernels if k.kind != "free")
+
+    @property
+    def is_generative(self) -> bool:
+        return bool(self.decode)
+
+
+def kind_of(op_type: str) -> str:
+    return _OP_KIND.get(op_type, "elementwise")
+
+
+def _input_shapes(model: ir.Model, batch: int, seq: int | None) -> tuple[dict[str, tuple[int, ...]], int | None]:
+    """Concrete input shapes at ``batch``: dim 0 is the batch, other symbolic dims the sequence.
+
+    Returns the shapes and the model's own fixed batch (None when the batch is symbolic).
+    """
+    shapes: dict[str, tuple[int, ...]] = {}
+    fixed_batch = None
+    initializers = set(model.graph.initializers)
+    for value in model.graph.inputs:
+        if value.name in initializers:
+            continue
+        if value.shape is None:
+            raise OptionError(f"model input {value.name!r} has no shape: export it with shapes")
+        dims = []
+        for i, d in enumerate(value.shape):
+            if isinstance(d, int):
+                dims.append(d)
+                if i == 0:
+                    fixed_batch = d
+            elif i == 0:
+                dims.append(batch)
+            elif seq is not None:
+                dims.append(seq)
+            else:
+                raise OptionError(
+                    f"model input {value.name!r} has a symbolic dimension {d} besides the batch: give --seq"
+                )
+        shapes[value.name] = tuple(dims)
+    return shapes, fixed_batch
+
+
+def workload_from_onnx(model: ir.Model, *, name: str, seq: int | None = None) -> Workload:
+    """A workload from an ONNX graph (see the module docstring for the batch-1/batch-2 rule)."""
+    from modelpress.profile.cost import profile_model
+
+    shapes1, fixed = _input_shapes(model, 1, seq)
+    cost1 = profile_model(model, shapes1)
+    if fixed is None:
+        cost2 = profile_model(model, _input_shapes(model, 2, seq)[0])
+        pairs = list(zip(cost1.nodes, cost2.nodes))
+        divisor = 1.0
+    else:
+        pairs = [(n, None) for n in cost1.nodes]
+        divisor = float(fixed)
+    kernels = []
+    for n1, n2 in pairs:
+        if n2 is not None:
+            # per sample = cost(2) - cost(1); for a batch-linear graph whatever is left at
+            # batch 1 is fixed (weights, shape arithmetic)
+            flops = n2.flops - n1.flops
+            acts = n2.activation_elems - n1.activation_elems
+        else:
+            flops = n1.flops / divisor
+            acts = n1.activation_elems / divisor
+        # output of the first result at batch 1 (or the fixed batch, divided): what is saved
+        out_elems = min(_prod(n1.output_shape) / divisor, acts) if n1.output_shape is not None else 0.0
+        kernels.append(
+            Kernel(
+                name=n1.name or n1.op_type,
+                kind=kind_of(n1.op_type),
+                flops=flops,
+                weight_elems=n1.weight_elems,
+                in_elems=acts - out_elems,
+                out_elems=out_elems,
+                fusable=n1.op_type in FUSABLE_OPS,
+            )
+        )
+    params = sum(k.weight_elems for k in kernels)
+    first = next(iter(shapes1.values()), ())
+    return Workload(
+        name=name,
+        kernels=tuple(kernels),
+        params=params,
+        sample="input " + "x".join(str(d) for d in first[1:]) if first else "sample",
+        notes=(f"{cost1.unknown_shapes} nodes with unknown shapes were not counted",) if cost1.unknown_shapes else (),
+    )
+
+
+def _prod(shape) -> int:
+    out = 1
+    for d in shape:
+        out *= int(d)
+    return out
+
+
+__all__ = ["FUSABLE_OPS", "KINDS", "TENSOR_KINDS", "Kernel", "Workload", "kind_of", "workload_from_onnx"]
