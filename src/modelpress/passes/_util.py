@@ -209,3 +209,136 @@ def attr(node: ir.Node, name: str, default=None):
     """An attribute's Python value, or ``default`` when the node does not set it."""
     a = node.attributes.get(name)
     return default if a is None else a.value
+
+
+def slice_params(node: ir.Node) -> tuple[list[int], list[int], list[int], list[int]] | None:
+    """``(starts, ends, axes, steps)`` of a Slice whose parameters are all constant, else None.
+
+    Reads both forms: attributes before opset 10, inputs from 10 (missing axes and steps take
+    their defaults: the first ``len(starts)`` axes, step 1).
+    """
+    if "starts" in node.attributes:
+        starts = [int(v) for v in node.attributes["starts"].as_ints()]
+        ends = [int(v) for v in node.attributes["ends"].as_ints()]
+        axes = node.attributes.get_ints("axes", None)
+        steps = None
+    else:
+        arrays = [const_array(v) if v is not None else None for v in list(node.inputs[1:5])]
+        arrays += [None] * (4 - len(arrays))
+        if arrays[0] is None or arrays[1] is None:
+            return None
+        for i in (2, 3):  # an optional input that is given but not constant
+            if arrays[i] is None and len(node.inputs) > i + 1 and node.inputs[i + 1] is not None:
+                return None
+        starts, ends, axes, steps = (None if a is None else [int(v) for v in a.reshape(-1)] for a in arrays)
+    axes = list(range(len(starts))) if axes is None else [int(a) for a in axes]
+    steps = [1] * len(starts) if steps is None else steps
+    if not (len(starts) == len(ends) == len(axes) == len(steps)) or 0 in steps:
+        return None
+    return starts, ends, axes, steps
+
+
+def make_slice(
+    graph: ir.Graph | ir.Function,
+    before: ir.Node,
+    data: ir.Value,
+    params: tuple[list[int], list[int], list[int], list[int]],
+    *,
+    opset: int,
+    like: ir.Value | None = None,
+    name_hint: str = "slice",
+) -> ir.Node:
+    """A Slice of ``data`` in the form ``opset`` wants (attributes before 10, inputs from 10).
+
+    ``name_hint`` prefixes the parameter initializers' names; derive it from a name unique in the
+    model, since a subgraph's initializer must not repeat a name of an enclosing graph.
+    """
+    starts, ends, axes, steps = params
+    if opset < 10:
+        assert all(s == 1 for s in steps), "Slice before opset 10 has no steps"
+        return insert_node(graph, before, "Slice", [data], {"starts": starts, "ends": ends, "axes": axes}, like=like)
+    arrays = [np.array(v, dtype=np.int64) for v in (starts, ends, axes, steps)]
+    names = [f"{name_hint}_{part}" for part in ("starts", "ends", "axes", "steps")]
+    inputs = [add_initializer(graph, a, n) for a, n in zip(arrays, names)]
+    return insert_node(graph, before, "Slice", [data, *inputs], like=like)
+
+
+def graph_opset(graph: ir.Graph | ir.Function, model: ir.Model, domain: str = "") -> int:
+    """The opset version of ``domain`` that applies inside ``graph`` (a function may import its own)."""
+    if isinstance(graph, ir.Function) and domain in graph.opset_imports:
+        return graph.opset_imports[domain]
+    return model.opset_imports.get(domain, 0)
+
+
+def ensure_types(model: ir.Model) -> None:
+    """``infer_types(model)`` when some node output has no dtype.
+
+    Rules that compare dtypes or shapes need them on intermediate values, which files often omit.
+    """
+    from modelpress.ir.stats import iter_nodes
+
+    if any(out.type is None for node in iter_nodes(model.graph) for out in node.outputs if out.name):
+        infer_types(model)
+
+
+def infer_types(model: ir.Model) -> None:
+    """ONNX shape inference (with data propagation), merged into ``model`` in place, best effort.
+
+    A value takes the inferred type when it has none, and the inferred shape when that knows at
+    least as many static dimensions; graph inputs keep what they declare, so dynamic dimensions
+    stay dynamic and keep their names. (onnx_ir's ShapeInferencePass merges only the element
+    dtype, which turns a sequence or optional value into a tensor.)
+    """
+    import onnx
+    from onnx_ir.passes.common import _c_api_utils
+
+    from modelpress.ir.stats import iter_graphs
+
+    def infer(proto: onnx.ModelProto) -> onnx.ModelProto:
+        return onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+
+    try:
+        # Drops large initializers' data for the call, so a big model is not copied through protobuf.
+        inferred = _c_api_utils.call_onnx_api(infer, model)
+    except Exception:  # noqa: BLE001 - inference is an aid; a model it cannot handle stays as it is
+        return
+    types: dict[str, onnx.TypeProto] = {}
+    stack = [inferred.graph]
+    while stack:
+        g = stack.pop()
+        for info in list(g.value_info) + list(g.output):
+            types[info.name] = info.type
+        for node in g.node:
+            for attr in node.attribute:
+                stack.extend([attr.g] if attr.HasField("g") else list(attr.graphs))
+    for graph in iter_graphs(model.graph):
+        for node in graph:
+            for value in node.outputs:
+                proto = types.get(value.name) if value.name else None
+                if proto is None or not proto.WhichOneof("value"):
+                    continue
+                if value.type is None:
+                    value.type = ir.serde.deserialize_type_proto_for_type(proto)
+                shape = ir.serde.deserialize_type_proto_for_shape(proto)
+                if shape is not None and _more_static(shape, value.shape):
+                    value.shape = shape
+
+
+def _more_static(new: ir.Shape, old: ir.Shape | None) -> bool:
+    if old is None:
+        return True
+    if len(new) != len(old):
+        return False
+    count = lambda s: sum(isinstance(d, int) for d in s)  # noqa: E731
+    return count(new) >= count(old) and new != old
+
+
+def replace_with_new(old: ir.Value, new: ir.Value) -> None:
+    """``replace_value(old, new)`` for a ``new`` made by a freshly inserted node, which also takes
+    ``old``'s name. onnx_ir names new values per graph ("val_0", ...), so a value made in a
+    subgraph could otherwise share its name with one of the outer graph, which breaks SSA."""
+    name = old.name
+    replace_value(old, new)
+    if name and new.name != name:
+        old.name = None
+        new.name = name

@@ -19,11 +19,13 @@ import onnx_ir as ir
 
 from modelpress.passes._util import (
     add_initializer,
+    graph_opset,
     insert_node,
     ints_arg,
     known_rank,
     remove_node,
     replace_value,
+    replace_with_new,
     static_shape,
 )
 from modelpress.passes.base import GraphPass
@@ -36,10 +38,40 @@ def _normalize(axes: list[int], rank: int | None) -> list[int] | None:
     if any(a < 0 for a in axes):
         if rank is None:
             return None
-        axes = [a + rank for a in axes]
+        axes = [a + rank if a < 0 else a for a in axes]
     if len(set(axes)) != len(axes) or (rank is not None and any(not 0 <= a < rank for a in axes)):
         return None
     return sorted(axes)
+
+
+def _rank(value: ir.Value | None, depth: int = 0) -> int | None:
+    """The rank of ``value``: annotated, or derived through the Squeeze/Unsqueeze producing it."""
+    rank = known_rank(value)
+    if rank is not None or value is None or depth > 8:
+        return rank
+    node = value.producer()
+    if node is None or node.domain != "" or node.op_type not in _OPS:
+        return None
+    given, axes = ints_arg(node, "axes", 1)
+    below = _rank(node.inputs[0], depth + 1)
+    if not given or axes is None or below is None:
+        return None
+    return below + len(axes) if node.op_type == "Unsqueeze" else below - len(axes)
+
+
+def _shape(value: ir.Value | None) -> tuple[int, ...] | None:
+    """The static shape of ``value``: annotated, or derived through an Unsqueeze producing it."""
+    shape = static_shape(value)
+    if shape is not None or value is None:
+        return shape
+    node = value.producer()
+    if node is None or node.domain != "" or node.op_type != "Unsqueeze":
+        return None
+    inner, axes = static_shape(node.inputs[0]), _unsqueeze_axes(node)
+    if inner is None or axes is None:
+        return None
+    rest = iter(inner)
+    return tuple(1 if i in axes else next(rest) for i in range(len(inner) + len(axes)))
 
 
 def _squeeze_axes(node: ir.Node) -> list[int] | None:
@@ -47,9 +79,9 @@ def _squeeze_axes(node: ir.Node) -> list[int] | None:
     x = node.inputs[0]
     given, axes = ints_arg(node, "axes", 1)
     if not given:
-        shape = static_shape(x)
+        shape = _shape(x)
         return None if shape is None else [i for i, d in enumerate(shape) if d == 1]
-    return None if axes is None else _normalize(axes, known_rank(x))
+    return None if axes is None else _normalize(axes, _rank(x))
 
 
 def _unsqueeze_axes(node: ir.Node) -> list[int] | None:
@@ -57,7 +89,7 @@ def _unsqueeze_axes(node: ir.Node) -> list[int] | None:
     given, axes = ints_arg(node, "axes", 1)
     if not given or axes is None:
         return None
-    rank = known_rank(node.inputs[0])
+    rank = _rank(node.inputs[0])
     return _normalize(axes, None if rank is None else rank + len(axes))
 
 
@@ -84,7 +116,12 @@ class CancelSqueeze(GraphPass):
                 continue
             x = outer.inputs[0]
             inner = x.producer() if x is not None else None
-            if inner is None or inner.op_type not in _OPS or inner.domain != "" or inner.graph is not graph:
+            if (
+                inner is None
+                or inner.op_type not in _OPS
+                or inner.domain != ""
+                or inner.graph is not graph
+            ):
                 continue
             if self._rewrite(graph, inner, outer):
                 count += 1
@@ -100,7 +137,7 @@ class CancelSqueeze(GraphPass):
                 return False
             if not replace_value(out, x):
                 new = insert_node(graph, outer, "Identity", [x], like=out)
-                replace_value(out, new.outputs[0])
+                replace_with_new(out, new.outputs[0])
         elif outer.op_type == "Unsqueeze":
             a1, a2 = _unsqueeze_axes(inner), _unsqueeze_axes(outer)
             if a1 is None or a2 is None:
@@ -123,14 +160,9 @@ class CancelSqueeze(GraphPass):
 
     def _replace(self, graph, outer: ir.Node, op: str, x: ir.Value, axes: list[int]) -> None:
         out = outer.outputs[0]
-        if self._opset_of(graph) >= 13:
-            axes_value = add_initializer(graph, np.array(axes, dtype=np.int64), f"{op.lower()}_axes")
+        if graph_opset(graph, self.model) >= 13:
+            axes_value = add_initializer(graph, np.array(axes, dtype=np.int64), f"{out.name}_axes")
             new = insert_node(graph, outer, op, [x, axes_value], like=out)
         else:
             new = insert_node(graph, outer, op, [x], {"axes": axes}, like=out)
-        replace_value(out, new.outputs[0])
-
-    def _opset_of(self, graph) -> int:
-        if isinstance(graph, ir.Function) and "" in graph.opset_imports:
-            return graph.opset_imports[""]
-        return self.opset("")
+        replace_with_new(out, new.outputs[0])

@@ -13,7 +13,13 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from modelpress.passes._util import insert_node, known_rank, remove_node, replace_value
+from modelpress.passes._util import (
+    insert_node,
+    known_rank,
+    remove_node,
+    replace_value,
+    replace_with_new,
+)
 from modelpress.passes.base import GraphPass
 from modelpress.passes.registry import register
 
@@ -37,7 +43,12 @@ class CancelTranspose(GraphPass):
             if outer.op_type != "Transpose" or outer.domain != "" or outer.graph is not graph:
                 continue
             inner = outer.inputs[0].producer() if outer.inputs[0] is not None else None
-            if inner is None or inner.op_type != "Transpose" or inner.domain != "" or inner.graph is not graph:
+            if (
+                inner is None
+                or inner.op_type != "Transpose"
+                or inner.domain != ""
+                or inner.graph is not graph
+            ):
                 continue
             if self._fold(graph, inner, outer):
                 count += 1
@@ -68,7 +79,7 @@ class CancelTranspose(GraphPass):
                 new = insert_node(graph, outer, "Identity", [x], like=out)
             else:
                 new = insert_node(graph, outer, "Transpose", [x], {"perm": composed}, like=out)
-            replace_value(out, new.outputs[0])
+            replace_with_new(out, new.outputs[0])
             remove_node(graph, outer)
         if not any(v.uses() or v.is_graph_output() for v in inner.outputs):
             remove_node(graph, inner)

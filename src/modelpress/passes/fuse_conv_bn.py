@@ -30,11 +30,13 @@ from modelpress.passes._util import (
     add_initializer,
     attr,
     const_array,
+    graph_opset,
     insert_node,
     is_single_use,
     known_rank,
     producer_of,
     replace_value,
+    replace_with_new,
 )
 from modelpress.passes.base import GraphPass
 from modelpress.passes.registry import register
@@ -158,7 +160,7 @@ class FuseConvBatchNorm(GraphPass):
     level = 2
 
     def rewrite_graph(self, graph: ir.Graph | ir.Function) -> int:
-        opset = self.opset()
+        opset = graph_opset(graph, self.model)
         count = 0
         for bn in list(graph):
             if bn.graph is not graph or bn.op_type != "BatchNormalization":
@@ -187,7 +189,7 @@ class FuseConvBatchNorm(GraphPass):
                 gemm = _matmul_to_gemm(graph, prod, bn, s, t)
                 if gemm is None:
                     continue
-                replace_value(y, gemm.outputs[0])
+                replace_with_new(y, gemm.outputs[0])
                 graph.remove([bn, prod], safe=True)
             count += 1
         return count

@@ -30,7 +30,7 @@ from collections.abc import Callable
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.passes._util import const_array, replace_value
+from modelpress.passes._util import const_array, ensure_types, replace_value
 from modelpress.passes.base import GraphPass
 from modelpress.passes.registry import register
 
@@ -102,8 +102,8 @@ def _reshape(node: ir.Node) -> ir.Value | None:
         elif not (isinstance(dim, int) and dim == want):
             return None
     # With every other dimension equal, a single -1 can only resolve to the input's own dimension,
-    # unless a zero-size dimension makes it ambiguous.
-    if minus_one > 1 or (minus_one and 0 in target.tolist()):
+    # unless a literal zero-size dimension (allowzero) makes it ambiguous.
+    if minus_one > 1 or (minus_one and allowzero and 0 in target.tolist()):
         return None
     return x
 
@@ -256,6 +256,10 @@ class EliminateNoOps(GraphPass):
 
     name = "noop"
     level = 1
+
+    def call(self, model: ir.Model):
+        ensure_types(model)
+        return super().call(model)
 
     def rewrite_graph(self, graph: ir.Graph | ir.Function) -> int:
         count = 0

@@ -78,6 +78,7 @@ class Workload:
     params: float
     sample: str  # what one sample is, in words ("image 3x224x224", "sequence of 384 tokens")
     tokens_per_sample: int = 1  # training throughput in tokens/s is samples/s times this
+    unit: str = "samples/s"  # how throughput is counted: "samples/s" or "tokens/s"
     # Generation (decoder LLMs): kernels of one decode step per sequence, at the mean context of
     # the generated tokens, how many tokens a request generates, and the KV-cache elements a
     # sequence holds at its full context.
@@ -92,9 +93,10 @@ class Workload:
 
     @property
     def saved_elems_per_sample(self) -> float:
-        """Activations kept for the backward pass: every kernel's output (an upper estimate
-        without recomputation; views cost nothing)."""
-        return sum(k.out_elems for k in self.kernels if k.kind != "free")
+        """Activations kept for the backward pass: the output of every kernel but views and
+        elementwise activations (frameworks run those in place or keep only one of input and
+        output); no recomputation."""
+        return sum(k.out_elems for k in self.kernels if k.kind not in ("free", "elementwise"))
 
     @property
     def is_generative(self) -> bool:

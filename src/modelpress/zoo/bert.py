@@ -83,7 +83,10 @@ def build_module() -> TinyBert:
         for name, p in model.named_parameters():
             if "norm" in name:
                 # Non-trivial LayerNorm scales and shifts, so a fusion that drops them shows up.
-                p.copy_((1.0 if name.endswith("weight") else 0.0) + 0.1 * torch.randn(p.shape, generator=gen))
+                p.copy_(
+                    (1.0 if name.endswith("weight") else 0.0)
+                    + 0.1 * torch.randn(p.shape, generator=gen)
+                )
             else:
                 p.copy_(0.02 * torch.randn(p.shape, generator=gen))
     return model.eval()
@@ -101,4 +104,8 @@ def sample_inputs(batch: int, seq: int, *, seed: int = 0) -> dict[str, np.ndarra
         attention_mask[b, length:] = 0
         input_ids[b, length:] = 0
         token_type_ids[b, length // 2 : length] = 1
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "token_type_ids": token_type_ids,
+    }

@@ -59,6 +59,7 @@ def build_module() -> MiniLMEmbedder:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     transformers = require("transformers", extra="torch", purpose="the minilm zoo model")
+    transformers.utils.logging.disable_progress_bar()  # a library does not draw progress bars
     # Eager attention: the plain MatMul/Softmax form that exports to standard ONNX ops.
     encoder = transformers.BertModel.from_pretrained(
         str(model_dir()), attn_implementation="eager", local_files_only=True
@@ -95,4 +96,6 @@ def sample_inputs(batch: int, seq: int | None = None) -> dict[str, np.ndarray]:
 
 def example_args(batch: int = 2) -> tuple[torch.Tensor, ...]:
     feeds = sample_inputs(batch)
-    return tuple(torch.from_numpy(feeds[k]) for k in ("input_ids", "attention_mask", "token_type_ids"))
+    return tuple(
+        torch.from_numpy(feeds[k]) for k in ("input_ids", "attention_mask", "token_type_ids")
+    )

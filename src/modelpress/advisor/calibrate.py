@@ -1,0 +1,119 @@
+"""Calibrate on this machine: measure the CPU's roof, predict the model on it, time the model.
+
+Three measurements, each the median of several runs:
+
+- compute: a large fp32 matrix product under ONNX Runtime (GFLOP/s);
+- bandwidth: a NumPy copy of an array much larger than the caches (bytes read + written per s);
+- the model itself under ONNX Runtime at the requested batch (ms per batch).
+
+The measured compute and bandwidth become the roof of a ``Roof`` for "this CPU" (efficiency 1:
+they are already achieved figures) and the advisor's estimate on it is set against the measured
+model time. The ratio says how far the roofline is from this machine for this model, in the same
+way the published GPU measurements check it on GPUs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from modelpress.advisor.estimate import Roof, _kernel_rows, _time
+from modelpress.profile.workload import Workload
+
+COPY_BYTES = 256 * 2**20
+# ORT runs node by node on the CPU: a few microseconds of dispatch per node, no launch latency.
+CPU_NODE_OVERHEAD_US = 5.0
+
+
+@dataclass(frozen=True)
+class CpuCalibration:
+    cpu: str
+    threads: int
+    matmul_gflops: float
+    copy_gbs: float
+    batch: int
+    predicted_ms: float | None
+    measured_ms: float | None
+    measured_p25_ms: float | None
+    measured_p75_ms: float | None
+    bound: str | None
+
+    @property
+    def ratio(self) -> float | None:
+        if self.predicted_ms is None or not self.measured_ms:
+            return None
+        return self.predicted_ms / self.measured_ms
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["predicted_over_measured"] = self.ratio
+        return d
+
+
+def cpu_name() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def measure_copy_gbs(*, nbytes: int = COPY_BYTES, runs: int = 7) -> float:
+    src = np.ones(nbytes // 8, dtype=np.float64)
+    dst = np.empty_like(src)
+    samples = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        samples.append(time.perf_counter() - t0)
+    return 2 * nbytes / float(np.median(samples)) / 1e9  # read + write
+
+
+def cpu_roof(matmul_gflops: float, copy_gbs: float) -> Roof:
+    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9 if hasattr(os, "sysconf") else 0.0
+    return Roof("this CPU", matmul_gflops / 1e3, matmul_gflops / 1e3, copy_gbs, 1.0, mem_gb, "fp32")
+
+
+def predict_cpu_ms(workload: Workload, roof: Roof, *, batch: int, eff: Efficiency = DEFAULT_EFFICIENCY) -> tuple[float, str]:
+    """Predicted ms per batch on the measured CPU roof: measured peaks need no ceiling or
+    bandwidth factor; the per-kind factors and a per-node dispatch cost still apply."""
+    cpu_eff = replace(eff, bandwidth=1.0, kernel_overhead_us=CPU_NODE_OVERHEAD_US)
+    t = _time(_kernel_rows(workload.kernels, fuse=True), batch, roof, cpu_eff, 4)
+    return t.seconds * 1e3, t.bound
+
+
+def calibrate_cpu(workload: Workload, *, model=None, batch: int = 1, seq: int | None = None, runs: int = 10) -> CpuCalibration:
+    """Measure this CPU and, when ``model`` (an ONNX model) is given, time it against the prediction."""
+    from modelpress.runtime.measure import machine_peak_gflops, time_interleaved
+
+    feeds = None
+    if model is not None:
+        from modelpress.profile.workload import _input_shapes
+        from modelpress.verify.inputs import generate_inputs
+
+        shapes, fixed = _input_shapes(model, batch, seq)
+        batch = fixed or batch  # a graph with a fixed batch runs at that batch
+        feeds = generate_inputs(model, shapes=shapes)
+    gflops = machine_peak_gflops(n=1024, runs=5)
+    copy = measure_copy_gbs()
+    roof = cpu_roof(gflops, copy)
+    predicted, bound = predict_cpu_ms(workload, roof, batch=batch)
+    measured = p25 = p75 = None
+    if feeds is not None:
+        from modelpress.runtime.ort import session
+
+        sess = session(model, optimize="all")
+        timing = time_interleaved([lambda: sess.run(None, feeds)], runs=runs, warmup=2)[0]
+        measured, p25, p75 = timing.median_ms, timing.p25_ms, timing.p75_ms
+    return CpuCalibration(cpu_name(), os.cpu_count() or 1, gflops, copy, batch, predicted, measured, p25, p75, bound)
+
+
+__all__ = ["CpuCalibration", "calibrate_cpu", "cpu_roof", "measure_copy_gbs", "predict_cpu_ms"]

@@ -1,0 +1,366 @@
+"""Roofline estimate of a workload on a device: memory fit, time, throughput, latency.
+
+Each kernel takes max(FLOPs / achievable compute, bytes / achievable bandwidth) plus a fixed
+per-kernel overhead; a pass is the sum over its kernels (kernels run one after another on a GPU
+stream). Achievable compute is the dense peak at the precision × the GEMM ceiling × the factor
+for the kernel's kind; vector ops use the FP32 vector peak. See ``efficiency.py`` for the factors.
+
+- Inference runs a compiled graph: elementwise ops and BatchNorm fuse into the producing kernel
+  (no launch, no extra memory trip). Training runs eagerly: every op is a kernel.
+- Training: backward costs 2× the forward FLOPs and bytes, with two kernels (input and weight
+  gradient) for ops with weights; then an optimizer step streams every parameter's state.
+- Data-parallel training on N devices all-reduces the gradients (ring: 2(N-1)/N × bytes over
+  the link); the all-reduce overlaps the backward pass, so a step takes forward + max(backward,
+  all-reduce) + optimizer.
+- Inference on N devices: N replicas when the model fits one device, else tensor parallelism
+  (weights and work split N ways, an all-reduce after every second matrix product).
+- Decoder LLMs infer as a prefill of the prompt then ``gen_tokens`` decode steps; throughput
+  counts generated tokens, ``latency_ms`` is the time per generated token.
+- Memory: the bytes a pass holds × ``ALLOCATOR_SLACK`` + ``RUNTIME_OVERHEAD_GB`` (CUDA context,
+  library workspaces).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, astuple, dataclass
+
+from modelpress.advisor.catalog import GPU
+from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from modelpress.errors import OptionError
+from modelpress.profile.training import is_mixed, precision_bytes, training_memory
+from modelpress.profile.workload import TENSOR_KINDS, Kernel, Workload
+
+TASKS = ("train", "infer")
+RUNTIME_OVERHEAD_GB = 1.0  # CUDA context, cuBLAS/cuDNN workspaces, engine buffers
+ALLOCATOR_SLACK = 1.10  # caching-allocator fragmentation
+COLLECTIVE_LATENCY_S = 10e-6  # fixed cost of one all-reduce call
+MAX_BATCH = 1 << 16
+
+
+@dataclass(frozen=True)
+class Roof:
+    """What a kernel sees of a device: peaks after precision fallback, bandwidth, capacity."""
+
+    name: str
+    tensor_tflops: float
+    vector_tflops: float
+    bandwidth_gbs: float
+    gemm_ceiling: float
+    memory_gb: float
+    precision_used: str
+
+
+@dataclass(frozen=True)
+class PassTime:
+    seconds: float
+    compute_s: float  # in kernels limited by compute
+    memory_s: float  # in kernels limited by bandwidth
+    overhead_s: float  # fixed per-kernel cost
+    kernels: int
+
+    @property
+    def bound(self) -> str:
+        parts = {"compute": self.compute_s, "memory": self.memory_s, "overhead": self.overhead_s}
+        return max(parts, key=parts.get)
+
+    def __add__(self, other: PassTime) -> PassTime:
+        return PassTime(*(a + b for a, b in zip(astuple(self), astuple(other))))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    gpu: str
+    num_gpus: int
+    task: str
+    precision: str
+    precision_used: str
+    batch: int  # per device
+    fits: bool
+    memory_gb: float  # needed per device
+    memory_capacity_gb: float
+    throughput: float  # all devices together
+    unit: str
+    latency_ms: float  # one batch (per generated token for decoder LLMs)
+    bound: str  # compute / memory / overhead / interconnect
+    comm_ms: float
+    achieved_tflops: float
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["notes"] = list(self.notes)
+        return d
+
+
+def roof_for(gpu: GPU, precision: str, eff: Efficiency = DEFAULT_EFFICIENCY) -> Roof:
+    peak = gpu.peak_tflops(precision)
+    if peak is None:
+        raise OptionError(f"{gpu.name} has no {precision} (or fallback) peak in the catalog")
+    tflops, used = peak
+    # FP32 without tensor units runs on the SIMT cores, whose GEMMs get much closer to peak
+    # (cuBLAS SGEMM reaches ~90%) than tensor-core GEMMs do.
+    ceiling = eff.simt_ceiling if used == "fp32" else eff.gemm_ceiling
+    if gpu.matmul_bf16_tflops_measured and used in ("fp16", "bf16") and gpu.bf16_tflops:
+        ceiling = gpu.matmul_bf16_tflops_measured / gpu.bf16_tflops  # the device's own measured ceiling
+    return Roof(gpu.name, tflops, gpu.vector_tflops(), gpu.memory_bandwidth_gbs, ceiling, gpu.memory_gb, used)
+
+
+def _kernel_rows(kernels: tuple[Kernel, ...], *, fuse: bool) -> list[tuple[str, float, float, float]]:
+    """(kind, FLOPs per sample, weight elements, activation elements per sample) per launched kernel."""
+    rows: list[list] = []
+    for k in kernels:
+        if k.kind == "free":
+            continue
+        if fuse and k.fusable and rows:
+            # folded into the producer's epilogue; a residual add still reads its second input
+            rows[-1][1] += k.flops
+            rows[-1][3] += max(0.0, k.in_elems - k.out_elems)
+            continue
+        rows.append([k.kind, k.flops, k.weight_elems, k.in_elems + k.out_elems])
+    return [tuple(r) for r in rows]  # type: ignore[misc]
+
+
+def _kernel_costs(
+    rows, batch: float, roof: Roof, eff: Efficiency, width: float, *, scale: float = 1.0, split: int = 1, eager: bool = False
+):
+    """Per launched kernel: (kind, FLOPs, bytes, compute s, memory s, launches)."""
+    c_mult = eff.eager_compute if eager else 1.0
+    bw = roof.bandwidth_gbs * 1e9 * eff.bandwidth * (eff.eager_bandwidth if eager else 1.0)
+    for kind, flops, weights, acts in rows:
+        launches = 2 if (scale > 1 and weights) else 1  # input- and weight-gradient kernels
+        if kind in TENSOR_KINDS:
+            rate = roof.tensor_tflops * 1e12 * roof.gemm_ceiling * getattr(eff, kind) * c_mult
+        else:
+            rate = roof.vector_tflops * 1e12 * roof.gemm_ceiling * c_mult
+        f = scale * flops * batch / split
+        b = scale * (weights + acts * batch) * width / split
+        yield kind, f, b, f / rate, b / bw, launches
+
+
+def _time(
+    rows, batch: float, roof: Roof, eff: Efficiency, width: float, *, scale: float = 1.0, split: int = 1, eager: bool = False
+) -> PassTime:
+    """Time of one pass over ``batch`` samples; ``scale`` multiplies work (backward = 2),
+    ``split`` divides it across tensor-parallel devices, ``eager`` applies the training factors."""
+    compute = memory = overhead = 0.0
+    count = 0
+    over = (eff.eager_overhead_us if eager else eff.kernel_overhead_us) * 1e-6
+    for _, _, _, t_c, t_m, launches in _kernel_costs(rows, batch, roof, eff, width, scale=scale, split=split, eager=eager):
+        if t_c >= t_m:
+            compute += t_c
+        else:
+            memory += t_m
+        overhead += launches * over
+        count += launches
+    return PassTime(compute + memory + overhead, compute, memory, overhead, count)
+
+
+@dataclass(frozen=True)
+class KernelPoint:
+    kind: str
+    flops: float
+    bytes: float
+    seconds: float
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes if self.bytes else 0.0
+
+    @property
+    def tflops(self) -> float:
+        return self.flops / self.seconds / 1e12 if self.seconds else 0.0
+
+
+def kernel_points(workload: Workload, gpu: GPU, *, precision: str, batch: int, eff: Efficiency = DEFAULT_EFFICIENCY) -> list[KernelPoint]:
+    """The forward (inference, fused) kernels at ``batch`` with their predicted time, for a
+    roofline chart."""
+    roof = roof_for(gpu, precision, eff)
+    width = max(precision_bytes(precision), precision_bytes(roof.precision_used))
+    kernels = workload.decode if workload.is_generative else workload.kernels
+    over = eff.kernel_overhead_us * 1e-6
+    return [
+        KernelPoint(kind, f, b, max(t_c, t_m) + over)
+        for kind, f, b, t_c, t_m, _ in _kernel_costs(_kernel_rows(kernels, fuse=True), batch, roof, eff, width)
+    ]
+
+
+def memory_bytes(workload: Workload, *, task: str, precision: str, batch: int, split: int = 1, optimizer: str = "adam") -> float:
+    """Bytes one device holds (before runtime overhead) for a pass at ``batch`` per device."""
+    width = precision_bytes(precision)
+    if task == "train":
+        mem = training_memory(workload.params, precision=precision, optimizer=optimizer, activation_elems=workload.saved_elems_per_sample * batch)
+        return mem.total
+    weights = workload.params * width
+    # working set: the largest kernel's input and output, for the whole batch (one prompt at a
+    # time for LLM prefill, which serving engines schedule in chunks)
+    per_pass = 1 if workload.is_generative else batch
+    acts = 2 * max((k.in_elems + k.out_elems for k in workload.kernels), default=0.0) * per_pass * width
+    cache = workload.cache_elems * batch * max(width, 2 if width > 1 else 1)
+    return (weights + cache) / split + acts
+
+
+def _fits(workload, *, task, precision, batch, roof: Roof, split: int, optimizer: str) -> tuple[bool, float]:
+    need = memory_bytes(workload, task=task, precision=precision, batch=batch, split=split, optimizer=optimizer)
+    gb = need * ALLOCATOR_SLACK / 1e9 + RUNTIME_OVERHEAD_GB
+    return gb <= roof.memory_gb, gb
+
+
+def _allreduce_s(nbytes: float, n: int, link_gbs: float, eff: Efficiency) -> float:
+    if n <= 1:
+        return 0.0
+    return 2 * (n - 1) / n * nbytes / (link_gbs * 1e9 * eff.bandwidth) + COLLECTIVE_LATENCY_S
+
+
+def estimate(
+    workload: Workload,
+    gpu: GPU,
+    *,
+    task: str,
+    precision: str,
+    batch: int,
+    num_gpus: int = 1,
+    optimizer: str = "adam",
+    eff: Efficiency = DEFAULT_EFFICIENCY,
+    roof: Roof | None = None,
+) -> Estimate:
+    """Throughput, latency and memory of ``workload`` on ``num_gpus`` × ``gpu`` at ``batch`` per device."""
+    if task not in TASKS:
+        raise OptionError(f"--task {task!r}: choose one of {', '.join(TASKS)}")
+    if batch < 1 or num_gpus < 1:
+        raise OptionError("--batch and --num-gpus must be at least 1")
+    roof = roof or roof_for(gpu, precision, eff)
+    # a precision that falls back to a wider one also stores its tensors at the wider width
+    width = max(precision_bytes(precision), precision_bytes(roof.precision_used))
+    notes: list[str] = []
+    if roof.precision_used != precision:
+        notes.append(f"no {precision} units: runs at the {roof.precision_used} rate")
+    link = gpu.link_gbs(num_gpus) if num_gpus > 1 else None
+    if num_gpus > 1 and link is None:
+        raise OptionError(f"{gpu.name}: the catalog has no interconnect figure for {num_gpus} devices")
+    split = 1
+    if task == "infer" and num_gpus > 1:
+        alone, _ = _fits(workload, task=task, precision=precision, batch=batch, roof=roof, split=1, optimizer=optimizer)
+        split = 1 if alone else num_gpus
+    fits, need_gb = _fits(workload, task=task, precision=precision, batch=batch, roof=roof, split=split, optimizer=optimizer)
+    comm = 0.0
+    if task == "train":
+        rows = _kernel_rows(workload.kernels, fuse=False)
+        fwd = _time(rows, batch, roof, eff, width, eager=True)
+        bwd = _time(rows, batch, roof, eff, width, scale=2.0, eager=True)
+        mem = training_memory(workload.params, precision=precision, optimizer=optimizer)
+        # optimizer step: read gradients, master weights and state, write weights and state back
+        opt_bytes = mem.gradients + 2 * (mem.master_weights + mem.optimizer_state) + mem.weights
+        opt_s = opt_bytes / (roof.bandwidth_gbs * 1e9 * eff.bandwidth * eff.eager_bandwidth)
+        opt = PassTime(opt_s, 0.0, opt_s, 0.0, 0)
+        if link:
+            comm = _allreduce_s(mem.gradients, num_gpus, link[0], eff)
+            notes.append(f"data parallel: gradient all-reduce over {link[1]} {comm * 1e3:.2f} ms per step, overlapped with backward")
+        step = fwd + bwd + opt
+        seconds = fwd.seconds + max(bwd.seconds, comm) + opt.seconds
+        throughput = batch * num_gpus / seconds * (workload.tokens_per_sample if workload.unit == "tokens/s" else 1)
+        latency = seconds
+        flops = 3 * workload.flops_per_sample * batch
+        bound = "interconnect" if comm > bwd.seconds else step.bound
+        if is_mixed(precision):
+            notes.append("mixed precision: fp32 master weights and optimizer state")
+    else:
+        rows = _kernel_rows(workload.kernels, fuse=True)
+        fwd = _time(rows, batch, roof, eff, width, split=split)
+        if split > 1:
+            row_parallel = [r for r in rows if r[0] == "matmul" and r[2]][1::2]
+            # activations of a row-parallel product's output, summed across devices
+            out_elems = sum(r[3] for r in row_parallel) / 2
+            comm = _allreduce_s(out_elems * batch * width, num_gpus, link[0], eff) + COLLECTIVE_LATENCY_S * len(row_parallel)
+            notes.append(f"tensor parallel over {num_gpus} devices ({link[1]}): the model does not fit one")
+        replicas = num_gpus if split == 1 else 1
+        if workload.is_generative:
+            dec_rows = _kernel_rows(workload.decode, fuse=True)
+            step_t = _time(dec_rows, batch, roof, eff, width, split=split)
+            dec_comm = comm / max(workload.tokens_per_sample, 1) if split > 1 else 0.0
+            decode_s = step_t.seconds + dec_comm
+            total = fwd.seconds + comm + workload.gen_tokens * decode_s
+            throughput = replicas * batch * workload.gen_tokens / total
+            latency = decode_s
+            flops = workload.flops_per_sample * batch + workload.gen_tokens * sum(k.flops for k in workload.decode) * batch
+            seconds = total
+            bound = step_t.bound
+            notes.append(f"prefill {fwd.seconds * 1e3:.1f} ms, {workload.gen_tokens} decode steps of {decode_s * 1e3:.2f} ms")
+        else:
+            seconds = fwd.seconds + comm
+            throughput = replicas * batch / seconds
+            latency = seconds
+            flops = workload.flops_per_sample * batch
+            bound = "interconnect" if comm > fwd.seconds else fwd.bound
+    if not fits:
+        notes.append(f"needs {need_gb:.1f} GB per device, has {roof.memory_gb:g} GB")
+    return Estimate(
+        gpu=gpu.name,
+        num_gpus=num_gpus,
+        task=task,
+        precision=precision,
+        precision_used=roof.precision_used,
+        batch=batch,
+        fits=fits,
+        memory_gb=round(need_gb, 3),
+        memory_capacity_gb=roof.memory_gb,
+        throughput=throughput,
+        unit=workload.unit,
+        latency_ms=latency * 1e3,
+        bound=bound,
+        comm_ms=comm * 1e3,
+        achieved_tflops=flops / seconds / 1e12 / (split if split > 1 else 1),
+        notes=tuple(notes),
+    )
+
+
+def max_batch(workload: Workload, gpu: GPU, *, task: str, precision: str, num_gpus: int = 1, optimizer: str = "adam", eff: Efficiency = DEFAULT_EFFICIENCY) -> int:
+    """Largest per-device batch that fits (0 when not even one sample fits)."""
+    roof = roof_for(gpu, precision, eff)
+    split = num_gpus if task == "infer" else 1
+
+    def ok(b: int) -> bool:
+        alone = _fits(workload, task=task, precision=precision, batch=b, roof=roof, split=1, optimizer=optimizer)[0]
+        return alone or (split > 1 and _fits(workload, task=task, precision=precision, batch=b, roof=roof, split=split, optimizer=optimizer)[0])
+
+    if not ok(1):
+        return 0
+    lo, hi = 1, 2
+    while hi <= MAX_BATCH and ok(hi):
+        lo, hi = hi, hi * 2
+    hi = min(hi, MAX_BATCH + 1)
+    while hi - lo > 1:  # ok(lo) and not ok(hi)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+    return lo
+
+
+def best_under_latency(
+    workload: Workload, gpu: GPU, *, latency_ms: float, precision: str, num_gpus: int = 1, eff: Efficiency = DEFAULT_EFFICIENCY
+) -> Estimate | None:
+    """The inference batch with the highest throughput whose latency meets ``latency_ms``
+    (None when even batch 1 misses it or nothing fits). Latency grows with the batch."""
+    top = max_batch(workload, gpu, task="infer", precision=precision, num_gpus=num_gpus, eff=eff)
+    if top == 0:
+        return None
+
+    def at(b: int) -> Estimate:
+        return estimate(workload, gpu, task="infer", precision=precision, batch=b, num_gpus=num_gpus, eff=eff)
+
+    first = at(1)
+    if first.latency_ms > latency_ms:
+        return None
+    lo, hi = 1, top + 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if at(mid).latency_ms <= latency_ms else (lo, mid)
+    return at(lo)
+
+
+def time_to_train(est: Estimate, amount: float) -> float:
+    """Seconds to process ``amount`` samples or tokens (in the estimate's unit) at its throughput."""
+    if est.task != "train":
+        raise OptionError("time to train needs a training estimate (--task train)")
+    return amount / est.throughput
+
+
+__all__ = ["TASKS", "Estimate", "KernelPoint", "PassTime", "kernel_points", "Roof", "best_under_latency", "estimate", "max_batch", "memory_bytes", "roof_for", "time_to_train"]

@@ -1,0 +1,142 @@
+"""modelpress demo --out DIR: the whole flow on a model modelpress builds itself, step by step.
+
+The steps live in ``modelpress.demo`` (they return data); this module prints them, one printer per
+step name.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rich.table import Table
+
+from modelpress.cli._common import console, human_bytes, human_count, write_json
+from modelpress.errors import OptionError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="run the whole flow on a small CNN it trains itself",
+        description="Train a small ResNet-style CNN on scikit-learn's digits, convert it from PyTorch to ONNX, "
+        "inspect, optimize, verify and time it, and print the before/after table.",
+        epilog="example: modelpress demo --out demo_out",
+    )
+    p.add_argument("--out", default="demo_out", help="folder for the models and summary.json (created if missing)")
+    p.add_argument("--rounds", type=int, default=200, help="interleaved latency runs per model (default 200)")
+    p.set_defaults(func=run)
+
+
+def _ms(s) -> str:
+    return f"{s.median_ms:.3f} ms ({s.p25_ms:.3f}–{s.p75_ms:.3f})"
+
+
+def _print_build(r) -> None:
+    console.print(f"{r.name}: {r.description}")
+    console.print(
+        f"{human_count(r.parameters)} parameters, trained on {r.train_images} images in {r.seconds:.1f} s; "
+        f"PyTorch test accuracy {r.torch_accuracy:.2%} on {r.test_images} images"
+    )
+
+
+def _print_convert(r) -> None:
+    from modelpress.cli.convert_cmd import print_verify_table
+
+    console.print(f"exporter {r.exporter}, {r.nodes_converted} nodes, wrote {r.output}")
+    for note in r.notes:
+        console.print(f"note: {note}")
+    print_verify_table(f"ONNX Runtime vs PyTorch ({r.verify.runs} input sets)", r.verify)
+
+
+def _print_inspect(r) -> None:
+    s = r.stats
+    console.print(
+        f"opsets {s.opsets}, nodes {s.node_count}, parameters {human_count(s.parameters)} "
+        f"({human_bytes(s.parameter_bytes)}), FLOPs per image {human_count(r.flops)}"
+    )
+    console.print("ops: " + ", ".join(f"{op} {n}" for op, n in s.op_counts.items()))
+
+
+def _print_optimize(r) -> None:
+    console.print(
+        f"nodes {r.nodes_before} → {r.nodes_after} in {r.seconds * 1e3:.0f} ms; rewrites: "
+        + (", ".join(f"{k} {v}" for k, v in r.rewrites.items()) or "none")
+    )
+    console.print(
+        f"verified against the converted model: {'[green]PASS[/]' if r.verify.passed else '[red]FAIL[/]'} "
+        f"(max rel {r.verify.max_rel:.2g}, {r.verify.runs} input sets)"
+    )
+
+
+def _print_latency(r) -> None:
+    for level, by_label in r.items():
+        console.print(f"ORT optimizations {level}: " + ", ".join(f"{k} {_ms(v)}" for k, v in by_label.items()))
+
+
+def _print_evaluate(r) -> None:
+    console.print(", ".join(f"{k} {v:.2%}" for k, v in r.items()))
+
+
+def _print_summary(rows) -> None:
+    t = Table(title="before / after", show_edge=False)
+    for col in ("model", "nodes", "size", "ms, ORT opt off", "ms, ORT opt all", "accuracy", "verified"):
+        t.add_column(col, justify="left" if col == "model" else "right")
+    for r in rows:
+        t.add_row(
+            r.label,
+            str(r.nodes),
+            human_bytes(r.size_bytes),
+            f"{r.latency['disabled'].median_ms:.3f}" if "disabled" in r.latency else "-",
+            f"{r.latency['all'].median_ms:.3f}" if "all" in r.latency else "-",
+            f"{r.accuracy:.2%}",
+            "[green]yes[/]" if r.verified else "[red]no[/]",
+        )
+    console.print(t)
+    console.print("latency: median of interleaved single-image runs, one thread")
+
+
+PRINTERS = {
+    "build": _print_build,
+    "convert": _print_convert,
+    "inspect": _print_inspect,
+    "optimize": _print_optimize,
+    "latency": _print_latency,
+    "evaluate": _print_evaluate,
+    "summary": _print_summary,
+}
+
+
+def run(args) -> int:
+    from modelpress.demo import STEPS, DemoState
+
+    if args.rounds < 1:
+        raise OptionError("--rounds must be at least 1")
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise OptionError(f"--out {out}: exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    state = DemoState(out_dir=out, latency_rounds=args.rounds)
+    start = time.perf_counter()
+    record = {}
+    for i, step in enumerate(STEPS, 1):
+        console.rule(f"[bold]{i}. {step.title}")
+        t0 = time.perf_counter()
+        result = step.run(state)
+        PRINTERS[step.name](result)
+        record[step.name] = round(time.perf_counter() - t0, 3)
+    console.print(f"done in {time.perf_counter() - start:.0f} s; models in {out}/")
+    summary = {
+        "seconds_per_step": record,
+        "models": {
+            label: {
+                "path": str(state.paths[label]),
+                "verified": state.verified.get(label, False),
+                "accuracy": state.accuracy.get(label),
+                "latency_ms": {lvl: by[label].median_ms for lvl, by in state.latency.items()},
+            }
+            for label in state.models
+        },
+    }
+    write_json(out / "summary.json", summary)
+    return 0

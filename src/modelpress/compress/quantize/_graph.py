@@ -1,0 +1,90 @@
+"""Graph helpers shared by the quantization modes: copies, lookups, constants, new nodes."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from modelpress.passes._util import add_initializer, const_array, replace_value
+
+__all__ = ["add_initializer", "const_array", "copy_model", "replace_value", "values_by_name", "weight_nodes"]
+
+# Ops whose constant weight modelpress quantizes, with the weight's input index.
+WEIGHT_INPUT = {"Conv": 1, "MatMul": 1, "Gemm": 1}
+
+
+def copy_model(model: ir.Model) -> ir.Model:
+    """A deep copy (through the serialized form: onnx_ir values cannot belong to two graphs)."""
+    from modelpress.ir import from_proto, to_proto
+
+    return from_proto(to_proto(model))
+
+
+def values_by_name(graph: ir.Graph) -> dict[str, ir.Value]:
+    out: dict[str, ir.Value] = {v.name: v for v in graph.inputs if v.name}
+    out.update({k: v for k, v in graph.initializers.items()})
+    for node in graph:
+        for v in node.outputs:
+            if v.name:
+                out[v.name] = v
+    return out
+
+
+def is_float(value: ir.Value | None) -> bool:
+    return value is not None and value.dtype == ir.DataType.FLOAT
+
+
+def weight_nodes(graph: ir.Graph) -> list[ir.Node]:
+    """Conv/MatMul/Gemm nodes of the default domain whose weight is a float constant of rank ≥ 2."""
+    out = []
+    for node in graph:
+        if node.domain not in ("", "ai.onnx") or node.op_type not in WEIGHT_INPUT:
+            continue
+        idx = WEIGHT_INPUT[node.op_type]
+        if len(node.inputs) <= idx:
+            continue
+        w = const_array(node.inputs[idx])
+        if w is None or w.dtype != np.float32 or w.ndim < 2:
+            continue
+        if node.op_type == "MatMul" and w.ndim != 2:
+            continue  # batched weights: per-channel axes would not map to output features
+        out.append(node)
+    return out
+
+
+def output_channel_axis(node: ir.Node) -> int:
+    """The axis of the weight that indexes output features (the per-channel axis)."""
+    if node.op_type == "Conv":
+        return 0
+    if node.op_type == "Gemm":
+        return 0 if node.attributes.get_int("transB", 0) else 1
+    return 1  # MatMul: W is [K, N]
+
+
+def input_channel_axis(node: ir.Node) -> int:
+    """The axis of the weight that indexes input features (the reduction axis)."""
+    if node.op_type == "Conv":
+        return 1
+    if node.op_type == "Gemm":
+        return 1 if node.attributes.get_int("transB", 0) else 0
+    return 0
+
+
+def constant(graph: ir.Graph, array: np.ndarray, hint: str) -> ir.Value:
+    return add_initializer(graph, np.asarray(array), hint)
+
+
+def scalar_or_vector(arr: np.ndarray) -> np.ndarray:
+    arr = np.asarray(arr)
+    return arr.reshape(()) if arr.size == 1 and arr.ndim <= 1 else arr
+
+
+def remove_unused_initializers(graph: ir.Graph) -> int:
+    """Drop initializers nothing reads (the float weights a quantized copy replaced)."""
+    unused = [
+        name for name, v in graph.initializers.items()
+        if not v.uses() and not v.is_graph_output() and not v.is_graph_input()
+    ]
+    for name in unused:
+        del graph.initializers[name]
+    return len(unused)

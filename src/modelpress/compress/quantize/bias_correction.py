@@ -1,0 +1,75 @@
+"""Bias correction: remove the shift that weight rounding puts into each output channel's mean.
+
+For a layer ``y = W x + b`` quantized to ``Ŵ``, the expected output moves by ``(Ŵ − W) E[x]``
+(Nagel et al., "Data-Free Quantization", 2019, section 4.2). ``E[x]``, the mean of each input
+channel, is measured on the calibration data by ``ChannelMean``; the correction subtracts the shift
+from the bias (creating a zero bias for a Conv that had none). For a convolution the shift sums the
+kernel's spatial taps, which is exact away from the zero-padded border.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from modelpress.compress.quantize._graph import WEIGHT_INPUT, const_array, input_channel_axis, output_channel_axis
+from modelpress.compress.quantize.qparams import PerChannel, PerTensor, fake_quantize, weight_qparams
+
+
+class ChannelMean:
+    """Streaming mean of each channel (``axis``) of the tensors it observes: fixed-size state."""
+
+    def __init__(self, axis: int):
+        self.axis = axis
+        self.sum: np.ndarray | None = None
+        self.count = 0
+
+    def observe(self, x: np.ndarray) -> None:
+        x = np.asarray(x, dtype=np.float64)
+        if x.size == 0:
+            return
+        axis = self.axis % x.ndim
+        other = tuple(i for i in range(x.ndim) if i != axis)
+        s = x.sum(axis=other)
+        self.sum = s if self.sum is None else self.sum + s
+        self.count += x.size // x.shape[axis]
+
+    @property
+    def mean(self) -> np.ndarray:
+        return self.sum / max(self.count, 1)
+
+
+def input_mean_axis(node: ir.Node) -> int:
+    """The axis of the layer's activation input that indexes input channels."""
+    return 1 if node.op_type == "Conv" else -1
+
+
+def output_shift(node: ir.Node, w: np.ndarray, w_hat: np.ndarray, mean_x: np.ndarray) -> np.ndarray:
+    """``(Ŵ − W) E[x]`` per output channel."""
+    d = (w_hat - w).astype(np.float64)
+    if node.op_type == "Conv":
+        groups = node.attributes.get_int("group", 1)
+        cout, cin_g = d.shape[0], d.shape[1]
+        per_tap = d.reshape(cout, cin_g, -1).sum(axis=2)  # (O, C/g): spatial taps summed
+        out = np.empty(cout)
+        per_group = cout // groups
+        for o in range(cout):
+            g = o // per_group
+            out[o] = per_tap[o] @ mean_x[g * cin_g : (g + 1) * cin_g]
+        return out
+    k_axis = input_channel_axis(node)
+    return np.tensordot(mean_x, d, axes=([0], [k_axis]))
+
+
+def shifts(nodes: list[ir.Node], means: dict[str, ChannelMean], *, per_channel: bool, dtype: str = "int8") -> dict[str, np.ndarray]:
+    """The correction (to subtract from the bias) of every node whose input mean was measured."""
+    out = {}
+    for node in nodes:
+        cm = means.get(node.name)
+        if cm is None or cm.sum is None:
+            continue
+        w = const_array(node.inputs[WEIGHT_INPUT[node.op_type]])
+        gran = PerChannel(output_channel_axis(node)) if per_channel else PerTensor()
+        w_hat = fake_quantize(w, weight_qparams(w, gran, dtype=dtype, symmetric=True))
+        out[node.name] = output_shift(node, w, w_hat, cm.mean)
+    return out

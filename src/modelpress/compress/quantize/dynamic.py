@@ -1,0 +1,137 @@
+"""Dynamic int8 quantization: weights quantized ahead of time, activations at run time.
+
+Rule: every MatMul/Gemm with a constant 2-D weight becomes, in standard ONNX ops,
+``DynamicQuantizeLinear(x) → MatMulInteger(x_q, W_q, x_zp, W_zp) → Cast → Mul(x_scale · W_scale)
+[→ Add(bias)]``, with int8 symmetric weights (per output column when ``per_channel``) and uint8
+activations whose scale is computed per batch. ONNX Runtime fuses exactly this chain into one
+``DynamicQuantizeMatMul`` kernel (u8s8, VNNI on x86), so the output is standard ONNX and runs fast
+there. Convolutions stay float: ``ConvInteger`` has no fast kernel in ONNX Runtime. Legal for any
+graph: each rewritten node keeps its output value, so consumers are untouched.
+
+With calibration data, activation outliers are first moved into the weights (``smoothing_factors``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from modelpress.compress.quantize._graph import (
+    const_array,
+    constant,
+    copy_model,
+    remove_unused_initializers,
+    replace_value,
+    weight_nodes,
+)
+from modelpress.compress.quantize.qparams import PerChannel, PerTensor, quantize, weight_qparams
+
+
+def eligible(node: ir.Node) -> bool:
+    if node.op_type == "Conv":
+        return False
+    if node.op_type == "Gemm":
+        a = node.attributes
+        if a.get_int("transA", 0) or a.get_float("alpha", 1.0) != 1.0 or a.get_float("beta", 1.0) != 1.0:
+            return False
+        if len(node.inputs) > 2 and node.inputs[2] is not None:
+            c = const_array(node.inputs[2])
+            if c is None or c.ndim != 1:
+                return False
+    return True
+
+
+def layers(model: ir.Model, exclude: frozenset[str] = frozenset()) -> list[ir.Node]:
+    return [n for n in weight_nodes(model.graph) if eligible(n) and n.name not in exclude]
+
+
+def _kn_weight(node: ir.Node) -> np.ndarray:
+    w = const_array(node.inputs[1])
+    if node.op_type == "Gemm" and node.attributes.get_int("transB", 0):
+        w = w.T
+    return np.ascontiguousarray(w, dtype=np.float32)  # [K, N]
+
+
+def smoothing_factors(
+    nodes: list[ir.Node], input_absmax: dict[str, np.ndarray], alpha: float = 0.5
+) -> dict[str, np.ndarray]:
+    """Per input channel ``s_k = max|x_k|^α / max|W_k|^(1−α)`` for each shared activation input.
+
+    Dividing the activation by ``s`` and multiplying the weight rows by it leaves the product
+    unchanged while moving outlier channels' range from the activation (one scale for the whole
+    tensor at run time) into the weights (one scale per output column), as SmoothQuant does.
+    """
+    by_input: dict[str, list[ir.Node]] = {}
+    for n in nodes:
+        if n.inputs[0].name in input_absmax:
+            by_input.setdefault(n.inputs[0].name, []).append(n)
+    out = {}
+    for name, users in by_input.items():
+        w_max = np.max([np.abs(_kn_weight(n)).max(axis=1) for n in users], axis=0)
+        x_max = np.maximum(np.asarray(input_absmax[name], np.float64), 1e-5)
+        s = x_max**alpha / np.maximum(w_max, 1e-5) ** (1 - alpha)
+        out[name] = np.clip(s, 1e-2, 1e2).astype(np.float32)
+    return out
+
+
+def apply(
+    model: ir.Model,
+    *,
+    per_channel: bool = True,
+    exclude: frozenset[str] = frozenset(),
+    smoothing: dict[str, np.ndarray] | None = None,
+) -> tuple[ir.Model, list[str]]:
+    """A dynamically quantized copy of ``model`` and the names of the nodes it quantized.
+
+    ``smoothing`` (from ``smoothing_factors``) maps activation inputs to per-channel factors.
+    """
+    m = copy_model(model)
+    g = m.graph
+    done = []
+    smoothed: dict[str, ir.Value] = {}
+    for node in layers(m, exclude):
+        w = _kn_weight(node)
+        x = node.inputs[0]
+        if smoothing and x.name in smoothing:
+            s = smoothing[x.name]
+            w = w * s[:, None]
+            if x.name not in smoothed:
+                inv = constant(g, (1.0 / s).astype(np.float32), f"{x.name}_smooth")
+                mul = ir.node("Mul", [x, inv], name=f"{x.name}_Smooth")
+                mul.outputs[0].name = f"{x.name}_smoothed"
+                g.insert_after(x.producer(), mul) if x.producer() is not None else g.insert_before(next(iter(g)), mul)
+                smoothed[x.name] = mul.outputs[0]
+            node.replace_input_with(0, smoothed[x.name])
+        qp = weight_qparams(w, PerChannel(1) if per_channel else PerTensor(), dtype="int8", symmetric=True)
+        wq = quantize(w, qp)
+        base = node.name
+        dql = ir.node("DynamicQuantizeLinear", [node.inputs[0]], num_outputs=3, name=f"{base}_DynamicQuantize")
+        xq, xs, xzp = dql.outputs
+        for v, suffix in zip(dql.outputs, ("quantized", "scale", "zero_point")):
+            v.name = f"{base}_input_{suffix}"
+        w_val = constant(g, wq, f"{base}_W_quantized")
+        wzp = constant(g, np.zeros(qp.scale.shape, np.int8) if per_channel else np.int8(0), f"{base}_W_zero_point")
+        mmi = ir.node("MatMulInteger", [xq, w_val, xzp, wzp], name=f"{base}_MatMulInteger")
+        cast = ir.node("Cast", [mmi.outputs[0]], attributes={"to": ir.DataType.FLOAT}, name=f"{base}_Cast")
+        ws = constant(g, qp.scale.astype(np.float32), f"{base}_W_scale")
+        scale = ir.node("Mul", [xs, ws], name=f"{base}_scale")
+        out = ir.node("Mul", [cast.outputs[0], scale.outputs[0]], name=f"{base}_rescale")
+        new_nodes = [dql, mmi, cast, scale, out]
+        result = out.outputs[0]
+        if node.op_type == "Gemm" and len(node.inputs) > 2 and node.inputs[2] is not None:
+            add = ir.node("Add", [result, node.inputs[2]], name=f"{base}_bias")
+            new_nodes.append(add)
+            result = add.outputs[0]
+        for i, v in enumerate(new_nodes[1:], 1):
+            v.outputs[0].name = v.outputs[0].name or f"{v.name}_output"
+        g.insert_after(node, new_nodes)
+        old = node.outputs[0]
+        result.type, result.shape = old.type, old.shape
+        name = old.name
+        replace_value(old, result)
+        g.remove(node, safe=True)
+        result.name = name  # the layer's output keeps its name (reports match float and int8 tensors)
+        done.append(node.name)
+    remove_unused_initializers(g)
+    g.sort()
+    return m, done

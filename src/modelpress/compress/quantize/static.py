@@ -1,0 +1,355 @@
+"""Static (full) int8 quantization in standard QDQ form, calibrated on data.
+
+Rule: for every op that has an int8 kernel in ONNX Runtime (Conv, Gemm and MatMul with constant
+weights; Add and Mul of two activations; average pools), its activation inputs and its output pass
+through ``QuantizeLinear → DequantizeLinear`` pairs and its weights through ``DequantizeLinear`` of
+int8 constants. ONNX Runtime's QDQ fusion turns each such group into one integer kernel
+(QLinearConv, QGemm, QLinearMatMul, QLinearAdd, ...), so a chain of quantized ops stays in 8 bits
+from the first Q to the last DQ. Ops without an int8 kernel are left alone: wrapping them would only
+add conversions. Formats follow what x86 VNNI kernels are fast for: uint8 asymmetric activations,
+int8 symmetric per-channel weights, int32 biases with ``scale = scale_x · scale_w``.
+
+Three rewrites keep the chain in 8 bits:
+- a Relu (or ``Clip(0, c)``) right after a quantized op is dropped and its range becomes the
+  op's output range: with a zero point at the lowest code, QuantizeLinear's saturation is the Relu;
+- layout and selection ops (MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze) share the
+  scale of their input, so ONNX Runtime drops their Q/DQ and runs them on the 8-bit data;
+- Concat inputs used only by the Concat take the Concat's output scale (one scale for all).
+Graph outputs stay float: the last quantized op dequantizes into them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx_ir as ir
+
+from modelpress.compress.quantize._graph import (
+    WEIGHT_INPUT,
+    const_array,
+    constant,
+    copy_model,
+    is_float,
+    output_channel_axis,
+    remove_unused_initializers,
+    scalar_or_vector,
+    values_by_name,
+)
+from modelpress.compress.quantize.qparams import PerChannel, PerTensor, QParams, quantize, weight_qparams
+
+# Ops with two activation inputs that ONNX Runtime runs in int8 (QLinearAdd, QLinearMul).
+BINARY_OPS = {"Add", "Mul"}
+# Ops with one activation input and an int8 kernel.
+UNARY_OPS = {"GlobalAveragePool", "AveragePool"}
+# Ops that move or select values without arithmetic: they share their input's scale.
+PASSTHROUGH_OPS = {"MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity"}
+
+
+@dataclass
+class StaticPlan:
+    """What to quantize, decided on the float model (node names are stable across copies)."""
+
+    layers: list[str] = field(default_factory=list)  # quantized compute nodes, in graph order
+    folds: dict[str, str] = field(default_factory=dict)  # compute node → Relu/Clip node it absorbs
+    # tensor to wrap in Q/DQ (name after folding) → tensor of the float model whose range sets it
+    tensors: dict[str, str] = field(default_factory=dict)
+    concat_groups: list[tuple[str, list[str]]] = field(default_factory=list)  # output → inputs
+
+    @property
+    def observed(self) -> list[str]:
+        return sorted(set(self.tensors.values()))
+
+
+def name_nodes(model: ir.Model) -> None:
+    """Give every unnamed node a unique name, so plans and reports can refer to nodes."""
+    taken = {n.name for n in model.graph if n.name}
+    for i, node in enumerate(model.graph):
+        if not node.name:
+            name = f"{node.op_type}_{i}"
+            while name in taken:
+                name += "_"
+            node.name = name
+            taken.add(name)
+
+
+def _activation(v: ir.Value | None) -> bool:
+    return is_float(v) and const_array(v) is None and not v.is_initializer()
+
+
+def eligible(node: ir.Node) -> bool:
+    """Whether ``node`` is an op this mode quantizes, with the inputs its int8 kernel accepts."""
+    if node.domain not in ("", "ai.onnx"):
+        return False
+    op = node.op_type
+    if op in WEIGHT_INPUT:
+        if len(node.inputs) <= 1 or not _activation(node.inputs[0]):
+            return False
+        w = const_array(node.inputs[1])
+        if w is None or w.dtype != np.float32 or w.ndim < 2 or (op == "MatMul" and w.ndim != 2):
+            return False
+        if op == "Gemm":
+            a = node.attributes
+            if a.get_int("transA", 0) or a.get_float("alpha", 1.0) != 1.0 or a.get_float("beta", 1.0) != 1.0:
+                return False
+        if len(node.inputs) > 2 and node.inputs[2] is not None:
+            b = const_array(node.inputs[2])
+            if b is None or b.ndim != 1:
+                return False
+        return True
+    if op in BINARY_OPS:
+        return len(node.inputs) == 2 and all(_activation(v) for v in node.inputs)
+    if op in UNARY_OPS:
+        return _activation(node.inputs[0])
+    return False
+
+
+def _relu_after(node: ir.Node) -> ir.Node | None:
+    """The Relu or Clip(min=0) that is the only consumer of ``node``'s output, if any."""
+    y = node.outputs[0]
+    uses = list(y.uses())
+    if len(uses) != 1 or y.is_graph_output():
+        return None
+    nxt = uses[0].node
+    if nxt.outputs[0].is_graph_output():
+        return None
+    if nxt.op_type == "Relu":
+        return nxt
+    if nxt.op_type == "Clip" and len(nxt.inputs) >= 2:
+        lo = const_array(nxt.inputs[1])
+        if lo is not None and lo.size == 1 and float(lo) == 0.0:
+            return nxt
+    return None
+
+
+def _reduction_size(node: ir.Node) -> int:
+    """Multiply-adds per output element: ``C_in / group · kh · kw`` for Conv, ``K`` for MatMul."""
+    w = const_array(node.inputs[1])
+    if node.op_type == "Conv":
+        return int(np.prod(w.shape[1:]))
+    return int(w.shape[1] if node.op_type == "Gemm" and node.attributes.get_int("transB", 0) else w.shape[0])
+
+
+def _depthwise(node: ir.Node) -> bool:
+    # Depthwise convolutions have their own int8 kernel, fast despite a reduction of only kh·kw.
+    return node.op_type == "Conv" and node.attributes.get_int("group", 1) > 1 and const_array(node.inputs[1]).shape[1] == 1
+
+
+def _through(value: ir.Value, forward: bool) -> list:
+    """Walk through Relu/Clip folds and scale-sharing ops: the producer (backward) or the
+    consumers (forward, None for a graph output) that really see ``value``'s 8-bit form."""
+    if not forward:
+        node = value.producer()
+        while node is not None and (node.op_type in PASSTHROUGH_OPS or node.op_type in ("Relu", "Clip")):
+            node = node.inputs[0].producer() if node.inputs[0] is not None else None
+        return [node]
+    out: list = [None] if value.is_graph_output() else []
+    for use in value.uses():
+        n = use.node
+        if use.idx == 0 and (n.op_type in PASSTHROUGH_OPS or n.op_type in ("Relu", "Clip")):
+            out.extend(_through(n.outputs[0], True))
+        else:
+            out.append(n)
+    return out
+
+
+def select_layers(model: ir.Model, *, exclude: frozenset[str] = frozenset(), min_reduction: int = 32) -> list[ir.Node]:
+    """The compute nodes to quantize.
+
+    Weighted ops are quantized when their reduction is long enough for an int8 kernel to beat the
+    float one (a 3x3 conv on 1 input channel, reduction 9, runs slower in int8 on x86). An op without
+    weights (Add, Mul, pools) only pays off inside an 8-bit chain: it is kept while at least one input
+    comes from a quantized op and every consumer of its output is a quantized op, checked to a fixed
+    point (removing one op can break the chain of another).
+    """
+    nodes = [n for n in model.graph if n.name not in exclude and eligible(n)]
+    kept = {n.name for n in nodes if n.op_type not in WEIGHT_INPUT or _reduction_size(n) >= min_reduction or _depthwise(n)}
+    changed = True
+    while changed:
+        changed = False
+        for n in nodes:
+            if n.name not in kept or n.op_type in WEIGHT_INPUT:
+                continue
+            n_act = 2 if n.op_type in BINARY_OPS else 1
+            sources = [_through(v, False)[0] for v in n.inputs[:n_act]]
+            consumers = _through(n.outputs[0], True)
+            fed = any(s is not None and s.name in kept for s in sources)
+            feeds = bool(consumers) and all(c is not None and c.name in kept for c in consumers)
+            if not (fed and feeds):
+                kept.discard(n.name)
+                changed = True
+    return [n for n in nodes if n.name in kept]
+
+
+def plan(
+    model: ir.Model, *, exclude: frozenset[str] = frozenset(), fold_relu: bool = True, min_reduction: int = 32
+) -> StaticPlan:
+    p = StaticPlan()
+    alias: dict[str, str] = {}  # float tensor name → tensor that carries it after folding
+    for node in select_layers(model, exclude=exclude, min_reduction=min_reduction):
+        p.layers.append(node.name)
+        n_act = 2 if node.op_type in BINARY_OPS else 1
+        for v in node.inputs[:n_act]:
+            p.tensors.setdefault(alias.get(v.name, v.name), v.name)
+        y = node.outputs[0]
+        if y.is_graph_output() or not is_float(y):
+            continue
+        relu = _relu_after(node) if fold_relu else None
+        if relu is not None:
+            p.folds[node.name] = relu.name
+            alias[relu.outputs[0].name] = y.name
+            p.tensors[y.name] = relu.outputs[0].name
+        else:
+            p.tensors[y.name] = y.name
+    # Scale sharing, in graph order so that chains (MaxPool → Reshape → ...) propagate.
+    for node in model.graph:
+        if node.name in exclude:
+            continue
+        x = node.inputs[0] if node.inputs else None
+        if x is None or not node.outputs:
+            continue
+        src = alias.get(x.name, x.name)
+        y = node.outputs[0]
+        if node.op_type in PASSTHROUGH_OPS and src in p.tensors and not y.is_graph_output() and is_float(y):
+            p.tensors[y.name] = p.tensors[src]
+            alias.setdefault(y.name, y.name)
+        elif node.op_type == "Concat" and y.name in p.tensors:
+            ins = [alias.get(v.name, v.name) for v in node.inputs if v is not None]
+            p.concat_groups.append((y.name, ins))
+    return p
+
+
+def _resolve_concat(p: StaticPlan, qp: dict[str, QParams], model: ir.Model) -> None:
+    vals = values_by_name(model.graph)
+    for out, ins in p.concat_groups:
+        for name in ins:
+            v = vals.get(name)
+            if name in qp and v is not None and len(v.uses()) == 1 and out in qp:
+                qp[name] = qp[out]
+
+
+def _insert_qdq(graph: ir.Graph, value: ir.Value, qp: QParams) -> ir.Value:
+    """``value → Q → DQ``; every consumer of ``value`` (not graph outputs) now reads the DQ."""
+    scale = constant(graph, scalar_or_vector(qp.scale), f"{value.name}_scale")
+    zp = constant(graph, scalar_or_vector(qp.zero_point), f"{value.name}_zero_point")
+    q = ir.node("QuantizeLinear", [value, scale, zp], name=f"{value.name}_Q")
+    dq = ir.node("DequantizeLinear", [q.outputs[0], scale, zp], name=f"{value.name}_DQ")
+    q.outputs[0].name = f"{value.name}_quantized"
+    q.outputs[0].type = ir.TensorType(ir.DataType.from_numpy(qp.zero_point.dtype))
+    q.outputs[0].shape = value.shape
+    dq.outputs[0].name = f"{value.name}_dequantized"
+    dq.outputs[0].type = ir.TensorType(ir.DataType.FLOAT)
+    dq.outputs[0].shape = value.shape
+    uses = list(value.uses())
+    producer = value.producer()
+    if producer is not None:
+        graph.insert_after(producer, [q, dq])
+    else:
+        graph.insert_before(next(iter(graph)), [q, dq])
+    for use in uses:
+        if use.node is not q:
+            use.node.replace_input_with(use.idx, dq.outputs[0])
+    return dq.outputs[0]
+
+
+def _dq_constant(graph: ir.Graph, q: np.ndarray, qp: QParams, hint: str) -> ir.Value:
+    qv = constant(graph, q, f"{hint}_quantized")
+    scale = constant(graph, scalar_or_vector(qp.scale), f"{hint}_scale")
+    zp = constant(graph, scalar_or_vector(qp.zero_point), f"{hint}_zero_point")
+    attrs = {} if qp.axis is None or qp.scale.size == 1 else {"axis": qp.axis}
+    if qp.block_size:
+        attrs["block_size"] = qp.block_size
+    dq = ir.node("DequantizeLinear", [qv, scale, zp], attributes=attrs, name=f"{hint}_DQ")
+    dq.outputs[0].name = f"{hint}_dequantized"
+    dq.outputs[0].type = ir.TensorType(ir.DataType.FLOAT)
+    dq.outputs[0].shape = ir.Shape(q.shape)
+    graph.insert_before(next(iter(graph)), dq)
+    return dq.outputs[0]
+
+
+def quantize_weight_input(
+    graph: ir.Graph, node: ir.Node, *, per_channel: bool, dtype: str = "int8", input_scale: float | None = None,
+    bias_delta: np.ndarray | None = None,
+) -> tuple[QParams, np.ndarray]:
+    """Replace the node's weight (and, given the input scale, its bias) by DQ of integer constants.
+
+    Returns the weight's qparams and the dequantized weight. ``bias_delta`` is subtracted from the
+    bias first (bias correction).
+    """
+    idx = WEIGHT_INPUT[node.op_type]
+    w = const_array(node.inputs[idx])
+    gran = PerChannel(output_channel_axis(node)) if per_channel else PerTensor()
+    wqp = weight_qparams(w, gran, dtype=dtype, symmetric=True)
+    wq = quantize(w, wqp)
+    base = node.inputs[idx].name or f"{node.name}_W"
+    node.replace_input_with(idx, _dq_constant(graph, wq, wqp, base))
+    has_bias = node.op_type in ("Conv", "Gemm") and len(node.inputs) > 2 and node.inputs[2] is not None
+    if bias_delta is not None and not has_bias and node.op_type == "Conv":
+        node.resize_inputs(3)
+        node.replace_input_with(2, constant(graph, np.zeros(w.shape[0], np.float32), f"{node.name}_B"))
+        has_bias = True
+    if has_bias:
+        b = const_array(node.inputs[2]).astype(np.float64)
+        if bias_delta is not None:
+            b = b - bias_delta
+        if input_scale is None:
+            node.replace_input_with(2, constant(graph, b.astype(np.float32), f"{node.name}_B_corrected"))
+        else:
+            bscale = (np.float64(input_scale) * np.broadcast_to(wqp.scale, b.shape)).astype(np.float32)
+            bscale = np.maximum(bscale, np.float32(1e-12))
+            bq = np.clip(np.rint(b / bscale), -(2**31) + 1, 2**31 - 1).astype(np.int32)
+            bqp = QParams(scale=bscale, zero_point=np.zeros(b.shape, np.int32), dtype="int32", axis=0)
+            node.replace_input_with(2, _dq_constant(graph, bq, bqp, node.inputs[2].name or f"{node.name}_B"))
+    return wqp, (wq.astype(np.float32) - _bcast(wqp.zero_point, wqp, w.ndim)) * _bcast(wqp.scale, wqp, w.ndim)
+
+
+def _bcast(p: np.ndarray, qp: QParams, ndim: int) -> np.ndarray:
+    if qp.axis is None or p.size == 1:
+        return p.astype(np.float32)
+    shape = [1] * ndim
+    shape[qp.axis] = -1
+    return p.astype(np.float32).reshape(shape)
+
+
+def apply(
+    model: ir.Model,
+    p: StaticPlan,
+    qparams: dict[str, QParams],
+    *,
+    per_channel: bool = True,
+    weight_dtype: str = "int8",
+    bias_deltas: dict[str, np.ndarray] | None = None,
+) -> ir.Model:
+    """A quantized copy of ``model``: ``qparams`` maps each observed (float) tensor to its QParams."""
+    m = copy_model(model)
+    g = m.graph
+    by_name = {n.name: n for n in g}
+    by_tensor = {name: qparams[stats] for name, stats in p.tensors.items()}
+    _resolve_concat(p, by_tensor, m)
+    for node_name, relu_name in p.folds.items():
+        qp = by_tensor[by_name[node_name].outputs[0].name]
+        # The fold is exact only when the lowest code is 0.0: then saturation clips like Relu.
+        # plan() folds only for asymmetric activations, whose range then starts at 0.
+        assert float(np.min(qp.range[0])) == 0.0, node_name
+        relu = by_name[relu_name]
+        y = by_name[node_name].outputs[0]
+        for use in list(relu.outputs[0].uses()):
+            use.node.replace_input_with(use.idx, y)
+        g.remove(relu, safe=True)
+    layer_inputs = {n: by_name[n].inputs[0].name for n in p.layers}
+    vals = values_by_name(g)
+    for name, qp in by_tensor.items():
+        _insert_qdq(g, vals[name], qp)
+    for node_name in p.layers:
+        node = by_name[node_name]
+        if node.op_type not in WEIGHT_INPUT:
+            continue
+        x_qp = by_tensor.get(layer_inputs[node_name])
+        scale = float(x_qp.scale) if x_qp is not None else None
+        quantize_weight_input(
+            g, node, per_channel=per_channel, dtype=weight_dtype, input_scale=scale,
+            bias_delta=(bias_deltas or {}).get(node_name),
+        )
+    remove_unused_initializers(g)
+    g.sort()
+    return m

@@ -1,0 +1,247 @@
+"""The demo: the whole flow on a model modelpress builds itself, one function per step.
+
+Each step takes the shared ``DemoState``, does its work, stores what later steps need in the state
+and returns a result dataclass; ``STEPS`` lists them in order. The CLI (``modelpress demo``) runs the
+steps and prints each result, so a later stage (quantize, advise) is one more function here and one
+more printer there.
+
+The model is the zoo's ``resnet-digits`` (a ResNet-style CNN with BatchNorm and residual blocks,
+trained on scikit-learn's digits in seconds). It is converted from PyTorch with a dynamic batch,
+inspected, optimized, timed under ONNX Runtime before and after (interleaved runs, medians), and
+scored on the digits test split.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx_ir as ir
+
+ZOO_MODEL = "resnet-digits"
+
+
+@dataclass
+class DemoState:
+    out_dir: Path
+    latency_rounds: int = 200
+    module: object = None  # the trained torch.nn.Module
+    example: tuple = ()
+    input_name: str = "x"
+    models: dict[str, ir.Model] = field(default_factory=dict)  # label -> model ("original", "optimized")
+    paths: dict[str, Path] = field(default_factory=dict)
+    verified: dict[str, bool] = field(default_factory=dict)
+    latency: dict[str, dict[str, LatencyStats]] = field(default_factory=dict)  # ort level -> label -> stats
+    accuracy: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    name: str
+    description: str
+    parameters: int
+    train_images: int
+    test_images: int
+    torch_accuracy: float
+    seconds: float
+
+
+@dataclass(frozen=True)
+class InspectResult:
+    stats: object  # modelpress.ir.GraphStats
+    flops: float
+    bytes: int
+
+
+@dataclass(frozen=True)
+class OptimizeStepResult:
+    nodes_before: int
+    nodes_after: int
+    rewrites: dict[str, int]
+    verify: object  # modelpress.verify.VerifyResult
+    seconds: float
+
+
+@dataclass(frozen=True)
+class LatencyStats:
+    median_ms: float
+    p25_ms: float
+    p75_ms: float
+    runs: int
+
+
+@dataclass(frozen=True)
+class SummaryRow:
+    label: str
+    nodes: int
+    size_bytes: int
+    latency: dict[str, LatencyStats]
+    accuracy: float
+    verified: bool
+
+
+# ---------------------------------------------------------------------------------------------
+# steps
+
+
+def build(state: DemoState) -> BuildResult:
+    import torch
+
+    from modelpress import zoo
+
+    start = time.perf_counter()
+    module, example = zoo.build_torch(ZOO_MODEL)
+    state.module, state.example = module, example
+    state.input_name = next(iter(inspect.signature(module.forward).parameters))
+    data = zoo.digits_data()
+    with torch.no_grad():
+        logits = module(torch.from_numpy(data.x_test)).numpy()
+    return BuildResult(
+        name=ZOO_MODEL,
+        description=zoo.get(ZOO_MODEL).description,
+        parameters=sum(p.numel() for p in module.parameters()),
+        train_images=len(data.x_train),
+        test_images=len(data.x_test),
+        torch_accuracy=zoo.accuracy(logits, data.y_test),
+        seconds=time.perf_counter() - start,
+    )
+
+
+def convert(state: DemoState):
+    """PyTorch → ONNX with a dynamic batch, verified against the PyTorch model.
+
+    The exporter's own clean-up is off, so the ONNX graph mirrors the PyTorch model layer for layer
+    (BatchNorm unfused), as most exporters and older toolchains write it: the optimize step then
+    shows what modelpress's optimizer does with such a graph.
+    """
+    from modelpress.convert import convert as convert_model
+
+    path = state.out_dir / "model.onnx"
+    result = convert_model(
+        state.module,
+        example_inputs=state.example,
+        dynamic={state.input_name: 0},
+        output=path,
+        exporter_optimizations=False,
+    )
+    state.models["original"] = result.model
+    state.paths["original"] = path
+    state.verified["original"] = result.verify is not None and result.verify.passed
+    return result
+
+
+def inspect_model(state: DemoState) -> InspectResult:
+    from modelpress.ir import graph_stats
+    from modelpress.profile import profile_model
+
+    model = state.models["original"]
+    cost = profile_model(model, {state.input_name: (1, 1, 32, 32)})
+    return InspectResult(stats=graph_stats(model), flops=cost.flops, bytes=cost.bytes)
+
+
+def optimize(state: DemoState) -> OptimizeStepResult:
+    from modelpress.ir import from_proto, graph_stats, save, to_proto
+    from modelpress.passes import optimize as run_optimizer
+    from modelpress.verify import verify
+
+    original = state.models["original"]
+    result = run_optimizer(from_proto(to_proto(original)), level=2)
+    check = verify(original, result.model, dims={}, runs=3)
+    check.raise_if_failed("the optimized demo model and the converted one")
+    path = state.out_dir / "model.opt.onnx"
+    save(result.model, path)
+    state.models["optimized"] = result.model
+    state.paths["optimized"] = path
+    state.verified["optimized"] = check.passed
+    return OptimizeStepResult(
+        nodes_before=graph_stats(original).node_count,
+        nodes_after=graph_stats(result.model).node_count,
+        rewrites={p.name: p.rewrites for p in result.passes if p.rewrites},
+        verify=check,
+        seconds=result.seconds,
+    )
+
+
+def latency(state: DemoState) -> dict[str, dict[str, LatencyStats]]:
+    """Median latency of one image, ORT with its optimizations off and fully on, runs interleaved.
+
+    "disabled" stands for a runtime without a graph optimizer of its own; interleaving the models
+    run by run spreads the noise of a shared machine evenly over them.
+    """
+    from modelpress.runtime.ort import session, use_global_thread_pool
+    from modelpress.zoo import digits_data
+
+    use_global_thread_pool(intra_op_threads=1)
+    x = digits_data().x_test[:1]
+    feeds = {state.input_name: x}
+    out: dict[str, dict[str, LatencyStats]] = {}
+    for level in ("disabled", "all"):
+        sessions = {label: session(m, optimize=level) for label, m in state.models.items()}
+        times: dict[str, list[float]] = {label: [] for label in sessions}
+        for sess in sessions.values():  # warm-up
+            sess.run(None, feeds)
+        for _ in range(state.latency_rounds):
+            for label, sess in sessions.items():
+                t0 = time.perf_counter()
+                sess.run(None, feeds)
+                times[label].append((time.perf_counter() - t0) * 1e3)
+        out[level] = {
+            label: LatencyStats(
+                float(np.median(t)), float(np.percentile(t, 25)), float(np.percentile(t, 75)), len(t)
+            )
+            for label, t in times.items()
+        }
+    state.latency = out
+    return out
+
+
+def evaluate(state: DemoState) -> dict[str, float]:
+    """Top-1 accuracy of every model on the digits test split, under ONNX Runtime."""
+    from modelpress.runtime.ort import session
+    from modelpress.zoo import accuracy, digits_data
+
+    data = digits_data()
+    for label, model in state.models.items():
+        logits = session(model, optimize="disabled").run(None, {state.input_name: data.x_test})[0]
+        state.accuracy[label] = accuracy(logits, data.y_test)
+    return dict(state.accuracy)
+
+
+def summary(state: DemoState) -> list[SummaryRow]:
+    from modelpress.ir import graph_stats
+
+    rows = []
+    for label, model in state.models.items():
+        rows.append(
+            SummaryRow(
+                label=label,
+                nodes=graph_stats(model).node_count,
+                size_bytes=state.paths[label].stat().st_size,
+                latency={level: by_label[label] for level, by_label in state.latency.items()},
+                accuracy=state.accuracy.get(label, float("nan")),
+                verified=state.verified.get(label, False),
+            )
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    title: str
+    run: Callable[[DemoState], object]
+
+
+STEPS: list[Step] = [
+    Step("build", "build and train the model (PyTorch, digits)", build),
+    Step("convert", "convert PyTorch → ONNX, verified", convert),
+    Step("inspect", "inspect the ONNX model", inspect_model),
+    Step("optimize", "optimize (level 2) and verify", optimize),
+    Step("latency", "latency under ONNX Runtime, before and after", latency),
+    Step("evaluate", "accuracy on the digits test split", evaluate),
+    Step("summary", "before and after", summary),
+]

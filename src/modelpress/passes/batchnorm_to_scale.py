@@ -1,0 +1,92 @@
+"""BatchNormalization that no fusion took → one Mul and one Add ("a scale").
+
+In inference mode BatchNormalization is the per-channel affine map ``y = x·s + t`` with
+``s = scale / sqrt(var + eps)`` and ``t = B - mean·s`` (``fuse_conv_bn.bn_affine`` states the
+legality: inference mode, constant parameters). Written as ``Add(Mul(x, s), t)`` with ``s`` and
+``t`` shaped ``(C, 1, ..., 1)`` (rank of x minus one) so they broadcast over channel axis 1, it
+computes the same values with two plain element-wise ops that every runtime runs fast and that
+later passes can merge with neighbouring scales (``merge-scale-chains``) or fuse into a Conv.
+
+Legal when x's rank is known (to shape the constants) and x is floating point. The constants are
+computed in float64 and cast to x's dtype, so the result differs from BatchNormalization only by
+float rounding.
+
+A BatchNormalization right after a Conv, ConvTranspose, Gemm or rank-2 MatMul with a constant
+weight and no other reader is left alone: ``fuse-conv-bn`` folds it into that op's weights, which
+is better than two extra ops. Fusions run earlier in each round, so whatever such a node is still
+here after them was refused for a reason this pass does not need to repeat.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from modelpress.passes._util import (
+    add_initializer,
+    const_array,
+    ensure_types,
+    graph_opset,
+    insert_node,
+    is_single_use,
+    known_rank,
+    replace_value,
+)
+from modelpress.passes.base import GraphPass
+from modelpress.passes.fuse_conv_bn import bn_affine
+from modelpress.passes.registry import register
+
+
+def _fusion_will_take(x: ir.Value) -> bool:
+    """Whether ``fuse-conv-bn`` can fold a BatchNormalization reading ``x`` into x's producer."""
+    producer = x.producer()
+    if producer is None or producer.domain not in ("", "ai.onnx") or not is_single_use(x):
+        return False
+    if producer.op_type not in ("Conv", "ConvTranspose", "Gemm", "MatMul") or len(producer.inputs) < 2:
+        return False
+    if const_array(producer.inputs[1]) is None:
+        return False
+    # MatMul folds only when the channel axis 1 is its last axis (a rank-2 input).
+    return producer.op_type != "MatMul" or known_rank(producer.inputs[0]) == 2
+
+
+@register
+class BatchNormToScale(GraphPass):
+    """Replace an unfused inference BatchNormalization by ``Add(Mul(x, s), t)``."""
+
+    name = "batchnorm-to-scale"
+    level = 2
+
+    def call(self, model: ir.Model):
+        ensure_types(model)  # the constants' shape needs the input's rank
+        return super().call(model)
+
+    def rewrite_graph(self, graph: ir.Graph | ir.Function) -> int:
+        assert self.model is not None
+        opset = graph_opset(graph, self.model)
+        count = 0
+        for bn in list(graph):
+            if bn.op_type != "BatchNormalization" or bn.domain not in ("", "ai.onnx"):
+                continue
+            affine = bn_affine(bn, opset)
+            x = bn.inputs[0]
+            rank = known_rank(x)
+            if affine is None or x is None or rank is None or rank < 2 or _fusion_will_take(x):
+                continue
+            dtype = x.dtype.numpy() if x.dtype is not None else const_array(bn.inputs[1]).dtype
+            if np.dtype(dtype).kind != "f":
+                continue
+            s, t = affine
+            shape = (len(s),) + (1,) * (rank - 2)
+            base = bn.name or "bn"
+            scale = add_initializer(graph, s.reshape(shape).astype(dtype), f"{base}_scale")
+            shift = add_initializer(graph, t.reshape(shape).astype(dtype), f"{base}_shift")
+            y = bn.outputs[0]
+            mul = insert_node(graph, bn, "Mul", [x, scale], like=y)
+            add = insert_node(graph, bn, "Add", [mul.outputs[0], shift], like=y)
+            if replace_value(y, add.outputs[0]):
+                graph.remove(bn, safe=True)
+                count += 1
+            else:  # cannot happen (the Add has a producer), but never leave a half rewrite
+                graph.remove([add, mul], safe=True)
+        return count

@@ -1,0 +1,69 @@
+"""Reshape chains collapse into their last Reshape.
+
+``Reshape(f(x), s)`` → ``Reshape(x, s)`` when ``f`` only changes the shape, never the order of the
+elements (Reshape, Flatten, Squeeze, Unsqueeze, Identity): the elements in row-major order stay the
+same, and the last Reshape alone decides the final shape.
+
+Legal when the last Reshape's target shape ``s`` is a constant that does not look at its input's
+shape: no ``0`` entries (which copy the input's dimension) unless ``allowzero=1``, where a 0 is a
+literal zero. ``-1`` is fine: it is inferred from the element count, which ``f`` does not change.
+The intermediate node goes once nothing else uses it. A Reshape that changes nothing is the no-op
+pass's business, not this one's.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from modelpress.passes._util import const_array, remove_node
+from modelpress.passes.base import GraphPass
+from modelpress.passes.registry import register
+
+# Ops whose output holds the input's elements in the same row-major order.
+_SHAPE_ONLY = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+
+
+def _shape_only(value: ir.Value | None, graph) -> ir.Node | None:
+    node = value.producer() if value is not None else None
+    if (
+        node is None
+        or node.op_type not in _SHAPE_ONLY
+        or node.domain != ""
+        or node.graph is not graph
+    ):
+        return None
+    if len(node.outputs) != 1 or not node.inputs or node.inputs[0] is None:
+        return None
+    return node
+
+
+@register
+class MergeReshape(GraphPass):
+    """Reshape(Reshape|Flatten|Squeeze|Unsqueeze(x), s) → Reshape(x, s) when s is self-contained."""
+
+    name = "merge-reshape"
+
+    def rewrite_graph(self, graph: ir.Graph | ir.Function) -> int:
+        count = 0
+        for node in list(graph):
+            if node.op_type != "Reshape" or node.domain != "" or node.graph is not graph:
+                continue
+            shape = const_array(node.inputs[1]) if len(node.inputs) > 1 else None
+            if shape is None:
+                continue
+            if not node.attributes.get_int("allowzero", 0) and (shape == 0).any():
+                continue  # a 0 copies a dimension of the intermediate tensor, which we bypass
+            chain = []  # the shape-only nodes between the source and this Reshape, last first
+            source = node.inputs[0]
+            while (inner := _shape_only(source, graph)) is not None:
+                chain.append(inner)
+                source = inner.inputs[0]
+            if not chain:
+                continue
+            node.replace_input_with(0, source)
+            for inner in chain:
+                if inner.outputs[0].uses() or inner.outputs[0].is_graph_output():
+                    break
+                remove_node(graph, inner)
+            count += 1
+        return count

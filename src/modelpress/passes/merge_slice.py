@@ -1,0 +1,122 @@
+"""Consecutive Slices merge into one Slice.
+
+``Slice(Slice(x, p1), p2)`` → ``Slice(x, p)`` when every parameter is constant and, axis by axis:
+
+- the axis is sliced by only one of the two: its parameters carry over unchanged (any step);
+- both slice it with step 1: on an axis of size ``d``, ``x[s1:e1][s2:e2]`` is ``x[s1+s2 :
+  min(e1, s1+e2)]`` once the bounds are clamped as Slice clamps them. With ``d`` unknown this
+  holds for non-negative bounds (Slice clamps them to ``d`` itself); negative bounds need ``d``
+  known, to be normalized first. Other steps are left alone.
+
+Negative axes are normalized with the rank when it is known; when it is not, both Slices must use
+axes of the same sign to be compared. The inner Slice goes once nothing else uses it.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from modelpress.passes._util import (
+    graph_opset,
+    known_rank,
+    make_slice,
+    remove_node,
+    replace_with_new,
+    slice_params,
+)
+from modelpress.passes.base import GraphPass
+from modelpress.passes.registry import register
+
+_INT64_MAX = 2**63 - 1
+
+
+def _clamp_bound(v: int, d: int) -> int:
+    # Slice with a positive step: negative bounds count from the end, then clamp to [0, d].
+    return min(max(v + d if v < 0 else v, 0), d)
+
+
+def _compose(s1: int, e1: int, s2: int, e2: int, dim: int | None) -> tuple[int, int] | None:
+    """The bounds of ``x[s1:e1][s2:e2]`` (step 1) on an axis of size ``dim``; None if unknown."""
+    if dim is not None:
+        s1, e1 = _clamp_bound(s1, dim), _clamp_bound(e1, dim)
+        length = max(e1 - s1, 0)
+        s2, e2 = _clamp_bound(s2, length), _clamp_bound(e2, length)
+    elif min(s1, e1, s2, e2) < 0:
+        return None
+    return min(s1 + s2, _INT64_MAX), min(e1, s1 + e2, _INT64_MAX)
+
+
+@register
+class MergeSlice(GraphPass):
+    """Slice(Slice(x)) → one Slice, on disjoint axes or step-1 slices of the same axis."""
+
+    name = "merge-slice"
+
+    def rewrite_graph(self, graph: ir.Graph | ir.Function) -> int:
+        count = 0
+        for outer in list(graph):
+            if outer.op_type != "Slice" or outer.domain != "" or outer.graph is not graph:
+                continue
+            data = outer.inputs[0]
+            inner = data.producer() if data is not None else None
+            if (
+                inner is None
+                or inner.op_type != "Slice"
+                or inner.domain != ""
+                or inner.graph is not graph
+            ):
+                continue
+            merged = self._merge(inner, outer)
+            if merged is None:
+                continue
+            out = outer.outputs[0]
+            new = make_slice(
+                graph,
+                outer,
+                inner.inputs[0],
+                merged,
+                opset=graph_opset(graph, self.model),
+                like=out,
+                name_hint=f"{out.name}_slice",
+            )
+            replace_with_new(out, new.outputs[0])
+            remove_node(graph, outer)
+            if not inner.outputs[0].uses() and not inner.outputs[0].is_graph_output():
+                remove_node(graph, inner)
+            count += 1
+        return count
+
+    def _merge(self, inner: ir.Node, outer: ir.Node):
+        p1, p2 = slice_params(inner), slice_params(outer)
+        if p1 is None or p2 is None:
+            return None
+        x = inner.inputs[0]
+        rank = known_rank(x)
+        axes1, axes2 = p1[2], p2[2]
+        if rank is not None:
+            axes1 = [a + rank if a < 0 else a for a in axes1]
+            axes2 = [a + rank if a < 0 else a for a in axes2]
+        elif len({a < 0 for a in axes1 + axes2}) > 1:
+            return None  # -1 and 2 may or may not be the same axis
+        entries = {a: [s, e, st] for s, e, a, st in zip(p1[0], p1[1], axes1, p1[3], strict=True)}
+        for s2, e2, a, st2 in zip(p2[0], p2[1], axes2, p2[3], strict=True):
+            if a not in entries:
+                entries[a] = [s2, e2, st2]
+                continue
+            s1, e1, st1 = entries[a]
+            if st1 != 1 or st2 != 1:
+                return None
+            dim = None
+            if rank is not None and x.shape is not None and isinstance(x.shape[a], int):
+                dim = x.shape[a]
+            bounds = _compose(s1, e1, s2, e2, dim)
+            if bounds is None:
+                return None
+            entries[a] = [bounds[0], bounds[1], 1]
+        axes = sorted(entries)
+        return (
+            [entries[a][0] for a in axes],
+            [entries[a][1] for a in axes],
+            axes,
+            [entries[a][2] for a in axes],
+        )

@@ -1,0 +1,244 @@
+"""Move crops (Slice, Gather on a constant index) ahead of element-wise ops.
+
+``crop(f(x, c))`` → ``f(crop(x), crop'(c))``: an element-wise ``f`` computes each output element
+from the elements at the same position (after broadcasting), so cropping first gives the same
+values while ``f`` runs on fewer elements. ``crop'`` crops each constant operand ``c`` the same way
+along the axes it shares with ``x``; a constant of size 1 on a cropped axis broadcasts and stays as
+it is (a scalar Gather index removes that axis from it).
+
+Legal when:
+
+- the crop's parameters are constants (Slice starts/ends/axes/steps, Gather indices) and ``f`` is
+  element-wise with exactly one non-constant tensor operand ``x`` (Clip's min/max are scalars and
+  pass through unchanged);
+- every constant ``c`` has rank ≤ rank(``x``) (so ``f`` keeps ``x``'s rank; the rank must then be
+  known), and on each cropped axis where ``c`` has size > 1, ``x``'s size is that same known
+  integer: if it could be 1, ``x`` would broadcast and cropping it first would be wrong. Dynamic
+  dimensions elsewhere are fine;
+- it saves work. When ``f``'s result feeds only this crop, a Slice never enlarges it and a Gather
+  must keep at most the axis' length. When it feeds several crops (and nothing else), ``f`` is
+  duplicated per crop, which pays only if the crops together keep fewer elements than ``f``
+  produces; that needs static shapes, and the pass declines otherwise. Any other use (or a graph
+  output) blocks the move.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import onnx_ir as ir
+
+from modelpress.passes._util import (
+    add_initializer,
+    const_array,
+    known_rank,
+    remove_node,
+    replace_with_new,
+    slice_params,
+    static_shape,
+)
+from modelpress.passes.base import GraphPass
+from modelpress.passes.registry import register
+
+_UNARY = frozenset(
+    "Abs Acos Acosh Asin Asinh Atan Atanh BitwiseNot Cast Ceil Celu Cos Cosh Elu Erf Exp Floor Gelu "
+    "HardSigmoid HardSwish Identity IsInf IsNaN LeakyRelu Log Mish Neg Not Reciprocal Relu Round "
+    "Selu Shrink Sigmoid Sign Sin Sinh Softplus Softsign Sqrt Tan Tanh ThresholdedRelu".split()
+)
+# Every tensor input broadcasts against the others (multidirectional, or PRelu's slope onto x).
+_BROADCAST = frozenset(
+    "Add And BitShift BitwiseAnd BitwiseOr BitwiseXor Div Equal Greater GreaterOrEqual Less "
+    "LessOrEqual Max Mean Min Mod Mul Or Pow PRelu Sub Sum Where Xor".split()
+)
+# Inputs past the first are scalars (min, max): they pass through unchanged.
+_SCALAR_TAIL = frozenset({"Clip"})
+
+
+@dataclass(frozen=True)
+class _Crop:
+    """One crop node, its axes normalized when the rank is known."""
+
+    node: ir.Node
+    axes: list[int]
+    slices: list[tuple[int, int, int]] | None = None  # Slice: (start, end, step) per axis
+    index: np.ndarray | None = None  # Gather: the constant indices
+
+    def out_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        if self.index is not None:
+            a = self.axes[0]
+            return shape[:a] + self.index.shape + shape[a + 1 :]
+        out = list(shape)
+        for a, (s, e, st) in zip(self.axes, self.slices, strict=True):
+            out[a] = len(range(*slice(s, e, st).indices(shape[a])))
+        return tuple(out)
+
+    def crop_constant(self, c: np.ndarray, rank: int) -> np.ndarray:
+        """``c`` (aligned to the right of a rank-``rank`` tensor) cropped as the tensor is."""
+        offset = rank - c.ndim
+        if self.index is not None:
+            ac = self.axes[0] - offset
+            if ac < 0:
+                return c
+            # Broadcast along the axis: it becomes size-1 axes, as many as the index has.
+            if c.shape[ac] == 1:
+                return c.reshape(c.shape[:ac] + (1,) * self.index.ndim + c.shape[ac + 1 :])
+            return np.take(c, self.index, axis=ac)
+        index = [slice(None)] * c.ndim
+        for a, (s, e, st) in zip(self.axes, self.slices, strict=True):
+            ac = a - offset
+            if ac >= 0 and c.shape[ac] > 1:
+                index[ac] = slice(s, e, st)
+        return c[tuple(index)]
+
+
+def _as_crop(node: ir.Node, rank: int | None) -> _Crop | None:
+    if node.domain != "":
+        return None
+    if node.op_type == "Slice":
+        params = slice_params(node)
+        if params is None:
+            return None
+        starts, ends, axes, steps = params
+        if rank is not None:
+            axes = [a + rank if a < 0 else a for a in axes]
+        return _Crop(node, axes, slices=list(zip(starts, ends, steps, strict=True)))
+    if node.op_type == "Gather":
+        index = const_array(node.inputs[1])
+        if index is None or index.dtype.kind not in "iu":
+            return None
+        axis = node.attributes.get_int("axis", 0)
+        if rank is not None and axis < 0:
+            axis += rank
+        return _Crop(node, [axis], index=index.astype(np.int64))
+    return None
+
+
+def _broadcast_positions(node: ir.Node) -> list[int] | None:
+    if node.domain != "" or len(node.outputs) != 1:
+        return None
+    if node.op_type in _UNARY or node.op_type in _SCALAR_TAIL:
+        return [0]
+    if node.op_type in _BROADCAST:
+        return list(range(len(node.inputs)))
+    return None
+
+
+@register
+class ReorderCrop(GraphPass):
+    """crop(f(x, c)) → f(crop(x), crop(c)) for element-wise f, when it is legal and saves work."""
+
+    name = "reorder-crop"
+
+    def rewrite_graph(self, graph: ir.Graph | ir.Function) -> int:
+        count = 0
+        changed = True
+        while changed:  # a crop moves up a chain of element-wise ops one step per sweep
+            changed = False
+            for node in list(graph):
+                if (
+                    node.graph is not graph
+                    or node.op_type not in ("Slice", "Gather")
+                    or not node.inputs
+                ):
+                    continue
+                moved = self._try(graph, node)
+                count += moved
+                changed |= moved > 0
+        return count
+
+    def _try(self, graph, crop_node: ir.Node) -> int:
+        data = crop_node.inputs[0]
+        elem = data.producer() if data is not None else None
+        if elem is None or elem.graph is not graph or data.is_graph_output():
+            return 0
+        positions = _broadcast_positions(elem)
+        if positions is None:
+            return 0
+        inputs = list(elem.inputs)
+        varying = [i for i in positions if inputs[i] is not None and const_array(inputs[i]) is None]
+        if len(varying) != 1:
+            return 0
+        k = varying[0]
+        x = inputs[k]
+        consts = {i: const_array(inputs[i]) for i in positions if i != k and inputs[i] is not None}
+        needs_rank = any(c.ndim > 0 for c in consts.values())
+        rank = known_rank(x)
+        if needs_rank and (rank is None or any(c.ndim > rank for c in consts.values())):
+            return 0
+        users = [use.node for use in data.uses()]
+        if any(use.idx != 0 for use in data.uses()):
+            return 0
+        crops = [_as_crop(u, rank) for u in users]
+        if any(c is None for c in crops):
+            return 0
+        for crop in crops:
+            if needs_rank and not self._constants_fit(crop, x, consts, rank):
+                return 0
+        if not self._saves_work(crops, x, elem, consts):
+            return 0
+        for crop in crops:
+            self._move(graph, crop, elem, k, consts, rank)
+        remove_node(graph, elem)
+        return len(crops)
+
+    @staticmethod
+    def _constants_fit(crop: _Crop, x: ir.Value, consts: dict, rank: int) -> bool:
+        for a in crop.axes:
+            if not 0 <= a < rank:
+                return False
+            for c in consts.values():
+                ac = a - (rank - c.ndim)
+                if ac >= 0 and c.shape[ac] > 1 and x.shape[a] != c.shape[ac]:
+                    return False  # x could broadcast along a (unknown or size 1): unsafe
+        return True
+
+    @staticmethod
+    def _saves_work(crops: list[_Crop], x: ir.Value, elem: ir.Node, consts: dict) -> bool:
+        if len(crops) == 1:
+            crop = crops[0]
+            if crop.index is None or crop.index.ndim == 0:
+                return True
+            a = crop.axes[0]
+            dim = x.shape[a] if x.shape is not None and 0 <= a < x.shape.rank() else None
+            return isinstance(dim, int) and crop.index.size <= dim
+        shape = static_shape(elem.outputs[0])
+        if shape is None:
+            xs = static_shape(x)
+            if xs is None:
+                return False
+            shape = tuple(np.broadcast_shapes(xs, *(c.shape for c in consts.values())))
+        if any(not 0 <= a < len(shape) for crop in crops for a in crop.axes):
+            return False
+        kept = sum(math.prod(crop.out_shape(shape)) for crop in crops)
+        return kept < math.prod(shape)
+
+    def _move(
+        self, graph, crop: _Crop, elem: ir.Node, k: int, consts: dict, rank: int | None
+    ) -> None:
+        old = crop.node
+        out = old.outputs[0]
+        x = elem.inputs[k]
+        copy = lambda n: [ir.Attr(a.name, a.type, a.value) for a in n.attributes.values()]  # noqa: E731
+        new_crop = ir.Node("", old.op_type, [x, *old.inputs[1:]], copy(old))
+        graph.insert_before(old, new_crop)
+        if x.type is not None:
+            new_crop.outputs[0].type = x.type
+        new_inputs = list(elem.inputs)
+        new_inputs[k] = new_crop.outputs[0]
+        for i, c in consts.items():
+            cropped = crop.crop_constant(c, rank) if c.ndim > 0 else c
+            if cropped.shape != c.shape:
+                new_inputs[i] = add_initializer(
+                    graph, cropped, f"{elem.inputs[i].name or 'const'}_cropped"
+                )
+        new_elem = ir.Node("", elem.op_type, new_inputs, copy(elem))
+        graph.insert_before(old, new_elem)
+        new_elem.outputs[0].type = out.type
+        new_elem.outputs[0].shape = out.shape
+        # Names derived from the crop's (unique) one: onnx_ir's per-graph default names ("val_0")
+        # could repeat a name of an enclosing graph when this runs in a subgraph.
+        new_crop.outputs[0].name = f"{out.name}_{old.op_type.lower()}" if out.name else None
+        replace_with_new(out, new_elem.outputs[0])
+        remove_node(graph, old)

@@ -1,0 +1,82 @@
+"""The ``torch`` backend: runs an ONNX model as an ``OnnxModule`` on cpu, cuda:N or mps.
+
+``prepare`` builds the module, moves it to the device and (``compile=True``) compiles it with
+``torch.compile``; ``run`` takes and returns numpy arrays by name, without autograd.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from modelpress.errors import InputError, OptionError, require
+
+
+def _torch():
+    return require("torch", extra="torch", purpose="the PyTorch backend")
+
+
+class TorchPrepared:
+    """A model ready to run on one device."""
+
+    def __init__(self, model: ir.Model, *, device: str, compile: bool):
+        torch = _torch()
+        from modelpress.runtime.torch_backend.module import to_torch
+        from modelpress.runtime.torch_backend.registry import from_numpy, to_numpy
+
+        self._from_numpy, self._to_numpy = from_numpy, to_numpy
+        self._torch = torch
+        self.device = device
+        self.module = to_torch(model, device=device, compile=compile)
+        self.input_names = list(self.module.input_names)
+        self.output_names = list(self.module.output_names)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        torch = self._torch
+        missing = [n for n in self.input_names if n not in feeds]
+        if missing:
+            raise InputError(f"missing input {missing[0]!r}; the model's inputs: {', '.join(self.input_names)}")
+        known = set(self.input_names) | set(self.module.optional_input_names)
+        tensors = {}
+        for name, array in feeds.items():
+            if name not in known:
+                raise InputError(f"unknown input {name!r}; the model's inputs: {', '.join(self.input_names)}")
+            try:
+                tensors[name] = self._from_numpy(array).to(self.device)
+            except TypeError as exc:
+                raise InputError(f"input {name!r}: {exc}; the PyTorch backend cannot take it") from None
+        with torch.no_grad():
+            outputs = self.module.program.run(self.module, tensors)
+        return {n: self._to_numpy(t) for n, t in zip(self.output_names, outputs)}
+
+
+class TorchBackend:
+    """Backend ``torch``: an ONNX graph executed op by op with PyTorch."""
+
+    name = "torch"
+
+    def __init__(self):
+        _torch()
+
+    def devices(self) -> list[str]:
+        torch = _torch()
+        found = [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            found.append("mps")
+        return found + ["cpu"]
+
+    def prepare(self, model: ir.Model, *, device: str = "cpu", compile: bool = False) -> TorchPrepared:
+        available = self.devices()
+        if device not in available and not (device == "cuda" and any(d.startswith("cuda") for d in available)):
+            raise OptionError(f"device {device!r} is not available to the torch backend; available: {', '.join(available)}")
+        return TorchPrepared(model, device=device, compile=compile)
+
+
+def supported_ops() -> list[str]:
+    """The ops the PyTorch backend implements (``domain:op`` outside the default domain), sorted."""
+    require("torch", extra="torch", purpose="the PyTorch backend")
+    from modelpress.runtime.torch_backend.registry import OPS
+    from modelpress.runtime.torch_backend import ops as _ops  # noqa: F401  (registers the kernels)
+
+    names = {op_type if not domain else f"{domain}:{op_type}" for domain, op_type in OPS}
+    return sorted(names | {"Constant"})

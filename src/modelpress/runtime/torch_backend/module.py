@@ -1,0 +1,268 @@
+"""An ONNX graph as a trainable ``torch.nn.Module``.
+
+``to_torch(model)`` compiles the graph once into a list of steps (one kernel call per node, in the
+graph's topological order) and registers every initializer on the module:
+
+* a floating-point initializer with more than one element becomes an ``nn.Parameter`` (weights and
+  biases of Conv, Gemm, MatMul, the norms, recurrent cells, ...), unless every use of it is a slot
+  that holds statistics or settings rather than weights (BatchNormalization's running mean and
+  variance, Resize scales, Clip bounds, quantization scales and zero points);
+* everything else (integer tensors: shapes, indices; scalars; the values of Constant nodes) becomes
+  a buffer, so that ``.to(device)`` moves it and ``state_dict()`` holds it.
+
+Attribute names on the module are the ONNX names with characters other than ``[A-Za-z0-9_]``
+replaced (``onnx_names`` maps one to the other). ``forward(*inputs, **named)`` takes tensors in the
+order of the graph inputs (or by name) and returns one tensor when the graph has one output, else a
+tuple in the order of ``output_names``. Subgraphs (If, Loop, Scan) are compiled the same way and run
+recursively with the enclosing values in scope.
+
+Training semantics are ONNX's inference semantics: BatchNormalization uses its running statistics
+and Dropout is the identity even under ``module.train()`` (fine-tuning with frozen statistics), so a
+trained module exports back to the same graph (``export.to_onnx``).
+
+``torch.compile``: with ``compile=True`` the module's ``forward`` is compiled by TorchDynamo, which
+unrolls the graph walk. Shape arguments that are constants (initializers, Constant nodes) are read
+at build time and trace cleanly. What breaks the trace into several graphs (still correct, slower):
+shape values computed at run time (``Shape -> Gather -> Concat -> Reshape`` chains, read back with
+``.tolist()``), the condition of ``If`` and the trip count of ``Loop`` (read with ``.item()``),
+data-dependent output shapes (NonZero, Compress, TopK with a computed K). Fold shapes first
+(``modelpress optimize`` with static input shapes) to get one graph.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+import torch
+from torch import nn
+
+from modelpress.runtime.torch_backend import ops as _ops  # noqa: F401  (registers the kernels)
+from modelpress.runtime.torch_backend.errors import NodeRunError, UnsupportedOpError
+from modelpress.runtime.torch_backend.registry import (
+    MIN_OPSET,
+    OPS,
+    SCOPED,
+    NodeContext,
+    TORCH_DTYPES,
+    from_numpy,
+)
+
+# Input slots that hold statistics or settings, not weights: (op_type, input index).
+_NOT_TRAINABLE = {
+    ("BatchNormalization", 3), ("BatchNormalization", 4),
+    ("Resize", 1), ("Resize", 2), ("Upsample", 1),
+    ("Clip", 1), ("Clip", 2), ("Pad", 2),
+    ("QuantizeLinear", 1), ("QuantizeLinear", 2),
+    ("DequantizeLinear", 1), ("DequantizeLinear", 2),
+    ("ConstantOfShape", 0), ("Range", 0), ("Range", 1), ("Range", 2),
+}
+_FLOAT_TYPES = {ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16}
+
+
+def iter_graphs(graph: ir.Graph):
+    """The graph and its subgraphs, depth first in node order (the same order on a copy)."""
+    yield graph
+    for node in graph:
+        for attr in node.attributes.values():
+            if attr.type == ir.AttributeType.GRAPH:
+                yield from iter_graphs(attr.value)
+            elif attr.type == ir.AttributeType.GRAPHS:
+                for g in attr.value:
+                    yield from iter_graphs(g)
+
+
+def _is_trainable(value: ir.Value, array: np.ndarray) -> bool:
+    if value.dtype not in _FLOAT_TYPES or array.size <= 1:
+        return False
+    uses = list(value.uses())
+    if value.is_graph_input() and not uses:
+        return False
+    return not uses or any((u.node.op_type, u.idx) not in _NOT_TRAINABLE for u in uses)
+
+
+def _to_tensor(array: np.ndarray, value_name: str) -> torch.Tensor:
+    try:
+        return from_numpy(array).clone()  # a copy: training must not write into the ONNX model
+    except TypeError:
+        raise UnsupportedOpError(
+            f"initializer {value_name!r}: element type {array.dtype} is not supported by the PyTorch backend"
+        ) from None
+
+
+@dataclass
+class _Step:
+    fn: Any
+    ctx: NodeContext
+    inputs: list[str]
+    outputs: list[str]
+    scoped: bool
+
+
+class _Program:
+    """One compiled graph: its steps, the initializers it reads and its input/output names."""
+
+    def __init__(self, graph: ir.Graph, module: OnnxModule, opsets: dict[str, int], graph_index: int):
+        self.inputs = [v.name for v in graph.inputs]
+        self.outputs = [v.name for v in graph.outputs]
+        self.tensors: list[tuple[str, str]] = []  # (onnx name, module attribute)
+        consts: dict[str, np.ndarray] = {}
+        for name, value in graph.initializers.items():
+            array = value.const_value.numpy()
+            attr = module._register(graph_index, name, array, trainable=_is_trainable(value, array))
+            self.tensors.append((name, attr))
+            if attr in module._buffers:
+                consts[name] = array
+        self.steps: list[_Step] = []
+        for index, node in enumerate(graph):
+            domain = "" if node.domain == "ai.onnx" else node.domain
+            key = (domain, node.op_type)
+            label = node.name or f"#{index}"
+            if node.op_type == "Constant" and domain == "":
+                name = node.outputs[0].name
+                array = _constant_value(node, label)
+                attr = module._register(graph_index, f"{name}", array, trainable=False, constant=True)
+                self.tensors.append((name, attr))
+                consts[name] = array
+                continue
+            if key not in OPS:
+                where = f" in domain {domain!r}" if domain else ""
+                raise UnsupportedOpError(
+                    f"node {label!r}: op {node.op_type}{where} is not supported by the PyTorch backend "
+                    "(`modelpress ops --backend torch` lists the supported ops)"
+                )
+            opset = opsets.get(domain, opsets.get("", 1))
+            if opset < MIN_OPSET.get(key, 1):
+                raise UnsupportedOpError(
+                    f"node {label!r}: {node.op_type} of opset {opset} is not supported by the PyTorch "
+                    f"backend (needs opset {MIN_OPSET[key]} or newer)"
+                )
+            subgraphs = {}
+            for attr_name, attr in node.attributes.items():
+                if attr.type == ir.AttributeType.GRAPH:
+                    module._graph_count += 1
+                    subgraphs[attr_name] = _Program(attr.value, module, opsets, module._graph_count)
+            in_names = [v.name if v is not None else "" for v in node.inputs]
+            ctx = NodeContext(
+                node,
+                index=index,
+                opset=opset,
+                consts=[consts.get(n) if n else None for n in in_names],
+                subgraphs=subgraphs,
+            )
+            out_names = [v.name if v is not None else "" for v in node.outputs]
+            self.steps.append(_Step(OPS[key], ctx, in_names, out_names, key in SCOPED))
+
+    def run(self, module: OnnxModule, feeds: dict[str, torch.Tensor], outer: dict | None = None) -> list[torch.Tensor]:
+        env: dict[str, Any] = dict(outer) if outer else {}
+        for name, attr in self.tensors:
+            env[name] = getattr(module, attr)
+        env.update(feeds)
+        step = None
+        try:
+            for step in self.steps:
+                args = [env[n] if n else None for n in step.inputs]
+                if step.scoped:
+                    result = step.fn(step.ctx, env, module, *args)
+                else:
+                    result = step.fn(step.ctx, *args)
+                if isinstance(result, (tuple, list)):
+                    for n, r in zip(step.outputs, result):
+                        if n:
+                            env[n] = r
+                else:
+                    env[step.outputs[0]] = result
+        except (RuntimeError, ValueError, IndexError, TypeError) as exc:
+            if step is None:
+                raise
+            msg = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+            raise NodeRunError(f"node {step.ctx.name!r} ({step.ctx.op_type}) failed: {msg}") from exc
+        return [env[n] for n in self.outputs]
+
+
+def _constant_value(node: ir.Node, label: str) -> np.ndarray:
+    for key, attr in node.attributes.items():
+        v = attr.value
+        if key == "value":
+            return v.numpy()
+        if key == "value_float":
+            return np.array(v, dtype=np.float32)
+        if key == "value_floats":
+            return np.array(list(v), dtype=np.float32)
+        if key == "value_int":
+            return np.array(v, dtype=np.int64)
+        if key == "value_ints":
+            return np.array(list(v), dtype=np.int64)
+    raise UnsupportedOpError(f"node {label!r}: a Constant of this kind (sparse or string) is not supported by the PyTorch backend")
+
+
+class OnnxModule(nn.Module):
+    """An ONNX model as a ``torch.nn.Module``; build it with ``to_torch``."""
+
+    def __init__(self, model: ir.Model):
+        super().__init__()
+        self.model = model
+        self.onnx_names: dict[str, str] = {}
+        # (graph index, ONNX initializer name) -> attribute, for every graph and subgraph.
+        self.tensor_attrs: dict[tuple[int, str], str] = {}
+        self._graph_count = 0
+        opsets = {("" if k == "ai.onnx" else k): v for k, v in model.opset_imports.items()}
+        if model.functions:
+            name = next(iter(model.functions.values())).name
+            raise UnsupportedOpError(
+                f"model-local function {name!r}: inline the model's functions before building a PyTorch module"
+            )
+        self.program = _Program(model.graph, self, opsets, 0)
+        initialized = {n for n, _ in self.program.tensors}
+        self.input_names = [n for n in self.program.inputs if n not in initialized]
+        self.optional_input_names = [n for n in self.program.inputs if n in initialized]
+        self.output_names = list(self.program.outputs)
+
+    def _register(self, graph_index: int, name: str, array: np.ndarray, *, trainable: bool, constant: bool = False) -> str:
+        base = re.sub(r"\W", "_", name) or "t"
+        if base[0].isdigit():
+            base = "t_" + base
+        attr, k = base, 1
+        while hasattr(self, attr) or attr in self._parameters or attr in self._buffers:
+            attr, k = f"{base}_{k}", k + 1
+        tensor = _to_tensor(array, name)
+        if trainable:
+            self.register_parameter(attr, nn.Parameter(tensor))
+        else:
+            self.register_buffer(attr, tensor)
+        if not constant:
+            self.tensor_attrs[(graph_index, name)] = attr
+            if graph_index == 0:
+                self.onnx_names[name] = attr
+        return attr
+
+    def forward(self, *inputs: torch.Tensor, **named: torch.Tensor):
+        if len(inputs) > len(self.input_names):
+            raise NodeRunError(f"the model takes {len(self.input_names)} inputs, got {len(inputs)}")
+        feeds = dict(zip(self.input_names, inputs))
+        feeds.update(named)
+        missing = [n for n in self.input_names if n not in feeds]
+        if missing:
+            raise NodeRunError(f"missing input {missing[0]!r}; the model's inputs: {', '.join(self.input_names)}")
+        outputs = self.program.run(self, feeds)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def to_torch(model: ir.Model, *, compile: bool = False, device: str | torch.device | None = None) -> OnnxModule:
+    """Build an ``OnnxModule`` for ``model`` (optionally moved to ``device`` and compiled).
+
+    Raises ``UnsupportedOpError`` naming the first node whose op the backend does not implement.
+    """
+    module = OnnxModule(model).eval()
+    if device is not None:
+        module = module.to(device)
+    if compile:
+        module.compile(dynamic=False)
+    return module
+
+
+def dtype_of(value: ir.Value) -> torch.dtype | None:
+    return TORCH_DTYPES.get(value.dtype) if value.dtype is not None else None

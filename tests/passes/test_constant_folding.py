@@ -1,0 +1,196 @@
+"""constant-folding: nodes computable from constants become initializers, within a size cap."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+
+from conftest import model_from_text, node_ops
+from modelpress.passes import constant_folding, optimize
+from modelpress.verify import verify
+
+HEADER = '<ir_version: 8, opset_import: ["" : 17]>'
+
+
+def structure(model) -> list[tuple]:
+    """Each node as (op, inputs), inputs named by graph input, 'const', or (producer index, slot)."""
+    graph = model.graph
+    index = {node: i for i, node in enumerate(graph)}
+    consts = set(graph.initializers.values())
+
+    def ref(v):
+        if v is None:
+            return None
+        if v in consts:
+            return "const"
+        if v.producer() is None:
+            return v.name
+        return (index[v.producer()], v.index())
+
+    return [(n.op_type, [ref(v) for v in n.inputs]) for n in graph] + [("out", [ref(v) for v in graph.outputs])]
+
+
+def fold(text: str, *extra: str):
+    before = model_from_text(text)
+    after = model_from_text(text)
+    result = optimize(after, passes=["constant-folding", *extra, "dead-code"])
+    return before, result
+
+
+def const_of(model, value):
+    return value.const_value.numpy() if value.const_value is not None else None
+
+
+SHAPE_ARITHMETIC = f"""
+{HEADER}
+g (float[N, 3, 4] x) => (float[N, 12] y, float[3] d) <float[3] a = {{1, 2, 3}}, float[3] b = {{4, 5, 6}}> {{
+  c = Add(a, b)
+  d = Mul(c, c)
+  sh = Shape(x)
+  one = Constant<value = int64[1] {{1}}>()
+  three = Constant<value = int64[1] {{3}}>()
+  tail = Slice(sh, one, three)
+  p = ReduceProd<keepdims = 1>(tail)
+  m1 = Constant<value = int64[1] {{-1}}>()
+  shp = Concat<axis = 0>(m1, p)
+  r = Reshape(x, shp)
+  y = Relu(r)
+}}
+"""
+
+
+def test_constant_arithmetic_and_static_part_of_a_dynamic_shape_fold():
+    before, result = fold(SHAPE_ARITHMETIC)
+    expected = model_from_text(f"""
+    {HEADER}
+    g (float[N, 3, 4] x) => (float[N, 12] y, float[3] d) <int64[2] shp = {{-1, 12}}> {{
+      d = Constant<value = float[3] {{25, 49, 81}}>()
+      r = Reshape(x, shp)
+      y = Relu(r)
+    }}
+    """)
+    after = result.model
+    assert structure(after) == structure(expected)
+    reshape = next(n for n in after.graph if n.op_type == "Reshape")
+    np.testing.assert_array_equal(const_of(after, reshape.inputs[1]), [-1, 12])
+    # the graph outputs keep their names, and N stays dynamic
+    assert [v.name for v in after.graph.outputs] == ["y", "d"]
+    assert str(after.graph.inputs[0].shape[0]) == "N"
+    for n in (1, 4):
+        assert verify(before, after, dims={"N": n}, rtol=0.0, atol=0.0).passed
+
+
+def test_dynamic_dimension_is_not_folded():
+    before, result = fold(f"""
+    {HEADER}
+    g (float[N, 4] x) => (float[M, 1] y) <int64 zero = {{0}}, int64[1] ax = {{0}}, int64[1] one = {{1}}> {{
+      sh = Shape(x)
+      n = Gather(sh, zero)
+      nn = Unsqueeze(n, ax)
+      shp = Concat<axis = 0>(nn, one)
+      r = ReduceSum<keepdims = 0>(x, one)
+      y = Reshape(r, shp)
+    }}
+    """)
+    assert node_ops(result.model) == node_ops(before)
+    assert verify(before, result.model, dims={"N": 5}, rtol=0.0, atol=0.0).passed
+
+
+@pytest.mark.parametrize(
+    "body, out, folds",
+    [
+        # 1024 x 1024 floats (4 MiB) from 16 bytes of shape: over the cap, stays
+        ("big = ConstantOfShape<value = float[1] {1.0}>(s1024)\n y = Add(x, big)", "float[1024, 1024]", False),
+        ("big = Expand(one, s1024)\n y = Add(x, big)", "float[1024, 1024]", False),
+        # 64 x 64 floats (16 KiB): under the 1 MiB floor, folds
+        ("small = ConstantOfShape<value = float[1] {1.0}>(s64)\n y = Add(x, small)", "float[64, 64]", True),
+    ],
+)
+def test_size_cap(body, out, folds):
+    x_shape = "1024, 1024" if "1024" in out else "64, 64"
+    before, result = fold(f"""
+    {HEADER}
+    g (float[{x_shape}] x) => ({out} y)
+    <int64[2] s1024 = {{1024, 1024}}, int64[2] s64 = {{64, 64}}, float one = {{1.0}}> {{
+      {body}
+    }}
+    """)
+    assert (node_ops(result.model) == ["Add"]) is folds
+    assert result.passes[0].rewrites == (1 if folds else 0)
+
+
+def test_folding_a_large_weight_transpose_is_allowed_up_to_the_inputs_size():
+    # A Transpose of a 2 MiB weight yields 2 MiB: no bigger than its input, so it folds.
+    model = model_from_text(f"""
+    {HEADER}
+    g (float[2, 1024] x) => (float[2, 512] y) <float[1, 1] w = {{0}}> {{
+      wt = Transpose<perm = [1, 0]>(w)
+      y = MatMul(x, wt)
+    }}
+    """)
+    # the real weight is set in numpy: as text it would be megabytes long
+    w = np.arange(512 * 1024, dtype=np.float32).reshape(512, 1024)
+    init = model.graph.initializers["w"]
+    init.const_value = ir.tensor(w, name="w")
+    init.shape = ir.Shape(w.shape)
+    result = optimize(model, passes=["constant-folding", "dead-code"])
+    assert node_ops(result.model) == ["MatMul"]
+    np.testing.assert_array_equal(result.model.graph.node(0).inputs[1].const_value.numpy(), w.T)
+
+
+def test_random_and_quantization_ops_are_not_folded():
+    before, result = fold(f"""
+    {HEADER}
+    g (float[2, 3] x) => (float[2, 3] y, float[2, 3] z)
+    <int8[2, 3] q = {{1, 2, 3, 4, 5, 6}}, float s = {{0.5}}, int8 zp = {{0}}> {{
+      r = RandomNormalLike<seed = 1.0>(x)
+      y = Add(x, r)
+      w = DequantizeLinear(q, s, zp)
+      z = Mul(x, w)
+    }}
+    """)
+    assert result.passes[0].rewrites == 0
+    assert node_ops(result.model) == node_ops(before)
+
+
+def test_if_branch_constants_fold_inside_the_branch():
+    text = f"""
+    {HEADER}
+    g (bool c, float[N, 2] x) => (float[N, 2] y) <float[2] a = {{1, 2}}> {{
+      y = If(c) <then_branch = g1 () => (float[N, 2] t) {{
+                   two = Constant<value = float[2] {{2, 2}}>()
+                   k = Mul(a, two)
+                   t = Add(x, k)
+                 }},
+                 else_branch = g2 () => (float[N, 2] e) {{ e = Neg(x) }}>
+    }}
+    """
+    before, result = fold(text)
+    then_branch = result.model.graph.node(0).attributes["then_branch"].value
+    assert [n.op_type for n in then_branch] == ["Add"]
+    np.testing.assert_array_equal(then_branch.node(0).inputs[1].const_value.numpy(), [2, 4])
+    x = np.random.default_rng(0).standard_normal((3, 2)).astype(np.float32)
+    for c in (True, False):
+        assert verify(before, result.model, inputs={"c": np.array(c), "x": x}, rtol=0.0, atol=0.0).passed
+
+
+def test_onnx_reference_evaluates_what_onnx_runtime_cannot(monkeypatch):
+    monkeypatch.setattr(constant_folding._Evaluator, "_ort", staticmethod(lambda model: None))
+    before, result = fold(SHAPE_ARITHMETIC)
+    assert node_ops(result.model) == ["Constant", "Reshape", "Relu"]
+    assert verify(before, result.model, dims={"N": 3}, rtol=0.0, atol=0.0).passed
+
+
+def test_after_folding_other_passes_see_constants():
+    # Shape arithmetic folds to the input's own shape, so the Reshape becomes a no-op.
+    before, result = fold(f"""
+    {HEADER}
+    g (float[2, 3] x) => (float[2, 3] y) {{
+      sh = Shape(x)
+      r = Reshape(x, sh)
+      y = Relu(r)
+    }}
+    """, "noop")
+    assert node_ops(result.model) == ["Relu"]
+    assert verify(before, result.model, rtol=0.0, atol=0.0).passed

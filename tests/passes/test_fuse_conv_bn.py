@@ -1,0 +1,194 @@
+"""fuse-conv-bn: BatchNormalization folded into Conv / ConvTranspose / Gemm / MatMul."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+
+from conftest import model_from_text, node_ops
+from modelpress.passes import optimize
+from modelpress.verify import verify
+
+PASSES = ["fuse-conv-bn", "dead-code"]
+
+
+def lit(a) -> str:
+    return "{" + ",".join(repr(float(v)) for v in np.ravel(a)) + "}"
+
+
+def bn_params(rng, c: int) -> str:
+    scale, bias, mean = rng.standard_normal((3, c))
+    var = rng.uniform(0.2, 2.0, c)
+    return (
+        f"float[{c}] s = {lit(scale)}, float[{c}] b = {lit(bias)}, "
+        f"float[{c}] mu = {lit(mean)}, float[{c}] var = {lit(var)}"
+    )
+
+
+def conv_bn(rng, *, op="Conv", group=1, cin=4, cout=6, bias=True, extra="", opset=17):
+    if op == "Conv":
+        wshape = (cout, cin // group, 3, 3)
+    else:
+        wshape = (cin, cout // group, 3, 3)
+    w = rng.standard_normal(wshape)
+    b_init = f", float[{cout}] B = {lit(rng.standard_normal(cout))}" if bias else ""
+    b_in = ", B" if bias else ""
+    return f"""
+    <ir_version: 8, opset_import: ["" : {opset}]>
+    g (float[2, {cin}, 7, 7] x) => (float[2, {cout}, H, W] y)
+    <float[{",".join(map(str, wshape))}] Wt = {lit(w)}{b_init}, {bn_params(rng, cout)}> {{
+      c = {op} <group = {group}, pads = [1, 1, 1, 1]> (x, Wt{b_in})
+      y = BatchNormalization <epsilon = 0.001> (c, s, b, mu, var)
+      {extra}
+    }}
+    """
+
+
+def fused(text: str):
+    before = model_from_text(text)
+    after = model_from_text(text)
+    result = optimize(after, passes=PASSES)
+    return before, result
+
+
+@pytest.mark.parametrize(
+    "op, group, cin, cout, bias",
+    [
+        ("Conv", 1, 4, 6, True),
+        ("Conv", 1, 4, 6, False),
+        ("Conv", 2, 4, 6, True),
+        ("Conv", 4, 4, 4, True),  # depthwise
+        ("ConvTranspose", 1, 4, 6, True),
+        ("ConvTranspose", 2, 4, 6, False),
+        ("ConvTranspose", 4, 4, 8, True),  # 4 groups, 2 output channels each
+    ],
+)
+def test_conv_bn_folds_and_matches(rng, op, group, cin, cout, bias):
+    before, result = fused(conv_bn(rng, op=op, group=group, cin=cin, cout=cout, bias=bias))
+    assert node_ops(result.model) == [op]
+    assert result.passes[0].rewrites == 1
+    check = verify(before, result.model, rtol=1e-5, atol=1e-6)
+    assert check.passed, check.to_dict()
+    assert result.model.graph.outputs[0].name == "y"
+
+
+def test_folded_weights_match_formula(rng):
+    before, result = fused(conv_bn(rng))
+    g = before.graph
+    w = g.initializers["Wt"].const_value.numpy().astype(np.float64)
+    scale, bias, mean, var = (g.initializers[n].const_value.numpy().astype(np.float64) for n in ("s", "b", "mu", "var"))
+    b0 = g.initializers["B"].const_value.numpy().astype(np.float64)
+    k = scale / np.sqrt(var + 1e-3)
+    conv = result.model.graph.node(0)
+    np.testing.assert_allclose(conv.inputs[1].const_value.numpy(), w * k[:, None, None, None], rtol=1e-6)
+    np.testing.assert_allclose(conv.inputs[2].const_value.numpy(), (b0 - mean) * k + bias, rtol=1e-6, atol=1e-6)
+    assert conv.inputs[1].const_value.numpy().dtype == np.float32
+
+
+def as_float16(model):
+    """The model with every float tensor (initializers, inputs, outputs) turned into float16."""
+    for v in model.graph.initializers.values():
+        v.const_value = ir.tensor(v.const_value.numpy().astype(np.float16), name=v.name)
+    for v in [*model.graph.initializers.values(), *model.graph.inputs, *model.graph.outputs]:
+        v.type = ir.TensorType(ir.DataType.FLOAT16)
+    return model
+
+
+def test_float16_keeps_dtype(rng):
+    text = conv_bn(rng)
+    before = as_float16(model_from_text(text))
+    result = optimize(as_float16(model_from_text(text)), passes=PASSES)
+    conv = result.model.graph.node(0)
+    assert conv.inputs[1].const_value.numpy().dtype == np.float16
+    check = verify(before, result.model, rtol=5e-3, atol=5e-3)
+    assert check.passed, check.to_dict()
+
+
+@pytest.mark.parametrize(
+    "why, edit",
+    [
+        ("conv output read twice", lambda t: t.replace("=> (float[2, 6, H, W] y)", "=> (float[2, 6, H, W] y, float[2, 6, H, W] c)")),
+        ("training mode", lambda t: t.replace("epsilon = 0.001", "epsilon = 0.001, training_mode = 1").replace(
+            "float[2, 6, H, W] y)", "float[2, 6, H, W] y, float[6] rm, float[6] rv)").replace("y = Batch", "y, rm, rv = Batch")),
+        ("non-constant variance", lambda t: t.replace("(float[2, 4, 7, 7] x)", "(float[2, 4, 7, 7] x, float[6] v2)").replace("mu, var)", "mu, v2)")),
+    ],
+)
+def test_must_not_fire(rng, why, edit):
+    text = edit(conv_bn(rng))
+    _, result = fused(text)
+    assert "BatchNormalization" in node_ops(result.model), why
+    assert result.passes[0].rewrites == 0
+
+
+def test_bn_before_opset_7_needs_is_test(rng):
+    text = conv_bn(rng, opset=6).replace("epsilon = 0.001", "epsilon = 0.001, is_test = 0")
+    _, result = fused(text)
+    assert result.passes[0].rewrites == 0
+
+
+def gemm_bn(rng, *, trans_b: int, with_c: bool, beta: float = 1.0) -> str:
+    w = rng.standard_normal((5, 3) if trans_b else (3, 5))
+    c_init = f", float[5] C = {lit(rng.standard_normal(5))}" if with_c else ""
+    c_in = ", C" if with_c else ""
+    return f"""
+    <ir_version: 8, opset_import: ["" : 13]>
+    g (float[N, 3] x) => (float[N, 5] y)
+    <float[{",".join(map(str, w.shape))}] Wt = {lit(w)}{c_init}, {bn_params(rng, 5)}> {{
+      h = Gemm <transB = {trans_b}, alpha = 0.5, beta = {beta}> (x, Wt{c_in})
+      y = BatchNormalization (h, s, b, mu, var)
+    }}
+    """
+
+
+@pytest.mark.parametrize("trans_b, with_c, beta", [(0, True, 2.0), (1, True, 1.0), (1, False, 1.0)])
+def test_gemm_bn(rng, trans_b, with_c, beta):
+    before, result = fused(gemm_bn(rng, trans_b=trans_b, with_c=with_c, beta=beta))
+    assert node_ops(result.model) == ["Gemm"]
+    check = verify(before, result.model, rtol=1e-5, atol=1e-6, dims={"N": 4})
+    assert check.passed, check.to_dict()
+
+
+MATMUL_BN = """
+<ir_version: 8, opset_import: ["" : 13]>
+g (float[{xs}] x) => (float[{ys}] y) <float[3, 5] Wt = {w}, {bn}> {{
+  h = MatMul(x, Wt)
+  y = BatchNormalization (h, s, b, mu, var)
+}}
+"""
+
+
+def test_matmul_bn_rank2_becomes_gemm(rng):
+    text = MATMUL_BN.format(xs="N, 3", ys="N, 5", w=lit(rng.standard_normal((3, 5))), bn=bn_params(rng, 5))
+    before, result = fused(text)
+    assert node_ops(result.model) == ["Gemm"]
+    check = verify(before, result.model, rtol=1e-5, atol=1e-6, dims={"N": 4})
+    assert check.passed, check.to_dict()
+
+
+def test_matmul_bn_rank3_is_left_alone(rng):
+    # BatchNormalization normalizes axis 1 of (N, 5, 5): that axis is not W's column axis.
+    text = MATMUL_BN.format(xs="2, 5, 3", ys="2, 5, 5", w=lit(rng.standard_normal((3, 5))), bn=bn_params(rng, 5))
+    _, result = fused(text)
+    assert node_ops(result.model) == ["MatMul", "BatchNormalization"]
+
+
+def test_bn_in_if_branch_is_fused(rng):
+    w = rng.standard_normal((2, 2, 1, 1))
+    text = f"""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (bool cond, float[1, 2, 3, 3] x) => (float[1, 2, 3, 3] y)
+    <float[2, 2, 1, 1] Wt = {lit(w)}, {bn_params(rng, 2)}> {{
+      y = If(cond) <then_branch = t () => (float[1, 2, 3, 3] a) {{
+                        c = Conv(x, Wt)
+                        a = BatchNormalization(c, s, b, mu, var)
+                     }},
+                     else_branch = e () => (float[1, 2, 3, 3] z) {{ z = Relu(x) }}>
+    }}
+    """
+    before, result = fused(text)
+    then = result.model.graph.node(0).attributes["then_branch"].value
+    assert [n.op_type for n in then] == ["Conv"]
+    x = rng.standard_normal((1, 2, 3, 3)).astype(np.float32)
+    check = verify(before, result.model, inputs={"cond": np.array(True), "x": x}, rtol=1e-5, atol=1e-6)
+    assert check.passed, check.to_dict()

@@ -1,0 +1,107 @@
+"""merge-reshape: shape-only chains collapse into their last Reshape."""
+
+from __future__ import annotations
+
+from conftest import model_from_text, node_ops
+
+from modelpress.passes.merge_reshape import MergeReshape
+from modelpress.verify import verify
+
+
+def run(text: str):
+    model = model_from_text(text)
+    p = MergeReshape()
+    p(model)
+    return model_from_text(text), model, p.rewrites
+
+
+def test_reshape_chain_collapses_with_dynamic_batch():
+    text = """
+    <ir_version: 8, opset_import: ["" : 14]>
+    agraph (float[N, 2, 3, 4] x) => (float[N, 24] y)
+      <int64[3] s1 = {-1, 6, 4}, int64[2] s2 = {-1, 24}, int64[1] ax = {1}> {
+      a = Reshape(x, s1)
+      b = Unsqueeze(a, ax)
+      c = Flatten<axis = 1>(b)
+      y = Reshape(c, s2)
+    }
+    """
+    before, after, rewrites = run(text)
+    assert rewrites == 1
+    assert node_ops(after) == ["Reshape"]
+    node = after.graph.node(0)
+    assert node.inputs[0].name == "x" and node.inputs[1].name == "s2"
+    assert [v.name for v in after.graph.outputs] == ["y"]
+    assert verify(before, after, dims={"N": 3}, rtol=0.0, atol=0.0).passed
+
+
+def test_each_reshape_of_a_chain_reads_the_source():
+    text = """
+    <ir_version: 8, opset_import: ["" : 13]>
+    agraph (float[2, 12] x) => (float[24] y) <int64[2] s1 = {4, 6}, int64[3] s2 = {2, 3, 4}, int64[1] s3 = {-1}> {
+      a = Reshape(x, s1)
+      b = Reshape(a, s2)
+      y = Reshape(b, s3)
+    }
+    """
+    before, after, rewrites = run(text)
+    assert rewrites == 2
+    assert node_ops(after) == ["Reshape"]
+    assert verify(before, after, rtol=0.0, atol=0.0).passed
+
+
+def test_allowzero_zero_is_a_literal_and_merges():
+    text = """
+    <ir_version: 8, opset_import: ["" : 14]>
+    agraph (float[0, 3] x) => (float[3, 0] y) <int64[1] s1 = {-1}, int64[2] s2 = {3, 0}> {
+      a = Flatten<axis = 0>(x)
+      y = Reshape<allowzero = 1>(a, s2)
+    }
+    """
+    before, after, rewrites = run(text)
+    assert rewrites == 1
+    assert node_ops(after) == ["Reshape"]
+    assert verify(before, after, rtol=0.0, atol=0.0).passed
+
+
+def test_must_not_fire():
+    cases = {
+        # a 0 copies the intermediate's dimension (allowzero=0)
+        "copy dim": """
+        agraph (float[2, 3, 4] x) => (float[6, 4] y) <int64[2] s1 = {6, 4}, int64[2] s2 = {0, -1}> {
+          a = Reshape(x, s1)
+          y = Reshape(a, s2)
+        }""",
+        # target shape computed at run time
+        "dynamic target": """
+        agraph (float[2, 3, 4] x, int64[2] s2) => (float[A, B] y) <int64[2] s1 = {6, 4}> {
+          a = Reshape(x, s1)
+          y = Reshape(a, s2)
+        }""",
+        # Transpose changes the element order
+        "transpose": """
+        agraph (float[2, 3] x) => (float[6] y) <int64[1] s2 = {6}> {
+          a = Transpose<perm = [1, 0]>(x)
+          y = Reshape(a, s2)
+        }""",
+    }
+    for why, body in cases.items():
+        text = '<ir_version: 8, opset_import: ["" : 14]>' + body
+        _, after, rewrites = run(text)
+        assert rewrites == 0, why
+        assert node_ops(after) == node_ops(model_from_text(text)), why
+
+
+def test_shared_intermediate_stays_for_its_other_user():
+    text = """
+    <ir_version: 8, opset_import: ["" : 14]>
+    agraph (float[2, 6] x) => (float[12] y, float[3, 4] z) <int64[2] s1 = {3, 4}, int64[1] s2 = {12}> {
+      z = Reshape(x, s1)
+      y = Reshape(z, s2)
+    }
+    """
+    before, after, rewrites = run(text)
+    assert rewrites == 1
+    assert [n.inputs[0].name for n in after.graph] == ["x", "x"]
+    assert [v.name for v in after.graph.outputs] == ["y", "z"]
+    assert verify(before, after, rtol=0.0, atol=0.0).passed
