@@ -16,7 +16,7 @@ nn = torch.nn
 
 from modelpress.cli.main import main  # noqa: E402
 from modelpress.convert import ConversionError, convert  # noqa: E402
-from modelpress.errors import OptionError  # noqa: E402
+from modelpress.errors import OptionError, VerificationError  # noqa: E402
 from modelpress.ir import load  # noqa: E402
 from modelpress.ir.stats import iter_nodes  # noqa: E402
 from modelpress.verify import run_model  # noqa: E402
@@ -98,7 +98,8 @@ def test_cnn_module_dynamic_batch(cnn, tmp_path):
     assert r.exporter == "dynamo" and r.verify.passed and r.verify.runs == 3
     x = np.random.default_rng(1).standard_normal((5, 3, 16, 16)).astype(np.float32)
     _assert_matches_torch(out, cnn, {"x": x})
-    assert not isinstance(load(out).graph.inputs[0].shape[0], int)
+    batch = load(out).graph.inputs[0].shape[0]
+    assert not isinstance(batch, int) and batch.value == "x_0"
 
 
 def test_cnn_optimize_verifies_again(cnn, tmp_path):
@@ -236,6 +237,45 @@ def test_bad_options(cnn, tmp_path):
         convert(cnn)
 
 
+class AlwaysPositive(nn.Module):
+    """A Python branch on data: torch.export cannot trace it, the TorchScript exporter can."""
+
+    def forward(self, x):
+        if x.abs().sum() >= 0:  # always true, but torch.export cannot know
+            return torch.relu(x) * 2.0
+        return x
+
+
+class Trap(nn.Module):
+    """A Python branch the example takes and random inputs never do: tracing bakes it in."""
+
+    def forward(self, x):
+        if x[0, 0] > 100:
+            return x * 2.0
+        return x - 1.0
+
+
+def test_fallback_to_torchscript_exporter_with_note():
+    r = convert(AlwaysPositive(), inputs={"x": (2, 5)})
+    assert r.exporter == "torchscript" and r.verify.passed
+    assert any("torch.export could not trace" in n for n in r.notes)
+    x = np.random.default_rng(5).standard_normal((2, 5)).astype(np.float32)
+    got = next(iter(run_model(r.model, {"x": x}).values()))
+    np.testing.assert_allclose(got, np.maximum(x, 0) * 2.0, rtol=1e-6, atol=0)
+
+
+def test_conversion_that_does_not_verify_is_an_error(tmp_path, capsys):
+    x = torch.randn(2, 3)
+    x[0, 0] = 1000.0
+    out = tmp_path / "trap.onnx"
+    with pytest.raises(VerificationError, match="differ"):
+        convert(Trap(), example_inputs=(x,), output=out)
+    assert not out.exists()
+    # the user may insist: then the (wrong) model is written, unverified
+    r = convert(Trap(), example_inputs=(x,), output=out, verify=False)
+    assert r.verify is None and out.exists()
+
+
 @pytest.mark.slow
 def test_minilm_real_weights(tmp_path):
     from modelpress.zoo import build_torch
@@ -246,5 +286,5 @@ def test_minilm_real_weights(tmp_path):
     r = convert(module, example_inputs=args, dynamic=dyn, output=out)
     assert r.verify.passed and r.verify.runs == 3
     # real sentences (the example), checked again from the written file
-    feeds = dict(zip(("input_ids", "attention_mask", "token_type_ids"), (a.numpy() for a in args)))
+    feeds = dict(zip(("input_ids", "attention_mask", "token_type_ids"), (a.numpy() for a in args), strict=False))
     _assert_matches_torch(out, module, feeds)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import model_from_text, node_ops
+
 from modelpress.passes import optimize
 from modelpress.verify import verify
 
@@ -57,8 +57,15 @@ def test_bn_after_relu_becomes_mul_add_with_channel_constants():
     var = rng.uniform(0.2, 2.0, 3)
     k = scale / np.sqrt(var + 1e-3)
     np.testing.assert_allclose(mul.inputs[1].const_value.numpy(), k.reshape(3, 1, 1), rtol=1e-6)
-    np.testing.assert_allclose(add.inputs[1].const_value.numpy(), (bias - mean * k).reshape(3, 1, 1), rtol=1e-5, atol=1e-6)
-    assert add.outputs[0].name == "y" and [str(d) for d in after.graph.outputs[0].shape] == ["N", "3", "H", "5"]
+    np.testing.assert_allclose(
+        add.inputs[1].const_value.numpy(), (bias - mean * k).reshape(3, 1, 1), rtol=1e-5, atol=1e-6
+    )
+    assert add.outputs[0].name == "y" and [str(d) for d in after.graph.outputs[0].shape] == [
+        "N",
+        "3",
+        "H",
+        "5",
+    ]
     res = verify(before, after, dims={"N": 2, "H": 4}, rtol=1e-6, atol=1e-6)
     assert res.passed, res
 
@@ -80,17 +87,25 @@ def test_rank2_input_gets_per_column_constants():
     "graph_head, body",
     [
         # training mode normalizes with the batch's own statistics
-        ("(float[2, 3, 4] x) => (float[2, 3, 4] y, float[3] rm, float[3] rv)",
-         "y, rm, rv = BatchNormalization<training_mode = 1>(x, s, b, mu, var)"),
+        (
+            "(float[2, 3, 4] x) => (float[2, 3, 4] y, float[3] rm, float[3] rv)",
+            "y, rm, rv = BatchNormalization<training_mode = 1>(x, s, b, mu, var)",
+        ),
         # the statistics are a runtime input, not constants
-        ("(float[2, 3, 4] x, float[3] m) => (float[2, 3, 4] y)",
-         "y = BatchNormalization(x, s, b, m, var)"),
+        (
+            "(float[2, 3, 4] x, float[3] m) => (float[2, 3, 4] y)",
+            "y = BatchNormalization(x, s, b, m, var)",
+        ),
         # unknown rank: the constants cannot be shaped for broadcasting
-        ("(float[2, 3, 4] x, int64[K] shp) => (float[2, 3, 4] y)",
-         "r = Reshape(x, shp)\n y = BatchNormalization(r, s, b, mu, var)"),
+        (
+            "(float[2, 3, 4] x, int64[K] shp) => (float[2, 3, 4] y)",
+            "r = Reshape(x, shp)\n y = BatchNormalization(r, s, b, mu, var)",
+        ),
         # fuse-conv-bn takes this one (into the Conv weights), so it is left for it
-        ("(float[2, 3, 4] x) => (float[2, 3, 4] y)",
-         "c = Conv<kernel_shape = [1]>(x, w)\n y = BatchNormalization(c, s, b, mu, var)"),
+        (
+            "(float[2, 3, 4] x) => (float[2, 3, 4] y)",
+            "c = Conv<kernel_shape = [1]>(x, w)\n y = BatchNormalization(c, s, b, mu, var)",
+        ),
     ],
 )
 def test_left_alone(graph_head, body):

@@ -107,3 +107,25 @@ def test_transpose_after_other_op_is_left_alone():
     _, after, rewrites = run(text)
     assert rewrites == 0
     assert node_ops(after) == ["Relu", "Transpose"]
+
+
+def test_pairs_inside_a_local_function_cancel():
+    text = """
+    <ir_version: 8, opset_import: ["" : 13, "local" : 1]>
+    agraph (float[2, 8] x) => (float[8, 2] y) {
+      y = local.f(x)
+    }
+    <domain: "local", opset_import: ["" : 13]>
+    f (a) => (b) {
+      r = Relu(a)
+      t = Transpose<perm = [1, 0]>(r)
+      u = Transpose<perm = [1, 0]>(t)
+      b = Transpose<perm = [1, 0]>(u)
+    }
+    """
+    before, after, rewrites = run(text)
+    assert rewrites == 1
+    function = next(iter(after.functions.values()))
+    assert [n.op_type for n in function] == ["Relu", "Transpose"]
+    assert [v.name for v in function.outputs] == ["b"]
+    assert verify(before, after, rtol=0.0, atol=0.0).passed

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 import pytest
-
 from conftest import model_from_text, node_ops
+
 from modelpress.passes import constant_folding, optimize
 from modelpress.verify import verify
 
@@ -28,7 +28,9 @@ def structure(model) -> list[tuple]:
             return v.name
         return (index[v.producer()], v.index())
 
-    return [(n.op_type, [ref(v) for v in n.inputs]) for n in graph] + [("out", [ref(v) for v in graph.outputs])]
+    return [(n.op_type, [ref(v) for v in n.inputs]) for n in graph] + [
+        ("out", [ref(v) for v in graph.outputs])
+    ]
 
 
 def fold(text: str, *extra: str):
@@ -101,10 +103,18 @@ def test_dynamic_dimension_is_not_folded():
     "body, out, folds",
     [
         # 1024 x 1024 floats (4 MiB) from 16 bytes of shape: over the cap, stays
-        ("big = ConstantOfShape<value = float[1] {1.0}>(s1024)\n y = Add(x, big)", "float[1024, 1024]", False),
+        (
+            "big = ConstantOfShape<value = float[1] {1.0}>(s1024)\n y = Add(x, big)",
+            "float[1024, 1024]",
+            False,
+        ),
         ("big = Expand(one, s1024)\n y = Add(x, big)", "float[1024, 1024]", False),
         # 64 x 64 floats (16 KiB): under the 1 MiB floor, folds
-        ("small = ConstantOfShape<value = float[1] {1.0}>(s64)\n y = Add(x, small)", "float[64, 64]", True),
+        (
+            "small = ConstantOfShape<value = float[1] {1.0}>(s64)\n y = Add(x, small)",
+            "float[64, 64]",
+            True,
+        ),
     ],
 )
 def test_size_cap(body, out, folds):
@@ -172,7 +182,28 @@ def test_if_branch_constants_fold_inside_the_branch():
     np.testing.assert_array_equal(then_branch.node(0).inputs[1].const_value.numpy(), [2, 4])
     x = np.random.default_rng(0).standard_normal((3, 2)).astype(np.float32)
     for c in (True, False):
-        assert verify(before, result.model, inputs={"c": np.array(c), "x": x}, rtol=0.0, atol=0.0).passed
+        assert verify(
+            before, result.model, inputs={"c": np.array(c), "x": x}, rtol=0.0, atol=0.0
+        ).passed
+
+
+def test_if_with_a_condition_known_from_static_shapes_becomes_its_branch():
+    text = f"""
+    {HEADER}
+    g (float[N, 4] x) => (float[N, 4] y) <int64 four = {{4}}, float two = {{2.0}}> {{
+      sh = Shape(x)
+      idx = Constant<value = int64 {{1}}>()
+      width = Gather(sh, idx)
+      wide = Equal(width, four)
+      y = If(wide) <then_branch = g1 () => (float[N, 4] t) {{ t = Mul(x, two) }},
+                    else_branch = g2 () => (float[N, 4] e) {{ e = Neg(x) }}>
+    }}
+    """
+    before, result = fold(text)
+    after = result.model
+    assert node_ops(after) == ["Mul"]
+    assert after.graph.node(0).outputs[0].name == "y"
+    assert verify(before, after, dims={"N": 3}, rtol=0.0, atol=0.0).passed
 
 
 def test_onnx_reference_evaluates_what_onnx_runtime_cannot(monkeypatch):
@@ -184,13 +215,16 @@ def test_onnx_reference_evaluates_what_onnx_runtime_cannot(monkeypatch):
 
 def test_after_folding_other_passes_see_constants():
     # Shape arithmetic folds to the input's own shape, so the Reshape becomes a no-op.
-    before, result = fold(f"""
+    before, result = fold(
+        f"""
     {HEADER}
     g (float[2, 3] x) => (float[2, 3] y) {{
       sh = Shape(x)
       r = Reshape(x, sh)
       y = Relu(r)
     }}
-    """, "noop")
+    """,
+        "noop",
+    )
     assert node_ops(result.model) == ["Relu"]
     assert verify(before, result.model, rtol=0.0, atol=0.0).passed

@@ -44,6 +44,8 @@ ERF_FORMS = [
     "t = Mul(rsqrt2, x)\n e = Erf(t)\n p = Add(one, e)\n m = Mul(p, x)\n y = Div(m, two)",
     "t = Div(x, sqrt2)\n e = Erf(t)\n p = Add(e, one)\n h = Mul(x, half)\n y = Mul(h, p)",
     "t = Div(x, sqrt2)\n e = Erf(t)\n p = Add(e, one)\n h = Mul(half, p)\n y = Mul(x, h)",
+    # ONNX's own Gelu function body (after constant folding): Sum instead of Add
+    "t = Div(x, sqrt2)\n e = Erf(t)\n p = Sum(one, e)\n h = Mul(half, x)\n y = Mul(h, p)",
 ]
 TANH_FORMS = [
     # PyTorch's nn.GELU(approximate="tanh") at opset 11/12

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import model_from_text, node_ops
+
 from modelpress.passes import optimize
 from modelpress.verify import verify
 
@@ -45,7 +45,9 @@ def test_long_chain_becomes_one_mul_and_one_add():
     after = result.model
     assert node_ops(after) == ["Mul", "Add"]
     mul, add = after.graph.node(0), after.graph.node(1)
-    assert mul.inputs[0].name == "x" and add.inputs[0] is mul.outputs[0] and add.outputs[0].name == "y"
+    assert (
+        mul.inputs[0].name == "x" and add.inputs[0] is mul.outputs[0] and add.outputs[0].name == "y"
+    )
     # ((x·2·3 + 0.5 + 1.5) / 2) + col = x·3 + (1 + col)
     np.testing.assert_allclose(consts(after, mul)[0], 3.0)
     np.testing.assert_allclose(consts(after, add)[0], [[2.0], [-1.0], [5.0]])
@@ -74,9 +76,21 @@ def test_shapes_of_chains(body, ops):
     "body, outputs, why",
     [
         ("m = Mul(x, a)\n y = Add(m, c)", "float[N, 3, 4] y", "already x·s + t"),
-        ("m = Mul(x, a)\n y = Mul(m, b)\n z = Relu(m)", "float[N, 3, 4] y, float[N, 3, 4] z", "m is read twice"),
-        ("m = Mul(x, a)\n y = Mul(m, b)\n z = Identity(m)", "float[N, 3, 4] y, float[N, 3, 4] z", "m has another reader"),
-        ("m = Mul(x, col)\n y = Mul(m, row)", "float[N, 3, 4] y", "(3,1)·(1,4) would make a bigger constant"),
+        (
+            "m = Mul(x, a)\n y = Mul(m, b)\n z = Relu(m)",
+            "float[N, 3, 4] y, float[N, 3, 4] z",
+            "m is read twice",
+        ),
+        (
+            "m = Mul(x, a)\n y = Mul(m, b)\n z = Identity(m)",
+            "float[N, 3, 4] y, float[N, 3, 4] z",
+            "m has another reader",
+        ),
+        (
+            "m = Mul(x, col)\n y = Mul(m, row)",
+            "float[N, 3, 4] y",
+            "(3,1)·(1,4) would make a bigger constant",
+        ),
         ("m = Div(x, a)\n y = Div(c, m)", "float[N, 3, 4] y", "c / v is not affine"),
     ],
 )
@@ -87,7 +101,9 @@ def test_left_alone(body, outputs, why):
 
 
 def test_intermediate_graph_output_is_kept():
-    before, result = run("m = Mul(x, a)\n y = Mul(m, b)", outputs="float[N, 3, 4] y, float[N, 3, 4] m")
+    before, result = run(
+        "m = Mul(x, a)\n y = Mul(m, b)", outputs="float[N, 3, 4] y, float[N, 3, 4] m"
+    )
     assert result.passes[0].rewrites == 0
 
 
@@ -119,4 +135,6 @@ def test_chain_inside_if_branch_and_dynamic_dims_stay():
     assert [str(d) for d in result.model.graph.outputs[0].shape] == ["N", "M"]
     x = np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32)
     for k in (True, False):
-        assert verify(before, result.model, inputs={"k": np.array(k), "x": x}, rtol=1e-6, atol=1e-6).passed
+        assert verify(
+            before, result.model, inputs={"k": np.array(k), "x": x}, rtol=1e-6, atol=1e-6
+        ).passed

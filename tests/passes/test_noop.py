@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import model_from_text, node_ops
+
 from modelpress.passes import optimize
 from modelpress.verify import verify
 
@@ -27,7 +27,9 @@ def structure(model) -> list[tuple]:
             return v.name
         return (index[v.producer()], v.index())
 
-    return [(n.op_type, [ref(v) for v in n.inputs]) for n in graph] + [("out", [ref(v) for v in graph.outputs])]
+    return [(n.op_type, [ref(v) for v in n.inputs]) for n in graph] + [
+        ("out", [ref(v) for v in graph.outputs])
+    ]
 
 
 def run(text: str):
@@ -152,3 +154,20 @@ def test_if_branches_are_cleaned_too():
     for c in (True, False):
         feeds = {"c": np.array(c), "x": x}
         assert verify(before, result.model, inputs=feeds, rtol=0.0, atol=0.0).passed
+
+
+def test_old_opsets_keep_their_arguments_in_attributes():
+    before, result = run("""
+    <ir_version: 4, opset_import: ["" : 9]>
+    g (float[N, 3] x) => (float[N, 3] y) {
+      a = Dropout<ratio = 0.3>(x)
+      p = Pad<pads = [0, 0, 0, 0]>(a)
+      s = Slice<starts = [0], ends = [2147483647], axes = [1]>(p)
+      u = Unsqueeze<axes = [0]>(s)
+      q = Squeeze<axes = [0]>(u)
+      y = Relu(q)
+    }
+    """)
+    # Unsqueeze then Squeeze is a pair, not a no-op each: they stay for cancel-squeeze.
+    assert node_ops(result.model) == ["Unsqueeze", "Squeeze", "Relu"]
+    assert verify(before, result.model, dims={"N": 4}, rtol=0.0, atol=0.0).passed

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from conftest import model_from_text, node_ops
+
 from modelpress import optimize, save
 from modelpress.cli.main import main
 from modelpress.errors import OptionError

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 from modelpress.ir import from_proto
 from modelpress.passes import optimize
 from modelpress.passes.optimize import RUNTIME_METADATA_KEY
-from modelpress.passes.ort_fusions import METADATA_KEY, OrtFusions
+from modelpress.passes.ort_fusions import METADATA_KEY, OrtFusions, ort_optimize
 from modelpress.verify import verify
 
 
@@ -102,3 +102,11 @@ def test_nothing_to_fuse_leaves_the_model_alone():
     assert not p(model).modified
     assert p.rewrites == 0 and model.graph is graph
     assert METADATA_KEY not in model.metadata_props
+
+
+def test_external_data_round_trip_through_ort():
+    proto = conv_matmul_model()
+    optimized = ort_optimize(from_proto(proto), level="all", external_data=True)
+    assert any(n.domain.startswith("com.microsoft") for n in optimized.graph)
+    # the weights came back into memory: the model still runs after the temporary folder is gone
+    assert verify(proto, optimized, dims={"N": 2}, rtol=1e-5, atol=1e-6).passed

@@ -124,8 +124,8 @@ def _kernel_costs(
     rows, batch: float, roof: Roof, eff: Efficiency, width: float, *, scale: float = 1.0, split: int = 1, eager: bool = False
 ):
     """Per launched kernel: (kind, FLOPs, bytes, compute s, memory s, launches)."""
-    c_mult = eff.eager_compute if eager else 1.0
-    bw = roof.bandwidth_gbs * 1e9 * eff.bandwidth * (eff.eager_bandwidth if eager else 1.0)
+    c_mult = eff.eager if eager else 1.0
+    bw = roof.bandwidth_gbs * 1e9 * eff.bandwidth * c_mult
     for kind, flops, weights, acts in rows:
         launches = 2 if (scale > 1 and weights) else 1  # input- and weight-gradient kernels
         if kind in TENSOR_KINDS:
@@ -250,7 +250,7 @@ def estimate(
         mem = training_memory(workload.params, precision=precision, optimizer=optimizer)
         # optimizer step: read gradients, master weights and state, write weights and state back
         opt_bytes = mem.gradients + 2 * (mem.master_weights + mem.optimizer_state) + mem.weights
-        opt_s = opt_bytes / (roof.bandwidth_gbs * 1e9 * eff.bandwidth * eff.eager_bandwidth)
+        opt_s = opt_bytes / (roof.bandwidth_gbs * 1e9 * eff.bandwidth * eff.eager)
         opt = PassTime(opt_s, 0.0, opt_s, 0.0, 0)
         if link:
             comm = _allreduce_s(mem.gradients, num_gpus, link[0], eff)

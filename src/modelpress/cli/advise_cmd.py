@@ -188,7 +188,7 @@ def _print_catalog(catalog) -> None:
 
     t = Table(show_edge=False, title="accelerator catalog (dense peaks)")
     for c in ("name", "mem GB", "GB/s", "fp32", "tf32", "fp16", "bf16", "fp8", "int8", "TDP W", "price $", "cloud $/h"):
-        t.add_column(c, justify="left" if c == "name" else "right")
+        t.add_column(c, justify="left" if c == "name" else "right", no_wrap=c == "name")
 
     def f(v):
         return "-" if v is None else f"{v:g}"

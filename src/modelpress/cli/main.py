@@ -22,6 +22,7 @@ COMMANDS = (
     "quantize_cmd",
     "run_cmd",
     "bench_cmd",
+    "ops_cmd",
     "advise_cmd",
 )
 

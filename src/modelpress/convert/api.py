@@ -86,7 +86,7 @@ def _verification_feeds(model: ir.Model, exported: Exported) -> list[dict[str, n
             continue
         traced = exported.shapes[value.name]
         symbolic = False
-        for dim, size in zip(value.shape, traced):
+        for dim, size in zip(value.shape, traced, strict=False):
             if not isinstance(dim, int):
                 symbolic = True
                 if dim.value:
@@ -138,7 +138,7 @@ def verify_against_source(
                 f"the converted model has {len(got)} outputs, the original returned {len(expected)}"
             )
         runs += 1
-        for name, a, b in zip(names, expected, got):
+        for name, a, b in zip(names, expected, got, strict=False):
             d = compare_arrays(name, np.asarray(a), b, rtol=rtol, atol=atol)
             prev = worst.get(name)
             if prev is None or (not d.passed, d.max_rel) > (not prev.passed, prev.max_rel):

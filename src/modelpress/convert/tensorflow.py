@@ -60,7 +60,7 @@ def _quiet():
             warnings.simplefilter("ignore")
             yield
     finally:
-        for lg, level in zip(loggers, levels):
+        for lg, level in zip(loggers, levels, strict=False):
             lg.setLevel(level)
 
 
@@ -137,8 +137,8 @@ def _convert_keras(model, options: ConvertOptions, source: str) -> Exported:
         )
     names = [t.name for t in inputs]
     _check_names(options, names, source)
-    dims = {n: _spec_shape(n, t.shape, options) for n, t in zip(names, inputs)}
-    specs = [tf.TensorSpec(dims[n], t.dtype, name=n) for n, t in zip(names, inputs)]
+    dims = {n: _spec_shape(n, t.shape, options) for n, t in zip(names, inputs, strict=False)}
+    specs = [tf.TensorSpec(dims[n], t.dtype, name=n) for n, t in zip(names, inputs, strict=False)]
     opset = options.opset or DEFAULT_OPSET
     try:
         with _quiet():
@@ -235,7 +235,7 @@ def convert_saved_model(path, options: ConvertOptions) -> Exported:
     # Signatures take keyword arguments only; tf2onnx converts a function of positional ones.
     @tf.function(input_signature=specs)
     def positional(*args):
-        out = sig(**dict(zip(names, args)))
+        out = sig(**dict(zip(names, args, strict=False)))
         return [out[k] for k in output_keys] if output_keys else out
 
     opset = options.opset or DEFAULT_OPSET
@@ -247,7 +247,7 @@ def convert_saved_model(path, options: ConvertOptions) -> Exported:
     model = _to_ir(proto)
     _check_ops(model, opset, str(path))
     if output_keys and len(output_keys) == len(model.graph.outputs):
-        for value, key in zip(model.graph.outputs, output_keys):
+        for value, key in zip(model.graph.outputs, output_keys, strict=False):
             value.name = key
 
     def reference(feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

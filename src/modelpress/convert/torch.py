@@ -46,15 +46,21 @@ def _torch():
 @contextlib.contextmanager
 def _quiet():
     """Silence the exporters' progress prints, warnings and logs: a library does not print."""
-    logger = logging.getLogger("torch.onnx")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
+    # torch sets levels on many of its own loggers (torch.onnx, symbolic_shapes, ...), so raising
+    # one parent's level does not silence them; a process-wide threshold, restored after, does.
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        # torch.export also prints the graph it failed on straight to stderr.
+        with (
+            warnings.catch_warnings(),
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+        ):
             warnings.simplefilter("ignore")
             yield
     finally:
-        logger.setLevel(level)
+        logging.disable(previous)
 
 
 def _is_module(source: object) -> bool:
@@ -66,17 +72,48 @@ def _is_module(source: object) -> bool:
 # inputs: example arguments <-> ONNX feeds
 
 
-def _split_example(example) -> tuple[tuple, dict]:
+def _split_example(module, options: ConvertOptions) -> tuple[tuple, dict]:
     torch = _torch()
+    example = options.example_inputs
+    if example is None and options.inputs:
+        # Shapes alone: random tensors, in the order of forward's parameters.
+        params = _forward_params(module)
+        missing = [p for p in params if p not in options.inputs]
+        unknown = [n for n in options.inputs if n not in params]
+        if missing or unknown:
+            raise OptionError(
+                f"inputs: {type(module).__name__}.forward takes {', '.join(params)}; "
+                f"got shapes for {', '.join(options.inputs)}"
+            )
+        gen = torch.Generator().manual_seed(0)
+        return tuple(_random_tensor(options.inputs[p], gen) for p in params), {}
     if example is None:
         raise OptionError(
-            "converting an nn.Module needs example_inputs: a tensor, a tuple of tensors, or a dict"
+            "converting an nn.Module needs example_inputs (a tensor, a tuple of tensors, or a dict) "
+            "or inputs={name: shape}"
         )
     if isinstance(example, torch.Tensor):
         return (example,), {}
     if isinstance(example, dict):
         return (), dict(example)
     return tuple(example), {}
+
+
+def _forward_params(module) -> list[str]:
+    torch = _torch()
+    if isinstance(module, torch.jit.ScriptModule):
+        return [a.name for a in module.forward.schema.arguments[1:]]  # [0] is self
+    return list(inspect.signature(module.forward).parameters)
+
+
+def _random_tensor(spec, gen):
+    torch = _torch()
+    dtype = getattr(torch, spec.dtype)
+    if dtype.is_floating_point:
+        return torch.randn(spec.shape, generator=gen).to(dtype)
+    if dtype == torch.bool:
+        return torch.rand(spec.shape, generator=gen) > 0.5
+    return torch.randint(0, 2, spec.shape, generator=gen, dtype=dtype)
 
 
 class _Feeder:
@@ -98,7 +135,7 @@ class _Feeder:
                 f"the ONNX model has {len(names)} inputs but the example has {len(self._tensor_at)} tensors"
             )
         flat = list(self._flat)
-        for i, name in zip(self._tensor_at, names):
+        for i, name in zip(self._tensor_at, names, strict=False):
             flat[i] = torch.from_numpy(np.ascontiguousarray(feeds[name]))
         return torch.utils._pytree.tree_unflatten(flat, self._spec)
 
@@ -148,6 +185,41 @@ def _dynamo(ep, opset: int | None, optimize: bool = True):
     except Exception as exc:  # the exporter raises many types; each becomes one line
         raise ConversionError(_explain_dynamo_error(exc, ep, opset)) from None
     return _from_proto_bytes(program.model_proto.SerializeToString())
+
+
+def _name_dynamic_dims(model, dynamic: dict[str, tuple[int, ...]]) -> None:
+    """Rename the exporter's symbols (``s77``) of the asked-for axes to ``<input>_<axis>``.
+
+    The TorchScript-based exporter already uses these names; one naming keeps ``--dim x_0=8``
+    the same whichever exporter ran. A symbol shared by several inputs takes the first one's name.
+    """
+    import onnx_ir as ir
+
+    from modelpress.ir.stats import iter_graphs
+
+    rename: dict[str, str] = {}
+    for value in model.graph.inputs:
+        for axis in dynamic.get(value.name, ()):
+            dim = value.shape[axis] if value.shape is not None else None
+            if dim is not None and not isinstance(dim, int) and dim.value:
+                rename.setdefault(dim.value, f"{value.name}_{axis}")
+    if not rename:
+        return
+
+    def fix(value) -> None:
+        if value is not None and value.shape is not None:
+            dims = [
+                ir.SymbolicDim(rename[d.value]) if not isinstance(d, int) and d.value in rename else d
+                for d in value.shape
+            ]
+            value.shape = ir.Shape(dims)
+
+    for graph in iter_graphs(model.graph):
+        for value in (*graph.inputs, *graph.outputs):
+            fix(value)
+        for node in graph:
+            for value in node.outputs:
+                fix(value)
 
 
 def _legacy(module, args: tuple, kwargs: dict, names: list[str], dynamic, opset: int | None, optimize: bool = True):
@@ -244,8 +316,7 @@ def _param_names(module, args: tuple, kwargs: dict) -> list[str]:
     """Names of the module's tensor arguments, the names its ONNX inputs get."""
     torch = _torch()
     if isinstance(module, torch.jit.ScriptModule):
-        params = [a.name for a in module.forward.schema.arguments[1:]]
-        bound = dict(zip(params, args)) | kwargs
+        bound = dict(zip(_forward_params(module), args, strict=False)) | kwargs
     else:
         try:
             bound = dict(inspect.signature(module.forward).bind(*args, **kwargs).arguments)
@@ -278,11 +349,11 @@ def _dynamic_shapes(module, args, kwargs, dynamic: dict):
 
 
 def _shapes(names: list[str], tensors: list) -> dict[str, tuple[int, ...]]:
-    return {n: tuple(int(d) for d in t.shape) for n, t in zip(names, tensors)}
+    return {n: tuple(int(d) for d in t.shape) for n, t in zip(names, tensors, strict=False)}
 
 
 def _example_feeds(names: list[str], tensors: list) -> dict[str, np.ndarray]:
-    return {n: t.detach().cpu().numpy() for n, t in zip(names, tensors)}
+    return {n: t.detach().cpu().numpy() for n, t in zip(names, tensors, strict=False)}
 
 
 @register(
@@ -293,7 +364,7 @@ def _example_feeds(names: list[str], tensors: list) -> dict[str, np.ndarray]:
 )
 def convert_module(module, options: ConvertOptions) -> Exported:
     torch = _torch()
-    args, kwargs = _split_example(options.example_inputs)
+    args, kwargs = _split_example(module, options)
     module.eval()
     feeder = _Feeder(args, kwargs)
     names = _param_names(module, args, kwargs)
@@ -315,16 +386,15 @@ def convert_module(module, options: ConvertOptions) -> Exported:
         if ep is not None:
             try:
                 model = _dynamo(ep, options.opset, options.exporter_optimizations)
+                _name_dynamic_dims(model, options.dynamic)
                 exporter = "dynamo"
             except ConversionError as exc:
                 dynamo_error, why = exc, str(exc)
         if ep is not None and dynamo_error is not None:
             try:
                 model = _legacy(module, args, kwargs, names, options.dynamic, options.opset, options.exporter_optimizations)
-            except ConversionError as legacy_error:
-                raise ConversionError(
-                    f"{dynamo_error} (the TorchScript-based exporter failed too: {legacy_error})"
-                ) from None
+            except ConversionError:
+                raise ConversionError(f"{dynamo_error} (the TorchScript-based exporter failed too)") from None
             notes.append(f"the dynamo exporter failed ({why}); used the TorchScript-based exporter")
             exporter = "torchscript"
         elif ep is None:
@@ -337,7 +407,7 @@ def convert_module(module, options: ConvertOptions) -> Exported:
         reference=_make_reference(module, feeder, onnx_names),
         shapes=_shapes(onnx_names, feeder.tensors),
         exporter=exporter,
-        example_feeds=_example_feeds(onnx_names, feeder.tensors),
+        example_feeds=_example_feeds(onnx_names, feeder.tensors) if options.example_inputs is not None else None,
         notes=notes,
     )
 
@@ -351,7 +421,8 @@ def _example_from_program(ep, options: ConvertOptions, path: Path) -> tuple[tupl
         missing = [n for n in names if n not in specs]
         if missing:
             raise OptionError(f"{path}: --input given, but not for {', '.join(missing)} (inputs: {', '.join(names)})")
-        return tuple(torch.zeros(specs[n].shape, dtype=getattr(torch, specs[n].dtype)) for n in names), {}
+        gen = torch.Generator().manual_seed(0)
+        return tuple(_random_tensor(specs[n], gen) for n in names), {}
     if ep.example_inputs is not None:
         return ep.example_inputs
     args = []
@@ -392,11 +463,13 @@ def convert_pt2(path, options: ConvertOptions) -> Exported:
     feeder = _Feeder(args, kwargs)
     onnx_names = _graph_inputs(model)
     module = ep.module()
+    saved = ep.example_inputs is not None and not options.inputs  # real inputs saved with the program
     return Exported(
         model=model,
         reference=_make_reference(module, feeder, onnx_names),
         shapes=_shapes(onnx_names, feeder.tensors),
         exporter="dynamo",
+        example_feeds=_example_feeds(onnx_names, feeder.tensors) if saved else None,
     )
 
 
@@ -418,16 +491,15 @@ def convert_torchscript(path, options: ConvertOptions) -> Exported:
             "pickled module cannot be converted: save with torch.jit.save(torch.jit.script(model), path) "
             "or torch.export.save(...) as .pt2"
         ) from None
-    params = [a.name for a in module.forward.schema.arguments[1:]]
+    params = _forward_params(module)
     missing = [n for n in params if n not in options.inputs]
     if missing:
         raise OptionError(
             f"{path}: a TorchScript file does not record input shapes; give --input for "
             + ", ".join(f"{n}=D1xD2x..." for n in missing)
         )
-    args = tuple(
-        torch.zeros(options.inputs[n].shape, dtype=getattr(torch, options.inputs[n].dtype)) for n in params
-    )
+    gen = torch.Generator().manual_seed(0)
+    args = tuple(_random_tensor(options.inputs[n], gen) for n in params)
     _check_dynamic_names(options.dynamic, params)
     model = _legacy(module, args, {}, params, options.dynamic, options.opset, options.exporter_optimizations)
     feeder = _Feeder(args, {})

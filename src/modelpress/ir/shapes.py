@@ -62,8 +62,20 @@ def infer_shapes(model: ir.Model, input_shapes: dict[str, tuple[int, ...]] | Non
                 del tshape.dim[:]
                 for d in shape:
                     tshape.dim.add().dim_value = d
+    return from_proto(_infer(proto))
+
+
+def _infer(proto: onnx.ModelProto) -> onnx.ModelProto:
+    # ONNX's own inference stops at shapes computed at run time (Shape→Gather→Concat→Reshape, as
+    # exporters write them); ONNX Runtime's symbolic inference follows them through, so it goes
+    # first, and ONNX's is the fallback for the models it refuses. Both are best-effort.
     try:
-        proto = onnx.shape_inference.infer_shapes(proto, data_prop=True)
-    except Exception:  # noqa: BLE001 - inference is best-effort; a model without shapes still works
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+        return SymbolicShapeInference.infer_shapes(proto, auto_merge=True)
+    except Exception:  # noqa: BLE001
         pass
-    return from_proto(proto)
+    try:
+        return onnx.shape_inference.infer_shapes(proto, data_prop=True)
+    except Exception:  # noqa: BLE001
+        return proto

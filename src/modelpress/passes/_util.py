@@ -13,9 +13,17 @@ def const_array(value: ir.Value | None) -> np.ndarray | None:
     """
     if value is None or value.is_graph_input():
         return None
-    tensor = ir.convenience.get_const_tensor(value)
+    tensor = value.const_value
     if tensor is None:
-        return None
+        producer = value.producer()
+        if producer is None or producer.op_type != "Constant" or producer.domain not in ("", "ai.onnx"):
+            return None
+        # Read the common `value` attribute directly: get_const_tensor's protocol isinstance checks
+        # cost ~4x more and dominated pattern-matching passes on models with many Constant nodes.
+        attr = producer.attributes.get("value")
+        tensor = attr.value if attr is not None and attr.type == ir.AttributeType.TENSOR else ir.convenience.get_const_tensor(value)
+        if tensor is None:
+            return None
     try:
         return tensor.numpy()
     except Exception:  # noqa: BLE001 - string or exotic tensors are not foldable here
@@ -342,3 +350,12 @@ def replace_with_new(old: ir.Value, new: ir.Value) -> None:
     if name and new.name != name:
         old.name = None
         new.name = name
+
+
+def in_graph(node: ir.Node | None, graph: ir.Graph | ir.Function) -> bool:
+    """True when ``node`` belongs to ``graph`` itself (not to an enclosing graph, nor removed).
+
+    A function's nodes report the function's underlying ``ir.Graph`` as theirs.
+    """
+    owner = graph.graph if isinstance(graph, ir.Function) else graph
+    return node is not None and node.graph is owner

@@ -42,7 +42,10 @@ def _fusion_will_take(x: ir.Value) -> bool:
     producer = x.producer()
     if producer is None or producer.domain not in ("", "ai.onnx") or not is_single_use(x):
         return False
-    if producer.op_type not in ("Conv", "ConvTranspose", "Gemm", "MatMul") or len(producer.inputs) < 2:
+    if (
+        producer.op_type not in ("Conv", "ConvTranspose", "Gemm", "MatMul")
+        or len(producer.inputs) < 2
+    ):
         return False
     if const_array(producer.inputs[1]) is None:
         return False

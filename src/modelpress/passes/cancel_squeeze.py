@@ -20,6 +20,7 @@ import onnx_ir as ir
 from modelpress.passes._util import (
     add_initializer,
     graph_opset,
+    in_graph,
     insert_node,
     ints_arg,
     known_rank,
@@ -112,7 +113,7 @@ class CancelSqueeze(GraphPass):
     def rewrite_graph(self, graph: ir.Graph | ir.Function) -> int:
         count = 0
         for outer in list(graph):
-            if outer.op_type not in _OPS or outer.domain != "" or outer.graph is not graph:
+            if outer.op_type not in _OPS or outer.domain != "" or not in_graph(outer, graph):
                 continue
             x = outer.inputs[0]
             inner = x.producer() if x is not None else None
@@ -120,7 +121,7 @@ class CancelSqueeze(GraphPass):
                 inner is None
                 or inner.op_type not in _OPS
                 or inner.domain != ""
-                or inner.graph is not graph
+                or not in_graph(inner, graph)
             ):
                 continue
             if self._rewrite(graph, inner, outer):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from modelpress.passes._util import (
+    in_graph,
     insert_node,
     known_rank,
     remove_node,
@@ -40,14 +41,14 @@ class CancelTranspose(GraphPass):
     def rewrite_graph(self, graph: ir.Graph | ir.Function) -> int:
         count = 0
         for outer in list(graph):
-            if outer.op_type != "Transpose" or outer.domain != "" or outer.graph is not graph:
+            if outer.op_type != "Transpose" or outer.domain != "" or not in_graph(outer, graph):
                 continue
             inner = outer.inputs[0].producer() if outer.inputs[0] is not None else None
             if (
                 inner is None
                 or inner.op_type != "Transpose"
                 or inner.domain != ""
-                or inner.graph is not graph
+                or not in_graph(inner, graph)
             ):
                 continue
             if self._fold(graph, inner, outer):

@@ -18,6 +18,10 @@ Legal for deterministic nodes; never folded:
   weights; users of other optimizers see models grow several-fold that way, for no speed gain (the
   runtime computes such a broadcast faster than it reads it from memory).
 
+An ``If`` whose condition is (or became) constant is replaced by the nodes of the branch it
+takes: the other branch can never run, and once its outer values are constants with static shapes
+ONNX Runtime's load-time checks may reject that dead branch.
+
 Evaluation uses ONNX Runtime (its graph optimizations disabled, so the folded value is exactly what
 the unoptimized model computes at run time), all foldable nodes of a graph in one session; when ORT
 cannot run that batch, each node is tried alone, with ``onnx.reference`` as the fallback for ops
@@ -111,10 +115,12 @@ def _shape_dims(node: ir.Node, partial: dict[ir.Value, list]) -> list | None:
     if node.op_type == "Slice" and node.attributes.get("starts") is None:
         args = [_const_tensor(v) if v is not None else None for v in node.inputs[1:5]]
         if any(a is None for a in args[:2]) or any(
-            a is None and v is not None for a, v in zip(args[2:], node.inputs[3:5])
+            a is None and v is not None for a, v in zip(args[2:], node.inputs[3:5], strict=False)
         ):
             return None
-        start, end, *rest = (int(a.numpy().reshape(-1)[0]) if a is not None and a.size == 1 else a for a in args)
+        start, end, *rest = (
+            int(a.numpy().reshape(-1)[0]) if a is not None and a.size == 1 else a for a in args
+        )
         axis, step = (rest + [None, None])[:2]
         if not isinstance(start, int) or not isinstance(end, int) or axis not in (None, 0, -1):
             return None
@@ -188,30 +194,39 @@ class _Evaluator:
             if attrs is None:
                 return None
             copy = ir.Node(
-                node.domain, node.op_type, inputs, attrs,
-                num_outputs=len(node.outputs), version=node.version,
+                node.domain,
+                node.op_type,
+                inputs,
+                attrs,
+                num_outputs=len(node.outputs),
+                version=node.version,
             )
-            for i, (orig, new) in enumerate(zip(node.outputs, copy.outputs)):
+            for i, (orig, new) in enumerate(zip(node.outputs, copy.outputs, strict=True)):
                 new.name = f"__fold_o{len(outputs)}_{i}"
                 mapping[orig] = new
                 outputs.append((orig, new))
             copies.append(copy)
         graph = ir.Graph(
-            [], [new for _, new in outputs], nodes=copies, initializers=initializers,
+            [],
+            [new for _, new in outputs],
+            nodes=copies,
+            initializers=initializers,
             opset_imports=self.opsets,
         )
         model = ir.Model(graph, ir_version=self.ir_version)
         values = self._ort(model) or self._reference(model)
         if values is None:
             return None
-        return {orig: val for (orig, _), val in zip(outputs, values)}
+        return {orig: val for (orig, _), val in zip(outputs, values, strict=True)}
 
     @staticmethod
     def _ort(model: ir.Model) -> list | None:
-        from modelpress.runtime.ort import session
+        from modelpress.runtime.ort import session, session_options
 
+        options = session_options(optimize="disabled")
+        options.log_severity_level = 4  # a node that fails here is retried or left alone: no noise
         try:
-            return session(model, optimize="disabled").run(None, {})
+            return session(model, options=options).run(None, {})
         except Exception as exc:  # noqa: BLE001 - ORT lacks some ops/types; try the reference
             log.debug("ORT cannot fold: %s", exc)
             return None
@@ -236,6 +251,44 @@ def _usable(array: object, value: ir.Value) -> bool:
     except (TypeError, ValueError):
         return False
     return value.dtype is None or value.dtype == dtype
+
+
+def _inline_if(graph: ir.Graph | ir.Function, node: ir.Node) -> bool:
+    """Replace an If with a constant condition by the nodes of the branch it takes."""
+    cond = _const_tensor(node.inputs[0]) if node.inputs and node.inputs[0] is not None else None
+    if cond is None or cond.size != 1:
+        return False
+    attr = node.attributes.get(
+        "then_branch" if bool(cond.numpy().reshape(-1)[0]) else "else_branch"
+    )
+    if attr is None or attr.is_ref() or attr.type != ir.AttributeType.GRAPH:
+        return False
+    branch = attr.as_graph()
+    if len(branch.outputs) != len(node.outputs) or branch.inputs:
+        return False
+    inits = list(branch.initializers.values())
+    if inits and (
+        isinstance(graph, ir.Function) or any(v.name in graph.initializers for v in inits)
+    ):
+        return False  # nowhere to put them (functions have none), or their names are taken
+    for value in inits:
+        branch.initializers.pop(value.name)
+        graph.register_initializer(value)
+    results = list(branch.outputs)
+    branch.outputs.clear()
+    nodes = list(branch)
+    branch.remove(nodes)
+    graph.insert_before(node, nodes)
+    for out, result in zip(node.outputs, results, strict=True):
+        # A branch may return an outer value or an initializer, which cannot take a graph
+        # output's name: an Identity carries it then (the identity pass removes what it can).
+        if not replace_value(out, result):
+            identity = ir.node("Identity", [result])
+            graph.insert_before(node, identity)
+            identity.outputs[0].type, identity.outputs[0].shape = out.type, out.shape
+            replace_value(out, identity.outputs[0])
+    graph.remove(node, safe=True)
+    return True
 
 
 @register
@@ -319,12 +372,18 @@ class FoldConstants(GraphPass):
                 continue
             cap = max(SIZE_CAP_BYTES, sum(nbytes(v) or 0 for v in ins))
             outs = [results.get(o) for o in node.outputs]
-            if not all(_usable(a, o) and a.nbytes <= cap for a, o in zip(outs, node.outputs)):
+            if not all(
+                _usable(a, o) and a.nbytes <= cap for a, o in zip(outs, node.outputs, strict=True)
+            ):
                 continue
-            folded.update(zip(node.outputs, outs))
+            folded.update(zip(node.outputs, outs, strict=True))
             done.append(node)
 
-        return self._materialize(graph, done, folded)
+        count = self._materialize(graph, done, folded)
+        for node in list(graph):
+            if node.op_type == "If" and node.domain in ("", "ai.onnx") and _inline_if(graph, node):
+                count += 1
+        return count
 
     def _evaluate(
         self,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from modelpress.passes._util import (
+    in_graph,
     insert_node,
     is_single_use,
     known_rank,
@@ -38,7 +39,7 @@ def _is_inner(value: ir.Value | None, axis: int, graph) -> bool:
         node is not None
         and node.op_type == "Concat"
         and node.domain == ""
-        and node.graph is graph
+        and in_graph(node, graph)
         and _axis(node) == axis
     )
 
@@ -54,7 +55,7 @@ class FlattenConcat(GraphPass):
         # Topological order: an inner Concat absorbs its own inner ones before its outer one
         # absorbs it, so a whole tree flattens in one sweep.
         for outer in list(graph):
-            if outer.op_type != "Concat" or outer.domain != "" or outer.graph is not graph:
+            if outer.op_type != "Concat" or outer.domain != "" or not in_graph(outer, graph):
                 continue
             axis = _axis(outer)
             if axis is None:

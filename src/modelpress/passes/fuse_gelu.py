@@ -49,6 +49,9 @@ from modelpress.passes.registry import register
 
 SQRT2 = math.sqrt(2.0)
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+# ONNX's own function bodies (Gelu, HardSwish) add with a two-input Sum; other_input() refuses
+# any other arity, so Sum matches only where it is an Add.
+_ADD = ("Add", "Sum")
 
 
 def _const_operand(node: ir.Node, value: ir.Value, expected: float, x: ir.Value) -> bool:
@@ -84,7 +87,7 @@ def _scaled_input(value: ir.Value, factor: float) -> tuple[ir.Value, ir.Node] | 
 
 def _one_plus(value: ir.Value, x: ir.Value) -> ir.Node | None:
     """The Add reading ``value`` (only) that computes ``1 + value``."""
-    add = sole_consumer(value, "Add")
+    add = sole_consumer(value, *_ADD)
     return add if add is not None and _const_operand(add, value, 1.0, x) else None
 
 
@@ -144,8 +147,8 @@ def _match_tanh(tanh: ir.Node) -> tuple[ir.Value, ir.Value, list[ir.Node]] | Non
     if outer is None or not is_single_use(tanh.inputs[0]):
         return None
     for inner in outer.inputs:
-        add_in = producer_of(inner, "Add")
-        if add_in is None or not is_single_use(inner) or not _const_operand(outer, inner, SQRT_2_OVER_PI, inner):
+        add_in = producer_of(inner, *_ADD)
+        if add_in is None or len(add_in.inputs) != 2 or not is_single_use(inner) or not _const_operand(outer, inner, SQRT_2_OVER_PI, inner):
             continue
         for x, term in (tuple(add_in.inputs), tuple(reversed(add_in.inputs))):
             coef = producer_of(term, "Mul")
@@ -173,7 +176,7 @@ def _match_relu6_swish(clip: ir.Node) -> tuple[ir.Value, ir.Value, list[ir.Node]
     low, high = _clip_bounds(clip)
     if low != 0.0 or high != 6.0:
         return None
-    shift = producer_of(clip.inputs[0], "Add")
+    shift = producer_of(clip.inputs[0], *_ADD)
     if shift is None or not is_single_use(clip.inputs[0]):
         return None
     c = clip.outputs[0]

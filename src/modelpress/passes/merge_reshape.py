@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from modelpress.passes._util import const_array, remove_node
+from modelpress.passes._util import const_array, in_graph, remove_node
 from modelpress.passes.base import GraphPass
 from modelpress.passes.registry import register
 
@@ -29,7 +29,7 @@ def _shape_only(value: ir.Value | None, graph) -> ir.Node | None:
         node is None
         or node.op_type not in _SHAPE_ONLY
         or node.domain != ""
-        or node.graph is not graph
+        or not in_graph(node, graph)
     ):
         return None
     if len(node.outputs) != 1 or not node.inputs or node.inputs[0] is None:
@@ -46,7 +46,7 @@ class MergeReshape(GraphPass):
     def rewrite_graph(self, graph: ir.Graph | ir.Function) -> int:
         count = 0
         for node in list(graph):
-            if node.op_type != "Reshape" or node.domain != "" or node.graph is not graph:
+            if node.op_type != "Reshape" or node.domain != "" or not in_graph(node, graph):
                 continue
             shape = const_array(node.inputs[1]) if len(node.inputs) > 1 else None
             if shape is None:

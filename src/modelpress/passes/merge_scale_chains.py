@@ -171,7 +171,7 @@ class MergeScaleChains(GraphPass):
         plan = _plan(s, t, s_used, t_used)
         ops = [node.op_type for node, *_ in chain]
         # Rewrite when it saves ops, or to put an Add before a Mul into Mul-then-Add order.
-        reorders = "add" in kinds and "mul" in kinds[kinds.index("add"):]
+        reorders = "add" in kinds and "mul" in kinds[kinds.index("add") :]
         if not (len(plan) < len(ops) or (len(plan) == len(ops) and reorders and plan != ops)):
             return False
         last = chain[-1][0]

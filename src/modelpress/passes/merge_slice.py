@@ -18,6 +18,7 @@ import onnx_ir as ir
 
 from modelpress.passes._util import (
     graph_opset,
+    in_graph,
     known_rank,
     make_slice,
     remove_node,
@@ -55,7 +56,7 @@ class MergeSlice(GraphPass):
     def rewrite_graph(self, graph: ir.Graph | ir.Function) -> int:
         count = 0
         for outer in list(graph):
-            if outer.op_type != "Slice" or outer.domain != "" or outer.graph is not graph:
+            if outer.op_type != "Slice" or outer.domain != "" or not in_graph(outer, graph):
                 continue
             data = outer.inputs[0]
             inner = data.producer() if data is not None else None
@@ -63,7 +64,7 @@ class MergeSlice(GraphPass):
                 inner is None
                 or inner.op_type != "Slice"
                 or inner.domain != ""
-                or inner.graph is not graph
+                or not in_graph(inner, graph)
             ):
                 continue
             merged = self._merge(inner, outer)

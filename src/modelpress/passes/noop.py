@@ -94,7 +94,7 @@ def _reshape(node: ir.Node) -> ir.Value | None:
         return None
     allowzero = node.attributes.get_int("allowzero", 0) == 1
     minus_one = 0
-    for want, dim in zip(target.tolist(), dims):
+    for want, dim in zip(target.tolist(), dims, strict=True):
         if want == 0 and not allowzero:
             continue  # copies the input's dimension
         if want == -1:
@@ -114,7 +114,7 @@ def _expand(node: ir.Node) -> ir.Value | None:
     shape = const_array(_input(node, 1))
     if dims is None or shape is None or shape.ndim != 1 or len(shape) > len(dims):
         return None
-    for want, dim in zip(shape.tolist()[::-1], dims[::-1]):
+    for want, dim in zip(shape.tolist()[::-1], dims[::-1], strict=False):
         if want != 1 and not (isinstance(dim, int) and dim == want):
             return None
     return x
@@ -159,7 +159,7 @@ def _slice(node: ir.Node) -> ir.Value | None:
         steps = arrays[3].tolist() if arrays[3] is not None else None
     axes = axes if axes is not None else list(range(len(starts)))
     steps = steps if steps is not None else [1] * len(starts)
-    for start, end, axis, step in zip(starts, ends, axes, steps):
+    for start, end, axis, step in zip(starts, ends, axes, steps, strict=False):
         if step != 1 or axis < -len(dims) or axis >= len(dims):
             return None
         dim = dims[axis]
@@ -209,7 +209,7 @@ def _broadcast_keeps_shape(x: ir.Value, constant: np.ndarray) -> bool:
         return False
     return all(
         c == 1 or (isinstance(d, int) and d == c)
-        for c, d in zip(constant.shape[::-1], dims[::-1])
+        for c, d in zip(constant.shape[::-1], dims[::-1], strict=False)
     )
 
 

@@ -98,6 +98,11 @@ def optimize(
         if not changed:
             break
     model.graph.sort()
+    # Rewrites inside subgraphs may mint a name an outer graph already uses; ONNX Runtime refuses
+    # such models (the checker does not), so names are made unique once at the end.
+    import onnx_ir.passes.common as common
+
+    common.NameFixPass()(model)
     if any(not p.standard and s.rewrites for p, s in zip(instances, stats)):
         model.metadata_props[RUNTIME_METADATA_KEY] = "onnxruntime"
     return OptimizeResult(

@@ -33,6 +33,7 @@ import onnx_ir as ir
 from modelpress.passes._util import (
     add_initializer,
     const_array,
+    in_graph,
     known_rank,
     remove_node,
     replace_with_new,
@@ -125,6 +126,10 @@ def _broadcast_positions(node: ir.Node) -> list[int] | None:
     return None
 
 
+def _copy_attributes(node: ir.Node) -> list[ir.Attr]:
+    return [ir.Attr(a.name, a.type, a.value) for a in node.attributes.values()]
+
+
 @register
 class ReorderCrop(GraphPass):
     """crop(f(x, c)) → f(crop(x), crop(c)) for element-wise f, when it is legal and saves work."""
@@ -138,7 +143,7 @@ class ReorderCrop(GraphPass):
             changed = False
             for node in list(graph):
                 if (
-                    node.graph is not graph
+                    not in_graph(node, graph)
                     or node.op_type not in ("Slice", "Gather")
                     or not node.inputs
                 ):
@@ -151,7 +156,7 @@ class ReorderCrop(GraphPass):
     def _try(self, graph, crop_node: ir.Node) -> int:
         data = crop_node.inputs[0]
         elem = data.producer() if data is not None else None
-        if elem is None or elem.graph is not graph or data.is_graph_output():
+        if elem is None or not in_graph(elem, graph) or data.is_graph_output():
             return 0
         positions = _broadcast_positions(elem)
         if positions is None:
@@ -190,8 +195,13 @@ class ReorderCrop(GraphPass):
                 return False
             for c in consts.values():
                 ac = a - (rank - c.ndim)
-                if ac >= 0 and c.shape[ac] > 1 and x.shape[a] != c.shape[ac]:
+                if ac < 0 or c.shape[ac] == 1:
+                    continue
+                if x.shape[a] != c.shape[ac]:
                     return False  # x could broadcast along a (unknown or size 1): unsafe
+                d = c.shape[ac]
+                if crop.index is not None and ((crop.index < -d) | (crop.index >= d)).any():
+                    return False  # out of range: the model fails at run time; leave it so
         return True
 
     @staticmethod
@@ -220,8 +230,7 @@ class ReorderCrop(GraphPass):
         old = crop.node
         out = old.outputs[0]
         x = elem.inputs[k]
-        copy = lambda n: [ir.Attr(a.name, a.type, a.value) for a in n.attributes.values()]  # noqa: E731
-        new_crop = ir.Node("", old.op_type, [x, *old.inputs[1:]], copy(old))
+        new_crop = ir.Node("", old.op_type, [x, *old.inputs[1:]], _copy_attributes(old))
         graph.insert_before(old, new_crop)
         if x.type is not None:
             new_crop.outputs[0].type = x.type
@@ -229,11 +238,12 @@ class ReorderCrop(GraphPass):
         new_inputs[k] = new_crop.outputs[0]
         for i, c in consts.items():
             cropped = crop.crop_constant(c, rank) if c.ndim > 0 else c
-            if cropped.shape != c.shape:
+            # Compare values, not shapes: a reversing Slice keeps the shape and moves the data.
+            if cropped.shape != c.shape or not np.array_equal(cropped, c):
                 new_inputs[i] = add_initializer(
                     graph, cropped, f"{elem.inputs[i].name or 'const'}_cropped"
                 )
-        new_elem = ir.Node("", elem.op_type, new_inputs, copy(elem))
+        new_elem = ir.Node("", elem.op_type, new_inputs, _copy_attributes(elem))
         graph.insert_before(old, new_elem)
         new_elem.outputs[0].type = out.type
         new_elem.outputs[0].shape = out.shape

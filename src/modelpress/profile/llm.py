@@ -72,8 +72,8 @@ class LLMConfig:
 
     @property
     def matmul_params(self) -> int:
-        """Parameters used in matrix products per token: all but the embedding lookup."""
-        return self.layers * self.layer_params + self.vocab * self.hidden
+        """Parameters used in matrix products per token: all but the embedding lookup and norms."""
+        return self.layers * (self.layer_params - 2 * self.hidden) + self.vocab * self.hidden
 
     def forward_flops_per_token(self, context: float) -> float:
         return 2.0 * self.matmul_params + 4.0 * self.layers * self.hidden * context

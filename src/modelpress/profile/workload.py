@@ -138,14 +138,53 @@ def _input_shapes(model: ir.Model, batch: int, seq: int | None) -> tuple[dict[st
     return shapes, fixed_batch
 
 
-def workload_from_onnx(model: ir.Model, *, name: str, seq: int | None = None) -> Workload:
-    """A workload from an ONNX graph (see the module docstring for the batch-1/batch-2 rule)."""
+def _with_run_shapes(model: ir.Model, shapes: dict[str, tuple[int, ...]]) -> ir.Model:
+    """A copy of ``model`` whose intermediate values carry the shapes of a real run.
+
+    ONNX shape inference cannot follow every exporter's shape arithmetic; when it gives up, one
+    run under ONNX Runtime (optimizations off, every intermediate exposed as an output) on
+    generated inputs gives the true shapes.
+    """
+    from modelpress.ir import from_proto, to_proto
+    from modelpress.runtime.ort import session
+    from modelpress.verify.inputs import generate_inputs
+
+    runner = from_proto(to_proto(model))
+    graph = runner.graph
+    known = {v.name for v in graph.outputs} | {v.name for v in graph.inputs}
+    extra = [v.name for node in graph for v in node.outputs if v.name and v.name not in known]
+    by_name = {v.name: v for node in graph for v in node.outputs}
+    graph.outputs.extend(by_name[n] for n in extra)
+    feeds = generate_inputs(runner, shapes=shapes)
+    results = dict(zip(extra, session(runner, optimize="disabled").run(extra, feeds)))
+    copy = from_proto(to_proto(model))
+    for node in copy.graph:
+        for value in node.outputs:
+            if value.name in results:
+                value.shape = ir.Shape(list(results[value.name].shape))
+                value.dtype = ir.DataType.from_numpy(results[value.name].dtype)
+    return copy
+
+
+def _profile(model: ir.Model, shapes: dict[str, tuple[int, ...]]):
     from modelpress.profile.cost import profile_model
 
+    cost = profile_model(model, shapes)
+    if cost.unknown_shapes:
+        cost = profile_model(_with_run_shapes(model, shapes), shapes)
+    return cost
+
+
+def workload_from_onnx(model: ir.Model, *, name: str, seq: int | None = None) -> Workload:
+    """A workload from an ONNX graph (see the module docstring for the batch-1/batch-2 rule).
+
+    Shapes come from ONNX shape inference, or from a run under ONNX Runtime where inference
+    leaves some unknown.
+    """
     shapes1, fixed = _input_shapes(model, 1, seq)
-    cost1 = profile_model(model, shapes1)
+    cost1 = _profile(model, shapes1)
     if fixed is None:
-        cost2 = profile_model(model, _input_shapes(model, 2, seq)[0])
+        cost2 = _profile(model, _input_shapes(model, 2, seq)[0])
         pairs = list(zip(cost1.nodes, cost2.nodes))
         divisor = 1.0
     else:

@@ -24,7 +24,7 @@ from modelpress.compress.quantize._graph import (
     replace_value,
     weight_nodes,
 )
-from modelpress.compress.quantize.qparams import PerChannel, PerTensor, quantize, weight_qparams
+from modelpress.compress.quantize.qparams import PerChannel, PerTensor, fake_quantize, qparams_from_range, quantize, weight_qparams
 
 
 def eligible(node: ir.Node) -> bool:
@@ -52,25 +52,88 @@ def _kn_weight(node: ir.Node) -> np.ndarray:
     return np.ascontiguousarray(w, dtype=np.float32)  # [K, N]
 
 
+class RowSample:
+    """A fixed-size uniform sample of the rows (last axis = channels) of the tensors it observes
+    (reservoir sampling: memory does not grow with the calibration set)."""
+
+    def __init__(self, size: int = 512, seed: int = 0):
+        self.size = size
+        self.rows: np.ndarray | None = None
+        self.seen = 0
+        self.rng = np.random.default_rng(seed)
+
+    def observe(self, x: np.ndarray) -> None:
+        rows = np.asarray(x, dtype=np.float32).reshape(-1, np.shape(x)[-1])
+        if self.rows is None:
+            self.rows = rows[: self.size].copy()
+            self.seen = len(self.rows)
+            rows = rows[len(self.rows) :]
+        elif len(self.rows) < self.size:
+            take = rows[: self.size - len(self.rows)]
+            self.rows = np.vstack([self.rows, take])
+            self.seen += len(take)
+            rows = rows[len(take) :]
+        if len(rows):
+            # row i of this batch replaces a random slot with probability size / (rows seen so far)
+            seen = self.seen + np.arange(1, len(rows) + 1)
+            j = (self.rng.random(len(rows)) * seen).astype(np.int64)
+            hit = j < self.size
+            self.rows[j[hit]] = rows[hit]  # later rows win on repeated slots, as in sequential order
+            self.seen += len(rows)
+
+
+def _factors(users: list[ir.Node], x_max: np.ndarray, alpha: float) -> np.ndarray:
+    w_max = np.max([np.abs(_kn_weight(n)).max(axis=1) for n in users], axis=0)
+    s = np.maximum(x_max, 1e-5) ** alpha / np.maximum(w_max, 1e-5) ** (1 - alpha)
+    # Only shrink channels above the typical one: amplifying a channel that was quiet during
+    # calibration would blow up the range the day it is not (a common scale factor changes nothing).
+    return np.clip(s / np.median(s), 1.0, 1e2).astype(np.float32)
+
+
+def _matmul_error(x: np.ndarray, users: list[ir.Node], s: np.ndarray | None, per_channel: bool) -> float:
+    """Squared error of the users' outputs on the sampled rows, quantized as at run time."""
+    xs = x if s is None else x / s
+    xqp = qparams_from_range(xs.min(), xs.max(), dtype="uint8")
+    xd = fake_quantize(xs, xqp)
+    err = 0.0
+    for n in users:
+        w = _kn_weight(n)
+        ws = w if s is None else w * s[:, None]
+        wd = fake_quantize(ws, weight_qparams(ws, PerChannel(1) if per_channel else PerTensor(), dtype="int8"))
+        err += float(np.sum((xd @ wd - x @ w) ** 2))
+    return err
+
+
+ALPHAS = (0.3, 0.5, 0.7, 0.85)
+
+
 def smoothing_factors(
-    nodes: list[ir.Node], input_absmax: dict[str, np.ndarray], alpha: float = 0.5
+    nodes: list[ir.Node], samples: dict[str, RowSample], *, per_channel: bool = True
 ) -> dict[str, np.ndarray]:
     """Per input channel ``s_k = max|x_k|^α / max|W_k|^(1−α)`` for each shared activation input.
 
     Dividing the activation by ``s`` and multiplying the weight rows by it leaves the product
     unchanged while moving outlier channels' range from the activation (one scale for the whole
     tensor at run time) into the weights (one scale per output column), as SmoothQuant does.
+    ``α`` is chosen per input among ``ALPHAS`` by the error on the sampled calibration rows, and
+    an input is left alone when no ``α`` beats no smoothing.
     """
     by_input: dict[str, list[ir.Node]] = {}
     for n in nodes:
-        if n.inputs[0].name in input_absmax:
+        if n.inputs[0].name in samples and samples[n.inputs[0].name].rows is not None:
             by_input.setdefault(n.inputs[0].name, []).append(n)
     out = {}
     for name, users in by_input.items():
-        w_max = np.max([np.abs(_kn_weight(n)).max(axis=1) for n in users], axis=0)
-        x_max = np.maximum(np.asarray(input_absmax[name], np.float64), 1e-5)
-        s = x_max**alpha / np.maximum(w_max, 1e-5) ** (1 - alpha)
-        out[name] = np.clip(s, 1e-2, 1e2).astype(np.float32)
+        x = samples[name].rows
+        x_max = np.abs(x).max(axis=0)
+        best, best_err = None, _matmul_error(x, users, None, per_channel)
+        for alpha in ALPHAS:
+            s = _factors(users, x_max, alpha)
+            e = _matmul_error(x, users, s, per_channel)
+            if e < best_err:
+                best, best_err = s, e
+        if best is not None:
+            out[name] = best
     return out
 
 

@@ -15,7 +15,8 @@ Three rewrites keep the chain in 8 bits:
 - layout and selection ops (MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze) share the
   scale of their input, so ONNX Runtime drops their Q/DQ and runs them on the 8-bit data;
 - Concat inputs used only by the Concat take the Concat's output scale (one scale for all).
-Graph outputs stay float: the last quantized op dequantizes into them.
+Graph outputs stay float: the last quantized op dequantizes into them; so does an output read by a
+layer that is kept in float on purpose (``exclude``).
 """
 
 from __future__ import annotations
@@ -193,6 +194,9 @@ def plan(
             p.tensors.setdefault(alias.get(v.name, v.name), v.name)
         y = node.outputs[0]
         if y.is_graph_output() or not is_float(y):
+            continue
+        # A consumer kept in float on purpose (user or accuracy budget) must see the float output.
+        if any(c is not None and c.name in exclude for c in _through(y, True)):
             continue
         relu = _relu_after(node) if fold_relu else None
         if relu is not None:

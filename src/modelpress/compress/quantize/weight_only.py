@@ -48,15 +48,21 @@ def apply(
     block_size: int = 32,
     exclude: frozenset[str] = frozenset(),
     method: str = "minmax",
+    tables_bits: int | None = None,
+    int8_layers: frozenset[str] = frozenset(),
 ) -> tuple[ir.Model, list[str], list[str]]:
-    """A weight-only quantized copy of ``model``, the nodes quantized, and notes for the user."""
+    """A weight-only quantized copy of ``model``, the nodes quantized, and notes for the user.
+
+    ``tables_bits`` sets the bits of Gather tables separately (default: ``bits``); nodes named in
+    ``int8_layers`` keep 8 bits when ``bits=4`` (the accuracy budget's fallback).
+    """
     if bits not in (4, 8):
         raise OptionError(f"--bits {bits}: weight-only quantization supports 8 or 4 bits")
     if bits == 4 and (block_size < 16 or block_size & (block_size - 1)):
         raise OptionError(f"--block-size {block_size}: use a power of two of at least 16")
     notes: list[str] = []
     m = copy_model(model)
-    if bits == 4 and m.opset_imports.get("", 0) < BLOCKWISE_OPSET:
+    if 4 in (bits, tables_bits) and m.opset_imports.get("", 0) < BLOCKWISE_OPSET:
         from modelpress.ir.opset import upgrade_opset
 
         notes.append(f"upgraded opset {m.opset_imports.get('', 0)} → {BLOCKWISE_OPSET} (4-bit blocks need DequantizeLinear-21)")
@@ -64,10 +70,12 @@ def apply(
     g = m.graph
     done = []
     fallback = 0
-    targets = [(n, 1, output_channel_axis(n), input_channel_axis(n)) for n in weight_nodes(g)]
-    targets += [(n, 0, 0, 1) for n in _gather_tables(g)]
+    targets = [
+        (n, 1, output_channel_axis(n), input_channel_axis(n), 8 if n.name in int8_layers else bits) for n in weight_nodes(g)
+    ]
+    targets += [(n, 0, 0, 1, tables_bits or bits) for n in _gather_tables(g)]
     cache: dict[int, ir.Value] = {}  # a table shared by several nodes is quantized once
-    for node, idx, out_axis, red_axis in targets:
+    for node, idx, out_axis, red_axis, nbits in targets:
         if node.name in exclude:
             continue
         v = node.inputs[idx]
@@ -76,10 +84,10 @@ def apply(
             done.append(node.name)
             continue
         w = const_array(v)
-        if bits == 4 and w.shape[red_axis] % block_size == 0:
+        if nbits == 4 and w.shape[red_axis] % block_size == 0:
             qp = weight_qparams(w, PerGroup(red_axis, block_size), dtype="int4", symmetric=True, method=method)
         else:
-            fallback += bits == 4
+            fallback += nbits == 4
             qp = weight_qparams(w, PerChannel(out_axis), dtype="int8", symmetric=True, method=method)
         q = quantize(w, qp)
         if qp.dtype == "int4":

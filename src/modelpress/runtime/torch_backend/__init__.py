@@ -10,7 +10,7 @@ it on first use and a missing torch raises ``MissingExtraError`` naming the extr
 from __future__ import annotations
 
 from modelpress.runtime.backend import register_backend
-from modelpress.runtime.torch_backend.backend import TorchBackend, supported_ops
+from modelpress.runtime.torch_backend.backend import TorchBackend, ops_by_family, supported_ops
 from modelpress.runtime.torch_backend.errors import NodeRunError, UnsupportedOpError
 
 register_backend("torch", TorchBackend)
@@ -33,4 +33,13 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["NodeRunError", "OnnxModule", "TorchBackend", "UnsupportedOpError", "supported_ops", "to_onnx", "to_torch"]
+__all__ = [
+    "NodeRunError",
+    "OnnxModule",
+    "TorchBackend",
+    "UnsupportedOpError",
+    "ops_by_family",
+    "supported_ops",
+    "to_onnx",
+    "to_torch",
+]

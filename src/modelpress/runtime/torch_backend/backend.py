@@ -72,6 +72,19 @@ class TorchBackend:
         return TorchPrepared(model, device=device, compile=compile)
 
 
+def ops_by_family() -> dict[str, list[str]]:
+    """The supported ops grouped by the kernel module that implements them (conv, linalg, ...)."""
+    require("torch", extra="torch", purpose="the PyTorch backend")
+    from modelpress.runtime.torch_backend import ops as _ops  # noqa: F401  (registers the kernels)
+    from modelpress.runtime.torch_backend.registry import OPS
+
+    families: dict[str, list[str]] = {"shape": ["Constant"]}  # Constant is folded into a buffer
+    for (domain, op_type), fn in OPS.items():
+        family = fn.__module__.rsplit(".", 1)[-1]
+        families.setdefault(family, []).append(op_type if not domain else f"{domain}:{op_type}")
+    return {k: sorted(v) for k, v in sorted(families.items())}
+
+
 def supported_ops() -> list[str]:
     """The ops the PyTorch backend implements (``domain:op`` outside the default domain), sorted."""
     require("torch", extra="torch", purpose="the PyTorch backend")

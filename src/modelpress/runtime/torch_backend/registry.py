@@ -20,6 +20,8 @@ import torch
 from modelpress.runtime.torch_backend.errors import UnsupportedOpError
 
 Kernel = Callable[..., Any]
+# constant inputs up to this many elements are kept as Python values for the kernels
+_MAX_CONST = 4096
 
 OPS: dict[tuple[str, str], Kernel] = {}
 SCOPED: set[tuple[str, str]] = set()
@@ -71,7 +73,7 @@ def attr_value(attr: ir.Attr) -> Any:
     """A node attribute as a plain Python value (tensors as numpy arrays, graphs as ``ir.Graph``)."""
     value = attr.value
     if attr.type == ir.AttributeType.TENSOR:
-        return value.numpy()
+        return from_numpy(value.numpy()).clone()
     if attr.type in (ir.AttributeType.INTS, ir.AttributeType.FLOATS, ir.AttributeType.STRINGS):
         return list(value)
     return value
@@ -98,7 +100,11 @@ class NodeContext:
             for k, a in node.attributes.items()
             if a.type != ir.AttributeType.GRAPH
         }
-        self.consts = consts
+        # Python values, not arrays: TorchDynamo would trace numpy arrays as tensors.
+        self.consts = [
+            tuple(np.asarray(c).reshape(-1).tolist()) if c is not None and np.asarray(c).size <= _MAX_CONST else None
+            for c in consts
+        ]
         self.subgraphs = subgraphs
         self.num_outputs = len(node.outputs)
         self.outputs_used = [bool(v is not None and v.name) for v in node.outputs]
@@ -112,8 +118,17 @@ class NodeContext:
             return None
         const = self.consts[i] if i < len(self.consts) else None
         if const is not None:
-            return [int(v) for v in np.asarray(const).reshape(-1)]
+            return [int(v) for v in const]
         return [int(v) for v in t.reshape(-1).tolist()]
+
+    def floats(self, i: int, t: torch.Tensor | None) -> list[float] | None:
+        """Input ``i`` as a list of floats (constant when known)."""
+        if t is None:
+            return None
+        const = self.consts[i] if i < len(self.consts) else None
+        if const is not None:
+            return [float(v) for v in const]
+        return [float(v) for v in t.reshape(-1).tolist()]
 
     def scalar(self, i: int, t: torch.Tensor | None) -> float | int | bool | None:
         """Input ``i`` (a one-element tensor) as a Python number."""
@@ -121,7 +136,7 @@ class NodeContext:
             return None
         const = self.consts[i] if i < len(self.consts) else None
         if const is not None:
-            return np.asarray(const).reshape(-1)[0].item()
+            return const[0]
         return t.reshape(-1)[0].item()
 
     def unsupported(self, what: str) -> UnsupportedOpError:
@@ -157,7 +172,7 @@ _BITS_VIEW = {
 def from_numpy(array: np.ndarray) -> torch.Tensor:
     """A torch tensor (sharing memory where it can) for a numpy array, incl. ml_dtypes arrays."""
     array = np.asarray(array)
-    if not array.flags.c_contiguous:
+    if not array.flags.c_contiguous or not array.flags.writeable:
         array = array.copy(order="C")  # np.ascontiguousarray would turn a 0-d array into 1-d
     view = _BITS_VIEW.get(array.dtype.name)
     if view is not None:

@@ -15,7 +15,7 @@ _UNARY = {
     "Sign": torch.sign, "Sin": torch.sin, "Cos": torch.cos, "Tan": torch.tan, "Asin": torch.asin,
     "Acos": torch.acos, "Atan": torch.atan, "Sinh": torch.sinh, "Cosh": torch.cosh,
     "Asinh": torch.asinh, "Acosh": torch.acosh, "Atanh": torch.atanh, "Erf": torch.erf,
-    "IsNaN": torch.isnan, "Not": torch.logical_not, "BitwiseNot": torch.bitwise_not,
+    "IsNaN": torch.isnan, "Not": torch.logical_not,
 }
 
 
@@ -84,8 +84,15 @@ def mod(ctx, a, b):
 @op("BitShift")
 def bitshift(ctx, a, b):
     if ctx.attr("direction") == "LEFT":
-        return torch.bitwise_left_shift(a, b)
-    return torch.bitwise_right_shift(a, b)
+        return _widened(torch.bitwise_left_shift)(a, b)
+    return _widened(torch.bitwise_right_shift)(a, b)
+
+
+@op("BitwiseNot")
+def bitwise_not(ctx, x):
+    if x.dtype in _UNSIGNED_WIDE:
+        return torch.bitwise_not(x.to(torch.int64)).to(x.dtype)
+    return torch.bitwise_not(x)
 
 
 def _variadic(fn):
@@ -126,14 +133,25 @@ def identity(ctx, x):
     return x
 
 
+_FLOAT8 = {torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz}
+
+
+def _cast(ctx, x, dtype):
+    if dtype in _FLOAT8 and ctx.attr("saturate", 1):
+        # saturate: values past the largest finite float8 (infinities included) become it
+        limit = torch.finfo(dtype).max
+        x = torch.where(torch.isnan(x), x, torch.clamp(x.to(torch.float32), -limit, limit))
+    return x.to(dtype)
+
+
 @op("Cast")
 def cast(ctx, x):
-    return x.to(torch_dtype(ctx.attr("to"), ctx))
+    return _cast(ctx, x, torch_dtype(ctx.attr("to"), ctx))
 
 
 @op("CastLike")
 def cast_like(ctx, x, like):
-    return x.to(like.dtype)
+    return _cast(ctx, x, like.dtype)
 
 
 @op("Clip")

@@ -116,11 +116,11 @@ def resize(ctx, x, roi=None, scales=None, sizes=None):
             scale_v = [s] * len(axes)
             out_sizes = [int(math.floor(i * s + 0.5)) for i in in_sizes]
     else:
-        scale_v = [float(v) for v in (scales.reshape(-1).tolist() if ctx.consts[2 if ctx.opset >= 11 else 1] is None else ctx.consts[2 if ctx.opset >= 11 else 1].reshape(-1).tolist())]
+        scale_v = ctx.floats(2 if ctx.opset >= 11 else 1, scales)
         if len(scale_v) == rank and len(axes) != rank:
             scale_v = [scale_v[a] for a in axes]
         out_sizes = [int(math.floor(i * s)) for i, s in zip(in_sizes, scale_v)]
-    roi_v = roi.reshape(-1).tolist() if roi is not None and roi.numel() > 0 else None
+    roi_v = ctx.floats(1, roi) if roi is not None and roi.numel() > 0 else None
     outside = None
     for k, a in enumerate(axes):
         if out_sizes[k] == in_sizes[k] and scale_v[k] == 1.0 and coord_mode != "tf_crop_and_resize":
@@ -150,8 +150,7 @@ def resize(ctx, x, roi=None, scales=None, sizes=None):
 
 @op("Upsample")
 def upsample(ctx, x, scales=None):
-    scale_v = ctx.attr("scales") if scales is None else ctx.consts[1] if ctx.consts[1] is not None else scales
-    scale_v = [float(s) for s in (scale_v.reshape(-1).tolist() if hasattr(scale_v, "reshape") else scale_v)]
+    scale_v = ctx.attr("scales") if scales is None else ctx.floats(1, scales)
     mode = ctx.attr("mode", "nearest")
     mode = "linear" if mode in ("linear", "bilinear") else "nearest"
     for a, s in enumerate(scale_v):

@@ -186,8 +186,7 @@ def constant_of_shape(ctx, target):
     dims = ctx.ints(0, target)
     if value is None:
         return torch.zeros(dims, dtype=torch.float32, device=target.device)
-    fill = torch.as_tensor(value.reshape(-1)[:1].copy()).reshape(())
-    return fill.to(target.device).expand(dims).clone()
+    return value.reshape(-1)[:1].reshape(()).to(target.device).expand(dims).clone()
 
 
 @op("Range")

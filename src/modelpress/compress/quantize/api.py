@@ -1,0 +1,322 @@
+"""``quantize()``: one typed entry point for every quantization mode.
+
+The float model is optimized first (``modelpress.optimize(level=2)``: BatchNorm folded, fusions
+done, so the quantized graph has the shapes int8 kernels want), calibrated once, and then built by
+the mode's builder, a function of the set of layers to keep in float, so the accuracy-budget
+search can rebuild it cheaply. Modes are looked up in ``MODES``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx_ir as ir
+
+from modelpress.compress.quantize import bias_correction, calibration, dynamic, float16, sensitivity, static, weight_only
+from modelpress.compress.quantize.calibration import CalibrationSet, ImagePreprocess, Progress
+from modelpress.compress.quantize.observers import get_observer
+from modelpress.compress.quantize.qparams import PerChannel
+from modelpress.errors import InputError, OptionError
+
+Metric = Callable[[sensitivity.Runner], float]
+
+
+@dataclass(frozen=True)
+class Options:
+    method: str = "minmax"
+    per_channel: bool = True
+    bits: int = 8
+    block_size: int = 32
+    activation_dtype: str = "uint8"
+    symmetric_activations: bool = False
+    bias_correction: bool = True
+    smooth: bool = True
+
+
+@dataclass
+class Built:
+    """What a mode's builder makes for one set of float layers."""
+
+    model: ir.Model
+    layers: list[str]  # the layers quantized
+    pairs: dict[str, tuple[str, str]]  # layer → (float tensor, quantized tensor) to compare
+
+
+@dataclass
+class QuantizeResult:
+    model: ir.Model
+    mode: str
+    method: str | None
+    layers: list[sensitivity.LayerReport]
+    seconds: float
+    size_before: int
+    size_after: int
+    notes: list[str] = field(default_factory=list)
+    accuracy: sensitivity.BudgetResult | None = None
+    output_error: float | None = None  # relative error of the outputs on the calibration data
+
+    def to_dict(self) -> dict:
+        return {
+            "mode": self.mode,
+            "method": self.method,
+            "seconds": round(self.seconds, 3),
+            "size_before": self.size_before,
+            "size_after": self.size_after,
+            "output_error": self.output_error,
+            "notes": self.notes,
+            "accuracy": self.accuracy.to_dict() if self.accuracy else None,
+            "layers": [layer.to_dict() for layer in self.layers],
+        }
+
+
+Builder = Callable[[frozenset[str]], Built]
+# A mode prepares (calibrates) and returns its builder, the layers it can quantize, and notes.
+ModeFn = Callable[[ir.Model, "CalibrationSet | None", Options, "Progress | None"], tuple[Builder, list[str], list[str]]]
+
+
+def _node_outputs(model: ir.Model, names: list[str]) -> dict[str, tuple[str, str]]:
+    by = {n.name: n for n in model.graph}
+    return {n: (by[n].outputs[0].name, by[n].outputs[0].name) for n in names if n in by}
+
+
+def _static(model, cal, opt: Options, progress):
+    if cal is None:
+        raise OptionError("--mode static needs calibration data (--calib)")
+    symmetric = opt.symmetric_activations
+    full = static.plan(model, fold_relu=not symmetric)
+    obs_cls = get_observer(opt.method)
+    observers: dict[str, list] = {
+        t: [obs_cls(dtype=opt.activation_dtype, symmetric=symmetric)] for t in full.observed
+    }
+    by = {n.name: n for n in model.graph}
+    weighted = [by[n] for n in full.layers if by[n].op_type in ("Conv", "Gemm", "MatMul")]
+    means = {}
+    if opt.bias_correction:
+        for node in weighted:
+            cm = bias_correction.ChannelMean(bias_correction.input_mean_axis(node))
+            means[node.name] = cm
+            observers.setdefault(node.inputs[0].name, []).append(cm)
+    calibration.collect(model, cal, observers, progress=progress)
+    qparams = {t: obs[0].qparams() for t, obs in observers.items() if t in set(full.observed)}
+    deltas = bias_correction.shifts(weighted, means, per_channel=opt.per_channel) if opt.bias_correction else None
+
+    def build(exclude: frozenset[str]) -> Built:
+        p = static.plan(model, exclude=exclude, fold_relu=not symmetric)
+        q = static.apply(model, p, qparams, per_channel=opt.per_channel, bias_deltas=deltas)
+        pairs = {}
+        for name in p.layers:
+            y = by[name].outputs[0].name
+            fl = p.tensors.get(y, y)
+            pairs[name] = (fl, f"{y}_dequantized" if y in p.tensors else y)
+        return Built(q, p.layers, pairs)
+
+    return build, full.layers, []
+
+
+def _dynamic(model, cal, opt: Options, progress):
+    nodes = dynamic.layers(model)
+    smoothing = None
+    notes = []
+    if cal is not None and opt.smooth:
+        samples = {i: dynamic.RowSample() for i in sorted({n.inputs[0].name for n in nodes})}
+        calibration.collect(model, cal, {i: [s] for i, s in samples.items()}, progress=progress)
+        smoothing = dynamic.smoothing_factors(nodes, samples, per_channel=opt.per_channel)
+        notes.append(f"activation outliers moved into weights (smoothing) for {len(smoothing)} of {len(samples)} input(s)")
+
+    def build(exclude):
+        q, done = dynamic.apply(model, per_channel=opt.per_channel, exclude=exclude, smoothing=smoothing)
+        return Built(q, done, _node_outputs(model, done))
+
+    return build, [n.name for n in nodes], notes
+
+
+def _weight_only(model, cal, opt: Options, progress):
+    notes: list[str] = []
+    probe, names, notes = weight_only.apply(model, bits=opt.bits, block_size=opt.block_size)
+
+    def build(exclude):
+        # With 4 bits, the budget's fallback for a sensitive layer is 8 bits, not float.
+        if opt.bits == 4:
+            q, done, _ = weight_only.apply(model, bits=4, block_size=opt.block_size, int8_layers=exclude)
+        else:
+            q, done, _ = weight_only.apply(model, bits=opt.bits, block_size=opt.block_size, exclude=exclude)
+        return Built(q, done, _node_outputs(model, done))
+
+    return build, names, notes
+
+
+def _float16(dtype: str) -> ModeFn:
+    def prepare(model, cal, opt, progress):
+        names = [n.name for n in model.graph if n.op_type not in float16.KEEP_FLOAT32]
+
+        def build(exclude):
+            q, kept = float16.apply(model, dtype=dtype, keep_nodes=exclude)
+            done = [n for n in names if n not in set(kept)]
+            return Built(q, done, _node_outputs(model, done))
+
+        return build, names, []
+
+    return prepare
+
+
+MODES: dict[str, ModeFn] = {
+    "static": _static,
+    "dynamic": _dynamic,
+    "weight-only": _weight_only,
+    "fp16": _float16("fp16"),
+    "bf16": _float16("bf16"),
+}
+
+
+def _as_model(model) -> ir.Model:
+    from modelpress.compress.quantize._graph import copy_model
+    from modelpress.ir import from_proto, load
+
+    if isinstance(model, ir.Model):
+        return copy_model(model)
+    if isinstance(model, (str, os.PathLike)):
+        return load(model)
+    return from_proto(model)
+
+
+def accuracy_metric(cal: CalibrationSet, model: ir.Model) -> Metric:
+    """Top-1 accuracy of the first output against the labels that come with the calibration data."""
+
+    def metric(run: sensitivity.Runner) -> float:
+        hits = total = 0
+        for batch in cal.batches(model):
+            if batch.labels is None:
+                raise InputError(f"{cal.name}: no labels for the accuracy budget (set the labels key)")
+            out = next(iter(run(batch.feeds).values()))
+            hits += int((np.asarray(out).argmax(axis=-1) == batch.labels).sum())
+            total += len(batch.labels)
+        return hits / max(total, 1)
+
+    return metric
+
+
+def quantize(
+    model,
+    *,
+    mode: str = "static",
+    calibration=None,
+    method: str = "minmax",
+    per_channel: bool = True,
+    bits: int = 8,
+    block_size: int = 32,
+    activation_dtype: str = "uint8",
+    symmetric_activations: bool = False,
+    bias_correction: bool = True,
+    smooth: bool = True,
+    exclude: list[str] | None = None,
+    max_accuracy_drop: float | None = None,
+    metric: Metric | None = None,
+    labels_key: str | None = None,
+    batch_size: int = 16,
+    calibration_limit: int | None = None,
+    image: ImagePreprocess | None = None,
+    optimize: bool = True,
+    report_layers: bool = True,
+    progress: Progress | None = None,
+) -> QuantizeResult:
+    """Quantize ``model`` (an ``onnx_ir.Model``, path or ``ModelProto``; not modified).
+
+    ``mode``: static | dynamic | weight-only | fp16 | bf16. ``calibration``: an .npz path, a
+    directory of .npz files or images (with ``image``), or an iterable of input dicts; required for
+    static, used by dynamic (outlier smoothing, ``smooth``) and by every mode for the error report and the
+    accuracy budget. ``max_accuracy_drop`` with ``metric`` (a function of a runner
+    ``feeds → outputs`` returning a score, higher is better) or ``labels_key`` (labels in the
+    calibration data; top-1 accuracy) keeps the most sensitive layers in float until the drop holds.
+    """
+    from modelpress.compress.quantize._graph import copy_model
+    from modelpress.ir import infer_shapes, model_bytes
+
+    if mode not in MODES:
+        raise OptionError(f"--mode {mode}: choose one of {', '.join(MODES)}")
+    get_observer(method)
+    if activation_dtype not in ("uint8", "int8"):
+        raise OptionError(f"activation type {activation_dtype!r}: choose uint8 or int8")
+    if max_accuracy_drop is not None and max_accuracy_drop < 0:
+        raise OptionError("--max-accuracy-drop must be at least 0")
+    start = time.perf_counter()
+    original = _as_model(model)
+    size_before = len(model_bytes(original))
+    work = copy_model(original)
+    if optimize:
+        from modelpress.passes import optimize as run_optimizer
+
+        work = run_optimizer(work, level=2).model
+    work = infer_shapes(work)
+    static.name_nodes(work)
+    cal = None
+    if calibration is not None:
+        cal = CalibrationSet.from_source(
+            calibration, batch_size=batch_size, labels_key=labels_key, image=image, limit=calibration_limit
+        )
+    opt = Options(method, per_channel, bits, block_size, activation_dtype, symmetric_activations, bias_correction, smooth)
+    build, candidates, notes = MODES[mode](work, cal, opt, progress)
+    unknown = sorted(set(exclude or ()) - {n.name for n in work.graph})
+    if unknown:
+        raise OptionError(f"--exclude {unknown[0]}: no node of that name (after optimization)")
+    built = build(frozenset(exclude or ()))
+    accuracy = None
+    if max_accuracy_drop is not None:
+        if metric is None:
+            if cal is None or labels_key is None:
+                raise OptionError("--max-accuracy-drop needs a metric: labels in the calibration data (--labels-key) or a metric function")
+            metric = accuracy_metric(cal, work)
+        built, accuracy = _budget(work, build, built, candidates, cal, metric, max_accuracy_drop)
+    layers, out_err = [], None
+    if report_layers and cal is not None:
+        batches = [b.feeds for b, _ in zip(cal.batches(work), range(4))]
+        try:
+            errs = sensitivity.layer_errors(work, built.model, built.pairs, batches)
+            out_err = sensitivity.output_error(sensitivity.runner(work), sensitivity.runner(built.model), batches)
+        except Exception as exc:  # noqa: BLE001 - e.g. bf16 graphs that ONNX Runtime's CPU cannot run
+            errs = {}
+            notes.append(f"no error report: ONNX Runtime cannot run the result here ({str(exc).splitlines()[0][:120]})")
+        by = {n.name: n for n in work.graph}
+        for name in candidates:
+            sq, rel = errs.get(name, (None, None))
+            layers.append(sensitivity.LayerReport(name, by[name].op_type, name in set(built.layers), sq, rel))
+    return QuantizeResult(
+        model=built.model,
+        mode=mode,
+        method=method if mode == "static" else None,
+        layers=layers,
+        seconds=time.perf_counter() - start,
+        size_before=size_before,
+        size_after=len(model_bytes(built.model)),
+        notes=notes,
+        accuracy=accuracy,
+        output_error=out_err,
+    )
+
+
+def _budget(work, build, built, candidates, cal, metric, budget):
+    def evaluate(model: ir.Model) -> float:
+        return float(metric(sensitivity.runner(model)))
+
+    metric_float = evaluate(work)
+    first = (built, evaluate(built.model))
+    if metric_float - first[1] <= budget:
+        return built, sensitivity.BudgetResult(metric_float, first[1], budget, True, [], [(0, first[1])])
+    batches = [b.feeds for b, _ in zip(cal.batches(work), range(2))] if cal is not None else []
+    scores = sensitivity.rank_layers(work, built.layers, lambda ex: build(ex).model, batches)
+    ranked = sorted(scores, key=scores.get, reverse=True)
+    models: dict[int, Built] = {}
+
+    def build_model(exclude: frozenset[str]) -> ir.Model:
+        b = build(exclude)
+        models[len(exclude)] = b
+        return b.model
+
+    model, result = sensitivity.budget_search(
+        ranked, build_model, evaluate, metric_float=metric_float, budget=budget, first=(built.model, first[1])
+    )
+    chosen = next((b for b in [built, *models.values()] if b.model is model), built)
+    return chosen, result

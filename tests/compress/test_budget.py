@@ -1,0 +1,47 @@
+"""Accuracy budget: the deliberately sensitive layer goes back to float and the budget holds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import mlp
+
+from modelpress.compress import quantize
+from modelpress.runtime.ort import session
+
+
+@pytest.fixture
+def labelled(rng):
+    model = mlp(sensitive=True)
+    x = rng.standard_normal((256, 16)).astype(np.float32)
+    labels = session(model).run(None, {"x": x})[0].argmax(axis=1)  # the float model scores 1.0
+    return model, [{"x": x[i : i + 64], "label": labels[i : i + 64]} for i in range(0, 256, 64)]
+
+
+def test_budget_keeps_the_sensitive_layer_in_float(labelled):
+    model, data = labelled
+    plain = quantize(model, mode="static", calibration=data, labels_key="label", max_accuracy_drop=1.0)
+    assert plain.accuracy.metric_float == 1.0
+    assert plain.accuracy.drop > 0.1  # per-tensor activations crush fc2's input
+    r = quantize(model, mode="static", calibration=data, labels_key="label", max_accuracy_drop=0.02)
+    assert r.accuracy.met and r.accuracy.drop <= 0.02
+    assert r.accuracy.kept_float[0] == "fc2"
+    layers = {layer.name: layer for layer in r.layers}
+    assert not layers["fc2"].quantized and layers["fc1"].quantized
+    # the per-layer report points at the same layer
+    worst = min(plain.layers, key=lambda layer: layer.sqnr_db)
+    assert worst.name == "fc2"
+
+
+def test_budget_with_a_callable_metric_and_best_effort(labelled):
+    model, data = labelled
+    x = np.concatenate([d["x"] for d in data])
+    ref = session(model).run(None, {"x": x})[0]
+
+    def closeness(run) -> float:  # higher is better
+        return -float(np.abs(run({"x": x})["y"] - ref).max())
+
+    r = quantize(model, mode="static", calibration=data, max_accuracy_drop=0.0, metric=closeness)
+    # no quantized model is exact: the budget cannot hold, yet the best model found is returned
+    assert not r.accuracy.met
+    assert r.model is not None and r.accuracy.metric_quantized == max(v for _, v in r.accuracy.tried)

@@ -1,0 +1,115 @@
+"""Calibration sources, bad data (one clear error, no output file), streaming."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import mlp, small_cnn
+
+from modelpress.cli.main import main
+from modelpress.compress import quantize
+from modelpress.compress.quantize.calibration import CalibrationSet, ImagePreprocess, collect
+from modelpress.compress.quantize.observers.minmax import MinMaxObserver
+from modelpress.errors import InputError, OptionError
+from modelpress.ir import save
+
+
+def test_npz_batches_and_labels(tmp_path, rng):
+    x = rng.standard_normal((10, 16)).astype(np.float32)
+    np.savez(tmp_path / "c.npz", x=x, label=np.arange(10))
+    cal = CalibrationSet.from_source(tmp_path / "c.npz", batch_size=4, labels_key="label")
+    batches = list(cal.batches(mlp()))
+    assert [b.feeds["x"].shape[0] for b in batches] == [4, 4, 2]
+    assert batches[2].labels.tolist() == [8, 9]
+    np.testing.assert_array_equal(np.concatenate([b.feeds["x"] for b in batches]), x)
+
+
+def test_directory_of_npz_with_different_shapes(tmp_path, rng):
+    model = small_cnn()  # spatial size is dynamic? no: fixed 8x8, batch dynamic
+    for i, n in enumerate((2, 5)):
+        np.savez(tmp_path / f"b{i}.npz", x=rng.standard_normal((n, 4, 8, 8)).astype(np.float32))
+    cal = CalibrationSet.from_source(tmp_path)
+    assert [b.feeds["x"].shape[0] for b in cal.batches(model)] == [2, 5]
+
+
+def test_collect_streams_min_max_exactly(tmp_path, rng):
+    model = mlp()
+    xs = [rng.standard_normal((n, 16)).astype(np.float32) for n in (3, 7, 1)]
+    obs = {"x": [MinMaxObserver()], "r1": [MinMaxObserver()]}
+    calls = []
+    n = collect(model, CalibrationSet.from_source([{"x": x} for x in xs]), obs, progress=lambda d, t: calls.append((d, t)))
+    assert n == 3 and calls[-1] == (3, 3)
+    allx = np.concatenate(xs)
+    assert float(obs["x"][0].lo) == allx.min() and float(obs["x"][0].hi) == allx.max()
+    assert float(obs["r1"][0].lo) == 0.0  # a Relu output
+
+
+def test_image_folder(tmp_path, rng):
+    from PIL import Image
+
+    for i in range(3):
+        Image.fromarray(rng.integers(0, 255, (12, 10), dtype=np.uint8), mode="L").save(tmp_path / f"{i}.png")
+    pre = ImagePreprocess(size=(10, 10), crop=(8, 8), mean=(0.5,), std=(0.25,), mode="L", layout="NCHW")
+    from onnx import TensorProto, helper
+
+    from modelpress.ir import from_proto
+
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["img"], ["y"])], "g",
+        [helper.make_tensor_value_info("img", TensorProto.FLOAT, ["N", 1, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1, 8, 8])],
+    )
+    p = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    model = from_proto(p)
+    batches = list(CalibrationSet.from_source(tmp_path, image=pre, batch_size=2).batches(model))
+    assert [b.feeds["img"].shape for b in batches] == [(2, 1, 8, 8), (1, 1, 8, 8)]
+    img = np.asarray(Image.open(tmp_path / "0.png").resize((10, 10), Image.BILINEAR), np.float32)[1:9, 1:9]
+    np.testing.assert_allclose(batches[0].feeds["img"][0, 0], (img / 255 - 0.5) / 0.25, rtol=1e-6)
+    with pytest.raises(OptionError, match="pre-processing"):
+        CalibrationSet.from_source(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "arrays,match",
+    [
+        ({"image": np.zeros((4, 4, 8, 8), np.float32)}, "'image' is not an input"),
+        ({"x": np.zeros((4, 3, 8, 8), np.float32)}, "size 3 on axis 1"),
+        ({"x": np.zeros((4, 4, 8, 8), np.float64)}, "dtype float64"),
+        ({"x": np.zeros((4, 4, 8), np.float32)}, "rank 3"),
+        ({"x": np.zeros((0, 4, 8, 8), np.float32)}, "empty"),
+    ],
+)
+def test_bad_calibration_data_one_error_no_output(tmp_path, capsys, arrays, match):
+    model_path = tmp_path / "m.onnx"
+    save(small_cnn(), model_path)
+    np.savez(tmp_path / "calib.npz", **arrays)
+    with pytest.raises(InputError, match=match):
+        quantize(model_path, mode="static", calibration=tmp_path / "calib.npz")
+    out = tmp_path / "q.onnx"
+    code = main(["quantize", str(model_path), "-o", str(out), "--calib", str(tmp_path / "calib.npz")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and not out.exists()
+    assert len(err) == 1 and err[0].startswith("error: ") and "calib.npz" in err[0]
+
+
+def test_empty_iterable_and_missing_paths(tmp_path):
+    with pytest.raises(InputError, match="empty"):
+        quantize(mlp(), mode="static", calibration=[])
+    with pytest.raises(InputError, match="no such file"):
+        quantize(mlp(), mode="static", calibration=tmp_path / "nope.npz")
+    (tmp_path / "d").mkdir()
+    with pytest.raises(InputError, match="empty"):
+        quantize(mlp(), mode="static", calibration=tmp_path / "d")
+    with pytest.raises(OptionError, match="needs calibration"):
+        quantize(mlp(), mode="static")
+    with pytest.raises(InputError, match="labels key"):
+        np.savez(tmp_path / "c.npz", x=np.zeros((2, 16), np.float32))
+        quantize(mlp(), mode="static", calibration=tmp_path / "c.npz", labels_key="label")
+
+
+def test_one_shot_iterator_is_refused_on_second_pass():
+    gen = ({"x": np.ones((2, 16), np.float32)} for _ in range(2))
+    cal = CalibrationSet.from_source(gen)
+    list(cal.batches(mlp()))
+    with pytest.raises(OptionError, match="already consumed"):
+        list(cal.batches(mlp()))

@@ -1,0 +1,208 @@
+"""Each mode on small models, against the float model, with error bounds the scales imply."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from conftest import mlp, single_conv, small_cnn
+
+from modelpress.compress import quantize
+from modelpress.ir import save, to_proto
+from modelpress.runtime.ort import session
+
+
+def _run(model, feeds, optimize="disabled"):
+    return session(model, optimize=optimize).run(None, feeds)[0]
+
+
+def _initializer(model, name):
+    return model.graph.initializers[name].const_value.numpy()
+
+
+def _conv(x, w, pad=1):
+    """Plain NCHW convolution (stride 1) by summing shifted slices."""
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    out = np.zeros((n, o, h, wd))
+    for i in range(kh):
+        for j in range(kw):
+            out += np.einsum("nchw,oc->nohw", xp[:, :, i : i + h, j : j + wd], w[:, :, i, j])
+    return out
+
+
+def test_static_single_conv_error_within_scale_bound(rng):
+    model = single_conv()
+    calib = [{"x": rng.standard_normal((4, 4, 6, 6)).astype(np.float32)} for _ in range(3)]
+    r = quantize(model, mode="static", calibration=calib, bias_correction=False, optimize=False)
+    q = r.model
+    sx = float(_initializer(q, "x_scale"))
+    sw = _initializer(q, "w_scale")
+    w = _initializer(model, "w")
+    x = np.clip(rng.standard_normal((2, 4, 6, 6)), -2, 2).astype(np.float32)  # inside the calibrated range
+    yf = _run(model, {"x": x})
+    yq = _run(q, {"x": x})
+    ex, ew = sx / 2, (sw / 2)[None, :, None, None]
+    bound = _conv(np.ones_like(x), np.abs(w)) * ex + _conv(np.abs(x) + ex, np.ones_like(w)) * ew + sx * ew  # bias rounding
+    assert (np.abs(yq - yf) <= bound * 1.0001 + 1e-6).all()
+    assert np.abs(yq - yf).max() > 0  # it really is quantized
+
+
+def test_static_output_is_standard_qdq_and_fuses(tmp_path, cnn_calib, rng):
+    model = small_cnn()
+    r = quantize(model, mode="static", calibration=cnn_calib, optimize=False)
+    ops = {(n.domain, n.op_type) for n in r.model.graph}
+    assert {d for d, _ in ops} == {""}
+    assert {"QuantizeLinear", "DequantizeLinear"} <= {o for _, o in ops}
+    assert "Relu" not in {o for _, o in ops}  # folded into the output ranges
+    path = tmp_path / "q.onnx"
+    save(r.model, path)
+    onnx.checker.check_model(str(path), full_check=True)
+    proto = to_proto(r.model)
+    types = {t.name: t.data_type for t in proto.graph.initializer}
+    assert types["w1_quantized"] == onnx.TensorProto.INT8 and types["x_zero_point"] == onnx.TensorProto.UINT8
+    # ONNX Runtime turns the Q/DQ groups into integer kernels
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "fused.onnx")
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    ort.InferenceSession(str(path), so)
+    fused = {n.op_type for n in onnx.load(str(tmp_path / "fused.onnx")).graph.node}
+    assert {"QLinearConv", "QLinearAdd"} <= fused
+    x = rng.standard_normal((16, 4, 8, 8)).astype(np.float32)
+    yf, yq = _run(model, {"x": x}), _run(r.model, {"x": x}, optimize="all")
+    assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.05
+    assert r.output_error is not None and r.output_error < 0.05
+    assert all(layer.sqnr_db is not None and layer.sqnr_db > 20 for layer in r.layers if layer.quantized)
+
+
+def test_bias_correction_reduces_output_mean_shift(rng):
+    model = single_conv(seed=3)
+    calib = [{"x": (rng.standard_normal((8, 4, 6, 6)) + 2.0).astype(np.float32)} for _ in range(4)]
+    x = (rng.standard_normal((64, 4, 6, 6)) + 2.0).astype(np.float32)
+    yf = _run(model, {"x": x})
+    shift = {}
+    for bc in (False, True):
+        q = quantize(model, mode="static", calibration=calib, per_channel=False, bias_correction=bc, optimize=False).model
+        shift[bc] = np.abs((_run(q, {"x": x}) - yf)[:, :, 1:-1, 1:-1].mean(axis=(0, 2, 3))).mean()
+    assert shift[True] < shift[False] / 2
+
+
+def test_dynamic_single_matmul_error_bound_and_ops(rng):
+    from onnx import TensorProto, helper, numpy_helper
+
+    from modelpress.ir import from_proto
+
+    w = rng.standard_normal((16, 8)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    p = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    p.ir_version = 9
+    model = from_proto(p)
+    r = quantize(model, mode="dynamic", optimize=False)
+    assert {"DynamicQuantizeLinear", "MatMulInteger"} <= {n.op_type for n in r.model.graph}
+    x = rng.standard_normal((5, 16)).astype(np.float32)
+    yq = _run(r.model, {"x": x})
+    yf = x @ w
+    sx = (max(x.max(), 0) - min(x.min(), 0)) / 255  # computed at run time from the batch
+    sw = np.abs(w).max(axis=0) / 127
+    bound = np.abs(w).sum(axis=0) * sx / 2 + (np.abs(x) + sx / 2).sum(axis=1, keepdims=True) * sw / 2
+    assert (np.abs(yq - yf) <= bound * 1.0001 + 1e-6).all()
+
+
+def test_dynamic_mlp_close_and_runs_fused(rng):
+    model = mlp()
+    calib = [{"x": rng.standard_normal((8, 16)).astype(np.float32)} for _ in range(2)]
+    r = quantize(model, mode="dynamic", calibration=calib, optimize=False)
+    x = rng.standard_normal((32, 16)).astype(np.float32)
+    yf, yq = _run(model, {"x": x}), _run(r.model, {"x": x}, optimize="all")
+    assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.03
+    assert len([layer for layer in r.layers if layer.quantized]) == 3
+
+
+def test_weight_only_int8_conv_bound(rng):
+    model = single_conv()
+    r = quantize(model, mode="weight-only", optimize=False)
+    sw = _initializer(r.model, "w_scale")
+    x = rng.standard_normal((2, 4, 6, 6)).astype(np.float32)
+    err = np.abs(_run(r.model, {"x": x}) - _run(model, {"x": x}))
+    bound = _conv(np.abs(x), np.ones((6, 4, 3, 3))) * (sw / 2)[None, :, None, None]
+    assert (err <= bound * 1.0001 + 1e-6).all() and err.max() > 0
+    assert {n.op_type for n in r.model.graph} == {"DequantizeLinear", "Conv"}
+
+
+def test_weight_only_int4_blocks(rng):
+    model = mlp()
+    r = quantize(model, mode="weight-only", bits=4, block_size=16, optimize=False)
+    assert r.model.opset_imports[""] == 21 and any("opset 17 → 21" in n for n in r.notes)
+    dqs = [n for n in r.model.graph if n.op_type == "DequantizeLinear"]
+    assert dqs and all(n.attributes.get_int("block_size", 0) == 16 for n in dqs)
+    w1 = _initializer(model, "w1")
+    sw = _initializer(r.model, "w1_scale")  # (16 / 16, 32) blocks along K
+    assert sw.shape == (1, 32)
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    names = {v.name for v in r.model.graph.outputs}
+    assert names == {"y"}
+    # first layer alone: |x| · e_w
+    from modelpress.compress.quantize.sensitivity import runner
+
+    m1f = runner(model, outputs=["m1"], optimize="disabled")({"x": x})["m1"]
+    m1q = runner(r.model, outputs=["m1"], optimize="disabled")({"x": x})["m1"]
+    assert (np.abs(m1q - m1f) <= np.abs(x).sum(axis=1, keepdims=True) * sw / 2 * 1.0001 + 1e-6).all()
+    assert r.size_after < r.size_before
+    assert np.abs(_initializer(model, "w1") - w1).max() == 0  # the input model is not modified
+
+
+def test_fp16_keeps_interface_and_sensitive_ops(rng):
+    from onnx import TensorProto, helper, numpy_helper
+
+    from modelpress.ir import from_proto
+
+    w = rng.standard_normal((8, 8)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"), helper.make_node("Softmax", ["m"], ["y"], axis=-1, name="sm")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    p = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    p.ir_version = 9
+    model = from_proto(p)
+    r = quantize(model, mode="fp16", optimize=False)
+    proto = to_proto(r.model)
+    onnx.checker.check_model(proto, full_check=True)
+    assert proto.graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    assert {t.name: t.data_type for t in proto.graph.initializer}["w"] == TensorProto.FLOAT16
+    casts = [n for n in r.model.graph if n.op_type == "Cast"]
+    assert len(casts) == 2  # into the fp16 MatMul, and back to float32 for the Softmax
+    x = rng.standard_normal((3, 8)).astype(np.float32)
+    yf, yq = _run(model, {"x": x}), _run(r.model, {"x": x})
+    assert yq.dtype == np.float32
+    np.testing.assert_allclose(yq, yf, rtol=0, atol=5e-3)
+
+
+def test_fp16_and_bf16_on_cnn(cnn_calib, rng):
+    from onnx.reference import ReferenceEvaluator
+
+    model = small_cnn()
+    r = quantize(model, mode="fp16", calibration=cnn_calib, optimize=False)
+    x = rng.standard_normal((4, 4, 8, 8)).astype(np.float32)
+    yf, yq = _run(model, {"x": x}), _run(r.model, {"x": x})
+    assert np.abs(yq - yf).max() / np.abs(yf).max() < 2e-3
+    b = quantize(model, mode="bf16", optimize=False, report_layers=False)
+    proto = to_proto(b.model)
+    onnx.checker.check_model(proto, full_check=True)
+    # Conv accepts bfloat16 only from opset 22: at opset 17 it must stay float32
+    assert {n.op_type for n in b.model.graph if n.op_type == "Conv"} == {"Conv"}
+    bf16_values = [o for n in b.model.graph for o in n.outputs if o.dtype is not None and o.dtype.name == "BFLOAT16"]
+    assert bf16_values  # something did convert (Relu, Add, Gemm ...)
+    np.testing.assert_allclose(
+        ReferenceEvaluator(proto).run(None, {"x": x})[0], yf, rtol=0, atol=0.05 * np.abs(yf).max()
+    )
