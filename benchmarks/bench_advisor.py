@@ -44,11 +44,11 @@ BOUNDS = ((0.05, 0.0), (1.5, 300.0))
 
 def _fit(rows: list[PublishedRow], catalog, base: Efficiency) -> Efficiency:
     def residuals(x):
-        eff = replace(base, **dict(zip(FITTED, x)))
+        eff = replace(base, **dict(zip(FITTED, x, strict=True)))
         return [np.log(predict(r, catalog, eff) / r.measured) for r in rows]
 
     sol = least_squares(residuals, START, bounds=BOUNDS, x_scale=(0.1, 10.0))
-    return replace(base, **{k: round(float(v), 3) for k, v in zip(FITTED, sol.x)})
+    return replace(base, **{k: round(float(v), 3) for k, v in zip(FITTED, sol.x, strict=True)})
 
 
 def _stats(pairs: list[tuple[float, float]]) -> dict:

@@ -19,18 +19,26 @@ def test_demo_end_to_end(tmp_path):
     # which must not leak into the other tests' sessions.
     proc = subprocess.run(
         [sys.executable, "-m", "modelpress.cli.main", "demo", "--out", str(out), "--rounds", "20"],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     text = proc.stdout
-    for step in ("convert PyTorch → ONNX, verified", "optimize (level 2) and verify", "before / after"):
+    for step in (
+        "convert PyTorch → ONNX, verified",
+        "optimize (level 2) and verify",
+        "before / after",
+    ):
         assert step in text
     summary = json.loads((out / "summary.json").read_text())
     models = summary["models"]
     assert set(models) == {"original", "optimized"}
     assert models["original"]["verified"] and models["optimized"]["verified"]
     # the optimizer must not change what the model predicts on the test split (450 images)
-    assert models["optimized"]["accuracy"] == pytest.approx(models["original"]["accuracy"], abs=1 / 450)
+    assert models["optimized"]["accuracy"] == pytest.approx(
+        models["original"]["accuracy"], abs=1 / 450
+    )
     assert models["original"]["accuracy"] > 0.9
     assert (out / "model.onnx").is_file() and (out / "model.opt.onnx").is_file()
 

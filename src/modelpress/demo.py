@@ -32,10 +32,14 @@ class DemoState:
     module: object = None  # the trained torch.nn.Module
     example: tuple = ()
     input_name: str = "x"
-    models: dict[str, ir.Model] = field(default_factory=dict)  # label -> model ("original", "optimized")
+    models: dict[str, ir.Model] = field(
+        default_factory=dict
+    )  # label -> model ("original", "optimized")
     paths: dict[str, Path] = field(default_factory=dict)
     verified: dict[str, bool] = field(default_factory=dict)
-    latency: dict[str, dict[str, LatencyStats]] = field(default_factory=dict)  # ort level -> label -> stats
+    latency: dict[str, dict[str, LatencyStats]] = field(
+        default_factory=dict
+    )  # ort level -> label -> stats
     accuracy: dict[str, float] = field(default_factory=dict)
 
 
@@ -191,7 +195,10 @@ def latency(state: DemoState) -> dict[str, dict[str, LatencyStats]]:
                 times[label].append((time.perf_counter() - t0) * 1e3)
         out[level] = {
             label: LatencyStats(
-                float(np.median(t)), float(np.percentile(t, 25)), float(np.percentile(t, 75)), len(t)
+                float(np.median(t)),
+                float(np.percentile(t, 25)),
+                float(np.percentile(t, 75)),
+                len(t),
             )
             for label, t in times.items()
         }

@@ -28,6 +28,10 @@ class OptionError(ModelpressError):
     """An option has a value that cannot be used (unknown pass, bad shape string, ...)."""
 
 
+class ConversionError(ModelpressError):
+    """A model could not be converted to ONNX (unreadable source, unsupported op or construct)."""
+
+
 class VerificationError(ModelpressError):
     """Two models that should compute the same thing do not."""
 

@@ -11,7 +11,9 @@ from modelpress.ir import from_proto
 
 
 def _model(nodes, inputs, outputs, inits, opset=17):
-    graph = helper.make_graph(nodes, "g", inputs, outputs, [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    graph = helper.make_graph(
+        nodes, "g", inputs, outputs, [numpy_helper.from_array(v, k) for k, v in inits.items()]
+    )
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     proto.ir_version = 9
     onnx.checker.check_model(proto)

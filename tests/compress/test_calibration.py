@@ -37,7 +37,12 @@ def test_collect_streams_min_max_exactly(tmp_path, rng):
     xs = [rng.standard_normal((n, 16)).astype(np.float32) for n in (3, 7, 1)]
     obs = {"x": [MinMaxObserver()], "r1": [MinMaxObserver()]}
     calls = []
-    n = collect(model, CalibrationSet.from_source([{"x": x} for x in xs]), obs, progress=lambda d, t: calls.append((d, t)))
+    n = collect(
+        model,
+        CalibrationSet.from_source([{"x": x} for x in xs]),
+        obs,
+        progress=lambda d, t: calls.append((d, t)),
+    )
     assert n == 3 and calls[-1] == (3, 3)
     allx = np.concatenate(xs)
     assert float(obs["x"][0].lo) == allx.min() and float(obs["x"][0].hi) == allx.max()
@@ -48,14 +53,19 @@ def test_image_folder(tmp_path, rng):
     from PIL import Image
 
     for i in range(3):
-        Image.fromarray(rng.integers(0, 255, (12, 10), dtype=np.uint8), mode="L").save(tmp_path / f"{i}.png")
-    pre = ImagePreprocess(size=(10, 10), crop=(8, 8), mean=(0.5,), std=(0.25,), mode="L", layout="NCHW")
+        Image.fromarray(rng.integers(0, 255, (12, 10), dtype=np.uint8), mode="L").save(
+            tmp_path / f"{i}.png"
+        )
+    pre = ImagePreprocess(
+        size=(10, 10), crop=(8, 8), mean=(0.5,), std=(0.25,), mode="L", layout="NCHW"
+    )
     from onnx import TensorProto, helper
 
     from modelpress.ir import from_proto
 
     g = helper.make_graph(
-        [helper.make_node("Relu", ["img"], ["y"])], "g",
+        [helper.make_node("Relu", ["img"], ["y"])],
+        "g",
         [helper.make_tensor_value_info("img", TensorProto.FLOAT, ["N", 1, 8, 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1, 8, 8])],
     )
@@ -63,8 +73,12 @@ def test_image_folder(tmp_path, rng):
     model = from_proto(p)
     batches = list(CalibrationSet.from_source(tmp_path, image=pre, batch_size=2).batches(model))
     assert [b.feeds["img"].shape for b in batches] == [(2, 1, 8, 8), (1, 1, 8, 8)]
-    img = np.asarray(Image.open(tmp_path / "0.png").resize((10, 10), Image.BILINEAR), np.float32)[1:9, 1:9]
-    np.testing.assert_allclose(batches[0].feeds["img"][0, 0], (img / 255 - 0.5) / 0.25, rtol=1e-6)
+    img = np.asarray(Image.open(tmp_path / "0.png").resize((10, 10), Image.BILINEAR), np.float32)[
+        1:9, 1:9
+    ]
+    np.testing.assert_allclose(
+        batches[0].feeds["img"][0, 0], (img / 255 - 0.5) / 0.25, rtol=0, atol=1e-6
+    )
     with pytest.raises(OptionError, match="pre-processing"):
         CalibrationSet.from_source(tmp_path)
 
@@ -86,7 +100,9 @@ def test_bad_calibration_data_one_error_no_output(tmp_path, capsys, arrays, matc
     with pytest.raises(InputError, match=match):
         quantize(model_path, mode="static", calibration=tmp_path / "calib.npz")
     out = tmp_path / "q.onnx"
-    code = main(["quantize", str(model_path), "-o", str(out), "--calib", str(tmp_path / "calib.npz")])
+    code = main(
+        ["quantize", str(model_path), "-o", str(out), "--calib", str(tmp_path / "calib.npz")]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and not out.exists()
     assert len(err) == 1 and err[0].startswith("error: ") and "calib.npz" in err[0]

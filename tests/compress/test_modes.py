@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import pytest
 from conftest import mlp, single_conv, small_cnn
 
 from modelpress.compress import quantize
@@ -40,11 +39,17 @@ def test_static_single_conv_error_within_scale_bound(rng):
     sx = float(_initializer(q, "x_scale"))
     sw = _initializer(q, "w_scale")
     w = _initializer(model, "w")
-    x = np.clip(rng.standard_normal((2, 4, 6, 6)), -2, 2).astype(np.float32)  # inside the calibrated range
+    x = np.clip(rng.standard_normal((2, 4, 6, 6)), -2, 2).astype(
+        np.float32
+    )  # inside the calibrated range
     yf = _run(model, {"x": x})
     yq = _run(q, {"x": x})
     ex, ew = sx / 2, (sw / 2)[None, :, None, None]
-    bound = _conv(np.ones_like(x), np.abs(w)) * ex + _conv(np.abs(x) + ex, np.ones_like(w)) * ew + sx * ew  # bias rounding
+    bound = (
+        _conv(np.ones_like(x), np.abs(w)) * ex
+        + _conv(np.abs(x) + ex, np.ones_like(w)) * ew
+        + sx * ew
+    )  # bias rounding
     assert (np.abs(yq - yf) <= bound * 1.0001 + 1e-6).all()
     assert np.abs(yq - yf).max() > 0  # it really is quantized
 
@@ -61,7 +66,10 @@ def test_static_output_is_standard_qdq_and_fuses(tmp_path, cnn_calib, rng):
     onnx.checker.check_model(str(path), full_check=True)
     proto = to_proto(r.model)
     types = {t.name: t.data_type for t in proto.graph.initializer}
-    assert types["w1_quantized"] == onnx.TensorProto.INT8 and types["x_zero_point"] == onnx.TensorProto.UINT8
+    assert (
+        types["w1_quantized"] == onnx.TensorProto.INT8
+        and types["x_zero_point"] == onnx.TensorProto.UINT8
+    )
     # ONNX Runtime turns the Q/DQ groups into integer kernels
     import onnxruntime as ort
 
@@ -75,7 +83,9 @@ def test_static_output_is_standard_qdq_and_fuses(tmp_path, cnn_calib, rng):
     yf, yq = _run(model, {"x": x}), _run(r.model, {"x": x}, optimize="all")
     assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.05
     assert r.output_error is not None and r.output_error < 0.05
-    assert all(layer.sqnr_db is not None and layer.sqnr_db > 20 for layer in r.layers if layer.quantized)
+    assert all(
+        layer.sqnr_db is not None and layer.sqnr_db > 20 for layer in r.layers if layer.quantized
+    )
 
 
 def test_bias_correction_reduces_output_mean_shift(rng):
@@ -85,7 +95,14 @@ def test_bias_correction_reduces_output_mean_shift(rng):
     yf = _run(model, {"x": x})
     shift = {}
     for bc in (False, True):
-        q = quantize(model, mode="static", calibration=calib, per_channel=False, bias_correction=bc, optimize=False).model
+        q = quantize(
+            model,
+            mode="static",
+            calibration=calib,
+            per_channel=False,
+            bias_correction=bc,
+            optimize=False,
+        ).model
         shift[bc] = np.abs((_run(q, {"x": x}) - yf)[:, :, 1:-1, 1:-1].mean(axis=(0, 2, 3))).mean()
     assert shift[True] < shift[False] / 2
 
@@ -97,7 +114,8 @@ def test_dynamic_single_matmul_error_bound_and_ops(rng):
 
     w = rng.standard_normal((16, 8)).astype(np.float32)
     g = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
         [numpy_helper.from_array(w, "w")],
@@ -112,7 +130,9 @@ def test_dynamic_single_matmul_error_bound_and_ops(rng):
     yf = x @ w
     sx = (max(x.max(), 0) - min(x.min(), 0)) / 255  # computed at run time from the batch
     sw = np.abs(w).max(axis=0) / 127
-    bound = np.abs(w).sum(axis=0) * sx / 2 + (np.abs(x) + sx / 2).sum(axis=1, keepdims=True) * sw / 2
+    bound = (
+        np.abs(w).sum(axis=0) * sx / 2 + (np.abs(x) + sx / 2).sum(axis=1, keepdims=True) * sw / 2
+    )
     assert (np.abs(yq - yf) <= bound * 1.0001 + 1e-6).all()
 
 
@@ -154,7 +174,9 @@ def test_weight_only_int4_blocks(rng):
 
     m1f = runner(model, outputs=["m1"], optimize="disabled")({"x": x})["m1"]
     m1q = runner(r.model, outputs=["m1"], optimize="disabled")({"x": x})["m1"]
-    assert (np.abs(m1q - m1f) <= np.abs(x).sum(axis=1, keepdims=True) * sw / 2 * 1.0001 + 1e-6).all()
+    assert (
+        np.abs(m1q - m1f) <= np.abs(x).sum(axis=1, keepdims=True) * sw / 2 * 1.0001 + 1e-6
+    ).all()
     assert r.size_after < r.size_before
     assert np.abs(_initializer(model, "w1") - w1).max() == 0  # the input model is not modified
 
@@ -166,7 +188,10 @@ def test_fp16_keeps_interface_and_sensitive_ops(rng):
 
     w = rng.standard_normal((8, 8)).astype(np.float32)
     g = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"), helper.make_node("Softmax", ["m"], ["y"], axis=-1, name="sm")],
+        [
+            helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+            helper.make_node("Softmax", ["m"], ["y"], axis=-1, name="sm"),
+        ],
         "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
@@ -201,7 +226,12 @@ def test_fp16_and_bf16_on_cnn(cnn_calib, rng):
     onnx.checker.check_model(proto, full_check=True)
     # Conv accepts bfloat16 only from opset 22: at opset 17 it must stay float32
     assert {n.op_type for n in b.model.graph if n.op_type == "Conv"} == {"Conv"}
-    bf16_values = [o for n in b.model.graph for o in n.outputs if o.dtype is not None and o.dtype.name == "BFLOAT16"]
+    bf16_values = [
+        o
+        for n in b.model.graph
+        for o in n.outputs
+        if o.dtype is not None and o.dtype.name == "BFLOAT16"
+    ]
     assert bf16_values  # something did convert (Relu, Add, Gemm ...)
     np.testing.assert_allclose(
         ReferenceEvaluator(proto).run(None, {"x": x})[0], yf, rtol=0, atol=0.05 * np.abs(yf).max()

@@ -74,7 +74,11 @@ def _brute_force_entropy_threshold(x: np.ndarray, bins: int, levels: int) -> flo
             for k in nonzero:
                 q[k] = total / len(nonzero)
         ps, qs = sum(p), sum(q)
-        kl = sum((pi / ps) * np.log((pi / ps) / max(qi / qs, 1e-12)) for pi, qi in zip(p, q) if pi > 0)
+        kl = sum(
+            (pi / ps) * np.log((pi / ps) / max(qi / qs, 1e-12))
+            for pi, qi in zip(p, q, strict=True)
+            if pi > 0
+        )
         if kl < best_kl:
             best, best_kl = edges[i], kl
     return float(best)

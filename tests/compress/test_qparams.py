@@ -10,13 +10,16 @@ from modelpress.compress.quantize.qparams import (
     PerGroup,
     PerTensor,
     dequantize,
-    quantize,
     qparams_from_range,
+    quantize,
     weight_qparams,
 )
 
 
-@pytest.mark.parametrize("dtype,symmetric", [("uint8", False), ("int8", True), ("int8", False), ("uint8", True), ("int4", True)])
+@pytest.mark.parametrize(
+    "dtype,symmetric",
+    [("uint8", False), ("int8", True), ("int8", False), ("uint8", True), ("int4", True)],
+)
 def test_round_trip_error_at_most_half_a_step(dtype, symmetric, rng):
     x = rng.standard_normal((16, 32)).astype(np.float32)
     qp = qparams_from_range(x.min(), x.max(), dtype=dtype, symmetric=symmetric)
@@ -32,7 +35,10 @@ def test_zero_is_exact_and_codes_saturate():
 
 
 def test_per_channel_round_trip(rng):
-    w = rng.standard_normal((8, 4, 3, 3)).astype(np.float32) * np.arange(1, 9, dtype=np.float32)[:, None, None, None]
+    w = (
+        rng.standard_normal((8, 4, 3, 3)).astype(np.float32)
+        * np.arange(1, 9, dtype=np.float32)[:, None, None, None]
+    )
     qp = weight_qparams(w, PerChannel(0), dtype="int8", symmetric=True)
     assert qp.scale.shape == (8,)
     np.testing.assert_allclose(qp.scale, np.abs(w).reshape(8, -1).max(axis=1) / 127, rtol=1e-6)
@@ -52,7 +58,9 @@ def test_per_group_round_trip(rng):
 
 
 def test_mse_weight_qparams_never_worse_than_minmax(rng):
-    w = np.concatenate([rng.standard_normal((8, 200)), rng.standard_normal((8, 1)) * 20], axis=1).astype(np.float32)
+    w = np.concatenate(
+        [rng.standard_normal((8, 200)), rng.standard_normal((8, 1)) * 20], axis=1
+    ).astype(np.float32)
     for gran in (PerTensor(), PerChannel(0)):
         a = weight_qparams(w, gran, dtype="int4", method="minmax")
         b = weight_qparams(w, gran, dtype="int4", method="mse")
@@ -71,10 +79,16 @@ def test_round_trip_matches_onnx_quantize_linear(rng):
     x = (rng.standard_normal((4, 5)) * 3).astype(np.float32)
     qp = qparams_from_range(x.min(), x.max(), dtype="uint8")
     g = helper.make_graph(
-        [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]), helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])],
+        [
+            helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+            helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"]),
+        ],
         "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 5])],
-        [helper.make_tensor_value_info("q", TensorProto.UINT8, [4, 5]), helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 5])],
+        [
+            helper.make_tensor_value_info("q", TensorProto.UINT8, [4, 5]),
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 5]),
+        ],
         [numpy_helper.from_array(qp.scale, "s"), numpy_helper.from_array(qp.zero_point, "z")],
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])

@@ -6,7 +6,14 @@ import sys
 
 import pytest
 
-from modelpress.convert import ConversionError, InputSpec, convert, detect, parse_dynamic, parse_input_specs
+from modelpress.convert import (
+    ConversionError,
+    InputSpec,
+    convert,
+    detect,
+    parse_dynamic,
+    parse_input_specs,
+)
 from modelpress.errors import MissingExtraError, OptionError
 
 
@@ -30,7 +37,13 @@ def test_parse_dynamic():
 
 @pytest.mark.parametrize(
     "name, kind",
-    [("m.pt2", "pt2"), ("m.pt", "torchscript"), ("m.keras", "keras"), ("m.h5", "keras"), ("m.tflite", "tflite")],
+    [
+        ("m.pt2", "pt2"),
+        ("m.pt", "torchscript"),
+        ("m.keras", "keras"),
+        ("m.h5", "keras"),
+        ("m.tflite", "tflite"),
+    ],
 )
 def test_detect_by_suffix(tmp_path, name, kind):
     p = tmp_path / name

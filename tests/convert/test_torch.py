@@ -41,7 +41,9 @@ class TinyTransformer(nn.Module):
     def __init__(self):
         super().__init__()
         self.embed = nn.Embedding(50, 32)
-        self.layer = nn.TransformerEncoderLayer(32, 4, dim_feedforward=64, batch_first=True, dropout=0.0)
+        self.layer = nn.TransformerEncoderLayer(
+            32, 4, dim_feedforward=64, batch_first=True, dropout=0.0
+        )
         self.out = nn.Linear(32, 3)
 
     def forward(self, ids):
@@ -103,7 +105,9 @@ def test_cnn_module_dynamic_batch(cnn, tmp_path):
 
 
 def test_cnn_optimize_verifies_again(cnn, tmp_path):
-    r = convert(cnn, example_inputs=(torch.randn(1, 3, 8, 8),), optimize=True, exporter_optimizations=False)
+    r = convert(
+        cnn, example_inputs=(torch.randn(1, 3, 8, 8),), optimize=True, exporter_optimizations=False
+    )
     assert r.optimized is not None and r.optimized.rewrites > 0
     assert r.optimized_verify.passed
     ops = {n.op_type for n in r.model.graph}
@@ -140,7 +144,9 @@ def test_scripted_loop_through_cli(tmp_path, capsys):
     src = tmp_path / "loop.pt"
     scripted.save(str(src))
     out = tmp_path / "loop.onnx"
-    assert main(["convert", str(src), "-o", str(out), "--input", "x=2x3", "--input", "n=:int64"]) == 0
+    assert (
+        main(["convert", str(src), "-o", str(out), "--input", "x=2x3", "--input", "n=:int64"]) == 0
+    )
     text = capsys.readouterr().out
     assert "torchscript" in text and "ok" in text
     model = load(out)
@@ -286,5 +292,11 @@ def test_minilm_real_weights(tmp_path):
     r = convert(module, example_inputs=args, dynamic=dyn, output=out)
     assert r.verify.passed and r.verify.runs == 3
     # real sentences (the example), checked again from the written file
-    feeds = dict(zip(("input_ids", "attention_mask", "token_type_ids"), (a.numpy() for a in args), strict=False))
+    feeds = dict(
+        zip(
+            ("input_ids", "attention_mask", "token_type_ids"),
+            (a.numpy() for a in args),
+            strict=False,
+        )
+    )
     _assert_matches_torch(out, module, feeds)

@@ -228,3 +228,79 @@ def test_after_folding_other_passes_see_constants():
     )
     assert node_ops(result.model) == ["Relu"]
     assert verify(before, result.model, rtol=0.0, atol=0.0).passed
+
+
+def _case_inputs_as_constants(case) -> ir.Model | None:
+    """The case's model with its (tensor) inputs turned into initializers, or None."""
+    import onnx.numpy_helper
+
+    from modelpress.ir import from_proto
+
+    inputs, _ = case.data_sets[0]
+    arrays = [onnx.numpy_helper.to_array(v) if hasattr(v, "dims") else v for v in inputs]
+    arrays = [np.array(a) if isinstance(a, np.generic) else a for a in arrays]
+    if not all(isinstance(a, np.ndarray) and a.dtype != object for a in arrays):
+        return None
+    model = from_proto(case.model)
+    if len(model.graph.inputs) != len(arrays):
+        return None
+    for value, array in zip(model.graph.inputs, arrays, strict=True):
+        value.const_value = ir.tensor(array, name=value.name)
+        model.graph.register_initializer(value)
+    model.graph.inputs.clear()
+    return model
+
+
+@pytest.mark.slow
+def test_every_backend_node_test_folds_to_its_expected_output():
+    """Make each ONNX node test's inputs constant, fold the whole graph, compare with the case's
+    expected outputs: every op (and expanded function) that ONNX Runtime runs is evaluated here."""
+    import logging
+    import warnings
+
+    import onnx.numpy_helper
+    from onnx.backend.test.case import node
+
+    from modelpress.ir import to_proto
+    from modelpress.runtime.ort import session, session_options
+
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        cases = node.collect_testcases()
+    logging.getLogger("onnx_ir").setLevel(logging.ERROR)
+    options = session_options(optimize="disabled")
+    options.log_severity_level = 4
+    checked, failures = 0, {}
+    for case in cases:
+        model = _case_inputs_as_constants(case)
+        if model is None or any(isinstance(e, list) or e is None for e in case.data_sets[0][1]):
+            continue  # sequence or optional values: not tensors, not foldable
+        try:  # only cases ONNX Runtime runs as they are
+            reference = session(to_proto(model).SerializeToString(), options=options).run(None, {})
+        except Exception:  # noqa: BLE001 - ORT lacks the op, or the case is meant to fail
+            continue
+        checked += 1
+        folded = optimize(model, passes=["constant-folding", "dead-code"]).model
+        try:
+            got = session(to_proto(folded).SerializeToString(), options=options).run(None, {})
+        except Exception as exc:  # noqa: BLE001
+            failures[case.name] = str(exc).splitlines()[0][:200]
+            continue
+        _, expected = case.data_sets[0]
+        for want, have, ref in zip(expected, got, reference, strict=True):
+            want = onnx.numpy_helper.to_array(want) if hasattr(want, "dims") else np.asarray(want)
+            atol = case.atol
+            if want.dtype == np.float16:
+                # ORT keeps a chain of fp16 ops in float32 between them when it runs the whole
+                # graph, while a folded value is rounded to fp16 after each op, as ONNX specifies:
+                # allow the difference to ORT's own result to be one fp16 rounding.
+                atol = max(atol, float(np.abs(np.asarray(ref, np.float64) - want).max()) + 2**-11)
+            try:
+                np.testing.assert_allclose(have, want, rtol=case.rtol, atol=atol)
+            except AssertionError:
+                failures[case.name] = "differs from the expected output"
+            except TypeError:  # strings, booleans
+                if not np.array_equal(have, want):
+                    failures[case.name] = "differs from the expected output"
+    assert checked > 1000, checked
+    assert not failures, failures

@@ -9,7 +9,13 @@ measurements the efficiency factors are fitted on).
 from modelpress.advisor.catalog import GPU, Catalog, load_catalog
 from modelpress.advisor.cost import Cost, Pricing, cost_of
 from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY, Efficiency
-from modelpress.advisor.estimate import Estimate, best_under_latency, estimate, max_batch, time_to_train
+from modelpress.advisor.estimate import (
+    Estimate,
+    best_under_latency,
+    estimate,
+    max_batch,
+    time_to_train,
+)
 from modelpress.advisor.recommend import NoViableDeviceError, Recommendation, Request, recommend
 
 __all__ = [

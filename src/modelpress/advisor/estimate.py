@@ -64,7 +64,7 @@ class PassTime:
         return max(parts, key=parts.get)
 
     def __add__(self, other: PassTime) -> PassTime:
-        return PassTime(*(a + b for a, b in zip(astuple(self), astuple(other))))
+        return PassTime(*(a + b for a, b in zip(astuple(self), astuple(other), strict=True)))
 
 
 @dataclass(frozen=True)

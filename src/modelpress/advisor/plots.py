@@ -27,6 +27,10 @@ def throughput_vs_cost(rec: Recommendation):
         ax.annotate(r.gpu.name.replace("NVIDIA ", ""), (r.cost.best_per_million, r.estimate.throughput), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    from matplotlib.ticker import NullFormatter
+
+    ax.xaxis.set_minor_formatter(NullFormatter())  # minor labels on a log axis collide
+    ax.yaxis.set_minor_formatter(NullFormatter())
     unit = rows[0].estimate.unit if rows else "samples/s"
     ax.set_xlabel("USD per million (cheaper of cloud and owned)")
     ax.set_ylabel(f"throughput ({unit})")

@@ -23,7 +23,13 @@ from dataclasses import dataclass
 from modelpress.advisor.catalog import GPU
 from modelpress.advisor.cost import Cost, Pricing, cost_of
 from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY, Efficiency
-from modelpress.advisor.estimate import Estimate, best_under_latency, estimate, max_batch, memory_bytes
+from modelpress.advisor.estimate import (
+    Estimate,
+    best_under_latency,
+    estimate,
+    max_batch,
+    memory_bytes,
+)
 from modelpress.errors import ModelpressError, OptionError
 from modelpress.profile.workload import Workload
 
@@ -116,7 +122,8 @@ def _evaluate(workload: Workload, gpu: GPU, req: Request, scenario: str, eff: Ef
         return Ranked(None, gpu, est, None, f"misses {req.latency_ms:g} ms at batch {est.batch} ({est.latency_ms:.3g} ms)")
     cost = cost_of(gpu, n, throughput=est.throughput, pricing=pricing, amount=req.amount)
     price = cost.best_per_million
-    priced = f"${price:.3g} per million" if price is not None else "no price in the catalog"
+    source = "cloud" if price is not None and price == cost.cloud_usd_per_million else "owned"
+    priced = f"${price:.3g} per million ({source})" if price is not None else "no price in the catalog"
     reason = (
         f"fits ({est.memory_gb:.1f} of {gpu.memory_gb:g} GB), {est.bound}-bound at batch {est.batch}, "
         f"{est.throughput:.4g} {est.unit}, {priced}"
@@ -130,9 +137,10 @@ def recommend(
     req: Request,
     *,
     eff: Efficiency = DEFAULT_EFFICIENCY,
-    pricing: Pricing = Pricing(),
+    pricing: Pricing | None = None,
 ) -> Recommendation:
     """Evaluate every candidate and rank those that can run the request."""
+    pricing = pricing or Pricing()
     if not candidates:
         raise OptionError("no candidate devices")
     if req.task not in ("train", "infer"):

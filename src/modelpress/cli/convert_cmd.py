@@ -13,7 +13,11 @@ def add_parser(sub) -> None:
     from modelpress.convert.base import SOURCE_KINDS, _ensure_registered
 
     _ensure_registered()  # the framework modules import their framework lazily: this stays cheap
-    kinds = "\n".join(f"  {k.name:<14} {k.description}  [extra: {k.extra}]" for k in SOURCE_KINDS.values() if k.name not in ("torch-module", "keras-model"))
+    kinds = "\n".join(
+        f"  {k.name:<14} {k.description}  [extra: {k.extra}]"
+        for k in SOURCE_KINDS.values()
+        if k.name not in ("torch-module", "keras-model")
+    )
     p = sub.add_parser(
         "convert",
         help="convert a PyTorch, TensorFlow or Keras model to ONNX, verified against the original",
@@ -24,14 +28,32 @@ def add_parser(sub) -> None:
         "  modelpress convert saved_model/ -o model.onnx --opset 17",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("source", help="a .pt2, .pt, .keras, .h5 or .tflite file, or a SavedModel directory")
+    p.add_argument(
+        "source", help="a .pt2, .pt, .keras, .h5 or .tflite file, or a SavedModel directory"
+    )
     p.add_argument("-o", "--output", required=True, help="where to write the ONNX model")
     p.add_argument("--opset", type=int, help="ONNX opset to target (default: the exporter's)")
-    p.add_argument("--input", action="append", metavar="NAME=DxD..[:DTYPE]", help="shape (and dtype) of an input (repeatable; needed for .pt files)")
-    p.add_argument("--dynamic", action="append", metavar="NAME:AXIS", help="keep this axis of an input dynamic (repeatable)")
-    p.add_argument("--optimize", action="store_true", help="then run the optimizer (level 2) and verify again")
-    p.add_argument("--no-verify", action="store_true", help="do not compare the ONNX model with the original")
-    p.add_argument("--rtol", type=float, help="relative tolerance (default per dtype: 1e-4 for float32)")
+    p.add_argument(
+        "--input",
+        action="append",
+        metavar="NAME=DxD..[:DTYPE]",
+        help="shape (and dtype) of an input (repeatable; needed for .pt files)",
+    )
+    p.add_argument(
+        "--dynamic",
+        action="append",
+        metavar="NAME:AXIS",
+        help="keep this axis of an input dynamic (repeatable)",
+    )
+    p.add_argument(
+        "--optimize", action="store_true", help="then run the optimizer (level 2) and verify again"
+    )
+    p.add_argument(
+        "--no-verify", action="store_true", help="do not compare the ONNX model with the original"
+    )
+    p.add_argument(
+        "--rtol", type=float, help="relative tolerance (default per dtype: 1e-4 for float32)"
+    )
     p.add_argument("--atol", type=float, help="absolute tolerance (default per dtype)")
     p.add_argument("--json", metavar="FILE", help="also write what happened as JSON")
     p.set_defaults(func=run)
@@ -42,7 +64,15 @@ def print_verify_table(title: str, result) -> None:
     for col in ("output", "dtype", "shape", "max abs", "max rel", "tolerance", ""):
         t.add_column(col)
     for o in result.outputs:
-        t.add_row(o.name, o.dtype, str(list(o.shape)), f"{o.max_abs:.3g}", f"{o.max_rel:.3g}", f"rel {o.rtol:g}", "[green]ok[/]" if o.passed else "[red]FAIL[/]")
+        t.add_row(
+            o.name,
+            o.dtype,
+            str(list(o.shape)),
+            f"{o.max_abs:.3g}",
+            f"{o.max_rel:.3g}",
+            f"rel {o.rtol:g}",
+            "[green]ok[/]" if o.passed else "[red]FAIL[/]",
+        )
     console.print(t)
 
 
@@ -71,7 +101,9 @@ def run(args) -> int:
     if result.verify is not None:
         print_verify_table(f"ONNX vs original ({result.verify.runs} input sets)", result.verify)
     if result.optimized is not None:
-        console.print(f"optimized: nodes {result.nodes_converted} → {stats.node_count}, {result.optimized.rewrites} rewrites")
+        console.print(
+            f"optimized: nodes {result.nodes_converted} → {stats.node_count}, {result.optimized.rewrites} rewrites"
+        )
         if result.optimized_verify is not None:
             print_verify_table("optimized ONNX vs original", result.optimized_verify)
     verified = "verified" if result.verify is not None else "not verified (--no-verify)"

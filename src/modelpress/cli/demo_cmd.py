@@ -23,8 +23,14 @@ def add_parser(sub) -> None:
         "inspect, optimize, verify and time it, and print the before/after table.",
         epilog="example: modelpress demo --out demo_out",
     )
-    p.add_argument("--out", default="demo_out", help="folder for the models and summary.json (created if missing)")
-    p.add_argument("--rounds", type=int, default=200, help="interleaved latency runs per model (default 200)")
+    p.add_argument(
+        "--out",
+        default="demo_out",
+        help="folder for the models and summary.json (created if missing)",
+    )
+    p.add_argument(
+        "--rounds", type=int, default=200, help="interleaved latency runs per model (default 200)"
+    )
     p.set_defaults(func=run)
 
 
@@ -71,7 +77,9 @@ def _print_optimize(r) -> None:
 
 def _print_latency(r) -> None:
     for level, by_label in r.items():
-        console.print(f"ORT optimizations {level}: " + ", ".join(f"{k} {_ms(v)}" for k, v in by_label.items()))
+        console.print(
+            f"ORT optimizations {level}: " + ", ".join(f"{k} {_ms(v)}" for k, v in by_label.items())
+        )
 
 
 def _print_evaluate(r) -> None:
@@ -80,7 +88,15 @@ def _print_evaluate(r) -> None:
 
 def _print_summary(rows) -> None:
     t = Table(title="before / after", show_edge=False)
-    for col in ("model", "nodes", "size", "ms, ORT opt off", "ms, ORT opt all", "accuracy", "verified"):
+    for col in (
+        "model",
+        "nodes",
+        "size",
+        "ms, ORT opt off",
+        "ms, ORT opt all",
+        "accuracy",
+        "verified",
+    ):
         t.add_column(col, justify="left" if col == "model" else "right")
     for r in rows:
         t.add_row(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from itertools import islice
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -29,26 +30,89 @@ def add_parser(sub) -> None:
     p.add_argument("model", help="an .onnx file")
     p.add_argument("-o", "--output", required=True, help="where to write the quantized model")
     p.add_argument("--mode", default="static", choices=list(MODES), help="default: static")
-    p.add_argument("--calib", metavar="PATH", help="calibration data: an .npz, a folder of .npz batches, or a folder of images")
-    p.add_argument("--method", default="minmax", choices=sorted(set(OBSERVERS) | {"kl"}), help="calibration observer for static mode (default minmax)")
-    p.add_argument("--per-tensor", action="store_true", help="one weight scale per tensor instead of per channel")
-    p.add_argument("--bits", type=int, default=8, choices=[8, 4], help="weight-only: bits per weight (default 8)")
-    p.add_argument("--block-size", type=int, default=32, help="weight-only 4-bit: elements per scale (default 32)")
-    p.add_argument("--activation-type", default="uint8", choices=["uint8", "int8"], help="static: activation type (default uint8, fastest on x86)")
+    p.add_argument(
+        "--calib",
+        metavar="PATH",
+        help="calibration data: an .npz, a folder of .npz batches, or a folder of images",
+    )
+    p.add_argument(
+        "--method",
+        default="minmax",
+        choices=sorted(set(OBSERVERS) | {"kl"}),
+        help="calibration observer for static mode (default minmax)",
+    )
+    p.add_argument(
+        "--per-tensor",
+        action="store_true",
+        help="one weight scale per tensor instead of per channel",
+    )
+    p.add_argument(
+        "--bits",
+        type=int,
+        default=8,
+        choices=[8, 4],
+        help="weight-only: bits per weight (default 8)",
+    )
+    p.add_argument(
+        "--block-size",
+        type=int,
+        default=32,
+        help="weight-only 4-bit: elements per scale (default 32)",
+    )
+    p.add_argument(
+        "--activation-type",
+        default="uint8",
+        choices=["uint8", "int8"],
+        help="static: activation type (default uint8, fastest on x86)",
+    )
     p.add_argument("--no-bias-correction", action="store_true", help="static: skip bias correction")
-    p.add_argument("--exclude", nargs="+", metavar="NODE", default=[], help="nodes to keep in float")
-    p.add_argument("--max-accuracy-drop", type=float, metavar="X", help="keep sensitive layers in float until the metric drops by at most X")
-    p.add_argument("--labels-key", metavar="KEY", help="array of labels in the calibration .npz (top-1 accuracy metric)")
-    p.add_argument("--batch-size", type=int, default=16, help="calibration batch size for a single .npz (default 16)")
+    p.add_argument(
+        "--exclude", nargs="+", metavar="NODE", default=[], help="nodes to keep in float"
+    )
+    p.add_argument(
+        "--max-accuracy-drop",
+        type=float,
+        metavar="X",
+        help="keep sensitive layers in float until the metric drops by at most X",
+    )
+    p.add_argument(
+        "--labels-key",
+        metavar="KEY",
+        help="array of labels in the calibration .npz (top-1 accuracy metric)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=16,
+        help="calibration batch size for a single .npz (default 16)",
+    )
     p.add_argument("--calib-limit", type=int, metavar="N", help="use at most N calibration samples")
-    p.add_argument("--image-size", type=int, nargs=2, metavar=("H", "W"), help="image folders: resize to H W")
-    p.add_argument("--crop", type=int, nargs=2, metavar=("H", "W"), help="image folders: centre crop")
-    p.add_argument("--mean", type=float, nargs="+", default=[0.0], help="image folders: per-channel mean (after scaling to 0..1)")
-    p.add_argument("--std", type=float, nargs="+", default=[1.0], help="image folders: per-channel std")
-    p.add_argument("--layout", default="NCHW", choices=["NCHW", "NHWC"], help="image folders: layout")
+    p.add_argument(
+        "--image-size", type=int, nargs=2, metavar=("H", "W"), help="image folders: resize to H W"
+    )
+    p.add_argument(
+        "--crop", type=int, nargs=2, metavar=("H", "W"), help="image folders: centre crop"
+    )
+    p.add_argument(
+        "--mean",
+        type=float,
+        nargs="+",
+        default=[0.0],
+        help="image folders: per-channel mean (after scaling to 0..1)",
+    )
+    p.add_argument(
+        "--std", type=float, nargs="+", default=[1.0], help="image folders: per-channel std"
+    )
+    p.add_argument(
+        "--layout", default="NCHW", choices=["NCHW", "NHWC"], help="image folders: layout"
+    )
     p.add_argument("--grayscale", action="store_true", help="image folders: one channel")
-    p.add_argument("--no-optimize", action="store_true", help="do not run the optimizer (level 2) first")
-    p.add_argument("--report", metavar="FILE", help="write the per-layer report and summary as JSON")
+    p.add_argument(
+        "--no-optimize", action="store_true", help="do not run the optimizer (level 2) first"
+    )
+    p.add_argument(
+        "--report", metavar="FILE", help="write the per-layer report and summary as JSON"
+    )
     p.set_defaults(func=run)
 
 
@@ -69,8 +133,12 @@ def run(args) -> int:
             mode="L" if args.grayscale else "RGB",
         )
     with Progress(
-        TextColumn("calibrating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=console, transient=True,
+        TextColumn("calibrating"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
     ) as bar:
         task = bar.add_task("calibrating", total=None)
 
@@ -104,15 +172,25 @@ def run(args) -> int:
     if args.calib:
         from modelpress.compress.quantize.calibration import CalibrationSet
 
-        cal = CalibrationSet.from_source(args.calib, batch_size=args.batch_size, labels_key=args.labels_key, image=image, limit=args.calib_limit)
-        inputs = [b.feeds for b, _ in zip(cal.batches(original), range(2))]
+        cal = CalibrationSet.from_source(
+            args.calib,
+            batch_size=args.batch_size,
+            labels_key=args.labels_key,
+            image=image,
+            limit=args.calib_limit,
+        )
+        inputs = [b.feeds for b in islice(cal.batches(original), 2)]
     verified = None
     if args.mode != "bf16":  # ONNX Runtime's CPU has no bfloat16 kernels for most ops
         verified = verify(original, result.model, inputs=inputs, rtol=float("inf"))
         console.print(f"output error vs float model: max relative {verified.max_rel:.3g}")
     if result.accuracy is not None:
         a = result.accuracy
-        status = "[green]within budget[/]" if a.met else "[red]budget not met[/] (best model found written)"
+        status = (
+            "[green]within budget[/]"
+            if a.met
+            else "[red]budget not met[/] (best model found written)"
+        )
         console.print(
             f"metric float {a.metric_float:.4f} → quantized {a.metric_quantized:.4f} (drop {a.drop:.4f}, budget {a.budget:g}): "
             f"{status}; kept in float: {', '.join(a.kept_float) or 'none'}"
@@ -137,7 +215,9 @@ def _print_layers(result) -> None:
         t.add_column(col, justify="right" if col in ("SQNR dB", "rel. error") else "left")
     for layer in result.layers:
         t.add_row(
-            layer.name, layer.op_type, "yes" if layer.quantized else "float",
+            layer.name,
+            layer.op_type,
+            "yes" if layer.quantized else "float",
             "" if layer.sqnr_db is None else f"{layer.sqnr_db:.1f}",
             "" if layer.rel_error is None else f"{layer.rel_error:.2e}",
         )

@@ -122,8 +122,12 @@ def verify_against_source(
             expected = exported.reference(feeds)
         except Exception as exc:  # the framework refused these sizes: only the last, varied run may
             if i < len(feeds_list) - 1:
-                raise ConversionError(f"the original model failed on the verification inputs: {exc}") from None
-            notes.append(f"not verified at other sizes of the dynamic dimensions: the original model refused them ({str(exc).splitlines()[0][:120]})")
+                raise ConversionError(
+                    f"the original model failed on the verification inputs: {exc}"
+                ) from None
+            notes.append(
+                f"not verified at other sizes of the dynamic dimensions: the original model refused them ({str(exc).splitlines()[0][:120]})"
+            )
             continue
         try:
             got = sess.run(names, feeds)
@@ -186,7 +190,9 @@ def convert(
     model = exported.model
     model.metadata_props[SOURCE_METADATA_KEY] = kind.name
     notes = list(exported.notes)
-    result = ConvertResult(model=model, source_kind=kind.name, exporter=exported.exporter, verify=None, notes=notes)
+    result = ConvertResult(
+        model=model, source_kind=kind.name, exporter=exported.exporter, verify=None, notes=notes
+    )
     from modelpress.ir import graph_stats
 
     result.nodes_converted = graph_stats(model).node_count
@@ -203,7 +209,9 @@ def convert(
         opt = run_optimizer(from_proto(to_proto(model)), level=2)
         result.optimized = opt
         if verify:
-            result.optimized_verify, _ = verify_against_source(opt.model, exported, feeds, rtol=rtol, atol=atol)
+            result.optimized_verify, _ = verify_against_source(
+                opt.model, exported, feeds, rtol=rtol, atol=atol
+            )
             result.optimized_verify.raise_if_failed("the optimized ONNX model and the original")
         result.model = opt.model
     if output is not None:

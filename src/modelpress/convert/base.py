@@ -21,11 +21,7 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.errors import ModelpressError, OptionError
-
-
-class ConversionError(ModelpressError):
-    """A model could not be converted to ONNX (unreadable source, unsupported op or construct)."""
+from modelpress.errors import ConversionError, OptionError
 
 
 @dataclass(frozen=True)
@@ -129,14 +125,20 @@ def parse_input_specs(specs: list[str] | None) -> dict[str, InputSpec]:
     for spec in specs or []:
         m = re.fullmatch(r"([^=]+)=([0-9x]*)(?::(\w+))?", spec.strip())
         if not m:
-            raise OptionError(f"--input {spec!r}: expected NAME=D1xD2x...[:DTYPE], e.g. x=1x3x224x224")
+            raise OptionError(
+                f"--input {spec!r}: expected NAME=D1xD2x...[:DTYPE], e.g. x=1x3x224x224"
+            )
         name, dims, dtype = m.group(1), m.group(2), m.group(3) or "float32"
         if dtype not in _DTYPES:
-            raise OptionError(f"--input {spec!r}: unknown dtype {dtype!r} (one of {', '.join(sorted(_DTYPES))})")
+            raise OptionError(
+                f"--input {spec!r}: unknown dtype {dtype!r} (one of {', '.join(sorted(_DTYPES))})"
+            )
         try:
             shape = tuple(int(d) for d in dims.split("x")) if dims else ()
         except ValueError:
-            raise OptionError(f"--input {spec!r}: dimensions must be integers joined by 'x'") from None
+            raise OptionError(
+                f"--input {spec!r}: dimensions must be integers joined by 'x'"
+            ) from None
         out[name] = InputSpec(shape, dtype)
     return out
 

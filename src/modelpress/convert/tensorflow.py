@@ -115,7 +115,9 @@ def _check_names(options: ConvertOptions, names: list[str], source: str) -> None
     for option, given in (("--input", options.inputs), ("--dynamic", options.dynamic)):
         for name in given:
             if name not in names:
-                raise OptionError(f"{option} {name}: {source} has no input {name!r} (inputs: {', '.join(names)})")
+                raise OptionError(
+                    f"{option} {name}: {source} has no input {name!r} (inputs: {', '.join(names)})"
+                )
 
 
 def _flatten(tf, outputs) -> list[np.ndarray]:
@@ -144,7 +146,9 @@ def _convert_keras(model, options: ConvertOptions, source: str) -> Exported:
         with _quiet():
             proto, _ = tf2onnx.convert.from_keras(model, input_signature=specs, opset=opset)
     except Exception as exc:  # tf2onnx raises plain ValueErrors/KeyErrors for what it cannot map
-        raise ConversionError(f"{source}: tf2onnx could not convert the Keras model: {first_line(exc)}") from None
+        raise ConversionError(
+            f"{source}: tf2onnx could not convert the Keras model: {first_line(exc)}"
+        ) from None
     onnx_model = _to_ir(proto)
     _check_ops(onnx_model, opset, source)
     onnx_names = [v.name for v in onnx_model.graph.inputs]
@@ -170,7 +174,9 @@ def _load_keras(path: Path):
         with _quiet():
             return keras.models.load_model(str(path), compile=False)
     except Exception as exc:
-        raise ConversionError(f"{path}: not a readable Keras model ({first_line(exc, 200)})") from None
+        raise ConversionError(
+            f"{path}: not a readable Keras model ({first_line(exc, 200)})"
+        ) from None
 
 
 @register(
@@ -223,14 +229,18 @@ def convert_saved_model(path, options: ConvertOptions) -> Exported:
         with _quiet():
             loaded = tf.saved_model.load(str(path))
     except Exception as exc:
-        raise ConversionError(f"{path}: not a readable SavedModel ({first_line(exc, 200)})") from None
+        raise ConversionError(
+            f"{path}: not a readable SavedModel ({first_line(exc, 200)})"
+        ) from None
     sig_name, sig, all_sigs = _signature(loaded, path)
     arg_specs = sig.structured_input_signature[1]
     names = sorted(arg_specs)
     _check_names(options, names, str(path))
     dims = {n: _spec_shape(n, arg_specs[n].shape, options) for n in names}
     specs = [tf.TensorSpec(dims[n], arg_specs[n].dtype, name=n) for n in names]
-    output_keys = sorted(sig.structured_outputs) if isinstance(sig.structured_outputs, dict) else None
+    output_keys = (
+        sorted(sig.structured_outputs) if isinstance(sig.structured_outputs, dict) else None
+    )
 
     # Signatures take keyword arguments only; tf2onnx converts a function of positional ones.
     @tf.function(input_signature=specs)
@@ -243,7 +253,9 @@ def convert_saved_model(path, options: ConvertOptions) -> Exported:
         with _quiet():
             proto, _ = tf2onnx.convert.from_function(positional, input_signature=specs, opset=opset)
     except Exception as exc:
-        raise ConversionError(f"{path}: tf2onnx could not convert signature {sig_name!r}: {first_line(exc)}") from None
+        raise ConversionError(
+            f"{path}: tf2onnx could not convert signature {sig_name!r}: {first_line(exc)}"
+        ) from None
     model = _to_ir(proto)
     _check_ops(model, opset, str(path))
     if output_keys and len(output_keys) == len(model.graph.outputs):
@@ -284,7 +296,9 @@ def convert_tflite(path, options: ConvertOptions) -> Exported:
         with _quiet():
             interpreter = tf.lite.Interpreter(model_path=str(path))
     except Exception as exc:
-        raise ConversionError(f"{path}: not a readable TFLite model ({first_line(exc, 200)})") from None
+        raise ConversionError(
+            f"{path}: not a readable TFLite model ({first_line(exc, 200)})"
+        ) from None
     in_details = interpreter.get_input_details()
     names = [d["name"] for d in in_details]
     _check_names(options, names, str(path))
@@ -293,11 +307,15 @@ def convert_tflite(path, options: ConvertOptions) -> Exported:
         with _quiet():
             proto, _ = tf2onnx.convert.from_tflite(str(path), opset=opset)
     except Exception as exc:
-        raise ConversionError(f"{path}: tf2onnx could not convert the TFLite model: {first_line(exc)}") from None
+        raise ConversionError(
+            f"{path}: tf2onnx could not convert the TFLite model: {first_line(exc)}"
+        ) from None
     model = _to_ir(proto)
     _check_ops(model, opset, str(path))
     shapes = {
-        d["name"]: _concrete(d["name"], [None if s < 0 else int(s) for s in d["shape_signature"]], options)
+        d["name"]: _concrete(
+            d["name"], [None if s < 0 else int(s) for s in d["shape_signature"]], options
+        )
         for d in in_details
     }
     out_names = [v.name for v in model.graph.outputs]
@@ -309,7 +327,9 @@ def convert_tflite(path, options: ConvertOptions) -> Exported:
         for d in in_details:
             interpreter.set_tensor(d["index"], np.ascontiguousarray(feeds[d["name"]]))
         interpreter.invoke()
-        by_name = {d["name"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()}
+        by_name = {
+            d["name"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()
+        }
         if set(by_name) == set(out_names):
             return [by_name[n] for n in out_names]
         return list(by_name.values())

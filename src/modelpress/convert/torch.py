@@ -209,7 +209,9 @@ def _name_dynamic_dims(model, dynamic: dict[str, tuple[int, ...]]) -> None:
     def fix(value) -> None:
         if value is not None and value.shape is not None:
             dims = [
-                ir.SymbolicDim(rename[d.value]) if not isinstance(d, int) and d.value in rename else d
+                ir.SymbolicDim(rename[d.value])
+                if not isinstance(d, int) and d.value in rename
+                else d
                 for d in value.shape
             ]
             value.shape = ir.Shape(dims)
@@ -222,7 +224,15 @@ def _name_dynamic_dims(model, dynamic: dict[str, tuple[int, ...]]) -> None:
                 fix(value)
 
 
-def _legacy(module, args: tuple, kwargs: dict, names: list[str], dynamic, opset: int | None, optimize: bool = True):
+def _legacy(
+    module,
+    args: tuple,
+    kwargs: dict,
+    names: list[str],
+    dynamic,
+    opset: int | None,
+    optimize: bool = True,
+):
     """ONNX with the TorchScript-based exporter (the only one that reads TorchScript)."""
     torch = _torch()
     buf = io.BytesIO()
@@ -245,9 +255,13 @@ def _legacy(module, args: tuple, kwargs: dict, names: list[str], dynamic, opset:
     return _from_proto_bytes(buf.getvalue())
 
 
-_NO_FUNCTION = re.compile(r"No ONNX function found for <OpOverload\(op='([^']+)', overload='([^']+)'\)>")
+_NO_FUNCTION = re.compile(
+    r"No ONNX function found for <OpOverload\(op='([^']+)', overload='([^']+)'\)>"
+)
 _NODE = re.compile(r"Error when translating node %(\S+)")
-_LEGACY_OP = re.compile(r"Exporting the operator '([^']+)' to ONNX opset version (\d+) is not supported")
+_LEGACY_OP = re.compile(
+    r"Exporting the operator '([^']+)' to ONNX opset version (\d+) is not supported"
+)
 
 
 def _full_text(exc: BaseException) -> str:
@@ -263,7 +277,9 @@ def _full_text(exc: BaseException) -> str:
 def _node_location(ep, node_name: str) -> str:
     """'node %x in module 'blocks.0.lin' (Linear), model.py:12', from the FX node's metadata."""
     where = [f"node %{node_name}"]
-    node = next((n for n in ep.graph.nodes if n.name == node_name), None) if ep is not None else None
+    node = (
+        next((n for n in ep.graph.nodes if n.name == node_name), None) if ep is not None else None
+    )
     if node is not None:
         stack = node.meta.get("nn_module_stack") or {}
         if stack:
@@ -321,7 +337,9 @@ def _param_names(module, args: tuple, kwargs: dict) -> list[str]:
         try:
             bound = dict(inspect.signature(module.forward).bind(*args, **kwargs).arguments)
         except TypeError as exc:
-            raise OptionError(f"example_inputs do not match {type(module).__name__}.forward: {exc}") from None
+            raise OptionError(
+                f"example_inputs do not match {type(module).__name__}.forward: {exc}"
+            ) from None
     names = []
     for name, value in bound.items():
         leaves = torch.utils._pytree.tree_flatten(value)[0]
@@ -333,7 +351,9 @@ def _param_names(module, args: tuple, kwargs: dict) -> list[str]:
 def _check_dynamic_names(dynamic: dict, names: list[str]) -> None:
     for name in dynamic:
         if name not in names:
-            raise OptionError(f"--dynamic {name}:...: the model has no input {name!r} (inputs: {', '.join(names)})")
+            raise OptionError(
+                f"--dynamic {name}:...: the model has no input {name!r} (inputs: {', '.join(names)})"
+            )
 
 
 def _dynamic_shapes(module, args, kwargs, dynamic: dict):
@@ -372,13 +392,25 @@ def convert_module(module, options: ConvertOptions) -> Exported:
     notes: list[str] = []
     if isinstance(module, torch.jit.ScriptModule):
         notes.append("TorchScript module: converted with the TorchScript-based exporter")
-        model = _legacy(module, args, kwargs, names, options.dynamic, options.opset, options.exporter_optimizations)
+        model = _legacy(
+            module,
+            args,
+            kwargs,
+            names,
+            options.dynamic,
+            options.opset,
+            options.exporter_optimizations,
+        )
         exporter = "torchscript"
     else:
         try:
             with _quiet():
                 ep = torch.export.export(
-                    module, args, kwargs, dynamic_shapes=_dynamic_shapes(module, args, kwargs, options.dynamic), strict=False
+                    module,
+                    args,
+                    kwargs,
+                    dynamic_shapes=_dynamic_shapes(module, args, kwargs, options.dynamic),
+                    strict=False,
                 )
         except Exception as exc:  # torch.export raises many kinds; the fallback may still work
             ep, why = None, first_line(exc, 200)
@@ -392,14 +424,34 @@ def convert_module(module, options: ConvertOptions) -> Exported:
                 dynamo_error, why = exc, str(exc)
         if ep is not None and dynamo_error is not None:
             try:
-                model = _legacy(module, args, kwargs, names, options.dynamic, options.opset, options.exporter_optimizations)
+                model = _legacy(
+                    module,
+                    args,
+                    kwargs,
+                    names,
+                    options.dynamic,
+                    options.opset,
+                    options.exporter_optimizations,
+                )
             except ConversionError:
-                raise ConversionError(f"{dynamo_error} (the TorchScript-based exporter failed too)") from None
+                raise ConversionError(
+                    f"{dynamo_error} (the TorchScript-based exporter failed too)"
+                ) from None
             notes.append(f"the dynamo exporter failed ({why}); used the TorchScript-based exporter")
             exporter = "torchscript"
         elif ep is None:
-            notes.append(f"torch.export could not trace the model ({why}); used the TorchScript-based exporter")
-            model = _legacy(module, args, kwargs, names, options.dynamic, options.opset, options.exporter_optimizations)
+            notes.append(
+                f"torch.export could not trace the model ({why}); used the TorchScript-based exporter"
+            )
+            model = _legacy(
+                module,
+                args,
+                kwargs,
+                names,
+                options.dynamic,
+                options.opset,
+                options.exporter_optimizations,
+            )
             exporter = "torchscript"
     onnx_names = _graph_inputs(model)
     return Exported(
@@ -407,7 +459,9 @@ def convert_module(module, options: ConvertOptions) -> Exported:
         reference=_make_reference(module, feeder, onnx_names),
         shapes=_shapes(onnx_names, feeder.tensors),
         exporter=exporter,
-        example_feeds=_example_feeds(onnx_names, feeder.tensors) if options.example_inputs is not None else None,
+        example_feeds=_example_feeds(onnx_names, feeder.tensors)
+        if options.example_inputs is not None
+        else None,
         notes=notes,
     )
 
@@ -420,7 +474,9 @@ def _example_from_program(ep, options: ConvertOptions, path: Path) -> tuple[tupl
         names = list(ep.graph_signature.user_inputs)
         missing = [n for n in names if n not in specs]
         if missing:
-            raise OptionError(f"{path}: --input given, but not for {', '.join(missing)} (inputs: {', '.join(names)})")
+            raise OptionError(
+                f"{path}: --input given, but not for {', '.join(missing)} (inputs: {', '.join(names)})"
+            )
         gen = torch.Generator().manual_seed(0)
         return tuple(_random_tensor(specs[n], gen) for n in names), {}
     if ep.example_inputs is not None:
@@ -430,7 +486,9 @@ def _example_from_program(ep, options: ConvertOptions, path: Path) -> tuple[tupl
         if node.op == "placeholder" and node.name in ep.graph_signature.user_inputs:
             val = node.meta.get("val")
             if val is None or not all(isinstance(d, int) or hasattr(d, "node") for d in val.shape):
-                raise OptionError(f"{path}: input {node.name!r} has no recorded shape; give --input {node.name}=...")
+                raise OptionError(
+                    f"{path}: input {node.name!r} has no recorded shape; give --input {node.name}=..."
+                )
             shape = [d if isinstance(d, int) else int(d.node.hint or 2) for d in val.shape]
             args.append(torch.zeros(shape, dtype=val.dtype))
     return tuple(args), {}
@@ -463,7 +521,9 @@ def convert_pt2(path, options: ConvertOptions) -> Exported:
     feeder = _Feeder(args, kwargs)
     onnx_names = _graph_inputs(model)
     module = ep.module()
-    saved = ep.example_inputs is not None and not options.inputs  # real inputs saved with the program
+    saved = (
+        ep.example_inputs is not None and not options.inputs
+    )  # real inputs saved with the program
     return Exported(
         model=model,
         reference=_make_reference(module, feeder, onnx_names),
@@ -501,7 +561,9 @@ def convert_torchscript(path, options: ConvertOptions) -> Exported:
     gen = torch.Generator().manual_seed(0)
     args = tuple(_random_tensor(options.inputs[n], gen) for n in params)
     _check_dynamic_names(options.dynamic, params)
-    model = _legacy(module, args, {}, params, options.dynamic, options.opset, options.exporter_optimizations)
+    model = _legacy(
+        module, args, {}, params, options.dynamic, options.opset, options.exporter_optimizations
+    )
     feeder = _Feeder(args, {})
     onnx_names = _graph_inputs(model)
     return Exported(

@@ -156,7 +156,7 @@ def _with_run_shapes(model: ir.Model, shapes: dict[str, tuple[int, ...]]) -> ir.
     by_name = {v.name: v for node in graph for v in node.outputs}
     graph.outputs.extend(by_name[n] for n in extra)
     feeds = generate_inputs(runner, shapes=shapes)
-    results = dict(zip(extra, session(runner, optimize="disabled").run(extra, feeds)))
+    results = dict(zip(extra, session(runner, optimize="disabled").run(extra, feeds), strict=True))
     copy = from_proto(to_proto(model))
     for node in copy.graph:
         for value in node.outputs:
@@ -185,7 +185,7 @@ def workload_from_onnx(model: ir.Model, *, name: str, seq: int | None = None) ->
     cost1 = _profile(model, shapes1)
     if fixed is None:
         cost2 = _profile(model, _input_shapes(model, 2, seq)[0])
-        pairs = list(zip(cost1.nodes, cost2.nodes))
+        pairs = list(zip(cost1.nodes, cost2.nodes, strict=True))
         divisor = 1.0
     else:
         pairs = [(n, None) for n in cost1.nodes]

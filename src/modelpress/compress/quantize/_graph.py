@@ -7,7 +7,14 @@ import onnx_ir as ir
 
 from modelpress.passes._util import add_initializer, const_array, replace_value
 
-__all__ = ["add_initializer", "const_array", "copy_model", "replace_value", "values_by_name", "weight_nodes"]
+__all__ = [
+    "add_initializer",
+    "const_array",
+    "copy_model",
+    "replace_value",
+    "values_by_name",
+    "weight_nodes",
+]
 
 # Ops whose constant weight modelpress quantizes, with the weight's input index.
 WEIGHT_INPUT = {"Conv": 1, "MatMul": 1, "Gemm": 1}
@@ -18,6 +25,20 @@ def copy_model(model: ir.Model) -> ir.Model:
     from modelpress.ir import from_proto, to_proto
 
     return from_proto(to_proto(model))
+
+
+def with_types(model: ir.Model) -> ir.Model:
+    """``model`` with every value's type inferred (ONNX's own inference through onnx-ir).
+
+    Quantization needs element types, not symbolic shapes, so the cheap standard inference is
+    enough; it is best-effort, and a value it cannot type is left for the modes to skip.
+    """
+    from onnx_ir.passes.common import ShapeInferencePass
+
+    try:
+        return ShapeInferencePass(check_type=False, strict_mode=False, data_prop=False)(model).model
+    except Exception:  # noqa: BLE001 - inference is best-effort; untyped values are not quantized
+        return model
 
 
 def values_by_name(graph: ir.Graph) -> dict[str, ir.Value]:
@@ -82,7 +103,8 @@ def scalar_or_vector(arr: np.ndarray) -> np.ndarray:
 def remove_unused_initializers(graph: ir.Graph) -> int:
     """Drop initializers nothing reads (the float weights a quantized copy replaced)."""
     unused = [
-        name for name, v in graph.initializers.items()
+        name
+        for name, v in graph.initializers.items()
         if not v.uses() and not v.is_graph_output() and not v.is_graph_input()
     ]
     for name in unused:

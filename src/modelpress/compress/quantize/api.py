@@ -12,14 +12,22 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import islice
 
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.compress.quantize import bias_correction, calibration, dynamic, float16, sensitivity, static, weight_only
+from modelpress.compress.quantize import (
+    bias_correction,
+    calibration,
+    dynamic,
+    float16,
+    sensitivity,
+    static,
+    weight_only,
+)
 from modelpress.compress.quantize.calibration import CalibrationSet, ImagePreprocess, Progress
 from modelpress.compress.quantize.observers import get_observer
-from modelpress.compress.quantize.qparams import PerChannel
 from modelpress.errors import InputError, OptionError
 
 Metric = Callable[[sensitivity.Runner], float]
@@ -75,7 +83,10 @@ class QuantizeResult:
 
 Builder = Callable[[frozenset[str]], Built]
 # A mode prepares (calibrates) and returns its builder, the layers it can quantize, and notes.
-ModeFn = Callable[[ir.Model, "CalibrationSet | None", Options, "Progress | None"], tuple[Builder, list[str], list[str]]]
+ModeFn = Callable[
+    [ir.Model, "CalibrationSet | None", Options, "Progress | None"],
+    tuple[Builder, list[str], list[str]],
+]
 
 
 def _node_outputs(model: ir.Model, names: list[str]) -> dict[str, tuple[str, str]]:
@@ -102,7 +113,11 @@ def _static(model, cal, opt: Options, progress):
             observers.setdefault(node.inputs[0].name, []).append(cm)
     calibration.collect(model, cal, observers, progress=progress)
     qparams = {t: obs[0].qparams() for t, obs in observers.items() if t in set(full.observed)}
-    deltas = bias_correction.shifts(weighted, means, per_channel=opt.per_channel) if opt.bias_correction else None
+    deltas = (
+        bias_correction.shifts(weighted, means, per_channel=opt.per_channel)
+        if opt.bias_correction
+        else None
+    )
 
     def build(exclude: frozenset[str]) -> Built:
         p = static.plan(model, exclude=exclude, fold_relu=not symmetric)
@@ -125,10 +140,14 @@ def _dynamic(model, cal, opt: Options, progress):
         samples = {i: dynamic.RowSample() for i in sorted({n.inputs[0].name for n in nodes})}
         calibration.collect(model, cal, {i: [s] for i, s in samples.items()}, progress=progress)
         smoothing = dynamic.smoothing_factors(nodes, samples, per_channel=opt.per_channel)
-        notes.append(f"activation outliers moved into weights (smoothing) for {len(smoothing)} of {len(samples)} input(s)")
+        notes.append(
+            f"activation outliers moved into weights (smoothing) for {len(smoothing)} of {len(samples)} input(s)"
+        )
 
     def build(exclude):
-        q, done = dynamic.apply(model, per_channel=opt.per_channel, exclude=exclude, smoothing=smoothing)
+        q, done = dynamic.apply(
+            model, per_channel=opt.per_channel, exclude=exclude, smoothing=smoothing
+        )
         return Built(q, done, _node_outputs(model, done))
 
     return build, [n.name for n in nodes], notes
@@ -141,9 +160,13 @@ def _weight_only(model, cal, opt: Options, progress):
     def build(exclude):
         # With 4 bits, the budget's fallback for a sensitive layer is 8 bits, not float.
         if opt.bits == 4:
-            q, done, _ = weight_only.apply(model, bits=4, block_size=opt.block_size, int8_layers=exclude)
+            q, done, _ = weight_only.apply(
+                model, bits=4, block_size=opt.block_size, int8_layers=exclude
+            )
         else:
-            q, done, _ = weight_only.apply(model, bits=opt.bits, block_size=opt.block_size, exclude=exclude)
+            q, done, _ = weight_only.apply(
+                model, bits=opt.bits, block_size=opt.block_size, exclude=exclude
+            )
         return Built(q, done, _node_outputs(model, done))
 
     return build, names, notes
@@ -190,7 +213,9 @@ def accuracy_metric(cal: CalibrationSet, model: ir.Model) -> Metric:
         hits = total = 0
         for batch in cal.batches(model):
             if batch.labels is None:
-                raise InputError(f"{cal.name}: no labels for the accuracy budget (set the labels key)")
+                raise InputError(
+                    f"{cal.name}: no labels for the accuracy budget (set the labels key)"
+                )
             out = next(iter(run(batch.feeds).values()))
             hits += int((np.asarray(out).argmax(axis=-1) == batch.labels).sum())
             total += len(batch.labels)
@@ -232,8 +257,8 @@ def quantize(
     ``feeds → outputs`` returning a score, higher is better) or ``labels_key`` (labels in the
     calibration data; top-1 accuracy) keeps the most sensitive layers in float until the drop holds.
     """
-    from modelpress.compress.quantize._graph import copy_model
-    from modelpress.ir import infer_shapes, model_bytes
+    from modelpress.compress.quantize._graph import copy_model, with_types
+    from modelpress.ir import model_bytes
 
     if mode not in MODES:
         raise OptionError(f"--mode {mode}: choose one of {', '.join(MODES)}")
@@ -250,14 +275,27 @@ def quantize(
         from modelpress.passes import optimize as run_optimizer
 
         work = run_optimizer(work, level=2).model
-    work = infer_shapes(work)
+    work = with_types(work)
     static.name_nodes(work)
     cal = None
     if calibration is not None:
         cal = CalibrationSet.from_source(
-            calibration, batch_size=batch_size, labels_key=labels_key, image=image, limit=calibration_limit
+            calibration,
+            batch_size=batch_size,
+            labels_key=labels_key,
+            image=image,
+            limit=calibration_limit,
         )
-    opt = Options(method, per_channel, bits, block_size, activation_dtype, symmetric_activations, bias_correction, smooth)
+    opt = Options(
+        method,
+        per_channel,
+        bits,
+        block_size,
+        activation_dtype,
+        symmetric_activations,
+        bias_correction,
+        smooth,
+    )
     build, candidates, notes = MODES[mode](work, cal, opt, progress)
     unknown = sorted(set(exclude or ()) - {n.name for n in work.graph})
     if unknown:
@@ -267,22 +305,30 @@ def quantize(
     if max_accuracy_drop is not None:
         if metric is None:
             if cal is None or labels_key is None:
-                raise OptionError("--max-accuracy-drop needs a metric: labels in the calibration data (--labels-key) or a metric function")
+                raise OptionError(
+                    "--max-accuracy-drop needs a metric: labels in the calibration data (--labels-key) or a metric function"
+                )
             metric = accuracy_metric(cal, work)
         built, accuracy = _budget(work, build, built, candidates, cal, metric, max_accuracy_drop)
     layers, out_err = [], None
     if report_layers and cal is not None:
-        batches = [b.feeds for b, _ in zip(cal.batches(work), range(4))]
+        batches = [b.feeds for b in islice(cal.batches(work), 4)]
         try:
             errs = sensitivity.layer_errors(work, built.model, built.pairs, batches)
-            out_err = sensitivity.output_error(sensitivity.runner(work), sensitivity.runner(built.model), batches)
+            out_err = sensitivity.output_error(
+                sensitivity.runner(work), sensitivity.runner(built.model), batches
+            )
         except Exception as exc:  # noqa: BLE001 - e.g. bf16 graphs that ONNX Runtime's CPU cannot run
             errs = {}
-            notes.append(f"no error report: ONNX Runtime cannot run the result here ({str(exc).splitlines()[0][:120]})")
+            notes.append(
+                f"no error report: ONNX Runtime cannot run the result here ({str(exc).splitlines()[0][:120]})"
+            )
         by = {n.name: n for n in work.graph}
         for name in candidates:
             sq, rel = errs.get(name, (None, None))
-            layers.append(sensitivity.LayerReport(name, by[name].op_type, name in set(built.layers), sq, rel))
+            layers.append(
+                sensitivity.LayerReport(name, by[name].op_type, name in set(built.layers), sq, rel)
+            )
     return QuantizeResult(
         model=built.model,
         mode=mode,
@@ -304,8 +350,10 @@ def _budget(work, build, built, candidates, cal, metric, budget):
     metric_float = evaluate(work)
     first = (built, evaluate(built.model))
     if metric_float - first[1] <= budget:
-        return built, sensitivity.BudgetResult(metric_float, first[1], budget, True, [], [(0, first[1])])
-    batches = [b.feeds for b, _ in zip(cal.batches(work), range(2))] if cal is not None else []
+        return built, sensitivity.BudgetResult(
+            metric_float, first[1], budget, True, [], [(0, first[1])]
+        )
+    batches = [b.feeds for b in islice(cal.batches(work), 2)] if cal is not None else []
     scores = sensitivity.rank_layers(work, built.layers, lambda ex: build(ex).model, batches)
     ranked = sorted(scores, key=scores.get, reverse=True)
     models: dict[int, Built] = {}
@@ -316,7 +364,12 @@ def _budget(work, build, built, candidates, cal, metric, budget):
         return b.model
 
     model, result = sensitivity.budget_search(
-        ranked, build_model, evaluate, metric_float=metric_float, budget=budget, first=(built.model, first[1])
+        ranked,
+        build_model,
+        evaluate,
+        metric_float=metric_float,
+        budget=budget,
+        first=(built.model, first[1]),
     )
     chosen = next((b for b in [built, *models.values()] if b.model is model), built)
     return chosen, result

@@ -12,8 +12,18 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.compress.quantize._graph import WEIGHT_INPUT, const_array, input_channel_axis, output_channel_axis
-from modelpress.compress.quantize.qparams import PerChannel, PerTensor, fake_quantize, weight_qparams
+from modelpress.compress.quantize._graph import (
+    WEIGHT_INPUT,
+    const_array,
+    input_channel_axis,
+    output_channel_axis,
+)
+from modelpress.compress.quantize.qparams import (
+    PerChannel,
+    PerTensor,
+    fake_quantize,
+    weight_qparams,
+)
 
 
 class ChannelMean:
@@ -61,7 +71,9 @@ def output_shift(node: ir.Node, w: np.ndarray, w_hat: np.ndarray, mean_x: np.nda
     return np.tensordot(mean_x, d, axes=([0], [k_axis]))
 
 
-def shifts(nodes: list[ir.Node], means: dict[str, ChannelMean], *, per_channel: bool, dtype: str = "int8") -> dict[str, np.ndarray]:
+def shifts(
+    nodes: list[ir.Node], means: dict[str, ChannelMean], *, per_channel: bool, dtype: str = "int8"
+) -> dict[str, np.ndarray]:
     """The correction (to subtract from the bias) of every node whose input mean was measured."""
     out = {}
     for node in nodes:

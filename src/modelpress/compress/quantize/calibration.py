@@ -64,13 +64,17 @@ class ImagePreprocess:
                 w, h = img.size
                 ch, cw = self.crop
                 if ch > h or cw > w:
-                    raise InputError(f"{path}: crop {ch}x{cw} is larger than the image ({h}x{w}); resize first")
+                    raise InputError(
+                        f"{path}: crop {ch}x{cw} is larger than the image ({h}x{w}); resize first"
+                    )
                 left, top = (w - cw) // 2, (h - ch) // 2
                 img = img.crop((left, top, left + cw, top + ch))
             arr = np.asarray(img, dtype=np.float32)
         if arr.ndim == 2:
             arr = arr[:, :, None]
-        arr = (arr * self.scale - np.asarray(self.mean, np.float32)) / np.asarray(self.std, np.float32)
+        arr = (arr * self.scale - np.asarray(self.mean, np.float32)) / np.asarray(
+            self.std, np.float32
+        )
         return arr.transpose(2, 0, 1) if self.layout == "NCHW" else arr
 
 
@@ -83,7 +87,14 @@ class Batch:
 class CalibrationSet:
     """A re-iterable stream of checked batches (``for batch in cal.batches(model)``)."""
 
-    def __init__(self, make_iter: Callable[[ir.Model], Iterator[Batch]], *, name: str, total: int | None, once: bool = False):
+    def __init__(
+        self,
+        make_iter: Callable[[ir.Model], Iterator[Batch]],
+        *,
+        name: str,
+        total: int | None,
+        once: bool = False,
+    ):
         self._make_iter = make_iter
         self.name = name
         self.total = total
@@ -103,16 +114,29 @@ class CalibrationSet:
         if isinstance(source, CalibrationSet):
             return source
         if isinstance(source, (str, os.PathLike)):
-            return _from_path(Path(source), batch_size=batch_size, labels_key=labels_key, image=image, limit=limit)
+            return _from_path(
+                Path(source), batch_size=batch_size, labels_key=labels_key, image=image, limit=limit
+            )
         if callable(source):
-            return cls(lambda m: _from_dicts(source(), labels_key), name="calibration data", total=None)
+            return cls(
+                lambda m: _from_dicts(source(), labels_key), name="calibration data", total=None
+            )
         if isinstance(source, dict):
-            raise OptionError("calibration data: pass a list of input dicts (or an .npz path), not one dict")
+            raise OptionError(
+                "calibration data: pass a list of input dicts (or an .npz path), not one dict"
+            )
         if isinstance(source, Iterable):
             once = iter(source) is source
             total = len(source) if hasattr(source, "__len__") else None
-            return cls(lambda m: _from_dicts(source, labels_key), name="calibration data", total=total, once=once)
-        raise OptionError(f"calibration data of type {type(source).__name__}: pass a path or an iterable of input dicts")
+            return cls(
+                lambda m: _from_dicts(source, labels_key),
+                name="calibration data",
+                total=total,
+                once=once,
+            )
+        raise OptionError(
+            f"calibration data of type {type(source).__name__}: pass a path or an iterable of input dicts"
+        )
 
     def batches(self, model: ir.Model) -> Iterator[Batch]:
         """Checked batches; raises InputError on the first bad one, or when there is none."""
@@ -133,21 +157,29 @@ class CalibrationSet:
 def _from_dicts(items: Iterable, labels_key: str | None) -> Iterator[Batch]:
     for item in items:
         if not isinstance(item, dict):
-            raise InputError(f"calibration data: expected dicts of input arrays, got {type(item).__name__}")
+            raise InputError(
+                f"calibration data: expected dicts of input arrays, got {type(item).__name__}"
+            )
         feeds = {k: np.asarray(v) for k, v in item.items()}
         labels = feeds.pop(labels_key) if labels_key and labels_key in feeds else None
         yield Batch(feeds, labels)
 
 
-def _split_labels(arrays: dict[str, np.ndarray], labels_key: str | None, source: str) -> np.ndarray | None:
+def _split_labels(
+    arrays: dict[str, np.ndarray], labels_key: str | None, source: str
+) -> np.ndarray | None:
     if labels_key is None:
         return None
     if labels_key not in arrays:
-        raise InputError(f"{source}: no array named {labels_key!r} (the labels key); arrays: {', '.join(arrays)}")
+        raise InputError(
+            f"{source}: no array named {labels_key!r} (the labels key); arrays: {', '.join(arrays)}"
+        )
     return arrays.pop(labels_key)
 
 
-def _npz_batches(path: Path, batch_size: int, labels_key: str | None, limit: int | None) -> Iterator[Batch]:
+def _npz_batches(
+    path: Path, batch_size: int, labels_key: str | None, limit: int | None
+) -> Iterator[Batch]:
     arrays = load_npz(path)
     labels = _split_labels(arrays, labels_key, str(path))
     if not arrays:
@@ -157,15 +189,22 @@ def _npz_batches(path: Path, batch_size: int, labels_key: str | None, limit: int
     if len(set(counts.values())) > 1:
         raise InputError(f"{path}: arrays have different numbers of samples on axis 0: {counts}")
     if labels is not None and labels.shape[:1] != (n,):
-        raise InputError(f"{path}: labels {labels_key!r} have {labels.shape[:1]} entries, inputs have {n} samples")
+        raise InputError(
+            f"{path}: labels {labels_key!r} have {labels.shape[:1]} entries, inputs have {n} samples"
+        )
     if limit is not None:
         n = min(n, limit)
     for start in range(0, n, batch_size):
         stop = min(start + batch_size, n)
-        yield Batch({k: v[start:stop] for k, v in arrays.items()}, None if labels is None else labels[start:stop])
+        yield Batch(
+            {k: v[start:stop] for k, v in arrays.items()},
+            None if labels is None else labels[start:stop],
+        )
 
 
-def _dir_npz_batches(files: list[Path], labels_key: str | None, limit: int | None) -> Iterator[Batch]:
+def _dir_npz_batches(
+    files: list[Path], labels_key: str | None, limit: int | None
+) -> Iterator[Batch]:
     seen = 0
     for f in files:
         if limit is not None and seen >= limit:
@@ -178,7 +217,9 @@ def _dir_npz_batches(files: list[Path], labels_key: str | None, limit: int | Non
         yield Batch(arrays, labels)
 
 
-def _image_batches(files: list[Path], image: ImagePreprocess, input_name: str, batch_size: int, limit: int | None) -> Iterator[Batch]:
+def _image_batches(
+    files: list[Path], image: ImagePreprocess, input_name: str, batch_size: int, limit: int | None
+) -> Iterator[Batch]:
     if limit is not None:
         files = files[:limit]
     for start in range(0, len(files), batch_size):
@@ -186,14 +227,25 @@ def _image_batches(files: list[Path], image: ImagePreprocess, input_name: str, b
         try:
             arrays = [image.apply(f) for f in chunk]
         except OSError as exc:
-            raise InputError(f"{chunk[0].parent}: cannot read an image: {str(exc).splitlines()[0][:200]}") from None
+            raise InputError(
+                f"{chunk[0].parent}: cannot read an image: {str(exc).splitlines()[0][:200]}"
+            ) from None
         shapes = {a.shape for a in arrays}
         if len(shapes) > 1:
-            raise InputError(f"{chunk[0].parent}: images differ in size after pre-processing ({sorted(shapes)}); set a resize or crop")
+            raise InputError(
+                f"{chunk[0].parent}: images differ in size after pre-processing ({sorted(shapes)}); set a resize or crop"
+            )
         yield Batch({input_name: np.stack(arrays)})
 
 
-def _from_path(path: Path, *, batch_size: int, labels_key: str | None, image: ImagePreprocess | None, limit: int | None) -> CalibrationSet:
+def _from_path(
+    path: Path,
+    *,
+    batch_size: int,
+    labels_key: str | None,
+    image: ImagePreprocess | None,
+    limit: int | None,
+) -> CalibrationSet:
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
     if batch_size < 1:
@@ -201,19 +253,27 @@ def _from_path(path: Path, *, batch_size: int, labels_key: str | None, image: Im
     if path.is_file():
         if path.suffix != ".npz":
             raise InputError(f"{path}: calibration data must be an .npz file or a directory")
-        return CalibrationSet(lambda m: _npz_batches(path, batch_size, labels_key, limit), name=str(path), total=None)
+        return CalibrationSet(
+            lambda m: _npz_batches(path, batch_size, labels_key, limit), name=str(path), total=None
+        )
     files = sorted(p for p in path.iterdir() if p.is_file())
     npz = [p for p in files if p.suffix == ".npz"]
     images = [p for p in files if p.suffix.lower() in IMAGE_SUFFIXES]
     if npz:
-        return CalibrationSet(lambda m: _dir_npz_batches(npz, labels_key, limit), name=str(path), total=len(npz))
+        return CalibrationSet(
+            lambda m: _dir_npz_batches(npz, labels_key, limit), name=str(path), total=len(npz)
+        )
     if images:
         if image is None:
-            raise OptionError(f"{path}: a folder of images needs a declared pre-processing (ImagePreprocess / --image-size, --mean, --std, --layout)")
+            raise OptionError(
+                f"{path}: a folder of images needs a declared pre-processing (ImagePreprocess / --image-size, --mean, --std, --layout)"
+            )
         try:
             import PIL  # noqa: F401
         except ImportError:
-            raise OptionError(f"{path}: reading images needs Pillow (`pip install pillow`); or convert them to an .npz") from None
+            raise OptionError(
+                f"{path}: reading images needs Pillow (`pip install pillow`); or convert them to an .npz"
+            ) from None
         return CalibrationSet(
             lambda m: _image_batches(images, image, _single_input(m, path), batch_size, limit),
             name=str(path),
@@ -225,7 +285,9 @@ def _from_path(path: Path, *, batch_size: int, labels_key: str | None, image: Im
 def _single_input(model: ir.Model, path: Path) -> str:
     inputs = [v.name for v in model.graph.inputs if v.name not in model.graph.initializers]
     if len(inputs) != 1:
-        raise InputError(f"{path}: a folder of images feeds a model with one input; this one has {len(inputs)} ({', '.join(inputs)})")
+        raise InputError(
+            f"{path}: a folder of images feeds a model with one input; this one has {len(inputs)} ({', '.join(inputs)})"
+        )
     return inputs[0]
 
 
@@ -259,9 +321,13 @@ def collect(
         progress(0, cal.total)
     for batch in cal.batches(model):
         try:
-            outs = dict(zip(fetched, sess.run(fetched, batch.feeds))) if fetched else {}
+            outs = (
+                dict(zip(fetched, sess.run(fetched, batch.feeds), strict=True)) if fetched else {}
+            )
         except Exception as exc:  # ORT's own exception types
-            raise InputError(f"{cal.name} (batch {n}): the model failed to run: {str(exc).strip().splitlines()[0][:300]}") from None
+            raise InputError(
+                f"{cal.name} (batch {n}): the model failed to run: {str(exc).strip().splitlines()[0][:300]}"
+            ) from None
         for name, obs in observers.items():
             x = batch.feeds[name] if name in graph_inputs else outs[name]
             for o in obs:

@@ -24,7 +24,14 @@ from modelpress.compress.quantize._graph import (
     replace_value,
     weight_nodes,
 )
-from modelpress.compress.quantize.qparams import PerChannel, PerTensor, fake_quantize, qparams_from_range, quantize, weight_qparams
+from modelpress.compress.quantize.qparams import (
+    PerChannel,
+    PerTensor,
+    fake_quantize,
+    qparams_from_range,
+    quantize,
+    weight_qparams,
+)
 
 
 def eligible(node: ir.Node) -> bool:
@@ -32,7 +39,11 @@ def eligible(node: ir.Node) -> bool:
         return False
     if node.op_type == "Gemm":
         a = node.attributes
-        if a.get_int("transA", 0) or a.get_float("alpha", 1.0) != 1.0 or a.get_float("beta", 1.0) != 1.0:
+        if (
+            a.get_int("transA", 0)
+            or a.get_float("alpha", 1.0) != 1.0
+            or a.get_float("beta", 1.0) != 1.0
+        ):
             return False
         if len(node.inputs) > 2 and node.inputs[2] is not None:
             c = const_array(node.inputs[2])
@@ -78,7 +89,9 @@ class RowSample:
             seen = self.seen + np.arange(1, len(rows) + 1)
             j = (self.rng.random(len(rows)) * seen).astype(np.int64)
             hit = j < self.size
-            self.rows[j[hit]] = rows[hit]  # later rows win on repeated slots, as in sequential order
+            self.rows[j[hit]] = rows[
+                hit
+            ]  # later rows win on repeated slots, as in sequential order
             self.seen += len(rows)
 
 
@@ -90,7 +103,9 @@ def _factors(users: list[ir.Node], x_max: np.ndarray, alpha: float) -> np.ndarra
     return np.clip(s / np.median(s), 1.0, 1e2).astype(np.float32)
 
 
-def _matmul_error(x: np.ndarray, users: list[ir.Node], s: np.ndarray | None, per_channel: bool) -> float:
+def _matmul_error(
+    x: np.ndarray, users: list[ir.Node], s: np.ndarray | None, per_channel: bool
+) -> float:
     """Squared error of the users' outputs on the sampled rows, quantized as at run time."""
     xs = x if s is None else x / s
     xqp = qparams_from_range(xs.min(), xs.max(), dtype="uint8")
@@ -99,7 +114,9 @@ def _matmul_error(x: np.ndarray, users: list[ir.Node], s: np.ndarray | None, per
     for n in users:
         w = _kn_weight(n)
         ws = w if s is None else w * s[:, None]
-        wd = fake_quantize(ws, weight_qparams(ws, PerChannel(1) if per_channel else PerTensor(), dtype="int8"))
+        wd = fake_quantize(
+            ws, weight_qparams(ws, PerChannel(1) if per_channel else PerTensor(), dtype="int8")
+        )
         err += float(np.sum((xd @ wd - x @ w) ** 2))
     return err
 
@@ -162,20 +179,32 @@ def apply(
                 inv = constant(g, (1.0 / s).astype(np.float32), f"{x.name}_smooth")
                 mul = ir.node("Mul", [x, inv], name=f"{x.name}_Smooth")
                 mul.outputs[0].name = f"{x.name}_smoothed"
-                g.insert_after(x.producer(), mul) if x.producer() is not None else g.insert_before(next(iter(g)), mul)
+                g.insert_after(x.producer(), mul) if x.producer() is not None else g.insert_before(
+                    next(iter(g)), mul
+                )
                 smoothed[x.name] = mul.outputs[0]
             node.replace_input_with(0, smoothed[x.name])
-        qp = weight_qparams(w, PerChannel(1) if per_channel else PerTensor(), dtype="int8", symmetric=True)
+        qp = weight_qparams(
+            w, PerChannel(1) if per_channel else PerTensor(), dtype="int8", symmetric=True
+        )
         wq = quantize(w, qp)
         base = node.name
-        dql = ir.node("DynamicQuantizeLinear", [node.inputs[0]], num_outputs=3, name=f"{base}_DynamicQuantize")
+        dql = ir.node(
+            "DynamicQuantizeLinear", [node.inputs[0]], num_outputs=3, name=f"{base}_DynamicQuantize"
+        )
         xq, xs, xzp = dql.outputs
-        for v, suffix in zip(dql.outputs, ("quantized", "scale", "zero_point")):
+        for v, suffix in zip(dql.outputs, ("quantized", "scale", "zero_point"), strict=True):
             v.name = f"{base}_input_{suffix}"
         w_val = constant(g, wq, f"{base}_W_quantized")
-        wzp = constant(g, np.zeros(qp.scale.shape, np.int8) if per_channel else np.int8(0), f"{base}_W_zero_point")
+        wzp = constant(
+            g,
+            np.zeros(qp.scale.shape, np.int8) if per_channel else np.int8(0),
+            f"{base}_W_zero_point",
+        )
         mmi = ir.node("MatMulInteger", [xq, w_val, xzp, wzp], name=f"{base}_MatMulInteger")
-        cast = ir.node("Cast", [mmi.outputs[0]], attributes={"to": ir.DataType.FLOAT}, name=f"{base}_Cast")
+        cast = ir.node(
+            "Cast", [mmi.outputs[0]], attributes={"to": ir.DataType.FLOAT}, name=f"{base}_Cast"
+        )
         ws = constant(g, qp.scale.astype(np.float32), f"{base}_W_scale")
         scale = ir.node("Mul", [xs, ws], name=f"{base}_scale")
         out = ir.node("Mul", [cast.outputs[0], scale.outputs[0]], name=f"{base}_rescale")
@@ -185,7 +214,7 @@ def apply(
             add = ir.node("Add", [result, node.inputs[2]], name=f"{base}_bias")
             new_nodes.append(add)
             result = add.outputs[0]
-        for i, v in enumerate(new_nodes[1:], 1):
+        for v in new_nodes[1:]:
             v.outputs[0].name = v.outputs[0].name or f"{v.name}_output"
         g.insert_after(node, new_nodes)
         old = node.outputs[0]
@@ -193,7 +222,9 @@ def apply(
         name = old.name
         replace_value(old, result)
         g.remove(node, safe=True)
-        result.name = name  # the layer's output keeps its name (reports match float and int8 tensors)
+        result.name = (
+            name  # the layer's output keeps its name (reports match float and int8 tensors)
+        )
         done.append(node.name)
     remove_unused_initializers(g)
     g.sort()

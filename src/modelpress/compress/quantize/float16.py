@@ -15,14 +15,34 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.compress.quantize._graph import remove_unused_initializers
-from modelpress.ir import infer_shapes
+from modelpress.compress.quantize._graph import copy_model, remove_unused_initializers, with_types
 
 KEEP_FLOAT32 = {
-    "Softmax", "LogSoftmax", "LayerNormalization", "GroupNormalization", "InstanceNormalization",
-    "BatchNormalization", "ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceL2", "ReduceL1",
-    "ReduceLogSum", "ReduceLogSumExp", "ReduceProd", "Exp", "Pow", "Log", "Sqrt", "Reciprocal",
-    "Erf", "CumSum", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+    "Softmax",
+    "LogSoftmax",
+    "LayerNormalization",
+    "GroupNormalization",
+    "InstanceNormalization",
+    "BatchNormalization",
+    "ReduceMean",
+    "ReduceSum",
+    "ReduceSumSquare",
+    "ReduceL2",
+    "ReduceL1",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ReduceProd",
+    "Exp",
+    "Pow",
+    "Log",
+    "Sqrt",
+    "Reciprocal",
+    "Erf",
+    "CumSum",
+    "RandomNormal",
+    "RandomUniform",
+    "RandomNormalLike",
+    "RandomUniformLike",
 }
 # (op, input index) that must stay float32 whatever the computation type.
 FLOAT32_INPUTS = {("Resize", 1), ("Resize", 2), ("Upsample", 1)}
@@ -47,9 +67,16 @@ def _schema_allows(node: ir.Node, opset: int, type_name: str) -> bool:
 
 
 def _low(node: ir.Node, keep: set[str], opset: int, type_name: str) -> bool:
-    if node.domain not in ("", "ai.onnx") or node.op_type in keep or node.op_type in ("Cast", "CastLike", "Constant"):
+    if (
+        node.domain not in ("", "ai.onnx")
+        or node.op_type in keep
+        or node.op_type in ("Cast", "CastLike", "Constant")
+    ):
         return False
-    if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()):
+    if any(
+        a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+        for a in node.attributes.values()
+    ):
         return False
     return _schema_allows(node, opset, type_name)
 
@@ -63,7 +90,11 @@ def _convert_array(arr: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def apply(
-    model: ir.Model, *, dtype: str = "fp16", keep: set[str] | None = None, keep_nodes: frozenset[str] = frozenset()
+    model: ir.Model,
+    *,
+    dtype: str = "fp16",
+    keep: set[str] | None = None,
+    keep_nodes: frozenset[str] = frozenset(),
 ) -> tuple[ir.Model, list[str]]:
     """A converted copy of ``model`` and the names of the nodes left in float32.
 
@@ -71,20 +102,29 @@ def apply(
     """
     low_type, _ = TYPES[dtype]
     keep = KEEP_FLOAT32 | set(keep or ())
-    m = infer_shapes(model)  # a copy with every value's type known
+    m = with_types(copy_model(model))  # a copy with every value's type known
     g = m.graph
     nodes = list(g)
     opset = m.opset_imports.get("", 1)
     type_name = "float16" if dtype == "fp16" else "bfloat16"
-    low_nodes = {id(n) for n in nodes if n.name not in keep_nodes and _low(n, keep, opset, type_name)}
-    kept = [n.name for n in nodes if id(n) not in low_nodes and n.op_type not in ("Cast", "Constant")]
+    low_nodes = {
+        id(n) for n in nodes if n.name not in keep_nodes and _low(n, keep, opset, type_name)
+    }
+    kept = [
+        n.name for n in nodes if id(n) not in low_nodes and n.op_type not in ("Cast", "Constant")
+    ]
 
     def wants_low(use) -> bool:
         return id(use.node) in low_nodes and (use.node.op_type, use.idx) not in FLOAT32_INPUTS
 
     # 1. constants read only by low-precision consumers become low precision in place
     for name, v in list(g.initializers.items()):
-        if v.dtype != ir.DataType.FLOAT or v.is_graph_input() or v.is_graph_output() or not v.uses():
+        if (
+            v.dtype != ir.DataType.FLOAT
+            or v.is_graph_input()
+            or v.is_graph_output()
+            or not v.uses()
+        ):
             continue
         if all(wants_low(u) for u in v.uses()):
             arr = _convert_array(v.const_value.numpy(), dtype)
@@ -97,7 +137,11 @@ def apply(
                 if o.dtype == ir.DataType.FLOAT:
                     o.type = ir.TensorType(low_type)
     # 3. Casts where a value meets a consumer of the other precision (and at graph outputs)
-    values = [v for v in g.inputs] + [o for n in nodes for o in n.outputs] + list(g.initializers.values())
+    values = (
+        [v for v in g.inputs]
+        + [o for n in nodes for o in n.outputs]
+        + list(g.initializers.values())
+    )
     for v in values:
         if v.dtype not in (ir.DataType.FLOAT, low_type):
             continue
@@ -105,7 +149,12 @@ def apply(
         mismatched = [u for u in v.uses() if wants_low(u) != is_low and _float_input(u)]
         if mismatched:
             target = ir.DataType.FLOAT if is_low else low_type
-            cast = ir.node("Cast", [v], attributes={"to": target}, name=f"{v.name}_to_{'fp32' if is_low else dtype}")
+            cast = ir.node(
+                "Cast",
+                [v],
+                attributes={"to": target},
+                name=f"{v.name}_to_{'fp32' if is_low else dtype}",
+            )
             cast.outputs[0].name = f"{v.name}_{'fp32' if is_low else dtype}"
             cast.outputs[0].type = ir.TensorType(target)
             cast.outputs[0].shape = v.shape

@@ -65,7 +65,8 @@ class QParams:
     def __eq__(self, other) -> bool:  # arrays do not compare with dataclass equality
         return (
             isinstance(other, QParams)
-            and (self.dtype, self.axis, self.block_size) == (other.dtype, other.axis, other.block_size)
+            and (self.dtype, self.axis, self.block_size)
+            == (other.dtype, other.axis, other.block_size)
             and np.array_equal(self.scale, other.scale)
             and np.array_equal(self.zero_point, other.zero_point)
         )
@@ -86,7 +87,13 @@ def _np_dtype(dtype: str):
 
 
 def qparams_from_range(
-    lo, hi, *, dtype: str = "uint8", symmetric: bool = False, axis: int | None = None, block_size: int | None = None
+    lo,
+    hi,
+    *,
+    dtype: str = "uint8",
+    symmetric: bool = False,
+    axis: int | None = None,
+    block_size: int | None = None,
 ) -> QParams:
     """QParams whose range covers ``[lo, hi]`` (arrays for per-channel/per-group), always including 0.
 
@@ -149,7 +156,9 @@ def fake_quantize(x: np.ndarray, qp: QParams) -> np.ndarray:
     return dequantize(quantize(x, qp), qp)
 
 
-def reduce_range(x: np.ndarray, granularity: Granularity) -> tuple[np.ndarray, np.ndarray, int | None, int | None]:
+def reduce_range(
+    x: np.ndarray, granularity: Granularity
+) -> tuple[np.ndarray, np.ndarray, int | None, int | None]:
     """Min and max of ``x`` at ``granularity``: ``(lo, hi, axis, block_size)``.
 
     Per group, the axis length must be a multiple of the block size (callers pad or refuse).
@@ -172,17 +181,26 @@ def reduce_range(x: np.ndarray, granularity: Granularity) -> tuple[np.ndarray, n
 
 
 def weight_qparams(
-    w: np.ndarray, granularity: Granularity, *, dtype: str = "int8", symmetric: bool = True, method: str = "minmax"
+    w: np.ndarray,
+    granularity: Granularity,
+    *,
+    dtype: str = "int8",
+    symmetric: bool = True,
+    method: str = "minmax",
 ) -> QParams:
     """QParams for a constant weight: its min/max, or (``method="mse"``) the clip that minimises
     the squared rounding + clipping error, searched per channel/group on a grid of shrink factors."""
     lo, hi, axis, block = reduce_range(w, granularity)
     if method == "minmax":
-        return qparams_from_range(lo, hi, dtype=dtype, symmetric=symmetric, axis=axis, block_size=block)
+        return qparams_from_range(
+            lo, hi, dtype=dtype, symmetric=symmetric, axis=axis, block_size=block
+        )
     best = None
     best_err = None
     for shrink in np.linspace(1.0, 0.5, 26):
-        qp = qparams_from_range(lo * shrink, hi * shrink, dtype=dtype, symmetric=symmetric, axis=axis, block_size=block)
+        qp = qparams_from_range(
+            lo * shrink, hi * shrink, dtype=dtype, symmetric=symmetric, axis=axis, block_size=block
+        )
         err = np.square(fake_quantize(w, qp) - w)
         err_r = _reduce_err(err, axis, block)
         if best is None:
@@ -196,7 +214,9 @@ def weight_qparams(
         lo_b, hi_b = lo * best_shrink.reshape(shape), hi * best_shrink.reshape(shape)
     else:
         lo_b, hi_b = lo * best_shrink, hi * best_shrink
-    return qparams_from_range(lo_b, hi_b, dtype=dtype, symmetric=symmetric, axis=axis, block_size=block)
+    return qparams_from_range(
+        lo_b, hi_b, dtype=dtype, symmetric=symmetric, axis=axis, block_size=block
+    )
 
 
 def _reduce_err(err: np.ndarray, axis: int | None, block: int | None) -> np.ndarray:

@@ -78,7 +78,11 @@ def runner(model: ir.Model, *, outputs: Iterable[str] = (), optimize: str = "all
     inputs = {i.name for i in sess.get_inputs()}
 
     def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        out = dict(zip(names, sess.run(names, {k: v for k, v in feeds.items() if k in inputs})))
+        out = dict(
+            zip(
+                names, sess.run(names, {k: v for k, v in feeds.items() if k in inputs}), strict=True
+            )
+        )
         out.update({k: v for k, v in feeds.items() if k in extra})
         return out
 

@@ -37,7 +37,13 @@ from modelpress.compress.quantize._graph import (
     scalar_or_vector,
     values_by_name,
 )
-from modelpress.compress.quantize.qparams import PerChannel, PerTensor, QParams, quantize, weight_qparams
+from modelpress.compress.quantize.qparams import (
+    PerChannel,
+    PerTensor,
+    QParams,
+    quantize,
+    weight_qparams,
+)
 
 # Ops with two activation inputs that ONNX Runtime runs in int8 (QLinearAdd, QLinearMul).
 BINARY_OPS = {"Add", "Mul"}
@@ -91,7 +97,11 @@ def eligible(node: ir.Node) -> bool:
             return False
         if op == "Gemm":
             a = node.attributes
-            if a.get_int("transA", 0) or a.get_float("alpha", 1.0) != 1.0 or a.get_float("beta", 1.0) != 1.0:
+            if (
+                a.get_int("transA", 0)
+                or a.get_float("alpha", 1.0) != 1.0
+                or a.get_float("beta", 1.0) != 1.0
+            ):
                 return False
         if len(node.inputs) > 2 and node.inputs[2] is not None:
             b = const_array(node.inputs[2])
@@ -128,12 +138,20 @@ def _reduction_size(node: ir.Node) -> int:
     w = const_array(node.inputs[1])
     if node.op_type == "Conv":
         return int(np.prod(w.shape[1:]))
-    return int(w.shape[1] if node.op_type == "Gemm" and node.attributes.get_int("transB", 0) else w.shape[0])
+    return int(
+        w.shape[1]
+        if node.op_type == "Gemm" and node.attributes.get_int("transB", 0)
+        else w.shape[0]
+    )
 
 
 def _depthwise(node: ir.Node) -> bool:
     # Depthwise convolutions have their own int8 kernel, fast despite a reduction of only kh·kw.
-    return node.op_type == "Conv" and node.attributes.get_int("group", 1) > 1 and const_array(node.inputs[1]).shape[1] == 1
+    return (
+        node.op_type == "Conv"
+        and node.attributes.get_int("group", 1) > 1
+        and const_array(node.inputs[1]).shape[1] == 1
+    )
 
 
 def _through(value: ir.Value, forward: bool) -> list:
@@ -141,7 +159,9 @@ def _through(value: ir.Value, forward: bool) -> list:
     consumers (forward, None for a graph output) that really see ``value``'s 8-bit form."""
     if not forward:
         node = value.producer()
-        while node is not None and (node.op_type in PASSTHROUGH_OPS or node.op_type in ("Relu", "Clip")):
+        while node is not None and (
+            node.op_type in PASSTHROUGH_OPS or node.op_type in ("Relu", "Clip")
+        ):
             node = node.inputs[0].producer() if node.inputs[0] is not None else None
         return [node]
     out: list = [None] if value.is_graph_output() else []
@@ -154,7 +174,9 @@ def _through(value: ir.Value, forward: bool) -> list:
     return out
 
 
-def select_layers(model: ir.Model, *, exclude: frozenset[str] = frozenset(), min_reduction: int = 32) -> list[ir.Node]:
+def select_layers(
+    model: ir.Model, *, exclude: frozenset[str] = frozenset(), min_reduction: int = 32
+) -> list[ir.Node]:
     """The compute nodes to quantize.
 
     Weighted ops are quantized when their reduction is long enough for an int8 kernel to beat the
@@ -164,7 +186,11 @@ def select_layers(model: ir.Model, *, exclude: frozenset[str] = frozenset(), min
     point (removing one op can break the chain of another).
     """
     nodes = [n for n in model.graph if n.name not in exclude and eligible(n)]
-    kept = {n.name for n in nodes if n.op_type not in WEIGHT_INPUT or _reduction_size(n) >= min_reduction or _depthwise(n)}
+    kept = {
+        n.name
+        for n in nodes
+        if n.op_type not in WEIGHT_INPUT or _reduction_size(n) >= min_reduction or _depthwise(n)
+    }
     changed = True
     while changed:
         changed = False
@@ -183,7 +209,11 @@ def select_layers(model: ir.Model, *, exclude: frozenset[str] = frozenset(), min
 
 
 def plan(
-    model: ir.Model, *, exclude: frozenset[str] = frozenset(), fold_relu: bool = True, min_reduction: int = 32
+    model: ir.Model,
+    *,
+    exclude: frozenset[str] = frozenset(),
+    fold_relu: bool = True,
+    min_reduction: int = 32,
 ) -> StaticPlan:
     p = StaticPlan()
     alias: dict[str, str] = {}  # float tensor name → tensor that carries it after folding
@@ -214,7 +244,12 @@ def plan(
             continue
         src = alias.get(x.name, x.name)
         y = node.outputs[0]
-        if node.op_type in PASSTHROUGH_OPS and src in p.tensors and not y.is_graph_output() and is_float(y):
+        if (
+            node.op_type in PASSTHROUGH_OPS
+            and src in p.tensors
+            and not y.is_graph_output()
+            and is_float(y)
+        ):
             p.tensors[y.name] = p.tensors[src]
             alias.setdefault(y.name, y.name)
         elif node.op_type == "Concat" and y.name in p.tensors:
@@ -272,7 +307,12 @@ def _dq_constant(graph: ir.Graph, q: np.ndarray, qp: QParams, hint: str) -> ir.V
 
 
 def quantize_weight_input(
-    graph: ir.Graph, node: ir.Node, *, per_channel: bool, dtype: str = "int8", input_scale: float | None = None,
+    graph: ir.Graph,
+    node: ir.Node,
+    *,
+    per_channel: bool,
+    dtype: str = "int8",
+    input_scale: float | None = None,
     bias_delta: np.ndarray | None = None,
 ) -> tuple[QParams, np.ndarray]:
     """Replace the node's weight (and, given the input scale, its bias) by DQ of integer constants.
@@ -287,24 +327,38 @@ def quantize_weight_input(
     wq = quantize(w, wqp)
     base = node.inputs[idx].name or f"{node.name}_W"
     node.replace_input_with(idx, _dq_constant(graph, wq, wqp, base))
-    has_bias = node.op_type in ("Conv", "Gemm") and len(node.inputs) > 2 and node.inputs[2] is not None
+    has_bias = (
+        node.op_type in ("Conv", "Gemm") and len(node.inputs) > 2 and node.inputs[2] is not None
+    )
     if bias_delta is not None and not has_bias and node.op_type == "Conv":
         node.resize_inputs(3)
-        node.replace_input_with(2, constant(graph, np.zeros(w.shape[0], np.float32), f"{node.name}_B"))
+        node.replace_input_with(
+            2, constant(graph, np.zeros(w.shape[0], np.float32), f"{node.name}_B")
+        )
         has_bias = True
     if has_bias:
         b = const_array(node.inputs[2]).astype(np.float64)
         if bias_delta is not None:
             b = b - bias_delta
         if input_scale is None:
-            node.replace_input_with(2, constant(graph, b.astype(np.float32), f"{node.name}_B_corrected"))
+            node.replace_input_with(
+                2, constant(graph, b.astype(np.float32), f"{node.name}_B_corrected")
+            )
         else:
-            bscale = (np.float64(input_scale) * np.broadcast_to(wqp.scale, b.shape)).astype(np.float32)
+            bscale = (np.float64(input_scale) * np.broadcast_to(wqp.scale, b.shape)).astype(
+                np.float32
+            )
             bscale = np.maximum(bscale, np.float32(1e-12))
             bq = np.clip(np.rint(b / bscale), -(2**31) + 1, 2**31 - 1).astype(np.int32)
-            bqp = QParams(scale=bscale, zero_point=np.zeros(b.shape, np.int32), dtype="int32", axis=0)
-            node.replace_input_with(2, _dq_constant(graph, bq, bqp, node.inputs[2].name or f"{node.name}_B"))
-    return wqp, (wq.astype(np.float32) - _bcast(wqp.zero_point, wqp, w.ndim)) * _bcast(wqp.scale, wqp, w.ndim)
+            bqp = QParams(
+                scale=bscale, zero_point=np.zeros(b.shape, np.int32), dtype="int32", axis=0
+            )
+            node.replace_input_with(
+                2, _dq_constant(graph, bq, bqp, node.inputs[2].name or f"{node.name}_B")
+            )
+    return wqp, (wq.astype(np.float32) - _bcast(wqp.zero_point, wqp, w.ndim)) * _bcast(
+        wqp.scale, wqp, w.ndim
+    )
 
 
 def _bcast(p: np.ndarray, qp: QParams, ndim: int) -> np.ndarray:
@@ -351,7 +405,11 @@ def apply(
         x_qp = by_tensor.get(layer_inputs[node_name])
         scale = float(x_qp.scale) if x_qp is not None else None
         quantize_weight_input(
-            g, node, per_channel=per_channel, dtype=weight_dtype, input_scale=scale,
+            g,
+            node,
+            per_channel=per_channel,
+            dtype=weight_dtype,
+            input_scale=scale,
             bias_delta=(bias_deltas or {}).get(node_name),
         )
     remove_unused_initializers(g)

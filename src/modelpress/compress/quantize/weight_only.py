@@ -34,7 +34,11 @@ BLOCKWISE_OPSET = 21
 def _gather_tables(graph: ir.Graph) -> list[ir.Node]:
     out = []
     for node in graph:
-        if node.op_type == "Gather" and node.domain in ("", "ai.onnx") and node.attributes.get_int("axis", 0) == 0:
+        if (
+            node.op_type == "Gather"
+            and node.domain in ("", "ai.onnx")
+            and node.attributes.get_int("axis", 0) == 0
+        ):
             t = const_array(node.inputs[0])
             if t is not None and t.dtype == np.float32 and t.ndim == 2:
                 out.append(node)
@@ -65,13 +69,16 @@ def apply(
     if 4 in (bits, tables_bits) and m.opset_imports.get("", 0) < BLOCKWISE_OPSET:
         from modelpress.ir.opset import upgrade_opset
 
-        notes.append(f"upgraded opset {m.opset_imports.get('', 0)} → {BLOCKWISE_OPSET} (4-bit blocks need DequantizeLinear-21)")
+        notes.append(
+            f"upgraded opset {m.opset_imports.get('', 0)} → {BLOCKWISE_OPSET} (4-bit blocks need DequantizeLinear-21)"
+        )
         m = upgrade_opset(m, BLOCKWISE_OPSET)
     g = m.graph
     done = []
     fallback = 0
     targets = [
-        (n, 1, output_channel_axis(n), input_channel_axis(n), 8 if n.name in int8_layers else bits) for n in weight_nodes(g)
+        (n, 1, output_channel_axis(n), input_channel_axis(n), 8 if n.name in int8_layers else bits)
+        for n in weight_nodes(g)
     ]
     targets += [(n, 0, 0, 1, tables_bits or bits) for n in _gather_tables(g)]
     cache: dict[int, ir.Value] = {}  # a table shared by several nodes is quantized once
@@ -85,23 +92,35 @@ def apply(
             continue
         w = const_array(v)
         if nbits == 4 and w.shape[red_axis] % block_size == 0:
-            qp = weight_qparams(w, PerGroup(red_axis, block_size), dtype="int4", symmetric=True, method=method)
+            qp = weight_qparams(
+                w, PerGroup(red_axis, block_size), dtype="int4", symmetric=True, method=method
+            )
         else:
             fallback += nbits == 4
-            qp = weight_qparams(w, PerChannel(out_axis), dtype="int8", symmetric=True, method=method)
+            qp = weight_qparams(
+                w, PerChannel(out_axis), dtype="int8", symmetric=True, method=method
+            )
         q = quantize(w, qp)
         if qp.dtype == "int4":
             import ml_dtypes
 
             q = q.astype(ml_dtypes.int4)
             zp = np.zeros(qp.zero_point.shape, ml_dtypes.int4)
-            qp = type(qp)(scale=qp.scale, zero_point=zp, dtype=qp.dtype, axis=qp.axis, block_size=qp.block_size)
+            qp = type(qp)(
+                scale=qp.scale,
+                zero_point=zp,
+                dtype=qp.dtype,
+                axis=qp.axis,
+                block_size=qp.block_size,
+            )
         dq = _dq_constant(g, q, qp, v.name or f"{node.name}_W")
         cache[id(v)] = dq
         node.replace_input_with(idx, dq)
         done.append(node.name)
     if fallback:
-        notes.append(f"{fallback} weight(s) kept int8 per-channel: reduction axis not a multiple of {block_size}")
+        notes.append(
+            f"{fallback} weight(s) kept int8 per-channel: reduction axis not a multiple of {block_size}"
+        )
     remove_unused_initializers(g)
     g.sort()
     return m, done, notes

@@ -105,16 +105,25 @@ class _Step:
 class _Program:
     """One compiled graph: its steps, the initializers it reads and its input/output names."""
 
-    def __init__(self, graph: ir.Graph, module: OnnxModule, opsets: dict[str, int], graph_index: int):
+    def __init__(
+        self,
+        graph: ir.Graph,
+        module: OnnxModule,
+        opsets: dict[str, int],
+        graph_index: int,
+        outer_consts: dict[str, np.ndarray] | None = None,
+    ):
         self.inputs = [v.name for v in graph.inputs]
         self.outputs = [v.name for v in graph.outputs]
         self.tensors: list[tuple[str, str]] = []  # (onnx name, module attribute)
-        consts: dict[str, np.ndarray] = {}
+        # Values known at build time (buffers, Constant nodes, folded nodes); graph inputs shadow
+        # outer names, and an initializer that is also a graph input can be overridden by a feed.
+        consts = {k: v for k, v in (outer_consts or {}).items() if k not in self.inputs}
         for name, value in graph.initializers.items():
             array = value.const_value.numpy()
             attr = module._register(graph_index, name, array, trainable=_is_trainable(value, array))
             self.tensors.append((name, attr))
-            if attr in module._buffers:
+            if attr in module._buffers and not value.is_graph_input():
                 consts[name] = array
         self.steps: list[_Step] = []
         for index, node in enumerate(graph):
@@ -124,7 +133,7 @@ class _Program:
             if node.op_type == "Constant" and domain == "":
                 name = node.outputs[0].name
                 array = _constant_value(node, label)
-                attr = module._register(graph_index, f"{name}", array, trainable=False, constant=True)
+                attr = module._register(graph_index, name, array, trainable=False, constant=True)
                 self.tensors.append((name, attr))
                 consts[name] = array
                 continue
@@ -144,7 +153,7 @@ class _Program:
             for attr_name, attr in node.attributes.items():
                 if attr.type == ir.AttributeType.GRAPH:
                     module._graph_count += 1
-                    subgraphs[attr_name] = _Program(attr.value, module, opsets, module._graph_count)
+                    subgraphs[attr_name] = _Program(attr.value, module, opsets, module._graph_count, consts)
             in_names = [v.name if v is not None else "" for v in node.inputs]
             ctx = NodeContext(
                 node,
@@ -154,7 +163,15 @@ class _Program:
                 subgraphs=subgraphs,
             )
             out_names = [v.name if v is not None else "" for v in node.outputs]
-            self.steps.append(_Step(OPS[key], ctx, in_names, out_names, key in SCOPED))
+            step = _Step(OPS[key], ctx, in_names, out_names, key in SCOPED)
+            folded = None if step.scoped or key in _NOT_FOLDED else _fold(step, consts)
+            if folded is None:
+                self.steps.append(step)
+                continue
+            for name, array in folded.items():
+                attr = module._register(graph_index, name, array, trainable=False, constant=True)
+                self.tensors.append((name, attr))
+                consts[name] = array
 
     def run(self, module: OnnxModule, feeds: dict[str, torch.Tensor], outer: dict | None = None) -> list[torch.Tensor]:
         env: dict[str, Any] = dict(outer) if outer else {}
@@ -181,6 +198,36 @@ class _Program:
             msg = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
             raise NodeRunError(f"node {step.ctx.name!r} ({step.ctx.op_type}) failed: {msg}") from exc
         return [env[n] for n in self.outputs]
+
+
+# Nodes never folded: random ones, and ones whose result may be large even from small inputs.
+_NOT_FOLDED = {("", "Dropout"), ("", "ConstantOfShape"), ("", "Expand"), ("", "Tile"), ("", "Range")}
+
+
+def _fold(step: _Step, consts: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+    """The outputs of a node whose inputs are all build-time constants, or None.
+
+    Folding the shape arithmetic of exported graphs (Shape of a constant, Gather, Concat, ...) once
+    at build time saves a kernel call per node per run and gives the kernels Python values. Only
+    small results are folded, so no large tensor is stored twice.
+    """
+    names = [n for n in step.inputs if n]
+    if not names or any(n not in consts for n in names):
+        return None
+    if sum(consts[n].size for n in names) > _FOLD_LIMIT:
+        return None
+    args = [from_numpy(np.asarray(consts[n]).copy()) if n else None for n in step.inputs]
+    try:
+        result = step.fn(step.ctx, *args)
+    except Exception:  # leave it to run time, where a failure names the node
+        return None
+    results = result if isinstance(result, (tuple, list)) else (result,)
+    if any(not isinstance(r, torch.Tensor) or r.numel() > _FOLD_LIMIT for r in results):
+        return None
+    return {n: r.numpy() for n, r in zip(step.outputs, results) if n}
+
+
+_FOLD_LIMIT = 4096
 
 
 def _constant_value(node: ir.Node, label: str) -> np.ndarray:

@@ -16,7 +16,13 @@ from modelpress.errors import OptionError
 
 OBSERVERS: dict[str, type[Observer]] = {
     cls.name: cls
-    for cls in (MinMaxObserver, MovingAverageMinMaxObserver, PercentileObserver, EntropyObserver, MSEObserver)
+    for cls in (
+        MinMaxObserver,
+        MovingAverageMinMaxObserver,
+        PercentileObserver,
+        EntropyObserver,
+        MSEObserver,
+    )
 }
 ALIASES = {"kl": "entropy", "max": "minmax", "moving_average": "moving-average"}
 
@@ -24,7 +30,9 @@ ALIASES = {"kl": "entropy", "max": "minmax", "moving_average": "moving-average"}
 def get_observer(name: str) -> type[Observer]:
     key = ALIASES.get(name, name)
     if key not in OBSERVERS:
-        raise OptionError(f"--method {name}: unknown calibration method; choose one of {', '.join(OBSERVERS)}")
+        raise OptionError(
+            f"--method {name}: unknown calibration method; choose one of {', '.join(OBSERVERS)}"
+        )
     return OBSERVERS[key]
 
 

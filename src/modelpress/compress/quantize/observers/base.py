@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from modelpress.compress.quantize.qparams import Granularity, PerChannel, PerTensor, QParams, qparams_from_range
+from modelpress.compress.quantize.qparams import (
+    Granularity,
+    PerChannel,
+    PerTensor,
+    QParams,
+    qparams_from_range,
+)
+
+PER_TENSOR = PerTensor()
 
 
 class Observer:
@@ -20,7 +28,13 @@ class Observer:
     #: granularities the observer supports
     supports_per_channel = False
 
-    def __init__(self, *, granularity: Granularity = PerTensor(), dtype: str = "uint8", symmetric: bool = False):
+    def __init__(
+        self,
+        *,
+        granularity: Granularity = PER_TENSOR,
+        dtype: str = "uint8",
+        symmetric: bool = False,
+    ):
         if isinstance(granularity, PerChannel) and not self.supports_per_channel:
             raise ValueError(f"observer {self.name!r} supports per-tensor granularity only")
         if not isinstance(granularity, (PerTensor, PerChannel)):

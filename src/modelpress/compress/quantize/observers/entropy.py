@@ -32,7 +32,7 @@ def quantized_histogram(hist: np.ndarray, levels: int) -> np.ndarray:
     starts = np.arange(levels) * width
     ends = np.append(starts[1:], n)
     out = np.zeros_like(hist)
-    for s, e in zip(starts, ends):
+    for s, e in zip(starts, ends, strict=True):
         chunk = hist[s:e]
         nz = chunk > 0
         k = int(nz.sum())

@@ -18,7 +18,9 @@ from modelpress.compress.quantize.qparams import qparams_from_range
 class MSEObserver(Observer):
     name = "mse"
 
-    def __init__(self, *, bins: int = 2048, candidates: int = 100, min_shrink: float = 0.05, **kwargs):
+    def __init__(
+        self, *, bins: int = 2048, candidates: int = 100, min_shrink: float = 0.05, **kwargs
+    ):
         super().__init__(**kwargs)
         self.hist = StreamingHistogram(bins)
         self.shrinks = np.linspace(1.0, min_shrink, candidates)

@@ -1,0 +1,378 @@
+"""Quantization side by side: modelpress vs ONNX Runtime's quantizers (and NNCF when installed).
+
+Models (built by code, nothing downloaded): resnet-digits and mobilenet-digits (top-1 accuracy on
+the held-out digits split) and minilm (mean cosine of quantized vs float32 sentence embeddings on
+generated sentences, and nearest-neighbour agreement). For each: accuracy or similarity, file size,
+quantization time, and ONNX Runtime CPU latency at batch 1 and 8 (sequence 128 for MiniLM),
+measured interleaved in one process on one global thread pool; median and p25-p75.
+
+ONNX Runtime's quantizers get their best configuration per model, searched here: for the CNNs
+``quantize_static`` over calibration method x per-channel x activation type (on the model after
+its own ``quant_pre_process``); for MiniLM ``quantize_dynamic`` over per-channel x weight type.
+
+    .venv/bin/python benchmarks/bench_quantize.py [--quick]
+
+Writes benchmarks/results/quantize.md and quantize.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent
+WORK = ROOT / "_work" / "quantize"
+RESULTS = ROOT / "results"
+
+
+def size(path: Path) -> int:
+    data = Path(str(path) + ".data")
+    return path.stat().st_size + (data.stat().st_size if data.exists() else 0)
+
+
+# ---------------------------------------------------------------- data
+
+
+def sentences(n: int, seed: int) -> list[str]:
+    """Templated sentences: subjects x verbs x objects x places, in a seeded order."""
+    subjects = ["The old farmer", "A young engineer", "My neighbour", "The tired doctor", "Our teacher",
+                "A small child", "The quiet librarian", "His sister", "The pilot", "A famous chef"]
+    verbs = ["repaired", "painted", "sold", "carried", "forgot", "found", "cooked", "described", "bought", "cleaned"]
+    objects = ["the red bicycle", "a wooden table", "the broken radio", "fresh bread", "an old map",
+               "the garden fence", "a blue umbrella", "the kitchen floor", "a heavy suitcase", "the spare tyre"]
+    places = ["in the morning", "near the river", "after the storm", "at the market", "before dinner",
+              "in the village", "during the holiday", "behind the station"]
+    combos = list(itertools.product(subjects, verbs, objects, places))
+    rng = np.random.default_rng(seed)
+    idx = rng.choice(len(combos), size=n, replace=False)
+    return [" ".join(combos[i]) + "." for i in idx]
+
+
+def tokenize(texts: list[str], seq: int) -> dict[str, np.ndarray]:
+    from modelpress.zoo.minilm import _tokenizer
+
+    tok = _tokenizer()
+    tok.enable_truncation(max_length=seq)
+    tok.enable_padding(pad_id=0, pad_token="[PAD]", length=seq)
+    try:
+        enc = tok.encode_batch(texts)
+    finally:
+        tok.no_truncation()
+        tok.enable_padding(pad_id=0, pad_token="[PAD]")
+    return {
+        "input_ids": np.array([e.ids for e in enc], dtype=np.int64),
+        "attention_mask": np.array([e.attention_mask for e in enc], dtype=np.int64),
+        "token_type_ids": np.array([e.type_ids for e in enc], dtype=np.int64),
+    }
+
+
+# ---------------------------------------------------------------- timing
+
+
+def session(path):
+    from modelpress.runtime.ort import session as make
+
+    return make(str(path))
+
+
+def latency(paths: dict[str, Path], feeds_by_batch: dict[int, dict], reps: int) -> dict:
+    """Interleaved timing in a child process that makes every session share one global thread
+    pool (ONNX Runtime's quantizers create sessions that refuse a global pool, so the parent
+    cannot set it)."""
+    import pickle
+    import subprocess
+    import sys
+
+    spec = WORK / "timing_spec.pkl"
+    result = WORK / "timing_result.json"
+    spec.write_bytes(pickle.dumps({"paths": {k: str(v) for k, v in paths.items()}, "feeds": feeds_by_batch, "reps": reps}))
+    subprocess.run([sys.executable, __file__, "--time", str(spec), str(result)], check=True)
+    data = json.loads(result.read_text())
+    return {k: {int(b): tuple(v) for b, v in d.items()} for k, d in data.items()}
+
+
+def _time_child(spec_path: str, result_path: str) -> None:
+    import pickle
+
+    from modelpress.runtime.ort import use_global_thread_pool
+
+    use_global_thread_pool()
+    spec = pickle.loads(Path(spec_path).read_bytes())
+    sessions = {k: session(p) for k, p in spec["paths"].items()}
+    out: dict = {}
+    for b, feeds in spec["feeds"].items():
+        times = {k: [] for k in sessions}
+        for s in sessions.values():  # warm-up
+            for _ in range(3):
+                s.run(None, feeds)
+        names = list(sessions)
+        for r in range(spec["reps"]):
+            for k in names[r % len(names) :] + names[: r % len(names)]:
+                t0 = time.perf_counter()
+                sessions[k].run(None, feeds)
+                times[k].append(time.perf_counter() - t0)
+        for k, ts in times.items():
+            ms = np.array(ts) * 1e3
+            out.setdefault(k, {})[b] = (float(np.median(ms)), float(np.percentile(ms, 25)), float(np.percentile(ms, 75)))
+    Path(result_path).write_text(json.dumps(out))
+
+
+# ---------------------------------------------------------------- CNNs
+
+
+def cnn_accuracy(path: Path, x: np.ndarray, y: np.ndarray) -> float:
+    logits = session(path).run(None, {"image": x})[0]
+    return float((logits.argmax(axis=1) == y).mean())
+
+
+def ort_static_configs():
+    from onnxruntime.quantization import CalibrationMethod, QuantType
+
+    for method, per_channel, act in itertools.product(
+        (CalibrationMethod.MinMax, CalibrationMethod.Entropy, CalibrationMethod.Percentile),
+        (False, True),
+        (QuantType.QUInt8, QuantType.QInt8),
+    ):
+        yield f"{method.name}, per_channel={per_channel}, act={act.name}", method, per_channel, act
+
+
+class _Reader:
+    def __init__(self, batches):
+        self.it = iter(batches)
+
+    def get_next(self):
+        return next(self.it, None)
+
+
+def ort_static_best(src: Path, calib: list[dict], x: np.ndarray, y: np.ndarray, quick: bool):
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    pre = WORK / f"{src.stem}_ortpre.onnx"
+    quant_pre_process(str(src), str(pre))
+    tried = []
+    configs = list(ort_static_configs())
+    if quick:
+        configs = configs[:2]
+    for label, method, per_channel, act in configs:
+        out = WORK / f"{src.stem}_ort_{len(tried)}.onnx"
+        t0 = time.perf_counter()
+        try:
+            quantize_static(
+                str(pre), str(out), _Reader(calib), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                activation_type=act, weight_type=QuantType.QInt8, calibrate_method=method,
+            )
+        except Exception as exc:  # noqa: BLE001 - a configuration that fails is reported, not fatal
+            tried.append({"config": label, "error": str(exc).splitlines()[0][:100]})
+            continue
+        secs = time.perf_counter() - t0
+        tried.append({"config": label, "path": out, "seconds": secs, "accuracy": cnn_accuracy(out, x, y)})
+    ok = [t for t in tried if "accuracy" in t]
+    top = max(t["accuracy"] for t in ok)
+    finalists = [t for t in ok if t["accuracy"] >= top - 1e-9]
+    if len(finalists) > 1:  # equal accuracy: the fastest at batch 8 wins
+        lat = latency({t["config"]: t["path"] for t in finalists}, {8: {"image": x[:8]}}, reps=40)
+        finalists.sort(key=lambda t: lat[t["config"]][8][0])
+    return finalists[0], tried
+
+
+def nncf_quantize(src: Path, calib: list[dict], name: str):
+    try:
+        import nncf
+        import onnx
+    except ImportError:
+        return None
+    model = onnx.load(str(src))
+    out = WORK / f"{name}_nncf.onnx"
+    t0 = time.perf_counter()
+    items = [{k: v[i : i + 1] for k, v in b.items()} for b in calib for i in range(len(next(iter(b.values()))))]
+    q = nncf.quantize(model, nncf.Dataset(items), subset_size=len(items))
+    secs = time.perf_counter() - t0
+    onnx.save(q, str(out))
+    return out, secs
+
+
+def bench_cnn(name: str, quick: bool) -> dict:
+    import modelpress
+    from modelpress import zoo
+    from modelpress.compress import quantize
+
+    src = WORK / f"{name}.onnx"
+    zoo.build(name, src)
+    d = zoo.digits_data()
+    x, y = d.x_test, d.y_test
+    calib = [{"image": d.x_train[i : i + 32]} for i in range(0, 256, 32)]
+    rows = {"float32": {"path": src, "seconds": 0.0}}
+    t0 = time.perf_counter()
+    r = quantize(src, mode="static", calibration=calib)
+    mp = WORK / f"{name}_modelpress.onnx"
+    modelpress.save(r.model, mp)
+    rows["modelpress static"] = {"path": mp, "seconds": time.perf_counter() - t0}
+    best, tried = ort_static_best(src, calib, x, y, quick)
+    rows[f"ORT quantize_static ({best['config']})"] = {"path": best["path"], "seconds": best["seconds"]}
+    try:
+        nn = nncf_quantize(src, calib, name)
+    except Exception as exc:  # noqa: BLE001
+        nn = None
+        rows["NNCF"] = {"error": str(exc).splitlines()[0][:120]}
+    if nn:
+        rows["NNCF quantize"] = {"path": nn[0], "seconds": nn[1]}
+    paths = {k: v["path"] for k, v in rows.items() if "path" in v}
+    lat = latency(paths, {1: {"image": x[:1]}, 8: {"image": x[:8]}}, reps=60 if quick else 300)
+    for k, v in rows.items():
+        if "path" in v:
+            v.update(accuracy=cnn_accuracy(v["path"], x, y), size=size(v["path"]), latency=lat[k])
+    return {"model": name, "rows": rows, "ort_tried": tried, "metric": "top-1 accuracy (held-out digits)"}
+
+
+# ---------------------------------------------------------------- MiniLM
+
+
+def embed(path: Path, feeds: dict, batch: int = 32) -> np.ndarray:
+    s = session(path)
+    n = len(feeds["input_ids"])
+    return np.concatenate([s.run(None, {k: v[i : i + batch] for k, v in feeds.items()})[0] for i in range(0, n, batch)])
+
+
+def similarity(ref: np.ndarray, emb: np.ndarray) -> tuple[float, float]:
+    a = ref / np.linalg.norm(ref, axis=1, keepdims=True)
+    b = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+    cos = float((a * b).sum(axis=1).mean())
+    sa, sb = a @ a.T, b @ b.T
+    np.fill_diagonal(sa, -np.inf)
+    np.fill_diagonal(sb, -np.inf)
+    nn = float((sa.argmax(axis=1) == sb.argmax(axis=1)).mean())
+    return cos, nn
+
+
+def bench_minilm(quick: bool) -> dict:
+    import modelpress
+    from modelpress import zoo
+    from modelpress.compress import quantize
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    src = WORK / "minilm.onnx"
+    zoo.build("minilm", src)
+    n_eval = 100 if quick else 300
+    texts = sentences(n_eval + 64, seed=0)
+    eval_feeds = tokenize(texts[:n_eval], 32)  # the templated sentences are under 32 tokens
+    calib = [tokenize(texts[n_eval + i : n_eval + i + 16], 32) for i in range(0, 64, 16)]
+    ref = embed(src, eval_feeds)
+    rows = {"float32": {"path": src, "seconds": 0.0}}
+    for label, kwargs in (("modelpress dynamic", {"mode": "dynamic", "calibration": calib}),
+                          ("modelpress weight-only int4", {"mode": "weight-only", "bits": 4, "block_size": 32})):
+        t0 = time.perf_counter()
+        r = quantize(src, **kwargs)
+        out = WORK / f"minilm_{kwargs['mode']}.onnx"
+        modelpress.save(r.model, out)
+        rows[label] = {"path": out, "seconds": time.perf_counter() - t0, "notes": r.notes}
+    tried = []
+    for per_channel, wt in itertools.product((False, True), (QuantType.QInt8, QuantType.QUInt8)):
+        out = WORK / f"minilm_ortdyn_{len(tried)}.onnx"
+        t0 = time.perf_counter()
+        quantize_dynamic(str(src), str(out), per_channel=per_channel, weight_type=wt)
+        secs = time.perf_counter() - t0
+        cos, nn = similarity(ref, embed(out, eval_feeds))
+        tried.append({"config": f"per_channel={per_channel}, weight={wt.name}", "path": out, "seconds": secs, "cosine": cos, "nn": nn})
+    best = max(tried, key=lambda t: t["cosine"])
+    rows[f"ORT quantize_dynamic ({best['config']})"] = {"path": best["path"], "seconds": best["seconds"]}
+    for k, v in rows.items():
+        v["cosine"], v["nn_agreement"] = similarity(ref, embed(v["path"], eval_feeds))
+        v["size"] = size(v["path"])
+    # latency on sequence-128 inputs (real sentences padded), the weight-only model excluded:
+    # it computes in float32 and is about size, not speed
+    timed = {k: v["path"] for k, v in rows.items() if "weight-only" not in k}
+    feeds = {b: tokenize(texts[:b], 128) for b in (1, 8)}
+    lat = latency(timed, feeds, reps=8 if quick else 30)
+    for k, v in lat.items():
+        rows[k]["latency"] = v
+    return {"model": "minilm", "rows": rows, "ort_tried": tried, "metric": "mean cosine vs float32"}
+
+
+# ---------------------------------------------------------------- report
+
+
+def fmt_lat(v) -> str:
+    med, p25, p75 = v
+    return f"{med:.3f} ({p25:.3f}–{p75:.3f})"
+
+
+def write_report(results: list[dict], seconds: float) -> str:
+    lines = [
+        "# Quantization: modelpress vs ONNX Runtime (and NNCF)",
+        "",
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} logical CPUs (shared), "
+        f"onnxruntime {__import__('onnxruntime').__version__}. One run of `benchmarks/bench_quantize.py`, {seconds:.0f} s.",
+        "Latency: ONNX Runtime CPU, all graph optimizations, one global thread pool, variants interleaved;",
+        "median (p25–p75) in ms. Ratios are against float32 in the same run.",
+        "",
+    ]
+    for res in results:
+        rows = res["rows"]
+        f32 = rows["float32"]
+        metric_key = "accuracy" if res["model"] != "minilm" else "cosine"
+        lines += [f"## {res['model']} ({res['metric']})", ""]
+        head = "| variant | " + ("accuracy" if metric_key == "accuracy" else "mean cosine | NN agreement") + " | size | quantize s | batch 1 ms | batch 8 ms | b1 ratio | b8 ratio |"
+        lines += [head, "|" + "---|" * (head.count("|") - 1)]
+        for k, v in rows.items():
+            if "error" in v:
+                lines.append(f"| {k} | failed: {v['error']} |")
+                continue
+            m = f"{v['accuracy']:.4f}" if metric_key == "accuracy" else f"{v['cosine']:.4f} | {v['nn_agreement']:.3f}"
+            lat = v.get("latency")
+            if lat:
+                r1 = lat[1][0] / f32["latency"][1][0]
+                r8 = lat[8][0] / f32["latency"][8][0]
+                tail = f"{fmt_lat(lat[1])} | {fmt_lat(lat[8])} | {r1:.2f} | {r8:.2f}"
+            else:
+                tail = "– | – | – | –"
+            lines.append(f"| {k} | {m} | {v['size'] / 1e6:.2f} MB ({v['size'] / f32['size']:.2f}x) | {v['seconds']:.1f} | {tail} |")
+        lines.append("")
+        lines.append("ONNX Runtime configurations tried: " + "; ".join(
+            f"{t['config']}: " + (f"{t['accuracy']:.4f}" if "accuracy" in t else (f"cos {t['cosine']:.4f}" if "cosine" in t else t.get("error", "")))
+            for t in res["ort_tried"]
+        ))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="fewer configurations and repetitions")
+    ap.add_argument("--models", nargs="+", default=["resnet-digits", "mobilenet-digits", "minilm"])
+    ap.add_argument("--time", nargs=2, metavar=("SPEC", "RESULT"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.time:
+        _time_child(*args.time)
+        return
+    WORK.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    results = []
+    for name in args.models:
+        t0 = time.perf_counter()
+        results.append(bench_minilm(args.quick) if name == "minilm" else bench_cnn(name, args.quick))
+        print(f"{name}: {time.perf_counter() - t0:.0f} s", flush=True)
+    text = write_report(results, time.perf_counter() - start)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "quantize.md").write_text(text + "\n")
+
+    def clean(o):
+        if isinstance(o, dict):
+            return {str(k): clean(v) for k, v in o.items()}
+        if isinstance(o, (list, tuple)):
+            return [clean(v) for v in o]
+        return str(o) if isinstance(o, Path) else o
+
+    (RESULTS / "quantize.json").write_text(json.dumps(clean(results), indent=1) + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""``modelpress quantize``: help, an end-to-end run, the JSON report, atomic output."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+from conftest import mlp, small_cnn
+
+from modelpress.cli.main import main
+from modelpress.ir import save
+
+
+def test_help_lists_modes_and_methods(capsys):
+    try:
+        main(["quantize", "--help"])
+    except SystemExit as exc:
+        assert exc.code == 0
+    out = capsys.readouterr().out
+    for word in (
+        "static",
+        "dynamic",
+        "weight-only",
+        "fp16",
+        "entropy",
+        "percentile",
+        "--max-accuracy-drop",
+    ):
+        assert word in out
+
+
+def test_static_end_to_end_with_budget_and_report(tmp_path, capsys, rng):
+    save(small_cnn(), tmp_path / "m.onnx")
+    x = rng.standard_normal((48, 4, 8, 8)).astype(np.float32)
+    np.savez(tmp_path / "c.npz", x=x, label=np.zeros(48, np.int64))
+    out, rep = tmp_path / "q.onnx", tmp_path / "r.json"
+    code = main(
+        [
+            "quantize",
+            str(tmp_path / "m.onnx"),
+            "-o",
+            str(out),
+            "--calib",
+            str(tmp_path / "c.npz"),
+            "--method",
+            "percentile",
+            "--labels-key",
+            "label",
+            "--max-accuracy-drop",
+            "1",
+            "--report",
+            str(rep),
+        ]
+    )
+    text = capsys.readouterr().out
+    assert code == 0 and out.exists()
+    onnx.checker.check_model(str(out), full_check=True)
+    assert "output error vs float model" in text and "within budget" in text
+    data = json.loads(rep.read_text())
+    assert data["mode"] == "static" and data["method"] == "percentile"
+    assert data["verify"]["outputs"][0]["max_rel"] < 0.05
+    assert any(layer["quantized"] for layer in data["layers"])
+
+
+def test_weight_only_int4_cli_and_bad_option(tmp_path, capsys):
+    save(mlp(), tmp_path / "m.onnx")
+    out = tmp_path / "q.onnx"
+    assert (
+        main(
+            [
+                "quantize",
+                str(tmp_path / "m.onnx"),
+                "-o",
+                str(out),
+                "--mode",
+                "weight-only",
+                "--bits",
+                "4",
+                "--block-size",
+                "16",
+            ]
+        )
+        == 0
+    )
+    assert "upgraded opset 17 → 21" in capsys.readouterr().out
+    bad = tmp_path / "bad.onnx"
+    code = main(
+        [
+            "quantize",
+            str(tmp_path / "m.onnx"),
+            "-o",
+            str(bad),
+            "--mode",
+            "weight-only",
+            "--bits",
+            "4",
+            "--block-size",
+            "24",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 1 and not bad.exists() and err.startswith("error: --block-size 24")
