@@ -75,7 +75,9 @@ def main() -> int:
     single = [r for r in rows if r.model != "gemm" and r.num_gpus == 1]
     multi = [r for r in rows if r.model != "gemm" and r.num_gpus > 1]
 
-    nvidia_bf16 = [r for r in gemm if r.precision == "bf16" and catalog.find(r.gpu).vendor == "NVIDIA"]
+    nvidia_bf16 = [
+        r for r in gemm if r.precision == "bf16" and catalog.find(r.gpu).vendor == "NVIDIA"
+    ]
     ceiling = statistics.median(r.measured / catalog.find(r.gpu).bf16_tflops for r in nvidia_bf16)
     base = replace(DEFAULT_EFFICIENCY, gemm_ceiling=round(ceiling, 3))
     fitted = _fit(single, catalog, base)
@@ -94,12 +96,18 @@ def main() -> int:
     holdout = {}
     for train_on, test_on in (("resnet50", "bert-large"), ("bert-large", "resnet50")):
         eff = _fit([r for r in single if r.model == train_on], catalog, base)
-        holdout[f"fit {train_on}, predict {test_on}"] = _stats([(predict(r, catalog, eff), r.measured) for r in single if r.model == test_on])
+        holdout[f"fit {train_on}, predict {test_on}"] = _stats(
+            [(predict(r, catalog, eff), r.measured) for r in single if r.model == test_on]
+        )
     multi_stats = _stats([(p, r.measured) for r, p in per_row if r in multi])
     gemm_stats = _stats([(p, r.measured) for r, p in per_row if r in gemm])
 
     cpu = [] if args.no_cpu else _cpu_calibration()
-    defaults_match = all(abs(getattr(fitted, k) - getattr(DEFAULT_EFFICIENCY, k)) <= 0.02 * max(abs(getattr(fitted, k)), 1e-9) for k in ("gemm_ceiling", *FITTED))
+    defaults_match = all(
+        abs(getattr(fitted, k) - getattr(DEFAULT_EFFICIENCY, k))
+        <= 0.02 * max(abs(getattr(fitted, k)), 1e-9)
+        for k in ("gemm_ceiling", *FITTED)
+    )
 
     RESULTS.mkdir(exist_ok=True)
     report = {
@@ -111,7 +119,16 @@ def main() -> int:
         "holdout_by_model": holdout,
         "multi_gpu_predicted": multi_stats,
         "gemm_rows": gemm_stats,
-        "rows": [{"row": _label(r), "batch": r.batch, "measured": r.measured, "predicted": round(p, 2), "ratio": round(p / r.measured, 3)} for r, p in per_row],
+        "rows": [
+            {
+                "row": _label(r),
+                "batch": r.batch,
+                "measured": r.measured,
+                "predicted": round(p, 2),
+                "ratio": round(p / r.measured, 3),
+            }
+            for r, p in per_row
+        ],
         "skipped": skipped,
         "cpu_calibration": cpu,
         "seconds": round(time.time() - t0, 1),
@@ -120,7 +137,10 @@ def main() -> int:
     (RESULTS / "advisor.md").write_text(_markdown(report))
     print((RESULTS / "advisor.md").read_text())
     if not defaults_match:
-        print("warning: the package defaults in advisor/efficiency.py differ from this fit by more than 2%", file=sys.stderr)
+        print(
+            "warning: the package defaults in advisor/efficiency.py differ from this fit by more than 2%",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -190,7 +210,10 @@ def _markdown(rep: dict) -> str:
         "",
         "| row | batch | measured | predicted | ratio |",
         "| --- | --- | --- | --- | --- |",
-        *[f"| {r['row']} | {r['batch'] or 'max fit'} | {r['measured']:g} | {r['predicted']:g} | {r['ratio']:.2f} |" for r in rep["rows"]],
+        *[
+            f"| {r['row']} | {r['batch'] or 'max fit'} | {r['measured']:g} | {r['predicted']:g} | {r['ratio']:.2f} |"
+            for r in rep["rows"]
+        ],
         "",
         "Skipped rows: " + ("; ".join(rep["skipped"]) or "none") + ".",
         "",
@@ -199,15 +222,15 @@ def _markdown(rep: dict) -> str:
         lines += [
             "## This CPU (`advise --calibrate`)",
             "",
-            "| model | batch | matmul GFLOP/s | copy GB/s | predicted ms | measured ms (p25-p75) | ratio |",
-            "| --- | --- | --- | --- | --- | --- | --- |",
+            "| model | batch | matmul GFLOP/s | copy GB/s | µs per node | predicted ms | measured ms (p25-p75) | ratio |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for c in rep["cpu_calibration"]:
             if "error" in c:
-                lines.append(f"| {c['model']} | - | - | - | - | {c['error']} | - |")
+                lines.append(f"| {c['model']} | - | - | - | - | - | {c['error']} | - |")
                 continue
             lines.append(
-                f"| {c['model']} seq {c['seq']} | {c['batch']} | {c['matmul_gflops']:.1f} | {c['copy_gbs']:.1f} | {c['predicted_ms']:.2f} | "
+                f"| {c['model']} seq {c['seq']} | {c['batch']} | {c['matmul_gflops']:.1f} | {c['copy_gbs']:.1f} | {c['node_overhead_us']:.2f} | {c['predicted_ms']:.2f} | "
                 f"{c['measured_ms']:.2f} ({c['measured_p25_ms']:.2f}-{c['measured_p75_ms']:.2f}) | {c['predicted_over_measured']:.2f} |"
             )
         lines.append("")

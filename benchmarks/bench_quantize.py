@@ -42,13 +42,52 @@ def size(path: Path) -> int:
 
 def sentences(n: int, seed: int) -> list[str]:
     """Templated sentences: subjects x verbs x objects x places, in a seeded order."""
-    subjects = ["The old farmer", "A young engineer", "My neighbour", "The tired doctor", "Our teacher",
-                "A small child", "The quiet librarian", "His sister", "The pilot", "A famous chef"]
-    verbs = ["repaired", "painted", "sold", "carried", "forgot", "found", "cooked", "described", "bought", "cleaned"]
-    objects = ["the red bicycle", "a wooden table", "the broken radio", "fresh bread", "an old map",
-               "the garden fence", "a blue umbrella", "the kitchen floor", "a heavy suitcase", "the spare tyre"]
-    places = ["in the morning", "near the river", "after the storm", "at the market", "before dinner",
-              "in the village", "during the holiday", "behind the station"]
+    subjects = [
+        "The old farmer",
+        "A young engineer",
+        "My neighbour",
+        "The tired doctor",
+        "Our teacher",
+        "A small child",
+        "The quiet librarian",
+        "His sister",
+        "The pilot",
+        "A famous chef",
+    ]
+    verbs = [
+        "repaired",
+        "painted",
+        "sold",
+        "carried",
+        "forgot",
+        "found",
+        "cooked",
+        "described",
+        "bought",
+        "cleaned",
+    ]
+    objects = [
+        "the red bicycle",
+        "a wooden table",
+        "the broken radio",
+        "fresh bread",
+        "an old map",
+        "the garden fence",
+        "a blue umbrella",
+        "the kitchen floor",
+        "a heavy suitcase",
+        "the spare tyre",
+    ]
+    places = [
+        "in the morning",
+        "near the river",
+        "after the storm",
+        "at the market",
+        "before dinner",
+        "in the village",
+        "during the holiday",
+        "behind the station",
+    ]
     combos = list(itertools.product(subjects, verbs, objects, places))
     rng = np.random.default_rng(seed)
     idx = rng.choice(len(combos), size=n, replace=False)
@@ -92,7 +131,11 @@ def latency(paths: dict[str, Path], feeds_by_batch: dict[int, dict], reps: int) 
 
     spec = WORK / "timing_spec.pkl"
     result = WORK / "timing_result.json"
-    spec.write_bytes(pickle.dumps({"paths": {k: str(v) for k, v in paths.items()}, "feeds": feeds_by_batch, "reps": reps}))
+    spec.write_bytes(
+        pickle.dumps(
+            {"paths": {k: str(v) for k, v in paths.items()}, "feeds": feeds_by_batch, "reps": reps}
+        )
+    )
     subprocess.run([sys.executable, __file__, "--time", str(spec), str(result)], check=True)
     data = json.loads(result.read_text())
     return {k: {int(b): tuple(v) for b, v in d.items()} for k, d in data.items()}
@@ -120,7 +163,11 @@ def _time_child(spec_path: str, result_path: str) -> None:
                 times[k].append(time.perf_counter() - t0)
         for k, ts in times.items():
             ms = np.array(ts) * 1e3
-            out.setdefault(k, {})[b] = (float(np.median(ms)), float(np.percentile(ms, 25)), float(np.percentile(ms, 75)))
+            out.setdefault(k, {})[b] = (
+                float(np.median(ms)),
+                float(np.percentile(ms, 25)),
+                float(np.percentile(ms, 75)),
+            )
     Path(result_path).write_text(json.dumps(out))
 
 
@@ -166,14 +213,22 @@ def ort_static_best(src: Path, calib: list[dict], x: np.ndarray, y: np.ndarray, 
         t0 = time.perf_counter()
         try:
             quantize_static(
-                str(pre), str(out), _Reader(calib), quant_format=QuantFormat.QDQ, per_channel=per_channel,
-                activation_type=act, weight_type=QuantType.QInt8, calibrate_method=method,
+                str(pre),
+                str(out),
+                _Reader(calib),
+                quant_format=QuantFormat.QDQ,
+                per_channel=per_channel,
+                activation_type=act,
+                weight_type=QuantType.QInt8,
+                calibrate_method=method,
             )
         except Exception as exc:  # noqa: BLE001 - a configuration that fails is reported, not fatal
             tried.append({"config": label, "error": str(exc).splitlines()[0][:100]})
             continue
         secs = time.perf_counter() - t0
-        tried.append({"config": label, "path": out, "seconds": secs, "accuracy": cnn_accuracy(out, x, y)})
+        tried.append(
+            {"config": label, "path": out, "seconds": secs, "accuracy": cnn_accuracy(out, x, y)}
+        )
     ok = [t for t in tried if "accuracy" in t]
     top = max(t["accuracy"] for t in ok)
     finalists = [t for t in ok if t["accuracy"] >= top - 1e-9]
@@ -192,7 +247,11 @@ def nncf_quantize(src: Path, calib: list[dict], name: str):
     model = onnx.load(str(src))
     out = WORK / f"{name}_nncf.onnx"
     t0 = time.perf_counter()
-    items = [{k: v[i : i + 1] for k, v in b.items()} for b in calib for i in range(len(next(iter(b.values()))))]
+    items = [
+        {k: v[i : i + 1] for k, v in b.items()}
+        for b in calib
+        for i in range(len(next(iter(b.values()))))
+    ]
     q = nncf.quantize(model, nncf.Dataset(items), subset_size=len(items))
     secs = time.perf_counter() - t0
     onnx.save(q, str(out))
@@ -216,7 +275,10 @@ def bench_cnn(name: str, quick: bool) -> dict:
     modelpress.save(r.model, mp)
     rows["modelpress static"] = {"path": mp, "seconds": time.perf_counter() - t0}
     best, tried = ort_static_best(src, calib, x, y, quick)
-    rows[f"ORT quantize_static ({best['config']})"] = {"path": best["path"], "seconds": best["seconds"]}
+    rows[f"ORT quantize_static ({best['config']})"] = {
+        "path": best["path"],
+        "seconds": best["seconds"],
+    }
     try:
         nn = nncf_quantize(src, calib, name)
     except Exception as exc:  # noqa: BLE001
@@ -229,7 +291,12 @@ def bench_cnn(name: str, quick: bool) -> dict:
     for k, v in rows.items():
         if "path" in v:
             v.update(accuracy=cnn_accuracy(v["path"], x, y), size=size(v["path"]), latency=lat[k])
-    return {"model": name, "rows": rows, "ort_tried": tried, "metric": "top-1 accuracy (held-out digits)"}
+    return {
+        "model": name,
+        "rows": rows,
+        "ort_tried": tried,
+        "metric": "top-1 accuracy (held-out digits)",
+    }
 
 
 # ---------------------------------------------------------------- MiniLM
@@ -238,7 +305,12 @@ def bench_cnn(name: str, quick: bool) -> dict:
 def embed(path: Path, feeds: dict, batch: int = 32) -> np.ndarray:
     s = session(path)
     n = len(feeds["input_ids"])
-    return np.concatenate([s.run(None, {k: v[i : i + batch] for k, v in feeds.items()})[0] for i in range(0, n, batch)])
+    return np.concatenate(
+        [
+            s.run(None, {k: v[i : i + batch] for k, v in feeds.items()})[0]
+            for i in range(0, n, batch)
+        ]
+    )
 
 
 def similarity(ref: np.ndarray, emb: np.ndarray) -> tuple[float, float]:
@@ -253,10 +325,11 @@ def similarity(ref: np.ndarray, emb: np.ndarray) -> tuple[float, float]:
 
 
 def bench_minilm(quick: bool) -> dict:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
     import modelpress
     from modelpress import zoo
     from modelpress.compress import quantize
-    from onnxruntime.quantization import QuantType, quantize_dynamic
 
     src = WORK / "minilm.onnx"
     zoo.build("minilm", src)
@@ -266,13 +339,43 @@ def bench_minilm(quick: bool) -> dict:
     calib = [tokenize(texts[n_eval + i : n_eval + i + 16], 32) for i in range(0, 64, 16)]
     ref = embed(src, eval_feeds)
     rows = {"float32": {"path": src, "seconds": 0.0}}
-    for label, kwargs in (("modelpress dynamic", {"mode": "dynamic", "calibration": calib}),
-                          ("modelpress weight-only int4", {"mode": "weight-only", "bits": 4, "block_size": 32})):
+    ref_cal = np.concatenate([embed(src, c) for c in calib])
+
+    def cosine_on_calibration(run) -> float:  # the user metric of the accuracy budget
+        e = np.concatenate([run(c)["sentence_embedding"] for c in calib])
+        return float((e * ref_cal).sum(axis=1).mean())
+
+    variants = (
+        ("modelpress dynamic", "dynamic", {"mode": "dynamic", "calibration": calib}),
+        (
+            "modelpress weight-only int4",
+            "int4",
+            {"mode": "weight-only", "bits": 4, "block_size": 32},
+        ),
+        (
+            "modelpress weight-only int4, budget 0.012 cosine (sensitive layers int8)",
+            "int4_budget",
+            {
+                "mode": "weight-only",
+                "bits": 4,
+                "block_size": 32,
+                "calibration": calib,
+                "metric": cosine_on_calibration,
+                "max_accuracy_drop": 0.012,
+            },
+        ),
+    )
+    for label, tag, kwargs in variants:
         t0 = time.perf_counter()
         r = quantize(src, **kwargs)
-        out = WORK / f"minilm_{kwargs['mode']}.onnx"
+        out = WORK / f"minilm_{tag}.onnx"
         modelpress.save(r.model, out)
         rows[label] = {"path": out, "seconds": time.perf_counter() - t0, "notes": r.notes}
+        if r.accuracy is not None:
+            rows[label]["notes"] = r.notes + [
+                f"budget: {len(r.accuracy.kept_float)} of {len(r.layers) or '?'} weights kept at 8 bits, "
+                f"calibration cosine {r.accuracy.metric_quantized:.4f}, met={r.accuracy.met}"
+            ]
     tried = []
     for per_channel, wt in itertools.product((False, True), (QuantType.QInt8, QuantType.QUInt8)):
         out = WORK / f"minilm_ortdyn_{len(tried)}.onnx"
@@ -280,10 +383,21 @@ def bench_minilm(quick: bool) -> dict:
         quantize_dynamic(str(src), str(out), per_channel=per_channel, weight_type=wt)
         secs = time.perf_counter() - t0
         cos, nn = similarity(ref, embed(out, eval_feeds))
-        tried.append({"config": f"per_channel={per_channel}, weight={wt.name}", "path": out, "seconds": secs, "cosine": cos, "nn": nn})
+        tried.append(
+            {
+                "config": f"per_channel={per_channel}, weight={wt.name}",
+                "path": out,
+                "seconds": secs,
+                "cosine": cos,
+                "nn": nn,
+            }
+        )
     best = max(tried, key=lambda t: t["cosine"])
-    rows[f"ORT quantize_dynamic ({best['config']})"] = {"path": best["path"], "seconds": best["seconds"]}
-    for k, v in rows.items():
+    rows[f"ORT quantize_dynamic ({best['config']})"] = {
+        "path": best["path"],
+        "seconds": best["seconds"],
+    }
+    for v in rows.values():
         v["cosine"], v["nn_agreement"] = similarity(ref, embed(v["path"], eval_feeds))
         v["size"] = size(v["path"])
     # latency on sequence-128 inputs (real sentences padded), the weight-only model excluded:
@@ -319,13 +433,21 @@ def write_report(results: list[dict], seconds: float) -> str:
         f32 = rows["float32"]
         metric_key = "accuracy" if res["model"] != "minilm" else "cosine"
         lines += [f"## {res['model']} ({res['metric']})", ""]
-        head = "| variant | " + ("accuracy" if metric_key == "accuracy" else "mean cosine | NN agreement") + " | size | quantize s | batch 1 ms | batch 8 ms | b1 ratio | b8 ratio |"
+        head = (
+            "| variant | "
+            + ("accuracy" if metric_key == "accuracy" else "mean cosine | NN agreement")
+            + " | size | quantize s | batch 1 ms | batch 8 ms | b1 ratio | b8 ratio |"
+        )
         lines += [head, "|" + "---|" * (head.count("|") - 1)]
         for k, v in rows.items():
             if "error" in v:
                 lines.append(f"| {k} | failed: {v['error']} |")
                 continue
-            m = f"{v['accuracy']:.4f}" if metric_key == "accuracy" else f"{v['cosine']:.4f} | {v['nn_agreement']:.3f}"
+            m = (
+                f"{v['accuracy']:.4f}"
+                if metric_key == "accuracy"
+                else f"{v['cosine']:.4f} | {v['nn_agreement']:.3f}"
+            )
             lat = v.get("latency")
             if lat:
                 r1 = lat[1][0] / f32["latency"][1][0]
@@ -333,12 +455,26 @@ def write_report(results: list[dict], seconds: float) -> str:
                 tail = f"{fmt_lat(lat[1])} | {fmt_lat(lat[8])} | {r1:.2f} | {r8:.2f}"
             else:
                 tail = "– | – | – | –"
-            lines.append(f"| {k} | {m} | {v['size'] / 1e6:.2f} MB ({v['size'] / f32['size']:.2f}x) | {v['seconds']:.1f} | {tail} |")
+            lines.append(
+                f"| {k} | {m} | {v['size'] / 1e6:.2f} MB ({v['size'] / f32['size']:.2f}x) | {v['seconds']:.1f} | {tail} |"
+            )
         lines.append("")
-        lines.append("ONNX Runtime configurations tried: " + "; ".join(
-            f"{t['config']}: " + (f"{t['accuracy']:.4f}" if "accuracy" in t else (f"cos {t['cosine']:.4f}" if "cosine" in t else t.get("error", "")))
-            for t in res["ort_tried"]
-        ))
+        for k, v in rows.items():
+            for note in v.get("notes", []):
+                lines.append(f"- {k}: {note}")
+        lines.append("")
+        lines.append(
+            "ONNX Runtime configurations tried: "
+            + "; ".join(
+                f"{t['config']}: "
+                + (
+                    f"{t['accuracy']:.4f}"
+                    if "accuracy" in t
+                    else (f"cos {t['cosine']:.4f}" if "cosine" in t else t.get("error", ""))
+                )
+                for t in res["ort_tried"]
+            )
+        )
         lines.append("")
     return "\n".join(lines)
 
@@ -357,7 +493,9 @@ def main() -> None:
     results = []
     for name in args.models:
         t0 = time.perf_counter()
-        results.append(bench_minilm(args.quick) if name == "minilm" else bench_cnn(name, args.quick))
+        results.append(
+            bench_minilm(args.quick) if name == "minilm" else bench_cnn(name, args.quick)
+        )
         print(f"{name}: {time.perf_counter() - t0:.0f} s", flush=True)
     text = write_report(results, time.perf_counter() - start)
     RESULTS.mkdir(exist_ok=True)

@@ -62,7 +62,7 @@ def _to_runtime_value(value):
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
-    return f"{type(exc).__name__}: {text.splitlines()[0][:200]}"
+    return f"{type(exc).__name__}: {text.splitlines()[0][:500]}"
 
 
 def _mismatch(expected, got, rtol: float, atol: float) -> str | None:

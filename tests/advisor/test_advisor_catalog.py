@@ -21,7 +21,9 @@ def test_loads_and_every_number_has_a_source(catalog):
         assert gpu.memory_gb > 0 and gpu.memory_bandwidth_gbs > 0, gpu.name
         for number in NUMERIC:
             if getattr(gpu, number) is not None:
-                assert gpu.source(number), f"{gpu.name}: {number} has no source ({SOURCE_OF[number]})"
+                assert gpu.source(number), (
+                    f"{gpu.name}: {number} has no source ({SOURCE_OF[number]})"
+                )
         assert gpu.changes, f"{gpu.name}: the changes column says what was changed (or 'none')"
 
 
@@ -34,7 +36,9 @@ def test_tensor_peaks_are_dense(catalog):
     assert (h100.fp16_tflops, h100.fp8_tflops, h100.memory_bandwidth_gbs) == (989.5, 1979, 3350)
 
 
-@pytest.mark.parametrize("name", ["a100-sxm-80gb", "A100 SXM4 80GB", "NVIDIA A100 SXM4 80GB", "nvidia_a100_sxm_80gb"])
+@pytest.mark.parametrize(
+    "name", ["a100-sxm-80gb", "A100 SXM4 80GB", "NVIDIA A100 SXM4 80GB", "nvidia_a100_sxm_80gb"]
+)
 def test_loose_names_resolve_to_one_entry(catalog, name):
     assert catalog.find(name).name == "NVIDIA A100 SXM4 80GB"
 
@@ -64,7 +68,21 @@ def test_user_file_overrides_and_adds(tmp_path):
     csv_file = tmp_path / "mine.csv"
     csv_file.write_text("name,price_usd,src_price\nNVIDIA L4,2500,my quote 2026-01\n")
     json_file = tmp_path / "mine.json"
-    json_file.write_text(json.dumps({"gpus": [{"name": "Acme X1", "memory_gb": 64, "memory_bandwidth_gbs": 2000, "bf16_tflops": 400, "tdp_w": 300}]}))
+    json_file.write_text(
+        json.dumps(
+            {
+                "gpus": [
+                    {
+                        "name": "Acme X1",
+                        "memory_gb": 64,
+                        "memory_bandwidth_gbs": 2000,
+                        "bf16_tflops": 400,
+                        "tdp_w": 300,
+                    }
+                ]
+            }
+        )
+    )
     cat = load_catalog([csv_file, json_file])
     l4 = cat.find("L4")
     assert l4.price_usd == 2500 and l4.source("price_usd") == "my quote 2026-01"

@@ -21,7 +21,9 @@ def catalog():
 
 
 def _one_kernel(flops, weights, acts):
-    return Workload("k", (Kernel("mm", "matmul", flops, weights, acts, 0.0),), params=weights, sample="row")
+    return Workload(
+        "k", (Kernel("mm", "matmul", flops, weights, acts, 0.0),), params=weights, sample="row"
+    )
 
 
 def test_roofline_formula(catalog):
@@ -38,18 +40,39 @@ def test_roofline_formula(catalog):
     assert e.latency_ms == pytest.approx(expected * 1e3, rel=1e-12)
     assert e.bound == "memory"
     tiny = _one_kernel(flops=10.0, weights=10, acts=10)
-    assert estimate(tiny, a100, task="infer", precision="fp16", batch=1, eff=EFF).bound == "overhead"
+    assert (
+        estimate(tiny, a100, task="infer", precision="fp16", batch=1, eff=EFF).bound == "overhead"
+    )
 
 
-@pytest.mark.parametrize("workload,task", [("resnet50", "train"), ("resnet50", "infer"), ("bert-base", "infer"), ("llama-2-7b", "infer")])
+@pytest.mark.parametrize(
+    "workload,task",
+    [("resnet50", "train"), ("resnet50", "infer"), ("bert-base", "infer"), ("llama-2-7b", "infer")],
+)
 def test_more_bandwidth_or_compute_is_never_slower(catalog, workload, task):
     w = get_workload(workload, gen_tokens=16)
     gpu = catalog.find("A100 SXM4 80GB")
     base = estimate(w, gpu, task=task, precision="fp16", batch=8)
-    faster_memory = estimate(w, replace(gpu, memory_bandwidth_gbs=gpu.memory_bandwidth_gbs * 2), task=task, precision="fp16", batch=8)
-    faster_compute = estimate(w, replace(gpu, fp16_tflops=gpu.fp16_tflops * 2, matmul_bf16_tflops_measured=None, bf16_tflops=None), task=task, precision="fp16", batch=8)
+    faster_memory = estimate(
+        w,
+        replace(gpu, memory_bandwidth_gbs=gpu.memory_bandwidth_gbs * 2),
+        task=task,
+        precision="fp16",
+        batch=8,
+    )
+    faster_compute = estimate(
+        w,
+        replace(
+            gpu, fp16_tflops=gpu.fp16_tflops * 2, matmul_bf16_tflops_measured=None, bf16_tflops=None
+        ),
+        task=task,
+        precision="fp16",
+        batch=8,
+    )
     assert faster_memory.throughput >= base.throughput
-    assert faster_compute.throughput >= base.throughput * 0.999  # the measured ceiling was dropped too
+    assert (
+        faster_compute.throughput >= base.throughput * 0.999
+    )  # the measured ceiling was dropped too
 
 
 def test_bigger_batch_more_throughput_more_latency(catalog):
@@ -98,9 +121,13 @@ def test_data_parallel_training(catalog):
     assert one.throughput < eight.throughput <= 8 * one.throughput
     assert "over NVLink" in " ".join(eight.notes)
     # PCIe cards bridge NVLink in pairs only: eight of them all-reduce over PCIe (32 GB/s per direction)
-    pcie = estimate(w, catalog.find("A100 PCIe 80GB"), task="train", precision="fp16", batch=32, num_gpus=8)
+    pcie = estimate(
+        w, catalog.find("A100 PCIe 80GB"), task="train", precision="fp16", batch=32, num_gpus=8
+    )
     assert "over PCIe" in " ".join(pcie.notes)
-    assert pcie.comm_ms == pytest.approx((2 * 7 / 8 * w.params * 2 / (32e9 * 0.85) + 10e-6) * 1e3, rel=1e-9)
+    assert pcie.comm_ms == pytest.approx(
+        (2 * 7 / 8 * w.params * 2 / (32e9 * 0.85) + 10e-6) * 1e3, rel=1e-9
+    )
     assert time_to_train(eight, 1e6) == pytest.approx(1e6 / eight.throughput)
 
 
@@ -114,6 +141,12 @@ def test_tensor_parallel_when_the_model_does_not_fit_one(catalog):
 
 
 def test_precision_fallback_is_reported(catalog):
-    e = estimate(get_workload("resnet50"), catalog.find("A100 SXM4 80GB"), task="infer", precision="fp8", batch=8)
+    e = estimate(
+        get_workload("resnet50"),
+        catalog.find("A100 SXM4 80GB"),
+        task="infer",
+        precision="fp8",
+        batch=8,
+    )
     assert e.precision_used == "fp16"
     assert "no fp8 units" in e.notes[0]

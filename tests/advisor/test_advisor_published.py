@@ -20,6 +20,8 @@ def test_rows_are_placed_and_unknown_devices_skipped():
 def test_default_factors_meet_the_accuracy_target_on_training_rows():
     catalog = load_catalog()
     rows, _ = load_published(catalog)
-    ratios = [predict(r, catalog, DEFAULT_EFFICIENCY) / r.measured for r in rows if r.model != "gemm"]
+    ratios = [
+        predict(r, catalog, DEFAULT_EFFICIENCY) / r.measured for r in rows if r.model != "gemm"
+    ]
     assert statistics.median(abs(q - 1) for q in ratios) < 0.25
     assert max(max(q, 1 / q) for q in ratios) < 2.0

@@ -33,7 +33,9 @@ def test_owned_and_cloud_rates_by_hand(catalog):
 
 def test_online_ranking_is_by_cost_with_reasons(catalog):
     gpus = [catalog.find(n) for n in ("A100 SXM4 80GB", "H100 SXM", "L4", "RTX 4090", "T4")]
-    rec = recommend(get_workload("resnet50"), gpus, Request(task="infer", precision="int8", latency_ms=5))
+    rec = recommend(
+        get_workload("resnet50"), gpus, Request(task="infer", precision="int8", latency_ms=5)
+    )
     assert rec.scenario == "online"
     ranked = rec.ranked
     assert [r.rank for r in ranked] == list(range(1, len(ranked) + 1))
@@ -43,37 +45,58 @@ def test_online_ranking_is_by_cost_with_reasons(catalog):
         assert r.estimate.latency_ms <= 5 and r.estimate.fits
         assert "bound at batch" in r.reason
     assert ranked[0].reason.startswith("cheapest")
-    assert rec.rows[-1].gpu.name == "NVIDIA T4" and "no price" in rec.rows[-1].reason  # unpriced last
+    assert (
+        rec.rows[-1].gpu.name == "NVIDIA T4" and "no price" in rec.rows[-1].reason
+    )  # unpriced last
 
 
 def test_latency_nobody_meets(catalog):
     gpus = [catalog.find(n) for n in ("L4", "T4")]
-    with pytest.raises(NoViableDeviceError, match=r"no device meets --latency-ms 0.01; the fastest, NVIDIA (L4|T4), needs [0-9.]+ ms at batch 1"):
-        recommend(get_workload("resnet50"), gpus, Request(task="infer", precision="fp16", latency_ms=0.01))
+    with pytest.raises(
+        NoViableDeviceError,
+        match=r"no device meets --latency-ms 0.01; the fastest, NVIDIA (L4|T4), needs [0-9.]+ ms at batch 1",
+    ):
+        recommend(
+            get_workload("resnet50"), gpus, Request(task="infer", precision="fp16", latency_ms=0.01)
+        )
 
 
 def test_model_that_fits_nowhere(catalog):
     with pytest.raises(NoViableDeviceError) as err:
-        recommend(get_workload("llama-2-70b"), list(catalog.gpus), Request(task="train", precision="bf16"))
+        recommend(
+            get_workload("llama-2-70b"), list(catalog.gpus), Request(task="train", precision="bf16")
+        )
     msg = str(err.value)
     assert isinstance(err.value, ModelpressError)
     assert "fits on none of the" in msg and "largest has 192 GB" in msg and "--num-gpus" in msg
 
 
 def test_edge_power_cap(catalog):
-    rec = recommend(get_workload("mobilenet-v2"), list(catalog.gpus), Request(task="infer", precision="int8", power_cap_w=75, batch=8))
+    rec = recommend(
+        get_workload("mobilenet-v2"),
+        list(catalog.gpus),
+        Request(task="infer", precision="int8", power_cap_w=75, batch=8),
+    )
     assert rec.scenario == "edge"
     assert {r.gpu.name for r in rec.ranked} == {"NVIDIA L4", "NVIDIA T4"}
     thr = [r.estimate.throughput for r in rec.ranked]
     assert thr == sorted(thr, reverse=True)
     assert any("over the 75 W cap" in r.reason for r in rec.rows)
     with pytest.raises(NoViableDeviceError, match="within the 10 W power cap"):
-        recommend(get_workload("mobilenet-v2"), list(catalog.gpus), Request(task="infer", precision="int8", power_cap_w=10))
+        recommend(
+            get_workload("mobilenet-v2"),
+            list(catalog.gpus),
+            Request(task="infer", precision="int8", power_cap_w=10),
+        )
 
 
 def test_training_job_cost(catalog):
     gpus = [catalog.find(n) for n in ("A100 SXM4 80GB", "H100 SXM")]
-    rec = recommend(get_workload("bert-base"), gpus, Request(task="train", precision="bf16", batch=32, amount=1e7))
+    rec = recommend(
+        get_workload("bert-base"),
+        gpus,
+        Request(task="train", precision="bf16", batch=32, amount=1e7),
+    )
     for r in rec.ranked:
         assert r.cost.job_hours == pytest.approx(1e7 / r.estimate.throughput / 3600)
     jobs = [r.cost.best_job_usd for r in rec.ranked]

@@ -20,7 +20,11 @@ def test_page_escapes_and_embeds_svg(tmp_path):
     text = out.read_text()
     assert "<script>" not in text and "&lt;script&gt;" in text and "a &lt;b&gt; &amp; c" in text
     assert '<td class="n">1,235</td>' in text and '<td class="n">3</td>' in text
-    assert text.count("<svg") == 1 and "<?xml" not in text and "<figcaption>a line</figcaption>" in text
+    assert (
+        text.count("<svg") == 1
+        and "<?xml" not in text
+        and "<figcaption>a line</figcaption>" in text
+    )
     assert [p.name for p in tmp_path.iterdir()] == ["p.html"]
 
 

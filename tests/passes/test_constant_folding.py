@@ -252,13 +252,13 @@ def _case_inputs_as_constants(case) -> ir.Model | None:
 
 
 @pytest.mark.slow
-def test_every_backend_node_test_folds_to_its_expected_output():
-    """Make each ONNX node test's inputs constant, fold the whole graph, compare with the case's
-    expected outputs: every op (and expanded function) that ONNX Runtime runs is evaluated here."""
+def test_every_backend_node_test_folds_to_what_onnxruntime_computes():
+    """Make each ONNX node test's inputs constant, fold the whole graph, and compare with what
+    ONNX Runtime computes from the unfolded graph: every op (and expanded function) ORT runs is
+    evaluated here, with the case's own tolerances."""
     import logging
     import warnings
 
-    import onnx.numpy_helper
     from onnx.backend.test.case import node
 
     from modelpress.ir import to_proto
@@ -270,7 +270,7 @@ def test_every_backend_node_test_folds_to_its_expected_output():
     logging.getLogger("onnx_ir").setLevel(logging.ERROR)
     options = session_options(optimize="disabled")
     options.log_severity_level = 4
-    checked, failures = 0, {}
+    checked, whole, failures = 0, 0, {}
     for case in cases:
         model = _case_inputs_as_constants(case)
         if model is None or any(isinstance(e, list) or e is None for e in case.data_sets[0][1]):
@@ -281,26 +281,25 @@ def test_every_backend_node_test_folds_to_its_expected_output():
             continue
         checked += 1
         folded = optimize(model, passes=["constant-folding", "dead-code"]).model
+        whole += all(n.op_type == "Constant" for n in folded.graph)
         try:
             got = session(to_proto(folded).SerializeToString(), options=options).run(None, {})
         except Exception as exc:  # noqa: BLE001
             failures[case.name] = str(exc).splitlines()[0][:200]
             continue
-        _, expected = case.data_sets[0]
-        for want, have, ref in zip(expected, got, reference, strict=True):
-            want = onnx.numpy_helper.to_array(want) if hasattr(want, "dims") else np.asarray(want)
-            atol = case.atol
+        for have, want in zip(got, reference, strict=True):
+            want = np.asarray(want)
+            rtol = case.rtol
             if want.dtype == np.float16:
                 # ORT keeps a chain of fp16 ops in float32 between them when it runs the whole
                 # graph, while a folded value is rounded to fp16 after each op, as ONNX specifies:
-                # allow the difference to ORT's own result to be one fp16 rounding.
-                atol = max(atol, float(np.abs(np.asarray(ref, np.float64) - want).max()) + 2**-11)
-            try:
-                np.testing.assert_allclose(have, want, rtol=case.rtol, atol=atol)
-            except AssertionError:
-                failures[case.name] = "differs from the expected output"
-            except TypeError:  # strings, booleans
-                if not np.array_equal(have, want):
-                    failures[case.name] = "differs from the expected output"
-    assert checked > 1000, checked
+                # allow one fp16 rounding.
+                rtol = max(rtol, 2**-10)
+            if want.dtype.kind in "fc":
+                ok = np.allclose(have, want, rtol=rtol, atol=case.atol, equal_nan=True)
+            else:
+                ok = np.array_equal(have, want)
+            if not ok:
+                failures[case.name] = "differs from ONNX Runtime's result on the unfolded graph"
+    assert checked > 1000 and whole > 0.9 * checked, (checked, whole)
     assert not failures, failures

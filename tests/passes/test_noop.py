@@ -171,3 +171,35 @@ def test_old_opsets_keep_their_arguments_in_attributes():
     # Unsqueeze then Squeeze is a pair, not a no-op each: they stay for cancel-squeeze.
     assert node_ops(result.model) == ["Unsqueeze", "Squeeze", "Relu"]
     assert verify(before, result.model, dims={"N": 4}, rtol=0.0, atol=0.0).passed
+
+
+def test_reshape_and_expand_to_the_inputs_own_dynamic_shape_go():
+    before, result = run(f"""
+    {HEADER}
+    g (float[N, M] x) => (float[N, M] y) {{
+      s = Shape(x)
+      r = Reshape(x, s)
+      e = Expand(r, s)
+      y = Relu(e)
+    }}
+    """)
+    assert node_ops(result.model) == ["Shape", "Relu"]  # dead-code removes the Shape
+    assert verify(before, result.model, dims={"N": 3, "M": 5}, rtol=0.0, atol=0.0).passed
+
+
+def test_a_branch_returning_an_outer_value_keeps_the_node_in_between():
+    # ONNX Runtime rejects a subgraph that returns an outer-scope value directly.
+    text = f"""
+    {HEADER}
+    g (bool c, float[N, 2] x) => (float[N, 2] y) <float one = {{1.0}}> {{
+      h = Relu(x)
+      y = If(c) <then_branch = g1 () => (float[N, 2] a) {{ a = Dropout(h) }},
+                 else_branch = g2 () => (float[N, 2] b) {{ b = Mul(h, one) }}>
+    }}
+    """
+    before, result = run(text)
+    assert result.rewrites == 0
+    x = np.random.default_rng(0).standard_normal((3, 2)).astype(np.float32)
+    for c in (True, False):
+        feeds = {"c": np.array(c), "x": x}
+        assert verify(before, result.model, inputs=feeds, rtol=0.0, atol=0.0).passed

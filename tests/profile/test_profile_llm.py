@@ -11,9 +11,17 @@ from modelpress.profile import config_from_dict, llm_workload, load_config
 from modelpress.profile.workloads import llm_config
 
 LLAMA2_7B_HF = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu", "hidden_size": 4096,
-    "intermediate_size": 11008, "max_position_embeddings": 4096, "num_attention_heads": 32,
-    "num_hidden_layers": 32, "num_key_value_heads": 32, "vocab_size": 32000, "tie_word_embeddings": False,
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_act": "silu",
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "max_position_embeddings": 4096,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 32,
+    "vocab_size": 32000,
+    "tie_word_embeddings": False,
 }
 
 
@@ -31,8 +39,23 @@ def test_hf_config_matches_builtin(tmp_path):
     path.write_text(json.dumps(LLAMA2_7B_HF))
     cfg = load_config(path)
     ref = llm_config("llama-2-7b")
-    assert (cfg.layers, cfg.hidden, cfg.heads, cfg.kv_heads, cfg.intermediate, cfg.vocab, cfg.gated_mlp) == (
-        ref.layers, ref.hidden, ref.heads, ref.kv_heads, ref.intermediate, ref.vocab, ref.gated_mlp)
+    assert (
+        cfg.layers,
+        cfg.hidden,
+        cfg.heads,
+        cfg.kv_heads,
+        cfg.intermediate,
+        cfg.vocab,
+        cfg.gated_mlp,
+    ) == (
+        ref.layers,
+        ref.hidden,
+        ref.heads,
+        ref.kv_heads,
+        ref.intermediate,
+        ref.vocab,
+        ref.gated_mlp,
+    )
     assert cfg.params == ref.params
 
 
@@ -42,14 +65,22 @@ def test_training_is_six_n_per_token():
     flops = cfg.training_flops(tokens, seq=2048)
     six_n = 6 * cfg.params * tokens
     # the attention term adds 3·4·L·h·(seq/2) per token = 12·32·4096·1024: +2.4% here
-    assert flops == pytest.approx(6 * cfg.matmul_params * tokens + 12 * 32 * 4096 * 1024 * tokens, rel=1e-12)
+    assert flops == pytest.approx(
+        6 * cfg.matmul_params * tokens + 12 * 32 * 4096 * 1024 * tokens, rel=1e-12
+    )
     assert abs(flops / six_n - 1) < 0.05
 
 
 def test_kv_cache_bytes_with_grouped_query_attention():
     # 2 (K and V) · layers · kv_heads · head_dim · bytes
-    assert llm_config("llama-2-7b").kv_cache_bytes(batch=1, context=1, bytes_per_elem=2) == 2 * 32 * 4096 * 2
-    assert llm_config("llama-2-70b").kv_cache_bytes(batch=4, context=4096, bytes_per_elem=2) == 2 * 80 * 1024 * 2 * 4 * 4096
+    assert (
+        llm_config("llama-2-7b").kv_cache_bytes(batch=1, context=1, bytes_per_elem=2)
+        == 2 * 32 * 4096 * 2
+    )
+    assert (
+        llm_config("llama-2-70b").kv_cache_bytes(batch=4, context=4096, bytes_per_elem=2)
+        == 2 * 80 * 1024 * 2 * 4 * 4096
+    )
 
 
 def test_prefill_and_decode_kernels():

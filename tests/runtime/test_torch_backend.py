@@ -52,7 +52,7 @@ def _run_torch(model, feeds):
     with torch.no_grad():
         out = module(**{k: torch.from_numpy(v) for k, v in feeds.items()})
     out = out if isinstance(out, tuple) else (out,)
-    return dict(zip(module.output_names, (o.numpy() for o in out)))
+    return dict(zip(module.output_names, (o.numpy() for o in out), strict=False))
 
 
 def _assert_matches_ort(model, feeds, rtol=1e-5):
@@ -404,3 +404,43 @@ def test_compiled_module_matches_eager(rng):
     compiled = to_torch(model, compile=True)
     with torch.no_grad():
         np.testing.assert_allclose(compiled(x).numpy(), eager(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_export_after_training_with_subgraphs_matches_module():
+    from modelpress.zoo.control_flow import build_proto
+
+    model = from_proto(build_proto())
+    module = to_torch(model)
+    with torch.no_grad():
+        for p in module.parameters():  # stands in for training: every weight changes
+            p.mul_(1.5).add_(0.1)
+    x = np.random.default_rng(3).standard_normal((2, 16)).astype(np.float32)
+    with torch.no_grad():
+        expected = [t.numpy() for t in module(torch.from_numpy(x))]
+    got = run_model(to_onnx(module), {"x": x})
+    for name, e in zip(module.output_names, expected, strict=True):
+        np.testing.assert_allclose(got[name], e, rtol=1e-5, atol=1e-5)
+
+
+def test_ops_command_lists_ops_and_a_models_missing_ones(tmp_path, capsys):
+    from modelpress.cli.main import main
+    from modelpress.ir import save
+    from tests.conftest import model_from_text
+
+    assert main(["ops", "--backend", "torch", "--json", str(tmp_path / "ops.json")]) == 0
+    out = capsys.readouterr().out
+    assert "LSTM" in out and "Resize" in out
+    import json
+
+    assert json.loads((tmp_path / "ops.json").read_text())["ops"] == supported_ops()
+    path = save(model_from_text("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[4] x) => (float[M] y) {
+        a = Relu(x)
+        y = Unique(a)
+    }
+    """), tmp_path / "m.onnx")
+    assert main(["ops", "--model", str(path)]) == 0
+    assert "1 of 2 op types not supported by torch: Unique" in " ".join(capsys.readouterr().out.split())
+    assert main(["ops", "--model", str(tmp_path / "missing.onnx")]) == 1
+    assert "missing.onnx" in capsys.readouterr().err

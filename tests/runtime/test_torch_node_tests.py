@@ -76,10 +76,10 @@ def _check_case(case) -> None:
     module = to_torch(from_proto(case.model))
     names = [i.name for i in case.model.graph.input]
     for inputs, outputs in case.data_sets:
-        feeds = {n: from_numpy(_array(a)) for n, a in zip(names, inputs)}
+        feeds = {n: from_numpy(_array(a)) for n, a in zip(names, inputs, strict=False)}
         with torch.no_grad():
             got = module.program.run(module, feeds)
-        for g, expected in zip(got, outputs):
+        for g, expected in zip(got, outputs, strict=False):
             g, expected = to_numpy(g), _array(expected)
             assert g.shape == expected.shape, f"shape {g.shape}, expected {expected.shape}"
             assert g.dtype == expected.dtype, f"dtype {g.dtype}, expected {expected.dtype}"

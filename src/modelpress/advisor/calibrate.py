@@ -1,9 +1,10 @@
 """Calibrate on this machine: measure the CPU's roof, predict the model on it, time the model.
 
-Three measurements, each the median of several runs:
+Four measurements, each the median of several runs:
 
 - compute: a large fp32 matrix product under ONNX Runtime (GFLOP/s);
 - bandwidth: a NumPy copy of an array much larger than the caches (bytes read + written per s);
+- per-node overhead: a chain of 200 tiny Add nodes under ONNX Runtime (µs per node);
 - the model itself under ONNX Runtime at the requested batch (ms per batch).
 
 The measured compute and bandwidth become the roof of a ``Roof`` for "this CPU" (efficiency 1:
@@ -25,8 +26,7 @@ from modelpress.advisor.estimate import Roof, _kernel_rows, _time
 from modelpress.profile.workload import Workload
 
 COPY_BYTES = 256 * 2**20
-# ORT runs node by node on the CPU: a few microseconds of dispatch per node, no launch latency.
-CPU_NODE_OVERHEAD_US = 5.0
+CHAIN_NODES = 200
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,7 @@ class CpuCalibration:
     threads: int
     matmul_gflops: float
     copy_gbs: float
+    node_overhead_us: float
     batch: int
     predicted_ms: float | None
     measured_ms: float | None
@@ -77,20 +78,58 @@ def measure_copy_gbs(*, nbytes: int = COPY_BYTES, runs: int = 7) -> float:
     return 2 * nbytes / float(np.median(samples)) / 1e9  # read + write
 
 
+def measure_node_overhead_us(*, nodes: int = CHAIN_NODES, runs: int = 20) -> float:
+    """ONNX Runtime's fixed cost per node: a chain of Adds on a 16-element tensor, whose
+    arithmetic is negligible, divided by its length."""
+    import onnx_ir as ir
+
+    from modelpress.runtime.measure import time_interleaved
+    from modelpress.runtime.ort import session
+
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1, 16]))
+    value, chain = x, []
+    for i in range(nodes):
+        node = ir.node("Add", [value, value])
+        node.outputs[0].name = f"a{i}"
+        chain.append(node)
+        value = node.outputs[0]
+    value.type, value.shape = ir.TensorType(ir.DataType.FLOAT), ir.Shape([1, 16])
+    model = ir.Model(
+        ir.Graph(inputs=[x], outputs=[value], nodes=chain, opset_imports={"": 17}), ir_version=8
+    )
+    sess = session(model, optimize="disabled")  # keep every node: fusing them would hide the cost
+    feeds = {"x": np.ones((1, 16), dtype=np.float32)}
+    timing = time_interleaved([lambda: sess.run(None, feeds)], runs=runs, warmup=3)[0]
+    return timing.median_ms * 1e3 / nodes
+
+
 def cpu_roof(matmul_gflops: float, copy_gbs: float) -> Roof:
-    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9 if hasattr(os, "sysconf") else 0.0
+    mem_gb = (
+        os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
+        if hasattr(os, "sysconf")
+        else 0.0
+    )
     return Roof("this CPU", matmul_gflops / 1e3, matmul_gflops / 1e3, copy_gbs, 1.0, mem_gb, "fp32")
 
 
-def predict_cpu_ms(workload: Workload, roof: Roof, *, batch: int, eff: Efficiency = DEFAULT_EFFICIENCY) -> tuple[float, str]:
+def predict_cpu_ms(
+    workload: Workload,
+    roof: Roof,
+    *,
+    batch: int,
+    node_overhead_us: float,
+    eff: Efficiency = DEFAULT_EFFICIENCY,
+) -> tuple[float, str]:
     """Predicted ms per batch on the measured CPU roof: measured peaks need no ceiling or
-    bandwidth factor; the per-kind factors and a per-node dispatch cost still apply."""
-    cpu_eff = replace(eff, bandwidth=1.0, kernel_overhead_us=CPU_NODE_OVERHEAD_US)
+    bandwidth factor; the per-kind factors and the measured per-node cost still apply."""
+    cpu_eff = replace(eff, bandwidth=1.0, kernel_overhead_us=node_overhead_us)
     t = _time(_kernel_rows(workload.kernels, fuse=True), batch, roof, cpu_eff, 4)
     return t.seconds * 1e3, t.bound
 
 
-def calibrate_cpu(workload: Workload, *, model=None, batch: int = 1, seq: int | None = None, runs: int = 10) -> CpuCalibration:
+def calibrate_cpu(
+    workload: Workload, *, model=None, batch: int = 1, seq: int | None = None, runs: int = 10
+) -> CpuCalibration:
     """Measure this CPU and, when ``model`` (an ONNX model) is given, time it against the prediction."""
     from modelpress.runtime.measure import machine_peak_gflops, time_interleaved
 
@@ -104,8 +143,9 @@ def calibrate_cpu(workload: Workload, *, model=None, batch: int = 1, seq: int | 
         feeds = generate_inputs(model, shapes=shapes)
     gflops = machine_peak_gflops(n=1024, runs=5)
     copy = measure_copy_gbs()
+    overhead = measure_node_overhead_us()
     roof = cpu_roof(gflops, copy)
-    predicted, bound = predict_cpu_ms(workload, roof, batch=batch)
+    predicted, bound = predict_cpu_ms(workload, roof, batch=batch, node_overhead_us=overhead)
     measured = p25 = p75 = None
     if feeds is not None:
         from modelpress.runtime.ort import session
@@ -113,7 +153,26 @@ def calibrate_cpu(workload: Workload, *, model=None, batch: int = 1, seq: int | 
         sess = session(model, optimize="all")
         timing = time_interleaved([lambda: sess.run(None, feeds)], runs=runs, warmup=2)[0]
         measured, p25, p75 = timing.median_ms, timing.p25_ms, timing.p75_ms
-    return CpuCalibration(cpu_name(), os.cpu_count() or 1, gflops, copy, batch, predicted, measured, p25, p75, bound)
+    return CpuCalibration(
+        cpu_name(),
+        os.cpu_count() or 1,
+        gflops,
+        copy,
+        overhead,
+        batch,
+        predicted,
+        measured,
+        p25,
+        p75,
+        bound,
+    )
 
 
-__all__ = ["CpuCalibration", "calibrate_cpu", "cpu_roof", "measure_copy_gbs", "predict_cpu_ms"]
+__all__ = [
+    "CpuCalibration",
+    "calibrate_cpu",
+    "cpu_roof",
+    "measure_copy_gbs",
+    "measure_node_overhead_us",
+    "predict_cpu_ms",
+]

@@ -24,14 +24,39 @@ from pathlib import Path
 from modelpress.errors import InputError, OptionError
 
 NUMERIC = (
-    "memory_gb", "memory_bandwidth_gbs", "fp32_tflops", "tf32_tflops", "fp16_tflops", "bf16_tflops",
-    "fp8_tflops", "int8_tops", "matmul_bf16_tflops_measured", "tdp_w", "nvlink_gbs", "nvlink_max_gpus",
-    "pcie_gbs", "launch_year", "price_usd", "cloud_usd_hr",
+    "memory_gb",
+    "memory_bandwidth_gbs",
+    "fp32_tflops",
+    "tf32_tflops",
+    "fp16_tflops",
+    "bf16_tflops",
+    "fp8_tflops",
+    "int8_tops",
+    "matmul_bf16_tflops_measured",
+    "tdp_w",
+    "nvlink_gbs",
+    "nvlink_max_gpus",
+    "pcie_gbs",
+    "launch_year",
+    "price_usd",
+    "cloud_usd_hr",
 )
 # Which source column vouches for each number.
 SOURCE_OF = {
-    "memory_gb": "src_memory", "memory_bandwidth_gbs": "src_memory",
-    **dict.fromkeys(("fp32_tflops", "tf32_tflops", "fp16_tflops", "bf16_tflops", "fp8_tflops", "int8_tops", "launch_year"), "src_compute"),
+    "memory_gb": "src_memory",
+    "memory_bandwidth_gbs": "src_memory",
+    **dict.fromkeys(
+        (
+            "fp32_tflops",
+            "tf32_tflops",
+            "fp16_tflops",
+            "bf16_tflops",
+            "fp8_tflops",
+            "int8_tops",
+            "launch_year",
+        ),
+        "src_compute",
+    ),
     "matmul_bf16_tflops_measured": "src_measured",
     "tdp_w": "src_power",
     **dict.fromkeys(("nvlink_gbs", "nvlink_max_gpus", "pcie_gbs"), "src_interconnect"),
@@ -39,12 +64,23 @@ SOURCE_OF = {
     "cloud_usd_hr": "src_cloud",
 }
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")
-_PEAK_FIELD = {"fp32": "fp32_tflops", "tf32": "tf32_tflops", "fp16": "fp16_tflops", "bf16": "bf16_tflops", "fp8": "fp8_tflops", "int8": "int8_tops"}
+_PEAK_FIELD = {
+    "fp32": "fp32_tflops",
+    "tf32": "tf32_tflops",
+    "fp16": "fp16_tflops",
+    "bf16": "bf16_tflops",
+    "fp8": "fp8_tflops",
+    "int8": "int8_tops",
+}
 # A precision a device lacks runs at the next one it has: TF32 without TF32 units is plain FP32,
 # FP8 on pre-Hopper GPUs is computed in 16 bits, FP16 on TPUs is BF16.
 _FALLBACK = {
-    "fp32": ("fp32",), "tf32": ("tf32", "fp32"), "fp16": ("fp16", "bf16"), "bf16": ("bf16", "fp32"),
-    "fp8": ("fp8", "fp16", "bf16"), "int8": ("int8", "fp16", "bf16"),
+    "fp32": ("fp32",),
+    "tf32": ("tf32", "fp32"),
+    "fp16": ("fp16", "bf16"),
+    "bf16": ("bf16", "fp32"),
+    "fp8": ("fp8", "fp16", "bf16"),
+    "int8": ("int8", "fp16", "bf16"),
 }
 _STOPWORDS = {"nvidia", "geforce", "amd", "instinct", "google", "tesla", "hgx", "generation", "gpu"}
 
@@ -116,7 +152,9 @@ def _number(text: str, *, where: str, column: str) -> float | None:
         raise InputError(f"{where}: column {column} has {text!r}, expected a number") from None
 
 
-def _gpu_from_row(row: dict, *, where: str, base: GPU | None = None, default_source: str = "") -> GPU:
+def _gpu_from_row(
+    row: dict, *, where: str, base: GPU | None = None, default_source: str = ""
+) -> GPU:
     values: dict = {}
     for key in NUMERIC:
         if key in row and str(row[key]).strip() != "":
@@ -131,7 +169,9 @@ def _gpu_from_row(row: dict, *, where: str, base: GPU | None = None, default_sou
         if str(row.get(key) or "").strip():
             sources[key] = str(row[key]).strip()
     for key in values:
-        if key in SOURCE_OF and SOURCE_OF[key] not in {k for k in row if str(row.get(k) or "").strip()}:
+        if key in SOURCE_OF and SOURCE_OF[key] not in {
+            k for k in row if str(row.get(k) or "").strip()
+        }:
             # a user's number without a stated source is vouched for by the user's file
             if default_source:
                 sources[SOURCE_OF[key]] = default_source
@@ -141,7 +181,12 @@ def _gpu_from_row(row: dict, *, where: str, base: GPU | None = None, default_sou
     for key in ("memory_gb", "memory_bandwidth_gbs"):
         if values.get(key) is None:
             raise InputError(f"{where}: new entry {row.get('name')!r} needs {key}")
-    return GPU(name=str(row["name"]).strip(), vendor=values.pop("vendor", ""), architecture=values.pop("architecture", ""), **values)
+    return GPU(
+        name=str(row["name"]).strip(),
+        vendor=values.pop("vendor", ""),
+        architecture=values.pop("architecture", ""),
+        **values,
+    )
 
 
 def _read_rows(path: Path) -> list[dict]:
@@ -156,7 +201,7 @@ def _read_rows(path: Path) -> list[dict]:
             raise InputError(f"{path}: not valid JSON ({exc})") from None
         rows = data.get("gpus", data) if isinstance(data, dict) else data
         if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-            raise InputError(f"{path}: expected a list of GPU objects (or {{\"gpus\": [...]}})")
+            raise InputError(f'{path}: expected a list of GPU objects (or {{"gpus": [...]}})')
         return rows
     return list(csv.DictReader(text.splitlines()))
 
@@ -189,9 +234,15 @@ class Catalog:
             raise OptionError(
                 f"--gpu {query!r} is ambiguous: it matches {', '.join(g.name for g, _ in matches)}; name one"
             )
-        labels = {" ".join(_tokens(label)): g.name for g in self.gpus for label in (g.name, *g.aliases)}
+        labels = {
+            " ".join(_tokens(label)): g.name for g in self.gpus for label in (g.name, *g.aliases)
+        }
         close = difflib.get_close_matches(" ".join(q), list(labels), n=3, cutoff=0.5)
-        hint = f"; did you mean {', '.join(dict.fromkeys(labels[c] for c in close))}?" if close else "; see `modelpress advise --list-gpus`"
+        hint = (
+            f"; did you mean {', '.join(dict.fromkeys(labels[c] for c in close))}?"
+            if close
+            else "; see `modelpress advise --list-gpus`"
+        )
         raise OptionError(f"--gpu {query!r}: no such accelerator in the catalog{hint}")
 
 
@@ -208,7 +259,14 @@ def load_catalog(extra: list[str | Path] | None = None) -> Catalog:
             if not str(row.get("name") or "").strip():
                 raise InputError(f"{where}: every entry needs a name")
             key = _tokens(str(row["name"]))
-            idx = next((i for i, g in enumerate(gpus) if _tokens(g.name) == key or key in map(_tokens, g.aliases)), None)
+            idx = next(
+                (
+                    i
+                    for i, g in enumerate(gpus)
+                    if _tokens(g.name) == key or key in map(_tokens, g.aliases)
+                ),
+                None,
+            )
             base = gpus[idx] if idx is not None else None
             gpu = _gpu_from_row(row, where=where, base=base, default_source=f"user file {p.name}")
             if idx is None:

@@ -41,7 +41,9 @@ class Cost:
 
     @property
     def best_per_million(self) -> float | None:
-        values = [v for v in (self.cloud_usd_per_million, self.own_usd_per_million) if v is not None]
+        values = [
+            v for v in (self.cloud_usd_per_million, self.own_usd_per_million) if v is not None
+        ]
         return min(values) if values else None
 
     @property
@@ -64,7 +66,9 @@ def hourly_rates(gpu: GPU, num_gpus: int, pricing: Pricing) -> tuple[float | Non
     return cloud, own
 
 
-def cost_of(gpu: GPU, num_gpus: int, *, throughput: float, pricing: Pricing, amount: float | None = None) -> Cost:
+def cost_of(
+    gpu: GPU, num_gpus: int, *, throughput: float, pricing: Pricing, amount: float | None = None
+) -> Cost:
     """Cost per million units of ``throughput`` (per second) and, given ``amount`` units, of the job."""
     cloud, own = hourly_rates(gpu, num_gpus, pricing)
     per_hour = throughput * 3600 if throughput > 0 else 0.0

@@ -100,12 +100,24 @@ def roof_for(gpu: GPU, precision: str, eff: Efficiency = DEFAULT_EFFICIENCY) -> 
     # FP32 without tensor units runs on the SIMT cores, whose GEMMs get much closer to peak
     # (cuBLAS SGEMM reaches ~90%) than tensor-core GEMMs do.
     ceiling = eff.simt_ceiling if used == "fp32" else eff.gemm_ceiling
-    if gpu.matmul_bf16_tflops_measured and used in ("fp16", "bf16") and gpu.bf16_tflops:
-        ceiling = gpu.matmul_bf16_tflops_measured / gpu.bf16_tflops  # the device's own measured ceiling
-    return Roof(gpu.name, tflops, gpu.vector_tflops(), gpu.memory_bandwidth_gbs, ceiling, gpu.memory_gb, used)
+    if gpu.matmul_bf16_tflops_measured and used != "fp32" and gpu.bf16_tflops:
+        # the device's own measured ceiling; its software stack and clocks under load reach the
+        # same fraction of the tensor peak at the other tensor precisions
+        ceiling = gpu.matmul_bf16_tflops_measured / gpu.bf16_tflops
+    return Roof(
+        gpu.name,
+        tflops,
+        gpu.vector_tflops(),
+        gpu.memory_bandwidth_gbs,
+        ceiling,
+        gpu.memory_gb,
+        used,
+    )
 
 
-def _kernel_rows(kernels: tuple[Kernel, ...], *, fuse: bool) -> list[tuple[str, float, float, float]]:
+def _kernel_rows(
+    kernels: tuple[Kernel, ...], *, fuse: bool
+) -> list[tuple[str, float, float, float]]:
     """(kind, FLOPs per sample, weight elements, activation elements per sample) per launched kernel."""
     rows: list[list] = []
     for k in kernels:
@@ -121,7 +133,15 @@ def _kernel_rows(kernels: tuple[Kernel, ...], *, fuse: bool) -> list[tuple[str, 
 
 
 def _kernel_costs(
-    rows, batch: float, roof: Roof, eff: Efficiency, width: float, *, scale: float = 1.0, split: int = 1, eager: bool = False
+    rows,
+    batch: float,
+    roof: Roof,
+    eff: Efficiency,
+    width: float,
+    *,
+    scale: float = 1.0,
+    split: int = 1,
+    eager: bool = False,
 ):
     """Per launched kernel: (kind, FLOPs, bytes, compute s, memory s, launches)."""
     c_mult = eff.eager if eager else 1.0
@@ -138,14 +158,24 @@ def _kernel_costs(
 
 
 def _time(
-    rows, batch: float, roof: Roof, eff: Efficiency, width: float, *, scale: float = 1.0, split: int = 1, eager: bool = False
+    rows,
+    batch: float,
+    roof: Roof,
+    eff: Efficiency,
+    width: float,
+    *,
+    scale: float = 1.0,
+    split: int = 1,
+    eager: bool = False,
 ) -> PassTime:
     """Time of one pass over ``batch`` samples; ``scale`` multiplies work (backward = 2),
     ``split`` divides it across tensor-parallel devices, ``eager`` applies the training factors."""
     compute = memory = overhead = 0.0
     count = 0
     over = (eff.eager_overhead_us if eager else eff.kernel_overhead_us) * 1e-6
-    for _, _, _, t_c, t_m, launches in _kernel_costs(rows, batch, roof, eff, width, scale=scale, split=split, eager=eager):
+    for _, _, _, t_c, t_m, launches in _kernel_costs(
+        rows, batch, roof, eff, width, scale=scale, split=split, eager=eager
+    ):
         if t_c >= t_m:
             compute += t_c
         else:
@@ -171,7 +201,14 @@ class KernelPoint:
         return self.flops / self.seconds / 1e12 if self.seconds else 0.0
 
 
-def kernel_points(workload: Workload, gpu: GPU, *, precision: str, batch: int, eff: Efficiency = DEFAULT_EFFICIENCY) -> list[KernelPoint]:
+def kernel_points(
+    workload: Workload,
+    gpu: GPU,
+    *,
+    precision: str,
+    batch: int,
+    eff: Efficiency = DEFAULT_EFFICIENCY,
+) -> list[KernelPoint]:
     """The forward (inference, fused) kernels at ``batch`` with their predicted time, for a
     roofline chart."""
     roof = roof_for(gpu, precision, eff)
@@ -180,27 +217,51 @@ def kernel_points(workload: Workload, gpu: GPU, *, precision: str, batch: int, e
     over = eff.kernel_overhead_us * 1e-6
     return [
         KernelPoint(kind, f, b, max(t_c, t_m) + over)
-        for kind, f, b, t_c, t_m, _ in _kernel_costs(_kernel_rows(kernels, fuse=True), batch, roof, eff, width)
+        for kind, f, b, t_c, t_m, _ in _kernel_costs(
+            _kernel_rows(kernels, fuse=True), batch, roof, eff, width
+        )
     ]
 
 
-def memory_bytes(workload: Workload, *, task: str, precision: str, batch: int, split: int = 1, optimizer: str = "adam") -> float:
+def memory_bytes(
+    workload: Workload,
+    *,
+    task: str,
+    precision: str,
+    batch: int,
+    split: int = 1,
+    optimizer: str = "adam",
+) -> float:
     """Bytes one device holds (before runtime overhead) for a pass at ``batch`` per device."""
     width = precision_bytes(precision)
     if task == "train":
-        mem = training_memory(workload.params, precision=precision, optimizer=optimizer, activation_elems=workload.saved_elems_per_sample * batch)
+        mem = training_memory(
+            workload.params,
+            precision=precision,
+            optimizer=optimizer,
+            activation_elems=workload.saved_elems_per_sample * batch,
+        )
         return mem.total
     weights = workload.params * width
     # working set: the largest kernel's input and output, for the whole batch (one prompt at a
     # time for LLM prefill, which serving engines schedule in chunks)
     per_pass = 1 if workload.is_generative else batch
-    acts = 2 * max((k.in_elems + k.out_elems for k in workload.kernels), default=0.0) * per_pass * width
+    acts = (
+        2
+        * max((k.in_elems + k.out_elems for k in workload.kernels), default=0.0)
+        * per_pass
+        * width
+    )
     cache = workload.cache_elems * batch * max(width, 2 if width > 1 else 1)
     return (weights + cache) / split + acts
 
 
-def _fits(workload, *, task, precision, batch, roof: Roof, split: int, optimizer: str) -> tuple[bool, float]:
-    need = memory_bytes(workload, task=task, precision=precision, batch=batch, split=split, optimizer=optimizer)
+def _fits(
+    workload, *, task, precision, batch, roof: Roof, split: int, optimizer: str
+) -> tuple[bool, float]:
+    need = memory_bytes(
+        workload, task=task, precision=precision, batch=batch, split=split, optimizer=optimizer
+    )
     gb = need * ALLOCATOR_SLACK / 1e9 + RUNTIME_OVERHEAD_GB
     return gb <= roof.memory_gb, gb
 
@@ -236,12 +297,30 @@ def estimate(
         notes.append(f"no {precision} units: runs at the {roof.precision_used} rate")
     link = gpu.link_gbs(num_gpus) if num_gpus > 1 else None
     if num_gpus > 1 and link is None:
-        raise OptionError(f"{gpu.name}: the catalog has no interconnect figure for {num_gpus} devices")
+        raise OptionError(
+            f"{gpu.name}: the catalog has no interconnect figure for {num_gpus} devices"
+        )
     split = 1
     if task == "infer" and num_gpus > 1:
-        alone, _ = _fits(workload, task=task, precision=precision, batch=batch, roof=roof, split=1, optimizer=optimizer)
+        alone, _ = _fits(
+            workload,
+            task=task,
+            precision=precision,
+            batch=batch,
+            roof=roof,
+            split=1,
+            optimizer=optimizer,
+        )
         split = 1 if alone else num_gpus
-    fits, need_gb = _fits(workload, task=task, precision=precision, batch=batch, roof=roof, split=split, optimizer=optimizer)
+    fits, need_gb = _fits(
+        workload,
+        task=task,
+        precision=precision,
+        batch=batch,
+        roof=roof,
+        split=split,
+        optimizer=optimizer,
+    )
     comm = 0.0
     if task == "train":
         rows = _kernel_rows(workload.kernels, fuse=False)
@@ -254,10 +333,17 @@ def estimate(
         opt = PassTime(opt_s, 0.0, opt_s, 0.0, 0)
         if link:
             comm = _allreduce_s(mem.gradients, num_gpus, link[0], eff)
-            notes.append(f"data parallel: gradient all-reduce over {link[1]} {comm * 1e3:.2f} ms per step, overlapped with backward")
+            notes.append(
+                f"data parallel: gradient all-reduce over {link[1]} {comm * 1e3:.2f} ms per step, overlapped with backward"
+            )
         step = fwd + bwd + opt
         seconds = fwd.seconds + max(bwd.seconds, comm) + opt.seconds
-        throughput = batch * num_gpus / seconds * (workload.tokens_per_sample if workload.unit == "tokens/s" else 1)
+        throughput = (
+            batch
+            * num_gpus
+            / seconds
+            * (workload.tokens_per_sample if workload.unit == "tokens/s" else 1)
+        )
         latency = seconds
         flops = 3 * workload.flops_per_sample * batch
         bound = "interconnect" if comm > bwd.seconds else step.bound
@@ -270,8 +356,12 @@ def estimate(
             row_parallel = [r for r in rows if r[0] == "matmul" and r[2]][1::2]
             # activations of a row-parallel product's output, summed across devices
             out_elems = sum(r[3] for r in row_parallel) / 2
-            comm = _allreduce_s(out_elems * batch * width, num_gpus, link[0], eff) + COLLECTIVE_LATENCY_S * len(row_parallel)
-            notes.append(f"tensor parallel over {num_gpus} devices ({link[1]}): the model does not fit one")
+            comm = _allreduce_s(
+                out_elems * batch * width, num_gpus, link[0], eff
+            ) + COLLECTIVE_LATENCY_S * len(row_parallel)
+            notes.append(
+                f"tensor parallel over {num_gpus} devices ({link[1]}): the model does not fit one"
+            )
         replicas = num_gpus if split == 1 else 1
         if workload.is_generative:
             dec_rows = _kernel_rows(workload.decode, fuse=True)
@@ -281,10 +371,15 @@ def estimate(
             total = fwd.seconds + comm + workload.gen_tokens * decode_s
             throughput = replicas * batch * workload.gen_tokens / total
             latency = decode_s
-            flops = workload.flops_per_sample * batch + workload.gen_tokens * sum(k.flops for k in workload.decode) * batch
+            flops = (
+                workload.flops_per_sample * batch
+                + workload.gen_tokens * sum(k.flops for k in workload.decode) * batch
+            )
             seconds = total
             bound = step_t.bound
-            notes.append(f"prefill {fwd.seconds * 1e3:.1f} ms, {workload.gen_tokens} decode steps of {decode_s * 1e3:.2f} ms")
+            notes.append(
+                f"prefill {fwd.seconds * 1e3:.1f} ms, {workload.gen_tokens} decode steps of {decode_s * 1e3:.2f} ms"
+            )
         else:
             seconds = fwd.seconds + comm
             throughput = replicas * batch / seconds
@@ -313,14 +408,42 @@ def estimate(
     )
 
 
-def max_batch(workload: Workload, gpu: GPU, *, task: str, precision: str, num_gpus: int = 1, optimizer: str = "adam", eff: Efficiency = DEFAULT_EFFICIENCY) -> int:
+def max_batch(
+    workload: Workload,
+    gpu: GPU,
+    *,
+    task: str,
+    precision: str,
+    num_gpus: int = 1,
+    optimizer: str = "adam",
+    eff: Efficiency = DEFAULT_EFFICIENCY,
+) -> int:
     """Largest per-device batch that fits (0 when not even one sample fits)."""
     roof = roof_for(gpu, precision, eff)
     split = num_gpus if task == "infer" else 1
 
     def ok(b: int) -> bool:
-        alone = _fits(workload, task=task, precision=precision, batch=b, roof=roof, split=1, optimizer=optimizer)[0]
-        return alone or (split > 1 and _fits(workload, task=task, precision=precision, batch=b, roof=roof, split=split, optimizer=optimizer)[0])
+        alone = _fits(
+            workload,
+            task=task,
+            precision=precision,
+            batch=b,
+            roof=roof,
+            split=1,
+            optimizer=optimizer,
+        )[0]
+        return alone or (
+            split > 1
+            and _fits(
+                workload,
+                task=task,
+                precision=precision,
+                batch=b,
+                roof=roof,
+                split=split,
+                optimizer=optimizer,
+            )[0]
+        )
 
     if not ok(1):
         return 0
@@ -335,7 +458,13 @@ def max_batch(workload: Workload, gpu: GPU, *, task: str, precision: str, num_gp
 
 
 def best_under_latency(
-    workload: Workload, gpu: GPU, *, latency_ms: float, precision: str, num_gpus: int = 1, eff: Efficiency = DEFAULT_EFFICIENCY
+    workload: Workload,
+    gpu: GPU,
+    *,
+    latency_ms: float,
+    precision: str,
+    num_gpus: int = 1,
+    eff: Efficiency = DEFAULT_EFFICIENCY,
 ) -> Estimate | None:
     """The inference batch with the highest throughput whose latency meets ``latency_ms``
     (None when even batch 1 misses it or nothing fits). Latency grows with the batch."""
@@ -344,7 +473,9 @@ def best_under_latency(
         return None
 
     def at(b: int) -> Estimate:
-        return estimate(workload, gpu, task="infer", precision=precision, batch=b, num_gpus=num_gpus, eff=eff)
+        return estimate(
+            workload, gpu, task="infer", precision=precision, batch=b, num_gpus=num_gpus, eff=eff
+        )
 
     first = at(1)
     if first.latency_ms > latency_ms:
@@ -363,4 +494,17 @@ def time_to_train(est: Estimate, amount: float) -> float:
     return amount / est.throughput
 
 
-__all__ = ["TASKS", "Estimate", "KernelPoint", "PassTime", "kernel_points", "Roof", "best_under_latency", "estimate", "max_batch", "memory_bytes", "roof_for", "time_to_train"]
+__all__ = [
+    "TASKS",
+    "Estimate",
+    "KernelPoint",
+    "PassTime",
+    "kernel_points",
+    "Roof",
+    "best_under_latency",
+    "estimate",
+    "max_batch",
+    "memory_bytes",
+    "roof_for",
+    "time_to_train",
+]

@@ -24,7 +24,13 @@ def throughput_vs_cost(rec: Recommendation):
     rows = [r for r in rec.ranked if r.cost and r.cost.best_per_million is not None]
     for r in rows:
         ax.scatter(r.cost.best_per_million, r.estimate.throughput, s=30)
-        ax.annotate(r.gpu.name.replace("NVIDIA ", ""), (r.cost.best_per_million, r.estimate.throughput), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.annotate(
+            r.gpu.name.replace("NVIDIA ", ""),
+            (r.cost.best_per_million, r.estimate.throughput),
+            fontsize=7,
+            xytext=(3, 3),
+            textcoords="offset points",
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     from matplotlib.ticker import NullFormatter
@@ -39,13 +45,27 @@ def throughput_vs_cost(rec: Recommendation):
     return fig
 
 
-def roofline(workload: Workload, gpu: GPU, *, precision: str, batch: int, eff: Efficiency = DEFAULT_EFFICIENCY):
+def roofline(
+    workload: Workload,
+    gpu: GPU,
+    *,
+    precision: str,
+    batch: int,
+    eff: Efficiency = DEFAULT_EFFICIENCY,
+):
     roof = roof_for(gpu, precision, eff)
-    points = [p for p in kernel_points(workload, gpu, precision=precision, batch=batch, eff=eff) if p.flops > 0 and p.bytes > 0]
+    points = [
+        p
+        for p in kernel_points(workload, gpu, precision=precision, batch=batch, eff=eff)
+        if p.flops > 0 and p.bytes > 0
+    ]
     fig, ax = new_figure()
     ai = np.logspace(-2, 4, 200)
     bw = roof.bandwidth_gbs * 1e9 * eff.bandwidth
-    for label, peak in (("tensor", roof.tensor_tflops * roof.gemm_ceiling * eff.matmul), ("vector", roof.vector_tflops * roof.gemm_ceiling)):
+    for label, peak in (
+        ("tensor", roof.tensor_tflops * roof.gemm_ceiling * eff.matmul),
+        ("vector", roof.vector_tflops * roof.gemm_ceiling),
+    ):
         ax.plot(ai, np.minimum(peak, bw * ai / 1e12), label=f"{label} roof ({peak:.0f} TFLOPS)")
     kinds = sorted({p.kind for p in points})
     for kind in kinds:

@@ -53,7 +53,11 @@ def _workload_key(model: str) -> str | None:
 
 def load_published(catalog: Catalog) -> tuple[list[PublishedRow], list[str]]:
     """Rows the catalog can place, and a line for each row skipped (with the reason)."""
-    text = resources.files("modelpress.advisor").joinpath("data/calibration_benchmarks.csv").read_text()
+    text = (
+        resources.files("modelpress.advisor")
+        .joinpath("data/calibration_benchmarks.csv")
+        .read_text()
+    )
     rows, skipped = [], []
     for raw in csv.DictReader(text.splitlines()):
         label = f"{raw['model']} on {raw['gpu']} ({raw['precision']}, {raw['num_gpus']} GPU)"
@@ -70,8 +74,14 @@ def load_published(catalog: Catalog) -> tuple[list[PublishedRow], list[str]]:
         batch = raw["batch_size"].rstrip("?").strip()
         rows.append(
             PublishedRow(
-                model=key, gpu=gpu.name, precision=_PRECISION[raw["precision"]], batch=int(batch) if batch else None,
-                num_gpus=int(raw["num_gpus"]), measured=float(raw["value_per_gpu"]), unit=raw["metric"], source=raw["source"],
+                model=key,
+                gpu=gpu.name,
+                precision=_PRECISION[raw["precision"]],
+                batch=int(batch) if batch else None,
+                num_gpus=int(raw["num_gpus"]),
+                measured=float(raw["value_per_gpu"]),
+                unit=raw["metric"],
+                source=raw["source"],
             )
         )
     return rows, skipped
@@ -84,8 +94,22 @@ def predict(row: PublishedRow, catalog: Catalog, eff: Efficiency) -> float:
         peak = gpu.peak_tflops(row.precision)
         return peak[0] * eff.gemm_ceiling if peak else float("nan")
     workload = get_workload(row.model, seq=384 if row.model == "bert-large" else None)
-    batch = row.batch or max(1, min(DEFAULT_BATCH_CAP, max_batch(workload, gpu, task="train", precision=row.precision, eff=eff)))
-    est = estimate(workload, gpu, task="train", precision=row.precision, batch=batch, num_gpus=row.num_gpus, eff=eff)
+    batch = row.batch or max(
+        1,
+        min(
+            DEFAULT_BATCH_CAP,
+            max_batch(workload, gpu, task="train", precision=row.precision, eff=eff),
+        ),
+    )
+    est = estimate(
+        workload,
+        gpu,
+        task="train",
+        precision=row.precision,
+        batch=batch,
+        num_gpus=row.num_gpus,
+        eff=eff,
+    )
     return est.throughput / row.num_gpus
 
 

@@ -66,7 +66,15 @@ class Ranked:
         if self.estimate is not None:
             d.update(self.estimate.to_dict())
         else:
-            d.update(num_gpus=None, fits=False, memory_gb=None, throughput=None, unit=None, latency_ms=None, bound=None)
+            d.update(
+                num_gpus=None,
+                fits=False,
+                memory_gb=None,
+                throughput=None,
+                unit=None,
+                latency_ms=None,
+                bound=None,
+            )
         d["cost"] = self.cost.to_dict() if self.cost else None
         if self.cost:
             d.update({k: v for k, v in self.cost.to_dict().items()})
@@ -93,7 +101,9 @@ def scenario_for(req: Request) -> str:
     return "online" if req.latency_ms is not None else "batch"
 
 
-def _evaluate(workload: Workload, gpu: GPU, req: Request, scenario: str, eff: Efficiency, pricing: Pricing) -> Ranked:
+def _evaluate(
+    workload: Workload, gpu: GPU, req: Request, scenario: str, eff: Efficiency, pricing: Pricing
+) -> Ranked:
     n = req.num_gpus
     if scenario == "edge" and (gpu.tdp_w is None or gpu.tdp_w * n > req.power_cap_w):
         power = "no power figure" if gpu.tdp_w is None else f"TDP {gpu.tdp_w * n:g} W"
@@ -103,27 +113,74 @@ def _evaluate(workload: Workload, gpu: GPU, req: Request, scenario: str, eff: Ef
     if n > 1 and gpu.link_gbs(n) is None:
         return Ranked(None, gpu, None, None, f"no interconnect figure for {n} devices")
     if req.latency_ms is not None and req.task == "infer":
-        est = best_under_latency(workload, gpu, latency_ms=req.latency_ms, precision=req.precision, num_gpus=n, eff=eff)
+        est = best_under_latency(
+            workload, gpu, latency_ms=req.latency_ms, precision=req.precision, num_gpus=n, eff=eff
+        )
         if est is not None and req.batch and est.batch > req.batch:
-            est = estimate(workload, gpu, task="infer", precision=req.precision, batch=req.batch, num_gpus=n, eff=eff)
+            est = estimate(
+                workload,
+                gpu,
+                task="infer",
+                precision=req.precision,
+                batch=req.batch,
+                num_gpus=n,
+                eff=eff,
+            )
         if est is None:
-            one = estimate(workload, gpu, task="infer", precision=req.precision, batch=1, num_gpus=n, eff=eff)
-            why = one.notes[-1] if not one.fits else f"misses {req.latency_ms:g} ms even at batch 1 ({one.latency_ms:.3g} ms)"
+            one = estimate(
+                workload, gpu, task="infer", precision=req.precision, batch=1, num_gpus=n, eff=eff
+            )
+            why = (
+                one.notes[-1]
+                if not one.fits
+                else f"misses {req.latency_ms:g} ms even at batch 1 ({one.latency_ms:.3g} ms)"
+            )
             return Ranked(None, gpu, one, None, why)
     else:
         batch = req.batch
         if batch is None:
-            top = max_batch(workload, gpu, task=req.task, precision=req.precision, num_gpus=n, optimizer=req.optimizer, eff=eff)
+            top = max_batch(
+                workload,
+                gpu,
+                task=req.task,
+                precision=req.precision,
+                num_gpus=n,
+                optimizer=req.optimizer,
+                eff=eff,
+            )
             batch = max(1, min(top, BATCH_CAP))
-        est = estimate(workload, gpu, task=req.task, precision=req.precision, batch=batch, num_gpus=n, optimizer=req.optimizer, eff=eff)
+        est = estimate(
+            workload,
+            gpu,
+            task=req.task,
+            precision=req.precision,
+            batch=batch,
+            num_gpus=n,
+            optimizer=req.optimizer,
+            eff=eff,
+        )
     if not est.fits:
-        return Ranked(None, gpu, est, None, f"does not fit: needs {est.memory_gb:.1f} GB per device, has {gpu.memory_gb:g} GB")
+        return Ranked(
+            None,
+            gpu,
+            est,
+            None,
+            f"does not fit: needs {est.memory_gb:.1f} GB per device, has {gpu.memory_gb:g} GB",
+        )
     if req.latency_ms is not None and est.latency_ms > req.latency_ms:
-        return Ranked(None, gpu, est, None, f"misses {req.latency_ms:g} ms at batch {est.batch} ({est.latency_ms:.3g} ms)")
+        return Ranked(
+            None,
+            gpu,
+            est,
+            None,
+            f"misses {req.latency_ms:g} ms at batch {est.batch} ({est.latency_ms:.3g} ms)",
+        )
     cost = cost_of(gpu, n, throughput=est.throughput, pricing=pricing, amount=req.amount)
     price = cost.best_per_million
     source = "cloud" if price is not None and price == cost.cloud_usd_per_million else "owned"
-    priced = f"${price:.3g} per million ({source})" if price is not None else "no price in the catalog"
+    priced = (
+        f"${price:.3g} per million ({source})" if price is not None else "no price in the catalog"
+    )
     reason = (
         f"fits ({est.memory_gb:.1f} of {gpu.memory_gb:g} GB), {est.bound}-bound at batch {est.batch}, "
         f"{est.throughput:.4g} {est.unit}, {priced}"
@@ -158,25 +215,50 @@ def recommend(
             return (0, -r.estimate.throughput)
         price = r.cost.best_job_usd if req.amount else r.cost.best_per_million
         # priced devices first, cheapest first; unpriced ones by throughput
-        return (0, price, -r.estimate.throughput) if price is not None else (1, 0.0, -r.estimate.throughput)
+        return (
+            (0, price, -r.estimate.throughput)
+            if price is not None
+            else (1, 0.0, -r.estimate.throughput)
+        )
 
     viable.sort(key=key)
     ranked = []
     for i, r in enumerate(viable, start=1):
         if i == 1:
-            lead = "fastest within the power cap" if scenario == "edge" else "cheapest per unit of work"
+            lead = (
+                "fastest within the power cap"
+                if scenario == "edge"
+                else "cheapest per unit of work"
+            )
         else:
-            lead = "slower" if scenario == "edge" else "costlier per unit of work" if key(r)[0] == 0 else "unpriced"
+            lead = (
+                "slower"
+                if scenario == "edge"
+                else "costlier per unit of work"
+                if key(r)[0] == 0
+                else "unpriced"
+            )
         ranked.append(Ranked(i, r.gpu, r.estimate, r.cost, f"{lead}: {r.reason}"))
     rest = [r for r in rows if r.rank is None]
     return Recommendation(scenario, workload.name, req, tuple(ranked + rest))
 
 
-def _why_none(workload: Workload, candidates: list[GPU], req: Request, scenario: str, rows: list[Ranked]) -> str:
+def _why_none(
+    workload: Workload, candidates: list[GPU], req: Request, scenario: str, rows: list[Ranked]
+) -> str:
     what = f"{workload.name} ({req.task}, {req.precision}"
     what += f", {req.num_gpus} devices)" if req.num_gpus > 1 else ")"
     if all(r.estimate is not None and not r.estimate.fits for r in rows):
-        need = memory_bytes(workload, task=req.task, precision=req.precision, batch=req.batch or 1, optimizer=req.optimizer) / 1e9
+        need = (
+            memory_bytes(
+                workload,
+                task=req.task,
+                precision=req.precision,
+                batch=req.batch or 1,
+                optimizer=req.optimizer,
+            )
+            / 1e9
+        )
         biggest = max(g.memory_gb for g in candidates)
         return (
             f"{what} fits on none of the {len(candidates)} candidate devices: it needs about {need:.1f} GB "
@@ -193,7 +275,18 @@ def _why_none(workload: Workload, candidates: list[GPU], req: Request, scenario:
                 f"{what}: no device meets --latency-ms {req.latency_ms:g}; the fastest, {best.gpu.name}, "
                 f"needs {best.estimate.latency_ms:.3g} ms at batch {best.estimate.batch}"
             )
-    return f"{what}: no candidate can run it: " + "; ".join(f"{r.gpu.name}: {r.reason}" for r in rows[:4])
+    return f"{what}: no candidate can run it: " + "; ".join(
+        f"{r.gpu.name}: {r.reason}" for r in rows[:4]
+    )
 
 
-__all__ = ["BATCH_CAP", "SCENARIOS", "NoViableDeviceError", "Ranked", "Recommendation", "Request", "recommend", "scenario_for"]
+__all__ = [
+    "BATCH_CAP",
+    "SCENARIOS",
+    "NoViableDeviceError",
+    "Ranked",
+    "Recommendation",
+    "Request",
+    "recommend",
+    "scenario_for",
+]

@@ -31,24 +31,98 @@ def add_parser(sub) -> None:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("model", nargs="?", help="an .onnx model or a Hugging Face config.json of a decoder LLM")
-    p.add_argument("--workload", choices=list(WORKLOADS), help="a built-in workload instead of a file")
-    p.add_argument("--task", choices=("train", "infer"), default="infer", help="training step or inference (default infer)")
-    p.add_argument("--precision", choices=list(PRECISION_BYTES), default="fp16", help="compute precision (default fp16; training below 32 bits is mixed precision)")
-    p.add_argument("--batch", type=int, help="batch per device (default: the largest that fits, at most 256, or that meets --latency-ms)")
-    p.add_argument("--seq", type=int, help="sequence length for transformers (prompt length for LLM inference)")
-    p.add_argument("--gen-tokens", type=int, default=128, help="tokens generated per request by decoder LLMs (default 128)")
-    p.add_argument("--gpu", nargs="+", action="extend", metavar="NAME", help="candidate devices (loose names; default: the whole catalog)")
-    p.add_argument("--num-gpus", type=int, default=1, help="devices per candidate: data parallel for training, replicas or tensor parallel for inference")
-    p.add_argument("--latency-ms", type=float, help="online inference latency target (per generated token for LLMs)")
-    p.add_argument("--power-cap-w", type=float, help="edge scenario: only devices whose TDP is within this many watts")
-    p.add_argument("--optimizer", choices=list(OPTIMIZER_STATES), default="adam", help="training optimizer (default adam)")
-    p.add_argument("--samples", type=float, help="samples (tokens for LLMs) to process: adds the job's time and cost")
-    p.add_argument("--catalog", action="append", metavar="FILE", help="CSV or JSON file adding or overriding catalog entries (repeatable)")
-    p.add_argument("--life-years", type=float, default=3.0, help="owned hardware: years to amortise the price over (default 3)")
-    p.add_argument("--electricity", type=float, default=0.15, help="owned hardware: USD per kWh (default 0.15)")
-    p.add_argument("--utilization", type=float, default=0.6, help="owned hardware: fraction of the time busy (default 0.6)")
-    p.add_argument("--calibrate", action="store_true", help="measure this CPU (matmul, memory copy, the .onnx model under ONNX Runtime) against the prediction")
+    p.add_argument(
+        "model", nargs="?", help="an .onnx model or a Hugging Face config.json of a decoder LLM"
+    )
+    p.add_argument(
+        "--workload", choices=list(WORKLOADS), help="a built-in workload instead of a file"
+    )
+    p.add_argument(
+        "--task",
+        choices=("train", "infer", "training", "inference"),
+        default="infer",
+        help="training step or inference (default infer)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=list(PRECISION_BYTES),
+        default="fp16",
+        help="compute precision (default fp16; training below 32 bits is mixed precision)",
+    )
+    p.add_argument(
+        "--batch",
+        type=int,
+        help="batch per device (default: the largest that fits, at most 256, or that meets --latency-ms)",
+    )
+    p.add_argument(
+        "--seq", type=int, help="sequence length for transformers (prompt length for LLM inference)"
+    )
+    p.add_argument(
+        "--gen-tokens",
+        type=int,
+        default=128,
+        help="tokens generated per request by decoder LLMs (default 128)",
+    )
+    p.add_argument(
+        "--gpu",
+        nargs="+",
+        action="extend",
+        metavar="NAME",
+        help="candidate devices (loose names; default: the whole catalog)",
+    )
+    p.add_argument(
+        "--num-gpus",
+        type=int,
+        default=1,
+        help="devices per candidate: data parallel for training, replicas or tensor parallel for inference",
+    )
+    p.add_argument(
+        "--latency-ms",
+        type=float,
+        help="online inference latency target (per generated token for LLMs)",
+    )
+    p.add_argument(
+        "--power-cap-w",
+        type=float,
+        help="edge scenario: only devices whose TDP is within this many watts",
+    )
+    p.add_argument(
+        "--optimizer",
+        choices=list(OPTIMIZER_STATES),
+        default="adam",
+        help="training optimizer (default adam)",
+    )
+    p.add_argument(
+        "--samples",
+        type=float,
+        help="samples (tokens for LLMs) to process: adds the job's time and cost",
+    )
+    p.add_argument(
+        "--catalog",
+        action="append",
+        metavar="FILE",
+        help="CSV or JSON file adding or overriding catalog entries (repeatable)",
+    )
+    p.add_argument(
+        "--life-years",
+        type=float,
+        default=3.0,
+        help="owned hardware: years to amortise the price over (default 3)",
+    )
+    p.add_argument(
+        "--electricity", type=float, default=0.15, help="owned hardware: USD per kWh (default 0.15)"
+    )
+    p.add_argument(
+        "--utilization",
+        type=float,
+        default=0.6,
+        help="owned hardware: fraction of the time busy (default 0.6)",
+    )
+    p.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="measure this CPU (matmul, memory copy, the .onnx model under ONNX Runtime) against the prediction",
+    )
     p.add_argument("--list-gpus", action="store_true", help="print the catalog and exit")
     p.add_argument("--json", metavar="FILE", help="write the recommendation as JSON")
     p.add_argument("--html", metavar="FILE", help="write an HTML page with the ranking and plots")
@@ -62,12 +136,16 @@ def _workload(args):
     if bool(args.model) == bool(args.workload):
         raise OptionError("give either a model file (.onnx or config.json) or --workload NAME")
     if args.workload:
-        return get_workload(args.workload, seq=args.seq, gen_tokens=args.gen_tokens if args.task == "infer" else 0), None
+        return get_workload(
+            args.workload, seq=args.seq, gen_tokens=args.gen_tokens if args.task == "infer" else 0
+        ), None
     path = Path(args.model)
     if path.suffix.lower() == ".json":
         cfg = load_config(path)
         seq = args.seq or min(1024, cfg.context // 2)
-        return llm_workload(cfg, seq=seq, gen_tokens=args.gen_tokens if args.task == "infer" else 0), None
+        return llm_workload(
+            cfg, seq=seq, gen_tokens=args.gen_tokens if args.task == "infer" else 0
+        ), None
     if path.suffix.lower() == ".onnx":
         from modelpress.ir import load
         from modelpress.profile.workload import workload_from_onnx
@@ -83,20 +161,39 @@ def run(args) -> int:
     from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY
     from modelpress.advisor.recommend import Request, recommend
 
+    args.task = {"training": "train", "inference": "infer"}.get(args.task, args.task)
+    if args.model is None and args.gpu and args.gpu[-1].lower().endswith((".onnx", ".json")):
+        args.model = args.gpu.pop()  # `--gpu A B model.onnx`: the greedy list took the model
     catalog = load_catalog(args.catalog)
     if args.list_gpus:
         _print_catalog(catalog)
         return 0
-    for name, value in (("--batch", args.batch), ("--seq", args.seq), ("--num-gpus", args.num_gpus)):
+    for name, value in (
+        ("--batch", args.batch),
+        ("--seq", args.seq),
+        ("--num-gpus", args.num_gpus),
+    ):
         if value is not None and value < 1:
             raise OptionError(f"{name} must be at least 1")
     workload, model = _workload(args)
-    candidates = [catalog.find(n) for n in dict.fromkeys(args.gpu)] if args.gpu else list(catalog.gpus)
-    req = Request(
-        task=args.task, precision=args.precision, batch=args.batch, num_gpus=args.num_gpus, latency_ms=args.latency_ms,
-        power_cap_w=args.power_cap_w, amount=args.samples, optimizer=args.optimizer,
+    candidates = (
+        [catalog.find(n) for n in dict.fromkeys(args.gpu)] if args.gpu else list(catalog.gpus)
     )
-    pricing = Pricing(life_years=args.life_years, electricity_usd_kwh=args.electricity, utilization=args.utilization)
+    req = Request(
+        task=args.task,
+        precision=args.precision,
+        batch=args.batch,
+        num_gpus=args.num_gpus,
+        latency_ms=args.latency_ms,
+        power_cap_w=args.power_cap_w,
+        amount=args.samples,
+        optimizer=args.optimizer,
+    )
+    pricing = Pricing(
+        life_years=args.life_years,
+        electricity_usd_kwh=args.electricity,
+        utilization=args.utilization,
+    )
     calibration = None
     if args.calibrate:
         from modelpress.advisor.calibrate import calibrate_cpu
@@ -123,8 +220,13 @@ def run(args) -> int:
 
 def _workload_dict(w) -> dict:
     return {
-        "name": w.name, "params": w.params, "sample": w.sample, "unit": w.unit,
-        "flops_per_sample": w.flops_per_sample, "kernels": len(w.kernels), "notes": list(w.notes),
+        "name": w.name,
+        "params": w.params,
+        "sample": w.sample,
+        "unit": w.unit,
+        "flops_per_sample": w.flops_per_sample,
+        "kernels": len(w.kernels),
+        "notes": list(w.notes),
     }
 
 
@@ -141,7 +243,8 @@ def _print(rec, workload, calibration) -> None:
     console.print(
         f"[bold]{workload.name}[/]: {human_count(workload.params)} parameters, {human_count(workload.flops_per_sample)} FLOPs "
         f"per {workload.sample}; scenario [bold]{rec.scenario}[/] ({req.task}, {req.precision}"
-        + (f", {req.num_gpus} devices" if req.num_gpus > 1 else "") + ")"
+        + (f", {req.num_gpus} devices" if req.num_gpus > 1 else "")
+        + ")"
     )
     unit = next((r.estimate.unit for r in rec.rows if r.estimate), "samples/s")
     t = Table(show_edge=False)
@@ -158,14 +261,21 @@ def _print(rec, workload, calibration) -> None:
             "-" if e is None else ("yes" if e.fits else "no"),
             "-" if e is None else f"{e.memory_gb:.1f}",
             "-" if e is None else str(e.batch),
-            "-" if e is None else f"{e.throughput:,.0f}" if e.throughput >= 100 else f"{e.throughput:.3g}",
+            "-"
+            if e is None
+            else f"{e.throughput:,.0f}"
+            if e.throughput >= 100
+            else f"{e.throughput:.3g}",
             "-" if e is None else f"{e.latency_ms:.3g}",
             "-" if e is None else e.bound,
             _money(c.cloud_usd_per_million if c else None),
             _money(c.own_usd_per_million if c else None),
         ]
         if req.amount:
-            row += ["-" if not c or c.job_hours is None else f"{c.job_hours:.3g}", _money(c.best_job_usd if c else None)]
+            row += [
+                "-" if not c or c.job_hours is None else f"{c.job_hours:.3g}",
+                _money(c.best_job_usd if c else None),
+            ]
         t.add_row(*row)
     console.print(t)
     for r in rec.rows:
@@ -173,7 +283,8 @@ def _print(rec, workload, calibration) -> None:
     if calibration:
         c = calibration
         console.print(
-            f"calibration on {c.cpu} ({c.threads} threads): matmul {c.matmul_gflops:.1f} GFLOP/s, copy {c.copy_gbs:.1f} GB/s; "
+            f"calibration on {c.cpu} ({c.threads} threads): matmul {c.matmul_gflops:.1f} GFLOP/s, copy {c.copy_gbs:.1f} GB/s, "
+            f"{c.node_overhead_us:.2f} µs per node; "
             + (
                 f"model at batch {c.batch}: predicted {c.predicted_ms:.3g} ms, measured {c.measured_ms:.3g} ms "
                 f"(p25-p75 {c.measured_p25_ms:.3g}-{c.measured_p75_ms:.3g}), ratio {c.ratio:.2f}"
@@ -187,15 +298,40 @@ def _print_catalog(catalog) -> None:
     from rich.table import Table
 
     t = Table(show_edge=False, title="accelerator catalog (dense peaks)")
-    for c in ("name", "mem GB", "GB/s", "fp32", "tf32", "fp16", "bf16", "fp8", "int8", "TDP W", "price $", "cloud $/h"):
+    for c in (
+        "name",
+        "mem GB",
+        "GB/s",
+        "fp32",
+        "tf32",
+        "fp16",
+        "bf16",
+        "fp8",
+        "int8",
+        "TDP W",
+        "price $",
+        "cloud $/h",
+    ):
         t.add_column(c, justify="left" if c == "name" else "right", no_wrap=c == "name")
 
     def f(v):
         return "-" if v is None else f"{v:g}"
 
     for g in catalog.gpus:
-        t.add_row(g.name, f(g.memory_gb), f(g.memory_bandwidth_gbs), f(g.fp32_tflops), f(g.tf32_tflops), f(g.fp16_tflops),
-                  f(g.bf16_tflops), f(g.fp8_tflops), f(g.int8_tops), f(g.tdp_w), f(g.price_usd), f(g.cloud_usd_hr))
+        t.add_row(
+            g.name,
+            f(g.memory_gb),
+            f(g.memory_bandwidth_gbs),
+            f(g.fp32_tflops),
+            f(g.tf32_tflops),
+            f(g.fp16_tflops),
+            f(g.bf16_tflops),
+            f(g.fp8_tflops),
+            f(g.int8_tops),
+            f(g.tdp_w),
+            f(g.price_usd),
+            f(g.cloud_usd_hr),
+        )
     console.print(t)
 
 
@@ -211,37 +347,100 @@ def _write_html(path, rec, workload, calibration) -> None:
         f"{workload.name}: {workload.params:,.0f} parameters, {workload.flops_per_sample:,.0f} FLOPs per {workload.sample}. "
         f"Scenario {rec.scenario}: {req.task}, {req.precision}, {req.num_gpus} device(s) per candidate"
         + (f", latency target {req.latency_ms:g} ms" if req.latency_ms else "")
-        + (f", power cap {req.power_cap_w:g} W" if req.power_cap_w else "") + "."
+        + (f", power cap {req.power_cap_w:g} W" if req.power_cap_w else "")
+        + "."
     )
     s = page.section("Ranking")
     rows = []
     for r in rec.rows:
         e, c = r.estimate, r.cost
-        rows.append([
-            r.rank or "-", r.gpu.name, "-" if e is None else ("yes" if e.fits else "no"),
-            "-" if e is None else round(e.memory_gb, 2), "-" if e is None else e.batch,
-            "-" if e is None else float(e.throughput), "-" if e is None else float(e.latency_ms),
-            "-" if e is None else e.bound,
-            "-" if not c or c.cloud_usd_per_million is None else float(c.cloud_usd_per_million),
-            "-" if not c or c.own_usd_per_million is None else float(c.own_usd_per_million), r.reason,
-        ])
+        rows.append(
+            [
+                r.rank or "-",
+                r.gpu.name,
+                "-" if e is None else ("yes" if e.fits else "no"),
+                "-" if e is None else round(e.memory_gb, 2),
+                "-" if e is None else e.batch,
+                "-" if e is None else float(e.throughput),
+                "-" if e is None else float(e.latency_ms),
+                "-" if e is None else e.bound,
+                "-" if not c or c.cloud_usd_per_million is None else float(c.cloud_usd_per_million),
+                "-" if not c or c.own_usd_per_million is None else float(c.own_usd_per_million),
+                r.reason,
+            ]
+        )
     unit = rec.ranked[0].estimate.unit if rec.ranked else ""
-    s.table(["#", "gpu", "fits", "memory GB", "batch", f"throughput ({unit})", "latency ms", "bound", "$/M cloud", "$/M own", "reason"], rows)
+    s.table(
+        [
+            "#",
+            "gpu",
+            "fits",
+            "memory GB",
+            "batch",
+            f"throughput ({unit})",
+            "latency ms",
+            "bound",
+            "$/M cloud",
+            "$/M own",
+            "reason",
+        ],
+        rows,
+    )
     s = page.section("Throughput against cost")
     s.figure(throughput_vs_cost(rec))
     best = rec.ranked[0]
     s = page.section(f"Roofline on {best.gpu.name}")
-    s.figure(roofline(workload, best.gpu, precision=req.precision, batch=best.estimate.batch),
-             caption="each point is a kernel of the forward pass (decode step for LLMs) at its predicted speed")
+    s.figure(
+        roofline(workload, best.gpu, precision=req.precision, batch=best.estimate.batch),
+        caption="each point is a kernel of the forward pass (decode step for LLMs) at its predicted speed",
+    )
     if calibration:
         s = page.section("Calibration on this CPU")
-        s.table(["cpu", "matmul GFLOP/s", "copy GB/s", "batch", "predicted ms", "measured ms", "ratio"],
-                [[calibration.cpu, calibration.matmul_gflops, calibration.copy_gbs, calibration.batch,
-                  calibration.predicted_ms or "-", calibration.measured_ms or "-", calibration.ratio or "-"]])
+        s.table(
+            [
+                "cpu",
+                "matmul GFLOP/s",
+                "copy GB/s",
+                "µs per node",
+                "batch",
+                "predicted ms",
+                "measured ms",
+                "ratio",
+            ],
+            [
+                [
+                    calibration.cpu,
+                    calibration.matmul_gflops,
+                    calibration.copy_gbs,
+                    calibration.node_overhead_us,
+                    calibration.batch,
+                    calibration.predicted_ms or "-",
+                    calibration.measured_ms or "-",
+                    calibration.ratio or "-",
+                ]
+            ],
+        )
     s = page.section("Model and sources")
-    s.table(["efficiency factor", "value"], [[k, float(v)] for k, v in DEFAULT_EFFICIENCY.to_dict().items()])
-    s.table(["gpu", "number", "source"], [[r.gpu.name, k, r.gpu.source(k)] for r in rec.ranked[:5]
-                                          for k in ("memory_bandwidth_gbs", f"{req.precision}_tflops" if req.precision != "int8" else "int8_tops", "price_usd", "cloud_usd_hr")
-                                          if getattr(r.gpu, k, None) is not None])
-    s.text("Estimates are rooflines with fitted efficiency factors (see benchmarks/results/advisor.md); prices are defaults, not quotes.", note=True)
+    s.table(
+        ["efficiency factor", "value"],
+        [[k, float(v)] for k, v in DEFAULT_EFFICIENCY.to_dict().items()],
+    )
+    s.table(
+        ["gpu", "number", "source"],
+        [
+            [r.gpu.name, k, r.gpu.source(k)]
+            for r in rec.ranked[:5]
+            for k in (
+                "memory_bandwidth_gbs",
+                f"{req.precision}_tflops" if req.precision != "int8" else "int8_tops",
+                "price_usd",
+                "cloud_usd_hr",
+            )
+            if getattr(r.gpu, k, None) is not None
+        ],
+    )
+    s.text(
+        "Estimates are rooflines with fitted efficiency factors (see benchmarks/results/advisor.md); prices are defaults, not quotes.",
+        note=True,
+    )
     page.write(path)

@@ -293,9 +293,9 @@ def infer_types(model: ir.Model) -> None:
     """ONNX shape inference (with data propagation), merged into ``model`` in place, best effort.
 
     A value takes the inferred type when it has none, and the inferred shape when that knows at
-    least as many static dimensions; graph inputs keep what they declare, so dynamic dimensions
-    stay dynamic and keep their names. (onnx_ir's ShapeInferencePass merges only the element
-    dtype, which turns a sequence or optional value into a tensor.)
+    least as many static dimensions; graph inputs and outputs keep what they declare, so dynamic
+    dimensions stay dynamic and keep their names. (onnx_ir's ShapeInferencePass merges only the
+    element dtype, which turns a sequence or optional value into a tensor.)
     """
     import onnx
     from onnx_ir.passes.common import _c_api_utils
@@ -328,6 +328,9 @@ def infer_types(model: ir.Model) -> None:
                 if value.type is None:
                     value.type = ir.serde.deserialize_type_proto_for_type(proto)
                 shape = ir.serde.deserialize_type_proto_for_shape(proto)
+                # A graph output keeps the shape it declares (its dimension names are interface).
+                if value.is_graph_output() and value.shape is not None:
+                    continue
                 if shape is not None and _more_static(shape, value.shape):
                     value.shape = shape
 
@@ -359,3 +362,13 @@ def in_graph(node: ir.Node | None, graph: ir.Graph | ir.Function) -> bool:
     """
     owner = graph.graph if isinstance(graph, ir.Function) else graph
     return node is not None and node.graph is owner
+
+
+def can_become_output_of(value: ir.Value, graph: ir.Graph | ir.Function) -> bool:
+    """Whether ``value`` may stand in for an output of ``graph`` (via ``replace_value``).
+
+    A subgraph must not return a value of an enclosing graph directly (ONNX Runtime rejects the
+    model: "an outer scope value being returned directly"), and taking the output's name would
+    rename that outer value. So the value must be computed by a node of ``graph`` itself.
+    """
+    return in_graph(value.producer(), graph)

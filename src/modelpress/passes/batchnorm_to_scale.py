@@ -30,7 +30,7 @@ from modelpress.passes._util import (
     insert_node,
     is_single_use,
     known_rank,
-    replace_value,
+    replace_with_new,
 )
 from modelpress.passes.base import GraphPass
 from modelpress.passes.fuse_conv_bn import bn_affine
@@ -86,10 +86,11 @@ class BatchNormToScale(GraphPass):
             shift = add_initializer(graph, t.reshape(shape).astype(dtype), f"{base}_shift")
             y = bn.outputs[0]
             mul = insert_node(graph, bn, "Mul", [x, scale], like=y)
+            # Named after y: onnx_ir's per-graph names ("val_0") may clash across subgraphs.
+            if y.name:
+                mul.outputs[0].name = f"{y.name}_scaled"
             add = insert_node(graph, bn, "Add", [mul.outputs[0], shift], like=y)
-            if replace_value(y, add.outputs[0]):
-                graph.remove(bn, safe=True)
-                count += 1
-            else:  # cannot happen (the Add has a producer), but never leave a half rewrite
-                graph.remove([add, mul], safe=True)
+            replace_with_new(y, add.outputs[0])
+            graph.remove(bn, safe=True)
+            count += 1
         return count

@@ -40,7 +40,12 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes import PassResult
 
-from modelpress.passes._util import add_initializer, infer_types, replace_value
+from modelpress.passes._util import (
+    add_initializer,
+    can_become_output_of,
+    infer_types,
+    replace_value,
+)
 from modelpress.passes.base import GraphPass
 from modelpress.passes.registry import register
 
@@ -282,7 +287,10 @@ def _inline_if(graph: ir.Graph | ir.Function, node: ir.Node) -> bool:
     for out, result in zip(node.outputs, results, strict=True):
         # A branch may return an outer value or an initializer, which cannot take a graph
         # output's name: an Identity carries it then (the identity pass removes what it can).
-        if not replace_value(out, result):
+        if not (
+            (not out.is_graph_output() or can_become_output_of(result, graph))
+            and replace_value(out, result)
+        ):
             identity = ir.node("Identity", [result])
             graph.insert_before(node, identity)
             identity.outputs[0].type, identity.outputs[0].shape = out.type, out.shape

@@ -31,7 +31,7 @@ from modelpress.passes._util import (
     ensure_types,
     insert_node,
     is_single_use,
-    replace_value,
+    replace_with_new,
 )
 from modelpress.passes.base import GraphPass
 from modelpress.passes.registry import register
@@ -192,9 +192,12 @@ class MergeScaleChains(GraphPass):
                 shift = add_initializer(graph, t.astype(dtype), "merged_shift")
                 node = insert_node(graph, last, "Add", [value, shift], like=like)
             node.outputs[0].type = y.type
+            # onnx_ir names new values per graph ("val_0"), which may clash with a name of an
+            # enclosing graph inside a subgraph; a name derived from y's is unique in the model.
+            if y.name:
+                node.outputs[0].name = f"{y.name}_affine{i}"
             value = node.outputs[0]
-        if not replace_value(y, value):
-            return False
+        replace_with_new(y, value)
         for node, *_ in reversed(chain):
             graph.remove(node, safe=True)
         return True

@@ -9,7 +9,7 @@ dimensions included, so each rule below checks what is known statically:
 - Cast / CastLike to the type the input already has.
 - Reshape whose target equals the input's shape, dimension by dimension (``0`` copies a dimension
   unless ``allowzero``; one ``-1`` is allowed when every other dimension matches, so a dynamic
-  dimension stays dynamic).
+  dimension stays dynamic), or is ``Shape(x)`` of the input itself; Expand to ``Shape(x)``.
 - Expand to a shape whose entries are 1 or equal to the input's static dimensions and whose rank is
   not larger: broadcasting then changes nothing.
 - Transpose with the identity permutation; Pad with all-zero pads; Slice whose every sliced axis
@@ -30,7 +30,7 @@ from collections.abc import Callable
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.passes._util import const_array, ensure_types, replace_value
+from modelpress.passes._util import can_become_output_of, const_array, ensure_types, replace_value
 from modelpress.passes.base import GraphPass
 from modelpress.passes.registry import register
 
@@ -86,8 +86,23 @@ def _cast_like(node: ir.Node) -> ir.Value | None:
     return x if x.dtype == like.dtype else None
 
 
+def _is_shape_of(value: ir.Value | None, x: ir.Value) -> bool:
+    """Whether ``value`` is ``Shape(x)`` (all of it): x's own shape, static or not."""
+    producer = value.producer() if value is not None else None
+    return (
+        producer is not None
+        and producer.op_type == "Shape"
+        and producer.domain in ("", "ai.onnx")
+        and producer.inputs[0] is x
+        and "start" not in producer.attributes
+        and "end" not in producer.attributes
+    )
+
+
 def _reshape(node: ir.Node) -> ir.Value | None:
     x = node.inputs[0]
+    if _is_shape_of(_input(node, 1), x):
+        return x
     dims = _dims(x)
     target = const_array(_input(node, 1))
     if dims is None or target is None or target.ndim != 1 or len(target) != len(dims):
@@ -110,6 +125,8 @@ def _reshape(node: ir.Node) -> ir.Value | None:
 
 def _expand(node: ir.Node) -> ir.Value | None:
     x = node.inputs[0]
+    if _is_shape_of(_input(node, 1), x):
+        return x
     dims = _dims(x)
     shape = const_array(_input(node, 1))
     if dims is None or shape is None or shape.ndim != 1 or len(shape) > len(dims):
@@ -270,6 +287,8 @@ class EliminateNoOps(GraphPass):
             source = rule(node)
             if source is None:
                 continue
+            if node.outputs[0].is_graph_output() and not can_become_output_of(source, graph):
+                continue  # e.g. a branch returning an outer value needs the node in between
             # replace_value refuses when a graph output would have to take the name of a graph
             # input or initializer; then the node stays, as the model's interface must not change.
             if replace_value(node.outputs[0], source):

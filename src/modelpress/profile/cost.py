@@ -93,8 +93,22 @@ def _is_weight(value: ir.Value | None) -> bool:
 
 # Elementwise FLOPs per output element for ops more expensive than one operation.
 _ELEMENTWISE_COST = {
-    "Erf": 8, "Tanh": 8, "Sigmoid": 4, "Exp": 4, "Log": 4, "Gelu": 8, "HardSwish": 3, "HardSigmoid": 2,
-    "Softplus": 4, "Pow": 4, "Sqrt": 2, "Reciprocal": 1, "Mish": 10, "Swish": 5, "Elu": 4, "Selu": 4,
+    "Erf": 8,
+    "Tanh": 8,
+    "Sigmoid": 4,
+    "Exp": 4,
+    "Log": 4,
+    "Gelu": 8,
+    "HardSwish": 3,
+    "HardSigmoid": 2,
+    "Softplus": 4,
+    "Pow": 4,
+    "Sqrt": 2,
+    "Reciprocal": 1,
+    "Mish": 10,
+    "Swish": 5,
+    "Elu": 4,
+    "Selu": 4,
 }
 
 
@@ -107,7 +121,11 @@ def _node_flops(node: ir.Node) -> float:
         if out is None or w is None:
             return 0.0
         macs = _numel(out) * math.prod(w[1:])  # each output: C_in/group × kernel MACs
-        bias = _numel(out) if len(node.inputs) > 2 and node.inputs[2] is not None and op == "Conv" else 0
+        bias = (
+            _numel(out)
+            if len(node.inputs) > 2 and node.inputs[2] is not None and op == "Conv"
+            else 0
+        )
         return 2.0 * macs + bias
     if op == "ConvTranspose":
         x, w = ins[0], ins[1]
@@ -131,11 +149,24 @@ def _node_flops(node: ir.Node) -> float:
     if op in ("MaxPool", "AveragePool", "LpPool"):
         kernel = node.attributes.get_ints("kernel_shape", [1])
         return float(_numel(out) * math.prod(kernel))
-    if op in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceL2"):
+    if op in (
+        "GlobalAveragePool",
+        "GlobalMaxPool",
+        "ReduceMean",
+        "ReduceSum",
+        "ReduceMax",
+        "ReduceMin",
+        "ReduceL2",
+    ):
         return float(_numel(ins[0])) if ins and ins[0] else 0.0
     if op in ("BatchNormalization", "InstanceNormalization"):
         return 2.0 * _numel(out)
-    if op in ("LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization", "GroupNormalization"):
+    if op in (
+        "LayerNormalization",
+        "SkipLayerNormalization",
+        "SimplifiedLayerNormalization",
+        "GroupNormalization",
+    ):
         return 8.0 * _numel(out)
     if op in ("Softmax", "LogSoftmax"):
         return 5.0 * _numel(out)
@@ -146,9 +177,32 @@ def _node_flops(node: ir.Node) -> float:
             return 0.0
         b, s, h = x
         return 4.0 * b * s * s * h
-    if op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Shape", "Constant", "Identity", "Size",
-              "Transpose", "Concat", "Slice", "Gather", "Split", "Expand", "Cast", "Tile", "Pad",
-              "ConstantOfShape", "Range", "If", "Loop", "Scan", "QuantizeLinear", "DequantizeLinear"):
+    if op in (
+        "Reshape",
+        "Flatten",
+        "Squeeze",
+        "Unsqueeze",
+        "Shape",
+        "Constant",
+        "Identity",
+        "Size",
+        "Transpose",
+        "Concat",
+        "Slice",
+        "Gather",
+        "Split",
+        "Expand",
+        "Cast",
+        "Tile",
+        "Pad",
+        "ConstantOfShape",
+        "Range",
+        "If",
+        "Loop",
+        "Scan",
+        "QuantizeLinear",
+        "DequantizeLinear",
+    ):
         return 0.0 if op not in ("QuantizeLinear", "DequantizeLinear") else 2.0 * _numel(out)
     return float(_ELEMENTWISE_COST.get(op, 1) * _numel(out))
 
@@ -176,7 +230,9 @@ def profile_model(model: ir.Model, shapes: dict[str, tuple[int, ...]] | None = N
                 activation_bytes=acts,
                 output_shape=out,
                 weight_elems=sum(_elems(v) for v in node.inputs if _is_weight(v)),
-                activation_elems=sum(_elems(v) for v in node.inputs if v is not None and not _is_weight(v))
+                activation_elems=sum(
+                    _elems(v) for v in node.inputs if v is not None and not _is_weight(v)
+                )
                 + sum(_elems(v) for v in node.outputs),
             )
         )

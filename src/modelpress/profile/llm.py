@@ -35,7 +35,18 @@ _KEYS = {
     "context": ("max_position_embeddings", "n_positions", "seq_length", "max_seq_len"),
 }
 # Families whose MLP is gated (SwiGLU/GeGLU: gate, up and down matrices).
-_GATED_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "olmo", "internlm2")
+_GATED_FAMILIES = (
+    "llama",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen3",
+    "gemma",
+    "gemma2",
+    "phi3",
+    "olmo",
+    "internlm2",
+)
 
 
 @dataclass(frozen=True)
@@ -125,8 +136,13 @@ def config_from_dict(data: dict, *, name: str = "llm", path: str = "config") -> 
         )
     except (TypeError, ValueError) as exc:
         raise InputError(f"{path}: a size field is not an integer ({exc})") from None
-    if min(cfg.layers, cfg.hidden, cfg.heads, cfg.kv_heads, cfg.vocab) <= 0 or cfg.hidden % cfg.heads:
-        raise InputError(f"{path}: sizes must be positive and hidden_size divisible by the number of heads")
+    if (
+        min(cfg.layers, cfg.hidden, cfg.heads, cfg.kv_heads, cfg.vocab) <= 0
+        or cfg.hidden % cfg.heads
+    ):
+        raise InputError(
+            f"{path}: sizes must be positive and hidden_size divisible by the number of heads"
+        )
     return cfg
 
 
@@ -168,12 +184,25 @@ def _layer_kernels(cfg: LLMConfig, *, tokens: int, context: float, kv_read: bool
     ]
 
 
-def _pass_kernels(cfg: LLMConfig, *, tokens: int, context: float, kv_read: bool, logits_tokens: int) -> tuple[Kernel, ...]:
+def _pass_kernels(
+    cfg: LLMConfig, *, tokens: int, context: float, kv_read: bool, logits_tokens: int
+) -> tuple[Kernel, ...]:
     h, v = cfg.hidden, cfg.vocab
     kernels = [Kernel("embedding", "memory", 0.0, 0, tokens, tokens * h)]
     layer = _layer_kernels(cfg, tokens=tokens, context=context, kv_read=kv_read)
     for n in range(cfg.layers):
-        kernels.extend(Kernel(f"layer{n}.{k.name}", k.kind, k.flops, k.weight_elems, k.in_elems, k.out_elems, k.fusable) for k in layer)
+        kernels.extend(
+            Kernel(
+                f"layer{n}.{k.name}",
+                k.kind,
+                k.flops,
+                k.weight_elems,
+                k.in_elems,
+                k.out_elems,
+                k.fusable,
+            )
+            for k in layer
+        )
     t = logits_tokens
     kernels.append(Kernel("final_norm", "norm", 4.0 * tokens * h, h, tokens * h, tokens * h))
     kernels.append(Kernel("lm_head", "matmul", 2.0 * t * h * v, h * v, t * h, t * v))
@@ -193,7 +222,9 @@ def llm_workload(cfg: LLMConfig, *, seq: int, gen_tokens: int = 128) -> Workload
             f"{cfg.name}: --seq {seq} + {gen_tokens} generated tokens exceeds the context of {cfg.context}"
         )
     forward = _pass_kernels(cfg, tokens=seq, context=seq / 2, kv_read=False, logits_tokens=seq)
-    decode = _pass_kernels(cfg, tokens=1, context=seq + gen_tokens / 2, kv_read=True, logits_tokens=1)
+    decode = _pass_kernels(
+        cfg, tokens=1, context=seq + gen_tokens / 2, kv_read=True, logits_tokens=1
+    )
     return Workload(
         name=cfg.name,
         kernels=forward,

@@ -39,7 +39,13 @@ class TrainingMemory:
 
     @property
     def total(self) -> float:
-        return self.weights + self.gradients + self.master_weights + self.optimizer_state + self.activations
+        return (
+            self.weights
+            + self.gradients
+            + self.master_weights
+            + self.optimizer_state
+            + self.activations
+        )
 
     @property
     def per_parameter_states(self) -> float:
@@ -51,7 +57,9 @@ def precision_bytes(precision: str) -> int:
     try:
         return PRECISION_BYTES[precision]
     except KeyError:
-        raise OptionError(f"--precision {precision!r}: choose one of {', '.join(PRECISION_BYTES)}") from None
+        raise OptionError(
+            f"--precision {precision!r}: choose one of {', '.join(PRECISION_BYTES)}"
+        ) from None
 
 
 def is_mixed(precision: str) -> bool:

@@ -26,29 +26,112 @@ TENSOR_KINDS = ("matmul", "conv", "attention")
 KINDS = TENSOR_KINDS + ("elementwise", "norm", "reduce", "memory", "free")
 
 _OP_KIND = {
-    **dict.fromkeys(("MatMul", "Gemm", "MatMulInteger", "QLinearMatMul", "MatMulNBits", "FusedMatMul"), "matmul"),
+    **dict.fromkeys(
+        ("MatMul", "Gemm", "MatMulInteger", "QLinearMatMul", "MatMulNBits", "FusedMatMul"), "matmul"
+    ),
     **dict.fromkeys(("Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "FusedConv"), "conv"),
     **dict.fromkeys(("Attention", "MultiHeadAttention", "GroupQueryAttention"), "attention"),
     **dict.fromkeys(
-        ("BatchNormalization", "InstanceNormalization", "LayerNormalization", "GroupNormalization",
-         "SkipLayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization"), "norm"),
+        (
+            "BatchNormalization",
+            "InstanceNormalization",
+            "LayerNormalization",
+            "GroupNormalization",
+            "SkipLayerNormalization",
+            "SimplifiedLayerNormalization",
+            "RMSNormalization",
+        ),
+        "norm",
+    ),
     **dict.fromkeys(
-        ("MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "ReduceMean",
-         "ReduceSum", "ReduceMax", "ReduceMin", "ReduceL2", "Softmax", "LogSoftmax", "ArgMax", "TopK"), "reduce"),
+        (
+            "MaxPool",
+            "AveragePool",
+            "LpPool",
+            "GlobalAveragePool",
+            "GlobalMaxPool",
+            "ReduceMean",
+            "ReduceSum",
+            "ReduceMax",
+            "ReduceMin",
+            "ReduceL2",
+            "Softmax",
+            "LogSoftmax",
+            "ArgMax",
+            "TopK",
+        ),
+        "reduce",
+    ),
     **dict.fromkeys(
-        ("Transpose", "Concat", "Slice", "Gather", "GatherElements", "Split", "Pad", "Cast", "Expand",
-         "Tile", "Resize", "Where", "ScatterND", "DepthToSpace", "SpaceToDepth"), "memory"),
+        (
+            "Transpose",
+            "Concat",
+            "Slice",
+            "Gather",
+            "GatherElements",
+            "Split",
+            "Pad",
+            "Cast",
+            "Expand",
+            "Tile",
+            "Resize",
+            "Where",
+            "ScatterND",
+            "DepthToSpace",
+            "SpaceToDepth",
+        ),
+        "memory",
+    ),
     **dict.fromkeys(
-        ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Shape", "Identity", "Constant", "Size",
-         "ConstantOfShape", "Range", "Dropout"), "free"),
+        (
+            "Reshape",
+            "Flatten",
+            "Squeeze",
+            "Unsqueeze",
+            "Shape",
+            "Identity",
+            "Constant",
+            "Size",
+            "ConstantOfShape",
+            "Range",
+            "Dropout",
+        ),
+        "free",
+    ),
 }
 # Elementwise ops and BatchNorm that an inference compiler folds into the producing kernel's
 # epilogue (TensorRT, ORT and XLA all do): in inference they cost neither a launch nor a trip
 # through memory. Eager training runs each as its own kernel.
 FUSABLE_OPS = frozenset(
-    ("Relu", "Clip", "Add", "Mul", "Sub", "Div", "Sigmoid", "Tanh", "Gelu", "FastGelu", "Erf",
-     "HardSwish", "HardSigmoid", "LeakyRelu", "PRelu", "Elu", "Selu", "Swish", "Mish", "Softplus",
-     "Neg", "Sqrt", "Pow", "BatchNormalization", "QuantizeLinear", "DequantizeLinear", "BiasGelu")
+    (
+        "Relu",
+        "Clip",
+        "Add",
+        "Mul",
+        "Sub",
+        "Div",
+        "Sigmoid",
+        "Tanh",
+        "Gelu",
+        "FastGelu",
+        "Erf",
+        "HardSwish",
+        "HardSigmoid",
+        "LeakyRelu",
+        "PRelu",
+        "Elu",
+        "Selu",
+        "Swish",
+        "Mish",
+        "Softplus",
+        "Neg",
+        "Sqrt",
+        "Pow",
+        "BatchNormalization",
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "BiasGelu",
+    )
 )
 
 
@@ -107,7 +190,9 @@ def kind_of(op_type: str) -> str:
     return _OP_KIND.get(op_type, "elementwise")
 
 
-def _input_shapes(model: ir.Model, batch: int, seq: int | None) -> tuple[dict[str, tuple[int, ...]], int | None]:
+def _input_shapes(
+    model: ir.Model, batch: int, seq: int | None
+) -> tuple[dict[str, tuple[int, ...]], int | None]:
     """Concrete input shapes at ``batch``: dim 0 is the batch, other symbolic dims the sequence.
 
     Returns the shapes and the model's own fixed batch (None when the batch is symbolic).
@@ -151,12 +236,12 @@ def _with_run_shapes(model: ir.Model, shapes: dict[str, tuple[int, ...]]) -> ir.
 
     runner = from_proto(to_proto(model))
     graph = runner.graph
-    known = {v.name for v in graph.outputs} | {v.name for v in graph.inputs}
-    extra = [v.name for node in graph for v in node.outputs if v.name and v.name not in known]
-    by_name = {v.name: v for node in graph for v in node.outputs}
-    graph.outputs.extend(by_name[n] for n in extra)
+    outputs = {v.name for v in graph.outputs}
+    by_name = {v.name: v for node in graph for v in node.outputs if v.name}
+    graph.outputs.extend(v for name, v in by_name.items() if name not in outputs)
+    names = list(by_name)
     feeds = generate_inputs(runner, shapes=shapes)
-    results = dict(zip(extra, session(runner, optimize="disabled").run(extra, feeds), strict=True))
+    results = dict(zip(names, session(runner, optimize="disabled").run(names, feeds), strict=True))
     copy = from_proto(to_proto(model))
     for node in copy.graph:
         for value in node.outputs:
@@ -201,7 +286,9 @@ def workload_from_onnx(model: ir.Model, *, name: str, seq: int | None = None) ->
             flops = n1.flops / divisor
             acts = n1.activation_elems / divisor
         # output of the first result at batch 1 (or the fixed batch, divided): what is saved
-        out_elems = min(_prod(n1.output_shape) / divisor, acts) if n1.output_shape is not None else 0.0
+        out_elems = (
+            min(_prod(n1.output_shape) / divisor, acts) if n1.output_shape is not None else 0.0
+        )
         kernels.append(
             Kernel(
                 name=n1.name or n1.op_type,
@@ -220,7 +307,9 @@ def workload_from_onnx(model: ir.Model, *, name: str, seq: int | None = None) ->
         kernels=tuple(kernels),
         params=params,
         sample="input " + "x".join(str(d) for d in first[1:]) if first else "sample",
-        notes=(f"{cost1.unknown_shapes} nodes with unknown shapes were not counted",) if cost1.unknown_shapes else (),
+        notes=(f"{cost1.unknown_shapes} nodes with unknown shapes were not counted",)
+        if cost1.unknown_shapes
+        else (),
     )
 
 
@@ -231,4 +320,12 @@ def _prod(shape) -> int:
     return out
 
 
-__all__ = ["FUSABLE_OPS", "KINDS", "TENSOR_KINDS", "Kernel", "Workload", "kind_of", "workload_from_onnx"]
+__all__ = [
+    "FUSABLE_OPS",
+    "KINDS",
+    "TENSOR_KINDS",
+    "Kernel",
+    "Workload",
+    "kind_of",
+    "workload_from_onnx",
+]

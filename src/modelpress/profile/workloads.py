@@ -29,7 +29,11 @@ class _Net:
         self.kernels: list[Kernel] = []
 
     def _add(self, name, kind, flops, weights, in_elems, out_elems, fusable=False):
-        self.kernels.append(Kernel(name, kind, float(flops), float(weights), float(in_elems), float(out_elems), fusable))
+        self.kernels.append(
+            Kernel(
+                name, kind, float(flops), float(weights), float(in_elems), float(out_elems), fusable
+            )
+        )
 
     def conv(self, name: str, out: int, k: int, stride: int = 1, groups: int = 1) -> None:
         pad = k // 2
@@ -44,19 +48,40 @@ class _Net:
         """BatchNorm (folded at inference), activations, residual adds: elementwise on (C, H, W)."""
         n = self.c * self.h * self.w
         weights = 2 * self.c if op == "norm" else 0  # BN scale and shift
-        self._add(name, "norm" if op == "norm" else "elementwise", flops_per_elem * n, weights, reads * n, n, True)
+        self._add(
+            name,
+            "norm" if op == "norm" else "elementwise",
+            flops_per_elem * n,
+            weights,
+            reads * n,
+            n,
+            True,
+        )
 
     def pool(self, name: str, k: int, stride: int) -> None:
         h = (self.h + 2 * (k // 2) - k) // stride + 1
         w = (self.w + 2 * (k // 2) - k) // stride + 1
-        self._add(name, "reduce", self.c * h * w * k * k, 0, self.c * self.h * self.w, self.c * h * w)
+        self._add(
+            name, "reduce", self.c * h * w * k * k, 0, self.c * self.h * self.w, self.c * h * w
+        )
         self.h, self.w = h, w
 
     def head(self, classes: int) -> None:
-        self._add("global_pool", "reduce", self.c * self.h * self.w, 0, self.c * self.h * self.w, self.c)
-        self._add("fc", "matmul", 2 * self.c * classes + classes, self.c * classes + classes, self.c, classes)
+        self._add(
+            "global_pool", "reduce", self.c * self.h * self.w, 0, self.c * self.h * self.w, self.c
+        )
+        self._add(
+            "fc",
+            "matmul",
+            2 * self.c * classes + classes,
+            self.c * classes + classes,
+            self.c,
+            classes,
+        )
 
-    def conv_bn(self, name: str, out: int, k: int, stride: int = 1, groups: int = 1, act: bool = True) -> None:
+    def conv_bn(
+        self, name: str, out: int, k: int, stride: int = 1, groups: int = 1, act: bool = True
+    ) -> None:
         self.conv(name, out, k, stride, groups)
         self.pointwise(name + ".bn", "norm", 2.0)
         if act:
@@ -90,7 +115,15 @@ def mobilenet_v2(seq: int | None = None, gen_tokens: int = 0) -> Workload:
     net = _Net(3, 224)
     net.conv_bn("features.0", 32, 3, 2)
     block = 0
-    for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)):
+    for t, c, n, s in (
+        (1, 16, 1, 1),
+        (6, 24, 2, 2),
+        (6, 32, 3, 2),
+        (6, 64, 4, 2),
+        (6, 96, 3, 1),
+        (6, 160, 3, 2),
+        (6, 320, 1, 1),
+    ):
         for i in range(n):
             block += 1
             p = f"features.{block}"
@@ -131,7 +164,14 @@ def _encoder(cfg: _Encoder, seq: int | None) -> Workload:
     for n in range(cfg.layers):
         p = f"layer{n}"
         k += [
-            Kernel(p + ".qkv", "matmul", 2.0 * s * h * 3 * h + 3 * s * h, 3 * h * h + 3 * h, s * h, 3 * s * h),
+            Kernel(
+                p + ".qkv",
+                "matmul",
+                2.0 * s * h * 3 * h + 3 * s * h,
+                3 * h * h + 3 * h,
+                s * h,
+                3 * s * h,
+            ),
             # unfused attention, as in the reference implementations: scores and probabilities
             # are materialised (B·heads·s² each), softmax and dropout run as separate kernels
             Kernel(p + ".scores", "matmul", 2.0 * s * s * h, 0, 2 * s * h, scores),
@@ -171,7 +211,9 @@ WORKLOADS: dict[str, Callable[..., Workload]] = {
     "resnet50": resnet50,
     "mobilenet-v2": mobilenet_v2,
     "bert-base": lambda seq=None, gen_tokens=0: _encoder(_Encoder("bert-base", 12, 768, 12), seq),
-    "bert-large": lambda seq=None, gen_tokens=0: _encoder(_Encoder("bert-large", 24, 1024, 16, default_seq=384), seq),
+    "bert-large": lambda seq=None, gen_tokens=0: _encoder(
+        _Encoder("bert-large", 24, 1024, 16, default_seq=384), seq
+    ),
     **{name: _llm(name) for name in _LLMS},
 }
 
@@ -182,7 +224,12 @@ def llm_config(name: str) -> LLMConfig | None:
 
 def get_workload(name: str, *, seq: int | None = None, gen_tokens: int = 128) -> Workload:
     key = name.strip().lower().replace("_", "-")
-    key = {"resnet-50": "resnet50", "mobilenetv2": "mobilenet-v2", "gptj": "gpt-j-6b", "gpt-j": "gpt-j-6b"}.get(key, key)
+    key = {
+        "resnet-50": "resnet50",
+        "mobilenetv2": "mobilenet-v2",
+        "gptj": "gpt-j-6b",
+        "gpt-j": "gpt-j-6b",
+    }.get(key, key)
     if key not in WORKLOADS:
         raise OptionError(f"--workload {name!r}: unknown; choose one of {', '.join(WORKLOADS)}")
     return WORKLOADS[key](seq, gen_tokens)

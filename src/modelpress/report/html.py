@@ -49,9 +49,15 @@ class Section:
             for v in row:
                 numeric = isinstance(v, (int, float)) and not isinstance(v, bool)
                 text = f"{v:,.4g}" if isinstance(v, float) else str(v)
-                cells.append(f'<td class="n">{html.escape(text)}</td>' if numeric else f"<td>{html.escape(text)}</td>")
+                cells.append(
+                    f'<td class="n">{html.escape(text)}</td>'
+                    if numeric
+                    else f"<td>{html.escape(text)}</td>"
+                )
             body.append("<tr>" + "".join(cells) + "</tr>")
-        self.parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
+        self.parts.append(
+            f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        )
         return self
 
     def figure(self, fig, *, caption: str = "") -> Section:
@@ -62,7 +68,7 @@ class Section:
 
         plt.close(fig)
         svg = buf.getvalue()
-        svg = svg[svg.index("<svg"):]  # drop the XML prolog and doctype: inline SVG needs neither
+        svg = svg[svg.index("<svg") :]  # drop the XML prolog and doctype: inline SVG needs neither
         cap = f"<figcaption>{html.escape(caption)}</figcaption>" if caption else ""
         self.parts.append(f"<figure>{svg}{cap}</figure>")
         return self
@@ -79,9 +85,12 @@ class Page:
         return s
 
     def render(self) -> str:
-        body = "".join(f"<section><h2>{html.escape(s.title)}</h2>{''.join(s.parts)}</section>" for s in self.sections)
+        body = "".join(
+            f"<section><h2>{html.escape(s.title)}</h2>{''.join(s.parts)}</section>"
+            for s in self.sections
+        )
         return (
-            f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(self.title)}</title>"
+            f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(self.title)}</title>'
             f"<style>{_STYLE}</style></head><body><h1>{html.escape(self.title)}</h1>{body}</body></html>\n"
         )
 

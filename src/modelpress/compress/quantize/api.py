@@ -52,6 +52,7 @@ class Built:
     model: ir.Model
     layers: list[str]  # the layers quantized
     pairs: dict[str, tuple[str, str]]  # layer → (float tensor, quantized tensor) to compare
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -82,10 +83,12 @@ class QuantizeResult:
 
 
 Builder = Callable[[frozenset[str]], Built]
+# A mode may rank layers by sensitivity more cheaply than quantizing them one at a time.
+Ranker = Callable[[list[dict[str, np.ndarray]]], dict[str, float]]
 # A mode prepares (calibrates) and returns its builder, the layers it can quantize, and notes.
 ModeFn = Callable[
     [ir.Model, "CalibrationSet | None", Options, "Progress | None"],
-    tuple[Builder, list[str], list[str]],
+    tuple[Builder, list[str], list[str], Ranker | None],
 ]
 
 
@@ -129,7 +132,7 @@ def _static(model, cal, opt: Options, progress):
             pairs[name] = (fl, f"{y}_dequantized" if y in p.tensors else y)
         return Built(q, p.layers, pairs)
 
-    return build, full.layers, []
+    return build, full.layers, [], None
 
 
 def _dynamic(model, cal, opt: Options, progress):
@@ -150,26 +153,38 @@ def _dynamic(model, cal, opt: Options, progress):
         )
         return Built(q, done, _node_outputs(model, done))
 
-    return build, [n.name for n in nodes], notes
+    return build, [n.name for n in nodes], notes, None
 
 
 def _weight_only(model, cal, opt: Options, progress):
-    notes: list[str] = []
-    probe, names, notes = weight_only.apply(model, bits=opt.bits, block_size=opt.block_size)
+    nodes = weight_only.layers(model)
 
     def build(exclude):
         # With 4 bits, the budget's fallback for a sensitive layer is 8 bits, not float.
         if opt.bits == 4:
-            q, done, _ = weight_only.apply(
+            q, done, notes = weight_only.apply(
                 model, bits=4, block_size=opt.block_size, int8_layers=exclude
             )
         else:
-            q, done, _ = weight_only.apply(
+            q, done, notes = weight_only.apply(
                 model, bits=opt.bits, block_size=opt.block_size, exclude=exclude
             )
-        return Built(q, done, _node_outputs(model, done))
+        return Built(q, done, _node_outputs(model, done), notes)
 
-    return build, names, notes
+    def rank(batches):
+        wanted = {n.inputs[0].name for n in nodes if n.op_type in ("MatMul", "Gemm")}
+        run = sensitivity.runner(model, outputs=wanted, optimize="disabled")
+        scores = dict.fromkeys((n.name for n in nodes), 0.0)
+        for feeds in batches:
+            got = run(feeds)
+            local = weight_only.local_errors(
+                model, nodes, got, bits=opt.bits, block_size=opt.block_size
+            )
+            for k, v in local.items():
+                scores[k] += v
+        return scores
+
+    return build, [n.name for n in nodes], [], rank
 
 
 def _float16(dtype: str) -> ModeFn:
@@ -181,7 +196,7 @@ def _float16(dtype: str) -> ModeFn:
             done = [n for n in names if n not in set(kept)]
             return Built(q, done, _node_outputs(model, done))
 
-        return build, names, []
+        return build, names, [], None
 
     return prepare
 
@@ -296,7 +311,7 @@ def quantize(
         bias_correction,
         smooth,
     )
-    build, candidates, notes = MODES[mode](work, cal, opt, progress)
+    build, candidates, notes, ranker = MODES[mode](work, cal, opt, progress)
     unknown = sorted(set(exclude or ()) - {n.name for n in work.graph})
     if unknown:
         raise OptionError(f"--exclude {unknown[0]}: no node of that name (after optimization)")
@@ -309,15 +324,14 @@ def quantize(
                     "--max-accuracy-drop needs a metric: labels in the calibration data (--labels-key) or a metric function"
                 )
             metric = accuracy_metric(cal, work)
-        built, accuracy = _budget(work, build, built, candidates, cal, metric, max_accuracy_drop)
+        built, accuracy = _budget(work, build, built, ranker, cal, metric, max_accuracy_drop)
     layers, out_err = [], None
     if report_layers and cal is not None:
-        batches = [b.feeds for b in islice(cal.batches(work), 4)]
+        batches = [b.feeds for b in islice(cal.batches(work), 2)]
+        outputs = {f"output:{v.name}": (v.name, v.name) for v in work.graph.outputs}
         try:
-            errs = sensitivity.layer_errors(work, built.model, built.pairs, batches)
-            out_err = sensitivity.output_error(
-                sensitivity.runner(work), sensitivity.runner(built.model), batches
-            )
+            errs = sensitivity.layer_errors(work, built.model, {**built.pairs, **outputs}, batches)
+            out_err = max((errs[k][1] for k in outputs if k in errs), default=None)
         except Exception as exc:  # noqa: BLE001 - e.g. bf16 graphs that ONNX Runtime's CPU cannot run
             errs = {}
             notes.append(
@@ -337,13 +351,13 @@ def quantize(
         seconds=time.perf_counter() - start,
         size_before=size_before,
         size_after=len(model_bytes(built.model)),
-        notes=notes,
+        notes=notes + built.notes,
         accuracy=accuracy,
         output_error=out_err,
     )
 
 
-def _budget(work, build, built, candidates, cal, metric, budget):
+def _budget(work, build, built, ranker, cal, metric, budget):
     def evaluate(model: ir.Model) -> float:
         return float(metric(sensitivity.runner(model)))
 
@@ -354,7 +368,10 @@ def _budget(work, build, built, candidates, cal, metric, budget):
             metric_float, first[1], budget, True, [], [(0, first[1])]
         )
     batches = [b.feeds for b in islice(cal.batches(work), 2)] if cal is not None else []
-    scores = sensitivity.rank_layers(work, built.layers, lambda ex: build(ex).model, batches)
+    if ranker is not None:
+        scores = {k: v for k, v in ranker(batches).items() if k in set(built.layers)}
+    else:
+        scores = sensitivity.rank_layers(work, built.layers, lambda ex: build(ex).model, batches)
     ranked = sorted(scores, key=scores.get, reverse=True)
     models: dict[int, Built] = {}
 

@@ -5,7 +5,8 @@ Rule: every MatMul/Gemm with a constant 2-D weight becomes, in standard ONNX ops
 [→ Add(bias)]``, with int8 symmetric weights (per output column when ``per_channel``) and uint8
 activations whose scale is computed per batch. ONNX Runtime fuses exactly this chain into one
 ``DynamicQuantizeMatMul`` kernel (u8s8, VNNI on x86), so the output is standard ONNX and runs fast
-there. Convolutions stay float: ``ConvInteger`` has no fast kernel in ONNX Runtime. Legal for any
+there. Large embedding tables become int8 rows with one scale each, converted back only for the
+rows a Gather looks up. Convolutions stay float: ``ConvInteger`` has no fast kernel in ONNX Runtime. Legal for any
 graph: each rewritten node keeps its output value, so consumers are untouched.
 
 With calibration data, activation outliers are first moved into the weights (``smoothing_factors``).
@@ -67,7 +68,7 @@ class RowSample:
     """A fixed-size uniform sample of the rows (last axis = channels) of the tensors it observes
     (reservoir sampling: memory does not grow with the calibration set)."""
 
-    def __init__(self, size: int = 512, seed: int = 0):
+    def __init__(self, size: int = 256, seed: int = 0):
         self.size = size
         self.rows: np.ndarray | None = None
         self.seen = 0
@@ -104,24 +105,28 @@ def _factors(users: list[ir.Node], x_max: np.ndarray, alpha: float) -> np.ndarra
 
 
 def _matmul_error(
-    x: np.ndarray, users: list[ir.Node], s: np.ndarray | None, per_channel: bool
+    x: np.ndarray,
+    users: list[ir.Node],
+    s: np.ndarray | None,
+    per_channel: bool,
+    refs: list[np.ndarray],
 ) -> float:
     """Squared error of the users' outputs on the sampled rows, quantized as at run time."""
     xs = x if s is None else x / s
     xqp = qparams_from_range(xs.min(), xs.max(), dtype="uint8")
     xd = fake_quantize(xs, xqp)
     err = 0.0
-    for n in users:
+    for n, ref in zip(users, refs, strict=True):
         w = _kn_weight(n)
         ws = w if s is None else w * s[:, None]
         wd = fake_quantize(
             ws, weight_qparams(ws, PerChannel(1) if per_channel else PerTensor(), dtype="int8")
         )
-        err += float(np.sum((xd @ wd - x @ w) ** 2))
+        err += float(np.sum((xd @ wd - ref) ** 2))
     return err
 
 
-ALPHAS = (0.3, 0.5, 0.7, 0.85)
+ALPHAS = (0.5, 0.7, 0.85)
 
 
 def smoothing_factors(
@@ -143,15 +148,67 @@ def smoothing_factors(
     for name, users in by_input.items():
         x = samples[name].rows
         x_max = np.abs(x).max(axis=0)
-        best, best_err = None, _matmul_error(x, users, None, per_channel)
+        refs = [x @ _kn_weight(n) for n in users]
+        best, best_err = None, _matmul_error(x, users, None, per_channel, refs)
         for alpha in ALPHAS:
             s = _factors(users, x_max, alpha)
-            e = _matmul_error(x, users, s, per_channel)
+            e = _matmul_error(x, users, s, per_channel, refs)
             if e < best_err:
                 best, best_err = s, e
         if best is not None:
             out[name] = best
     return out
+
+
+def _gather_tables(graph: ir.Graph) -> list[ir.Node]:
+    out = []
+    for node in graph:
+        if (
+            node.op_type == "Gather"
+            and node.domain in ("", "ai.onnx")
+            and node.attributes.get_int("axis", 0) == 0
+        ):
+            t = const_array(node.inputs[0])
+            if t is not None and t.dtype == np.float32 and t.ndim == 2 and t.size >= TABLE_MIN_SIZE:
+                out.append(node)
+    return out
+
+
+# Tables smaller than this stay float: the saving is not worth two extra nodes.
+TABLE_MIN_SIZE = 1 << 16
+
+
+def _quantize_table(g: ir.Graph, node: ir.Node, cache: dict) -> None:
+    """``Gather(T, ids)`` → ``Cast(Gather(T_q, ids)) · Unsqueeze(Gather(scale, ids), -1)``:
+    int8 rows, one scale per row, and only the rows looked up are converted at run time."""
+    table = node.inputs[0]
+    if id(table) not in cache:
+        t = const_array(table)
+        qp = weight_qparams(t, PerChannel(0), dtype="int8", symmetric=True)
+        cache[id(table)] = (
+            constant(g, quantize(t, qp), f"{table.name}_quantized"),
+            constant(g, qp.scale.astype(np.float32), f"{table.name}_row_scale"),
+        )
+    tq, scale = cache[id(table)]
+    ids = node.inputs[1]
+    base = node.name
+    rows = ir.node("Gather", [tq, ids], attributes={"axis": 0}, name=f"{base}_rows")
+    cast = ir.node(
+        "Cast", [rows.outputs[0]], attributes={"to": ir.DataType.FLOAT}, name=f"{base}_Cast"
+    )
+    sc = ir.node("Gather", [scale, ids], attributes={"axis": 0}, name=f"{base}_scales")
+    axes = constant(g, np.array([-1], np.int64), f"{base}_axes")
+    unsq = ir.node("Unsqueeze", [sc.outputs[0], axes], name=f"{base}_Unsqueeze")
+    out = ir.node("Mul", [cast.outputs[0], unsq.outputs[0]], name=f"{base}_dequantize")
+    for n in (rows, cast, sc, unsq):
+        n.outputs[0].name = f"{n.name}_output"
+    g.insert_after(node, [rows, cast, sc, unsq, out])
+    old = node.outputs[0]
+    out.outputs[0].type, out.outputs[0].shape = old.type, old.shape
+    name = old.name
+    replace_value(old, out.outputs[0])
+    g.remove(node, safe=True)
+    out.outputs[0].name = name
 
 
 def apply(
@@ -160,10 +217,12 @@ def apply(
     per_channel: bool = True,
     exclude: frozenset[str] = frozenset(),
     smoothing: dict[str, np.ndarray] | None = None,
+    quantize_tables: bool = True,
 ) -> tuple[ir.Model, list[str]]:
     """A dynamically quantized copy of ``model`` and the names of the nodes it quantized.
 
-    ``smoothing`` (from ``smoothing_factors``) maps activation inputs to per-channel factors.
+    ``smoothing`` (from ``smoothing_factors``) maps activation inputs to per-channel factors;
+    ``quantize_tables`` stores large Gather tables (embeddings) as int8 rows.
     """
     m = copy_model(model)
     g = m.graph
@@ -226,6 +285,11 @@ def apply(
             name  # the layer's output keeps its name (reports match float and int8 tensors)
         )
         done.append(node.name)
+    if quantize_tables:
+        cache: dict = {}
+        for node in _gather_tables(g):
+            if node.name not in exclude:
+                _quantize_table(g, node, cache)
     remove_unused_initializers(g)
     g.sort()
     return m, done

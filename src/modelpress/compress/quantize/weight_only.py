@@ -24,7 +24,13 @@ from modelpress.compress.quantize._graph import (
     remove_unused_initializers,
     weight_nodes,
 )
-from modelpress.compress.quantize.qparams import PerChannel, PerGroup, quantize, weight_qparams
+from modelpress.compress.quantize.qparams import (
+    PerChannel,
+    PerGroup,
+    fake_quantize,
+    quantize,
+    weight_qparams,
+)
 from modelpress.compress.quantize.static import _dq_constant
 from modelpress.errors import OptionError
 
@@ -42,6 +48,48 @@ def _gather_tables(graph: ir.Graph) -> list[ir.Node]:
             t = const_array(node.inputs[0])
             if t is not None and t.dtype == np.float32 and t.ndim == 2:
                 out.append(node)
+    return out
+
+
+def layers(model: ir.Model) -> list[ir.Node]:
+    """The nodes whose constant weight (or table) this mode quantizes."""
+    return list(weight_nodes(model.graph)) + _gather_tables(model.graph)
+
+
+def local_errors(
+    model: ir.Model,
+    nodes: list[ir.Node],
+    inputs: dict[str, np.ndarray],
+    *,
+    bits: int,
+    block_size: int,
+) -> dict[str, float]:
+    """How much each layer's own output changes when its weight is quantized: ``‖x(W − Ŵ)‖ / ‖xW‖``
+    on the layer's real input for MatMul/Gemm, ``‖W − Ŵ‖ / ‖W‖`` for convolutions and tables. One
+    forward pass ranks every layer (the accuracy budget's order)."""
+    out = {}
+    for node in nodes:
+        is_table = node.op_type == "Gather"
+        w = const_array(node.inputs[0 if is_table else 1])
+        red = 1 if is_table else input_channel_axis(node)
+        if bits == 4 and w.shape[red] % block_size == 0:
+            qp = weight_qparams(w, PerGroup(red, block_size), dtype="int4", symmetric=True)
+        else:
+            qp = weight_qparams(
+                w,
+                PerChannel(0 if is_table else output_channel_axis(node)),
+                dtype="int8",
+                symmetric=True,
+            )
+        d = fake_quantize(w, qp) - w
+        x = inputs.get(node.inputs[0].name)
+        if node.op_type in ("MatMul", "Gemm") and x is not None:
+            x2 = x.reshape(-1, x.shape[-1]).astype(np.float32)
+            wk = w.T if node.op_type == "Gemm" and node.attributes.get_int("transB", 0) else w
+            dk = d.T if node.op_type == "Gemm" and node.attributes.get_int("transB", 0) else d
+            out[node.name] = float(np.linalg.norm(x2 @ dk) / max(np.linalg.norm(x2 @ wk), 1e-30))
+        else:
+            out[node.name] = float(np.linalg.norm(d) / max(np.linalg.norm(w), 1e-30))
     return out
 
 

@@ -47,7 +47,7 @@ class TorchPrepared:
                 raise InputError(f"input {name!r}: {exc}; the PyTorch backend cannot take it") from None
         with torch.no_grad():
             outputs = self.module.program.run(self.module, tensors)
-        return {n: self._to_numpy(t) for n, t in zip(self.output_names, outputs)}
+        return {n: self._to_numpy(t) for n, t in zip(self.output_names, outputs, strict=False)}
 
 
 class TorchBackend:
@@ -88,8 +88,8 @@ def ops_by_family() -> dict[str, list[str]]:
 def supported_ops() -> list[str]:
     """The ops the PyTorch backend implements (``domain:op`` outside the default domain), sorted."""
     require("torch", extra="torch", purpose="the PyTorch backend")
-    from modelpress.runtime.torch_backend.registry import OPS
     from modelpress.runtime.torch_backend import ops as _ops  # noqa: F401  (registers the kernels)
+    from modelpress.runtime.torch_backend.registry import OPS
 
     names = {op_type if not domain else f"{domain}:{op_type}" for domain, op_type in OPS}
     return sorted(names | {"Constant"})

@@ -16,6 +16,10 @@ order of the graph inputs (or by name) and returns one tensor when the graph has
 tuple in the order of ``output_names``. Subgraphs (If, Loop, Scan) are compiled the same way and run
 recursively with the enclosing values in scope.
 
+Nodes whose inputs are all build-time constants (buffers, Constant nodes) and whose result is small
+are evaluated once at build time and stored as buffers (shape arithmetic, mostly); so a buffer
+changed after building does not reach those folded results: build the module again.
+
 Training semantics are ONNX's inference semantics: BatchNormalization uses its running statistics
 and Dropout is the identity even under ``module.train()`` (fine-tuning with frozen statistics), so a
 trained module exports back to the same graph (``export.to_onnx``).
@@ -42,13 +46,14 @@ from torch import nn
 
 from modelpress.runtime.torch_backend import ops as _ops  # noqa: F401  (registers the kernels)
 from modelpress.runtime.torch_backend.errors import NodeRunError, UnsupportedOpError
+from modelpress.runtime.torch_backend.shapes import SHAPE_FNS, Small, const_small, evaluate
 from modelpress.runtime.torch_backend.registry import (
     MIN_OPSET,
     OPS,
     SCOPED,
     NodeContext,
-    TORCH_DTYPES,
     from_numpy,
+    to_numpy,
 )
 
 # Input slots that hold statistics or settings, not weights: (op_type, input index).
@@ -100,6 +105,9 @@ class _Step:
     inputs: list[str]
     outputs: list[str]
     scoped: bool
+    # shape arithmetic evaluated in Python (shapes.py), with the constant inputs as Small values
+    shape_fn: Any = None
+    const_smalls: list = None
 
 
 class _Program:
@@ -164,6 +172,12 @@ class _Program:
             )
             out_names = [v.name if v is not None else "" for v in node.outputs]
             step = _Step(OPS[key], ctx, in_names, out_names, key in SCOPED)
+            if domain == "" and node.op_type in SHAPE_FNS:
+                step.shape_fn = SHAPE_FNS[node.op_type]
+                step.const_smalls = [
+                    const_small(c, shp, from_numpy(np.asarray(consts[n]).reshape(-1)[:0]).dtype) if c is not None else None
+                    for c, shp, n in zip(ctx.consts, ctx.const_shapes, in_names, strict=True)
+                ]
             folded = None if step.scoped or key in _NOT_FOLDED else _fold(step, consts)
             if folded is None:
                 self.steps.append(step)
@@ -178,16 +192,36 @@ class _Program:
         for name, attr in self.tensors:
             env[name] = getattr(module, attr)
         env.update(feeds)
+        device = next((t.device for t in feeds.values()), None) or next(
+            (t.device for t in env.values() if isinstance(t, torch.Tensor)), torch.device("cpu")
+        )
+        mirror: dict[str, Small] = {}  # values computed in Python (shapes.py), not yet tensors
         step = None
         try:
             for step in self.steps:
+                if step.shape_fn is not None:
+                    small = self._shape_eval(step, env, mirror)
+                    if small is not None:
+                        mirror[step.outputs[0]] = small
+                        continue
+                if mirror:
+                    if step.scoped:  # a subgraph may read any outer value
+                        for n, v in mirror.items():
+                            env.setdefault(n, v.tensor(device))
+                    known = [mirror[n].values if n in mirror else None for n in step.inputs]
+                    step.ctx.known = known if any(k is not None for k in known) else None
+                    for n in step.inputs:
+                        if n and n not in env and n in mirror:
+                            env[n] = mirror[n].tensor(device)
+                else:
+                    step.ctx.known = None
                 args = [env[n] if n else None for n in step.inputs]
                 if step.scoped:
                     result = step.fn(step.ctx, env, module, *args)
                 else:
                     result = step.fn(step.ctx, *args)
                 if isinstance(result, (tuple, list)):
-                    for n, r in zip(step.outputs, result):
+                    for n, r in zip(step.outputs, result, strict=False):
                         if n:
                             env[n] = r
                 else:
@@ -197,11 +231,28 @@ class _Program:
                 raise
             msg = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
             raise NodeRunError(f"node {step.ctx.name!r} ({step.ctx.op_type}) failed: {msg}") from exc
-        return [env[n] for n in self.outputs]
+        return [env[n] if n in env else mirror[n].tensor(device) for n in self.outputs]
+
+    @staticmethod
+    def _shape_eval(step: _Step, env: dict, mirror: dict) -> Small | None:
+        args = []
+        for i, n in enumerate(step.inputs):
+            if not n:
+                args.append(None)
+            elif n in mirror:
+                args.append(mirror[n])
+            elif step.const_smalls[i] is not None:
+                args.append(step.const_smalls[i])
+            elif i == 0 and step.ctx.op_type == "Shape":
+                args.append(env[n])  # only its shape is read
+            else:
+                return None
+        return evaluate(step.shape_fn, step.ctx, args)
 
 
 # Nodes never folded: random ones, and ones whose result may be large even from small inputs.
 _NOT_FOLDED = {("", "Dropout"), ("", "ConstantOfShape"), ("", "Expand"), ("", "Tile"), ("", "Range")}
+_FOLD_LIMIT = 4096
 
 
 def _fold(step: _Step, consts: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
@@ -224,10 +275,7 @@ def _fold(step: _Step, consts: dict[str, np.ndarray]) -> dict[str, np.ndarray] |
     results = result if isinstance(result, (tuple, list)) else (result,)
     if any(not isinstance(r, torch.Tensor) or r.numel() > _FOLD_LIMIT for r in results):
         return None
-    return {n: r.numpy() for n, r in zip(step.outputs, results) if n}
-
-
-_FOLD_LIMIT = 4096
+    return {n: to_numpy(r) for n, r in zip(step.outputs, results, strict=False) if n}
 
 
 def _constant_value(node: ir.Node, label: str) -> np.ndarray:
@@ -289,7 +337,7 @@ class OnnxModule(nn.Module):
     def forward(self, *inputs: torch.Tensor, **named: torch.Tensor):
         if len(inputs) > len(self.input_names):
             raise NodeRunError(f"the model takes {len(self.input_names)} inputs, got {len(inputs)}")
-        feeds = dict(zip(self.input_names, inputs))
+        feeds = dict(zip(self.input_names, inputs, strict=False))
         feeds.update(named)
         missing = [n for n in self.input_names if n not in feeds]
         if missing:
@@ -309,7 +357,3 @@ def to_torch(model: ir.Model, *, compile: bool = False, device: str | torch.devi
     if compile:
         module.compile(dynamic=False)
     return module
-
-
-def dtype_of(value: ir.Value) -> torch.dtype | None:
-    return TORCH_DTYPES.get(value.dtype) if value.dtype is not None else None

@@ -101,10 +101,11 @@ class NodeContext:
             if a.type != ir.AttributeType.GRAPH
         }
         # Python values, not arrays: TorchDynamo would trace numpy arrays as tensors.
-        self.consts = [
-            tuple(np.asarray(c).reshape(-1).tolist()) if c is not None and np.asarray(c).size <= _MAX_CONST else None
-            for c in consts
-        ]
+        small = [c is not None and np.asarray(c).size <= _MAX_CONST for c in consts]
+        self.consts = [tuple(np.asarray(c).reshape(-1).tolist()) if ok else None for c, ok in zip(consts, small, strict=True)]
+        self.const_shapes = [tuple(np.asarray(c).shape) if ok else None for c, ok in zip(consts, small, strict=True)]
+        # Per run: the inputs' values when the program computed them in Python (see shapes.py).
+        self.known: list[tuple | None] | None = None
         self.subgraphs = subgraphs
         self.num_outputs = len(node.outputs)
         self.outputs_used = [bool(v is not None and v.name) for v in node.outputs]
@@ -112,31 +113,36 @@ class NodeContext:
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
 
+    def _python_value(self, i: int) -> tuple | None:
+        if self.known is not None and i < len(self.known) and self.known[i] is not None:
+            return self.known[i]
+        return self.consts[i] if i < len(self.consts) else None
+
     def ints(self, i: int, t: torch.Tensor | None) -> list[int] | None:
-        """Input ``i`` as a list of ints: from the constant when known, else read from the tensor."""
+        """Input ``i`` as a list of ints: from Python when known, else read from the tensor."""
         if t is None:
             return None
-        const = self.consts[i] if i < len(self.consts) else None
-        if const is not None:
-            return [int(v) for v in const]
+        value = self._python_value(i)
+        if value is not None:
+            return [int(v) for v in value]
         return [int(v) for v in t.reshape(-1).tolist()]
 
     def floats(self, i: int, t: torch.Tensor | None) -> list[float] | None:
-        """Input ``i`` as a list of floats (constant when known)."""
+        """Input ``i`` as a list of floats (from Python when known)."""
         if t is None:
             return None
-        const = self.consts[i] if i < len(self.consts) else None
-        if const is not None:
-            return [float(v) for v in const]
+        value = self._python_value(i)
+        if value is not None:
+            return [float(v) for v in value]
         return [float(v) for v in t.reshape(-1).tolist()]
 
     def scalar(self, i: int, t: torch.Tensor | None) -> float | int | bool | None:
         """Input ``i`` (a one-element tensor) as a Python number."""
         if t is None:
             return None
-        const = self.consts[i] if i < len(self.consts) else None
-        if const is not None:
-            return const[0]
+        value = self._python_value(i)
+        if value is not None:
+            return value[0]
         return t.reshape(-1)[0].item()
 
     def unsupported(self, what: str) -> UnsupportedOpError:

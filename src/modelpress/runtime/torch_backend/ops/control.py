@@ -33,7 +33,7 @@ def loop(ctx, env, module, trip_count=None, cond=None, *carried):
             torch.tensor(i, dtype=torch.int64, device=device),
             torch.tensor(keep, dtype=torch.bool, device=device),
             *carried,
-        ]))
+        ], strict=False))
         outs = body.run(module, feeds, env)
         keep = bool(outs[0].reshape(-1)[0].item())
         carried = list(outs[1:1 + n])
@@ -60,13 +60,13 @@ def scan(ctx, env, module, *args):
     steps = inputs[0].shape[in_axes[0]]
     scans: list[list[torch.Tensor]] = [[] for _ in range(k)]
     for t in range(steps):
-        slices = [x.select(a, steps - 1 - t if d else t) for x, a, d in zip(inputs, in_axes, in_dirs)]
-        outs = body.run(module, dict(zip(body.inputs, states + slices)), env)
+        slices = [x.select(a, steps - 1 - t if d else t) for x, a, d in zip(inputs, in_axes, in_dirs, strict=False)]
+        outs = body.run(module, dict(zip(body.inputs, states + slices, strict=False)), env)
         states = list(outs[:n])
         for j, s in enumerate(outs[n:]):
             scans[j].append(s)
     results = []
-    for s, a, d in zip(scans, out_axes, out_dirs):
+    for s, a, d in zip(scans, out_axes, out_dirs, strict=False):
         if d:
             s = s[::-1]
         y = torch.stack(s)

@@ -30,7 +30,7 @@ def _pads(ctx, spatial, kernel, strides, dilations, ceil_mode=False):
         auto = auto.decode()
     if auto in ("SAME_UPPER", "SAME_LOWER"):
         begin, end = [], []
-        for size, k, s, d in zip(spatial, kernel, strides, dilations):
+        for size, k, s, d in zip(spatial, kernel, strides, dilations, strict=False):
             out = -(-size // s)
             total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
             small = total // 2
@@ -46,7 +46,7 @@ def _pads(ctx, spatial, kernel, strides, dilations, ceil_mode=False):
 def _torch_pad(begin, end):
     # F.pad takes pairs starting from the last dimension
     out = []
-    for b, e in zip(reversed(begin), reversed(end)):
+    for b, e in zip(reversed(begin), reversed(end), strict=False):
         out += [b, e]
     return out
 
@@ -79,15 +79,15 @@ def conv_transpose(ctx, x, w, b=None):
     out_pad = list(ctx.attr("output_padding") or [0] * n)
     group = ctx.attr("group", 1)
     spatial = list(x.shape[2:])
-    full = [s * (i - 1) + op_ + (k - 1) * d + 1 for i, s, op_, k, d in zip(spatial, strides, out_pad, kernel, dilations)]
+    full = [s * (i - 1) + op_ + (k - 1) * d + 1 for i, s, op_, k, d in zip(spatial, strides, out_pad, kernel, dilations, strict=False)]
     output_shape = ctx.attr("output_shape")
     auto = ctx.attr("auto_pad", "NOTSET")
     if output_shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
         if output_shape is None:
-            output_shape = [i * s for i, s in zip(spatial, strides)]
+            output_shape = [i * s for i, s in zip(spatial, strides, strict=False)]
         output_shape = list(output_shape)[-n:]
         begin, end = [], []
-        for f, o in zip(full, output_shape):
+        for f, o in zip(full, output_shape, strict=False):
             total = f - o
             if auto == "SAME_UPPER":
                 begin.append(total // 2)
@@ -102,7 +102,7 @@ def conv_transpose(ctx, x, w, b=None):
         begin, end = list(pads[:n]), list(pads[n:])
     y = _CONV_T[n](x, w, None, strides, 0, 0, group, dilations)
     # output_padding adds rows at the end that no input reaches; negative pads crop.
-    y = F.pad(y, _torch_pad([-p for p in begin], [op_ - p for op_, p in zip(out_pad, end)]))
+    y = F.pad(y, _torch_pad([-p for p in begin], [op_ - p for op_, p in zip(out_pad, end, strict=False)]))
     if b is not None:
         y = y + b.reshape((1, -1) + (1,) * n)
     return y
@@ -123,7 +123,7 @@ def max_pool(ctx, x):
     n, kernel, strides, dilations, begin, end = _geometry(ctx, x)
     ceil = bool(ctx.attr("ceil_mode", 0))
     want_idx = ctx.num_outputs > 1 and ctx.outputs_used[1]
-    fast = begin == end and all(p <= k // 2 for p, k in zip(begin, kernel))
+    fast = begin == end and all(p <= k // 2 for p, k in zip(begin, kernel, strict=False))
     if x.dtype in (torch.int8, torch.uint8) and not want_idx:
         # torch has no integer max pooling; go through float (exact for 8-bit values)
         return max_pool(ctx, x.to(torch.float32)).to(x.dtype)
@@ -146,15 +146,15 @@ def max_pool(ctx, x):
     for size in reversed(padded):
         coords.append(rem % size)
         rem = rem // size
-    coords = [c - p for c, p in zip(reversed(coords), pb)]
+    coords = [c - p for c, p in zip(reversed(coords), pb, strict=False)]
     flat = torch.zeros_like(idx)
     if ctx.attr("storage_order", 0):
         stride = 1
-        for c, size in zip(coords, spatial):
+        for c, size in zip(coords, spatial, strict=False):
             flat = flat + c * stride
             stride *= size
     else:
-        for c, size in zip(coords, spatial):
+        for c, size in zip(coords, spatial, strict=False):
             flat = flat * size + c
     plane = math.prod(spatial)
     nc = torch.arange(x.shape[0] * x.shape[1], device=x.device).reshape(x.shape[0], x.shape[1], *([1] * n))
@@ -172,12 +172,12 @@ def average_pool(ctx, x):
     n, kernel, strides, dilations, begin, end = _geometry(ctx, x)
     ceil = bool(ctx.attr("ceil_mode", 0))
     include = bool(ctx.attr("count_include_pad", 0))
-    if begin == end and all(p <= k // 2 for p, k in zip(begin, kernel)) and all(d == 1 for d in dilations):
+    if begin == end and all(p <= k // 2 for p, k in zip(begin, kernel, strict=False)) and all(d == 1 for d in dilations):
         return _AVG_POOL[n](x, kernel, strides, begin, ceil, include)
     extra = [0] * n
     if ceil:
-        extra = [_ceil_extra(sz, k, s, d, b, e) for sz, k, s, d, b, e in zip(x.shape[2:], kernel, strides, dilations, begin, end)]
-    ends = [e + x_ for e, x_ in zip(end, extra)]
+        extra = [_ceil_extra(sz, k, s, d, b, e) for sz, k, s, d, b, e in zip(x.shape[2:], kernel, strides, dilations, begin, end, strict=False)]
+    ends = [e + x_ for e, x_ in zip(end, extra, strict=False)]
     xp = F.pad(x, _torch_pad(begin, ends))
     mask = torch.ones((1, 1, *x.shape[2:]), dtype=x.dtype, device=x.device)
     if include:  # explicit pads count, the ceil_mode overflow does not
@@ -196,7 +196,7 @@ def lp_pool(ctx, x):
     p = ctx.attr("p", 2)
     xp = F.pad(torch.abs(x) ** p, _torch_pad(begin, end))
     if ctx.attr("ceil_mode", 0):
-        extra = [_ceil_extra(sz, k, s, d, b, e) for sz, k, s, d, b, e in zip(x.shape[2:], kernel, strides, dilations, begin, end)]
+        extra = [_ceil_extra(sz, k, s, d, b, e) for sz, k, s, d, b, e in zip(x.shape[2:], kernel, strides, dilations, begin, end, strict=False)]
         xp = F.pad(xp, _torch_pad([0] * n, extra))
     return _window_sum(xp, kernel, strides, dilations) ** (1.0 / p)
 

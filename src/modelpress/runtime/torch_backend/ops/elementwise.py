@@ -69,6 +69,8 @@ def div(ctx, a, b):
 @op("Pow")
 def pow_(ctx, a, b):
     # The result has the base's type, whatever the exponent's type.
+    if ctx.consts[1] is not None and b.dim() == 0 and a.dtype.is_floating_point:
+        return a ** ctx.consts[1][0]  # a Python exponent (x ** 2 becomes a multiply)
     if not a.dtype.is_floating_point and b.dtype.is_floating_point:
         return torch.pow(a.to(b.dtype), b).to(a.dtype)
     return torch.pow(a, b).to(a.dtype)

@@ -21,6 +21,10 @@ def _normalize(idx, dim):
 @op("Gather")
 def gather(ctx, x, indices):
     axis = axis_of(ctx.attr("axis", 0), x.dim())
+    if ctx.consts[1] is not None and indices.dim() == 0:
+        # a constant scalar index (shape arithmetic): one select, normalized in Python
+        i = int(ctx.consts[1][0])
+        return x.select(axis, i + x.shape[axis] if i < 0 else i)
     idx = _normalize(indices, x.shape[axis])
     out = x.index_select(axis, idx.reshape(-1))
     return out.reshape(tuple(x.shape[:axis]) + tuple(idx.shape) + tuple(x.shape[axis + 1:]))

@@ -84,11 +84,11 @@ def _resize_axis(x, axis, coords, *, mode, rounding, cubic_a, exclude_outside):
     weights = _cubic_weights(t, cubic_a)
     idxs = [base + k for k in (-1, 0, 1, 2)]
     if exclude_outside:
-        weights = [torch.where((i >= 0) & (i < n), w, torch.zeros_like(w)) for i, w in zip(idxs, weights)]
+        weights = [torch.where((i >= 0) & (i < n), w, torch.zeros_like(w)) for i, w in zip(idxs, weights, strict=False)]
         total = sum(weights)
         weights = [w / total for w in weights]
     out = 0
-    for i, w in zip(idxs, weights):
+    for i, w in zip(idxs, weights, strict=False):
         out = out + take(i) * w.to(x.dtype).to(x.device).reshape(shape)
     return out
 
@@ -109,7 +109,7 @@ def resize(ctx, x, roi=None, scales=None, sizes=None):
     in_sizes = [x.shape[a] for a in axes]
     if sizes is not None and sizes.numel() > 0:
         out_sizes = ctx.ints(3, sizes)
-        scale_v = [o / i for o, i in zip(out_sizes, in_sizes)]
+        scale_v = [o / i for o, i in zip(out_sizes, in_sizes, strict=False)]
         policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
         if policy != "stretch":
             s = min(scale_v) if policy == "not_larger" else max(scale_v)
@@ -119,7 +119,7 @@ def resize(ctx, x, roi=None, scales=None, sizes=None):
         scale_v = ctx.floats(2 if ctx.opset >= 11 else 1, scales)
         if len(scale_v) == rank and len(axes) != rank:
             scale_v = [scale_v[a] for a in axes]
-        out_sizes = [int(math.floor(i * s)) for i, s in zip(in_sizes, scale_v)]
+        out_sizes = [int(math.floor(i * s)) for i, s in zip(in_sizes, scale_v, strict=False)]
     roi_v = ctx.floats(1, roi) if roi is not None and roi.numel() > 0 else None
     outside = None
     for k, a in enumerate(axes):

@@ -88,7 +88,7 @@ def _run(ctx, x, w, r, b, lens, init_states, cell, num_gates):
             new_states = cell(ctx, d, xt, states, rd, bd, hidden, clip)
             if lens_row is not None:
                 alive = (t < lens_row.reshape(-1)).reshape(-1, 1)
-                new_states = [torch.where(alive, n, o) for n, o in zip(new_states, states)]
+                new_states = [torch.where(alive, n, o) for n, o in zip(new_states, states, strict=False)]
                 outs.append(torch.where(alive, new_states[0], torch.zeros_like(new_states[0])))
             else:
                 outs.append(new_states[0])

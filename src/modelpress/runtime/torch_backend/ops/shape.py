@@ -119,7 +119,7 @@ def slice_(ctx, x, starts=None, ends=None, axes=None, steps=None):
         axes_v, steps_v = ctx.ints(3, axes), ctx.ints(4, steps)
     axes_v = axes_v or list(range(len(starts)))
     steps_v = steps_v or [1] * len(starts)
-    for a, s, e, st in zip(axes_v, starts, ends, steps_v):
+    for a, s, e, st in zip(axes_v, starts, ends, steps_v, strict=False):
         x = _slice_axis(x, axis_of(a, x.dim()), s, e, st)
     return x
 
@@ -175,7 +175,7 @@ def pad(ctx, x, pads=None, value=None, axes=None):
 
 def _reverse_pairs(begin, end):
     out = []
-    for b, e in zip(reversed(begin), reversed(end)):
+    for b, e in zip(reversed(begin), reversed(end), strict=False):
         out += [b, e]
     return out
 
