@@ -58,3 +58,14 @@ def test_budget_with_a_callable_metric_and_best_effort(labelled):
     # ... and the best model found is returned, with the search it came from
     assert r.accuracy.metric_quantized == max(v for _, v in r.accuracy.tried)
     assert len(r.accuracy.tried) >= 2 and r.accuracy.metric_quantized > r.accuracy.tried[0][1]
+
+
+def test_layer_errors_ignore_padded_positions():
+    from modelpress.compress.quantize.sensitivity import _token_mask
+
+    feeds = {
+        "input_ids": np.zeros((2, 3), np.int64),
+        "attention_mask": np.array([[1, 1, 0], [1, 0, 0]]),
+    }
+    assert _token_mask(feeds).tolist() == [[True, True, False], [True, False, False]]
+    assert _token_mask({"x": np.zeros((2, 3), np.float32)}) is None

@@ -77,9 +77,12 @@ def replace_value(old: ir.Value, new: ir.Value) -> bool:
     if old is new:
         return False
     if old.is_graph_output():
-        if new.is_graph_input() or new.is_graph_output() or new.is_initializer() or new.producer() is None:
+        graph = old.producer().graph if old.producer() is not None else old.graph
+        producer = new.producer()
+        # The new value must be computed inside the same graph: a subgraph may not return an outer
+        # value directly (ONNX Runtime rejects it), and renaming an outer value would break it.
+        if new.is_graph_input() or new.is_graph_output() or new.is_initializer() or producer is None or producer.graph is not graph:
             return False
-        graph = old.graph
         name = old.name
         for i, out in enumerate(graph.outputs):
             if out is old:

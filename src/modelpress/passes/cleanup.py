@@ -13,6 +13,7 @@ from onnx_ir.passes import PassResult
 
 from modelpress.ir.stats import iter_graphs, iter_nodes
 from modelpress.passes.base import GraphPass
+from modelpress.passes._util import replace_value
 from modelpress.passes.registry import register
 
 
@@ -55,13 +56,27 @@ class RemoveDeadCode(_WrappedPass):
 
 
 @register
-class EliminateIdentity(_WrappedPass):
-    """Identity(x) → x. Legal always; a graph output keeps its name."""
+class EliminateIdentity(GraphPass):
+    """Identity(x) → x.
+
+    Legal always, with one care for graph outputs: the output keeps its name, and a subgraph whose
+    output would become a value of an enclosing graph (or its own input) keeps its Identity, since
+    ONNX Runtime rejects a body that returns an outer value directly and a Scan/Loop body that
+    passes state through must still produce it.
+    """
 
     name = "identity"
+    level = 1
 
-    def make(self):
-        return common.IdentityEliminationPass()
+    def rewrite_graph(self, graph) -> int:
+        count = 0
+        for node in list(graph):
+            if node.op_type != "Identity" or node.domain not in ("", "ai.onnx") or node.inputs[0] is None:
+                continue
+            if replace_value(node.outputs[0], node.inputs[0]):
+                graph.remove(node, safe=True)
+                count += 1
+        return count
 
 
 @register

@@ -132,7 +132,12 @@ def _static(model, cal, opt: Options, progress):
             pairs[name] = (fl, f"{y}_dequantized" if y in p.tensors else y)
         return Built(q, p.layers, pairs)
 
-    return build, full.layers, [], None
+    notes = []
+    if any(n.op_type in ("Softmax", "LayerNormalization") for n in model.graph):
+        notes.append(
+            "attention-like graph: --mode dynamic usually keeps more accuracy than static here"
+        )
+    return build, full.layers, notes, None
 
 
 def _dynamic(model, cal, opt: Options, progress):

@@ -3,7 +3,8 @@ layers in float until an accuracy budget holds.
 
 - ``layer_errors``: run the float and the quantized model on the same batches and compare each
   quantized layer's output: SQNR in dB (``10·log10(Σf² / Σ(f−q)²)``) and relative error
-  (``‖f−q‖ / ‖f‖``), accumulated over batches with fixed-size state.
+  (``‖f−q‖ / ‖f‖``), accumulated over batches with fixed-size state; for sequence models the
+  positions an attention-mask input marks as padding are left out.
 - ``rank_layers``: a layer's sensitivity is the relative error of the model's outputs when only that
   layer is quantized (errors of other layers do not mask it).
 - ``budget_search``: binary search on how many of the most sensitive layers stay float, for the
@@ -104,11 +105,14 @@ def layer_errors(
     err = dict.fromkeys(pairs, 0.0)
     for feeds in batches:
         of, oq = run_f(feeds), run_q(feeds)
+        mask = _token_mask(feeds)
         for layer, (fn, qn) in pairs.items():
             a = of[fn].astype(np.float64)
             b = oq[qn].astype(np.float64)
             if a.shape != b.shape:
                 continue
+            if mask is not None and a.ndim >= 3 and a.shape[:2] == mask.shape:
+                a, b = a[mask], b[mask]  # padded positions are "don't care" values
             sig[layer] += float(np.sum(a * a))
             err[layer] += float(np.sum((a - b) ** 2))
     out = {}
@@ -117,6 +121,15 @@ def layer_errors(
         sqnr = math.inf if e == 0 else (10 * math.log10(s / e) if s > 0 else -math.inf)
         out[layer] = (sqnr, math.sqrt(e / s) if s > 0 else (0.0 if e == 0 else math.inf))
     return out
+
+
+def _token_mask(feeds: dict[str, np.ndarray]) -> np.ndarray | None:
+    """The attention mask of a sequence model (an integer ``[batch, seq]`` input named ``*mask*``):
+    hidden states of padded tokens never reach the outputs and would swamp the comparison."""
+    for name, v in feeds.items():
+        if "mask" in name.lower() and v.ndim == 2 and np.issubdtype(v.dtype, np.integer):
+            return v != 0
+    return None
 
 
 def output_error(run_a: Runner, run_b: Runner, batches: Iterable[dict[str, np.ndarray]]) -> float:

@@ -175,7 +175,7 @@ def _through(value: ir.Value, forward: bool) -> list:
 
 
 def select_layers(
-    model: ir.Model, *, exclude: frozenset[str] = frozenset(), min_reduction: int = 32
+    model: ir.Model, *, exclude: frozenset[str] = frozenset(), min_reduction: int = 16
 ) -> list[ir.Node]:
     """The compute nodes to quantize.
 
@@ -213,7 +213,7 @@ def plan(
     *,
     exclude: frozenset[str] = frozenset(),
     fold_relu: bool = True,
-    min_reduction: int = 32,
+    min_reduction: int = 16,
 ) -> StaticPlan:
     p = StaticPlan()
     alias: dict[str, str] = {}  # float tensor name → tensor that carries it after folding

@@ -243,7 +243,7 @@ class _Program:
                 args.append(mirror[n])
             elif step.const_smalls[i] is not None:
                 args.append(step.const_smalls[i])
-            elif i == 0 and step.ctx.op_type == "Shape":
+            elif i == 0 and step.ctx.op_type == "Shape" and n in env:
                 args.append(env[n])  # only its shape is read
             else:
                 return None

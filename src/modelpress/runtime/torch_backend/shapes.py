@@ -128,6 +128,27 @@ def _identity(ctx, x):
     return x
 
 
+def _reshape(ctx, data, target):
+    dims = list(target.values)
+    n = len(data.values)
+    if len(dims) > 1:
+        return None
+    if len(dims) == 0:
+        return Small((), data.values, data.dtype) if n == 1 else None
+    size = n if dims[0] in (-1, 0) else dims[0]
+    return Small((size,), data.values, data.dtype) if size == n else None
+
+
+def _constant_of_shape(ctx, target):
+    value = ctx.attr("value")
+    if value is None or value.dtype.is_floating_point or len(target.values) > 1:
+        return None
+    fill = value.reshape(-1)[0].item()
+    if not target.values:
+        return Small((), (fill,), value.dtype)
+    return Small((target.values[0],), (fill,) * target.values[0], value.dtype)
+
+
 def const_small(values: tuple | None, shape: tuple | None, dtype: torch.dtype) -> Small | None:
     if values is None or len(shape) > 1:
         return None
@@ -162,4 +183,6 @@ SHAPE_FNS = {
     "Slice": _slice,
     "Where": _where,
     "Identity": _identity,
+    "Reshape": _reshape,
+    "ConstantOfShape": _constant_of_shape,
 }

@@ -7,6 +7,8 @@ of a fixed number of bins), so memory does not grow with the number of samples.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import numpy as np
 
 from modelpress.compress.quantize.qparams import (
@@ -20,7 +22,7 @@ from modelpress.compress.quantize.qparams import (
 PER_TENSOR = PerTensor()
 
 
-class Observer:
+class Observer(ABC):
     """Base class: subclasses implement ``observe`` and ``_range`` (the clip range to quantize)."""
 
     #: registry name
@@ -44,11 +46,13 @@ class Observer:
         self.symmetric = symmetric
         self.count = 0  # elements seen
 
-    def observe(self, x: np.ndarray) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def observe(self, x: np.ndarray) -> None:
+        """Record the statistics of one batch."""
 
-    def _range(self) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def _range(self) -> tuple[np.ndarray, np.ndarray]:
+        """The clip range ``(lo, hi)`` to quantize, from what was observed."""
 
     def qparams(self) -> QParams:
         if self.count == 0:
