@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import model_from_text
+from mp_testing import model_from_text
 
 from modelpress.cli.main import build_parser, main
 from modelpress.ir import save

@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 import pytest
 
-from conftest import model_from_text
+from mp_testing import model_from_text
 from modelpress.errors import ModelLoadError, ModelSaveError
 from modelpress.ir import load, save
 from modelpress.verify import verify

@@ -6,7 +6,7 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 
-from conftest import model_from_text
+from mp_testing import model_from_text
 from modelpress.cli.main import main
 from modelpress.errors import InputError, VerificationError
 from modelpress.ir import save

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import mlp
+from quant_models import mlp
 
 from modelpress.compress import quantize
 from modelpress.runtime.ort import session

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import mlp, small_cnn
+from quant_models import mlp, small_cnn
 
 from modelpress.cli.main import main
 from modelpress.compress import quantize

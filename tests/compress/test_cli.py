@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import onnx
-from conftest import mlp, small_cnn
+from quant_models import mlp, small_cnn
 
 from modelpress.cli.main import main
 from modelpress.ir import save

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from conftest import mlp, single_conv, small_cnn
+from quant_models import mlp, single_conv, small_cnn
 
 from modelpress.compress import quantize
 from modelpress.ir import save, to_proto

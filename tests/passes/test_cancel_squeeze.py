@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from conftest import model_from_text, node_ops
+from mp_testing import model_from_text, node_ops
 
 from modelpress.passes.cancel_squeeze import CancelSqueeze
 from modelpress.verify import verify

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 import pytest
-from conftest import model_from_text, node_ops
+from mp_testing import model_from_text, node_ops
 
 from modelpress.passes import constant_folding, optimize
 from modelpress.verify import verify

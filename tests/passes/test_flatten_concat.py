@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import model_from_text, node_ops
+from mp_testing import model_from_text, node_ops
 
 from modelpress.passes.flatten_concat import FlattenConcat
 from modelpress.verify import verify

@@ -6,7 +6,7 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 
-from conftest import model_from_text, node_ops
+from mp_testing import model_from_text, node_ops
 from modelpress.passes import optimize
 from modelpress.verify import verify
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import model_from_text, node_ops
+from mp_testing import model_from_text, node_ops
 
 from modelpress.passes import optimize
 from modelpress.verify import verify

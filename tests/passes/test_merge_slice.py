@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from conftest import model_from_text, node_ops
+from mp_testing import model_from_text, node_ops
 
 from modelpress.ir import to_proto
 from modelpress.ir.stats import iter_graphs, iter_nodes

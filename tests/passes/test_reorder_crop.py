@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from conftest import model_from_text, node_ops
+from mp_testing import model_from_text, node_ops
 
 from modelpress.passes.reorder_crop import ReorderCrop
 from modelpress.verify import verify

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import model_from_text
+from mp_testing import model_from_text
 from onnx import TensorProto, helper, numpy_helper
 
 from modelpress.ir import from_proto

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import model_from_text
+from mp_testing import model_from_text
 from modelpress.errors import InputError, OptionError
 from modelpress.runtime.devices import DeviceError, choose
 from modelpress.runtime.ort_backend import OrtBackend

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from conftest import model_from_text
+from mp_testing import model_from_text
 from modelpress.cli.main import main
 from modelpress.ir import save
 

@@ -207,7 +207,7 @@ def test_if_and_loop_match_ort(rng):
 
 
 def test_scan_matches_ort():
-    from tests.conftest import model_from_text
+    from mp_testing import model_from_text
 
     model = model_from_text("""
     <ir_version: 8, opset_import: ["" : 17]>
@@ -222,7 +222,7 @@ def test_scan_matches_ort():
 
 
 def test_integer_ops_match_ort_exactly():
-    from tests.conftest import model_from_text
+    from mp_testing import model_from_text
 
     model = model_from_text("""
     <ir_version: 8, opset_import: ["" : 17]>
@@ -311,7 +311,7 @@ def test_training_step_lowers_loss_and_export_matches(rng):
 
 
 def test_unsupported_op_names_op_and_node():
-    from tests.conftest import model_from_text
+    from mp_testing import model_from_text
 
     model = model_from_text("""
     <ir_version: 8, opset_import: ["" : 17]>
@@ -326,7 +326,7 @@ def test_unsupported_op_names_op_and_node():
 
 
 def test_custom_domain_op_is_unsupported():
-    from tests.conftest import model_from_text
+    from mp_testing import model_from_text
 
     model = model_from_text("""
     <ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
@@ -383,11 +383,47 @@ def test_import_does_not_load_torch_and_missing_torch_is_one_error():
     assert MissingExtraError  # the class the subprocess raised
 
 
-@pytest.mark.parametrize("which", ["cnn", "transformer"])
+def shape_chain_model():
+    """Reshape targets computed from Shape at run time, the way exporters write them."""
+    from mp_testing import model_from_text
+
+    return model_from_text("""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[B, T, 8] x) => (float[B, T, 2, 4] heads, float[B, 8, T] back, int64[3] dims) {
+        shp = Shape(x)
+        b = Gather <axis = 0> (shp, i0)
+        t = Gather <axis = 0> (shp, im2)
+        bu = Unsqueeze(b, ax0)
+        tu = Unsqueeze(t, ax0)
+        target = Concat <axis = 0> (bu, tu, two, minus1)
+        heads = Reshape(x, target)
+        tt = Mul(t, one)
+        ttu = Unsqueeze(tt, ax0)
+        eight = Div(sixteen, two)
+        target2 = Concat <axis = 0> (bu, eight, ttu)
+        flat = Transpose <perm = [0, 2, 1]> (x)
+        back = Reshape(flat, target2)
+        dims = Shape <start = -3> (heads)
+    }
+    """.replace("{\n        shp", "<int64 i0 = {0}, int64 im2 = {-2}, int64[1] ax0 = {0}, int64[1] two = {2}, "
+                "int64[1] minus1 = {-1}, int64 one = {1}, int64[1] sixteen = {16}> {\n        shp"))
+
+
+def test_runtime_shape_chains_match_ort():
+    model = shape_chain_model()
+    for batch, seq in ((2, 5), (3, 1)):
+        x = np.random.default_rng(batch).standard_normal((batch, seq, 8)).astype(np.float32)
+        _assert_matches_ort(model, {"x": x})
+
+
+@pytest.mark.parametrize("which", ["cnn", "transformer", "shape_chain"])
 def test_static_graphs_trace_without_graph_breaks(rng, which):
-    # TorchDynamo must see the whole graph walk as one graph when shapes are constants
+    # TorchDynamo must see the whole graph walk as one graph when input shapes are static, shape
+    # arithmetic computed at run time included
     if which == "cnn":
         module, args = to_torch(cnn_model(rng)), {"x": torch.randn(2, 3, 15, 15)}
+    elif which == "shape_chain":
+        module, args = to_torch(shape_chain_model()), {"x": torch.randn(2, 5, 8)}
     else:
         module = to_torch(transformer_model(rng))
         args = {k: torch.from_numpy(v) for k, v in transformer_feeds(rng).items()}
@@ -397,13 +433,12 @@ def test_static_graphs_trace_without_graph_breaks(rng, which):
 
 
 @pytest.mark.slow
-def test_compiled_module_matches_eager(rng):
+def test_compiled_backend_matches_ort(rng):
     model = cnn_model(rng)
-    x = torch.randn(2, 3, 15, 15)
-    eager = to_torch(model)
-    compiled = to_torch(model, compile=True)
-    with torch.no_grad():
-        np.testing.assert_allclose(compiled(x).numpy(), eager(x).numpy(), rtol=1e-5, atol=1e-5)
+    prepared = get_backend("torch").prepare(model, compile=True)
+    assert prepared.module._compiled_call_impl is not None  # run() goes through the compiled forward
+    x = rng.standard_normal((2, 3, 15, 15)).astype(np.float32)
+    np.testing.assert_allclose(prepared.run({"x": x})["logits"], run_model(model, {"x": x})["logits"], rtol=1e-5, atol=1e-5)
 
 
 def test_export_after_training_with_subgraphs_matches_module():
@@ -425,7 +460,7 @@ def test_export_after_training_with_subgraphs_matches_module():
 def test_ops_command_lists_ops_and_a_models_missing_ones(tmp_path, capsys):
     from modelpress.cli.main import main
     from modelpress.ir import save
-    from tests.conftest import model_from_text
+    from mp_testing import model_from_text
 
     assert main(["ops", "--backend", "torch", "--json", str(tmp_path / "ops.json")]) == 0
     out = capsys.readouterr().out
@@ -444,3 +479,18 @@ def test_ops_command_lists_ops_and_a_models_missing_ones(tmp_path, capsys):
     assert "1 of 2 op types not supported by torch: Unique" in " ".join(capsys.readouterr().out.split())
     assert main(["ops", "--model", str(tmp_path / "missing.onnx")]) == 1
     assert "missing.onnx" in capsys.readouterr().err
+
+
+def test_concurrent_runs_with_different_shapes_do_not_interfere():
+    # a server runs one prepared model from several threads; per-run shape values must not leak
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = shape_chain_model()
+    prepared = get_backend("torch").prepare(model)
+    feeds = [{"x": np.random.default_rng(b).standard_normal((b, 2 + b, 8)).astype(np.float32)} for b in (1, 2, 3, 4) * 5]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(prepared.run, feeds))
+    for f, got in zip(feeds, results, strict=True):
+        ref = run_model(model, f)
+        for name in ref:
+            np.testing.assert_array_equal(got[name], ref[name])

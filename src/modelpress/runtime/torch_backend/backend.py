@@ -46,7 +46,9 @@ class TorchPrepared:
             except TypeError as exc:
                 raise InputError(f"input {name!r}: {exc}; the PyTorch backend cannot take it") from None
         with torch.no_grad():
-            outputs = self.module.program.run(self.module, tensors)
+            outputs = self.module(**tensors)  # through __call__, so a compiled forward is used
+        if not isinstance(outputs, tuple):
+            outputs = (outputs,)
         return {n: self._to_numpy(t) for n, t in zip(self.output_names, outputs, strict=False)}
 
 

@@ -25,12 +25,13 @@ and Dropout is the identity even under ``module.train()`` (fine-tuning with froz
 trained module exports back to the same graph (``export.to_onnx``).
 
 ``torch.compile``: with ``compile=True`` the module's ``forward`` is compiled by TorchDynamo, which
-unrolls the graph walk. Shape arguments that are constants (initializers, Constant nodes) are read
-at build time and trace cleanly. What breaks the trace into several graphs (still correct, slower):
-shape values computed at run time (``Shape -> Gather -> Concat -> Reshape`` chains, read back with
-``.tolist()``), the condition of ``If`` and the trip count of ``Loop`` (read with ``.item()``),
-data-dependent output shapes (NonZero, Compress, TopK with a computed K). Fold shapes first
-(``modelpress optimize`` with static input shapes) to get one graph.
+unrolls the graph walk. Shape arguments that are constants (initializers, Constant nodes, folded
+nodes) are Python values at build time, and the ``Shape -> Gather -> Concat -> Reshape`` chains of
+exported graphs are evaluated on Python ints at run time (``shapes.py``), so static-shape CNNs and
+transformers trace as one graph. What still breaks the trace into several graphs (correct, only
+slower): integer values computed from tensor *data* and then used as shapes or counts (read back
+with ``.tolist()``), the condition of ``If`` and the trip count/condition of ``Loop`` (``.item()``),
+and data-dependent output shapes (NonZero, Compress, TopK with a computed K).
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ from torch import nn
 
 from modelpress.runtime.torch_backend import ops as _ops  # noqa: F401  (registers the kernels)
 from modelpress.runtime.torch_backend.errors import NodeRunError, UnsupportedOpError
-from modelpress.runtime.torch_backend.shapes import SHAPE_FNS, Small, const_small, evaluate
 from modelpress.runtime.torch_backend.registry import (
     MIN_OPSET,
     OPS,
@@ -55,6 +55,7 @@ from modelpress.runtime.torch_backend.registry import (
     from_numpy,
     to_numpy,
 )
+from modelpress.runtime.torch_backend.shapes import SHAPE_FNS, Small, const_small, evaluate
 
 # Input slots that hold statistics or settings, not weights: (op_type, input index).
 _NOT_TRAINABLE = {
@@ -204,22 +205,22 @@ class _Program:
                     if small is not None:
                         mirror[step.outputs[0]] = small
                         continue
+                ctx = step.ctx
                 if mirror:
                     if step.scoped:  # a subgraph may read any outer value
                         for n, v in mirror.items():
                             env.setdefault(n, v.tensor(device))
                     known = [mirror[n].values if n in mirror else None for n in step.inputs]
-                    step.ctx.known = known if any(k is not None for k in known) else None
-                    for n in step.inputs:
-                        if n and n not in env and n in mirror:
-                            env[n] = mirror[n].tensor(device)
-                else:
-                    step.ctx.known = None
+                    if any(k is not None for k in known):
+                        ctx = ctx.with_known(known)
+                        for n in step.inputs:
+                            if n and n not in env and n in mirror:
+                                env[n] = mirror[n].tensor(device)
                 args = [env[n] if n else None for n in step.inputs]
                 if step.scoped:
-                    result = step.fn(step.ctx, env, module, *args)
+                    result = step.fn(ctx, env, module, *args)
                 else:
-                    result = step.fn(step.ctx, *args)
+                    result = step.fn(ctx, *args)
                 if isinstance(result, (tuple, list)):
                     for n, r in zip(step.outputs, result, strict=False):
                         if n:

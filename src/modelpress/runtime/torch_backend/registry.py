@@ -10,6 +10,7 @@ constants (so that shape arguments become Python ints without reading a tensor b
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -100,15 +101,28 @@ class NodeContext:
             for k, a in node.attributes.items()
             if a.type != ir.AttributeType.GRAPH
         }
+        # the values of small tensor attributes as Python numbers (ConstantOfShape's value)
+        self.attr_values = {
+            k: tuple(v.reshape(-1).tolist())
+            for k, v in self.attrs.items()
+            if isinstance(v, torch.Tensor) and v.numel() <= _MAX_CONST
+        }
         # Python values, not arrays: TorchDynamo would trace numpy arrays as tensors.
         small = [c is not None and np.asarray(c).size <= _MAX_CONST for c in consts]
         self.consts = [tuple(np.asarray(c).reshape(-1).tolist()) if ok else None for c, ok in zip(consts, small, strict=True)]
         self.const_shapes = [tuple(np.asarray(c).shape) if ok else None for c, ok in zip(consts, small, strict=True)]
-        # Per run: the inputs' values when the program computed them in Python (see shapes.py).
+        # The inputs' values when the program computed them in Python (shapes.py); only set on
+        # the per-run copies ``with_known`` makes, never on the shared context.
         self.known: list[tuple | None] | None = None
         self.subgraphs = subgraphs
         self.num_outputs = len(node.outputs)
         self.outputs_used = [bool(v is not None and v.name) for v in node.outputs]
+
+    def with_known(self, known: list[tuple | None]) -> NodeContext:
+        """A copy that sees these Python input values: one run's, so that runs can overlap."""
+        bound = copy.copy(self)
+        bound.known = known
+        return bound
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)

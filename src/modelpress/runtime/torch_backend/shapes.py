@@ -143,7 +143,7 @@ def _constant_of_shape(ctx, target):
     value = ctx.attr("value")
     if value is None or value.dtype.is_floating_point or len(target.values) > 1:
         return None
-    fill = value.reshape(-1)[0].item()
+    fill = ctx.attr_values["value"][0]
     if not target.values:
         return Small((), (fill,), value.dtype)
     return Small((target.values[0],), (fill,) * target.values[0], value.dtype)

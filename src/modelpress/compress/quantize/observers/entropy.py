@@ -4,7 +4,8 @@ magnitudes and its quantized version, as TensorRT's entropy calibration does.
 For each candidate threshold (a bin edge ``i``), the reference distribution is the first ``i`` bins
 with everything beyond folded into the last one; the candidate is those ``i`` bins merged into
 ``levels`` quantization bins and spread back evenly over the bins that were non-zero. The
-threshold of the smallest ``KL(reference || candidate)`` wins. ``levels`` is 128 for signed types
+threshold of the smallest ``KL(reference || candidate)`` wins. Exact zeros are left out of the
+histogram: zero is exact whatever the range. ``levels`` is 128 for signed types
 (magnitudes of a symmetric range) and 256 for unsigned data that is never negative.
 """
 
@@ -74,7 +75,10 @@ class EntropyObserver(Observer):
             return
         self.lo = min(self.lo, float(x.min()))
         self.hi = max(self.hi, float(x.max()))
-        self.hist.add(np.abs(x))
+        # Exact zeros (half of a Relu output) are represented exactly by any range: a spike of them
+        # in the first bin would make every narrow clip look lossless to the KL test.
+        a = np.abs(x)
+        self.hist.add(a[a != 0])
         self.count += int(x.size)
 
     def _range(self):

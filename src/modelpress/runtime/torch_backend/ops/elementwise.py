@@ -160,7 +160,7 @@ def cast_like(ctx, x, like):
 def clip(ctx, x, lo=None, hi=None):
     if ctx.opset < 11:
         lo_v, hi_v = ctx.attr("min"), ctx.attr("max")
-        return torch.clamp(x, lo_v, hi_v)
+        return x if lo_v is None and hi_v is None else torch.clamp(x, lo_v, hi_v)
     if lo is not None and hi is not None:
         return torch.minimum(torch.maximum(x, lo), hi)
     if lo is not None:

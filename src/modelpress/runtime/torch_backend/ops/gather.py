@@ -87,7 +87,8 @@ def scatter_nd(ctx, x, indices, updates):
     elif reduction == "add":
         out = flat.index_add(0, linear, upd)
     else:
-        out = flat.index_reduce(0, linear, upd, _REDUCE[reduction], include_self=True)
+        index = linear.reshape((-1,) + (1,) * len(rest)).expand(upd.shape)
+        out = flat.scatter_reduce(0, index, upd, _REDUCE[reduction], include_self=True)
     return out.reshape(x.shape)
 
 

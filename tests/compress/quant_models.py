@@ -1,0 +1,89 @@
+"""Small models for the quantization tests, built with onnx.helper (fixed seeds)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from modelpress.ir import from_proto
+
+
+def _model(nodes, inputs, outputs, inits, opset=17):
+    graph = helper.make_graph(
+        nodes, "g", inputs, outputs, [numpy_helper.from_array(v, k) for k, v in inits.items()]
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    proto.ir_version = 9
+    onnx.checker.check_model(proto)
+    return from_proto(proto)
+
+
+def small_cnn(seed: int = 0):
+    """x[N,4,8,8] → Conv 3x3 (32 channels) → Relu → Conv 3x3 → Add(residual) → Relu → GlobalAveragePool → Flatten → Gemm."""
+    rng = np.random.default_rng(seed)
+    inits = {
+        "w1": (rng.standard_normal((32, 4, 3, 3)) * 0.3).astype(np.float32),
+        "b1": (rng.standard_normal(32) * 0.1).astype(np.float32),
+        "w2": (rng.standard_normal((32, 32, 3, 3)) * 0.1).astype(np.float32),
+        "b2": (rng.standard_normal(32) * 0.1).astype(np.float32),
+        "wf": (rng.standard_normal((5, 32)) * 0.5).astype(np.float32),
+        "bf": (rng.standard_normal(5) * 0.1).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
+        helper.make_node("Add", ["c2", "r1"], ["a"], name="add"),
+        helper.make_node("Relu", ["a"], ["r2"], name="relu2"),
+        helper.make_node("GlobalAveragePool", ["r2"], ["p"], name="pool"),
+        helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1, name="fc"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])
+    return _model(nodes, [x], [y], inits)
+
+
+def single_conv(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    inits = {
+        "w": (rng.standard_normal((6, 4, 3, 3)) * 0.3).astype(np.float32),
+        "b": (rng.standard_normal(6) * 0.1).astype(np.float32),
+    }
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1], name="conv")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 6, 6])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 6, 6, 6])
+    return _model(nodes, [x], [y], inits)
+
+
+def mlp(seed: int = 0, *, sensitive: bool = False):
+    """x[N,16] → MatMul(16x32) + b → Relu → MatMul(32x32) → Relu → MatMul(32x10).
+
+    ``sensitive``: the second layer's input gets one channel 1000x larger than the others (a scale
+    folded into the first layer's weights and undone in the second's), so per-tensor activation
+    quantization of that layer wipes out every other channel, while the float model is unchanged.
+    """
+    rng = np.random.default_rng(seed)
+    w1 = (rng.standard_normal((16, 32)) * 0.4).astype(np.float32)
+    b1 = (np.abs(rng.standard_normal(32)) * 0.1).astype(np.float32)
+    w2 = (rng.standard_normal((32, 32)) * 0.3).astype(np.float32)
+    w3 = (rng.standard_normal((32, 10)) * 0.5).astype(np.float32)
+    if sensitive:
+        big = np.ones(32, np.float32)
+        big[0] = 1000.0
+        w1 = w1 * big
+        b1 = b1 * big
+        w2 = w2 / big[:, None]
+    inits = {"w1": w1, "b1": b1, "w2": w2, "w3": w3}
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["m1"], name="fc1"),
+        helper.make_node("Add", ["m1", "b1"], ["h1"], name="bias1"),
+        helper.make_node("Relu", ["h1"], ["r1"], name="relu1"),
+        helper.make_node("MatMul", ["r1", "w2"], ["m2"], name="fc2"),
+        helper.make_node("Relu", ["m2"], ["r2"], name="relu2"),
+        helper.make_node("MatMul", ["r2", "w3"], ["y"], name="fc3"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])
+    return _model(nodes, [x], [y], inits)
