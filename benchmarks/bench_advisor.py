@@ -13,6 +13,9 @@ Method:
    hold-out by model (fit on ResNet-50, predict BERT-Large, and back).
 4. Multi-GPU rows are predicted, not fitted.
 5. This CPU: ``advise --calibrate``'s measurement on zoo models (predicted vs measured ms).
+6. Held-out inference: ``published_inference.csv`` (TensorRT BERT on A100, TensorRT-LLM GPT-J /
+   Llama-2-7B on H100, L40S, A100) predicted with the package's default factors; nothing is
+   fitted to these rows.
 
 Writes ``benchmarks/results/advisor.md`` and ``advisor.json``. The fitted values are copied by
 hand into ``src/modelpress/advisor/efficiency.py``; the script says when they differ.
@@ -34,7 +37,14 @@ from scipy.optimize import least_squares
 
 from modelpress.advisor.catalog import load_catalog
 from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY, Efficiency
-from modelpress.advisor.published import PublishedRow, load_published, predict
+from modelpress.advisor.published import (
+    PublishedRow,
+    load_published,
+    load_published_inference,
+    predict,
+    predict_inference,
+)
+from modelpress.errors import ModelpressError
 
 RESULTS = Path(__file__).parent / "results"
 FITTED = ("eager", "eager_overhead_us")
@@ -102,6 +112,7 @@ def main() -> int:
     multi_stats = _stats([(p, r.measured) for r, p in per_row if r in multi])
     gemm_stats = _stats([(p, r.measured) for r, p in per_row if r in gemm])
 
+    inference = _heldout_inference(catalog)
     cpu = [] if args.no_cpu else _cpu_calibration()
     defaults_match = all(
         abs(getattr(fitted, k) - getattr(DEFAULT_EFFICIENCY, k))
@@ -130,6 +141,7 @@ def main() -> int:
             for r, p in per_row
         ],
         "skipped": skipped,
+        "heldout_inference": inference,
         "cpu_calibration": cpu,
         "seconds": round(time.time() - t0, 1),
     }
@@ -142,6 +154,93 @@ def main() -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _heldout_inference(catalog) -> dict:
+    """Predicted vs published single-GPU inference throughput, default factors, no fitting."""
+    rows, skipped = [], []
+    for r in load_published_inference(catalog):
+        try:
+            est = predict_inference(r, catalog, DEFAULT_EFFICIENCY)
+        except ModelpressError as exc:  # e.g. a prompt + output longer than the model's context
+            skipped.append(f"{r.label}: {exc}")
+            continue
+        rows.append(
+            {
+                "row": r.label,
+                "unit": r.unit,
+                "measured": round(r.measured, 1),
+                "predicted": round(est.throughput, 1),
+                "ratio": round(est.throughput / r.measured, 3),
+                "bound": est.bound,
+                "fits": est.fits,
+                "batch": r.batch,
+                "llm": bool(r.gen_tokens),
+                "source": r.source,
+            }
+        )
+
+    def stats(sel):
+        pairs = [(x["predicted"], x["measured"]) for x in rows if sel(x)]
+        return _stats(pairs) if pairs else None
+
+    return {
+        "all": stats(lambda x: True),
+        "encoder batch >= 64": stats(lambda x: not x["llm"] and x["batch"] >= 64),
+        "encoder batch 1": stats(lambda x: not x["llm"] and x["batch"] == 1),
+        "LLM (prefill + decode)": stats(lambda x: x["llm"]),
+        "rows": rows,
+        "skipped": skipped,
+    }
+
+
+def _inference_markdown(inf: dict) -> list[str]:
+    lines = [
+        "## Held-out inference (published, never fitted)",
+        "",
+        "Rows: `src/modelpress/advisor/data/published_inference.csv`, every one with its source. Predicted "
+        "with the package's default factors (the inference factors matmul 0.85, conv 0.70, attention 0.60, "
+        "bandwidth 0.85, 3 µs per kernel are physical priors; none was changed for these rows). BERT rows are "
+        "NVIDIA TensorRT demoBERT on an A100 40GB with inputs padded to the fixed sequence (sequences/s = "
+        "batch / average latency); LLM rows are TensorRT-LLM output tokens/s per GPU at TP 1 (FP8 weights and "
+        "KV cache on H100/L40S, FP16 on A100), modelled as a prefill of the prompt plus the decode steps.",
+        "",
+        *[f"- {k}: {_fmt(v)}" for k, v in inf.items() if k not in ("rows", "skipped") and v],
+        "",
+        "| row | measured | predicted | ratio | bound | fits | source |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        *[
+            f"| {x['row']} | {x['measured']:g} {x['unit']} | {x['predicted']:g} | {x['ratio']:.2f} | {x['bound']} | "
+            f"{'yes' if x['fits'] else 'no'} | {x['source'].split(' ')[0].split('/blob/')[0].removeprefix('https://github.com/')} |"
+            for x in inf["rows"]
+        ],
+        "",
+        "Skipped: " + ("; ".join(inf["skipped"]) or "none") + ".",
+        "",
+        "Reading the table:",
+        "",
+        "- Large-batch rows (compute-bound encoders, memory-bound decode) are within the 25% target with the "
+        "priors as they were; no inference factor was changed, so the error before and after this section is "
+        "the same.",
+        "- Batch 1 is the weak spot (1.3-2.15x too fast): a 384-token GEMM gives too few output tiles to fill "
+        "the 108 SMs of an A100 (wave quantisation), which a per-kernel overhead does not capture. Modelling "
+        "it needs the SM count and the engine's tile sizes per device, which the catalog does not have yet; "
+        "for batch-1 latency on GPUs treat the prediction as optimistic.",
+        "- `fits: no` on four LLM rows that did run: the advisor reserves the whole KV cache of every sequence "
+        "at its final length plus 10% slack; TensorRT-LLM's paged KV cache does not hold it all at once. "
+        "The fit check is conservative there, the throughput is not affected.",
+        "- GPT-J rows whose prompt + output exceed its 2048 positions are skipped (the advisor refuses them).",
+        "",
+        "Padding-free encoders (`--avg-seq L`, `get_workload(..., avg_seq=L)`): the published BERT rows above "
+        "are padded, and the built-in `bert-base`/`bert-large` stay padded by default, because that is what a "
+        "fixed-shape deployment runs and the mean real length is a property of the user's data. MLPerf "
+        "Inference BERT-99 and TensorRT's varseqlen path skip the padding; to compare with them pass the "
+        "dataset's mean token count as `--avg-seq`. Per-token work then scales by L/seq and attention by "
+        "(L/seq)^2, throughput stays in sequences/s. No MLPerf row is in the held-out set: no per-GPU figure "
+        "and dataset mean length could be sourced in this round.",
+        "",
+    ]
+    return lines
 
 
 def _cpu_calibration() -> list[dict]:
@@ -217,6 +316,7 @@ def _markdown(rep: dict) -> str:
         "",
         "Skipped rows: " + ("; ".join(rep["skipped"]) or "none") + ".",
         "",
+        *_inference_markdown(rep["heldout_inference"]),
     ]
     if rep["cpu_calibration"]:
         lines += [

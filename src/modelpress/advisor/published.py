@@ -11,6 +11,12 @@ sequence 384; "AMP FP16" is mixed-precision fp16, "FP32/TF32" is tf32 (PyTorch's
 convolutions on Ampere and later); a row without a batch size runs at the largest batch that fits,
 at most ``DEFAULT_BATCH_CAP``. GEMM rows are predicted as the dense peak × ``gemm_ceiling``
 (never from the device's own measured ceiling, which comes from these same rows).
+
+``advisor/data/published_inference.csv`` is a HELD-OUT set of single-GPU inference throughputs
+(NVIDIA TensorRT demoBERT on A100, TensorRT-LLM GPT-J 6B and Llama-2-7B on H100, L40S, A100),
+with a source per row. Nothing is fitted to it: ``benchmarks/bench_advisor.py`` only reports the
+advisor's error on it. Latency rows (``avg_latency_ms``) become sequences/s = batch / latency;
+LLM rows are output tokens/s (batch × generated tokens / time for prefill plus decode).
 """
 
 from __future__ import annotations
@@ -113,4 +119,80 @@ def predict(row: PublishedRow, catalog: Catalog, eff: Efficiency) -> float:
     return est.throughput / row.num_gpus
 
 
-__all__ = ["DEFAULT_BATCH_CAP", "PublishedRow", "load_published", "predict"]
+@dataclass(frozen=True)
+class InferenceRow:
+    workload: str  # built-in workload name
+    gpu: str  # catalog name
+    precision: str
+    batch: int
+    seq: int  # (padded) sequence, or LLM prompt length
+    gen_tokens: int  # LLM output length; 0 for encoders and CNNs
+    measured: float  # per GPU, in ``unit``
+    unit: str
+    source: str
+    note: str
+
+    @property
+    def label(self) -> str:
+        shape = f"in {self.seq} out {self.gen_tokens}" if self.gen_tokens else f"seq {self.seq}"
+        return f"{self.workload} {self.precision} b{self.batch} {shape} on {self.gpu}"
+
+
+_INFER_METRICS = {
+    # metric in the file -> (unit, conversion of the published value at a batch)
+    "avg_latency_ms": ("samples/s", lambda value, batch: batch * 1e3 / value),
+    "output_tokens_per_s": ("tokens/s", lambda value, batch: value),
+}
+
+
+def load_published_inference(catalog: Catalog) -> list[InferenceRow]:
+    """The held-out inference rows; a row the catalog or the metrics cannot place is an error
+    (the file ships with the package, so a bad row is a packaging bug, not a user's input)."""
+    text = (
+        resources.files("modelpress.advisor").joinpath("data/published_inference.csv").read_text()
+    )
+    rows = []
+    for n, raw in enumerate(csv.DictReader(text.splitlines()), start=2):
+        if raw["metric"] not in _INFER_METRICS or not raw["source"].strip():
+            raise OptionError(f"published_inference.csv line {n}: unknown metric or no source")
+        unit, convert = _INFER_METRICS[raw["metric"]]
+        batch = int(raw["batch"])
+        rows.append(
+            InferenceRow(
+                workload=raw["workload"],
+                gpu=catalog.find(raw["gpu"]).name,
+                precision=raw["precision"],
+                batch=batch,
+                seq=int(raw["seq"]),
+                gen_tokens=int(raw["gen_tokens"]),
+                measured=convert(float(raw["value"]), batch),
+                unit=unit,
+                source=raw["source"],
+                note=raw["note"],
+            )
+        )
+    return rows
+
+
+def predict_inference(row: InferenceRow, catalog: Catalog, eff: Efficiency):
+    """The advisor's estimate (an ``Estimate``) for a held-out inference row."""
+    workload = get_workload(row.workload, seq=row.seq, gen_tokens=row.gen_tokens)
+    return estimate(
+        workload,
+        catalog.find(row.gpu),
+        task="infer",
+        precision=row.precision,
+        batch=row.batch,
+        eff=eff,
+    )
+
+
+__all__ = [
+    "DEFAULT_BATCH_CAP",
+    "InferenceRow",
+    "PublishedRow",
+    "load_published",
+    "load_published_inference",
+    "predict",
+    "predict_inference",
+]

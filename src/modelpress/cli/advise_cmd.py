@@ -25,6 +25,7 @@ def add_parser(sub) -> None:
         epilog=(
             "examples:\n"
             "  modelpress advise --workload resnet50 --task infer --precision int8 --latency-ms 5\n"
+            "  modelpress advise --workload bert-large --precision int8 --batch 256 --avg-seq 170 --gpu L4  # padding-free\n"
             "  modelpress advise --workload llama-2-7b --task infer --precision fp16 --batch 16 --seq 1024 --gpu h100-sxm a100-sxm-80gb\n"
             "  modelpress advise model.onnx --task train --precision fp16 --batch 64 --num-gpus 8 --json out.json --html out.html\n"
             "  modelpress advise config.json --task infer --precision bf16 --gpu L4 --calibrate"
@@ -56,6 +57,16 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--seq", type=int, help="sequence length for transformers (prompt length for LLM inference)"
+    )
+    p.add_argument(
+        "--avg-seq",
+        type=float,
+        metavar="L",
+        help=(
+            "mean real sequence length for padding-free encoder inference (bert-base, bert-large; "
+            "varlen kernels skip the padding, as TensorRT varseqlen and MLPerf BERT do); "
+            "throughput stays in sequences/s (default: every sequence padded to --seq)"
+        ),
     )
     p.add_argument(
         "--gen-tokens",
@@ -137,8 +148,15 @@ def _workload(args):
         raise OptionError("give either a model file (.onnx or config.json) or --workload NAME")
     if args.workload:
         return get_workload(
-            args.workload, seq=args.seq, gen_tokens=args.gen_tokens if args.task == "infer" else 0
+            args.workload,
+            seq=args.seq,
+            gen_tokens=args.gen_tokens if args.task == "infer" else 0,
+            avg_seq=args.avg_seq,
         ), None
+    if args.avg_seq is not None:
+        raise OptionError(
+            "--avg-seq: applies to the built-in encoder workloads (--workload bert-*)"
+        )
     path = Path(args.model)
     if path.suffix.lower() == ".json":
         cfg = load_config(path)
