@@ -26,8 +26,13 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 
+# Benchmarks take minutes each; their committed results are gathered into benchmarks/RESULTS.md.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_optimize.py
+	$(BIN)/python benchmarks/bench_quantize.py
+	$(BIN)/python benchmarks/bench_torch_backend.py
+	$(BIN)/python benchmarks/bench_advisor.py
+	$(BIN)/python benchmarks/collect_results.py
 
 clean:
 	rm -rf $(VENV) demo_out build *.egg-info

@@ -479,14 +479,67 @@ def write_report(results: list[dict], seconds: float) -> str:
     return "\n".join(lines)
 
 
+def targets(results: list[dict]) -> list[str]:
+    """The issue's targets, checked against this run's numbers (True/False, no rounding games)."""
+    lines = ["## Targets (issue 3), this run", ""]
+    by = {r["model"]: r["rows"] for r in results}
+
+    def ratio(row, f32, b):
+        return row["latency"][b][0] / f32["latency"][b][0]
+
+    for name in ("resnet-digits", "mobilenet-digits"):
+        if name not in by:
+            continue
+        rows = by[name]
+        f32, mp = rows["float32"], rows["modelpress static"]
+        ort_row = next(v for k, v in rows.items() if k.startswith("ORT"))
+        drop = (f32["accuracy"] - mp["accuracy"]) * 100
+        lines.append(
+            f"- {name}: accuracy drop {drop:.2f} points (≤ 0.3: {drop <= 0.3}); batch 8 ratio "
+            f"{ratio(mp, f32, 8):.2f} (≤ 0.7: {ratio(mp, f32, 8) <= 0.7}); batch 1 ratio {ratio(mp, f32, 1):.2f} "
+            f"(≤ 0.85: {ratio(mp, f32, 1) <= 0.85}); vs ORT's best: accuracy {mp['accuracy']:.4f} vs "
+            f"{ort_row['accuracy']:.4f}, batch 8 {mp['latency'][8][0]:.3f} vs {ort_row['latency'][8][0]:.3f} ms"
+        )
+    if "minilm" in by:
+        rows = by["minilm"]
+        f32, dyn = rows["float32"], rows["modelpress dynamic"]
+        ort_row = next(v for k, v in rows.items() if k.startswith("ORT"))
+        lines.append(
+            f"- minilm dynamic: mean cosine {dyn['cosine']:.4f} (≥ 0.995: {dyn['cosine'] >= 0.995}); batch 8 ratio "
+            f"{ratio(dyn, f32, 8):.2f} (≤ 0.6: {ratio(dyn, f32, 8) <= 0.6}); vs ORT's best: cosine {ort_row['cosine']:.4f}, "
+            f"batch 8 ratio {ratio(ort_row, f32, 8):.2f}"
+        )
+        for k, v in rows.items():
+            if "int4" in k:
+                rel = v["size"] / f32["size"]
+                lines.append(
+                    f"- minilm {k}: size {rel:.2f}x (≤ 0.3: {rel <= 0.3}), mean cosine {v['cosine']:.4f} (≥ 0.98: {v['cosine'] >= 0.98})"
+                )
+    lines.append("")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="fewer configurations and repetitions")
     ap.add_argument("--models", nargs="+", default=["resnet-digits", "mobilenet-digits", "minilm"])
+    ap.add_argument("--render", action="store_true", help="rewrite quantize.md from quantize.json")
     ap.add_argument("--time", nargs=2, metavar=("SPEC", "RESULT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.time:
         _time_child(*args.time)
+        return
+    if args.render:
+        data = json.loads((RESULTS / "quantize.json").read_text())
+        for res in data:
+            for v in res["rows"].values():
+                if "latency" in v:
+                    v["latency"] = {int(b): tuple(x) for b, x in v["latency"].items()}
+        header = (RESULTS / "quantize.md").read_text().splitlines()[2]
+        seconds = float(header.split(", ")[-1].rstrip(" s."))
+        text = "\n".join([write_report(data, seconds), *targets(data)])
+        (RESULTS / "quantize.md").write_text(text + "\n")
+        print(text)
         return
     WORK.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
@@ -497,7 +550,7 @@ def main() -> None:
             bench_minilm(args.quick) if name == "minilm" else bench_cnn(name, args.quick)
         )
         print(f"{name}: {time.perf_counter() - t0:.0f} s", flush=True)
-    text = write_report(results, time.perf_counter() - start)
+    text = "\n".join([write_report(results, time.perf_counter() - start), *targets(results)])
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "quantize.md").write_text(text + "\n")
 

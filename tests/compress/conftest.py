@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 
-
 @pytest.fixture
 def cnn_calib():
     rng = np.random.default_rng(1)

@@ -1,0 +1,47 @@
+"""Gather the per-benchmark result pages (benchmarks/results/*.md) into benchmarks/RESULTS.md.
+
+Each benchmark script writes its own page (machine, date, command, medians and spread, ratios to
+the peers measured in the same run); this script only concatenates them, in a fixed order, under
+one summary, so RESULTS.md never holds numbers that no script produced.
+
+    .venv/bin/python benchmarks/collect_results.py
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HERE = Path(__file__).parent
+ORDER = ["optimize", "quantize", "torch_backend", "advisor"]
+TITLES = {
+    "optimize": "graph optimizer (issue: foundation and optimizer)",
+    "quantize": "quantization",
+    "torch_backend": "PyTorch backend",
+    "advisor": "hardware advisor",
+}
+
+
+def main() -> None:
+    pages = {p.stem: p for p in sorted((HERE / "results").glob("*.md"))}
+    names = [n for n in ORDER if n in pages] + [n for n in pages if n not in ORDER]
+    parts = [
+        "# Benchmark results\n",
+        "Every section below is written by a script in `benchmarks/` and copied here by "
+        "`benchmarks/collect_results.py`; each names its machine, date and command. Timings come "
+        "from a shared 2-core machine: compare variants only within one table (they were measured "
+        "in the same run, interleaved), and read medians with their p25–p75 spread.\n",
+        "## Contents\n",
+        *[f"- {TITLES.get(n, n)}: `benchmarks/results/{n}.md`" for n in names],
+        "",
+    ]
+    for n in names:
+        text = pages[n].read_text().strip()
+        # demote the page's headings one level so the sections nest under this page
+        text = "\n".join("#" + line if line.startswith("#") else line for line in text.splitlines())
+        parts += [text, ""]
+    (HERE / "RESULTS.md").write_text("\n".join(parts))
+    print(f"wrote {HERE / 'RESULTS.md'} from {len(names)} result pages")
+
+
+if __name__ == "__main__":
+    main()
