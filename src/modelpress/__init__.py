@@ -1,7 +1,8 @@
 """modelpress: take a trained model and make it ready for the hardware it will run on.
 
 The Python API uses the same words as the command line: ``load``, ``save``, ``inspect``,
-``optimize``, ``verify``. Submodules load lazily so that ``import modelpress`` stays cheap.
+``convert``, ``optimize``, ``verify``, ``quantize``, ``Session`` (run), ``advise``. The heavier
+entry points load on first use so that ``import modelpress`` stays cheap.
 """
 
 from __future__ import annotations
@@ -14,13 +15,20 @@ from modelpress.ir import load, save
 from modelpress.passes import optimize
 from modelpress.verify import verify
 
-__all__ = ["ModelpressError", "__version__", "inspect", "load", "optimize", "save", "verify"]
+_LAZY = {
+    "Session": ("modelpress.runtime.session", "Session"),
+    "convert": ("modelpress.convert", "convert"),
+    "quantize": ("modelpress.compress", "quantize"),
+    "advise": ("modelpress.advisor", "recommend"),
+}
+
+__all__ = ["ModelpressError", "__version__", "inspect", "load", "optimize", "save", "verify", *_LAZY]
 
 
 def __getattr__(name: str):
-    # Heavier entry points load on first use so that `import modelpress` stays cheap.
-    if name == "Session":
-        from modelpress.runtime.session import Session
+    if name in _LAZY:
+        import importlib
 
-        return Session
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
     raise AttributeError(f"module 'modelpress' has no attribute {name!r}")

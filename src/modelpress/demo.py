@@ -170,6 +170,54 @@ def optimize(state: DemoState) -> OptimizeStepResult:
     )
 
 
+@dataclass(frozen=True)
+class QuantizeStepResult:
+    mode: str
+    size_before: int
+    size_after: int
+    output_error: float | None
+    seconds: float
+    notes: list[str]
+
+
+def quantize(state: DemoState) -> QuantizeStepResult:
+    """Static int8 (uint8 activations, int8 per-channel weights) calibrated on 256 training images."""
+    from modelpress.compress import quantize as run_quantizer
+    from modelpress.ir import save
+    from modelpress.zoo import digits_data
+
+    x = digits_data().x_train[:256]
+    calibration = [{state.input_name: x[i : i + 32]} for i in range(0, len(x), 32)]
+    result = run_quantizer(state.models["optimized"], mode="static", calibration=calibration)
+    path = state.out_dir / "model.int8.onnx"
+    save(result.model, path)
+    state.models["int8"] = result.model
+    state.paths["int8"] = path
+    # A lossy step is judged by the user's metric (accuracy, next steps), not by float tolerances;
+    # it "verifies" when it runs and its output error is what its scales imply.
+    state.verified["int8"] = result.output_error is not None
+    return QuantizeStepResult(result.mode, result.size_before, result.size_after, result.output_error, result.seconds, list(result.notes))
+
+
+@dataclass(frozen=True)
+class AdviseStepResult:
+    rows: list  # modelpress.advisor.recommend.Ranked
+    request: object
+
+
+def advise(state: DemoState) -> AdviseStepResult:
+    """Which GPU would serve this model online (5 ms target) cheapest, from its own graph."""
+    from modelpress.advisor import DEFAULT_EFFICIENCY, Request, load_catalog, recommend
+    from modelpress.profile.workload import workload_from_onnx
+
+    catalog = load_catalog(None)
+    candidates = [catalog.find(n) for n in ("NVIDIA L4", "NVIDIA A100 SXM4 80GB", "NVIDIA H100 SXM5 80GB", "RTX 4090")]
+    workload = workload_from_onnx(state.models["optimized"], name=ZOO_MODEL)
+    request = Request(task="infer", precision="int8", latency_ms=5.0)
+    rec = recommend(workload, candidates, request, eff=DEFAULT_EFFICIENCY)
+    return AdviseStepResult(rows=list(rec.rows), request=request)
+
+
 def latency(state: DemoState) -> dict[str, dict[str, LatencyStats]]:
     """Median latency of one image, ORT with its optimizations off and fully on, runs interleaved.
 
@@ -248,7 +296,9 @@ STEPS: list[Step] = [
     Step("convert", "convert PyTorch → ONNX, verified", convert),
     Step("inspect", "inspect the ONNX model", inspect_model),
     Step("optimize", "optimize (level 2) and verify", optimize),
+    Step("quantize", "quantize to int8 (static, calibrated)", quantize),
     Step("latency", "latency under ONNX Runtime, before and after", latency),
     Step("evaluate", "accuracy on the digits test split", evaluate),
     Step("summary", "before and after", summary),
+    Step("advise", "which GPU would serve it (advisor)", advise),
 ]

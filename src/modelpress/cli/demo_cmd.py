@@ -75,6 +75,30 @@ def _print_optimize(r) -> None:
     )
 
 
+def _print_quantize(r) -> None:
+    err = "?" if r.output_error is None else f"{r.output_error:.3g}"
+    console.print(
+        f"{r.mode}: {human_bytes(r.size_before)} → {human_bytes(r.size_after)} "
+        f"({r.size_after / r.size_before:.2f}×) in {r.seconds:.1f} s; output error vs float (relative) {err}"
+    )
+    for note in r.notes:
+        console.print(f"note: {note}")
+
+
+def _print_advise(r) -> None:
+    t = Table(title=f"online inference, int8, latency ≤ {r.request.latency_ms:g} ms", show_edge=False)
+    for col in ("#", "gpu", "batch", "samples/s", "latency ms", "bound", "rank reason"):
+        t.add_column(col, justify="left" if col in ("gpu", "reason", "bound") else "right")
+    for row in r.rows:
+        e = row.estimate
+        t.add_row(
+            str(row.rank or "-"), row.gpu.name,
+            str(e.batch) if e else "-", f"{e.throughput:,.0f}" if e else "-",
+            f"{e.latency_ms:.2f}" if e else "-", e.bound if e else "-", row.reason.split(":")[0],
+        )
+    console.print(t)
+
+
 def _print_latency(r) -> None:
     for level, by_label in r.items():
         console.print(
@@ -117,6 +141,8 @@ PRINTERS = {
     "convert": _print_convert,
     "inspect": _print_inspect,
     "optimize": _print_optimize,
+    "quantize": _print_quantize,
+    "advise": _print_advise,
     "latency": _print_latency,
     "evaluate": _print_evaluate,
     "summary": _print_summary,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import onnx
 import onnx_ir as ir
 
@@ -65,14 +67,31 @@ def infer_shapes(model: ir.Model, input_shapes: dict[str, tuple[int, ...]] | Non
     return from_proto(_infer(proto))
 
 
+@functools.cache
+def _symbolic_shape_inference():
+    """ONNX Runtime's ``SymbolicShapeInference`` class, loaded from its file alone.
+
+    Importing it the ordinary way runs ``onnxruntime/tools/__init__.py``, which imports torch (over
+    a second, and a different process state) for an unrelated helper; this loads just the module.
+    """
+    import importlib.util
+    from pathlib import Path
+
+    import onnxruntime
+
+    path = Path(onnxruntime.__file__).parent / "tools" / "symbolic_shape_infer.py"
+    spec = importlib.util.spec_from_file_location("modelpress._ort_symbolic_shape_infer", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.SymbolicShapeInference
+
+
 def _infer(proto: onnx.ModelProto) -> onnx.ModelProto:
     # ONNX's own inference stops at shapes computed at run time (Shape→Gather→Concat→Reshape, as
     # exporters write them); ONNX Runtime's symbolic inference follows them through, so it goes
     # first, and ONNX's is the fallback for the models it refuses. Both are best-effort.
     try:
-        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-
-        return SymbolicShapeInference.infer_shapes(proto, auto_merge=True)
+        return _symbolic_shape_inference().infer_shapes(proto, auto_merge=True)
     except Exception:  # noqa: BLE001
         pass
     try:
