@@ -28,18 +28,23 @@ def test_demo_end_to_end(tmp_path):
     for step in (
         "convert PyTorch → ONNX, verified",
         "optimize (level 2) and verify",
+        "quantize to int8",
         "before / after",
+        "which GPU would serve it",
     ):
         assert step in text
     summary = json.loads((out / "summary.json").read_text())
     models = summary["models"]
-    assert set(models) == {"original", "optimized"}
+    assert set(models) == {"original", "optimized", "int8"}
     assert models["original"]["verified"] and models["optimized"]["verified"]
     # the optimizer must not change what the model predicts on the test split (450 images)
     assert models["optimized"]["accuracy"] == pytest.approx(
         models["original"]["accuracy"], abs=1 / 450
     )
     assert models["original"]["accuracy"] > 0.9
+    # int8 keeps the accuracy within half a point on the digits test split
+    assert models["int8"]["accuracy"] >= models["original"]["accuracy"] - 0.005
+    assert (out / "model.int8.onnx").stat().st_size < 0.5 * (out / "model.opt.onnx").stat().st_size
     assert (out / "model.onnx").is_file() and (out / "model.opt.onnx").is_file()
 
     from modelpress.ir import graph_stats, load
