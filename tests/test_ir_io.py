@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-
 from mp_testing import model_from_text
+
 from modelpress.errors import ModelLoadError, ModelSaveError
 from modelpress.ir import load, save
 from modelpress.verify import verify

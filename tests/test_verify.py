@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 import pytest
-
 from mp_testing import model_from_text
+
 from modelpress.cli.main import main
 from modelpress.errors import InputError, VerificationError
 from modelpress.ir import save

@@ -7,8 +7,8 @@ import io
 import numpy as np
 import onnx
 import pytest
-
 from mp_testing import model_from_text, node_ops
+
 from modelpress.ir import from_proto
 from modelpress.passes import optimize
 from modelpress.verify import verify

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from mp_testing import model_from_text, node_ops
+
 from modelpress.passes import optimize
 from modelpress.verify import verify
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from mp_testing import model_from_text
+
 from modelpress.errors import InputError, OptionError
 from modelpress.runtime.devices import DeviceError, choose
 from modelpress.runtime.ort_backend import OrtBackend

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-
 from mp_testing import model_from_text
+
 from modelpress.cli.main import main
 from modelpress.ir import save
 

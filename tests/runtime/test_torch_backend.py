@@ -458,9 +458,10 @@ def test_export_after_training_with_subgraphs_matches_module():
 
 
 def test_ops_command_lists_ops_and_a_models_missing_ones(tmp_path, capsys):
+    from mp_testing import model_from_text
+
     from modelpress.cli.main import main
     from modelpress.ir import save
-    from mp_testing import model_from_text
 
     assert main(["ops", "--backend", "torch", "--json", str(tmp_path / "ops.json")]) == 0
     out = capsys.readouterr().out

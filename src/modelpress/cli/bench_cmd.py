@@ -51,7 +51,12 @@ def run(args) -> int:
     from modelpress.ir import load
     from modelpress.ir.shapes import parse_dims
     from modelpress.profile import profile_model
-    from modelpress.runtime.measure import machine_peak_gflops, op_profile, peak_memory_mb, time_interleaved
+    from modelpress.runtime.measure import (
+        machine_peak_gflops,
+        op_profile,
+        peak_memory_mb,
+        time_interleaved,
+    )
     from modelpress.runtime.session import Session
     from modelpress.verify import generate_inputs, load_npz
 

@@ -3,8 +3,8 @@
 This layer is the project's one boundary to protobuf: everything else works on ``onnx_ir.Model``.
 """
 
-from modelpress.ir.io import load, load_proto, save, to_proto, from_proto, model_bytes
-from modelpress.ir.shapes import parse_shapes, infer_shapes
+from modelpress.ir.io import from_proto, load, load_proto, model_bytes, save, to_proto
+from modelpress.ir.shapes import infer_shapes, parse_shapes
 from modelpress.ir.stats import GraphStats, graph_stats, iter_nodes
 
 __all__ = [

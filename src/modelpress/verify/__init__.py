@@ -1,6 +1,13 @@
 """Run two models on the same inputs and compare them, with tolerances per dtype."""
 
-from modelpress.verify.compare import TOLERANCES, OutputDiff, VerifyResult, compare_arrays, run_model, verify
+from modelpress.verify.compare import (
+    TOLERANCES,
+    OutputDiff,
+    VerifyResult,
+    compare_arrays,
+    run_model,
+    verify,
+)
 from modelpress.verify.inputs import check_feeds, generate_inputs, load_npz
 
 __all__ = [
