@@ -95,21 +95,9 @@ def sentences(n: int, seed: int) -> list[str]:
 
 
 def tokenize(texts: list[str], seq: int) -> dict[str, np.ndarray]:
-    from modelpress.zoo.minilm import _tokenizer
+    from modelpress.zoo.minilm import tokenize as minilm_tokenize
 
-    tok = _tokenizer()
-    tok.enable_truncation(max_length=seq)
-    tok.enable_padding(pad_id=0, pad_token="[PAD]", length=seq)
-    try:
-        enc = tok.encode_batch(texts)
-    finally:
-        tok.no_truncation()
-        tok.enable_padding(pad_id=0, pad_token="[PAD]")
-    return {
-        "input_ids": np.array([e.ids for e in enc], dtype=np.int64),
-        "attention_mask": np.array([e.attention_mask for e in enc], dtype=np.int64),
-        "token_type_ids": np.array([e.type_ids for e in enc], dtype=np.int64),
-    }
+    return minilm_tokenize(texts, seq)
 
 
 # ---------------------------------------------------------------- timing

@@ -21,3 +21,23 @@ def model_from_text(text: str) -> ir.Model:
 
 def node_ops(model: ir.Model) -> list[str]:
     return [n.op_type for n in model.graph]
+
+
+def structure(model) -> list[tuple]:
+    """Each node as (op, inputs), inputs named by graph input, 'const', or (producer index, slot)."""
+    graph = model.graph
+    index = {node: i for i, node in enumerate(graph)}
+    consts = set(graph.initializers.values())
+
+    def ref(v):
+        if v is None:
+            return None
+        if v in consts:
+            return "const"
+        if v.producer() is None:
+            return v.name
+        return (index[v.producer()], v.index())
+
+    return [(n.op_type, [ref(v) for v in n.inputs]) for n in graph] + [
+        ("out", [ref(v) for v in graph.outputs])
+    ]

@@ -5,32 +5,12 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 import pytest
-from mp_testing import model_from_text, node_ops
+from mp_testing import model_from_text, node_ops, structure
 
 from modelpress.passes import constant_folding, optimize
 from modelpress.verify import verify
 
 HEADER = '<ir_version: 8, opset_import: ["" : 17]>'
-
-
-def structure(model) -> list[tuple]:
-    """Each node as (op, inputs), inputs named by graph input, 'const', or (producer index, slot)."""
-    graph = model.graph
-    index = {node: i for i, node in enumerate(graph)}
-    consts = set(graph.initializers.values())
-
-    def ref(v):
-        if v is None:
-            return None
-        if v in consts:
-            return "const"
-        if v.producer() is None:
-            return v.name
-        return (index[v.producer()], v.index())
-
-    return [(n.op_type, [ref(v) for v in n.inputs]) for n in graph] + [
-        ("out", [ref(v) for v in graph.outputs])
-    ]
 
 
 def fold(text: str, *extra: str):

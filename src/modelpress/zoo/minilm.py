@@ -75,10 +75,9 @@ def _tokenizer():
     return tok
 
 
-def sample_inputs(batch: int, seq: int | None = None) -> dict[str, np.ndarray]:
-    """Real sentences, tokenized; padded to ``seq`` tokens (or to the longest, when ``None``)."""
+def tokenize(texts: list[str], seq: int | None = None) -> dict[str, np.ndarray]:
+    """MiniLM's inputs for ``texts``, padded to ``seq`` tokens (or to the longest, when ``None``)."""
     tok = _tokenizer()
-    texts = [SENTENCES[i % len(SENTENCES)] for i in range(batch)]
     if seq is not None:
         tok.enable_truncation(max_length=seq)
         tok.enable_padding(pad_id=0, pad_token="[PAD]", length=seq)
@@ -92,6 +91,11 @@ def sample_inputs(batch: int, seq: int | None = None) -> dict[str, np.ndarray]:
         "attention_mask": np.array([e.attention_mask for e in enc], dtype=np.int64),
         "token_type_ids": np.array([e.type_ids for e in enc], dtype=np.int64),
     }
+
+
+def sample_inputs(batch: int, seq: int | None = None) -> dict[str, np.ndarray]:
+    """Real sentences, tokenized; padded to ``seq`` tokens (or to the longest, when ``None``)."""
+    return tokenize([SENTENCES[i % len(SENTENCES)] for i in range(batch)], seq)
 
 
 def example_args(batch: int = 2) -> tuple[torch.Tensor, ...]:
