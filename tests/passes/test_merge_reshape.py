@@ -105,3 +105,23 @@ def test_shared_intermediate_stays_for_its_other_user():
     assert [n.inputs[0].name for n in after.graph] == ["x", "x"]
     assert [v.name for v in after.graph.outputs] == ["y", "z"]
     assert verify(before, after, rtol=0.0, atol=0.0).passed
+
+
+def test_reshape_like_a_tensor_merges_with_allowzero_from_opset_14():
+    text = """
+    <ir_version: 8, opset_import: ["" : OPSET]>
+    g (float[B, 4, 6] x, float[B, 24] t) => (float[B, 24] y) {
+      flat = Constant<value = int64[1] {-1}>()
+      r1 = Reshape(x, flat)
+      s = Shape(t)
+      y = Reshape(r1, s)
+    }
+    """
+    before, after, count = run(text.replace("OPSET", "17"))
+    assert count == 1 and node_ops(after) == ["Constant", "Shape", "Reshape"]
+    reshape = after.graph.node(2)
+    assert reshape.inputs[0].name == "x" and reshape.attributes.get_int("allowzero") == 1
+    assert verify(before, after, dims={"B": 3}, rtol=0.0, atol=0.0).passed
+    # opset 13 has no allowzero: the pair stays
+    _, _, count = run(text.replace("OPSET", "13"))
+    assert count == 0

@@ -7,6 +7,11 @@ same, and the last Reshape alone decides the final shape.
 Legal when the last Reshape's target shape ``s`` is a constant that does not look at its input's
 shape: no ``0`` entries (which copy the input's dimension) unless ``allowzero=1``, where a 0 is a
 literal zero. ``-1`` is fine: it is inferred from the element count, which ``f`` does not change.
+Also legal, from opset 14, when ``s`` is ``Shape(t)`` of some tensor (exporters write
+``Reshape(x, Shape(t))`` for "reshape like t"): its entries are real dimensions, so there is no -1,
+and a 0 entry can only come from an empty dimension; the merged Reshape gets ``allowzero=1`` so a 0
+stays a literal 0, which is what the original computes whenever it computes anything at all (a 0
+copied from the intermediate would make the element counts disagree otherwise).
 The intermediate node goes once nothing else uses it. A Reshape that changes nothing is the no-op
 pass's business, not this one's.
 """
@@ -49,9 +54,10 @@ class MergeReshape(GraphPass):
             if node.op_type != "Reshape" or node.domain != "" or not in_graph(node, graph):
                 continue
             shape = const_array(node.inputs[1]) if len(node.inputs) > 1 else None
-            if shape is None:
+            like_tensor = shape is None and self._is_full_shape(node.inputs[1] if len(node.inputs) > 1 else None)
+            if shape is None and not like_tensor:
                 continue
-            if not node.attributes.get_int("allowzero", 0) and (shape == 0).any():
+            if shape is not None and not node.attributes.get_int("allowzero", 0) and (shape == 0).any():
                 continue  # a 0 copies a dimension of the intermediate tensor, which we bypass
             chain = []  # the shape-only nodes between the source and this Reshape, last first
             source = node.inputs[0]
@@ -61,9 +67,18 @@ class MergeReshape(GraphPass):
             if not chain:
                 continue
             node.replace_input_with(0, source)
+            if like_tensor:
+                node.attributes["allowzero"] = ir.AttrInt64("allowzero", 1)
             for inner in chain:
                 if inner.outputs[0].uses() or inner.outputs[0].is_graph_output():
                     break
                 remove_node(graph, inner)
             count += 1
         return count
+
+    def _is_full_shape(self, value: ir.Value | None) -> bool:
+        """``value`` is ``Shape(t)`` with no start/end, and allowzero exists (opset >= 14)."""
+        node = value.producer() if value is not None else None
+        if node is None or node.op_type != "Shape" or node.domain != "" or self.opset("") < 14:
+            return False
+        return "start" not in node.attributes and "end" not in node.attributes
