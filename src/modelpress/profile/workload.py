@@ -146,6 +146,10 @@ class Kernel:
     in_elems: float  # activations read, per sample
     out_elems: float  # activations written, per sample (what training saves for backward)
     fusable: bool = False
+    # Matrix-like kernels: the width N of the output matrix (features of a GEMM's M×N output,
+    # output channels of a convolution's implicit GEMM), which does not grow with the batch; the
+    # advisor counts output tiles from it (wave quantisation). 0 = unknown: no tile model.
+    out_cols: float = 0.0
 
     def at_batch(self, batch: int) -> tuple[float, float, float]:
         """(FLOPs, weight elements, activation elements) for a pass over ``batch`` samples."""
@@ -298,6 +302,7 @@ def workload_from_onnx(model: ir.Model, *, name: str, seq: int | None = None) ->
                 in_elems=acts - out_elems,
                 out_elems=out_elems,
                 fusable=n1.op_type in FUSABLE_OPS,
+                out_cols=_out_cols(kind_of(n1.op_type), n1.output_shape),
             )
         )
     params = sum(k.weight_elems for k in kernels)
@@ -311,6 +316,16 @@ def workload_from_onnx(model: ir.Model, *, name: str, seq: int | None = None) ->
         if cost1.unknown_shapes
         else (),
     )
+
+
+def _out_cols(kind: str, shape) -> float:
+    """N of a matrix product's output (last axis) or a convolution's output channels (axis 1)."""
+    if not shape or kind not in ("matmul", "conv"):
+        return 0.0
+    axis = 1 if kind == "conv" else -1
+    if len(shape) < 2 or not isinstance(shape[axis], int):
+        return 0.0
+    return float(shape[axis])
 
 
 def _prod(shape) -> int:

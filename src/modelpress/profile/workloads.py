@@ -42,10 +42,17 @@ class _Net:
         self.c, self.h, self.w = channels, size, size
         self.kernels: list[Kernel] = []
 
-    def _add(self, name, kind, flops, weights, in_elems, out_elems, fusable=False):
+    def _add(self, name, kind, flops, weights, in_elems, out_elems, fusable=False, out_cols=0.0):
         self.kernels.append(
             Kernel(
-                name, kind, float(flops), float(weights), float(in_elems), float(out_elems), fusable
+                name,
+                kind,
+                float(flops),
+                float(weights),
+                float(in_elems),
+                float(out_elems),
+                fusable,
+                float(out_cols),
             )
         )
 
@@ -55,7 +62,16 @@ class _Net:
         w = (self.w + 2 * pad - k) // stride + 1
         in_elems = self.c * self.h * self.w
         macs = out * h * w * (self.c // groups) * k * k
-        self._add(name, "conv", 2 * macs, out * (self.c // groups) * k * k, in_elems, out * h * w)
+        # implicit GEMM: (batch·H·W) × out output matrix
+        self._add(
+            name,
+            "conv",
+            2 * macs,
+            out * (self.c // groups) * k * k,
+            in_elems,
+            out * h * w,
+            out_cols=out,
+        )
         self.c, self.h, self.w = out, h, w
 
     def pointwise(self, name: str, op: str, flops_per_elem: float = 1.0, reads: int = 1) -> None:
@@ -91,6 +107,7 @@ class _Net:
             self.c * classes + classes,
             self.c,
             classes,
+            out_cols=classes,
         )
 
     def conv_bn(
@@ -174,6 +191,7 @@ def _encoder(cfg: _Encoder, seq: int | None, avg_seq: float | None = None) -> Wo
     # padding-free: the kernels see only the real tokens (see the module docstring)
     s: float = padded if avg_seq is None else float(avg_seq)
     h, i = cfg.hidden, 4 * cfg.hidden
+    hd = h // cfg.heads  # per-head width: each head's context product is s × hd
     k: list[Kernel] = [
         Kernel("embeddings", "memory", 0.0, (cfg.vocab + cfg.positions + 2) * h, 3 * s, s * h),
         Kernel("embeddings.norm", "norm", 8.0 * s * h, 2 * h, 3 * s * h, s * h),
@@ -189,21 +207,22 @@ def _encoder(cfg: _Encoder, seq: int | None, avg_seq: float | None = None) -> Wo
                 3 * h * h + 3 * h,
                 s * h,
                 3 * s * h,
+                out_cols=3 * h,
             ),
             # unfused attention, as in the reference implementations: scores and probabilities
             # are materialised (B·heads·s² each), softmax and dropout run as separate kernels
-            Kernel(p + ".scores", "matmul", 2.0 * s * s * h, 0, 2 * s * h, scores),
+            Kernel(p + ".scores", "matmul", 2.0 * s * s * h, 0, 2 * s * h, scores, out_cols=s),
             Kernel(p + ".softmax", "reduce", 5.0 * scores, 0, scores, scores, True),
-            Kernel(p + ".context", "matmul", 2.0 * s * s * h, 0, scores + s * h, s * h),
-            Kernel(p + ".out", "matmul", 2.0 * s * h * h + s * h, h * h + h, s * h, s * h),
+            Kernel(p + ".context", "matmul", 2.0 * s * s * h, 0, scores + s * h, s * h, out_cols=hd),
+            Kernel(p + ".out", "matmul", 2.0 * s * h * h + s * h, h * h + h, s * h, s * h, out_cols=h),
             Kernel(p + ".add_norm1", "norm", 9.0 * s * h, 2 * h, 2 * s * h, s * h),
-            Kernel(p + ".ffn_in", "matmul", 2.0 * s * h * i + s * i, h * i + i, s * h, s * i),
+            Kernel(p + ".ffn_in", "matmul", 2.0 * s * h * i + s * i, h * i + i, s * h, s * i, out_cols=i),
             Kernel(p + ".gelu", "elementwise", 8.0 * s * i, 0, s * i, s * i, True),
-            Kernel(p + ".ffn_out", "matmul", 2.0 * s * i * h + s * h, i * h + h, s * i, s * h),
+            Kernel(p + ".ffn_out", "matmul", 2.0 * s * i * h + s * h, i * h + h, s * i, s * h, out_cols=h),
             Kernel(p + ".add_norm2", "norm", 9.0 * s * h, 2 * h, 2 * s * h, s * h),
         ]
     # pooler (dense on [CLS]) as in BertModel; the task head is a few thousand FLOPs more
-    k.append(Kernel("pooler", "matmul", 2.0 * h * h, h * h + h, h, h))
+    k.append(Kernel("pooler", "matmul", 2.0 * h * h, h * h + h, h, h, out_cols=h))
     sample = (
         f"sequence of {padded} tokens"
         if avg_seq is None
