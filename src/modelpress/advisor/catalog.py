@@ -37,6 +37,7 @@ NUMERIC = (
     "nvlink_gbs",
     "nvlink_max_gpus",
     "pcie_gbs",
+    "sm_count",
     "launch_year",
     "price_usd",
     "cloud_usd_hr",
@@ -58,6 +59,7 @@ SOURCE_OF = {
         "src_compute",
     ),
     "matmul_bf16_tflops_measured": "src_measured",
+    "sm_count": "src_sm",
     "tdp_w": "src_power",
     **dict.fromkeys(("nvlink_gbs", "nvlink_max_gpus", "pcie_gbs"), "src_interconnect"),
     "price_usd": "src_price",
@@ -103,6 +105,7 @@ class GPU:
     nvlink_gbs: float | None = None  # bidirectional aggregate per device
     nvlink_max_gpus: float | None = None
     pcie_gbs: float | None = None  # bidirectional
+    sm_count: float | None = None  # streaming multiprocessors (NVIDIA) / compute units (AMD)
     form_factor: str = ""
     launch_year: float | None = None
     price_usd: float | None = None

@@ -5,6 +5,18 @@ per-kernel overhead; a pass is the sum over its kernels (kernels run one after a
 stream). Achievable compute is the dense peak at the precision × the GEMM ceiling × the factor
 for the kernel's kind; vector ops use the FP32 vector peak. See ``efficiency.py`` for the factors.
 
+- Wave quantisation: a matrix-like kernel (GEMM, convolution as implicit GEMM, attention
+  product) is cut into square output tiles, one tile per streaming multiprocessor (compute unit)
+  at a time. With T tiles on S SMs the last wave is partly empty, so the kernel reaches
+  T / (ceil(T / S) · S) of the device's compute and its compute time divides by that. The tile
+  is the one of ``GEMM_TILES`` (128 × 128, the usual tensor-core GEMM tile at FP16/BF16/INT8/FP8,
+  and 64 × 64, the smaller one cuBLAS/CUTLASS/TensorRT fall back to for small outputs) that keeps
+  more SMs busy, as a library's heuristic or TensorRT's tactic timing would pick; the smaller
+  tile is assumed as efficient per FLOP, and split-K is not modelled. It matters at small batch
+  (BERT-Large at batch 1: a 384 × 1024 output is 24 tiles of 128² on an A100's 108 SMs) and
+  vanishes for large products. Applied to forward kernels whose output width is known
+  (``Kernel.out_cols``) on devices whose SM count the catalog has; backward kernels (other
+  output shapes) are left as they were.
 - Inference runs a compiled graph: elementwise ops and BatchNorm fuse into the producing kernel
   (no launch, no extra memory trip). Training runs eagerly: every op is a kernel.
 - Training: backward costs 2× the forward FLOPs and bytes, with two kernels (input and weight
@@ -22,6 +34,7 @@ for the kernel's kind; vector ops use the FP32 vector peak. See ``efficiency.py`
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, astuple, dataclass
 
 from modelpress.advisor.catalog import GPU
@@ -35,6 +48,8 @@ RUNTIME_OVERHEAD_GB = 1.0  # CUDA context, cuBLAS/cuDNN workspaces, engine buffe
 ALLOCATOR_SLACK = 1.10  # caching-allocator fragmentation
 COLLECTIVE_LATENCY_S = 10e-6  # fixed cost of one all-reduce call
 MAX_BATCH = 1 << 16
+# Output tile edges a tensor-core GEMM library chooses between (see the module docstring).
+GEMM_TILES = (128, 64)
 
 
 @dataclass(frozen=True)
@@ -48,6 +63,7 @@ class Roof:
     gemm_ceiling: float
     memory_gb: float
     precision_used: str
+    sm_count: float | None = None  # streaming multiprocessors / compute units; None: no wave model
 
 
 @dataclass(frozen=True)
@@ -112,13 +128,39 @@ def roof_for(gpu: GPU, precision: str, eff: Efficiency = DEFAULT_EFFICIENCY) -> 
         ceiling,
         gpu.memory_gb,
         used,
+        gpu.sm_count,
+    )
+
+
+def wave_utilisation(tiles: int, sm_count: float) -> float:
+    """Fraction of the device a kernel of ``tiles`` output tiles keeps busy: tiles run one per SM
+    in waves, and the last wave leaves ``ceil(tiles / SMs) · SMs - tiles`` SMs idle."""
+    sms = int(sm_count)
+    if tiles < 1 or sms < 1:
+        raise ValueError(f"wave_utilisation needs tiles >= 1 and SMs >= 1, got {tiles}, {sm_count}")
+    return tiles / (-(-tiles // sms) * sms)
+
+
+def output_tiles(out_elems: float, out_cols: float, *, tile: int) -> int:
+    """Output tiles of a matrix-like kernel whose output (all samples) is ``out_elems`` elements
+    in rows of ``out_cols``: ceil(M / tile) · ceil(N / tile) with M = out_elems / out_cols."""
+    rows = out_elems / out_cols
+    return max(1, math.ceil(rows / tile - 1e-9)) * max(1, math.ceil(out_cols / tile - 1e-9))
+
+
+def gemm_utilisation(out_elems: float, out_cols: float, sm_count: float) -> float:
+    """Wave utilisation of a matrix-like kernel with the tile the library would pick: the one
+    of ``GEMM_TILES`` that keeps the most SMs busy (the largest tile on a tie)."""
+    return max(
+        wave_utilisation(output_tiles(out_elems, out_cols, tile=t), sm_count) for t in GEMM_TILES
     )
 
 
 def _kernel_rows(
     kernels: tuple[Kernel, ...], *, fuse: bool
-) -> list[tuple[str, float, float, float]]:
-    """(kind, FLOPs per sample, weight elements, activation elements per sample) per launched kernel."""
+) -> list[tuple[str, float, float, float, float, float]]:
+    """(kind, FLOPs per sample, weight elements, activation elements per sample, output elements
+    per sample, output width) per launched kernel."""
     rows: list[list] = []
     for k in kernels:
         if k.kind == "free":
@@ -128,7 +170,9 @@ def _kernel_rows(
             rows[-1][1] += k.flops
             rows[-1][3] += max(0.0, k.in_elems - k.out_elems)
             continue
-        rows.append([k.kind, k.flops, k.weight_elems, k.in_elems + k.out_elems])
+        rows.append(
+            [k.kind, k.flops, k.weight_elems, k.in_elems + k.out_elems, k.out_elems, k.out_cols]
+        )
     return [tuple(r) for r in rows]  # type: ignore[misc]
 
 
@@ -146,10 +190,13 @@ def _kernel_costs(
     """Per launched kernel: (kind, FLOPs, bytes, compute s, memory s, launches)."""
     c_mult = eff.eager if eager else 1.0
     bw = roof.bandwidth_gbs * 1e9 * eff.bandwidth * c_mult
-    for kind, flops, weights, acts in rows:
+    for kind, flops, weights, acts, out, cols in rows:
         launches = 2 if (scale > 1 and weights) else 1  # input- and weight-gradient kernels
         if kind in TENSOR_KINDS:
             rate = roof.tensor_tflops * 1e12 * roof.gemm_ceiling * getattr(eff, kind) * c_mult
+            if roof.sm_count and cols and out and scale == 1:
+                # a tensor-parallel device computes its share of the output columns
+                rate *= gemm_utilisation(out * batch, cols / split, roof.sm_count)
         else:
             rate = roof.vector_tflops * 1e12 * roof.gemm_ceiling * c_mult
         f = scale * flops * batch / split
@@ -495,6 +542,7 @@ def time_to_train(est: Estimate, amount: float) -> float:
 
 
 __all__ = [
+    "GEMM_TILES",
     "TASKS",
     "Estimate",
     "KernelPoint",
@@ -503,8 +551,11 @@ __all__ = [
     "Roof",
     "best_under_latency",
     "estimate",
+    "gemm_utilisation",
     "max_batch",
     "memory_bytes",
+    "output_tiles",
     "roof_for",
     "time_to_train",
+    "wave_utilisation",
 ]

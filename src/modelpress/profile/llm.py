@@ -171,13 +171,23 @@ def _layer_kernels(cfg: LLMConfig, *, tokens: int, context: float, kv_read: bool
     kv_elems = 2 * kv * (context if kv_read else t)
     return [
         Kernel("input_norm", "norm", 4.0 * t * h, h, t * h, t * h),
-        Kernel("qkv_proj", "matmul", 2.0 * t * h * qkv_out, h * qkv_out, t * h, t * qkv_out, out_cols=qkv_out),
+        Kernel(
+            "qkv_proj",
+            "matmul",
+            2.0 * t * h * qkv_out,
+            h * qkv_out,
+            t * h,
+            t * qkv_out,
+            out_cols=qkv_out,
+        ),
         # fused (flash) attention: reads Q and the keys/values once, writes the context
         Kernel("attention", "attention", 4.0 * t * context * h, 0, t * h + kv_elems, t * h),
         Kernel("out_proj", "matmul", 2.0 * t * h * h, h * h, t * h, t * h, out_cols=h),
         Kernel("residual", "elementwise", 1.0 * t * h, 0, 2 * t * h, t * h, fusable=True),
         Kernel("post_norm", "norm", 4.0 * t * h, h, t * h, t * h),
-        Kernel("mlp_in", "matmul", 2.0 * t * h * mlp_in, h * mlp_in, t * h, t * mlp_in, out_cols=mlp_in),
+        Kernel(
+            "mlp_in", "matmul", 2.0 * t * h * mlp_in, h * mlp_in, t * h, t * mlp_in, out_cols=mlp_in
+        ),
         Kernel("mlp_act", "elementwise", 5.0 * t * i, 0, t * mlp_in, t * i, fusable=True),
         Kernel("mlp_out", "matmul", 2.0 * t * i * h, i * h, t * i, t * h, out_cols=h),
         Kernel("residual", "elementwise", 1.0 * t * h, 0, 2 * t * h, t * h, fusable=True),

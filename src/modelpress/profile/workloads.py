@@ -213,12 +213,32 @@ def _encoder(cfg: _Encoder, seq: int | None, avg_seq: float | None = None) -> Wo
             # are materialised (B·heads·s² each), softmax and dropout run as separate kernels
             Kernel(p + ".scores", "matmul", 2.0 * s * s * h, 0, 2 * s * h, scores, out_cols=s),
             Kernel(p + ".softmax", "reduce", 5.0 * scores, 0, scores, scores, True),
-            Kernel(p + ".context", "matmul", 2.0 * s * s * h, 0, scores + s * h, s * h, out_cols=hd),
-            Kernel(p + ".out", "matmul", 2.0 * s * h * h + s * h, h * h + h, s * h, s * h, out_cols=h),
+            Kernel(
+                p + ".context", "matmul", 2.0 * s * s * h, 0, scores + s * h, s * h, out_cols=hd
+            ),
+            Kernel(
+                p + ".out", "matmul", 2.0 * s * h * h + s * h, h * h + h, s * h, s * h, out_cols=h
+            ),
             Kernel(p + ".add_norm1", "norm", 9.0 * s * h, 2 * h, 2 * s * h, s * h),
-            Kernel(p + ".ffn_in", "matmul", 2.0 * s * h * i + s * i, h * i + i, s * h, s * i, out_cols=i),
+            Kernel(
+                p + ".ffn_in",
+                "matmul",
+                2.0 * s * h * i + s * i,
+                h * i + i,
+                s * h,
+                s * i,
+                out_cols=i,
+            ),
             Kernel(p + ".gelu", "elementwise", 8.0 * s * i, 0, s * i, s * i, True),
-            Kernel(p + ".ffn_out", "matmul", 2.0 * s * i * h + s * h, i * h + h, s * i, s * h, out_cols=h),
+            Kernel(
+                p + ".ffn_out",
+                "matmul",
+                2.0 * s * i * h + s * h,
+                i * h + h,
+                s * i,
+                s * h,
+                out_cols=h,
+            ),
             Kernel(p + ".add_norm2", "norm", 9.0 * s * h, 2 * h, 2 * s * h, s * h),
         ]
     # pooler (dense on [CLS]) as in BertModel; the task head is a few thousand FLOPs more

@@ -1,0 +1,132 @@
+"""Wave (tile) quantisation: the utilisation formula by hand, its effect on an estimate, and the
+SM counts in the catalog."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import replace
+from importlib import resources
+
+import pytest
+
+from modelpress.advisor.catalog import load_catalog
+from modelpress.advisor.efficiency import Efficiency
+from modelpress.advisor.estimate import (
+    estimate,
+    gemm_utilisation,
+    output_tiles,
+    wave_utilisation,
+)
+from modelpress.profile import get_workload
+from modelpress.profile.workload import Kernel, Workload
+
+EFF = Efficiency(gemm_ceiling=0.8, matmul=0.5, bandwidth=0.5, kernel_overhead_us=10.0)
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog()
+
+
+@pytest.mark.parametrize(
+    "tiles,sms,expected",
+    [
+        (108, 108, 1.0),
+        (109, 108, 109 / 216),
+        (24, 108, 24 / 108),
+        (1, 108, 1 / 108),
+        (216, 108, 1.0),
+        (4096, 108, 4096 / (38 * 108)),
+        (7, 1, 1.0),
+    ],
+)
+def test_wave_utilisation_by_hand(tiles, sms, expected):
+    assert wave_utilisation(tiles, sms) == pytest.approx(expected, rel=1e-15)
+
+
+def test_wave_utilisation_rejects_empty_input():
+    with pytest.raises(ValueError):
+        wave_utilisation(0, 108)
+
+
+def test_output_tiles_by_hand():
+    # BERT-Large output projection at batch 1: 384 x 1024
+    assert output_tiles(384 * 1024, 1024, tile=128) == 3 * 8
+    assert output_tiles(384 * 1024, 1024, tile=64) == 6 * 16
+    # partial tiles count whole: 100 x 200 is 1 x 2 tiles of 128, 2 x 4 of 64
+    assert output_tiles(100 * 200, 200, tile=128) == 2
+    assert output_tiles(100 * 200, 200, tile=64) == 8
+    # the library picks the tile that keeps more SMs busy: 96 tiles of 64² beat 24 of 128²
+    assert gemm_utilisation(384 * 1024, 1024, 108) == pytest.approx(96 / 108, rel=1e-15)
+    # a tie keeps the same value whichever tile: 8192² is 4096 tiles of 128², 16384 of 64²
+    assert gemm_utilisation(8192 * 8192, 8192, 108) == pytest.approx(4096 / 4104, rel=1e-15)
+
+
+def _gemm(m: int, n: int, k: int) -> Workload:
+    """One M x K by K x N product per sample (weights excluded so it stays compute-bound)."""
+    return Workload(
+        "gemm",
+        (Kernel("mm", "matmul", 2.0 * m * n * k, 0.0, m * k, m * n, out_cols=n),),
+        params=0.0,
+        sample="row",
+    )
+
+
+def _compute_s(est, eff: Efficiency = EFF) -> float:
+    return est.latency_ms / 1e3 - eff.kernel_overhead_us * 1e-6
+
+
+def test_small_gemm_is_slowed_by_the_partial_wave(catalog):
+    a100 = catalog.find("A100 SXM4 40GB")
+    assert a100.sm_count == 108
+    without = replace(a100, sm_count=None)
+    w = _gemm(384, 1024, 1024)
+    with_waves = estimate(w, a100, task="infer", precision="fp16", batch=1, eff=EFF)
+    plain = estimate(w, without, task="infer", precision="fp16", batch=1, eff=EFF)
+    expected = 2.0 * 384 * 1024 * 1024 / (312e12 * 0.8 * 0.5)
+    assert _compute_s(plain) == pytest.approx(expected, rel=1e-9)
+    assert _compute_s(with_waves) == pytest.approx(expected * 108 / 96, rel=1e-9)
+
+
+def test_large_gemm_is_unaffected(catalog):
+    a100 = catalog.find("A100 SXM4 40GB")
+    w = _gemm(8192, 8192, 8192)
+    with_waves = estimate(w, a100, task="infer", precision="fp16", batch=1, eff=EFF)
+    plain = estimate(
+        w, replace(a100, sm_count=None), task="infer", precision="fp16", batch=1, eff=EFF
+    )
+    assert _compute_s(with_waves) / _compute_s(plain) == pytest.approx(4104 / 4096, rel=1e-9)
+    # and a large-batch BERT changes by well under 1%
+    bert = get_workload("bert-large", seq=384)
+    a = estimate(bert, a100, task="infer", precision="fp16", batch=128)
+    b = estimate(bert, replace(a100, sm_count=None), task="infer", precision="fp16", batch=128)
+    assert 0.99 < a.throughput / b.throughput <= 1.0
+
+
+def test_batch_one_bert_is_slower_and_unknown_shapes_are_untouched(catalog):
+    a100 = catalog.find("A100 SXM4 40GB")
+    bert = get_workload("bert-large", seq=384)
+    a = estimate(bert, a100, task="infer", precision="int8", batch=1)
+    b = estimate(bert, replace(a100, sm_count=None), task="infer", precision="int8", batch=1)
+    # the 1024-wide products fill 96 of 108 SMs (64² tiles): compute time x 108/96
+    assert a.latency_ms > 1.04 * b.latency_ms
+    # a kernel without a known output width (e.g. a hand-made one) keeps the plain roofline
+    w = Workload("k", (Kernel("mm", "matmul", 1e9, 0.0, 1e3, 1e3),), params=0.0, sample="row")
+    x = estimate(w, a100, task="infer", precision="fp16", batch=1, eff=EFF)
+    y = estimate(w, replace(a100, sm_count=None), task="infer", precision="fp16", batch=1, eff=EFF)
+    assert x.latency_ms == y.latency_ms
+
+
+def test_sm_counts_in_the_catalog_have_sources(catalog):
+    text = resources.files("modelpress.advisor").joinpath("data/gpus.csv").read_text()
+    rows = list(csv.DictReader(text.splitlines()))
+    with_sm = [r for r in rows if r["sm_count"].strip()]
+    assert len(with_sm) >= 15
+    for row in with_sm:
+        assert row["src_sm"].strip(), f"{row['name']}: sm_count without src_sm"
+        assert float(row["sm_count"]).is_integer() and float(row["sm_count"]) > 0
+    assert catalog.find("H100 SXM").sm_count == 132
+    assert catalog.find("H100 PCIe").sm_count == 114
+    assert catalog.find("A100 SXM4 80GB").sm_count == 108
+    # TPUs have no SMs: the wave model is off for them
+    assert catalog.find("TPU v4").sm_count is None
