@@ -4,6 +4,9 @@
 column says which numbers were changed and why, and each ``src_*`` column names where the numbers
 of its group come from (see ``SOURCE_OF``). Tensor peaks are dense (vendor sheets often print the
 2:4-sparse figure, twice as large). Prices and cloud rates are defaults, not live quotes.
+``sm_count`` (streaming multiprocessors, or AMD compute units) feeds the estimator's wave
+quantisation; a row left empty (TPUs, and GPUs whose count could not be sourced) turns that
+model off for the device.
 
 Users add or override entries with a CSV or JSON file of the same columns (``load_catalog(extra=)``):
 a row whose name matches an entry replaces the fields it fills, any other row is a new entry.

@@ -37,13 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"modelpress {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"modelpress.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"modelpress.cli.{name}":
-                continue  # a command not built yet
-            raise
-        module.add_parser(sub)
+        importlib.import_module(f"modelpress.cli.{name}").add_parser(sub)
     return parser
 
 
