@@ -284,8 +284,9 @@ def _wave_markdown(ab: dict) -> list[str]:
         "| | training fit (single GPU) | eager, overhead µs | held-out inference, all | held-out encoder batch 1 |",
         "| --- | --- | --- | --- | --- |",
         *[
-            f"| {k} | {_fmt(v['fit_single_gpu'])} | {v['eager']}, {v['eager_overhead_us']} | "
-            f"{_fmt(v['heldout_inference'])} | {_fmt(v['heldout_encoder_batch_1'])} |"
+            # "|error|" would split a table cell
+            f"| {k} | {_fmt(v['fit_single_gpu']).replace('|', '')} | {v['eager']}, {v['eager_overhead_us']} | "
+            f"{_fmt(v['heldout_inference']).replace('|', '')} | {_fmt(v['heldout_encoder_batch_1']).replace('|', '')} |"
             for k, v in ab.items()
             if k != "batch_1_rows_without_waves"
         ],

@@ -87,3 +87,36 @@ def mlp(seed: int = 0, *, sensitive: bool = False):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])
     return _model(nodes, [x], [y], inits)
+
+
+def thin_stem_cnn(seed: int = 0):
+    """x[N,1,8,8] → Conv 3x3 1→16 (reduction 9: too short for int8) → Relu → Conv 3x3 → Add(residual)
+    → Relu → MaxPool → Conv 3x3 → Relu → GlobalAveragePool → Flatten → Gemm."""
+    rng = np.random.default_rng(seed)
+    inits = {
+        "w0": (rng.standard_normal((16, 1, 3, 3)) * 0.5).astype(np.float32),
+        "b0": (rng.standard_normal(16) * 0.1).astype(np.float32),
+        "w1": (rng.standard_normal((16, 16, 3, 3)) * 0.15).astype(np.float32),
+        "b1": (rng.standard_normal(16) * 0.1).astype(np.float32),
+        "w2": (rng.standard_normal((24, 16, 3, 3)) * 0.15).astype(np.float32),
+        "b2": (rng.standard_normal(24) * 0.1).astype(np.float32),
+        "wf": (rng.standard_normal((5, 24)) * 0.5).astype(np.float32),
+        "bf": (rng.standard_normal(5) * 0.1).astype(np.float32),
+    }
+    pads = [1, 1, 1, 1]
+    nodes = [
+        helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=pads, name="stem"),
+        helper.make_node("Relu", ["c0"], ["r0"], name="relu0"),
+        helper.make_node("Conv", ["r0", "w1", "b1"], ["c1"], pads=pads, name="conv1"),
+        helper.make_node("Add", ["c1", "r0"], ["a"], name="add"),
+        helper.make_node("Relu", ["a"], ["r1"], name="relu1"),
+        helper.make_node("MaxPool", ["r1"], ["m"], kernel_shape=[2, 2], strides=[2, 2], name="mp"),
+        helper.make_node("Conv", ["m", "w2", "b2"], ["c2"], pads=pads, name="conv2"),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("GlobalAveragePool", ["r2"], ["p"], name="pool"),
+        helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1, name="fc"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])
+    return _model(nodes, [x], [y], inits)

@@ -31,8 +31,8 @@ microbenchmarks, so the two halves are set from different evidence:
   attention at 60%, 85% of DRAM bandwidth (what STREAM-like copies reach on HBM and GDDR6),
   3 µs per kernel. They are checked, not fitted, against the held-out published inference rows
   in ``published_inference.csv`` (TensorRT BERT, TensorRT-LLM GPT-J / Llama-2-7B): median error
-  8.6% over 25 rows, large-batch rows within 1.31x, batch-1 BERT up to 2.15x optimistic (see the
-  results file).
+  8.4% over 25 rows, large-batch rows within 1.31x, batch-1 BERT up to 2.04x optimistic with the
+  estimator's wave quantisation (8.6% and 2.15x without it; see the results file).
 - ``eager`` and ``eager_overhead_us`` are fitted by ``benchmarks/bench_advisor.py`` (least
   squares on log(predicted/measured) over the 34 single-GPU training rows); see
   ``benchmarks/results/advisor.md`` for the errors, the leave-one-GPU-out and the hold-out by

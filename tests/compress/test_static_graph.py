@@ -1,0 +1,69 @@
+"""What ONNX Runtime makes of the static QDQ graph: every Q/DQ fused into integer kernels, no float
+op and no Q→DQ→op→Q chain left between them (each one would be extra work, making int8 slower)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from quant_models import small_cnn, thin_stem_cnn
+
+from modelpress.compress import quantize
+from modelpress.ir import save
+from modelpress.runtime.ort import session
+
+# Float compute ops that would mean the 8-bit chain was broken (in any domain: NCHWc kernels too).
+# MaxPool is not one: it runs on the 8-bit data (no DequantizeLinear before it).
+FLOAT_COMPUTE = {"Conv", "Add", "Relu", "Clip", "GlobalAveragePool", "Gemm", "MatMul"}
+
+
+def _ort_graph(model, tmp_path) -> list[onnx.NodeProto]:
+    """The graph ONNX Runtime runs, all optimizations on (QDQ fusion, NHWC layout)."""
+    src, opt = tmp_path / "q.onnx", tmp_path / "ort.onnx"
+    save(model, src)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.optimized_model_filepath = str(opt)
+    so.log_severity_level = 3
+    ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+    return list(onnx.load(str(opt)).graph.node)
+
+
+@pytest.fixture
+def calib_1ch():
+    rng = np.random.default_rng(3)
+    return [{"x": rng.standard_normal((8, 1, 8, 8)).astype(np.float32)} for _ in range(4)]
+
+
+def test_residual_cnn_runs_int8_end_to_end(tmp_path, cnn_calib, rng):
+    r = quantize(small_cnn(), mode="static", calibration=cnn_calib, optimize=False)
+    nodes = _ort_graph(r.model, tmp_path)
+    ops = [n.op_type for n in nodes]
+    assert "DequantizeLinear" not in ops  # every DQ fused (QGemm writes the float output itself)
+    assert [n.input[0] for n in nodes if n.op_type == "QuantizeLinear"] == ["x"]
+    assert not FLOAT_COMPUTE & set(ops), ops
+    assert {"QLinearConv", "QLinearAdd", "QLinearGlobalAveragePool", "QGemm"} <= set(ops)
+    # NHWC int8 kernels: one transpose in, one out; none around the residual Add
+    assert ops.count("Transpose") <= 2, ops
+    x = rng.standard_normal((4, 4, 8, 8)).astype(np.float32)
+    yf = session(small_cnn(), optimize="disabled").run(None, {"x": x})[0]
+    yq = session(r.model, optimize="all").run(None, {"x": x})[0]
+    assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.05
+
+
+def test_short_reduction_stem_stays_float_and_chain_after_it_is_int8(tmp_path, calib_1ch, rng):
+    model = thin_stem_cnn()
+    r = quantize(model, mode="static", calibration=calib_1ch, optimize=False)
+    quantized = {layer.name for layer in r.layers if layer.quantized}
+    assert "stem" not in quantized  # reduction 1·3·3 = 9: the float kernel is faster
+    assert {"conv1", "conv2", "fc", "add", "pool"} <= quantized
+    nodes = _ort_graph(r.model, tmp_path)
+    ops = [n.op_type for n in nodes]
+    assert ops.count("Conv") == 1  # the stem, as a float (NCHWc) kernel
+    assert ops.count("QuantizeLinear") == 1 and "DequantizeLinear" not in ops
+    assert not (FLOAT_COMPUTE - {"Conv"}) & set(ops), ops
+    x = rng.standard_normal((4, 1, 8, 8)).astype(np.float32)
+    yf = session(model, optimize="disabled").run(None, {"x": x})[0]
+    yq = session(r.model, optimize="all").run(None, {"x": x})[0]
+    assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.05
