@@ -257,6 +257,32 @@ def resnet18_data(images: np.ndarray, n: int, seed: int) -> np.ndarray:
     return img.astype(np.float32)
 
 
+def op_profile(path: Path, feeds: dict, runs: int) -> dict[str, float]:
+    """ONNX Runtime's own profiler (one thread, all optimizations): kernel microseconds per run,
+    summed by op type, largest first. Shows where int8 time goes: fused integer kernels, layout
+    Transposes, Q/DQ left unfused, float ops between int8 ones."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.enable_profiling = True
+    so.profile_file_prefix = str(WORK / "profile")
+    so.log_severity_level = 3
+    s = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    for _ in range(runs):
+        s.run(None, feeds)
+    trace = Path(s.end_profiling())
+    events = json.loads(trace.read_text())
+    trace.unlink()
+    per_op: dict[str, float] = {}
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            op = e["args"]["op_name"]
+            per_op[op] = per_op.get(op, 0.0) + e["dur"] / runs
+    return dict(sorted(per_op.items(), key=lambda kv: -kv[1]))
+
+
 # ---------------------------------------------------------------- CNNs
 
 
@@ -394,11 +420,17 @@ def bench_cnn(name: str, quick: bool) -> dict:
     for k, v in rows.items():
         if "path" in v:
             v.update(accuracy=cnn_accuracy(v["path"], x, y), size=size(v["path"]), latency=lat[k])
+    runs = 10 if name == "resnet18-64" else 100
+    profile = {
+        k: op_profile(rows[k]["path"], {"image": x[:8]}, runs)
+        for k in ("float32", "modelpress static")
+    }
     return {
         "model": name,
         "rows": rows,
         "ort_tried": tried,
         "metric": metric,
+        "profile": profile,
     }
 
 
@@ -566,6 +598,14 @@ def write_report(results: list[dict], seconds: float) -> str:
             for note in v.get("notes", []):
                 lines.append(f"- {k}: {note}")
         lines.append("")
+        for k, ops in res.get("profile", {}).items():
+            total = sum(ops.values())
+            lines.append(
+                f"- ORT profile, {k}, batch 8 (kernel µs per run, one thread): total {total:.0f}; "
+                + ", ".join(f"{op} {us:.0f}" for op, us in ops.items())
+            )
+        if res.get("profile"):
+            lines.append("")
         lines.append(
             "ONNX Runtime configurations tried: "
             + "; ".join(
