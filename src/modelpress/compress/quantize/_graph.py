@@ -73,6 +73,22 @@ def weight_nodes(graph: ir.Graph) -> list[ir.Node]:
     return out
 
 
+def plain_linear(node: ir.Node) -> bool:
+    """A MatMul, or a Gemm that is one: no transA, alpha = beta = 1, and a constant 1-D bias if any.
+
+    Integer kernels compute ``A @ B + bias`` only; anything else would need float work around them.
+    """
+    if node.op_type == "Gemm":
+        a = node.attributes
+        if a.get_int("transA", 0) or a.get_float("alpha", 1.0) != 1.0 or a.get_float("beta", 1.0) != 1.0:
+            return False
+    if node.op_type in ("Gemm", "Conv") and len(node.inputs) > 2 and node.inputs[2] is not None:
+        bias = const_array(node.inputs[2])
+        if bias is None or bias.ndim != 1:
+            return False
+    return True
+
+
 def output_channel_axis(node: ir.Node) -> int:
     """The axis of the weight that indexes output features (the per-channel axis)."""
     if node.op_type == "Conv":

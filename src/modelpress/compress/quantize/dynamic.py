@@ -21,6 +21,7 @@ from modelpress.compress.quantize._graph import (
     const_array,
     constant,
     copy_model,
+    plain_linear,
     remove_unused_initializers,
     replace_value,
     weight_nodes,
@@ -38,19 +39,7 @@ from modelpress.compress.quantize.qparams import (
 def eligible(node: ir.Node) -> bool:
     if node.op_type == "Conv":
         return False
-    if node.op_type == "Gemm":
-        a = node.attributes
-        if (
-            a.get_int("transA", 0)
-            or a.get_float("alpha", 1.0) != 1.0
-            or a.get_float("beta", 1.0) != 1.0
-        ):
-            return False
-        if len(node.inputs) > 2 and node.inputs[2] is not None:
-            c = const_array(node.inputs[2])
-            if c is None or c.ndim != 1:
-                return False
-    return True
+    return plain_linear(node)
 
 
 def layers(model: ir.Model, exclude: frozenset[str] = frozenset()) -> list[ir.Node]:

@@ -41,6 +41,7 @@ from modelpress.compress.quantize._graph import (
     copy_model,
     is_float,
     output_channel_axis,
+    plain_linear,
     remove_unused_initializers,
     scalar_or_vector,
     values_by_name,
@@ -103,19 +104,7 @@ def eligible(node: ir.Node) -> bool:
         w = const_array(node.inputs[1])
         if w is None or w.dtype != np.float32 or w.ndim < 2 or (op == "MatMul" and w.ndim != 2):
             return False
-        if op == "Gemm":
-            a = node.attributes
-            if (
-                a.get_int("transA", 0)
-                or a.get_float("alpha", 1.0) != 1.0
-                or a.get_float("beta", 1.0) != 1.0
-            ):
-                return False
-        if len(node.inputs) > 2 and node.inputs[2] is not None:
-            b = const_array(node.inputs[2])
-            if b is None or b.ndim != 1:
-                return False
-        return True
+        return plain_linear(node)
     if op in BINARY_OPS:
         return len(node.inputs) == 2 and all(_activation(v) for v in node.inputs)
     if op in UNARY_OPS:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import onnx_ir as ir
 import torch
 
-from modelpress.runtime.torch_backend.module import OnnxModule, iter_graphs
+from modelpress.ir.stats import iter_graphs
+from modelpress.runtime.torch_backend.module import OnnxModule
 
 
 def to_onnx(module: OnnxModule) -> ir.Model:

@@ -69,18 +69,6 @@ _NOT_TRAINABLE = {
 _FLOAT_TYPES = {ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16}
 
 
-def iter_graphs(graph: ir.Graph):
-    """The graph and its subgraphs, depth first in node order (the same order on a copy)."""
-    yield graph
-    for node in graph:
-        for attr in node.attributes.values():
-            if attr.type == ir.AttributeType.GRAPH:
-                yield from iter_graphs(attr.value)
-            elif attr.type == ir.AttributeType.GRAPHS:
-                for g in attr.value:
-                    yield from iter_graphs(g)
-
-
 def _is_trainable(value: ir.Value, array: np.ndarray) -> bool:
     if value.dtype not in _FLOAT_TYPES or array.size <= 1:
         return False
