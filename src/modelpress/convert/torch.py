@@ -390,18 +390,15 @@ def convert_module(module, options: ConvertOptions) -> Exported:
     names = _param_names(module, args, kwargs)
     _check_dynamic_names(options.dynamic, names)
     notes: list[str] = []
+
+    def legacy():
+        return _legacy(
+            module, args, kwargs, names, options.dynamic, options.opset, options.exporter_optimizations
+        )
+
     if isinstance(module, torch.jit.ScriptModule):
         notes.append("TorchScript module: converted with the TorchScript-based exporter")
-        model = _legacy(
-            module,
-            args,
-            kwargs,
-            names,
-            options.dynamic,
-            options.opset,
-            options.exporter_optimizations,
-        )
-        exporter = "torchscript"
+        model, exporter = legacy(), "torchscript"
     else:
         try:
             with _quiet():
@@ -413,46 +410,29 @@ def convert_module(module, options: ConvertOptions) -> Exported:
                     strict=False,
                 )
         except Exception as exc:  # torch.export raises many kinds; the fallback may still work
-            ep, why = None, first_line(exc, 200)
-        dynamo_error = None
-        if ep is not None:
+            notes.append(
+                f"torch.export could not trace the model ({first_line(exc, 200)}); "
+                "used the TorchScript-based exporter"
+            )
+            ep = None
+        if ep is None:
+            model, exporter = legacy(), "torchscript"
+        else:
             try:
                 model = _dynamo(ep, options.opset, options.exporter_optimizations)
                 _name_dynamic_dims(model, options.dynamic)
                 exporter = "dynamo"
-            except ConversionError as exc:
-                dynamo_error, why = exc, str(exc)
-        if ep is not None and dynamo_error is not None:
-            try:
-                model = _legacy(
-                    module,
-                    args,
-                    kwargs,
-                    names,
-                    options.dynamic,
-                    options.opset,
-                    options.exporter_optimizations,
+            except ConversionError as dynamo_error:
+                try:
+                    model = legacy()
+                except ConversionError:
+                    raise ConversionError(
+                        f"{dynamo_error} (the TorchScript-based exporter failed too)"
+                    ) from None
+                notes.append(
+                    f"the dynamo exporter failed ({dynamo_error}); used the TorchScript-based exporter"
                 )
-            except ConversionError:
-                raise ConversionError(
-                    f"{dynamo_error} (the TorchScript-based exporter failed too)"
-                ) from None
-            notes.append(f"the dynamo exporter failed ({why}); used the TorchScript-based exporter")
-            exporter = "torchscript"
-        elif ep is None:
-            notes.append(
-                f"torch.export could not trace the model ({why}); used the TorchScript-based exporter"
-            )
-            model = _legacy(
-                module,
-                args,
-                kwargs,
-                names,
-                options.dynamic,
-                options.opset,
-                options.exporter_optimizations,
-            )
-            exporter = "torchscript"
+                exporter = "torchscript"
     onnx_names = _graph_inputs(model)
     return Exported(
         model=model,
