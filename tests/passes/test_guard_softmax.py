@@ -1,0 +1,72 @@
+"""guard-softmax: a masked Softmax is clamped to ``max - 80`` and computes the same probabilities."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from mp_testing import model_from_text, node_ops
+
+from modelpress.passes import optimize
+from modelpress.verify import run_model
+
+PASSES = ["guard-softmax"]
+
+
+def attention(opset: int = 17, mask_value: str = "-3.4028235e38", dtype: str = "float", axis: int = -1):
+    return f"""
+    <ir_version: 10, opset_import: ["" : {opset}]>
+    g ({dtype}[B, 2, 5, 6] scores, bool[B, 1, 1, 6] keep) => ({dtype}[B, 2, 5, 6] y)
+    <{dtype} zero = {{0}}, {dtype} big = {{{mask_value}}}> {{
+      mask = Where(keep, zero, big)
+      x = Add(scores, mask)
+      y = Softmax<axis = {axis}>(x)
+    }}
+    """
+
+
+def feeds(rng, *, spread: float = 1.0):
+    scores = (rng.standard_normal((3, 2, 5, 6)) * spread).astype(np.float32)
+    keep = rng.random((3, 1, 1, 6)) < 0.5
+    keep[0, ..., 0] = True
+    keep[1] = False  # a fully masked row: uniform in both
+    return {"scores": scores, "keep": keep}
+
+
+@pytest.mark.parametrize("opset", [13, 17, 18])
+@pytest.mark.parametrize("mask_value", ["-3.4028235e38", "-10000", "-1e9"])
+def test_masked_softmax_is_guarded_and_unchanged(rng, opset, mask_value):
+    text = attention(opset, mask_value)
+    before = model_from_text(text)
+    after = optimize(model_from_text(text), passes=PASSES)
+    assert after.rewrites == 1
+    assert "ReduceMax" in node_ops(after.model) and "Max" in node_ops(after.model)
+    for spread in (1.0, 40.0):  # large scores: the clamp must not touch anything within 80 of the max
+        f = feeds(rng, spread=spread)
+        want = run_model(before, f)["y"]
+        got = run_model(after.model, f)["y"]
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-20)
+        # batch 0 keeps key 0: its masked keys get probabilities far below float32 resolution
+        masked = ~np.broadcast_to(f["keep"][0], got[0].shape)
+        assert not masked.any() or got[0][masked].max() < 1e-30
+        np.testing.assert_allclose(got.sum(-1), 1.0, rtol=1e-6)
+
+
+def test_second_run_adds_nothing():
+    once = optimize(model_from_text(attention()), passes=PASSES).model
+    ops = node_ops(once)
+    twice = optimize(once, passes=PASSES).model
+    assert node_ops(twice) == ops
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        attention(mask_value="-5"),  # an ordinary bias, not a mask
+        attention(dtype="float16", mask_value="-60000"),  # float16's normal range is too short for the margin
+        attention(opset=11, axis=1),  # opset < 13 flattens at axis 1: no single reduction axis
+    ],
+    ids=["small-bias", "float16", "opset11-axis1"],
+)
+def test_left_alone(text):
+    after = optimize(model_from_text(text), passes=PASSES).model
+    assert node_ops(after) == ["Where", "Add", "Softmax"]
