@@ -61,6 +61,11 @@ def test_static_end_to_end_with_budget_and_report(tmp_path, capsys, rng):
     assert data["mode"] == "static" and data["method"] == "percentile"
     assert data["verify"]["outputs"][0]["max_rel"] < 0.05
     assert any(layer["quantized"] for layer in data["layers"])
+    # both models were timed on the calibration batch; the ratio is theirs (no speed asserted)
+    lat = data["latency_ms"]
+    assert "latency on this CPU (ONNX Runtime, batch 16)" in text
+    assert lat["float"]["runs"] >= 5 and lat["quantized"]["runs"] == lat["float"]["runs"]
+    assert lat["ratio"] == lat["quantized"]["median_ms"] / lat["float"]["median_ms"]
 
 
 def test_weight_only_int4_cli_and_bad_option(tmp_path, capsys):

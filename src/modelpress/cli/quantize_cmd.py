@@ -111,6 +111,11 @@ def add_parser(sub) -> None:
         "--no-optimize", action="store_true", help="do not run the optimizer (level 2) first"
     )
     p.add_argument(
+        "--no-latency",
+        action="store_true",
+        help="skip the float-vs-quantized latency check on this CPU (about 2 s)",
+    )
+    p.add_argument(
         "--report", metavar="FILE", help="write the per-layer report and summary as JSON"
     )
     p.set_defaults(func=run)
@@ -196,6 +201,9 @@ def run(args) -> int:
             f"{status}; kept in float: {', '.join(a.kept_float) or 'none'}"
         )
     save(result.model, args.output)
+    latency = None
+    if not args.no_latency and args.mode not in ("fp16", "bf16"):  # half types are for GPUs
+        latency = _latency(original, result.model, inputs[0] if inputs else None)
     console.print(
         f"wrote {args.output}: {human_bytes(result.size_before)} → {human_bytes(result.size_after)} "
         f"({result.size_after / max(result.size_before, 1):.2f}x) in {result.seconds:.1f} s"
@@ -203,8 +211,35 @@ def run(args) -> int:
     if args.report:
         data = result.to_dict()
         data["verify"] = verified.to_dict() if verified else None
+        data["latency_ms"] = latency
         write_json(args.report, data)
     return 0
+
+
+def _latency(original, quantized, feeds) -> dict | None:
+    """Time the float and the quantized model on this CPU (ONNX Runtime) and say which is faster:
+    int8 kernels do not pay off everywhere (tiny convolutions, CPUs without VNNI)."""
+    from modelpress.runtime.measure import compare_latency
+    from modelpress.verify.inputs import generate_inputs
+
+    feeds = feeds or generate_inputs(original)
+    try:
+        before, after = compare_latency([original, quantized], feeds)
+    except Exception as exc:  # noqa: BLE001 - the model was written; timing is a courtesy
+        console.print(f"note: no latency check ({str(exc).splitlines()[0][:120]})")
+        return None
+    ratio = after.median_ms / max(before.median_ms, 1e-9)
+    batch = next(iter(feeds.values())).shape[0] if feeds and next(iter(feeds.values())).ndim else 1
+    console.print(
+        f"latency on this CPU (ONNX Runtime, batch {batch}): float {before.median_ms:.3g} ms → "
+        f"quantized {after.median_ms:.3g} ms ({ratio:.2f}x)"
+    )
+    if ratio > 1.0:
+        console.print(
+            "[yellow]warning[/]: the quantized model is not faster here; int8 pays off on larger "
+            "layers and CPUs with VNNI/AMX (see `modelpress bench` to measure at your batch size)"
+        )
+    return {"float": before.to_dict(), "quantized": after.to_dict(), "ratio": ratio}
 
 
 def _print_layers(result) -> None:

@@ -46,6 +46,25 @@ def time_interleaved(fns: list[Callable[[], object]], *, runs: int, warmup: int 
     return [Timing.from_seconds(s) for s in samples]
 
 
+def compare_latency(
+    models: list, feeds: dict[str, np.ndarray], *, budget_s: float = 2.0, max_runs: int = 50
+) -> list[Timing]:
+    """ONNX Runtime CPU latency of several models on the same ``feeds``, interleaved, in about
+    ``budget_s`` seconds (at least 5 runs each). Sessions share one thread pool (see
+    ``runtime.ort.use_global_thread_pool``): per-session spinning pools inflate each other."""
+    from modelpress.runtime.ort import session, use_global_thread_pool
+
+    use_global_thread_pool()
+    runs_of = [session(m).run for m in models]
+    fns = [lambda run=run: run(None, feeds) for run in runs_of]
+    t0 = time.perf_counter()
+    for fn in fns:  # warm-up, and the cost of one round
+        fn()
+    per_round = time.perf_counter() - t0
+    runs = int(min(max_runs, max(5, budget_s / max(per_round, 1e-6))))
+    return time_interleaved(fns, runs=runs, warmup=1)
+
+
 def _status_kib(field: str) -> int | None:
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
