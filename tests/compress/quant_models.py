@@ -120,3 +120,28 @@ def thin_stem_cnn(seed: int = 0):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 8, 8])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])
     return _model(nodes, [x], [y], inits)
+
+
+def transformer_ffn(seed: int = 0):
+    """x[N,T,32] → LayerNorm → MatMul(32x64) + b → Relu → MatMul(64x32) → Add(x): a transformer's
+    feed-forward block whose LayerNorm output has two outlier channels (gamma 40x) read by small
+    weights (rows / 40), as BERT's are: every channel matters to the product equally."""
+    rng = np.random.default_rng(seed)
+    gamma = np.ones(32, np.float32)
+    gamma[[3, 17]] = 40.0
+    beta = (rng.standard_normal(32) * 0.1).astype(np.float32)
+    w1 = (rng.standard_normal((32, 64)) * 0.2 / gamma[:, None]).astype(np.float32)
+    b1 = (rng.standard_normal(64) * 0.1).astype(np.float32)
+    w2 = (rng.standard_normal((64, 32)) * 0.2).astype(np.float32)
+    inits = {"gamma": gamma, "beta": beta, "w1": w1, "b1": b1, "w2": w2}
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["ln"], name="ln", axis=-1),
+        helper.make_node("MatMul", ["ln", "w1"], ["m1"], name="fc1"),
+        helper.make_node("Add", ["m1", "b1"], ["h1"], name="bias1"),
+        helper.make_node("Relu", ["h1"], ["r1"], name="relu1"),
+        helper.make_node("MatMul", ["r1", "w2"], ["m2"], name="fc2"),
+        helper.make_node("Add", ["m2", "x"], ["y"], name="residual"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 32])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 32])
+    return _model(nodes, [x], [y], inits)

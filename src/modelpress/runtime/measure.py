@@ -50,12 +50,18 @@ def compare_latency(
     models: list, feeds: dict[str, np.ndarray], *, budget_s: float = 2.0, max_runs: int = 50
 ) -> list[Timing]:
     """ONNX Runtime CPU latency of several models on the same ``feeds``, interleaved, in about
-    ``budget_s`` seconds (at least 5 runs each). Sessions share one thread pool (see
-    ``runtime.ort.use_global_thread_pool``): per-session spinning pools inflate each other."""
-    from modelpress.runtime.ort import session, use_global_thread_pool
+    ``budget_s`` seconds (at least 5 runs each). Each session's pool does not spin between runs:
+    idle spinning pools would steal the cores of the session being timed. The process's own
+    ONNX Runtime settings (a global pool, if one was made) are left as they are."""
+    from modelpress.runtime import ort as mp_ort
 
-    use_global_thread_pool()
-    runs_of = [session(m).run for m in models]
+    def options():
+        so = mp_ort.session_options()
+        if so.use_per_session_threads:
+            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        return so
+
+    runs_of = [mp_ort.session(m, options=options()).run for m in models]
     fns = [lambda run=run: run(None, feeds) for run in runs_of]
     t0 = time.perf_counter()
     for fn in fns:  # warm-up, and the cost of one round

@@ -16,7 +16,12 @@ Three rewrites keep the chain in 8 bits:
   scale of their input, so ONNX Runtime drops their Q/DQ and runs them on the 8-bit data;
 - Concat inputs used only by the Concat take the Concat's output scale (one scale for all).
 Graph outputs stay float: the last quantized op dequantizes into them; so does an output read by a
-layer that is kept in float on purpose (``exclude``).
+layer that is kept in float on purpose (``exclude``), and the output of a MatMul/Gemm that no
+quantized op reads (ONNX Runtime runs it as MatMulIntegerToFloat / QGemm with a float output).
+
+On attention-like graphs (Softmax, LayerNormalization) activation outliers are first moved into the
+weights (``smoothing``), as for dynamic quantization: with both rules MiniLM keeps a mean cosine of
+0.998 in static int8, against 0.94 with neither.
 
 What ONNX Runtime (CPU, all optimizations) makes of it, checked by ``tests/compress/
 test_static_graph.py``: every DequantizeLinear is fused, the only QuantizeLinear left is the one
@@ -214,7 +219,9 @@ def plan(
 ) -> StaticPlan:
     p = StaticPlan()
     alias: dict[str, str] = {}  # float tensor name → tensor that carries it after folding
-    for node in select_layers(model, exclude=exclude, min_reduction=min_reduction):
+    selected = select_layers(model, exclude=exclude, min_reduction=min_reduction)
+    names = {n.name for n in selected}
+    for node in selected:
         p.layers.append(node.name)
         n_act = 2 if node.op_type in BINARY_OPS else 1
         for v in node.inputs[:n_act]:
@@ -222,8 +229,14 @@ def plan(
         y = node.outputs[0]
         if y.is_graph_output() or not is_float(y):
             continue
+        consumers = _through(y, True)
         # A consumer kept in float on purpose (user or accuracy budget) must see the float output.
-        if any(c is not None and c.name in exclude for c in _through(y, True)):
+        if any(c is not None and c.name in exclude for c in consumers):
+            continue
+        # A MatMul/Gemm read only by float ops keeps a float output (ONNX Runtime: QGemm /
+        # MatMulIntegerToFloat): requantizing, e.g. a transformer's outlier-heavy projections
+        # before the residual Add, would only add error and a conversion.
+        if node.op_type in ("MatMul", "Gemm") and not any(c is not None and c.name in names for c in consumers):
             continue
         relu = _relu_after(node) if fold_relu else None
         if relu is not None:
