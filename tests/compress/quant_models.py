@@ -145,3 +145,49 @@ def transformer_ffn(seed: int = 0):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 32])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 32])
     return _model(nodes, [x], [y], inits)
+
+
+def swish_se_cnn(seed: int = 0):
+    """x[N,4,8,8] → Conv(16) → SiLU (x·Sigmoid(x)) → squeeze-excite (GlobalAveragePool → Conv →
+    LeakyRelu → Conv → Sigmoid → Mul) → nearest Resize 2x → Slice (crop) → Conv(16) → y: the ops an
+    EfficientNet or a U-Net decoder adds to a plain CNN."""
+    rng = np.random.default_rng(seed)
+
+    def conv_w(cout, cin, k):
+        return (rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)).astype(np.float32)
+
+    inits = {
+        "w1": conv_w(16, 4, 3),
+        "b1": (rng.standard_normal(16) * 0.1).astype(np.float32),
+        "se1": conv_w(16, 16, 1),  # reductions of at least 16: int8 pays off (select_layers)
+        "se2": conv_w(16, 16, 1),
+        "w2": conv_w(16, 16, 3),
+        "sizes": np.array([0, 16, 16, 16], np.int64),
+        "starts": np.array([1, 1], np.int64),
+        "ends": np.array([15, 15], np.int64),
+        "axes": np.array([2, 3], np.int64),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c1"], ["g1"], name="sig1"),
+        helper.make_node("Mul", ["c1", "g1"], ["a1"], name="silu1"),
+        helper.make_node("GlobalAveragePool", ["a1"], ["p"], name="pool"),
+        helper.make_node("Conv", ["p", "se1"], ["s1"], name="se_reduce"),
+        helper.make_node("LeakyRelu", ["s1"], ["s2"], name="se_act", alpha=0.1),
+        helper.make_node("Conv", ["s2", "se2"], ["s3"], name="se_expand"),
+        helper.make_node("Sigmoid", ["s3"], ["s4"], name="se_gate"),
+        helper.make_node("Mul", ["a1", "s4"], ["e"], name="excite"),
+        helper.make_node("Resize", ["e", "", "", "sizes_n"], ["u"], name="up", mode="nearest"),
+        helper.make_node("Slice", ["u", "starts", "ends", "axes"], ["cr"], name="crop"),
+        helper.make_node("Conv", ["cr", "w2"], ["y"], name="conv2", pads=[1, 1, 1, 1]),
+    ]
+    # Resize's sizes need the batch dimension: Shape(x)[0] joined with the constant rest
+    nodes[9:9] = [
+        helper.make_node("Shape", ["x"], ["xs"], name="shape", end=1),
+        helper.make_node("Slice", ["sizes", "one", "four"], ["rest"], name="sizes_rest"),
+        helper.make_node("Concat", ["xs", "rest"], ["sizes_n"], name="sizes_cat", axis=0),
+    ]
+    inits["one"], inits["four"] = np.array([1], np.int64), np.array([4], np.int64)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16, 14, 14])
+    return _model(nodes, [x], [y], inits, opset=19)

@@ -67,3 +67,26 @@ def test_short_reduction_stem_stays_float_and_chain_after_it_is_int8(tmp_path, c
     yf = session(model, optimize="disabled").run(None, {"x": x})[0]
     yq = session(r.model, optimize="all").run(None, {"x": x})[0]
     assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.05
+
+
+def test_swish_se_resize_slice_stay_in_the_int8_chain(tmp_path, rng):
+    from quant_models import swish_se_cnn
+
+    model = swish_se_cnn()
+    calib = [{"x": rng.standard_normal((8, 4, 8, 8)).astype(np.float32)} for _ in range(4)]
+    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    quantized = {layer.name for layer in r.layers if layer.quantized}
+    assert {"sig1", "silu1", "se_act", "se_gate", "excite", "conv2"} <= quantized
+    nodes = _ort_graph(r.model, tmp_path)
+    ops = [n.op_type for n in nodes]
+    assert {"QLinearSigmoid", "QLinearMul", "QLinearLeakyRelu"} <= set(ops), ops
+    assert not {"Sigmoid", "Mul", "LeakyRelu"} & set(ops), ops
+    # Resize and Slice run on the 8-bit data: nothing dequantizes before them
+    producers = {o: n for n in nodes for o in n.output}
+    for n in nodes:
+        if n.op_type in ("Resize", "Slice") and n.input[0] in producers:
+            assert producers[n.input[0]].op_type != "DequantizeLinear", n.name
+    x = rng.standard_normal((4, 4, 8, 8)).astype(np.float32)
+    yf = session(model, optimize="disabled").run(None, {"x": x})[0]
+    yq = session(r.model, optimize="all").run(None, {"x": x})[0]
+    assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.05

@@ -1,7 +1,7 @@
 """Static (full) int8 quantization in standard QDQ form, calibrated on data.
 
 Rule: for every op that has an int8 kernel in ONNX Runtime (Conv, Gemm and MatMul with constant
-weights; Add and Mul of two activations; average pools), its activation inputs and its output pass
+weights; Add and Mul of two activations; average pools, Sigmoid, LeakyRelu), its activation inputs and its output pass
 through ``QuantizeLinear → DequantizeLinear`` pairs and its weights through ``DequantizeLinear`` of
 int8 constants. ONNX Runtime's QDQ fusion turns each such group into one integer kernel
 (QLinearConv, QGemm, QLinearMatMul, QLinearAdd, ...), so a chain of quantized ops stays in 8 bits
@@ -12,8 +12,8 @@ int8 symmetric per-channel weights, int32 biases with ``scale = scale_x · scale
 Three rewrites keep the chain in 8 bits:
 - a Relu (or ``Clip(0, c)``) right after a quantized op is dropped and its range becomes the
   op's output range: with a zero point at the lowest code, QuantizeLinear's saturation is the Relu;
-- layout and selection ops (MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze) share the
-  scale of their input, so ONNX Runtime drops their Q/DQ and runs them on the 8-bit data;
+- layout and selection ops (MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Slice,
+  DepthToSpace, nearest-neighbour Resize) share the scale of their input, so ONNX Runtime drops their Q/DQ and runs them on the 8-bit data;
 - Concat inputs used only by the Concat take the Concat's output scale (one scale for all).
 Graph outputs stay float: the last quantized op dequantizes into them; so does an output read by a
 layer that is kept in float on purpose (``exclude``), and the output of a MatMul/Gemm that no
@@ -62,9 +62,19 @@ from modelpress.compress.quantize.qparams import (
 # Ops with two activation inputs that ONNX Runtime runs in int8 (QLinearAdd, QLinearMul).
 BINARY_OPS = {"Add", "Mul"}
 # Ops with one activation input and an int8 kernel.
-UNARY_OPS = {"GlobalAveragePool", "AveragePool"}
+UNARY_OPS = {"GlobalAveragePool", "AveragePool", "Sigmoid", "LeakyRelu"}
 # Ops that move or select values without arithmetic: they share their input's scale.
-PASSTHROUGH_OPS = {"MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity"}
+PASSTHROUGH_OPS = {
+    "MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Slice",
+    "DepthToSpace", "Resize",
+}  # fmt: skip
+
+
+def _passthrough(node: ir.Node) -> bool:
+    """Whether ``node`` only moves or selects values (Resize: nearest-neighbour only)."""
+    if node.op_type == "Resize":
+        return node.attributes.get_string("mode", "nearest") == "nearest"
+    return node.op_type in PASSTHROUGH_OPS
 
 
 @dataclass
@@ -162,14 +172,14 @@ def _through(value: ir.Value, forward: bool) -> list:
     if not forward:
         node = value.producer()
         while node is not None and (
-            node.op_type in PASSTHROUGH_OPS or node.op_type in ("Relu", "Clip")
+            _passthrough(node) or node.op_type in ("Relu", "Clip")
         ):
             node = node.inputs[0].producer() if node.inputs[0] is not None else None
         return [node]
     out: list = [None] if value.is_graph_output() else []
     for use in value.uses():
         n = use.node
-        if use.idx == 0 and (n.op_type in PASSTHROUGH_OPS or n.op_type in ("Relu", "Clip")):
+        if use.idx == 0 and (_passthrough(n) or n.op_type in ("Relu", "Clip")):
             out.extend(_through(n.outputs[0], True))
         else:
             out.append(n)
@@ -255,7 +265,7 @@ def plan(
         src = alias.get(x.name, x.name)
         y = node.outputs[0]
         if (
-            node.op_type in PASSTHROUGH_OPS
+            _passthrough(node)
             and src in p.tensors
             and not y.is_graph_output()
             and is_float(y)
