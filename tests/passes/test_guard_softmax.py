@@ -12,7 +12,9 @@ from modelpress.verify import run_model
 PASSES = ["guard-softmax"]
 
 
-def attention(opset: int = 17, mask_value: str = "-3.4028235e38", dtype: str = "float", axis: int = -1):
+def attention(
+    opset: int = 17, mask_value: str = "-3.4028235e38", dtype: str = "float", axis: int = -1
+):
     return f"""
     <ir_version: 10, opset_import: ["" : {opset}]>
     g ({dtype}[B, 2, 5, 6] scores, bool[B, 1, 1, 6] keep) => ({dtype}[B, 2, 5, 6] y)
@@ -40,7 +42,10 @@ def test_masked_softmax_is_guarded_and_unchanged(rng, opset, mask_value):
     after = optimize(model_from_text(text), passes=PASSES)
     assert after.rewrites == 1
     assert "ReduceMax" in node_ops(after.model) and "Max" in node_ops(after.model)
-    for spread in (1.0, 40.0):  # large scores: the clamp must not touch anything within 80 of the max
+    for spread in (
+        1.0,
+        40.0,
+    ):  # large scores: the clamp must not touch anything within 80 of the max
         f = feeds(rng, spread=spread)
         want = run_model(before, f)["y"]
         got = run_model(after.model, f)["y"]
@@ -62,7 +67,9 @@ def test_second_run_adds_nothing():
     "text",
     [
         attention(mask_value="-5"),  # an ordinary bias, not a mask
-        attention(dtype="float16", mask_value="-60000"),  # float16's normal range is too short for the margin
+        attention(
+            dtype="float16", mask_value="-60000"
+        ),  # float16's normal range is too short for the margin
         attention(opset=11, axis=1),  # opset < 13 flattens at axis 1: no single reduction axis
     ],
     ids=["small-bias", "float16", "opset11-axis1"],

@@ -96,4 +96,3 @@ class GuardSoftmax(GraphPass):
             node.replace_input_with(0, clamped.outputs[0])
             count += 1
         return count
-

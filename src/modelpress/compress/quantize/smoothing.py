@@ -161,7 +161,9 @@ def smooth(model: ir.Model, factors: dict[str, np.ndarray]) -> ir.Model:
         w = const_array(node.inputs[1])
         transposed = node.op_type == "Gemm" and node.attributes.get_int("transB", 0)
         scaled = w * (s[None, :] if transposed else s[:, None])
-        node.replace_input_with(1, constant(g, scaled.astype(np.float32), f"{node.name}_W_smoothed"))
+        node.replace_input_with(
+            1, constant(g, scaled.astype(np.float32), f"{node.name}_W_smoothed")
+        )
         node.replace_input_with(0, smoothed[x.name])
     remove_unused_initializers(g)
     return m

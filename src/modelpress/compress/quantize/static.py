@@ -171,9 +171,7 @@ def _through(value: ir.Value, forward: bool) -> list:
     consumers (forward, None for a graph output) that really see ``value``'s 8-bit form."""
     if not forward:
         node = value.producer()
-        while node is not None and (
-            _passthrough(node) or node.op_type in ("Relu", "Clip")
-        ):
+        while node is not None and (_passthrough(node) or node.op_type in ("Relu", "Clip")):
             node = node.inputs[0].producer() if node.inputs[0] is not None else None
         return [node]
     out: list = [None] if value.is_graph_output() else []
@@ -246,7 +244,9 @@ def plan(
         # A MatMul/Gemm read only by float ops keeps a float output (ONNX Runtime: QGemm /
         # MatMulIntegerToFloat): requantizing, e.g. a transformer's outlier-heavy projections
         # before the residual Add, would only add error and a conversion.
-        if node.op_type in ("MatMul", "Gemm") and not any(c is not None and c.name in names for c in consumers):
+        if node.op_type in ("MatMul", "Gemm") and not any(
+            c is not None and c.name in names for c in consumers
+        ):
             continue
         relu = _relu_after(node) if fold_relu else None
         if relu is not None:
@@ -264,12 +264,7 @@ def plan(
             continue
         src = alias.get(x.name, x.name)
         y = node.outputs[0]
-        if (
-            _passthrough(node)
-            and src in p.tensors
-            and not y.is_graph_output()
-            and is_float(y)
-        ):
+        if _passthrough(node) and src in p.tensors and not y.is_graph_output() and is_float(y):
             p.tensors[y.name] = p.tensors[src]
             alias.setdefault(y.name, y.name)
         elif node.op_type == "Concat" and y.name in p.tensors:
