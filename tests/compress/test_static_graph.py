@@ -90,3 +90,46 @@ def test_swish_se_resize_slice_stay_in_the_int8_chain(tmp_path, rng):
     yf = session(model, optimize="disabled").run(None, {"x": x})[0]
     yq = session(r.model, optimize="all").run(None, {"x": x})[0]
     assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.05
+
+
+def test_unet_skip_relu_shared_by_pool_and_signed_concat(rng):
+    """A skip connection: Conv→Relu read by a MaxPool and by a Concat whose other input (a Conv
+    without Relu) is signed. The Relu stays folded into its Conv; the Concat must not lend it a
+    range below zero (this used to fail an assertion)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    def w(cout, cin):
+        return numpy_helper.from_array(
+            (rng.standard_normal((cout, cin, 3, 3)) / np.sqrt(cin * 9)).astype(np.float32),
+            f"w{cout}_{cin}_{rng.integers(1 << 30)}",
+        )
+
+    w1, w2, w3, w4 = w(16, 4), w(16, 16), w(16, 16), w(16, 32)
+    nodes = [
+        helper.make_node("Conv", ["x", w1.name], ["c1"], name="enc", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="enc_relu"),
+        helper.make_node("MaxPool", ["r1"], ["p1"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p1", w2.name], ["c2"], name="mid", pads=[1, 1, 1, 1]),
+        helper.make_node("ConvTranspose", ["c2", "wt"], ["u"], name="up", strides=[2, 2], kernel_shape=[2, 2]),
+        helper.make_node("Conv", ["u", w3.name], ["c3"], name="dec_in", pads=[1, 1, 1, 1]),
+        helper.make_node("Concat", ["r1", "c3"], ["cat"], name="skip", axis=1),
+        helper.make_node("Conv", ["cat", w4.name], ["y"], name="dec", pads=[1, 1, 1, 1]),
+    ]
+    wt = numpy_helper.from_array((rng.standard_normal((16, 16, 2, 2)) * 0.2).astype(np.float32), "wt")
+    graph = helper.make_graph(
+        nodes,
+        "unet",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16, 8, 8])],
+        [w1, w2, w3, w4, wt],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    from modelpress.ir import from_proto
+
+    model = from_proto(proto)
+    calib = [{"x": rng.standard_normal((8, 4, 8, 8)).astype(np.float32)} for _ in range(4)]
+    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    x = rng.standard_normal((4, 4, 8, 8)).astype(np.float32)
+    yf = session(model, optimize="disabled").run(None, {"x": x})[0]
+    yq = session(r.model, optimize="all").run(None, {"x": x})[0]
+    assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.05

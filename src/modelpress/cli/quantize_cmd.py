@@ -51,7 +51,8 @@ def add_parser(sub) -> None:
         type=int,
         default=8,
         choices=[8, 4],
-        help="weight-only: bits per weight (default 8)",
+        help="weight-only: bits per weight (default 8); 4 bits are rounded by GPTQ on the --calib "
+        "data (on generated inputs without it: give --calib for the best accuracy)",
     )
     p.add_argument(
         "--block-size",

@@ -26,6 +26,7 @@ from modelpress.compress.quantize import (
     static,
     weight_only,
 )
+from modelpress.compress.quantize import smoothing as smoothing_mod
 from modelpress.compress.quantize.calibration import CalibrationSet, ImagePreprocess, Progress
 from modelpress.compress.quantize.observers import get_observer
 from modelpress.errors import InputError, OptionError
@@ -101,6 +102,20 @@ def _static(model, cal, opt: Options, progress):
     if cal is None:
         raise OptionError("--mode static needs calibration data (--calib)")
     symmetric = opt.symmetric_activations
+    notes = []
+    if opt.smooth and _attention_like(model):
+        # one int8 scale per activation tensor cannot hold a transformer's outlier channels
+        full = static.plan(model, fold_relu=not symmetric)
+        by = {n.name: n for n in model.graph}
+        linear = [by[n] for n in full.layers if by[n].op_type in ("Gemm", "MatMul")]
+        factors, n_inputs = smoothing_mod.calibrate(
+            model, linear, cal, per_channel=opt.per_channel, progress=progress
+        )
+        if factors:
+            model = smoothing_mod.smooth(model, factors)
+            notes.append(
+                f"activation outliers moved into weights (smoothing) for {len(factors)} of {n_inputs} input(s)"
+            )
     full = static.plan(model, fold_relu=not symmetric)
     obs_cls = get_observer(opt.method)
     observers: dict[str, list] = {
@@ -132,12 +147,11 @@ def _static(model, cal, opt: Options, progress):
             pairs[name] = (fl, f"{y}_dequantized" if y in p.tensors else y)
         return Built(q, p.layers, pairs)
 
-    notes = []
-    if any(n.op_type in ("Softmax", "LayerNormalization") for n in model.graph):
-        notes.append(
-            "attention-like graph: --mode dynamic usually keeps more accuracy than static here"
-        )
     return build, full.layers, notes, None
+
+
+def _attention_like(model: ir.Model) -> bool:
+    return any(n.op_type in ("Softmax", "LayerNormalization") for n in model.graph)
 
 
 def _dynamic(model, cal, opt: Options, progress):
@@ -145,11 +159,11 @@ def _dynamic(model, cal, opt: Options, progress):
     smoothing = None
     notes = []
     if cal is not None and opt.smooth:
-        samples = {i: dynamic.RowSample() for i in sorted({n.inputs[0].name for n in nodes})}
-        calibration.collect(model, cal, {i: [s] for i, s in samples.items()}, progress=progress)
-        smoothing = dynamic.smoothing_factors(nodes, samples, per_channel=opt.per_channel)
+        smoothing, n_inputs = smoothing_mod.calibrate(
+            model, nodes, cal, per_channel=opt.per_channel, progress=progress
+        )
         notes.append(
-            f"activation outliers moved into weights (smoothing) for {len(smoothing)} of {len(samples)} input(s)"
+            f"activation outliers moved into weights (smoothing) for {len(smoothing)} of {n_inputs} input(s)"
         )
 
     def build(exclude):
@@ -163,12 +177,17 @@ def _dynamic(model, cal, opt: Options, progress):
 
 def _weight_only(model, cal, opt: Options, progress):
     nodes = weight_only.layers(model)
+    gptq, notes = {}, []
+    if opt.bits == 4:  # error-compensating rounding, on generated inputs when cal is None
+        gptq, notes = weight_only.gptq_quantize(
+            model, cal, block_size=opt.block_size, progress=progress
+        )
 
     def build(exclude):
         # With 4 bits, the budget's fallback for a sensitive layer is 8 bits, not float.
         if opt.bits == 4:
             q, done, notes = weight_only.apply(
-                model, bits=4, block_size=opt.block_size, int8_layers=exclude
+                model, bits=4, block_size=opt.block_size, int8_layers=exclude, quantized=gptq
             )
         else:
             q, done, notes = weight_only.apply(
@@ -183,13 +202,13 @@ def _weight_only(model, cal, opt: Options, progress):
         for feeds in batches:
             got = run(feeds)
             local = weight_only.local_errors(
-                model, nodes, got, bits=opt.bits, block_size=opt.block_size
+                model, nodes, got, bits=opt.bits, block_size=opt.block_size, quantized=gptq
             )
             for k, v in local.items():
                 scores[k] += v
         return scores
 
-    return build, [n.name for n in nodes], [], rank
+    return build, [n.name for n in nodes], notes, rank
 
 
 def _float16(dtype: str) -> ModeFn:
@@ -272,7 +291,7 @@ def quantize(
 
     ``mode``: static | dynamic | weight-only | fp16 | bf16. ``calibration``: an .npz path, a
     directory of .npz files or images (with ``image``), or an iterable of input dicts; required for
-    static, used by dynamic (outlier smoothing, ``smooth``) and by every mode for the error report and the
+    static, used by dynamic and by static on attention-like graphs (outlier smoothing, ``smooth``) and by every mode for the error report and the
     accuracy budget. ``max_accuracy_drop`` with ``metric`` (a function of a runner
     ``feeds → outputs`` returning a score, higher is better) or ``labels_key`` (labels in the
     calibration data; top-1 accuracy) keeps the most sensitive layers in float until the drop holds.

@@ -85,7 +85,8 @@ class StaticPlan:
     folds: dict[str, str] = field(default_factory=dict)  # compute node → Relu/Clip node it absorbs
     # tensor to wrap in Q/DQ (name after folding) → tensor of the float model whose range sets it
     tensors: dict[str, str] = field(default_factory=dict)
-    concat_groups: list[tuple[str, list[str]]] = field(default_factory=list)  # output → inputs
+    # Concat output → its inputs, as (tensor carrying it after folding, tensor the Concat reads)
+    concat_groups: list[tuple[str, list[tuple[str, str]]]] = field(default_factory=list)
 
     @property
     def observed(self) -> list[str]:
@@ -268,18 +269,28 @@ def plan(
             p.tensors[y.name] = p.tensors[src]
             alias.setdefault(y.name, y.name)
         elif node.op_type == "Concat" and y.name in p.tensors:
-            ins = [alias.get(v.name, v.name) for v in node.inputs if v is not None]
+            ins = [(alias.get(v.name, v.name), v.name) for v in node.inputs if v is not None]
             p.concat_groups.append((y.name, ins))
     return p
 
 
 def _resolve_concat(p: StaticPlan, qp: dict[str, QParams], model: ir.Model) -> None:
+    """A Concat input read by nothing else takes the Concat's scale (ONNX Runtime's QLinearConcat
+    then copies bytes). Not when the input carries a folded Relu and the Concat's range goes below
+    zero: the fold needs its own range to start at 0."""
     vals = values_by_name(model.graph)
+    folded = set(p.folds.values())
     for out, ins in p.concat_groups:
-        for name in ins:
-            v = vals.get(name)
-            if name in qp and v is not None and len(v.uses()) == 1 and out in qp:
-                qp[name] = qp[out]
+        if out not in qp:
+            continue
+        for carrier, read in ins:
+            v = vals.get(read)
+            if carrier not in qp or v is None or len(v.uses()) != 1 or v.is_graph_output():
+                continue
+            relu_fold = v.producer() is not None and v.producer().name in folded
+            if relu_fold and float(np.min(qp[out].range[0])) != 0.0:
+                continue
+            qp[carrier] = qp[out]
 
 
 def _insert_qdq(graph: ir.Graph, value: ir.Value, qp: QParams) -> ir.Value:

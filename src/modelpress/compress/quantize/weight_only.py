@@ -4,11 +4,21 @@ Rule: the weight ``W`` of a MatMul/Gemm/Conv (and the table of a Gather, usually
 replaced by ``DequantizeLinear(W_q, scale, zero_point)``; the op itself is untouched, so the model
 computes with ``Ŵ`` in float and stays exactly as portable as before, only smaller.
 - ``bits=8``: int8, symmetric, one scale per output channel (per row for Gather tables);
-- ``bits=4``: int4, symmetric, one scale per block of ``block_size`` consecutive elements along the
-  reduction axis (``DequantizeLinear``'s ``block_size``, opset 21; the model is upgraded to opset
-  21 only when it is older, and the result says so). A weight whose reduction axis is not a multiple
-  of the block size keeps int8 per-channel form.
-ONNX Runtime fuses the 4-bit MatMul form into its ``MatMulNBits`` kernel.
+- ``bits=4``: uint4, asymmetric (a scale and a zero point) per block of ``block_size`` consecutive
+  elements along the reduction axis (``DequantizeLinear``'s ``block_size``, opset 21; the model is
+  upgraded to opset 21 only when it is older, and the result says so). Each block's range is the
+  clip, shrunk from min/max, with the least squared error (``method="mse"``). A weight whose
+  reduction axis is not a multiple of the block size keeps int8 per-channel form.
+- Gather tables stay at 8 bits when ``bits=4`` unless ``tables_bits=4`` is asked for: one
+  embedding row feeds a token's whole computation, so its rounding error is not averaged away
+  (and a table has no reduction axis for GPTQ to compensate along).
+- 4-bit MatMul/Gemm weights are rounded by GPTQ (``gptq.py``) instead of to nearest: each layer's
+  ``XᵀX`` on its inputs is gathered in one streaming pass of the float model, and every layer's
+  codes are then solved on its own. The inputs are the calibration data, or without any,
+  generated inputs (``generated_calibration``; better than rounding to nearest, worse than real
+  data). Convolutions and Gather tables are rounded to nearest.
+ONNX Runtime fuses the 4-bit MatMul form (uint4 codes and zero points) into its ``MatMulNBits``
+kernel.
 """
 
 from __future__ import annotations
@@ -27,7 +37,8 @@ from modelpress.compress.quantize._graph import (
 from modelpress.compress.quantize.qparams import (
     PerChannel,
     PerGroup,
-    fake_quantize,
+    QParams,
+    dequantize,
     quantize,
     weight_qparams,
 )
@@ -35,6 +46,10 @@ from modelpress.compress.quantize.static import _dq_constant
 from modelpress.errors import OptionError
 
 BLOCKWISE_OPSET = 21
+INT4_TYPE = "uint4"  # asymmetric 4-bit blocks: codes and zero points share DequantizeLinear's type
+
+# A weight's integer codes and their QParams, as ``apply`` stores them.
+Quantized = tuple[np.ndarray, QParams]
 
 
 def _gather_tables(graph: ir.Graph) -> list[ir.Node]:
@@ -56,6 +71,120 @@ def layers(model: ir.Model) -> list[ir.Node]:
     return list(weight_nodes(model.graph)) + _gather_tables(model.graph)
 
 
+def _axes(node: ir.Node) -> tuple[int, int, int]:
+    """(weight input index, output-channel axis, reduction axis) of a layer."""
+    if node.op_type == "Gather":
+        return 0, 0, 1
+    return 1, output_channel_axis(node), input_channel_axis(node)
+
+
+def blockwise(w: np.ndarray, red_axis: int, bits: int, block_size: int) -> bool:
+    """Whether ``w`` gets 4-bit blocks (else int8 per channel)."""
+    return bits == 4 and w.shape[red_axis] % block_size == 0
+
+
+def round_to_nearest(
+    w: np.ndarray, out_axis: int, red_axis: int, *, bits: int, block_size: int
+) -> Quantized:
+    """The codes of ``w`` by this mode's rules, without calibration data (module docstring)."""
+    if blockwise(w, red_axis, bits, block_size):
+        qp = weight_qparams(
+            w, PerGroup(red_axis, block_size), dtype=INT4_TYPE, symmetric=False, method="mse"
+        )
+    else:
+        qp = weight_qparams(w, PerChannel(out_axis), dtype="int8", symmetric=True)
+    return quantize(w, qp), qp
+
+
+def gptq_layers(model: ir.Model, *, block_size: int) -> list[ir.Node]:
+    """The layers GPTQ rounds at 4 bits: MatMul/Gemm (no transA) with whole blocks."""
+    out = []
+    for node in weight_nodes(model.graph):
+        if node.op_type not in ("MatMul", "Gemm") or node.attributes.get_int("transA", 0):
+            continue
+        w = const_array(node.inputs[1])
+        if blockwise(w, input_channel_axis(node), 4, block_size):
+            out.append(node)
+    return out
+
+
+def generated_calibration(model: ir.Model, *, batches: int = 16, dim: int = 16):
+    """Stand-in calibration data when none is given: ``batches`` generated input sets (valid token
+    ids, standard normal floats; every dynamic dimension ``dim``). Random tokens already show the
+    channel structure GPTQ exploits (LayerNorm scales, outlier channels), measured on MiniLM:
+    mean cosine 0.977 with RTN, 0.988 with GPTQ on these, 0.998 with GPTQ on real sentences."""
+    from modelpress.compress.quantize.calibration import CalibrationSet
+    from modelpress.verify.inputs import generate_inputs
+
+    data = [generate_inputs(model, default_dim=dim, seed=i) for i in range(batches)]
+    return CalibrationSet.from_source(data)
+
+
+def gptq_quantize(
+    model: ir.Model, cal, *, block_size: int, progress=None
+) -> tuple[dict[str, Quantized], list[str]]:
+    """GPTQ codes of the 4-bit MatMul/Gemm weights of ``model`` by node name, and notes.
+
+    One streaming pass of the calibration set (``None``: generated inputs) gathers ``XᵀX`` of each
+    distinct layer input (layers that share an input share it); the layers are then solved one by
+    one, reporting ``progress(done, total)`` in layers. Left out (rounded to nearest): a layer where
+    rounding to nearest has the lower output error on these inputs, one GPTQ cannot solve (a Hessian that is not
+    finite or not positive definite), and every layer when generated inputs cannot run the model.
+    """
+    from modelpress.compress.quantize.calibration import collect
+    from modelpress.compress.quantize.gptq import HessianObserver, gptq
+    from modelpress.errors import InputError
+
+    nodes = gptq_layers(model, block_size=block_size)
+    if not nodes:
+        return {}, []
+    source = "the calibration data"
+    observers = {name: HessianObserver() for name in {n.inputs[0].name for n in nodes}}
+    try:
+        if cal is None:
+            source = "generated inputs (pass calibration data for better accuracy)"
+            cal = generated_calibration(model)
+        collect(model, cal, {k: [o] for k, o in observers.items()}, progress=progress)
+    except InputError as exc:
+        if source == "the calibration data":
+            raise
+        return {}, [f"4-bit weights rounded to nearest: no generated inputs run the model ({exc})"]
+    out: dict[str, Quantized] = {}
+    for i, node in enumerate(nodes):
+        if progress:
+            progress(i, len(nodes))
+        w = const_array(node.inputs[1])
+        transposed = input_channel_axis(node) == 1  # Gemm transB: W is stored [N, K]
+        h = observers[node.inputs[0].name].hessian()
+        if not np.isfinite(h).all():
+            continue
+        wk = w.T if transposed else w
+        try:
+            codes, qp = gptq(wk, h, block_size=block_size, dtype=INT4_TYPE)
+        except np.linalg.LinAlgError:
+            continue
+        # GPTQ is greedy: with extreme channel scales its compensation can widen block ranges
+        # until it loses to plain rounding, so the layer keeps whichever has less output error.
+        rtn = round_to_nearest(wk, 1, 0, bits=4, block_size=block_size)
+        if _output_error(wk, codes, qp, h) >= _output_error(wk, *rtn, h):
+            continue
+        if transposed:
+            codes = codes.T
+            qp = QParams(qp.scale.T, qp.zero_point.T, qp.dtype, axis=1, block_size=block_size)
+        out[node.name] = (codes, qp)
+    if progress:
+        progress(len(nodes), len(nodes))
+    return out, [
+        f"GPTQ: {len(out)} of {len(nodes)} 4-bit MatMul/Gemm weight(s) rounded on {source}"
+    ]
+
+
+def _output_error(w: np.ndarray, codes: np.ndarray, qp: QParams, h: np.ndarray) -> float:
+    """``‖X(W − Ŵ)‖² / rows = tr((W − Ŵ)ᵀ H (W − Ŵ))`` for ``W [K, N]`` and ``H = XᵀX / rows``."""
+    d = (dequantize(codes, qp) - w).astype(np.float64)
+    return float(np.sum((h @ d) * d))
+
+
 def local_errors(
     model: ir.Model,
     nodes: list[ir.Node],
@@ -63,34 +192,40 @@ def local_errors(
     *,
     bits: int,
     block_size: int,
+    quantized: dict[str, Quantized] | None = None,
 ) -> dict[str, float]:
     """How much each layer's own output changes when its weight is quantized: ``‖x(W − Ŵ)‖ / ‖xW‖``
     on the layer's real input for MatMul/Gemm, ``‖W − Ŵ‖ / ‖W‖`` for convolutions and tables. One
-    forward pass ranks every layer (the accuracy budget's order)."""
+    forward pass ranks every layer (the accuracy budget's order). ``quantized`` holds codes already
+    computed (GPTQ's); the others are rounded to nearest."""
     out = {}
     for node in nodes:
-        is_table = node.op_type == "Gather"
-        w = const_array(node.inputs[0 if is_table else 1])
-        red = 1 if is_table else input_channel_axis(node)
-        if bits == 4 and w.shape[red] % block_size == 0:
-            qp = weight_qparams(w, PerGroup(red, block_size), dtype="int4", symmetric=True)
-        else:
-            qp = weight_qparams(
-                w,
-                PerChannel(0 if is_table else output_channel_axis(node)),
-                dtype="int8",
-                symmetric=True,
-            )
-        d = fake_quantize(w, qp) - w
+        idx, out_axis, red = _axes(node)
+        w = const_array(node.inputs[idx])
+        got = (quantized or {}).get(node.name)
+        if got is None:
+            got = round_to_nearest(w, out_axis, red, bits=bits, block_size=block_size)
+        d = dequantize(*got) - w
         x = inputs.get(node.inputs[0].name)
         if node.op_type in ("MatMul", "Gemm") and x is not None:
             x2 = x.reshape(-1, x.shape[-1]).astype(np.float32)
-            wk = w.T if node.op_type == "Gemm" and node.attributes.get_int("transB", 0) else w
-            dk = d.T if node.op_type == "Gemm" and node.attributes.get_int("transB", 0) else d
+            wk = w.T if red == 1 else w
+            dk = d.T if red == 1 else d
             out[node.name] = float(np.linalg.norm(x2 @ dk) / max(np.linalg.norm(x2 @ wk), 1e-30))
         else:
             out[node.name] = float(np.linalg.norm(d) / max(np.linalg.norm(w), 1e-30))
     return out
+
+
+def _stored(codes: np.ndarray, qp: QParams) -> tuple[np.ndarray, QParams]:
+    """4-bit codes and zero points in their packed ml_dtypes type, as the graph stores them."""
+    if qp.dtype not in ("int4", "uint4"):
+        return codes, qp
+    import ml_dtypes
+
+    t = getattr(ml_dtypes, qp.dtype)
+    zp = qp.zero_point.astype(t)
+    return codes.astype(t), QParams(qp.scale, zp, qp.dtype, axis=qp.axis, block_size=qp.block_size)
 
 
 def apply(
@@ -99,19 +234,24 @@ def apply(
     bits: int = 8,
     block_size: int = 32,
     exclude: frozenset[str] = frozenset(),
-    method: str = "minmax",
     tables_bits: int | None = None,
     int8_layers: frozenset[str] = frozenset(),
+    quantized: dict[str, Quantized] | None = None,
 ) -> tuple[ir.Model, list[str], list[str]]:
     """A weight-only quantized copy of ``model``, the nodes quantized, and notes for the user.
 
-    ``tables_bits`` sets the bits of Gather tables separately (default: ``bits``); nodes named in
-    ``int8_layers`` keep 8 bits when ``bits=4`` (the accuracy budget's fallback).
+    ``tables_bits`` sets the bits of Gather tables (default 8); nodes named in ``int8_layers`` keep
+    8 bits when ``bits=4`` (the accuracy budget's fallback). ``quantized`` holds 4-bit codes
+    already computed for some nodes (``gptq_quantize``); the other weights are rounded to nearest.
     """
     if bits not in (4, 8):
         raise OptionError(f"--bits {bits}: weight-only quantization supports 8 or 4 bits")
+    if tables_bits not in (None, 4, 8):
+        raise OptionError(f"tables_bits {tables_bits}: use 8 or 4")
     if bits == 4 and (block_size < 16 or block_size & (block_size - 1)):
         raise OptionError(f"--block-size {block_size}: use a power of two of at least 16")
+    tables_bits = tables_bits or 8
+    quantized = quantized or {}
     notes: list[str] = []
     m = copy_model(model)
     if 4 in (bits, tables_bits) and m.opset_imports.get("", 0) < BLOCKWISE_OPSET:
@@ -124,44 +264,25 @@ def apply(
     g = m.graph
     done = []
     fallback = 0
-    targets = [
-        (n, 1, output_channel_axis(n), input_channel_axis(n), 8 if n.name in int8_layers else bits)
-        for n in weight_nodes(g)
-    ]
-    targets += [(n, 0, 0, 1, tables_bits or bits) for n in _gather_tables(g)]
+    targets = [(n, 8 if n.name in int8_layers else bits) for n in weight_nodes(g)]
+    targets += [(n, tables_bits) for n in _gather_tables(g)]
     cache: dict[int, ir.Value] = {}  # a table shared by several nodes is quantized once
-    for node, idx, out_axis, red_axis, nbits in targets:
+    for node, nbits in targets:
         if node.name in exclude:
             continue
+        idx, out_axis, red_axis = _axes(node)
         v = node.inputs[idx]
         if id(v) in cache:
             node.replace_input_with(idx, cache[id(v)])
             done.append(node.name)
             continue
         w = const_array(v)
-        if nbits == 4 and w.shape[red_axis] % block_size == 0:
-            qp = weight_qparams(
-                w, PerGroup(red_axis, block_size), dtype="int4", symmetric=True, method=method
-            )
+        fallback += nbits == 4 and not blockwise(w, red_axis, 4, block_size)
+        if nbits == 4 and node.name in quantized:
+            q, qp = quantized[node.name]
         else:
-            fallback += nbits == 4
-            qp = weight_qparams(
-                w, PerChannel(out_axis), dtype="int8", symmetric=True, method=method
-            )
-        q = quantize(w, qp)
-        if qp.dtype == "int4":
-            import ml_dtypes
-
-            q = q.astype(ml_dtypes.int4)
-            zp = np.zeros(qp.zero_point.shape, ml_dtypes.int4)
-            qp = type(qp)(
-                scale=qp.scale,
-                zero_point=zp,
-                dtype=qp.dtype,
-                axis=qp.axis,
-                block_size=qp.block_size,
-            )
-        dq = _dq_constant(g, q, qp, v.name or f"{node.name}_W")
+            q, qp = round_to_nearest(w, out_axis, red_axis, bits=nbits, block_size=block_size)
+        dq = _dq_constant(g, *_stored(q, qp), v.name or f"{node.name}_W")
         cache[id(v)] = dq
         node.replace_input_with(idx, dq)
         done.append(node.name)
