@@ -9,6 +9,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+# eager: the subpackage `modelpress.convert` would otherwise shadow the function once imported
+from modelpress.convert import convert
 from modelpress.errors import ModelpressError
 from modelpress.ir import graph_stats as inspect
 from modelpress.ir import load, save
@@ -17,12 +19,21 @@ from modelpress.verify import verify
 
 _LAZY = {
     "Session": ("modelpress.runtime.session", "Session"),
-    "convert": ("modelpress.convert", "convert"),
     "quantize": ("modelpress.compress", "quantize"),
     "advise": ("modelpress.advisor", "recommend"),
 }
 
-__all__ = ["ModelpressError", "__version__", "inspect", "load", "optimize", "save", "verify", *_LAZY]
+__all__ = [
+    "ModelpressError",
+    "__version__",
+    "convert",
+    "inspect",
+    "load",
+    "optimize",
+    "save",
+    "verify",
+    *_LAZY,
+]
 
 
 def __getattr__(name: str):
