@@ -122,7 +122,7 @@ def test_saved_model_is_standard_onnx_ort_runs_and_fuses(rng, tmp_path):
     x = rng.standard_normal((8, 64)).astype(np.float32)
     use = {n.name: [w.get(i) for i in n.input] for n in proto.graph.node}
     table, w1, w2 = use["embed"][0], use["fc1"][1], use["fc2"][1]
-    ref = np.maximum((table[ids] + x) @ w1, 0) @ w2.T + inits["b2"]
+    ref = np.maximum((table[ids] + x) @ w1, 0) @ w2 + inits["b2"]  # fc2: a Gemm, now [K, N]
     got = _run(onnx.load(str(path)), {"ids": ids, "x": x})
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
 
@@ -250,3 +250,36 @@ def test_tables_stay_8_bit_unless_asked(rng, tables_bits):
     assert "embed" in done
     want = "UINT4" if tables_bits == 4 else "INT8"
     assert table_dq.inputs[0].dtype.name == want
+
+
+def test_torch_style_gemm_becomes_a_fused_4bit_matmul(rng, tmp_path):
+    """A Gemm with transB=1 (how torch exports nn.Linear) is rewritten as MatMul(x, W[K, N]) + Add:
+    ONNX Runtime fuses only that form into MatMulNBits."""
+    w1 = rng.standard_normal((48, 64)).astype(np.float32)  # [N, K]
+    b1 = rng.standard_normal(48).astype(np.float32)
+    w2 = rng.standard_normal((32, 48)).astype(np.float32)
+    nodes = [
+        helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], name="fc1", transB=1),
+        helper.make_node("Tanh", ["h"], ["t"], name="act"),
+        helper.make_node("Gemm", ["t", "w2"], ["y"], name="fc2", transB=1),
+    ]
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])
+    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 32])
+    model = _model(nodes, [x_info], [y_info], {"w1": w1, "b1": b1, "w2": w2})
+    r = quantize(model, mode="weight-only", bits=4, block_size=16, optimize=False)
+    assert [n.op_type for n in r.model.graph if n.op_type in ("Gemm", "MatMul")] == ["MatMul"] * 2
+    opts = ort.SessionOptions()
+    opts.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    sess = ort.InferenceSession(
+        to_proto(r.model).SerializeToString(), opts, providers=["CPUExecutionProvider"]
+    )
+    ops = [n.op_type for n in onnx.load(str(tmp_path / "opt.onnx")).graph.node]
+    assert ops.count("MatMulNBits") == 2, ops
+    x = rng.standard_normal((8, 64)).astype(np.float32)
+    exact = _run(to_proto(r.model), {"x": x})  # DequantizeLinear as the standard defines it
+    got = sess.run(None, {"x": x})[0]  # the fused kernel
+    assert np.abs(got - exact).max() / np.abs(exact).max() < 0.05
+    w = _dequantized(to_proto(r.model))
+    use = {n.name: [w.get(i) for i in n.input] for n in to_proto(r.model).graph.node}
+    ref = np.tanh(x @ use["fc1"][1] + b1) @ use["fc2"][1]  # the dequantized weights, in float
+    np.testing.assert_allclose(exact, ref, rtol=1e-4, atol=1e-4 * np.abs(ref).max())

@@ -176,6 +176,8 @@ def _dynamic(model, cal, opt: Options, progress):
 
 
 def _weight_only(model, cal, opt: Options, progress):
+    if opt.bits == 4:
+        model = weight_only.gemms_as_matmuls(model)
     nodes = weight_only.layers(model)
     gptq, notes = {}, []
     if opt.bits == 4:  # error-compensating rounding, on generated inputs when cal is None

@@ -28,10 +28,13 @@ import onnx_ir as ir
 
 from modelpress.compress.quantize._graph import (
     const_array,
+    constant,
     copy_model,
     input_channel_axis,
     output_channel_axis,
+    plain_linear,
     remove_unused_initializers,
+    replace_value,
     weight_nodes,
 )
 from modelpress.compress.quantize.qparams import (
@@ -94,6 +97,41 @@ def round_to_nearest(
     else:
         qp = weight_qparams(w, PerChannel(out_axis), dtype="int8", symmetric=True)
     return quantize(w, qp), qp
+
+
+def gemms_as_matmuls(model: ir.Model) -> ir.Model:
+    """A copy of ``model`` whose plain Gemms with a constant weight are ``MatMul(x, W[K, N])``
+    (+ ``Add(bias)``): ONNX Runtime fuses 4-bit blocks into ``MatMulNBits`` only for MatMul weights
+    stored ``[K, N]``; a 4-bit Gemm left in the graph (e.g. a torch Linear, ``transB=1``) kept even
+    the MatMuls around it unfused (onnxruntime 1.32). Exact: the same products and sums."""
+    m = copy_model(model)
+    g = m.graph
+    for node in list(g):
+        if node.op_type != "Gemm" or node.domain not in ("", "ai.onnx") or not plain_linear(node):
+            continue
+        w = const_array(node.inputs[1])
+        if w is None or w.ndim != 2:
+            continue
+        if node.attributes.get_int("transB", 0):
+            w = np.ascontiguousarray(w.T)
+        wk = constant(g, w, f"{node.name}_W_kn")
+        mm = ir.node("MatMul", [node.inputs[0], wk], name=node.name)
+        new = [mm]
+        out = mm.outputs[0]
+        if len(node.inputs) > 2 and node.inputs[2] is not None:
+            add = ir.node("Add", [out, node.inputs[2]], name=f"{node.name}_bias")
+            mm.outputs[0].name = f"{node.name}_product"
+            new.append(add)
+            out = add.outputs[0]
+        old = node.outputs[0]
+        out.type, out.shape = old.type, old.shape
+        name = old.name
+        g.insert_after(node, new)
+        replace_value(old, out)
+        g.remove(node, safe=True)
+        out.name = name
+    remove_unused_initializers(g)
+    return m
 
 
 def gptq_layers(model: ir.Model, *, block_size: int) -> list[ir.Node]:
