@@ -149,7 +149,7 @@ def transformer_ffn(seed: int = 0):
 
 def swish_se_cnn(seed: int = 0):
     """x[N,4,8,8] → Conv(16) → SiLU (x·Sigmoid(x)) → squeeze-excite (GlobalAveragePool → Conv →
-    LeakyRelu → Conv → Sigmoid → Mul) → nearest Resize 2x → Slice (crop) → Conv(16) → y: the ops an
+    LeakyRelu → Conv → Sigmoid → Mul) → nearest Resize 2x → Slice (crop) → Conv(16) → Relu: the ops an
     EfficientNet or a U-Net decoder adds to a plain CNN."""
     rng = np.random.default_rng(seed)
 
@@ -179,7 +179,8 @@ def swish_se_cnn(seed: int = 0):
         helper.make_node("Mul", ["a1", "s4"], ["e"], name="excite"),
         helper.make_node("Resize", ["e", "", "", "sizes_n"], ["u"], name="up", mode="nearest"),
         helper.make_node("Slice", ["u", "starts", "ends", "axes"], ["cr"], name="crop"),
-        helper.make_node("Conv", ["cr", "w2"], ["y"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["cr", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["y"], name="out_relu"),
     ]
     # Resize's sizes need the batch dimension: Shape(x)[0] joined with the constant rest
     nodes[9:9] = [

@@ -89,10 +89,10 @@ def test_swish_se_resize_slice_stay_in_the_int8_chain(tmp_path, rng):
     x = rng.standard_normal((4, 4, 8, 8)).astype(np.float32)
     yf = session(model, optimize="disabled").run(None, {"x": x})[0]
     yq = session(r.model, optimize="all").run(None, {"x": x})[0]
-    assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.05
+    assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.08  # six 8-bit steps in a row
 
 
-def test_unet_skip_relu_shared_by_pool_and_signed_concat(rng):
+def test_unet_skip_relu_shared_by_pool_and_signed_concat(rng, tmp_path):
     """A skip connection: Conv→Relu read by a MaxPool and by a Concat whose other input (a Conv
     without Relu) is signed. The Relu stays folded into its Conv; the Concat must not lend it a
     range below zero (this used to fail an assertion)."""
@@ -129,6 +129,13 @@ def test_unet_skip_relu_shared_by_pool_and_signed_concat(rng):
     model = from_proto(proto)
     calib = [{"x": rng.standard_normal((8, 4, 8, 8)).astype(np.float32)} for _ in range(4)]
     r = quantize(model, mode="static", calibration=calib, optimize=False)
+    # the last Conv writes the graph output: ONNX Runtime has no int8 Conv with a float output, so
+    # it gets its own Q/DQ (else the float kernel would run on weights dequantized at every run)
+    quantized = {layer.name for layer in r.layers if layer.quantized}
+    assert {"enc", "mid", "dec_in", "dec"} <= quantized
+    assert [v.name for v in r.model.graph.outputs] == ["y"]
+    ops = [n.op_type for n in _ort_graph(r.model, tmp_path)]
+    assert ops.count("QLinearConv") == 4 and "Conv" not in ops, ops
     x = rng.standard_normal((4, 4, 8, 8)).astype(np.float32)
     yf = session(model, optimize="disabled").run(None, {"x": x})[0]
     yq = session(r.model, optimize="all").run(None, {"x": x})[0]

@@ -12,7 +12,7 @@ from modelpress.passes import constant_folding, noop
 from modelpress.passes import fuse_conv_bn, fuse_conv_scale, fuse_matmul_add, fuse_pad, fuse_layernorm, fuse_gelu
 # --- reordering and cancellation ---
 from modelpress.passes import reorder_crop, cancel_transpose, merge_reshape, cancel_squeeze, merge_slice, flatten_concat
-from modelpress.passes import batchnorm_to_scale, merge_scale_chains, guard_softmax
+from modelpress.passes import batchnorm_to_scale, reducemean_to_pool, merge_scale_chains, guard_softmax
 # --- level 3: ONNX Runtime-specific ---
 from modelpress.passes import ort_fusions
 from modelpress.passes.optimize import OptimizeResult, PassStats, optimize

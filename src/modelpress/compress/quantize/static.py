@@ -1,7 +1,7 @@
 """Static (full) int8 quantization in standard QDQ form, calibrated on data.
 
 Rule: for every op that has an int8 kernel in ONNX Runtime (Conv, Gemm and MatMul with constant
-weights; Add and Mul of two activations; average pools, Sigmoid, LeakyRelu), its activation inputs and its output pass
+weights; Add and Mul of two activations; global average pools, Sigmoid, LeakyRelu), its activation inputs and its output pass
 through ``QuantizeLinear → DequantizeLinear`` pairs and its weights through ``DequantizeLinear`` of
 int8 constants. ONNX Runtime's QDQ fusion turns each such group into one integer kernel
 (QLinearConv, QGemm, QLinearMatMul, QLinearAdd, ...), so a chain of quantized ops stays in 8 bits
@@ -15,7 +15,8 @@ Three rewrites keep the chain in 8 bits:
 - layout and selection ops (MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Slice,
   DepthToSpace, nearest-neighbour Resize) share the scale of their input, so ONNX Runtime drops their Q/DQ and runs them on the 8-bit data;
 - Concat inputs used only by the Concat take the Concat's output scale (one scale for all).
-Graph outputs stay float: the last quantized op dequantizes into them; so does an output read by a
+Graph outputs stay float: the last quantized op dequantizes into them (a Conv through its own Q/DQ:
+ONNX Runtime has no int8 Conv with a float output); so does an output read by a
 layer that is kept in float on purpose (``exclude``), and the output of a MatMul/Gemm that no
 quantized op reads (ONNX Runtime runs it as MatMulIntegerToFloat / QGemm with a float output).
 
@@ -62,7 +63,8 @@ from modelpress.compress.quantize.qparams import (
 # Ops with two activation inputs that ONNX Runtime runs in int8 (QLinearAdd, QLinearMul).
 BINARY_OPS = {"Add", "Mul"}
 # Ops with one activation input and an int8 kernel.
-UNARY_OPS = {"GlobalAveragePool", "AveragePool", "Sigmoid", "LeakyRelu"}
+# (Not AveragePool: ONNX Runtime's QLinearAveragePool measured 10x slower than the float kernel.)
+UNARY_OPS = {"GlobalAveragePool", "Sigmoid", "LeakyRelu"}
 # Ops that move or select values without arithmetic: they share their input's scale.
 PASSTHROUGH_OPS = {
     "MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Slice",
@@ -236,7 +238,13 @@ def plan(
         for v in node.inputs[:n_act]:
             p.tensors.setdefault(alias.get(v.name, v.name), v.name)
         y = node.outputs[0]
-        if y.is_graph_output() or not is_float(y):
+        if not is_float(y):
+            continue
+        if y.is_graph_output():
+            # ONNX Runtime has no int8 Conv with a float output: without Q/DQ it would run the
+            # float kernel on weights dequantized at every run. MatMul/Gemm write float directly.
+            if node.op_type == "Conv":
+                p.tensors[y.name] = y.name
             continue
         consumers = _through(y, True)
         # A consumer kept in float on purpose (user or accuracy budget) must see the float output.
@@ -314,6 +322,11 @@ def _insert_qdq(graph: ir.Graph, value: ir.Value, qp: QParams) -> ir.Value:
     for use in uses:
         if use.node is not q:
             use.node.replace_input_with(use.idx, dq.outputs[0])
+    if value.is_graph_output():  # the output keeps its name and now comes from the DQ
+        name = value.name
+        value.name = f"{name}_float"
+        dq.outputs[0].name = name
+        graph.outputs[:] = [dq.outputs[0] if v is value else v for v in graph.outputs]
     return dq.outputs[0]
 
 

@@ -1,0 +1,72 @@
+"""A ReduceMean over every spatial axis → GlobalAveragePool (+ Flatten when the axes are dropped).
+
+Exporters write global average pooling as ``x.mean((2, 3))``: a ReduceMean over axes 2..r-1 of an
+``[N, C, ...]`` tensor. GlobalAveragePool computes exactly that mean with ``keepdims=1``, and it is
+the form that runtimes have dedicated kernels for (ONNX Runtime's NCHWc and int8
+``QLinearGlobalAveragePool``; a ReduceMean in an int8 CNN is a float op that breaks the 8-bit chain
+of a squeeze-excite block). With ``keepdims=0`` the result is ``Flatten(axis=1)`` of the pool: its
+shape ``[N, C, 1, ...]`` flattens to ``[N, C]``.
+
+Legal when the input's rank ``r >= 3`` is known, the axes (attribute before opset 18, constant input
+from 18) are exactly ``2..r-1`` in any order or sign, and the dtype is floating point. The mean is
+the same sum divided by the same count, so results differ by float summation order only.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from modelpress.passes._util import (
+    ensure_types,
+    insert_node,
+    ints_arg,
+    known_rank,
+    replace_with_new,
+)
+from modelpress.passes.base import GraphPass
+from modelpress.passes.registry import register
+
+
+def _spatial_mean(node: ir.Node) -> bool:
+    x = node.inputs[0] if node.inputs else None
+    rank = known_rank(x)
+    if rank is None or rank < 3 or x.dtype is None or not x.dtype.is_floating_point():
+        return False
+    given, axes = ints_arg(node, "axes", 1)
+    if not given or axes is None:  # no axes: a mean over everything (or nothing), not a pool
+        return False
+    return sorted(a % rank for a in axes) == list(range(2, rank)) and len(set(axes)) == len(axes)
+
+
+@register
+class ReduceMeanToPool(GraphPass):
+    """``ReduceMean(x, axes=2..r-1)`` → ``GlobalAveragePool(x)`` (``Flatten`` after when not kept)."""
+
+    name = "reducemean-to-pool"
+    level = 2
+
+    def call(self, model: ir.Model):
+        ensure_types(model)  # the rule needs the input's rank and dtype
+        return super().call(model)
+
+    def rewrite_graph(self, graph: ir.Graph | ir.Function) -> int:
+        count = 0
+        for node in list(graph):
+            if node.op_type != "ReduceMean" or node.domain not in ("", "ai.onnx"):
+                continue
+            if not _spatial_mean(node):
+                continue
+            y = node.outputs[0]
+            keep = node.attributes.get_int("keepdims", 1)
+            pool = insert_node(
+                graph, node, "GlobalAveragePool", [node.inputs[0]], like=y if keep else None
+            )
+            out = pool.outputs[0]
+            if y.name:
+                out.name = f"{y.name}_pooled"
+            if not keep:
+                out = insert_node(graph, node, "Flatten", [out], {"axis": 1}, like=y).outputs[0]
+            replace_with_new(y, out)
+            graph.remove(node, safe=True)
+            count += 1
+        return count
