@@ -108,14 +108,20 @@ def test_unet_skip_relu_shared_by_pool_and_signed_concat(rng, tmp_path):
     nodes = [
         helper.make_node("Conv", ["x", w1.name], ["c1"], name="enc", pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c1"], ["r1"], name="enc_relu"),
-        helper.make_node("MaxPool", ["r1"], ["p1"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node(
+            "MaxPool", ["r1"], ["p1"], name="pool", kernel_shape=[2, 2], strides=[2, 2]
+        ),
         helper.make_node("Conv", ["p1", w2.name], ["c2"], name="mid", pads=[1, 1, 1, 1]),
-        helper.make_node("ConvTranspose", ["c2", "wt"], ["u"], name="up", strides=[2, 2], kernel_shape=[2, 2]),
+        helper.make_node(
+            "ConvTranspose", ["c2", "wt"], ["u"], name="up", strides=[2, 2], kernel_shape=[2, 2]
+        ),
         helper.make_node("Conv", ["u", w3.name], ["c3"], name="dec_in", pads=[1, 1, 1, 1]),
         helper.make_node("Concat", ["r1", "c3"], ["cat"], name="skip", axis=1),
         helper.make_node("Conv", ["cat", w4.name], ["y"], name="dec", pads=[1, 1, 1, 1]),
     ]
-    wt = numpy_helper.from_array((rng.standard_normal((16, 16, 2, 2)) * 0.2).astype(np.float32), "wt")
+    wt = numpy_helper.from_array(
+        (rng.standard_normal((16, 16, 2, 2)) * 0.2).astype(np.float32), "wt"
+    )
     graph = helper.make_graph(
         nodes,
         "unet",
@@ -140,3 +146,54 @@ def test_unet_skip_relu_shared_by_pool_and_signed_concat(rng, tmp_path):
     yf = session(model, optimize="disabled").run(None, {"x": x})[0]
     yq = session(r.model, optimize="all").run(None, {"x": x})[0]
     assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.05
+
+
+@pytest.mark.parametrize(
+    ("attrs", "converted"),
+    [
+        (
+            {
+                "kernel_shape": [3, 3],
+                "strides": [1, 1],
+                "pads": [1, 1, 1, 1],
+                "count_include_pad": 1,
+            },
+            True,
+        ),
+        ({"kernel_shape": [2, 2], "strides": [2, 2]}, True),
+        ({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, False),  # border divisors differ
+        ({"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}, False),  # partial windows
+    ],
+)
+def test_average_pool_runs_as_int8_depthwise_conv(tmp_path, rng, attrs, converted):
+    """ONNX Runtime's QLinearAveragePool is 10x slower than the float pool: an AveragePool inside an
+    int8 chain becomes a depthwise Conv with weights 1/(kh·kw) where that is exact."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from modelpress.ir import from_proto
+
+    w1 = (rng.standard_normal((16, 4, 3, 3)) / 6).astype(np.float32)
+    w2 = (rng.standard_normal((16, 16, 1, 1)) / 4).astype(np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="c1", pads=[1, 1, 1, 1]),
+        helper.make_node("AveragePool", ["c1"], ["p"], name="pool", **attrs),
+        helper.make_node("Conv", ["p", "w2"], ["c2"], name="c2"),
+        helper.make_node("Relu", ["c2"], ["y"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 9, 9])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")],
+    )
+    model = from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    calib = [{"x": rng.standard_normal((8, 4, 9, 9)).astype(np.float32)} for _ in range(4)]
+    r = quantize(model, mode="static", calibration=calib)
+    ops = [n.op_type for n in _ort_graph(r.model, tmp_path)]
+    # (where the rewrite would not be exact, ONNX Runtime still makes its own QLinearAveragePool)
+    assert ("QLinearAveragePool" not in ops and ops.count("QLinearConv") == 3) == converted, ops
+    x = rng.standard_normal((4, 4, 9, 9)).astype(np.float32)
+    yf = session(model, optimize="disabled").run(None, {"x": x})[0]
+    yq = session(r.model, optimize="all").run(None, {"x": x})[0]
+    assert np.abs(yq - yf).max() / np.abs(yf).max() < (0.05 if converted else 0.1)

@@ -103,6 +103,7 @@ def _static(model, cal, opt: Options, progress):
         raise OptionError("--mode static needs calibration data (--calib)")
     symmetric = opt.symmetric_activations
     notes = []
+    model = static.pools_as_convs(model)
     if opt.smooth and _attention_like(model):
         # one int8 scale per activation tensor cannot hold a transformer's outlier channels
         full = static.plan(model, fold_relu=not symmetric)
@@ -118,8 +119,10 @@ def _static(model, cal, opt: Options, progress):
             )
     full = static.plan(model, fold_relu=not symmetric)
     obs_cls = get_observer(opt.method)
+    # every tensor any plan may wrap (the budget's plans exclude layers), not just the full plan's
+    observed = sorted(set(full.observed) | static.observable(model))
     observers: dict[str, list] = {
-        t: [obs_cls(dtype=opt.activation_dtype, symmetric=symmetric)] for t in full.observed
+        t: [obs_cls(dtype=opt.activation_dtype, symmetric=symmetric)] for t in observed
     }
     by = {n.name: n for n in model.graph}
     weighted = [by[n] for n in full.layers if by[n].op_type in ("Conv", "Gemm", "MatMul")]
@@ -130,7 +133,7 @@ def _static(model, cal, opt: Options, progress):
             means[node.name] = cm
             observers.setdefault(node.inputs[0].name, []).append(cm)
     calibration.collect(model, cal, observers, progress=progress)
-    qparams = {t: obs[0].qparams() for t, obs in observers.items() if t in set(full.observed)}
+    qparams = {t: obs[0].qparams() for t, obs in observers.items() if t in set(observed)}
     deltas = (
         bias_correction.shifts(weighted, means, per_channel=opt.per_channel)
         if opt.bias_correction

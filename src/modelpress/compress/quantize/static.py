@@ -49,6 +49,7 @@ from modelpress.compress.quantize._graph import (
     output_channel_axis,
     plain_linear,
     remove_unused_initializers,
+    replace_value,
     scalar_or_vector,
     values_by_name,
 )
@@ -105,6 +106,60 @@ def name_nodes(model: ir.Model) -> None:
                 name += "_"
             node.name = name
             taken.add(name)
+
+
+def pools_as_convs(model: ir.Model) -> ir.Model:
+    """A copy of ``model`` whose 2-D AveragePools are depthwise Convs with weights ``1/(kh·kw)``.
+
+    ONNX Runtime fuses an AveragePool between DequantizeLinear and QuantizeLinear into
+    QLinearAveragePool, measured 10x slower than the float pool (an Inception branch's 3x3 pool cost
+    more than all its convolutions); its depthwise int8 Conv is fast. The same sums over the same
+    windows, so exact where the divisor is always ``kh·kw``: no padding, or padding counted
+    (``count_include_pad=1``), and no partial windows (``ceil_mode=0``), unit dilations, and a known
+    channel count. The weight ``1/(kh·kw)`` quantizes exactly (code 127 with per-channel scales).
+    """
+    m = copy_model(model)
+    g = m.graph
+    for node in list(g):
+        if node.op_type != "AveragePool" or node.domain not in ("", "ai.onnx"):
+            continue
+        a = node.attributes
+        x = node.inputs[0]
+        kernel = a.get_ints("kernel_shape", ())
+        pads = a.get_ints("pads", (0,) * 2 * len(kernel))
+        if (
+            len(kernel) != 2
+            or x.shape is None
+            or len(x.shape) != 4
+            or not isinstance(x.shape[1], int)
+            or a.get_string("auto_pad", "NOTSET") != "NOTSET"
+            or a.get_int("ceil_mode", 0)
+            or any(d != 1 for d in a.get_ints("dilations", (1, 1)))
+            or (any(pads) and not a.get_int("count_include_pad", 0))
+            or not is_float(x)
+        ):
+            continue
+        c = x.shape[1]
+        w = np.full((c, 1, *kernel), 1.0 / (kernel[0] * kernel[1]), np.float32)
+        conv = ir.node(
+            "Conv",
+            [x, constant(g, w, f"{node.name}_mean_weight")],
+            attributes={
+                "group": c,
+                "kernel_shape": list(kernel),
+                "strides": list(a.get_ints("strides", (1, 1))),
+                "pads": list(pads),
+            },
+            name=node.name,
+        )
+        old = node.outputs[0]
+        conv.outputs[0].type, conv.outputs[0].shape = old.type, old.shape
+        name = old.name
+        g.insert_after(node, conv)
+        replace_value(old, conv.outputs[0])
+        g.remove(node, safe=True)
+        conv.outputs[0].name = name
+    return m
 
 
 def _activation(v: ir.Value | None) -> bool:
@@ -247,8 +302,10 @@ def plan(
                 p.tensors[y.name] = y.name
             continue
         consumers = _through(y, True)
-        # A consumer kept in float on purpose (user or accuracy budget) must see the float output.
-        if any(c is not None and c.name in exclude for c in consumers):
+        # A consumer kept in float on purpose (user or accuracy budget) must see the float output,
+        # unless a Conv writes it: ONNX Runtime would then run the Conv in float on weights
+        # dequantized at every run; the consumer reads the dequantized output instead.
+        if node.op_type != "Conv" and any(c is not None and c.name in exclude for c in consumers):
             continue
         # A MatMul/Gemm read only by float ops keeps a float output (ONNX Runtime: QGemm /
         # MatMulIntegerToFloat): requantizing, e.g. a transformer's outlier-heavy projections
@@ -280,6 +337,29 @@ def plan(
             ins = [(alias.get(v.name, v.name), v.name) for v in node.inputs if v is not None]
             p.concat_groups.append((y.name, ins))
     return p
+
+
+def observable(model: ir.Model) -> set[str]:
+    """Every float tensor some plan of ``model`` may wrap, whatever is excluded: the activation
+    inputs and outputs of eligible ops, a Relu/Clip folded after them, and what scale-sharing ops
+    make of those. Calibrating these once serves every plan the accuracy budget tries."""
+    names: set[str] = set()
+    for node in model.graph:
+        if not eligible(node):
+            continue
+        n_act = 2 if node.op_type in BINARY_OPS else 1
+        names.update(v.name for v in node.inputs[:n_act] if is_float(v))
+        y = node.outputs[0]
+        if is_float(y):
+            names.add(y.name)
+            relu = _relu_after(node)
+            if relu is not None:
+                names.add(relu.outputs[0].name)
+    for node in model.graph:  # in graph order, so chains of scale-sharing ops propagate
+        if _passthrough(node) and node.inputs and node.inputs[0] is not None:
+            if node.inputs[0].name in names and is_float(node.outputs[0]):
+                names.add(node.outputs[0].name)
+    return names
 
 
 def _resolve_concat(p: StaticPlan, qp: dict[str, QParams], model: ir.Model) -> None:
@@ -421,7 +501,10 @@ def apply(
     m = copy_model(model)
     g = m.graph
     by_name = {n.name: n for n in g}
-    by_tensor = {name: qparams[stats] for name, stats in p.tensors.items()}
+    by_tensor = {
+        name: qparams[stats] if stats in qparams else qparams[name]
+        for name, stats in p.tensors.items()
+    }
     _resolve_concat(p, by_tensor, m)
     for node_name, relu_name in p.folds.items():
         qp = by_tensor[by_name[node_name].outputs[0].name]
