@@ -106,3 +106,23 @@ def test_weight_only_int4_cli_and_bad_option(tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert code == 1 and not bad.exists() and err.startswith("error: --block-size 24")
+
+
+def test_no_smooth_turns_outlier_smoothing_off(tmp_path, capsys, rng):
+    from quant_models import transformer_ffn
+
+    save(transformer_ffn(), tmp_path / "m.onnx")
+    np.savez(tmp_path / "c.npz", x=rng.standard_normal((16, 8, 32)).astype(np.float32))
+    base = [
+        "quantize",
+        str(tmp_path / "m.onnx"),
+        "--mode",
+        "static",
+        "--calib",
+        str(tmp_path / "c.npz"),
+    ]
+    assert main([*base, "-o", str(tmp_path / "a.onnx"), "--no-latency"]) == 0
+    assert "smoothing" in capsys.readouterr().out
+    assert main([*base, "-o", str(tmp_path / "b.onnx"), "--no-latency", "--no-smooth"]) == 0
+    out = capsys.readouterr().out
+    assert "smoothing" not in out and "latency on this CPU" not in out

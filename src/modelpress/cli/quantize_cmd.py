@@ -68,6 +68,11 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--no-bias-correction", action="store_true", help="static: skip bias correction")
     p.add_argument(
+        "--no-smooth",
+        action="store_true",
+        help="dynamic, and static on transformers: do not move activation outliers into the weights",
+    )
+    p.add_argument(
         "--exclude", nargs="+", metavar="NODE", default=[], help="nodes to keep in float"
     )
     p.add_argument(
@@ -161,6 +166,7 @@ def run(args) -> int:
             block_size=args.block_size,
             activation_dtype=args.activation_type,
             bias_correction=not args.no_bias_correction,
+            smooth=not args.no_smooth,
             exclude=args.exclude,
             max_accuracy_drop=args.max_accuracy_drop,
             labels_key=args.labels_key,
