@@ -30,6 +30,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_optimize.py
 	$(BIN)/python benchmarks/bench_quantize.py
+	$(BIN)/python benchmarks/bench_quantize_unseen.py
 	$(BIN)/python benchmarks/bench_torch_backend.py
 	$(BIN)/python benchmarks/bench_advisor.py
 	$(BIN)/python benchmarks/collect_results.py
