@@ -43,3 +43,32 @@ def test_matmul_read_only_by_float_ops_keeps_a_float_output(rng):
     assert by_out[residual.inputs[0].name] is fc2
     # ... while fc2's input is quantized (Q → DQ → MatMul)
     assert by_out[fc2.inputs[0].name].op_type == "DequantizeLinear"
+
+
+def test_embedding_table_is_stored_as_int8_rows(rng):
+    """Static int8 stores a large embedding table as int8 rows (one scale each), as dynamic does:
+    the table is most of a transformer's file."""
+    from onnx import TensorProto, helper
+    from quant_models import _model
+
+    table = rng.standard_normal((4096, 32)).astype(np.float32)
+    w = (rng.standard_normal((32, 32)) * 0.2).astype(np.float32)
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
+        helper.make_node("MatMul", ["e", "w"], ["y"], name="fc"),
+    ]
+    ids_info = helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 8])
+    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 32])
+    model = _model(nodes, [ids_info], [y_info], {"table": table, "w": w})
+    calib = [{"ids": rng.integers(0, 4096, (4, 8))} for _ in range(4)]
+    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    int8_tables = [
+        v
+        for v in r.model.graph.initializers.values()
+        if v.const_value.dtype.name == "INT8" and v.shape[0] == 4096
+    ]
+    assert len(int8_tables) == 1 and r.size_after < 0.3 * r.size_before
+    ids = rng.integers(0, 4096, (3, 8))
+    want = run_model(model, {"ids": ids})["y"]
+    got = run_model(r.model, {"ids": ids})["y"]
+    assert np.abs(got - want).max() / np.abs(want).max() < 0.03

@@ -126,3 +126,19 @@ def remove_unused_initializers(graph: ir.Graph) -> int:
     for name in unused:
         del graph.initializers[name]
     return len(unused)
+
+
+def gather_tables(graph: ir.Graph, *, min_size: int = 0) -> list[ir.Node]:
+    """Gathers along axis 0 of a constant 2-D float32 table (embeddings) of at least ``min_size``
+    elements: the weights of the lookup layers that quantization stores as integer rows."""
+    out = []
+    for node in graph:
+        if (
+            node.op_type == "Gather"
+            and node.domain in ("", "ai.onnx")
+            and node.attributes.get_int("axis", 0) == 0
+        ):
+            t = const_array(node.inputs[0])
+            if t is not None and t.dtype == np.float32 and t.ndim == 2 and t.size >= min_size:
+                out.append(node)
+    return out

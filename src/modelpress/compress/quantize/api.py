@@ -27,6 +27,7 @@ from modelpress.compress.quantize import (
     weight_only,
 )
 from modelpress.compress.quantize import smoothing as smoothing_mod
+from modelpress.compress.quantize._graph import remove_unused_initializers
 from modelpress.compress.quantize.calibration import CalibrationSet, ImagePreprocess, Progress
 from modelpress.compress.quantize.observers import get_observer
 from modelpress.errors import InputError, OptionError
@@ -143,6 +144,8 @@ def _static(model, cal, opt: Options, progress):
     def build(exclude: frozenset[str]) -> Built:
         p = static.plan(model, exclude=exclude, fold_relu=not symmetric)
         q = static.apply(model, p, qparams, per_channel=opt.per_channel, bias_deltas=deltas)
+        dynamic.tables(q.graph, exclude)  # embeddings as int8 rows: most of a transformer's file
+        remove_unused_initializers(q.graph)
         pairs = {}
         for name in p.layers:
             y = by[name].outputs[0].name

@@ -21,6 +21,7 @@ from modelpress.compress.quantize._graph import (
     const_array,
     constant,
     copy_model,
+    gather_tables,
     plain_linear,
     remove_unused_initializers,
     replace_value,
@@ -45,22 +46,18 @@ def layers(model: ir.Model, exclude: frozenset[str] = frozenset()) -> list[ir.No
     return [n for n in weight_nodes(model.graph) if eligible(n) and n.name not in exclude]
 
 
-def _gather_tables(graph: ir.Graph) -> list[ir.Node]:
-    out = []
-    for node in graph:
-        if (
-            node.op_type == "Gather"
-            and node.domain in ("", "ai.onnx")
-            and node.attributes.get_int("axis", 0) == 0
-        ):
-            t = const_array(node.inputs[0])
-            if t is not None and t.dtype == np.float32 and t.ndim == 2 and t.size >= TABLE_MIN_SIZE:
-                out.append(node)
-    return out
-
-
 # Tables smaller than this stay float: the saving is not worth two extra nodes.
 TABLE_MIN_SIZE = 1 << 16
+
+
+def tables(g: ir.Graph, exclude: frozenset[str] = frozenset()) -> None:
+    """Store every large embedding table of ``g`` as int8 rows (``_quantize_table``), in place;
+    static int8 uses it too: a Gather has no int8 kernel, but the table is most of a transformer's
+    file."""
+    cache: dict = {}
+    for node in gather_tables(g, min_size=TABLE_MIN_SIZE):
+        if node.name not in exclude:
+            _quantize_table(g, node, cache)
 
 
 def _quantize_table(g: ir.Graph, node: ir.Node, cache: dict) -> None:
@@ -157,10 +154,7 @@ def apply(
         )
         done.append(node.name)
     if quantize_tables:
-        cache: dict = {}
-        for node in _gather_tables(g):
-            if node.name not in exclude:
-                _quantize_table(g, node, cache)
+        tables(g, exclude)
     remove_unused_initializers(g)
     g.sort()
     return m, done

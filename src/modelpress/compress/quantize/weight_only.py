@@ -30,6 +30,7 @@ from modelpress.compress.quantize._graph import (
     const_array,
     constant,
     copy_model,
+    gather_tables,
     input_channel_axis,
     output_channel_axis,
     plain_linear,
@@ -55,23 +56,9 @@ INT4_TYPE = "uint4"  # asymmetric 4-bit blocks: codes and zero points share Dequ
 Quantized = tuple[np.ndarray, QParams]
 
 
-def _gather_tables(graph: ir.Graph) -> list[ir.Node]:
-    out = []
-    for node in graph:
-        if (
-            node.op_type == "Gather"
-            and node.domain in ("", "ai.onnx")
-            and node.attributes.get_int("axis", 0) == 0
-        ):
-            t = const_array(node.inputs[0])
-            if t is not None and t.dtype == np.float32 and t.ndim == 2:
-                out.append(node)
-    return out
-
-
 def layers(model: ir.Model) -> list[ir.Node]:
     """The nodes whose constant weight (or table) this mode quantizes."""
-    return list(weight_nodes(model.graph)) + _gather_tables(model.graph)
+    return list(weight_nodes(model.graph)) + gather_tables(model.graph)
 
 
 def _axes(node: ir.Node) -> tuple[int, int, int]:
@@ -303,7 +290,7 @@ def apply(
     done = []
     fallback = 0
     targets = [(n, 8 if n.name in int8_layers else bits) for n in weight_nodes(g)]
-    targets += [(n, tables_bits) for n in _gather_tables(g)]
+    targets += [(n, tables_bits) for n in gather_tables(g)]
     cache: dict[int, ir.Value] = {}  # a table shared by several nodes is quantized once
     for node, nbits in targets:
         if node.name in exclude:
