@@ -45,15 +45,14 @@ class ReduceMeanToPool(GraphPass):
     name = "reducemean-to-pool"
     level = 2
 
-    def call(self, model: ir.Model):
-        ensure_types(model)  # the rule needs the input's rank and dtype
-        return super().call(model)
-
     def rewrite_graph(self, graph: ir.Graph | ir.Function) -> int:
         count = 0
         for node in list(graph):
             if node.op_type != "ReduceMean" or node.domain not in ("", "ai.onnx"):
                 continue
+            x = node.inputs[0] if node.inputs else None
+            if x is not None and (x.dtype is None or known_rank(x) is None):
+                ensure_types(self.model)  # only when a ReduceMean needs them: inference costs
             if not _spatial_mean(node):
                 continue
             y = node.outputs[0]
