@@ -237,3 +237,18 @@ def test_fp16_and_bf16_on_cnn(cnn_calib, rng):
     np.testing.assert_allclose(
         ReferenceEvaluator(proto).run(None, {"x": x})[0], yf, rtol=0, atol=0.05 * np.abs(yf).max()
     )
+
+
+def test_conv_writing_the_graph_output_is_reported(rng):
+    """A Conv that writes a graph output is quantized with its own Q/DQ (ONNX Runtime has no int8
+    Conv with a float output); the output keeps its name and the layer report measures it."""
+    from quant_models import single_conv
+
+    model = single_conv()
+    x_name = model.graph.inputs[0].name
+    shape = [d if isinstance(d, int) else 4 for d in model.graph.inputs[0].shape]
+    calib = [{x_name: rng.standard_normal(shape).astype(np.float32)} for _ in range(2)]
+    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    assert [v.name for v in r.model.graph.outputs] == [v.name for v in model.graph.outputs]
+    (layer,) = [lay for lay in r.layers if lay.op_type == "Conv"]
+    assert layer.quantized and layer.rel_error is not None and layer.rel_error < 0.05

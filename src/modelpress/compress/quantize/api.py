@@ -148,9 +148,12 @@ def _static(model, cal, opt: Options, progress):
         remove_unused_initializers(q.graph)
         pairs = {}
         for name in p.layers:
-            y = by[name].outputs[0].name
+            out = by[name].outputs[0]
+            y = out.name
             fl = p.tensors.get(y, y)
-            pairs[name] = (fl, f"{y}_dequantized" if y in p.tensors else y)
+            # a wrapped graph output keeps its name on the DQ (static.apply)
+            wrapped = y in p.tensors and not out.is_graph_output()
+            pairs[name] = (fl, f"{y}_dequantized" if wrapped else y)
         return Built(q, p.layers, pairs)
 
     return build, full.layers, notes, None
