@@ -197,3 +197,35 @@ def test_average_pool_runs_as_int8_depthwise_conv(tmp_path, rng, attrs, converte
     yf = session(model, optimize="disabled").run(None, {"x": x})[0]
     yq = session(r.model, optimize="all").run(None, {"x": x})[0]
     assert np.abs(yq - yf).max() / np.abs(yf).max() < (0.05 if converted else 0.1)
+
+
+def test_average_pool_outside_an_int8_chain_stays_a_float_pool(rng):
+    """A pool read straight from the graph input is in float territory: it stays an AveragePool."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from modelpress.ir import from_proto
+
+    w = (rng.standard_normal((16, 4, 3, 3)) / 6).astype(np.float32)
+    nodes = [
+        helper.make_node(
+            "AveragePool", ["x"], ["p"], name="pool", kernel_shape=[2, 2], strides=[2, 2]
+        ),
+        helper.make_node("Conv", ["p", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["y"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")],
+    )
+    model = from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    calib = [{"x": rng.standard_normal((8, 4, 8, 8)).astype(np.float32)} for _ in range(2)]
+    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    ops = [n.op_type for n in r.model.graph if n.op_type in ("AveragePool", "Conv")]
+    assert ops == ["AveragePool", "Conv"]
+    x = rng.standard_normal((2, 4, 8, 8)).astype(np.float32)
+    yf = session(model, optimize="disabled").run(None, {"x": x})[0]
+    yq = session(r.model, optimize="all").run(None, {"x": x})[0]
+    assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.05

@@ -13,15 +13,22 @@ PASSES = ["guard-softmax"]
 
 
 def attention(
-    opset: int = 17, mask_value: str = "-3.4028235e38", dtype: str = "float", axis: int = -1
+    opset: int = 17,
+    mask_value: str = "-3.4028235e38",
+    dtype: str = "float",
+    axis: int = -1,
+    reader: str = "y = MatMul(p, v)",
 ):
+    """Masked attention probabilities ``p`` read by ``reader``; with ``v`` the identity the output
+    is ``p`` itself, so the tests compare probabilities."""
     return f"""
     <ir_version: 10, opset_import: ["" : {opset}]>
-    g ({dtype}[B, 2, 5, 6] scores, bool[B, 1, 1, 6] keep) => ({dtype}[B, 2, 5, 6] y)
+    g ({dtype}[B, 2, 5, 6] scores, bool[B, 1, 1, 6] keep, {dtype}[B, 2, 6, 6] v) => ({dtype}[B, 2, 5, 6] y)
     <{dtype} zero = {{0}}, {dtype} big = {{{mask_value}}}> {{
       mask = Where(keep, zero, big)
       x = Add(scores, mask)
-      y = Softmax<axis = {axis}>(x)
+      p = Softmax<axis = {axis}>(x)
+      {reader}
     }}
     """
 
@@ -31,7 +38,8 @@ def feeds(rng, *, spread: float = 1.0):
     keep = rng.random((3, 1, 1, 6)) < 0.5
     keep[0, ..., 0] = True
     keep[1] = False  # a fully masked row: uniform in both
-    return {"scores": scores, "keep": keep}
+    v = np.broadcast_to(np.eye(6, dtype=np.float32), (3, 2, 6, 6)).copy()
+    return {"scores": scores, "keep": keep, "v": v}
 
 
 @pytest.mark.parametrize("opset", [13, 17, 18])
@@ -71,9 +79,11 @@ def test_second_run_adds_nothing():
             dtype="float16", mask_value="-60000"
         ),  # float16's normal range is too short for the margin
         attention(opset=11, axis=1),  # opset < 13 flattens at axis 1: no single reduction axis
+        attention(reader="y = Log(p)"),  # log-probabilities: -inf would become -80
+        attention(reader="y = Identity(p)"),  # the probabilities are an output
     ],
-    ids=["small-bias", "float16", "opset11-axis1"],
+    ids=["small-bias", "float16", "opset11-axis1", "log-reader", "output"],
 )
 def test_left_alone(text):
     after = optimize(model_from_text(text), passes=PASSES).model
-    assert node_ops(after) == ["Where", "Add", "Softmax"]
+    assert node_ops(after)[:3] == ["Where", "Add", "Softmax"]

@@ -210,7 +210,15 @@ def run(args) -> int:
     save(result.model, args.output)
     latency = None
     if not args.no_latency and args.mode not in ("fp16", "bf16"):  # half types are for GPUs
-        latency = _latency(original, result.model, inputs[0] if inputs else None)
+        # against the float model as quantize saw it (optimized unless --no-optimize): the
+        # optimizer's own gains are not int8's
+        reference = original
+        if not args.no_optimize:
+            from modelpress.passes import optimize
+
+            reference = optimize(original, level=2).model
+        label = "float" if args.no_optimize else "float (optimized)"
+        latency = _latency(reference, result.model, inputs[0] if inputs else None, label)
     console.print(
         f"wrote {args.output}: {human_bytes(result.size_before)} → {human_bytes(result.size_after)} "
         f"({result.size_after / max(result.size_before, 1):.2f}x) in {result.seconds:.1f} s"
@@ -223,7 +231,7 @@ def run(args) -> int:
     return 0
 
 
-def _latency(original, quantized, feeds) -> dict | None:
+def _latency(original, quantized, feeds, label: str) -> dict | None:
     """Time the float and the quantized model on this CPU (ONNX Runtime) and say which is faster:
     int8 kernels do not pay off everywhere (tiny convolutions, CPUs without VNNI)."""
     from modelpress.runtime.measure import compare_latency
@@ -238,7 +246,7 @@ def _latency(original, quantized, feeds) -> dict | None:
     ratio = after.median_ms / max(before.median_ms, 1e-9)
     batch = next(iter(feeds.values())).shape[0] if feeds and next(iter(feeds.values())).ndim else 1
     console.print(
-        f"latency on this CPU (ONNX Runtime, batch {batch}): float {before.median_ms:.3g} ms → "
+        f"latency on this CPU (ONNX Runtime, batch {batch}): {label} {before.median_ms:.3g} ms → "
         f"quantized {after.median_ms:.3g} ms ({ratio:.2f}x)"
     )
     if ratio > 1.0:

@@ -6,8 +6,10 @@ smallest normal float32, and x86 CPUs without flush-to-zero take a micro-code as
 denormal produced and consumed. Measured with ONNX Runtime's CPU Softmax on ``[8, 12, 128, 128]``
 scores with 85% of the keys masked: 8.3 ms instead of 1.1 ms, the same kernel at seven times the cost.
 
-Rule: ``Softmax(x, axis)``, where ``x = Add(scores, mask)`` and ``mask`` is computed from a constant
-of at most -1e4, becomes ``Softmax(Max(x, ReduceMax(x, axis) - 80), axis)``.
+Rule: ``Softmax(x, axis)``, where ``x = Add(scores, mask)``, ``mask`` is computed from a constant
+of at most -1e4 and the probabilities are only read by MatMul/Einsum (they weight values, as in
+attention; a Log of them would see ``-80`` instead of ``-inf``), becomes
+``Softmax(Max(x, ReduceMax(x, axis) - 80), axis)``.
 
 Exact to float32 rounding: a clamped score gets weight ``e^-80 / Z`` with ``Z >= 1`` (the row's
 maximum contributes 1), and ``e^-80 ≈ 1.8e-35``: even a row of 10^20 clamped scores changes the sum
@@ -51,6 +53,16 @@ def _is_mask(value: ir.Value | None, depth: int = 0) -> bool:
     return any(_is_mask(v, depth + 1) for v in node.inputs)
 
 
+def _weights_values(node: ir.Node) -> bool:
+    """Whether the probabilities only weight values (attention: every reader is a MatMul or
+    Einsum), where a clamped key's ``e^-80`` instead of 0 changes nothing. A Log of them would
+    turn -inf into -80: not the same model."""
+    y = node.outputs[0]
+    return not y.is_graph_output() and all(
+        use.node.op_type in ("MatMul", "Einsum") for use in y.uses()
+    )
+
+
 def _softmax_axis(node: ir.Node, opset: int) -> int | None:
     axis = node.attributes.get_int("axis", -1 if opset >= 13 else 1)
     # before opset 13 Softmax flattens to 2-D at `axis`; the row is then "everything after axis",
@@ -77,6 +89,8 @@ class GuardSoftmax(GraphPass):
             x = node.inputs[0]
             add = producer_of(x, "Add")
             if add is None or not any(_is_mask(v) for v in add.inputs):
+                continue
+            if not _weights_values(node):
                 continue
             if x.dtype is None:
                 ensure_types(self.model)  # files often leave intermediate values untyped

@@ -7,8 +7,11 @@ the form that runtimes have dedicated kernels for (ONNX Runtime's NCHWc and int8
 of a squeeze-excite block). With ``keepdims=0`` the result is ``Flatten(axis=1)`` of the pool: its
 shape ``[N, C, 1, ...]`` flattens to ``[N, C]``.
 
-Legal when the input's rank ``r >= 3`` is known, the axes (attribute before opset 18, constant input
-from 18) are exactly ``2..r-1`` in any order or sign, and the dtype is floating point. The mean is
+Legal when the input's rank ``r`` is known, the axes (attribute before opset 18, constant input
+from 18) are exactly ``2..r-1`` in any order or sign, and the dtype is one GlobalAveragePool takes
+(bfloat16 from opset 22). Left alone on purpose: rank 3 (``[B, T, D]``: the last-axis mean of a
+LayerNorm written out, which ONNX Runtime fuses only as a ReduceMean) and any mean subtracted from
+its own input (a normalization). The mean is
 the same sum divided by the same count, so results differ by float summation order only.
 """
 
@@ -18,6 +21,7 @@ import onnx_ir as ir
 
 from modelpress.passes._util import (
     ensure_types,
+    graph_opset,
     insert_node,
     ints_arg,
     known_rank,
@@ -26,16 +30,27 @@ from modelpress.passes._util import (
 from modelpress.passes.base import GraphPass
 from modelpress.passes.registry import register
 
+_POOL_DTYPES = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE)
 
-def _spatial_mean(node: ir.Node) -> bool:
+
+def _spatial_mean(node: ir.Node, opset: int) -> bool:
     x = node.inputs[0] if node.inputs else None
     rank = known_rank(x)
-    if rank is None or rank < 3 or x.dtype is None or not x.dtype.is_floating_point():
+    # rank 3 is left alone: a mean over the last axis of [B, T, D] is a LayerNorm's, and ONNX
+    # Runtime fuses LayerNorms written as primitives only when that mean is a ReduceMean
+    if rank is None or rank < 4 or x.dtype is None:
+        return False
+    if x.dtype not in _POOL_DTYPES and not (x.dtype == ir.DataType.BFLOAT16 and opset >= 22):
         return False
     given, axes = ints_arg(node, "axes", 1)
     if not given or axes is None:  # no axes: a mean over everything (or nothing), not a pool
         return False
-    return sorted(a % rank for a in axes) == list(range(2, rank)) and len(set(axes)) == len(axes)
+    if sorted(a % rank for a in axes) != list(range(2, rank)) or len(set(axes)) != len(axes):
+        return False
+    # x - mean(x): a normalization (LayerNorm/GroupNorm written out), which runtimes fuse as is
+    return not any(
+        use.node.op_type == "Sub" and x in use.node.inputs for use in node.outputs[0].uses()
+    )
 
 
 @register
@@ -53,7 +68,7 @@ class ReduceMeanToPool(GraphPass):
             x = node.inputs[0] if node.inputs else None
             if x is not None and (x.dtype is None or known_rank(x) is None):
                 ensure_types(self.model)  # only when a ReduceMean needs them: inference costs
-            if not _spatial_mean(node):
+            if not _spatial_mean(node, graph_opset(graph, self.model)):
                 continue
             y = node.outputs[0]
             keep = node.attributes.get_int("keepdims", 1)

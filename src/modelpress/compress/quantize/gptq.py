@@ -10,7 +10,8 @@ sum of errors smaller than rounding each row to nearest (RTN).
 Rules:
 - ``H`` is accumulated over calibration batches (``HessianObserver``: fixed ``K×K`` state, memory
   does not grow with the number of samples) and dampened by 1% of its mean diagonal so that the
-  inverse exists; an input channel that is always zero gets ``H_kk = 1`` and a zero weight row.
+  inverse exists; an input channel that is always zero gets ``H_kk = 1``: its row is rounded to nearest and
+  passes no error on (the channel may well be active on other data).
 - The inverse Hessian is used in its upper Cholesky form ``H⁻¹ = UᵀU``: row ``k``'s error divided
   by ``U_kk`` times ``U_k,k+1:`` is the optimal update of the later rows.
 - The scale and zero point of each block of ``block_size`` rows are chosen (asymmetric, MSE clip
@@ -84,9 +85,8 @@ def gptq(
         raise ValueError(f"reduction axis {k} is not a multiple of block size {block_size}")
     w = np.array(w, dtype=np.float64)
     h = np.array(h, dtype=np.float64)
-    dead = np.diag(h) == 0
+    dead = np.diag(h) == 0  # a channel never active in calibration: decoupled, plainly rounded
     h[dead, dead] = 1.0
-    w[dead, :] = 0.0
     u = inverse_cholesky(h, damp)
     chunk = max(CHUNK - CHUNK % block_size, block_size)
     codes = np.zeros((k, n), dtype=np.int16)

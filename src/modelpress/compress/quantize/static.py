@@ -90,6 +90,9 @@ class StaticPlan:
     tensors: dict[str, str] = field(default_factory=dict)
     # Concat output → its inputs, as (tensor carrying it after folding, tensor the Concat reads)
     concat_groups: list[tuple[str, list[tuple[str, str]]]] = field(default_factory=list)
+    # graph outputs written by a Conv: the output itself becomes the DQ (ONNX Runtime has no int8
+    # Conv with a float output); every other graph output stays the float value
+    requantized_outputs: set[str] = field(default_factory=set)
 
     @property
     def observed(self) -> list[str]:
@@ -108,8 +111,9 @@ def name_nodes(model: ir.Model) -> None:
             taken.add(name)
 
 
-def pools_as_convs(model: ir.Model) -> ir.Model:
-    """A copy of ``model`` whose 2-D AveragePools are depthwise Convs with weights ``1/(kh·kw)``.
+def pools_as_convs(model: ir.Model) -> tuple[ir.Model, frozenset[str]]:
+    """A copy of ``model`` whose 2-D AveragePools are depthwise Convs with weights ``1/(kh·kw)``,
+    and the names of those Convs (quantized only inside an int8 chain, like the pool would be).
 
     ONNX Runtime fuses an AveragePool between DequantizeLinear and QuantizeLinear into
     QLinearAveragePool, measured 10x slower than the float pool (an Inception branch's 3x3 pool cost
@@ -120,6 +124,7 @@ def pools_as_convs(model: ir.Model) -> ir.Model:
     """
     m = copy_model(model)
     g = m.graph
+    done = []
     for node in list(g):
         if node.op_type != "AveragePool" or node.domain not in ("", "ai.onnx"):
             continue
@@ -159,7 +164,33 @@ def pools_as_convs(model: ir.Model) -> ir.Model:
         replace_value(old, conv.outputs[0])
         g.remove(node, safe=True)
         conv.outputs[0].name = name
-    return m
+        done.append(conv.name)
+    return m, frozenset(done)
+
+
+def convs_as_pools(graph: ir.Graph, names: set[str] | frozenset[str]) -> None:
+    """Undo ``pools_as_convs`` in place for the Convs named (those a plan left in float: there the
+    pool is the faster float kernel). Exact: the same windows, the divisor counted as before."""
+    for node in [n for n in graph if n.name in names and n.op_type == "Conv"]:
+        a = node.attributes
+        pool = ir.node(
+            "AveragePool",
+            [node.inputs[0]],
+            attributes={
+                "kernel_shape": list(a.get_ints("kernel_shape")),
+                "strides": list(a.get_ints("strides")),
+                "pads": list(a.get_ints("pads")),
+                "count_include_pad": 1,
+            },
+            name=node.name,
+        )
+        old = node.outputs[0]
+        pool.outputs[0].type, pool.outputs[0].shape = old.type, old.shape
+        name = old.name
+        graph.insert_after(node, pool)
+        replace_value(old, pool.outputs[0])
+        graph.remove(node, safe=True)
+        pool.outputs[0].name = name
 
 
 def _activation(v: ir.Value | None) -> bool:
@@ -243,7 +274,11 @@ def _through(value: ir.Value, forward: bool) -> list:
 
 
 def select_layers(
-    model: ir.Model, *, exclude: frozenset[str] = frozenset(), min_reduction: int = 16
+    model: ir.Model,
+    *,
+    exclude: frozenset[str] = frozenset(),
+    min_reduction: int = 16,
+    chain_only: frozenset[str] = frozenset(),
 ) -> list[ir.Node]:
     """The compute nodes to quantize.
 
@@ -251,7 +286,8 @@ def select_layers(
     float one (a 3x3 conv on 1 input channel, reduction 9, runs slower in int8 on x86). An op without
     weights (Add, Mul, pools) only pays off inside an 8-bit chain: it is kept while at least one input
     comes from a quantized op and every consumer of its output is a quantized op, checked to a fixed
-    point (removing one op can break the chain of another).
+    point (removing one op can break the chain of another). Nodes named in ``chain_only`` (pools
+    rewritten as Convs by ``pools_as_convs``) follow the second rule although they have weights.
     """
     nodes = [n for n in model.graph if n.name not in exclude and eligible(n)]
     kept = {
@@ -263,7 +299,7 @@ def select_layers(
     while changed:
         changed = False
         for n in nodes:
-            if n.name not in kept or n.op_type in WEIGHT_INPUT:
+            if n.name not in kept or (n.op_type in WEIGHT_INPUT and n.name not in chain_only):
                 continue
             n_act = 2 if n.op_type in BINARY_OPS else 1
             sources = [_through(v, False)[0] for v in n.inputs[:n_act]]
@@ -282,10 +318,13 @@ def plan(
     exclude: frozenset[str] = frozenset(),
     fold_relu: bool = True,
     min_reduction: int = 16,
+    chain_only: frozenset[str] = frozenset(),
 ) -> StaticPlan:
     p = StaticPlan()
     alias: dict[str, str] = {}  # float tensor name → tensor that carries it after folding
-    selected = select_layers(model, exclude=exclude, min_reduction=min_reduction)
+    selected = select_layers(
+        model, exclude=exclude, min_reduction=min_reduction, chain_only=chain_only
+    )
     names = {n.name for n in selected}
     for node in selected:
         p.layers.append(node.name)
@@ -300,6 +339,7 @@ def plan(
             # float kernel on weights dequantized at every run. MatMul/Gemm write float directly.
             if node.op_type == "Conv":
                 p.tensors[y.name] = y.name
+                p.requantized_outputs.add(y.name)
             continue
         consumers = _through(y, True)
         # A consumer kept in float on purpose (user or accuracy budget) must see the float output,
@@ -381,8 +421,11 @@ def _resolve_concat(p: StaticPlan, qp: dict[str, QParams], model: ir.Model) -> N
             qp[carrier] = qp[out]
 
 
-def _insert_qdq(graph: ir.Graph, value: ir.Value, qp: QParams) -> ir.Value:
-    """``value → Q → DQ``; every consumer of ``value`` (not graph outputs) now reads the DQ."""
+def _insert_qdq(
+    graph: ir.Graph, value: ir.Value, qp: QParams, *, output_too: bool = False
+) -> ir.Value:
+    """``value → Q → DQ``; every consumer of ``value`` now reads the DQ, and so does the graph
+    output ``value`` is, when ``output_too`` (which keeps the output's name)."""
     scale = constant(graph, scalar_or_vector(qp.scale), f"{value.name}_scale")
     zp = constant(graph, scalar_or_vector(qp.zero_point), f"{value.name}_zero_point")
     q = ir.node("QuantizeLinear", [value, scale, zp], name=f"{value.name}_Q")
@@ -402,7 +445,7 @@ def _insert_qdq(graph: ir.Graph, value: ir.Value, qp: QParams) -> ir.Value:
     for use in uses:
         if use.node is not q:
             use.node.replace_input_with(use.idx, dq.outputs[0])
-    if value.is_graph_output():  # the output keeps its name and now comes from the DQ
+    if output_too and value.is_graph_output() and producer is not None:
         name = value.name
         value.name = f"{name}_float"
         dq.outputs[0].name = name
@@ -519,7 +562,7 @@ def apply(
     layer_inputs = {n: by_name[n].inputs[0].name for n in p.layers}
     vals = values_by_name(g)
     for name, qp in by_tensor.items():
-        _insert_qdq(g, vals[name], qp)
+        _insert_qdq(g, vals[name], qp, output_too=name in p.requantized_outputs)
     for node_name in p.layers:
         node = by_name[node_name]
         if node.op_type not in WEIGHT_INPUT:
