@@ -113,7 +113,7 @@ def name_nodes(model: ir.Model) -> None:
 
 def pools_as_convs(model: ir.Model) -> tuple[ir.Model, frozenset[str]]:
     """A copy of ``model`` whose 2-D AveragePools are depthwise Convs with weights ``1/(kh·kw)``,
-    and the names of those Convs (quantized only inside an int8 chain, like the pool would be).
+    and the names of those Convs (``convs_as_pools`` turns those a plan excludes back).
 
     ONNX Runtime fuses an AveragePool between DequantizeLinear and QuantizeLinear into
     QLinearAveragePool, measured 10x slower than the float pool (an Inception branch's 3x3 pool cost
@@ -169,8 +169,8 @@ def pools_as_convs(model: ir.Model) -> tuple[ir.Model, frozenset[str]]:
 
 
 def convs_as_pools(graph: ir.Graph, names: set[str] | frozenset[str]) -> None:
-    """Undo ``pools_as_convs`` in place for the Convs named (those a plan left in float: there the
-    pool is the faster float kernel). Exact: the same windows, the divisor counted as before."""
+    """Undo ``pools_as_convs`` in place for the Convs named (those a plan left in float, e.g.
+    excluded: there the pool is the faster float kernel). Exact: the same windows and divisor."""
     for node in [n for n in graph if n.name in names and n.op_type == "Conv"]:
         a = node.attributes
         pool = ir.node(
@@ -274,11 +274,7 @@ def _through(value: ir.Value, forward: bool) -> list:
 
 
 def select_layers(
-    model: ir.Model,
-    *,
-    exclude: frozenset[str] = frozenset(),
-    min_reduction: int = 16,
-    chain_only: frozenset[str] = frozenset(),
+    model: ir.Model, *, exclude: frozenset[str] = frozenset(), min_reduction: int = 16
 ) -> list[ir.Node]:
     """The compute nodes to quantize.
 
@@ -286,8 +282,7 @@ def select_layers(
     float one (a 3x3 conv on 1 input channel, reduction 9, runs slower in int8 on x86). An op without
     weights (Add, Mul, pools) only pays off inside an 8-bit chain: it is kept while at least one input
     comes from a quantized op and every consumer of its output is a quantized op, checked to a fixed
-    point (removing one op can break the chain of another). Nodes named in ``chain_only`` (pools
-    rewritten as Convs by ``pools_as_convs``) follow the second rule although they have weights.
+    point (removing one op can break the chain of another).
     """
     nodes = [n for n in model.graph if n.name not in exclude and eligible(n)]
     kept = {
@@ -299,7 +294,7 @@ def select_layers(
     while changed:
         changed = False
         for n in nodes:
-            if n.name not in kept or (n.op_type in WEIGHT_INPUT and n.name not in chain_only):
+            if n.name not in kept or n.op_type in WEIGHT_INPUT:
                 continue
             n_act = 2 if n.op_type in BINARY_OPS else 1
             sources = [_through(v, False)[0] for v in n.inputs[:n_act]]
@@ -318,13 +313,10 @@ def plan(
     exclude: frozenset[str] = frozenset(),
     fold_relu: bool = True,
     min_reduction: int = 16,
-    chain_only: frozenset[str] = frozenset(),
 ) -> StaticPlan:
     p = StaticPlan()
     alias: dict[str, str] = {}  # float tensor name → tensor that carries it after folding
-    selected = select_layers(
-        model, exclude=exclude, min_reduction=min_reduction, chain_only=chain_only
-    )
+    selected = select_layers(model, exclude=exclude, min_reduction=min_reduction)
     names = {n.name for n in selected}
     for node in selected:
         p.layers.append(node.name)
