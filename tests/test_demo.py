@@ -31,6 +31,7 @@ def test_demo_end_to_end(tmp_path):
         "quantize to int8",
         "before / after",
         "which GPU would serve it",
+        "a transformer: optimize and dynamic int8",
     ):
         assert step in text
     summary = json.loads((out / "summary.json").read_text())
@@ -46,6 +47,10 @@ def test_demo_end_to_end(tmp_path):
     assert models["int8"]["accuracy"] >= models["original"]["accuracy"] - 0.005
     assert (out / "model.int8.onnx").stat().st_size < 0.5 * (out / "model.opt.onnx").stat().st_size
     assert (out / "model.onnx").is_file() and (out / "model.opt.onnx").is_file()
+    # the transformer step: dynamic int8 close to float32 on padded sentences, and smaller
+    tr = summary["transformer"]
+    assert tr["cosine"] > 0.99 and tr["size_ratio"] < 0.5
+    assert set(tr["latency_ms"]) == {"float32", "optimized", "int8"}
 
     from modelpress.ir import graph_stats, load
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from quant_models import mlp, single_conv, small_cnn
 
 from modelpress.compress import quantize
 from modelpress.ir import save, to_proto
 from modelpress.runtime.ort import session
+from modelpress.verify import run_model
 
 
 def _run(model, feeds, optimize="disabled"):
@@ -252,3 +254,27 @@ def test_conv_writing_the_graph_output_is_reported(rng):
     assert [v.name for v in r.model.graph.outputs] == [v.name for v in model.graph.outputs]
     (layer,) = [lay for lay in r.layers if lay.op_type == "Conv"]
     assert layer.quantized and layer.rel_error is not None and layer.rel_error < 0.05
+
+
+@pytest.mark.parametrize("opset", [12, 17])
+def test_dynamic_embedding_table_on_old_and_new_opsets(rng, opset):
+    """Large tables become int8 rows with one scale each, in a form every opset accepts (an
+    Unsqueeze with an axes input would be invalid before opset 13)."""
+    from onnx import TensorProto, helper
+    from quant_models import _model
+
+    table = rng.standard_normal((4096, 32)).astype(np.float32)
+    w = (rng.standard_normal((32, 16)) * 0.2).astype(np.float32)
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
+        helper.make_node("MatMul", ["e", "w"], ["y"], name="fc"),
+    ]
+    ids_info = helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 8])
+    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 16])
+    model = _model(nodes, [ids_info], [y_info], {"table": table, "w": w}, opset=opset)
+    r = quantize(model, mode="dynamic", optimize=False)
+    onnx.checker.check_model(to_proto(r.model), full_check=True)
+    ids = rng.integers(0, 4096, (3, 8))
+    want = run_model(model, {"ids": ids})["y"]
+    got = run_model(r.model, {"ids": ids})["y"]
+    assert np.abs(got - want).max() / np.abs(want).max() < 0.03

@@ -99,6 +99,21 @@ def _print_advise(r) -> None:
     console.print(t)
 
 
+def _print_transformer(r) -> None:
+    lat = r.latency
+    console.print(
+        f"{r.name}: {human_bytes(r.size_before)} → {human_bytes(r.size_after)} "
+        f"({r.size_after / r.size_before:.2f}×); int8 vs float32 outputs: mean cosine {r.cosine:.4f}"
+    )
+    console.print(
+        "batch 8 × 128 tokens (padded), ORT all optimizations: "
+        + ", ".join(f"{k} {_ms(v)}" for k, v in lat.items())
+        + f"; int8 {lat['int8'].median_ms / lat['float32'].median_ms:.2f}× float32"
+    )
+    for note in r.notes:
+        console.print(f"note: {note}")
+
+
 def _print_latency(r) -> None:
     for level, by_label in r.items():
         console.print(
@@ -146,6 +161,7 @@ PRINTERS = {
     "latency": _print_latency,
     "evaluate": _print_evaluate,
     "summary": _print_summary,
+    "transformer": _print_transformer,
 }
 
 
@@ -161,10 +177,11 @@ def run(args) -> int:
     state = DemoState(out_dir=out, latency_rounds=args.rounds)
     start = time.perf_counter()
     record = {}
+    results = {}
     for i, step in enumerate(STEPS, 1):
         console.rule(f"[bold]{i}. {step.title}")
         t0 = time.perf_counter()
-        result = step.run(state)
+        results[step.name] = result = step.run(state)
         PRINTERS[step.name](result)
         record[step.name] = round(time.perf_counter() - t0, 3)
     console.print(f"done in {time.perf_counter() - start:.0f} s; models in {out}/")
@@ -180,5 +197,13 @@ def run(args) -> int:
             for label in state.models
         },
     }
+    tr = results.get("transformer")
+    if tr is not None:
+        summary["transformer"] = {
+            "model": tr.name,
+            "size_ratio": tr.size_after / tr.size_before,
+            "cosine": tr.cosine,
+            "latency_ms": {k: v.median_ms for k, v in tr.latency.items()},
+        }
     write_json(out / "summary.json", summary)
     return 0

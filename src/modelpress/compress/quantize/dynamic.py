@@ -61,15 +61,16 @@ def tables(g: ir.Graph, exclude: frozenset[str] = frozenset()) -> None:
 
 
 def _quantize_table(g: ir.Graph, node: ir.Node, cache: dict) -> None:
-    """``Gather(T, ids)`` → ``Cast(Gather(T_q, ids)) · Unsqueeze(Gather(scale, ids), -1)``:
-    int8 rows, one scale per row, and only the rows looked up are converted at run time."""
+    """``Gather(T, ids)`` → ``Cast(Gather(T_q, ids)) · Gather(S, ids)``: int8 rows, one scale per
+    row (``S`` is ``[V, 1]`` so that the looked-up scales broadcast over the row without an
+    Unsqueeze, whose form changed at opset 13), and only the rows looked up are converted."""
     table = node.inputs[0]
     if id(table) not in cache:
         t = const_array(table)
         qp = weight_qparams(t, PerChannel(0), dtype="int8", symmetric=True)
         cache[id(table)] = (
             constant(g, quantize(t, qp), f"{table.name}_quantized"),
-            constant(g, qp.scale.astype(np.float32), f"{table.name}_row_scale"),
+            constant(g, qp.scale.reshape(-1, 1).astype(np.float32), f"{table.name}_row_scale"),
         )
     tq, scale = cache[id(table)]
     ids = node.inputs[1]
@@ -79,12 +80,10 @@ def _quantize_table(g: ir.Graph, node: ir.Node, cache: dict) -> None:
         "Cast", [rows.outputs[0]], attributes={"to": ir.DataType.FLOAT}, name=f"{base}_Cast"
     )
     sc = ir.node("Gather", [scale, ids], attributes={"axis": 0}, name=f"{base}_scales")
-    axes = constant(g, np.array([-1], np.int64), f"{base}_axes")
-    unsq = ir.node("Unsqueeze", [sc.outputs[0], axes], name=f"{base}_Unsqueeze")
-    out = ir.node("Mul", [cast.outputs[0], unsq.outputs[0]], name=f"{base}_dequantize")
-    for n in (rows, cast, sc, unsq):
+    out = ir.node("Mul", [cast.outputs[0], sc.outputs[0]], name=f"{base}_dequantize")
+    for n in (rows, cast, sc):
         n.outputs[0].name = f"{n.name}_output"
-    g.insert_after(node, [rows, cast, sc, unsq, out])
+    g.insert_after(node, [rows, cast, sc, out])
     old = node.outputs[0]
     out.outputs[0].type, out.outputs[0].shape = old.type, old.shape
     name = old.name
