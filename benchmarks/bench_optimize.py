@@ -19,7 +19,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import random
 import subprocess
 import sys
@@ -389,15 +388,9 @@ def check_targets(results: dict[str, dict[str, Variant]]) -> list[tuple[str, str
 
 
 def machine() -> str:
-    name = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{name}, {os.cpu_count()} logical CPUs"
+    from modelpress.advisor.calibrate import cpu_name
+
+    return f"{cpu_name()}, {os.cpu_count()} logical CPUs"
 
 
 def versions() -> dict[str, str]:

@@ -142,3 +142,16 @@ def gather_tables(graph: ir.Graph, *, min_size: int = 0) -> list[ir.Node]:
             if t is not None and t.dtype == np.float32 and t.ndim == 2 and t.size >= min_size:
                 out.append(node)
     return out
+
+
+def swap_node(graph: ir.Graph, node: ir.Node, new_nodes: list[ir.Node], result: ir.Value) -> None:
+    """Replace ``node`` (one output) by ``new_nodes``, placed where it was, whose ``result``
+    takes over the output: its readers, its type and shape, and its name (so reports and graph
+    outputs match the float model's tensors)."""
+    old = node.outputs[0]
+    result.type, result.shape = old.type, old.shape
+    name = old.name
+    graph.insert_after(node, new_nodes)
+    replace_value(old, result)
+    graph.remove(node, safe=True)
+    result.name = name

@@ -24,7 +24,7 @@ from modelpress.compress.quantize._graph import (
     gather_tables,
     plain_linear,
     remove_unused_initializers,
-    replace_value,
+    swap_node,
     weight_nodes,
 )
 from modelpress.compress.quantize.qparams import (
@@ -83,13 +83,7 @@ def _quantize_table(g: ir.Graph, node: ir.Node, cache: dict) -> None:
     out = ir.node("Mul", [cast.outputs[0], sc.outputs[0]], name=f"{base}_dequantize")
     for n in (rows, cast, sc):
         n.outputs[0].name = f"{n.name}_output"
-    g.insert_after(node, [rows, cast, sc, out])
-    old = node.outputs[0]
-    out.outputs[0].type, out.outputs[0].shape = old.type, old.shape
-    name = old.name
-    replace_value(old, out.outputs[0])
-    g.remove(node, safe=True)
-    out.outputs[0].name = name
+    swap_node(g, node, [rows, cast, sc, out], out.outputs[0])
 
 
 def apply(
@@ -142,15 +136,7 @@ def apply(
             result = add.outputs[0]
         for v in new_nodes[1:]:
             v.outputs[0].name = v.outputs[0].name or f"{v.name}_output"
-        g.insert_after(node, new_nodes)
-        old = node.outputs[0]
-        result.type, result.shape = old.type, old.shape
-        name = old.name
-        replace_value(old, result)
-        g.remove(node, safe=True)
-        result.name = (
-            name  # the layer's output keeps its name (reports match float and int8 tensors)
-        )
+        swap_node(g, node, new_nodes, result)
         done.append(node.name)
     if quantize_tables:
         tables(g, exclude)

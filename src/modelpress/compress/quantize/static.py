@@ -49,8 +49,8 @@ from modelpress.compress.quantize._graph import (
     output_channel_axis,
     plain_linear,
     remove_unused_initializers,
-    replace_value,
     scalar_or_vector,
+    swap_node,
     values_by_name,
 )
 from modelpress.compress.quantize.qparams import (
@@ -157,13 +157,7 @@ def pools_as_convs(model: ir.Model) -> tuple[ir.Model, frozenset[str]]:
             },
             name=node.name,
         )
-        old = node.outputs[0]
-        conv.outputs[0].type, conv.outputs[0].shape = old.type, old.shape
-        name = old.name
-        g.insert_after(node, conv)
-        replace_value(old, conv.outputs[0])
-        g.remove(node, safe=True)
-        conv.outputs[0].name = name
+        swap_node(g, node, [conv], conv.outputs[0])
         done.append(conv.name)
     return m, frozenset(done)
 
@@ -184,13 +178,7 @@ def convs_as_pools(graph: ir.Graph, names: set[str] | frozenset[str]) -> None:
             },
             name=node.name,
         )
-        old = node.outputs[0]
-        pool.outputs[0].type, pool.outputs[0].shape = old.type, old.shape
-        name = old.name
-        graph.insert_after(node, pool)
-        replace_value(old, pool.outputs[0])
-        graph.remove(node, safe=True)
-        pool.outputs[0].name = name
+        swap_node(graph, node, [pool], pool.outputs[0])
 
 
 def _activation(v: ir.Value | None) -> bool:

@@ -35,7 +35,7 @@ from modelpress.compress.quantize._graph import (
     output_channel_axis,
     plain_linear,
     remove_unused_initializers,
-    replace_value,
+    swap_node,
     weight_nodes,
 )
 from modelpress.compress.quantize.qparams import (
@@ -110,13 +110,7 @@ def gemms_as_matmuls(model: ir.Model) -> ir.Model:
             mm.outputs[0].name = f"{node.name}_product"
             new.append(add)
             out = add.outputs[0]
-        old = node.outputs[0]
-        out.type, out.shape = old.type, old.shape
-        name = old.name
-        g.insert_after(node, new)
-        replace_value(old, out)
-        g.remove(node, safe=True)
-        out.name = name
+        swap_node(g, node, new, out)
     remove_unused_initializers(g)
     return m
 
