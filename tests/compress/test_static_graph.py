@@ -229,3 +229,49 @@ def test_excluded_average_pool_stays_a_float_pool(rng):
     yf = session(model, optimize="disabled").run(None, {"x": x})[0]
     yq = session(r.model, optimize="all").run(None, {"x": x})[0]
     assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.05
+
+
+def test_initializers_shared_by_several_convs_get_one_dq_each(rng, tmp_path):
+    """Exporters merge equal tensors, so two Convs can read one weight and one (zero) bias. Their
+    bias scales differ (input scale × weight scale), so each reader needs its own integer copy,
+    and the file must stay loadable: unique node and value names (this produced duplicate
+    ``*_DQ`` nodes that ONNX Runtime refused)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from modelpress.ir import from_proto
+
+    w = numpy_helper.from_array((rng.standard_normal((8, 8, 3, 3)) / 8).astype(np.float32), "w")
+    b = numpy_helper.from_array(np.zeros(8, np.float32), "b")
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c1"], name="first", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu"),
+        helper.make_node("Mul", ["r1", "three"], ["m"], name="scale_up"),
+        helper.make_node("Conv", ["m", "w", "b"], ["y"], name="second", pads=[1, 1, 1, 1]),
+    ]
+    three = numpy_helper.from_array(np.array(3.0, np.float32), "three")
+    graph = helper.make_graph(
+        nodes,
+        "shared",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 8, 8])],
+        [w, b, three],
+    )
+    model = from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    calib = [{"x": rng.standard_normal((8, 8, 8, 8)).astype(np.float32)} for _ in range(4)]
+    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    assert {layer.name for layer in r.layers if layer.quantized} >= {"first", "second"}
+    names = [n.name for n in r.model.graph]
+    assert len(names) == len(set(names))
+    onnx.checker.check_model(onnx.load_from_string(_bytes(r.model)), full_check=True)
+    ops = [n.op_type for n in _ort_graph(r.model, tmp_path)]
+    assert ops.count("QLinearConv") == 2, ops
+    x = rng.standard_normal((4, 8, 8, 8)).astype(np.float32)
+    yf = session(model, optimize="disabled").run(None, {"x": x})[0]
+    yq = session(r.model, optimize="all").run(None, {"x": x})[0]
+    assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.05
+
+
+def _bytes(model) -> bytes:
+    from modelpress.ir import model_bytes
+
+    return model_bytes(model)

@@ -434,7 +434,11 @@ def _insert_qdq(
 
 
 def _dq_constant(graph: ir.Graph, q: np.ndarray, qp: QParams, hint: str) -> ir.Value:
+    """``DequantizeLinear`` of the integer constant ``q``. Names derive from ``hint`` and are
+    unique: an initializer several nodes share (exporters deduplicate equal tensors, such as
+    zero biases) gets one DQ per reader, each with its own scale."""
     qv = constant(graph, q, f"{hint}_quantized")
+    hint += qv.name.removeprefix(f"{hint}_quantized")  # the suffix that made it unique, if any
     scale = constant(graph, scalar_or_vector(qp.scale), f"{hint}_scale")
     zp = constant(graph, scalar_or_vector(qp.zero_point), f"{hint}_zero_point")
     attrs = {} if qp.axis is None or qp.scale.size == 1 else {"axis": qp.axis}
