@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 from quant_models import mlp, single_conv, small_cnn
 
@@ -214,6 +215,52 @@ def test_fp16_keeps_interface_and_sensitive_ops(rng):
     yf, yq = _run(model, {"x": x}), _run(r.model, {"x": x})
     assert yq.dtype == np.float32
     np.testing.assert_allclose(yq, yf, rtol=0, atol=5e-3)
+
+
+def test_fp16_converts_constants_ahead_of_time(rng):
+    """A Constant node read by fp16 ops, and an initializer read by an fp16 MatMul and a
+    float32 LayerNorm (exporters merge equal tensors, such as zero biases), are stored converted
+    for the fp16 readers: no Cast of a constant is left to run at every inference."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from modelpress.ir import from_proto
+
+    w = rng.standard_normal((8, 8)).astype(np.float32)
+    zeros = np.zeros(8, np.float32)
+    g = helper.make_graph(
+        [
+            helper.make_node(
+                "Constant", [], ["half"], value=numpy_helper.from_array(np.float32(0.5), "half")
+            ),
+            helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+            helper.make_node("Add", ["m", "zeros"], ["b"], name="bias"),
+            helper.make_node("Mul", ["b", "half"], ["h"], name="scale"),
+            helper.make_node(
+                "LayerNormalization", ["h", "ones", "zeros"], ["y"], axis=-1, name="ln"
+            ),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
+        [
+            numpy_helper.from_array(w, "w"),
+            numpy_helper.from_array(zeros, "zeros"),
+            numpy_helper.from_array(np.ones(8, np.float32), "ones"),
+        ],
+    )
+    p = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    p.ir_version = 9
+    model = from_proto(p)
+    r = quantize(model, mode="fp16", optimize=False)
+    onnx.checker.check_model(to_proto(r.model), full_check=True)
+    nodes = list(r.model.graph)
+    assert "Constant" not in {n.op_type for n in nodes}
+    cast_inputs = [n.inputs[0] for n in nodes if n.op_type == "Cast"]
+    assert sorted(v.name for v in cast_inputs) == ["h", "x"]  # x in, the Mul's output to LN
+    ln = next(n for n in nodes if n.op_type == "LayerNormalization")
+    assert ln.inputs[2].dtype == ir.DataType.FLOAT  # the float32 reader keeps the float32 zeros
+    x = rng.standard_normal((3, 8)).astype(np.float32)
+    np.testing.assert_allclose(_run(r.model, {"x": x}), _run(model, {"x": x}), atol=2e-2)
 
 
 def test_fp16_and_bf16_on_cnn(cnn_calib, rng):

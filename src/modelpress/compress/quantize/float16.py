@@ -2,9 +2,10 @@
 
 Rule: every node computes in the low-precision type except those in ``KEEP_FLOAT32`` (exponentials,
 powers, normalisations and reductions, whose range or accumulated rounding overflow or lose
-accuracy in 16 bits) and nodes with a subgraph. Float32 constants read only by low-precision nodes
-are stored converted; where a float value crosses from one precision to the other a ``Cast`` is
-inserted once per value. The graph's inputs and outputs keep their float32 type, so callers see the
+accuracy in 16 bits) and nodes with a subgraph. Float32 constants (initializers and Constant
+nodes) are stored converted for their low-precision readers, with a converted copy when float32
+nodes read them too; where a computed float value crosses from one precision to the other a
+``Cast`` is inserted once per value. The graph's inputs and outputs keep their float32 type, so callers see the
 same interface. Ops whose schema (at the model's opset) does not accept the type stay float32 too.
 Inputs that the ONNX spec requires to be float32 whatever the data type (Resize's
 ``roi``/``scales``) are never converted.
@@ -16,6 +17,7 @@ import numpy as np
 import onnx_ir as ir
 
 from modelpress.compress.quantize._graph import copy_model, remove_unused_initializers, with_types
+from modelpress.passes._util import add_initializer, const_array
 
 KEEP_FLOAT32 = {
     "Softmax",
@@ -147,7 +149,14 @@ def apply(
             continue
         is_low = v.dtype == low_type
         mismatched = [u for u in v.uses() if wants_low(u) != is_low and _float_input(u)]
-        if mismatched:
+        if mismatched and not is_low and (arr := const_array(v)) is not None:
+            # a constant is converted now, not at every run: a converted copy for the
+            # low-precision readers (runtime Casts of constants shared across layers also
+            # crashed ONNX Runtime's Gelu fusion on a ViT)
+            low = add_initializer(g, _convert_array(arr, dtype), f"{v.name}_{dtype}")
+            for u in mismatched:
+                u.node.replace_input_with(u.idx, low)
+        elif mismatched:
             target = ir.DataType.FLOAT if is_low else low_type
             cast = ir.node(
                 "Cast",
@@ -167,6 +176,9 @@ def apply(
                 u.node.replace_input_with(u.idx, cast.outputs[0])
         if is_low and v.is_graph_output():
             _restore_output(g, v)
+    for n in [n for n in g if n.op_type == "Constant" and not any(o.uses() for o in n.outputs)]:
+        if not any(o.is_graph_output() for o in n.outputs):
+            g.remove(n, safe=True)
     remove_unused_initializers(g)
     g.sort()
     return m, kept
