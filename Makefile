@@ -31,6 +31,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_optimize.py
 	$(BIN)/python benchmarks/bench_quantize.py
 	$(BIN)/python benchmarks/bench_quantize_unseen.py
+	$(BIN)/pip install -q --no-deps torchvision==0.28.0  # model definitions only (see the script)
+	$(BIN)/python benchmarks/bench_quantize_torchvision.py
 	$(BIN)/python benchmarks/bench_torch_backend.py
 	$(BIN)/python benchmarks/bench_advisor.py
 	$(BIN)/python benchmarks/collect_results.py

@@ -12,10 +12,19 @@ from __future__ import annotations
 from pathlib import Path
 
 HERE = Path(__file__).parent
-ORDER = ["optimize", "quantize", "torch_backend", "advisor"]
+ORDER = [
+    "optimize",
+    "quantize",
+    "quantize_unseen",
+    "quantize_torchvision",
+    "torch_backend",
+    "advisor",
+]
 TITLES = {
     "optimize": "graph optimizer (issue: foundation and optimizer)",
     "quantize": "quantization",
+    "quantize_unseen": "quantization on architectures the project had not seen",
+    "quantize_torchvision": "quantization of full-size torchvision architectures",
     "torch_backend": "PyTorch backend",
     "advisor": "hardware advisor",
 }

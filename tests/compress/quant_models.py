@@ -192,3 +192,39 @@ def swish_se_cnn(seed: int = 0):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16, 14, 14])
     return _model(nodes, [x], [y], inits, opset=19)
+
+
+def hardswish_se_cnn(seed: int = 0):
+    """x[N,4,8,8] → Conv(16) → HardSwish → depthwise Conv 3x3 → squeeze-excite (GlobalAveragePool →
+    Conv → Relu → Conv → HardSigmoid(1/6, 1/2) → Mul) → Conv(16) → HardSigmoid(0.2, -0.1): the
+    activations of a MobileNetV3 (the last one with a negative offset)."""
+    rng = np.random.default_rng(seed)
+
+    def conv_w(cout, cin, k):
+        return (rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)).astype(np.float32)
+
+    inits = {
+        "w1": conv_w(16, 4, 3),
+        "b1": (rng.standard_normal(16) * 0.5).astype(np.float32),
+        "dw": (rng.standard_normal((16, 1, 3, 3)) / 3).astype(np.float32),
+        "se1": conv_w(16, 16, 1),
+        "se2": conv_w(16, 16, 1),
+        "w2": conv_w(16, 16, 3) * 3,
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("HardSwish", ["c1"], ["a1"], name="hswish1"),
+        helper.make_node("Conv", ["a1", "dw"], ["d"], name="dwconv", group=16, pads=[1, 1, 1, 1]),
+        helper.make_node("GlobalAveragePool", ["d"], ["p"], name="pool"),
+        helper.make_node("Conv", ["p", "se1"], ["s1"], name="se_reduce"),
+        helper.make_node("Relu", ["s1"], ["s2"], name="se_relu"),
+        helper.make_node("Conv", ["s2", "se2"], ["s3"], name="se_expand"),
+        helper.make_node("HardSigmoid", ["s3"], ["s4"], name="se_gate", alpha=1 / 6, beta=0.5),
+        helper.make_node("Mul", ["d", "s4"], ["e"], name="excite"),
+        helper.make_node("Conv", ["e", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("HardSigmoid", ["c2"], ["h"], name="out_gate", alpha=0.2, beta=-0.1),
+        helper.make_node("Conv", ["h", "w2"], ["y"], name="head", pads=[1, 1, 1, 1]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16, 8, 8])
+    return _model(nodes, [x], [y], inits, opset=17)

@@ -275,3 +275,37 @@ def _bytes(model) -> bytes:
     from modelpress.ir import model_bytes
 
     return model_bytes(model)
+
+
+def test_hardswish_and_hardsigmoid_run_as_int8_add_and_mul(tmp_path, rng):
+    """ONNX Runtime has no int8 HardSwish or HardSigmoid. Written as an Add of the input read at
+    α times its scale plus β (saturation does the clip) and, for HardSwish, a Mul, they stay in
+    the int8 chain: no float activation and no dequantize before them."""
+    from quant_models import hardswish_se_cnn
+
+    model = hardswish_se_cnn()
+    calib = [{"x": rng.standard_normal((32, 4, 8, 8)).astype(np.float32)} for _ in range(4)]
+    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    quantized = {layer.name for layer in r.layers if layer.quantized}
+    assert {"hswish1", "se_gate", "excite", "out_gate", "dwconv", "head"} <= quantized
+    nodes = _ort_graph(r.model, tmp_path)
+    ops = [n.op_type for n in nodes]
+    assert not {"HardSwish", "HardSigmoid", "Mul", "Add", "Conv"} & set(ops), ops
+    assert ops.count("QLinearAdd") == 3 and ops.count("QLinearMul") == 2, ops
+    # one quantize into the chain, one dequantize out of it (the last Conv writes the output)
+    assert [n.output[0] for n in nodes if n.op_type == "DequantizeLinear"] == ["y"], ops
+    assert ops.count("QuantizeLinear") == 1, ops
+    x = rng.standard_normal((8, 4, 8, 8)).astype(np.float32)
+    yf = session(model, optimize="disabled").run(None, {"x": x})[0]
+    yq = session(r.model, optimize="all").run(None, {"x": x})[0]
+    assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.08  # six 8-bit steps in a row
+    # each rewritten activation, as the next op reads it, matches the float op
+    from modelpress.compress.quantize.sensitivity import runner
+
+    outs = ["a1", "s4", "h"]
+    ref = runner(model, outputs=outs, optimize="disabled")({"x": x})
+    deq = [f"{o}_dequantized" for o in outs]
+    got = runner(r.model, outputs=deq, optimize="disabled")({"x": x})
+    for name, q in zip(outs, deq, strict=True):
+        assert np.abs(ref[name] - got[q]).max() <= 0.05 * np.abs(ref[name]).max(), name
+    assert got["h_dequantized"].min() == 0.0 == ref["h"].min()  # β < 0: the clip at 0 holds

@@ -1,8 +1,8 @@
 """Static (full) int8 quantization in standard QDQ form, calibrated on data.
 
 Rule: for every op that has an int8 kernel in ONNX Runtime (Conv, Gemm and MatMul with constant
-weights; Add and Mul of two activations; global average pools, Sigmoid, LeakyRelu), its activation inputs and its output pass
-through ``QuantizeLinear → DequantizeLinear`` pairs and its weights through ``DequantizeLinear`` of
+weights; Add and Mul of two activations; global average pools, Sigmoid, LeakyRelu; HardSigmoid and
+HardSwish, written as an Add and a Mul), its activation inputs and its output pass through ``QuantizeLinear → DequantizeLinear`` pairs and its weights through ``DequantizeLinear`` of
 int8 constants. ONNX Runtime's QDQ fusion turns each such group into one integer kernel
 (QLinearConv, QGemm, QLinearMatMul, QLinearAdd, ...), so a chain of quantized ops stays in 8 bits
 from the first Q to the last DQ. Ops without an int8 kernel are left alone: wrapping them would only
@@ -65,7 +65,8 @@ from modelpress.compress.quantize.qparams import (
 BINARY_OPS = {"Add", "Mul"}
 # Ops with one activation input and an int8 kernel.
 # (Not AveragePool: ONNX Runtime's QLinearAveragePool measured 10x slower than the float kernel.)
-UNARY_OPS = {"GlobalAveragePool", "Sigmoid", "LeakyRelu"}
+# HardSigmoid and HardSwish have none, but are written as ops that do (``_expand_hard``).
+UNARY_OPS = {"GlobalAveragePool", "Sigmoid", "LeakyRelu", "HardSigmoid", "HardSwish"}
 # Ops that move or select values without arithmetic: they share their input's scale.
 PASSTHROUGH_OPS = {
     "MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Slice",
@@ -507,6 +508,54 @@ def quantize_weight_input(
     )
 
 
+def _expand_hard(graph: ir.Graph, node: ir.Node) -> None:
+    """HardSigmoid / HardSwish, whose input already passes through Q/DQ, rewritten as ops with
+    int8 kernels. ``HardSigmoid(x) = clip(αx + β, 0, 1)``: the 8-bit ``x`` read through a second
+    DequantizeLinear whose scale is multiplied by α, plus β, is an Add (QLinearAdd), and the clip
+    is the saturation of the output's QuantizeLinear, whose range lies within [0, 1]. HardSwish is
+    ``x · HardSigmoid(x)``: that Add, quantized on the exact [0, 1] grid, then a Mul (QLinearMul).
+    ONNX Runtime has no int8 kernel for either op: left in float, each needs a dequantize, two
+    float passes and a quantize."""
+    dq = node.inputs[0].producer()
+    assert dq is not None and dq.op_type == "DequantizeLinear", node.name
+    alpha = node.attributes.get_float("alpha", 0.2 if node.op_type == "HardSigmoid" else 1 / 6)
+    beta = node.attributes.get_float("beta", 0.5)
+    x_scale = const_array(dq.inputs[1])
+    scaled = constant(
+        graph, (x_scale * np.float32(alpha)).astype(np.float32), f"{node.name}_alpha_scale"
+    )
+    dq_alpha = ir.node(
+        "DequantizeLinear", [dq.inputs[0], scaled, dq.inputs[2]], name=f"{node.name}_alpha"
+    )
+    # β as an 8-bit constant: one code of a scale |β| (its zero point gives the sign)
+    code, zp, scale = (1, 0, beta) if beta > 0 else ((0, 1, -beta) if beta < 0 else (0, 0, 1.0))
+    dq_beta = ir.node(
+        "DequantizeLinear",
+        [
+            constant(graph, np.array(code, np.uint8), f"{node.name}_beta_quantized"),
+            constant(graph, np.array(scale, np.float32), f"{node.name}_beta_scale"),
+            constant(graph, np.array(zp, np.uint8), f"{node.name}_beta_zero_point"),
+        ],
+        name=f"{node.name}_beta",
+    )
+    add = ir.node("Add", [dq_alpha.outputs[0], dq_beta.outputs[0]], name=f"{node.name}_add")
+    for n in (dq_alpha, dq_beta, add):
+        n.outputs[0].name = f"{n.name}_output"
+        n.outputs[0].type = ir.TensorType(ir.DataType.FLOAT)
+    add.outputs[0].shape = node.inputs[0].shape
+    if node.op_type == "HardSigmoid":
+        swap_node(graph, node, [dq_alpha, dq_beta, add], add.outputs[0])
+        if not dq.outputs[0].uses() and not dq.outputs[0].is_graph_output():
+            graph.remove(dq, safe=True)  # the Add reads the 8-bit input through its own DQ
+        return
+    mul = ir.node("Mul", [node.inputs[0], add.outputs[0]], name=f"{node.name}_mul")
+    swap_node(graph, node, [dq_alpha, dq_beta, add, mul], mul.outputs[0])
+    unit = QParams(
+        scale=np.array(1 / 255, np.float32), zero_point=np.array(0, np.uint8), dtype="uint8"
+    )
+    _insert_qdq(graph, add.outputs[0], unit)
+
+
 def _bcast(p: np.ndarray, qp: QParams, ndim: int) -> np.ndarray:
     if qp.axis is None or p.size == 1:
         return p.astype(np.float32)
@@ -549,6 +598,8 @@ def apply(
         _insert_qdq(g, vals[name], qp, output_too=name in p.requantized_outputs)
     for node_name in p.layers:
         node = by_name[node_name]
+        if node.op_type in ("HardSigmoid", "HardSwish"):
+            _expand_hard(g, node)
         if node.op_type not in WEIGHT_INPUT:
             continue
         x_qp = by_tensor.get(layer_inputs[node_name])
