@@ -228,3 +228,56 @@ def hardswish_se_cnn(seed: int = 0):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16, 8, 8])
     return _model(nodes, [x], [y], inits, opset=17)
+
+
+def shuffle_cnn(seed: int = 0):
+    """A ShuffleNet-V2 unit: x[N,8,8,8] → Conv(16) → Relu → split in two by Slice; one half passes,
+    the other goes through Conv → Relu; Concat → channel shuffle (Reshape [N,2,8,8,8] → Transpose
+    → Reshape [N,16,8,8]) → Slice → Conv → Relu, twice."""
+    rng = np.random.default_rng(seed)
+
+    def conv_w(cout, cin, k):
+        return (rng.standard_normal((cout, cin, k, k)) * np.sqrt(2 / (cin * k * k))).astype(
+            np.float32
+        )
+
+    inits = {
+        "w0": conv_w(16, 8, 3),
+        "w1": conv_w(8, 8, 3),
+        "w2": conv_w(8, 8, 3),
+        "w3": conv_w(16, 16, 3),
+        "g": np.array([0, 2, 8, 8, 8], np.int64),
+        "f": np.array([0, 16, 8, 8], np.int64),
+        "s0": np.array([0], np.int64),
+        "s8": np.array([8], np.int64),
+        "s16": np.array([16], np.int64),
+        "ax": np.array([1], np.int64),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["c0"], name="stem", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c0"], ["r0"], name="stem_relu"),
+    ]
+    src = "r0"
+    for i, w in ((1, "w1"), (2, "w2")):
+        nodes += [
+            helper.make_node("Slice", [src, "s0", "s8", "ax"], [f"keep{i}"], name=f"keep{i}"),
+            helper.make_node("Slice", [src, "s8", "s16", "ax"], [f"work{i}"], name=f"work{i}"),
+            helper.make_node(
+                "Conv", [f"work{i}", w], [f"c{i}"], name=f"conv{i}", pads=[1, 1, 1, 1]
+            ),
+            helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}"),
+            helper.make_node("Concat", [f"keep{i}", f"r{i}"], [f"cat{i}"], name=f"cat{i}", axis=1),
+            helper.make_node("Reshape", [f"cat{i}", "g"], [f"g{i}"], name=f"group{i}"),
+            helper.make_node(
+                "Transpose", [f"g{i}"], [f"t{i}"], name=f"shuffle{i}", perm=[0, 2, 1, 3, 4]
+            ),
+            helper.make_node("Reshape", [f"t{i}", "f"], [f"sh{i}"], name=f"flat{i}"),
+        ]
+        src = f"sh{i}"
+    nodes += [
+        helper.make_node("Conv", [src, "w3"], ["c3"], name="head", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c3"], ["y"], name="head_relu"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16, 8, 8])
+    return _model(nodes, [x], [y], inits, opset=17)

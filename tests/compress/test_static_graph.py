@@ -309,3 +309,34 @@ def test_hardswish_and_hardsigmoid_run_as_int8_add_and_mul(tmp_path, rng):
     for name, q in zip(outs, deq, strict=True):
         assert np.abs(ref[name] - got[q]).max() <= 0.05 * np.abs(ref[name]).max(), name
     assert got["h_dequantized"].min() == 0.0 == ref["h"].min()  # β < 0: the clip at 0 holds
+
+
+def test_hardsigmoid_with_negative_slope_stays_float():
+    import onnx_ir as ir
+
+    from modelpress.compress.quantize.static import eligible
+
+    x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1, 4]))
+    ok = ir.node("HardSigmoid", [x], attributes={"alpha": 0.25})
+    flipped = ir.node("HardSigmoid", [x], attributes={"alpha": -0.25})
+    assert eligible(ok) and not eligible(flipped)
+
+
+def test_channel_shuffle_after_concat_runs_on_8bit_data(tmp_path, rng):
+    """ShuffleNet: a Concat read only through Reshape/Transpose/Slice by quantized Convs is
+    quantized at its own output, so the shuffle moves bytes (QLinearConcat, no float Concat, no
+    dequantize/quantize around the shuffle)."""
+    from quant_models import shuffle_cnn
+
+    model = shuffle_cnn()
+    calib = [{"x": rng.standard_normal((16, 8, 8, 8)).astype(np.float32)} for _ in range(4)]
+    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    nodes = _ort_graph(r.model, tmp_path)
+    ops = [n.op_type for n in nodes]
+    assert "Concat" not in ops and ops.count("QLinearConcat") == 2, ops
+    # one quantize into the chain, one dequantize out (before the Relu that writes the output)
+    assert ops.count("QuantizeLinear") == 1 and ops.count("DequantizeLinear") == 1, ops
+    x = rng.standard_normal((8, 8, 8, 8)).astype(np.float32)
+    yf = session(model, optimize="disabled").run(None, {"x": x})[0]
+    yq = session(r.model, optimize="all").run(None, {"x": x})[0]
+    assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.08  # four 8-bit steps in a row

@@ -2,7 +2,8 @@
 
 Rule: for every op that has an int8 kernel in ONNX Runtime (Conv, Gemm and MatMul with constant
 weights; Add and Mul of two activations; global average pools, Sigmoid, LeakyRelu; HardSigmoid and
-HardSwish, written as an Add and a Mul), its activation inputs and its output pass through ``QuantizeLinear → DequantizeLinear`` pairs and its weights through ``DequantizeLinear`` of
+HardSwish, written as an Add and a Mul), its activation inputs and its output pass through
+``QuantizeLinear → DequantizeLinear`` pairs and its weights through ``DequantizeLinear`` of
 int8 constants. ONNX Runtime's QDQ fusion turns each such group into one integer kernel
 (QLinearConv, QGemm, QLinearMatMul, QLinearAdd, ...), so a chain of quantized ops stays in 8 bits
 from the first Q to the last DQ. Ops without an int8 kernel are left alone: wrapping them would only
@@ -14,7 +15,8 @@ Three rewrites keep the chain in 8 bits:
   op's output range: with a zero point at the lowest code, QuantizeLinear's saturation is the Relu;
 - layout and selection ops (MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Slice,
   DepthToSpace, nearest-neighbour Resize) share the scale of their input, so ONNX Runtime drops their Q/DQ and runs them on the 8-bit data;
-- Concat inputs used only by the Concat take the Concat's output scale (one scale for all).
+- Concat inputs used only by the Concat take the Concat's output scale (one scale for all), and a
+  Concat read only through such ops by quantized ops is quantized itself (a channel shuffle).
 Graph outputs stay float: the last quantized op dequantizes into them (a Conv through its own Q/DQ:
 ONNX Runtime has no int8 Conv with a float output); so does an output read by a
 layer that is kept in float on purpose (``exclude``), and the output of a MatMul/Gemm that no
@@ -200,6 +202,8 @@ def eligible(node: ir.Node) -> bool:
         return plain_linear(node)
     if op in BINARY_OPS:
         return len(node.inputs) == 2 and all(_activation(v) for v in node.inputs)
+    if op == "HardSigmoid" and node.attributes.get_float("alpha", 0.2) <= 0:
+        return False  # _expand_hard reads the input at α times its scale: α must be positive
     if op in UNARY_OPS:
         return _activation(node.inputs[0])
     return False
@@ -342,6 +346,12 @@ def plan(
             p.tensors[y.name] = relu.outputs[0].name
         else:
             p.tensors[y.name] = y.name
+    # A Concat whose output reaches only quantized ops, through scale-sharing ops (ShuffleNet's
+    # channel shuffle: Concat → Reshape → Transpose → Reshape → Slice → Conv), is quantized at
+    # its own output, so that the shuffle runs on 8-bit data (QLinearConcat) instead of
+    # dequantizing into it and quantizing after it.
+    for node in _concats_in_chain(model, names, exclude):
+        p.tensors.setdefault(node.outputs[0].name, node.outputs[0].name)
     # Scale sharing, in graph order so that chains (MaxPool → Reshape → ...) propagate.
     for node in model.graph:
         if node.name in exclude:
@@ -360,6 +370,47 @@ def plan(
     return p
 
 
+def _concats_in_chain(
+    model: ir.Model, quantized: set[str] | None, exclude: frozenset[str] = frozenset()
+) -> list[ir.Node]:
+    """Concats whose float output is read, through scale-sharing ops, only by quantized ops (any
+    eligible op when ``quantized`` is None) or by other such Concats, at least one of them behind
+    a scale-sharing op; to a fixed point, so that chained shuffles qualify together."""
+    candidates = [
+        n
+        for n in model.graph
+        if n.op_type == "Concat"
+        and n.name not in exclude
+        and is_float(n.outputs[0])
+        and not n.outputs[0].is_graph_output()
+    ]
+    accepted: set[str] = set()
+
+    def ok(c) -> bool:
+        if c is None:
+            return False
+        if c.name in accepted:
+            return True
+        return c.name in quantized if quantized is not None else eligible(c)
+
+    changed = True
+    while changed:
+        changed = False
+        for n in candidates:
+            if n.name in accepted:
+                continue
+            consumers = _through(n.outputs[0], True)
+            direct = {use.node.name for use in n.outputs[0].uses()}
+            if (
+                consumers
+                and all(ok(c) for c in consumers)
+                and any(c.name not in direct for c in consumers)
+            ):
+                accepted.add(n.name)
+                changed = True
+    return [n for n in candidates if n.name in accepted]
+
+
 def observable(model: ir.Model) -> set[str]:
     """Every float tensor some plan of ``model`` may wrap, whatever is excluded: the activation
     inputs and outputs of eligible ops, a Relu/Clip folded after them, and what scale-sharing ops
@@ -376,6 +427,7 @@ def observable(model: ir.Model) -> set[str]:
             relu = _relu_after(node)
             if relu is not None:
                 names.add(relu.outputs[0].name)
+    names.update(n.outputs[0].name for n in _concats_in_chain(model, None))
     for node in model.graph:  # in graph order, so chains of scale-sharing ops propagate
         if _passthrough(node) and node.inputs and node.inputs[0] is not None:
             if node.inputs[0].name in names and is_float(node.outputs[0]):
@@ -386,7 +438,7 @@ def observable(model: ir.Model) -> set[str]:
 def _resolve_concat(p: StaticPlan, qp: dict[str, QParams], model: ir.Model) -> None:
     """A Concat input read by nothing else takes the Concat's scale (ONNX Runtime's QLinearConcat
     then copies bytes). Not when the input carries a folded Relu and the Concat's range goes below
-    zero: the fold needs its own range to start at 0."""
+    zero (the fold needs its own range to start at 0), nor when a scale-sharing op writes it."""
     vals = values_by_name(model.graph)
     folded = set(p.folds.values())
     for out, ins in p.concat_groups:
@@ -396,9 +448,12 @@ def _resolve_concat(p: StaticPlan, qp: dict[str, QParams], model: ir.Model) -> N
             v = vals.get(read)
             if carrier not in qp or v is None or len(v.uses()) != 1 or v.is_graph_output():
                 continue
-            relu_fold = v.producer() is not None and v.producer().name in folded
+            producer = v.producer()
+            relu_fold = producer is not None and producer.name in folded
             if relu_fold and float(np.min(qp[out].range[0])) != 0.0:
                 continue
+            if producer is not None and _passthrough(producer):
+                continue  # it shares its own input's scale (QLinearConcat requantizes it)
             qp[carrier] = qp[out]
 
 
