@@ -31,7 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_optimize.py
 	$(BIN)/python benchmarks/bench_quantize.py
 	$(BIN)/python benchmarks/bench_quantize_unseen.py
-	$(BIN)/pip install -q --no-deps torchvision==0.28.0  # model definitions only (see the script)
+	$(BIN)/pip install -q --no-deps --upgrade --target benchmarks/_work/torchvision torchvision==0.28.0
 	$(BIN)/python benchmarks/bench_quantize_torchvision.py
 	$(BIN)/python benchmarks/bench_torch_backend.py
 	$(BIN)/python benchmarks/bench_advisor.py

@@ -19,10 +19,13 @@ default. Latency: ONNX Runtime CPU, all optimizations, the optimized float32 mod
 one, interleaved in one process on one global thread pool (``bench_quantize.latency``), median and
 p25-p75 in ms; batch 8 only where float32 batch 1 takes under 25 ms.
 
-torchvision is installed with ``--no-deps`` (``make bench`` does it): only its pure-Python model
-definitions are used. The PyPI wheel's compiled operators link CUDA libraries that the CPU build of
-torch does not ship, so the module that registers them is stubbed before the import.
+torchvision is used for its pure-Python model definitions only. The PyPI wheel's compiled
+operators link CUDA libraries that the CPU build of torch does not ship, so the module that
+registers them is stubbed before the import, and the wheel is installed apart from the virtual
+environment (``--target benchmarks/_work/torchvision``, ``make bench`` does it): installed into it,
+it breaks every other ``import torchvision``, transformers' among them.
 
+    .venv/bin/pip install --no-deps --target benchmarks/_work/torchvision torchvision==0.28.0
     .venv/bin/python benchmarks/bench_quantize_torchvision.py [--models resnet18 vit_b_16 ...]
 
 Writes benchmarks/results/quantize_torchvision.md (a partial run writes under benchmarks/_work/).
@@ -42,6 +45,7 @@ from bench_quantize import latency, size
 
 HERE = Path(__file__).resolve().parent
 WORK = HERE / "_work" / "quantize_torchvision"
+TORCHVISION = HERE / "_work" / "torchvision"  # installed apart from .venv: see the docstring
 RESULTS = HERE / "results"
 SIZE = 224
 STATIC = [
@@ -66,6 +70,12 @@ ALL = STATIC + DYNAMIC
 
 
 def _torchvision():
+    if not TORCHVISION.is_dir():
+        raise SystemExit(
+            f"torchvision is not in {TORCHVISION}: .venv/bin/pip install --no-deps --target "
+            f"{TORCHVISION} torchvision==0.28.0"
+        )
+    sys.path.insert(0, str(TORCHVISION))
     sys.modules.setdefault("torchvision._meta_registrations", types.ModuleType("stub"))
     import torchvision
 

@@ -68,7 +68,8 @@ BINARY_OPS = {"Add", "Mul"}
 # Ops with one activation input and an int8 kernel.
 # (Not AveragePool: ONNX Runtime's QLinearAveragePool measured 10x slower than the float kernel.)
 # HardSigmoid and HardSwish have none, but are written as ops that do (``_expand_hard``).
-UNARY_OPS = {"GlobalAveragePool", "Sigmoid", "LeakyRelu", "HardSigmoid", "HardSwish"}
+HARD_OPS = {"HardSigmoid", "HardSwish"}
+UNARY_OPS = {"GlobalAveragePool", "Sigmoid", "LeakyRelu"} | HARD_OPS
 # Ops that move or select values without arithmetic: they share their input's scale.
 PASSTHROUGH_OPS = {
     "MaxPool", "Reshape", "Flatten", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Slice",
@@ -304,11 +305,19 @@ def plan(
     model: ir.Model,
     *,
     exclude: frozenset[str] = frozenset(),
-    fold_relu: bool = True,
+    asymmetric: bool = True,
+    activations: str = "uint8",
     min_reduction: int = 16,
 ) -> StaticPlan:
+    """``asymmetric``: activations' zero points sit at their range's lowest code, so that a range
+    starting at 0 saturates like a Relu (folded into the op before it) and like HardSigmoid's lower
+    clip (``_expand_hard``). With symmetric activations neither holds: Relus stay, and so do
+    HardSigmoid and HardSwish, in float. So they do with int8 ``activations``: ONNX Runtime (x86)
+    then fuses neither the Add nor the Mul they are written as, which would only add work."""
     p = StaticPlan()
     alias: dict[str, str] = {}  # float tensor name → tensor that carries it after folding
+    if not asymmetric or activations != "uint8":
+        exclude = exclude | {n.name for n in model.graph if n.op_type in HARD_OPS}
     selected = select_layers(model, exclude=exclude, min_reduction=min_reduction)
     names = {n.name for n in selected}
     for node in selected:
@@ -339,7 +348,7 @@ def plan(
             c is not None and c.name in names for c in consumers
         ):
             continue
-        relu = _relu_after(node) if fold_relu else None
+        relu = _relu_after(node) if asymmetric else None
         if relu is not None:
             p.folds[node.name] = relu.name
             alias[relu.outputs[0].name] = y.name
@@ -368,6 +377,15 @@ def plan(
             ins = [(alias.get(v.name, v.name), v.name) for v in node.inputs if v is not None]
             p.concat_groups.append((y.name, ins))
     return p
+
+
+def _through_layout(value: ir.Value) -> list:
+    """The consumers that read ``value`` through scale-sharing ops only (None: a graph output)."""
+    out: list = [None] if value.is_graph_output() else []
+    for use in value.uses():
+        n = use.node
+        out.extend(_through_layout(n.outputs[0]) if use.idx == 0 and _passthrough(n) else [n])
+    return out
 
 
 def _concats_in_chain(
@@ -399,7 +417,7 @@ def _concats_in_chain(
         for n in candidates:
             if n.name in accepted:
                 continue
-            consumers = _through(n.outputs[0], True)
+            consumers = _through_layout(n.outputs[0])
             direct = {use.node.name for use in n.outputs[0].uses()}
             if (
                 consumers
@@ -493,8 +511,15 @@ def _dq_constant(graph: ir.Graph, q: np.ndarray, qp: QParams, hint: str) -> ir.V
     """``DequantizeLinear`` of the integer constant ``q``. Names derive from ``hint`` and are
     unique: an initializer several nodes share (exporters deduplicate equal tensors, such as
     zero biases) gets one DQ per reader, each with its own scale."""
+    taken = {n.name for n in graph} | {o.name for n in graph for o in n.outputs}
+    taken |= set(graph.initializers) | {v.name for v in graph.inputs}
+    base, k = hint, 0
+    while any(
+        f"{hint}_{s}" in taken for s in ("quantized", "scale", "zero_point", "DQ", "dequantized")
+    ):
+        k += 1
+        hint = f"{base}_{k}"
     qv = constant(graph, q, f"{hint}_quantized")
-    hint += qv.name.removeprefix(f"{hint}_quantized")  # the suffix that made it unique, if any
     scale = constant(graph, scalar_or_vector(qp.scale), f"{hint}_scale")
     zp = constant(graph, scalar_or_vector(qp.zero_point), f"{hint}_zero_point")
     attrs = {} if qp.axis is None or qp.scale.size == 1 else {"axis": qp.axis}
@@ -582,14 +607,15 @@ def _expand_hard(graph: ir.Graph, node: ir.Node) -> None:
     dq_alpha = ir.node(
         "DequantizeLinear", [dq.inputs[0], scaled, dq.inputs[2]], name=f"{node.name}_alpha"
     )
+    act = const_array(dq.inputs[2]).dtype  # uint8 or int8: ONNX Runtime fuses only one type
     # β as an 8-bit constant: one code of a scale |β| (its zero point gives the sign)
     code, zp, scale = (1, 0, beta) if beta > 0 else ((0, 1, -beta) if beta < 0 else (0, 0, 1.0))
     dq_beta = ir.node(
         "DequantizeLinear",
         [
-            constant(graph, np.array(code, np.uint8), f"{node.name}_beta_quantized"),
+            constant(graph, np.array(code, act), f"{node.name}_beta_quantized"),
             constant(graph, np.array(scale, np.float32), f"{node.name}_beta_scale"),
-            constant(graph, np.array(zp, np.uint8), f"{node.name}_beta_zero_point"),
+            constant(graph, np.array(zp, act), f"{node.name}_beta_zero_point"),
         ],
         name=f"{node.name}_beta",
     )
@@ -605,8 +631,9 @@ def _expand_hard(graph: ir.Graph, node: ir.Node) -> None:
         return
     mul = ir.node("Mul", [node.inputs[0], add.outputs[0]], name=f"{node.name}_mul")
     swap_node(graph, node, [dq_alpha, dq_beta, add, mul], mul.outputs[0])
+    lowest = np.iinfo(act).min  # [0, 1] on all 256 codes
     unit = QParams(
-        scale=np.array(1 / 255, np.float32), zero_point=np.array(0, np.uint8), dtype="uint8"
+        scale=np.array(1 / 255, np.float32), zero_point=np.array(lowest, act), dtype=act.name
     )
     _insert_qdq(graph, add.outputs[0], unit)
 
@@ -653,7 +680,7 @@ def apply(
         _insert_qdq(g, vals[name], qp, output_too=name in p.requantized_outputs)
     for node_name in p.layers:
         node = by_name[node_name]
-        if node.op_type in ("HardSigmoid", "HardSwish"):
+        if node.op_type in HARD_OPS:
             _expand_hard(g, node)
         if node.op_type not in WEIGHT_INPUT:
             continue
