@@ -9,6 +9,12 @@ from onnx import TensorProto, helper, numpy_helper
 from modelpress.ir import from_proto
 
 
+def _conv_w(rng, cout: int, cin: int, k: int, gain: float = 1.0) -> np.ndarray:
+    """Conv weights [cout, cin, k, k] that keep activations' variance (times ``gain``²)."""
+    w = rng.standard_normal((cout, cin, k, k)) * gain / np.sqrt(cin * k * k)
+    return w.astype(np.float32)
+
+
 def _model(nodes, inputs, outputs, inits, opset=17):
     graph = helper.make_graph(
         nodes, "g", inputs, outputs, [numpy_helper.from_array(v, k) for k, v in inits.items()]
@@ -154,7 +160,7 @@ def swish_se_cnn(seed: int = 0):
     rng = np.random.default_rng(seed)
 
     def conv_w(cout, cin, k):
-        return (rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)).astype(np.float32)
+        return _conv_w(rng, cout, cin, k)
 
     inits = {
         "w1": conv_w(16, 4, 3),
@@ -201,7 +207,7 @@ def hardswish_se_cnn(seed: int = 0):
     rng = np.random.default_rng(seed)
 
     def conv_w(cout, cin, k):
-        return (rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)).astype(np.float32)
+        return _conv_w(rng, cout, cin, k)
 
     inits = {
         "w1": conv_w(16, 4, 3),
@@ -237,9 +243,7 @@ def shuffle_cnn(seed: int = 0):
     rng = np.random.default_rng(seed)
 
     def conv_w(cout, cin, k):
-        return (rng.standard_normal((cout, cin, k, k)) * np.sqrt(2 / (cin * k * k))).astype(
-            np.float32
-        )
+        return _conv_w(rng, cout, cin, k, gain=np.sqrt(2))  # He init: Relu halves the variance
 
     inits = {
         "w0": conv_w(16, 8, 3),
