@@ -401,3 +401,44 @@ def test_concat_read_through_relu_is_not_quantized_at_its_output(rng):
     p = plan(model)
     assert "cat" not in p.tensors and "r" in p.tensors
     assert "cat" not in observable(model)
+
+
+def test_squeeze_excite_with_a_short_reduction_stays_in_the_int8_chain(tmp_path, rng):
+    """The excite Conv reads 4 channels (reduction 4: the float kernel would win on a feature
+    map), but on a 1x1 map its cost is nil and a float one would make the gate, and the Mul over
+    the whole feature map, float. It is quantized: ONNX Runtime runs no float op."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from modelpress.ir import from_proto
+
+    def w(cout, cin, k):
+        a = rng.standard_normal((cout, cin, k, k)) / np.sqrt(cin * k * k)
+        return numpy_helper.from_array(a.astype(np.float32), f"w{cout}_{cin}_{k}")
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w16_8_3"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("GlobalAveragePool", ["c"], ["p"], name="pool"),
+        helper.make_node("Conv", ["p", "w4_16_1"], ["s1"], name="squeeze"),
+        helper.make_node("Relu", ["s1"], ["s2"], name="squeeze_relu"),
+        helper.make_node("Conv", ["s2", "w16_4_1"], ["s3"], name="excite"),
+        helper.make_node("Sigmoid", ["s3"], ["g"], name="gate"),
+        helper.make_node("Mul", ["c", "g"], ["e"], name="scale"),
+        helper.make_node("Conv", ["e", "w16_16_3"], ["y"], name="head", pads=[1, 1, 1, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "se",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16, 8, 8])],
+        [w(16, 8, 3), w(4, 16, 1), w(16, 4, 1), w(16, 16, 3)],
+    )
+    model = from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    calib = [{"x": rng.standard_normal((16, 8, 8, 8)).astype(np.float32)} for _ in range(4)]
+    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    assert {"excite", "gate", "scale"} <= {layer.name for layer in r.layers if layer.quantized}
+    ops = [n.op_type for n in _ort_graph(r.model, tmp_path)]
+    assert not {"Conv", "Sigmoid", "Mul"} & set(ops), ops
+    x = rng.standard_normal((8, 8, 8, 8)).astype(np.float32)
+    yf = session(model, optimize="disabled").run(None, {"x": x})[0]
+    yq = session(r.model, optimize="all").run(None, {"x": x})[0]
+    assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.08  # as with a float excite path

@@ -249,6 +249,18 @@ def _depthwise(node: ir.Node) -> bool:
     )
 
 
+def _one_pixel(node: ir.Node) -> bool:
+    # A Conv on 1x1 maps (a squeeze-excite's) costs next to nothing in either kernel; in int8 it
+    # keeps the excite path in the chain, where a float one would dequantize the feature map.
+    shape = node.inputs[0].shape
+    return (
+        node.op_type == "Conv"
+        and shape is not None
+        and len(shape) > 2
+        and all(isinstance(d, int) and d == 1 for d in shape[2:])
+    )
+
+
 def _through(value: ir.Value, forward: bool) -> list:
     """Walk through Relu/Clip folds and scale-sharing ops: the producer (backward) or the
     consumers (forward, None for a graph output) that really see ``value``'s 8-bit form."""
@@ -273,7 +285,8 @@ def select_layers(
     """The compute nodes to quantize.
 
     Weighted ops are quantized when their reduction is long enough for an int8 kernel to beat the
-    float one (a 3x3 conv on 1 input channel, reduction 9, runs slower in int8 on x86). An op without
+    float one (a 3x3 conv on 1 input channel, reduction 9, runs slower in int8 on x86), and on
+    1x1 maps, where either kernel costs next to nothing and int8 keeps the chain. An op without
     weights (Add, Mul, pools) only pays off inside an 8-bit chain: it is kept while at least one input
     comes from a quantized op and every consumer of its output is a quantized op, checked to a fixed
     point (removing one op can break the chain of another).
@@ -282,7 +295,10 @@ def select_layers(
     kept = {
         n.name
         for n in nodes
-        if n.op_type not in WEIGHT_INPUT or _reduction_size(n) >= min_reduction or _depthwise(n)
+        if n.op_type not in WEIGHT_INPUT
+        or _reduction_size(n) >= min_reduction
+        or _depthwise(n)
+        or _one_pixel(n)
     }
     changed = True
     while changed:
