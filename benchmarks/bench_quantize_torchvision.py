@@ -252,7 +252,7 @@ def report(rows: list[dict], seconds: float, command: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", nargs="+", default=ALL, choices=ALL)
-    ap.add_argument("--reps", type=int, default=30, help="timed runs per model at batch 1")
+    ap.add_argument("--reps", type=int, default=50, help="timed runs per model at batch 1")
     args = ap.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
