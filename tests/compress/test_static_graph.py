@@ -442,3 +442,80 @@ def test_squeeze_excite_with_a_short_reduction_stays_in_the_int8_chain(tmp_path,
     yf = session(model, optimize="disabled").run(None, {"x": x})[0]
     yq = session(r.model, optimize="all").run(None, {"x": x})[0]
     assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.08  # as with a float excite path
+
+
+def _dense_block(rng, channels: int = 32):
+    """DenseNet's pre-activation unit after a Concat: BatchNorm (unfoldable: a Relu sits between
+    it and the Conv) as a per-channel Mul + Add, then Relu → Conv."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from modelpress.ir import from_proto
+
+    half = channels // 2
+
+    def arr(a, name):
+        return numpy_helper.from_array(np.asarray(a, np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w0"], ["c0"], name="conv0", pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Concat", ["c0", "c1"], ["cat"], name="cat", axis=1),
+        helper.make_node("Mul", ["cat", "gamma"], ["bn_scaled"], name="bn_scale"),
+        helper.make_node("Add", ["bn_scaled", "beta"], ["bn"], name="bn_shift"),
+        helper.make_node("Relu", ["bn"], ["r"], name="relu"),
+        helper.make_node("Conv", ["r", "w2"], ["y"], name="head", pads=[1, 1, 1, 1]),
+    ]
+    inits = [
+        arr(rng.standard_normal((half, 8, 3, 3)) / np.sqrt(72), "w0"),
+        arr(rng.standard_normal((half, 8, 3, 3)) / np.sqrt(72), "w1"),
+        arr(rng.uniform(0.5, 2.0, (channels, 1, 1)), "gamma"),
+        arr(rng.standard_normal((channels, 1, 1)) * 0.3, "beta"),
+        arr(rng.standard_normal((16, channels, 3, 3)) / np.sqrt(9 * channels), "w2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "dense",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16, 8, 8])],
+        inits,
+    )
+    return from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_unfoldable_batchnorm_runs_as_int8_depthwise_conv(tmp_path, rng):
+    """The per-channel Mul + Add becomes a depthwise 1x1 Conv (its Relu folded in): ONNX Runtime
+    runs it as QLinearConv instead of dequantizing, scaling, shifting and quantizing in float."""
+    model = _dense_block(rng)
+    calib = [{"x": rng.standard_normal((16, 8, 8, 8)).astype(np.float32)} for _ in range(4)]
+    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    assert "bn_scale" in {layer.name for layer in r.layers if layer.quantized}
+    ops = [n.op_type for n in _ort_graph(r.model, tmp_path)]
+    assert not {"Mul", "Add", "Relu", "Concat"} & set(ops), ops
+    assert ops.count("QLinearConv") == 4 and ops.count("QuantizeLinear") == 1, ops
+    x = rng.standard_normal((8, 8, 8, 8)).astype(np.float32)
+    yf = session(model, optimize="disabled").run(None, {"x": x})[0]
+    yq = session(r.model, optimize="all").run(None, {"x": x})[0]
+    assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.08
+
+
+def test_excluded_affine_turns_back_into_mul_and_add(rng):
+    model = _dense_block(rng)
+    calib = [{"x": rng.standard_normal((16, 8, 8, 8)).astype(np.float32)} for _ in range(4)]
+    r = quantize(model, mode="static", calibration=calib, optimize=False, exclude=["bn_scale"])
+    ops = [n.op_type for n in r.model.graph]
+    assert "Mul" in ops and "Add" in ops and ops.count("Conv") == 3
+    x = rng.standard_normal((8, 8, 8, 8)).astype(np.float32)
+    yf = session(model, optimize="disabled").run(None, {"x": x})[0]
+    yq = session(r.model, optimize="all").run(None, {"x": x})[0]
+    assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.08
+
+
+def test_affine_on_few_channels_is_left_alone(rng):
+    """An image's normalisation (3 channels) stays a Mul + Add: int8 depthwise kernels are slow
+    on so few channels."""
+    from modelpress.compress.quantize._graph import with_types
+    from modelpress.compress.quantize.static import affines_as_convs
+
+    converted = affines_as_convs(with_types(_dense_block(rng, channels=32)))[1]
+    assert converted == {"bn_scale"}
+    assert not affines_as_convs(with_types(_dense_block(rng, channels=8)))[1]
