@@ -105,7 +105,6 @@ def _static(model, cal, opt: Options, progress):
     symmetric = opt.symmetric_activations
     notes = []
     model, pools = static.pools_as_convs(model)
-    model, affines = static.affines_as_convs(model)
     if opt.smooth and _attention_like(model):
         # one int8 scale per activation tensor cannot hold a transformer's outlier channels
         full = static.plan(model, asymmetric=not symmetric, activations=opt.activation_dtype)
@@ -146,7 +145,6 @@ def _static(model, cal, opt: Options, progress):
         p = static.plan(model, exclude=exclude, asymmetric=not symmetric, activations=opt.activation_dtype)
         q = static.apply(model, p, qparams, per_channel=opt.per_channel, bias_deltas=deltas)
         static.convs_as_pools(q.graph, pools - set(p.layers))
-        static.convs_as_affines(q.graph, affines - set(p.layers))
         dynamic.tables(q.graph, exclude)  # embeddings as int8 rows: most of a transformer's file
         remove_unused_initializers(q.graph)
         pairs = {}

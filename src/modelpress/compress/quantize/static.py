@@ -51,7 +51,6 @@ from modelpress.compress.quantize._graph import (
     output_channel_axis,
     plain_linear,
     remove_unused_initializers,
-    replace_value,
     scalar_or_vector,
     swap_node,
     values_by_name,
@@ -184,81 +183,6 @@ def convs_as_pools(graph: ir.Graph, names: set[str] | frozenset[str]) -> None:
             name=node.name,
         )
         swap_node(graph, node, [pool], pool.outputs[0])
-
-
-def affines_as_convs(model: ir.Model) -> tuple[ir.Model, frozenset[str]]:
-    """A copy of ``model`` whose per-channel affines ``x · a (+ b)`` on NCHW activations (a
-    BatchNorm the optimizer could not fold, such as DenseNet's pre-activation one after each
-    Concat) are depthwise 1x1 Convs, and the names of those Convs (``convs_as_affines`` turns those
-    a plan excludes back). ONNX Runtime has an int8 kernel for the Conv, with the Relu that
-    usually follows folded in; the Mul and Add would run in float between a dequantize and a
-    quantize. Exact: the same products and sums."""
-    m = copy_model(model)
-    g = m.graph
-    done = []
-    for mul in list(g):
-        if mul.op_type != "Mul" or mul.domain not in ("", "ai.onnx") or len(mul.inputs) != 2:
-            continue
-        x, a = mul.inputs[0], const_array(mul.inputs[1])
-        if a is None:  # the constant first
-            x, a = mul.inputs[1], const_array(mul.inputs[0])
-        c = x.shape[1] if x.shape is not None and len(x.shape) == 4 else None
-        # (not on an image's few channels: int8 depthwise kernels are slow there)
-        if not isinstance(c, int) or c < 16 or not _activation(x) or not _per_channel(a, c):
-            continue
-        nodes, out = [mul], mul.outputs[0]
-        bias = None
-        uses = list(out.uses())
-        if len(uses) == 1 and not out.is_graph_output() and uses[0].node.op_type == "Add":
-            add = uses[0].node
-            other = add.inputs[1 - uses[0].idx]
-            b = const_array(other)
-            if _per_channel(b, c):
-                bias, nodes, out = b, [mul, add], add.outputs[0]
-        inputs = [
-            x,
-            constant(g, a.reshape(c, 1, 1, 1).astype(np.float32), f"{mul.name}_scale_weight"),
-        ]
-        if bias is not None:
-            inputs.append(constant(g, bias.reshape(c).astype(np.float32), f"{mul.name}_shift"))
-        conv = ir.node(
-            "Conv", inputs, attributes={"group": c, "kernel_shape": [1, 1]}, name=mul.name
-        )
-        name = out.name
-        conv.outputs[0].type, conv.outputs[0].shape = out.type, out.shape
-        g.insert_after(nodes[-1], conv)
-        replace_value(out, conv.outputs[0])
-        for n in reversed(nodes):
-            g.remove(n, safe=True)
-        conv.outputs[0].name = name
-        done.append(conv.name)
-    return m, frozenset(done)
-
-
-def _per_channel(arr: np.ndarray | None, c: int) -> bool:
-    """A float32 constant of ``c`` values along the channel axis of NCHW: ``[c,1,1]`` or
-    ``[1,c,1,1]``."""
-    return (
-        arr is not None
-        and arr.dtype == np.float32
-        and arr.size == c
-        and arr.shape in ((c, 1, 1), (1, c, 1, 1))
-    )
-
-
-def convs_as_affines(graph: ir.Graph, names: set[str] | frozenset[str]) -> None:
-    """Undo ``affines_as_convs`` in place for the Convs named (those a plan left in float)."""
-    for node in [n for n in graph if n.name in names and n.op_type == "Conv"]:
-        c = int(const_array(node.inputs[1]).shape[0])
-        scale = constant(graph, const_array(node.inputs[1]).reshape(c, 1, 1), f"{node.name}_scale")
-        new = [ir.node("Mul", [node.inputs[0], scale], name=node.name)]
-        if len(node.inputs) > 2 and node.inputs[2] is not None:
-            shift = constant(
-                graph, const_array(node.inputs[2]).reshape(c, 1, 1), f"{node.name}_shift"
-            )
-            new.append(ir.node("Add", [new[0].outputs[0], shift], name=f"{node.name}_shift"))
-            new[0].outputs[0].name = f"{node.name}_scaled"
-        swap_node(graph, node, new, new[-1].outputs[0])
 
 
 def _activation(v: ir.Value | None) -> bool:
