@@ -103,11 +103,13 @@ def _static(model, cal, opt: Options, progress):
     if cal is None:
         raise OptionError("--mode static needs calibration data (--calib)")
     symmetric = opt.symmetric_activations
+    # the activation format decides which ops join the chain (Relu folds, HardSigmoid/HardSwish)
+    formats = {"asymmetric": not symmetric, "activations": opt.activation_dtype}
     notes = []
     model, pools = static.pools_as_convs(model)
     if opt.smooth and _attention_like(model):
         # one int8 scale per activation tensor cannot hold a transformer's outlier channels
-        full = static.plan(model, asymmetric=not symmetric, activations=opt.activation_dtype)
+        full = static.plan(model, **formats)
         by = {n.name: n for n in model.graph}
         linear = [by[n] for n in full.layers if by[n].op_type in ("Gemm", "MatMul")]
         factors, n_inputs = smoothing_mod.calibrate(
@@ -118,7 +120,7 @@ def _static(model, cal, opt: Options, progress):
             notes.append(
                 f"activation outliers moved into weights (smoothing) for {len(factors)} of {n_inputs} input(s)"
             )
-    full = static.plan(model, asymmetric=not symmetric, activations=opt.activation_dtype)
+    full = static.plan(model, **formats)
     obs_cls = get_observer(opt.method)
     # every tensor any plan may wrap (the budget's plans exclude layers), not just the full plan's
     observed = sorted(set(full.observed) | static.observable(model))
@@ -142,7 +144,7 @@ def _static(model, cal, opt: Options, progress):
     )
 
     def build(exclude: frozenset[str]) -> Built:
-        p = static.plan(model, exclude=exclude, asymmetric=not symmetric, activations=opt.activation_dtype)
+        p = static.plan(model, exclude=exclude, **formats)
         q = static.apply(model, p, qparams, per_channel=opt.per_channel, bias_deltas=deltas)
         static.convs_as_pools(q.graph, pools - set(p.layers))
         dynamic.tables(q.graph, exclude)  # embeddings as int8 rows: most of a transformer's file

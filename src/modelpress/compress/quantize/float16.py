@@ -5,8 +5,8 @@ powers, normalisations and reductions, whose range or accumulated rounding overf
 accuracy in 16 bits) and nodes with a subgraph. Float32 constants (initializers and Constant
 nodes) are stored converted for their low-precision readers, with a converted copy when float32
 nodes read them too; where a computed float value crosses from one precision to the other a
-``Cast`` is inserted once per value. The graph's inputs and outputs keep their float32 type, so callers see the
-same interface. Ops whose schema (at the model's opset) does not accept the type stay float32 too.
+``Cast`` is inserted once per value. The graph's inputs and outputs keep their float32 type, so
+callers see the same interface. Ops whose schema (at the model's opset) does not accept the type stay float32 too.
 Inputs that the ONNX spec requires to be float32 whatever the data type (Resize's
 ``roi``/``scales``) are never converted.
 """
@@ -151,8 +151,7 @@ def apply(
         mismatched = [u for u in v.uses() if wants_low(u) != is_low and _float_input(u)]
         if mismatched and not is_low and (arr := const_array(v)) is not None:
             # a constant is converted now, not at every run: a converted copy for the
-            # low-precision readers (runtime Casts of constants shared across layers also
-            # crashed ONNX Runtime's Gelu fusion on a ViT)
+            # low-precision readers
             low = add_initializer(g, _convert_array(arr, dtype), f"{v.name}_{dtype}")
             for u in mismatched:
                 u.node.replace_input_with(u.idx, low)

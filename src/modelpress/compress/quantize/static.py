@@ -261,19 +261,21 @@ def _one_pixel(node: ir.Node) -> bool:
     )
 
 
-def _through(value: ir.Value, forward: bool) -> list:
-    """Walk through Relu/Clip folds and scale-sharing ops: the producer (backward) or the
-    consumers (forward, None for a graph output) that really see ``value``'s 8-bit form."""
+def _through(value: ir.Value, forward: bool, *, folds: bool = True) -> list:
+    """Walk through scale-sharing ops, and Relu/Clip folds unless ``folds`` is off: the producer
+    (backward) or the consumers (forward, None for a graph output) that really see ``value``'s
+    8-bit form."""
+    skip = ("Relu", "Clip") if folds else ()
     if not forward:
         node = value.producer()
-        while node is not None and (_passthrough(node) or node.op_type in ("Relu", "Clip")):
+        while node is not None and (_passthrough(node) or node.op_type in skip):
             node = node.inputs[0].producer() if node.inputs[0] is not None else None
         return [node]
     out: list = [None] if value.is_graph_output() else []
     for use in value.uses():
         n = use.node
-        if use.idx == 0 and (_passthrough(n) or n.op_type in ("Relu", "Clip")):
-            out.extend(_through(n.outputs[0], True))
+        if use.idx == 0 and (_passthrough(n) or n.op_type in skip):
+            out.extend(_through(n.outputs[0], True, folds=folds))
         else:
             out.append(n)
     return out
@@ -395,15 +397,6 @@ def plan(
     return p
 
 
-def _through_layout(value: ir.Value) -> list:
-    """The consumers that read ``value`` through scale-sharing ops only (None: a graph output)."""
-    out: list = [None] if value.is_graph_output() else []
-    for use in value.uses():
-        n = use.node
-        out.extend(_through_layout(n.outputs[0]) if use.idx == 0 and _passthrough(n) else [n])
-    return out
-
-
 def _concats_in_chain(
     model: ir.Model, quantized: set[str] | None, exclude: frozenset[str] = frozenset()
 ) -> list[ir.Node]:
@@ -433,7 +426,7 @@ def _concats_in_chain(
         for n in candidates:
             if n.name in accepted:
                 continue
-            consumers = _through_layout(n.outputs[0])
+            consumers = _through(n.outputs[0], True, folds=False)
             direct = {use.node.name for use in n.outputs[0].uses()}
             if (
                 consumers
