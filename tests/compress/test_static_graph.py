@@ -30,6 +30,14 @@ def _ort_graph(model, tmp_path) -> list[onnx.NodeProto]:
     return list(onnx.load(str(opt)).graph.node)
 
 
+def _error_vs_float(model, quantized, x: np.ndarray) -> float:
+    """Largest deviation of the quantized model (ONNX Runtime, all optimizations) from the float
+    one (no optimizations), relative to the float output's largest magnitude."""
+    yf = session(model, optimize="disabled").run(None, {"x": x})[0]
+    yq = session(quantized, optimize="all").run(None, {"x": x})[0]
+    return float(np.abs(yq - yf).max() / np.abs(yf).max())
+
+
 @pytest.fixture
 def calib_1ch():
     rng = np.random.default_rng(3)
@@ -47,9 +55,7 @@ def test_residual_cnn_runs_int8_end_to_end(tmp_path, cnn_calib, rng):
     # NHWC int8 kernels: one transpose in, one out; none around the residual Add
     assert ops.count("Transpose") <= 2, ops
     x = rng.standard_normal((4, 4, 8, 8)).astype(np.float32)
-    yf = session(small_cnn(), optimize="disabled").run(None, {"x": x})[0]
-    yq = session(r.model, optimize="all").run(None, {"x": x})[0]
-    assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.05
+    assert _error_vs_float(small_cnn(), r.model, x) < 0.05
 
 
 def test_short_reduction_stem_stays_float_and_chain_after_it_is_int8(tmp_path, calib_1ch, rng):
@@ -64,9 +70,7 @@ def test_short_reduction_stem_stays_float_and_chain_after_it_is_int8(tmp_path, c
     assert ops.count("QuantizeLinear") == 1 and "DequantizeLinear" not in ops
     assert not (FLOAT_COMPUTE - {"Conv"}) & set(ops), ops
     x = rng.standard_normal((4, 1, 8, 8)).astype(np.float32)
-    yf = session(model, optimize="disabled").run(None, {"x": x})[0]
-    yq = session(r.model, optimize="all").run(None, {"x": x})[0]
-    assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.05
+    assert _error_vs_float(model, r.model, x) < 0.05
 
 
 def test_swish_se_resize_slice_stay_in_the_int8_chain(tmp_path, rng):
@@ -87,9 +91,7 @@ def test_swish_se_resize_slice_stay_in_the_int8_chain(tmp_path, rng):
         if n.op_type in ("Resize", "Slice") and n.input[0] in producers:
             assert producers[n.input[0]].op_type != "DequantizeLinear", n.name
     x = rng.standard_normal((4, 4, 8, 8)).astype(np.float32)
-    yf = session(model, optimize="disabled").run(None, {"x": x})[0]
-    yq = session(r.model, optimize="all").run(None, {"x": x})[0]
-    assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.08  # six 8-bit steps in a row
+    assert _error_vs_float(model, r.model, x) < 0.08  # six 8-bit steps in a row
 
 
 def test_unet_skip_relu_shared_by_pool_and_signed_concat(rng, tmp_path):
@@ -143,9 +145,7 @@ def test_unet_skip_relu_shared_by_pool_and_signed_concat(rng, tmp_path):
     ops = [n.op_type for n in _ort_graph(r.model, tmp_path)]
     assert ops.count("QLinearConv") == 4 and "Conv" not in ops, ops
     x = rng.standard_normal((4, 4, 8, 8)).astype(np.float32)
-    yf = session(model, optimize="disabled").run(None, {"x": x})[0]
-    yq = session(r.model, optimize="all").run(None, {"x": x})[0]
-    assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.05
+    assert _error_vs_float(model, r.model, x) < 0.05
 
 
 @pytest.mark.parametrize(
@@ -194,9 +194,7 @@ def test_average_pool_runs_as_int8_depthwise_conv(tmp_path, rng, attrs, converte
     # (where the rewrite would not be exact, ONNX Runtime still makes its own QLinearAveragePool)
     assert ("QLinearAveragePool" not in ops and ops.count("QLinearConv") == 3) == converted, ops
     x = rng.standard_normal((4, 4, 9, 9)).astype(np.float32)
-    yf = session(model, optimize="disabled").run(None, {"x": x})[0]
-    yq = session(r.model, optimize="all").run(None, {"x": x})[0]
-    assert np.abs(yq - yf).max() / np.abs(yf).max() < (0.05 if converted else 0.1)
+    assert _error_vs_float(model, r.model, x) < (0.05 if converted else 0.1)
 
 
 def test_excluded_average_pool_stays_a_float_pool(rng):
@@ -226,9 +224,7 @@ def test_excluded_average_pool_stays_a_float_pool(rng):
     ops = [n.op_type for n in r.model.graph if n.op_type in ("AveragePool", "Conv")]
     assert ops == ["AveragePool", "Conv"]
     x = rng.standard_normal((2, 4, 8, 8)).astype(np.float32)
-    yf = session(model, optimize="disabled").run(None, {"x": x})[0]
-    yq = session(r.model, optimize="all").run(None, {"x": x})[0]
-    assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.05
+    assert _error_vs_float(model, r.model, x) < 0.05
 
 
 def test_initializers_shared_by_several_convs_get_one_dq_each(rng, tmp_path):
@@ -271,9 +267,7 @@ def test_initializers_shared_by_several_convs_get_one_dq_each(rng, tmp_path):
     ops = [n.op_type for n in _ort_graph(r.model, tmp_path)]
     assert ops.count("QLinearConv") == 3, ops
     x = rng.standard_normal((4, 8, 8, 8)).astype(np.float32)
-    yf = session(model, optimize="disabled").run(None, {"x": x})[0]
-    yq = session(r.model, optimize="all").run(None, {"x": x})[0]
-    assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.08
+    assert _error_vs_float(model, r.model, x) < 0.08
 
 
 def _bytes(model) -> bytes:
@@ -301,9 +295,7 @@ def test_hardswish_and_hardsigmoid_run_as_int8_add_and_mul(tmp_path, rng):
     assert [n.output[0] for n in nodes if n.op_type == "DequantizeLinear"] == ["y"], ops
     assert ops.count("QuantizeLinear") == 1, ops
     x = rng.standard_normal((8, 4, 8, 8)).astype(np.float32)
-    yf = session(model, optimize="disabled").run(None, {"x": x})[0]
-    yq = session(r.model, optimize="all").run(None, {"x": x})[0]
-    assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.08  # six 8-bit steps in a row
+    assert _error_vs_float(model, r.model, x) < 0.08  # six 8-bit steps in a row
     # each rewritten activation, as the next op reads it, matches the float op
     from modelpress.compress.quantize.sensitivity import runner
 
@@ -342,9 +334,7 @@ def test_channel_shuffle_after_concat_runs_on_8bit_data(tmp_path, rng):
     # one quantize into the chain, one dequantize out (before the Relu that writes the output)
     assert ops.count("QuantizeLinear") == 1 and ops.count("DequantizeLinear") == 1, ops
     x = rng.standard_normal((8, 8, 8, 8)).astype(np.float32)
-    yf = session(model, optimize="disabled").run(None, {"x": x})[0]
-    yq = session(r.model, optimize="all").run(None, {"x": x})[0]
-    assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.08  # four 8-bit steps in a row
+    assert _error_vs_float(model, r.model, x) < 0.08  # four 8-bit steps in a row
 
 
 @pytest.mark.parametrize(
@@ -363,9 +353,7 @@ def test_hard_activations_stay_float_where_their_int8_form_does_not_hold(rng, op
     assert not {"hswish1", "se_gate", "out_gate"} & quantized
     assert {"HardSwish", "HardSigmoid"} <= {n.op_type for n in r.model.graph}
     x = rng.standard_normal((8, 4, 8, 8)).astype(np.float32)
-    yf = session(model, optimize="disabled").run(None, {"x": x})[0]
-    yq = session(r.model, optimize="all").run(None, {"x": x})[0]
-    assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.08
+    assert _error_vs_float(model, r.model, x) < 0.08
 
 
 def test_concat_read_through_relu_is_not_quantized_at_its_output(rng):
@@ -439,6 +427,4 @@ def test_squeeze_excite_with_a_short_reduction_stays_in_the_int8_chain(tmp_path,
     ops = [n.op_type for n in _ort_graph(r.model, tmp_path)]
     assert not {"Conv", "Sigmoid", "Mul"} & set(ops), ops
     x = rng.standard_normal((8, 8, 8, 8)).astype(np.float32)
-    yf = session(model, optimize="disabled").run(None, {"x": x})[0]
-    yq = session(r.model, optimize="all").run(None, {"x": x})[0]
-    assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.08  # as with a float excite path
+    assert _error_vs_float(model, r.model, x) < 0.08  # as with a float excite path
