@@ -325,3 +325,54 @@ def test_dynamic_embedding_table_on_old_and_new_opsets(rng, opset):
     want = run_model(model, {"ids": ids})["y"]
     got = run_model(r.model, {"ids": ids})["y"]
     assert np.abs(got - want).max() / np.abs(want).max() < 0.03
+
+
+def test_measured_bias_correction_removes_the_shift_quantized_activations_leave(rng):
+    """Activation rounding can shift a mean that weight rounding does not explain: a channel that
+    sits near one value (after a Relu, behind a channel of wide range) rounds the same way at
+    every pixel. The last layer's output mean, measured on the calibration data, is corrected."""
+    from onnx import TensorProto, helper
+    from quant_models import _model
+
+    # (reductions of at least 16, so both Convs are quantized)
+    w1 = np.zeros((2, 16, 1, 1), np.float32)
+    w1[0, 0] = 1.0  # channel 0: an input channel, wide range; channel 1: its bias, 0.37
+    w2 = np.zeros((1, 2, 3, 3), np.float32)
+    w2[0, 1] = 50.0 / 9
+    inits = {
+        "w1": w1,
+        "b1": np.array([0.0, 0.37], np.float32),
+        "w2": w2,
+        "b2": np.array([0.0], np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1"),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["y"], name="conv2"),
+    ]
+    model = _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1, 4, 4])],
+        inits,
+    )
+    calib = [{"x": (rng.standard_normal((8, 16, 6, 6)) * 3).astype(np.float32)} for _ in range(4)]
+    x = (rng.standard_normal((32, 16, 6, 6)) * 3).astype(np.float32)
+    yf = _run(model, {"x": x})
+    shift = {}
+    for bc in (False, True):
+        q = quantize(model, mode="static", calibration=calib, bias_correction=bc, optimize=False)
+        shift[bc] = abs(float((_run(q.model, {"x": x}, optimize="all") - yf).mean()))
+    assert shift[False] > 0.05  # the rounding of 0.37 on the shared grid, times 50
+    assert shift[True] < shift[False] / 10
+
+
+def test_measured_bias_correction_is_for_the_last_weighted_layers():
+    """Only layers that reach no other weighted op: correcting each layer's measured shift at
+    once would count what upstream layers pass on once per layer."""
+    from quant_models import small_cnn
+
+    from modelpress.compress.quantize.bias_correction import last_layers
+
+    model = small_cnn()
+    assert [n.name for n in last_layers(model, list(model.graph))] == ["fc"]

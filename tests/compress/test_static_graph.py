@@ -38,6 +38,14 @@ def _error_vs_float(model, quantized, x: np.ndarray) -> float:
     return float(np.abs(yq - yf).max() / np.abs(yf).max())
 
 
+def _rms_error(model, quantized, x: np.ndarray) -> float:
+    """RMS deviation of the quantized model's first output from the float one's, relative to the
+    float output's RMS (ONNX Runtime, as in ``_error_vs_float``)."""
+    yf = session(model, optimize="disabled").run(None, {"x": x})[0]
+    yq = session(quantized, optimize="all").run(None, {"x": x})[0]
+    return float(np.sqrt(np.mean((yq - yf) ** 2) / np.mean(yf**2)))
+
+
 @pytest.fixture
 def calib_1ch():
     rng = np.random.default_rng(3)
@@ -428,3 +436,94 @@ def test_squeeze_excite_with_a_short_reduction_stays_in_the_int8_chain(tmp_path,
     assert not {"Conv", "Sigmoid", "Mul"} & set(ops), ops
     x = rng.standard_normal((8, 8, 8, 8)).astype(np.float32)
     assert _error_vs_float(model, r.model, x) < 0.08  # as with a float excite path
+
+
+@pytest.mark.parametrize("relu_before", [False, True])
+def test_batchnorm_after_concat_runs_in_int8_on_each_input(tmp_path, rng, relu_before):
+    """DenseNet's unfoldable BatchNorm (Mul + Add) after a Concat, with a Relu before it or not:
+    distributed over the Concat's inputs as depthwise 1x1 Convs with the Relus folded, so ONNX
+    Runtime runs QLinearConvs and a QLinearConcat instead of dequantizing, scaling, shifting and
+    quantizing in float, and each input keeps its own scale."""
+    from quant_models import dense_cnn
+
+    model = dense_cnn(relu_before=relu_before)
+    calib = [{"x": rng.standard_normal((16, 8, 8, 8)).astype(np.float32)} for _ in range(4)]
+    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    quantized = {layer.name for layer in r.layers if layer.quantized}
+    assert {"bn_scale_part0", "bn_scale_part1"} <= quantized
+    ops = [n.op_type for n in _ort_graph(r.model, tmp_path)]
+    assert not {"Mul", "Add", "Relu", "Concat"} & set(ops), ops
+    assert ops.count("QLinearConv") == 5 and ops.count("QuantizeLinear") == 1, ops
+    assert ops.count("DequantizeLinear") == 1, ops  # the head's output (a graph output)
+    assert "QLinearConcat" in ops
+    # as accurate as with the affine in float between a dequantize and a quantize
+    kept = quantize(model, mode="static", calibration=calib, optimize=False, exclude=["bn_scale"])
+    x = rng.standard_normal((32, 8, 8, 8)).astype(np.float32)
+    assert _rms_error(model, r.model, x) < 1.2 * _rms_error(model, kept.model, x)
+    assert _rms_error(model, r.model, x) < 0.04
+
+
+def test_batchnorm_after_concat_with_inputs_read_elsewhere(rng):
+    """A Concat input that is also a graph output still feeds its piece; the float Concat, which
+    nothing reads any more, is gone."""
+    from quant_models import dense_cnn
+
+    model = dense_cnn(shared=True)
+    calib = [{"x": rng.standard_normal((16, 8, 8, 8)).astype(np.float32)} for _ in range(4)]
+    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    assert [n.name for n in r.model.graph if n.op_type == "Concat"] == ["bn_scale_concat"]
+    x = rng.standard_normal((8, 8, 8, 8)).astype(np.float32)
+    yf = session(model, optimize="disabled").run(None, {"x": x})
+    yq = session(r.model, optimize="all").run(None, {"x": x})
+    for f, q in zip(yf, yq, strict=True):
+        assert np.sqrt(np.mean((q - f) ** 2) / np.mean(f**2)) < 0.04
+
+
+def test_excluded_batchnorm_after_concat_turns_back_into_mul_and_add(rng):
+    """Excluding the affine by its float name keeps every piece in float, as Mul + Add."""
+    from quant_models import dense_cnn
+
+    model = dense_cnn()
+    calib = [{"x": rng.standard_normal((16, 8, 8, 8)).astype(np.float32)} for _ in range(4)]
+    r = quantize(model, mode="static", calibration=calib, optimize=False, exclude=["bn_scale"])
+    ops = [n.op_type for n in r.model.graph]
+    assert ops.count("Mul") == 2 and ops.count("Add") == 2 and ops.count("Conv") == 3
+    assert not {layer.name for layer in r.layers if layer.quantized} & {
+        "bn_scale_part0",
+        "bn_scale_part1",
+    }
+    x = rng.standard_normal((8, 8, 8, 8)).astype(np.float32)
+    assert _rms_error(model, r.model, x) < 0.04
+
+
+def test_affine_that_would_add_a_quantization_point_stays_float():
+    """A per-channel affine on float data (the graph input here, a GroupNorm's output in a real
+    net) or on an image's few channels stays a Mul + Add: as a Conv it would quantize a tensor
+    that was float before."""
+    from onnx import TensorProto, helper
+    from quant_models import _model, dense_cnn
+
+    from modelpress.compress.quantize._graph import with_types
+    from modelpress.compress.quantize.static import affines_as_convs
+
+    assert set(affines_as_convs(with_types(dense_cnn()))[1]) == {"bn_scale_part0", "bn_scale_part1"}
+    assert not affines_as_convs(with_types(dense_cnn(channels=8)))[1]
+    rng = np.random.default_rng(0)
+    inits = {
+        "gamma": rng.uniform(0.5, 2.0, (32, 1, 1)).astype(np.float32),
+        "beta": np.zeros((32, 1, 1), np.float32),
+        "w": (rng.standard_normal((16, 32, 1, 1)) * 0.2).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Mul", ["x", "gamma"], ["s"], name="bn_scale"),
+        helper.make_node("Add", ["s", "beta"], ["b"], name="bn_shift"),
+        helper.make_node("Relu", ["b"], ["r"], name="relu"),
+        helper.make_node("Conv", ["r", "w"], ["y"], name="conv"),
+    ]
+    on_input = _model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 32, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16, 8, 8])],
+        inits,
+    )
+    assert not affines_as_convs(with_types(on_input))[1]

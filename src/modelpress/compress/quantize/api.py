@@ -33,6 +33,8 @@ from modelpress.compress.quantize.observers import get_observer
 from modelpress.errors import InputError, OptionError
 
 Metric = Callable[[sensitivity.Runner], float]
+# Measured bias correction (static): the calibration batches it averages over.
+BIAS_BATCHES = 4
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class Built:
     layers: list[str]  # the layers quantized
     pairs: dict[str, tuple[str, str]]  # layer → (float tensor, quantized tensor) to compare
     notes: list[str] = field(default_factory=list)
+    # the float model that ``layers`` and ``pairs`` name, when the mode rewrote it (exactly) first
+    reference: ir.Model | None = None
 
 
 @dataclass
@@ -107,6 +111,7 @@ def _static(model, cal, opt: Options, progress):
     formats = {"asymmetric": not symmetric, "activations": opt.activation_dtype}
     notes = []
     model, pools = static.pools_as_convs(model)
+    model, affines = static.affines_as_convs(model)
     if opt.smooth and _attention_like(model):
         # one int8 scale per activation tensor cannot hold a transformer's outlier channels
         full = static.plan(model, **formats)
@@ -143,10 +148,33 @@ def _static(model, cal, opt: Options, progress):
         else None
     )
 
+    # Weight rounding's shift (``deltas``) is known ahead. What quantized activations upstream add
+    # to it is measured, on a few calibration batches, at the last weighted layers (the ones that
+    # write the outputs: a classifier, a segmentation head), where it moves the result itself.
+    # Not at every layer at once: each layer's measured shift includes what its upstream layers
+    # pass on, so correcting all of them counts that shift once per layer (output error x7 on a
+    # 30-layer CNN); layer by layer would take a pass over the data per layer.
+    measured = bias_correction.last_layers(model, [by[n] for n in full.layers])
+    bc_batches = (
+        [b.feeds for b in islice(cal.batches(model), BIAS_BATCHES)]
+        if opt.bias_correction and measured
+        else []
+    )
+    float_means = bias_correction.output_means(model, measured, bc_batches) if bc_batches else {}
+
     def build(exclude: frozenset[str]) -> Built:
+        # an affine excluded by its float name excludes every Conv it became
+        exclude = exclude | {conv for conv, mul in affines.items() if mul in exclude}
         p = static.plan(model, exclude=exclude, **formats)
-        q = static.apply(model, p, qparams, per_channel=opt.per_channel, bias_deltas=deltas)
+        corr = dict(deltas or {})
+        q = static.apply(model, p, qparams, per_channel=opt.per_channel, bias_deltas=corr)
+        layers = [by[n] for n in p.layers if n in by and by[n] in measured]
+        if float_means and layers:
+            for k, d in bias_correction.measured_shifts(float_means, q, layers, bc_batches).items():
+                corr[k] = corr.get(k, 0.0) + d
+            q = static.apply(model, p, qparams, per_channel=opt.per_channel, bias_deltas=corr)
         static.convs_as_pools(q.graph, pools - set(p.layers))
+        static.convs_as_affines(q.graph, set(affines) - set(p.layers))
         dynamic.tables(q.graph, exclude)  # embeddings as int8 rows: most of a transformer's file
         remove_unused_initializers(q.graph)
         pairs = {}
@@ -157,7 +185,7 @@ def _static(model, cal, opt: Options, progress):
             # a wrapped graph output keeps its name on the DQ (static.apply)
             wrapped = y in p.tensors and y not in p.requantized_outputs
             pairs[name] = (fl, f"{y}_dequantized" if wrapped else y)
-        return Built(q, p.layers, pairs)
+        return Built(q, p.layers, pairs, reference=model)
 
     return build, full.layers, notes, None
 
@@ -350,7 +378,8 @@ def quantize(
         smooth,
     )
     build, candidates, notes, ranker = MODES[mode](work, cal, opt, progress)
-    unknown = sorted(set(exclude or ()) - {n.name for n in work.graph})
+    # names of the optimized model, or of the layer report (a mode may have rewritten a node)
+    unknown = sorted(set(exclude or ()) - {n.name for n in work.graph} - set(candidates))
     if unknown:
         raise OptionError(f"--exclude {unknown[0]}: no node of that name (after optimization)")
     built = build(frozenset(exclude or ()))
@@ -367,15 +396,18 @@ def quantize(
     if report_layers and cal is not None:
         batches = [b.feeds for b in islice(cal.batches(work), 2)]
         outputs = {f"output:{v.name}": (v.name, v.name) for v in work.graph.outputs}
+        reference = built.reference or work
         try:
-            errs = sensitivity.layer_errors(work, built.model, {**built.pairs, **outputs}, batches)
+            errs = sensitivity.layer_errors(
+                reference, built.model, {**built.pairs, **outputs}, batches
+            )
             out_err = max((errs[k][1] for k in outputs if k in errs), default=None)
         except Exception as exc:  # noqa: BLE001 - e.g. bf16 graphs that ONNX Runtime's CPU cannot run
             errs = {}
             notes.append(
                 f"no error report: ONNX Runtime cannot run the result here ({str(exc).splitlines()[0][:120]})"
             )
-        by = {n.name: n for n in work.graph}
+        by = {n.name: n for n in reference.graph}
         for name in candidates:
             sq, rel = errs.get(name, (None, None))
             layers.append(

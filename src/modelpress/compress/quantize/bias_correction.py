@@ -85,3 +85,52 @@ def shifts(
         w_hat = fake_quantize(w, weight_qparams(w, gran, dtype=dtype, symmetric=True))
         out[node.name] = output_shift(node, w, w_hat, cm.mean)
     return out
+
+
+def last_layers(model: ir.Model, layers: list[ir.Node]) -> list[ir.Node]:
+    """The Convs and Gemms of ``layers`` whose output reaches no other weighted op: those that
+    write a model's results. (Not MatMul: a transformer's token axis would mix padded positions
+    into the means.)"""
+    feeds: set[str] = set()  # tensors from which a weighted op is reachable
+    for node in reversed(list(model.graph)):  # consumers before producers
+        if node.op_type in WEIGHT_INPUT or any(o.name in feeds for o in node.outputs):
+            feeds.update(v.name for v in node.inputs if v is not None)
+
+    return [
+        n
+        for n in layers
+        if n.op_type in ("Conv", "Gemm") and n.outputs[0].name not in feeds
+    ]
+
+
+def output_means(
+    model: ir.Model, nodes: list[ir.Node], batches: list[dict[str, np.ndarray]]
+) -> dict[str, np.ndarray]:
+    """The mean of each output channel of ``nodes`` (by name) when ``model`` runs on ``batches``."""
+    from modelpress.compress.quantize.sensitivity import runner
+
+    outs = {n.name: n.outputs[0].name for n in nodes}
+    means = {n.name: ChannelMean(1 if n.op_type == "Conv" else -1) for n in nodes}
+    run = runner(model, outputs=outs.values(), optimize="disabled")
+    for feeds in batches:
+        got = run(feeds)
+        for name, tensor in outs.items():
+            means[name].observe(got[tensor])
+    return {k: m.mean for k, m in means.items() if m.sum is not None}
+
+
+def measured_shifts(
+    float_means: dict[str, np.ndarray],
+    quantized: ir.Model,
+    nodes: list[ir.Node],
+    batches: list[dict[str, np.ndarray]],
+) -> dict[str, np.ndarray]:
+    """What quantization moved each output channel's mean by, everything upstream included:
+    the quantized model's means (its weighted layers' float outputs, before they are requantized)
+    minus the float model's, on the same data."""
+    got = output_means(quantized, nodes, batches)
+    return {
+        k: got[k] - float_means[k]
+        for k in got
+        if k in float_means and got[k].shape == float_means[k].shape
+    }
