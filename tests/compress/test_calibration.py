@@ -123,9 +123,23 @@ def test_empty_iterable_and_missing_paths(tmp_path):
         quantize(mlp(), mode="static", calibration=tmp_path / "c.npz", labels_key="label")
 
 
-def test_one_shot_iterator_is_refused_on_second_pass():
-    gen = ({"x": np.ones((2, 16), np.float32)} for _ in range(2))
+def test_one_shot_iterator_is_refused_on_second_full_pass():
+    gen = ({"x": np.full((2, 16), i, np.float32)} for i in range(6))
     cal = CalibrationSet.from_source(gen)
-    list(cal.batches(mlp()))
+    assert len(list(cal.batches(mlp()))) == 6
+    # later passes that read a few batches get the first ones again, from memory
+    assert [b.feeds["x"][0, 0] for b in cal.batches(mlp(), limit=3)] == [0, 1, 2]
     with pytest.raises(OptionError, match="already consumed"):
         list(cal.batches(mlp()))
+    with pytest.raises(OptionError, match="already consumed"):
+        list(cal.batches(mlp(), limit=5))
+
+
+def test_static_quantization_from_a_generator(rng):
+    """A generator is read once, by calibration; the error report and the measured bias
+    correction reuse its first batches."""
+
+    data = [{"x": rng.standard_normal((8, 4, 8, 8)).astype(np.float32)} for _ in range(6)]
+    r = quantize(small_cnn(), mode="static", calibration=(d for d in data), optimize=False)
+    ref = quantize(small_cnn(), mode="static", calibration=data, optimize=False)
+    assert r.output_error is not None and r.output_error == pytest.approx(ref.output_error)

@@ -12,7 +12,6 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import islice
 
 import numpy as np
 import onnx_ir as ir
@@ -33,8 +32,9 @@ from modelpress.compress.quantize.observers import get_observer
 from modelpress.errors import InputError, OptionError
 
 Metric = Callable[[sensitivity.Runner], float]
-# Measured bias correction (static): the calibration batches it averages over.
-BIAS_BATCHES = 4
+# Measured bias correction (static): the calibration batches it averages over (kept in memory
+# when the calibration data is a one-shot iterator).
+BIAS_BATCHES = calibration.REPLAY
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ def _static(model, cal, opt: Options, progress):
     # 30-layer CNN); layer by layer would take a pass over the data per layer.
     measured = bias_correction.last_layers(model, [by[n] for n in full.layers])
     bc_batches = (
-        [b.feeds for b in islice(cal.batches(model), BIAS_BATCHES)]
+        [b.feeds for b in cal.batches(model, limit=BIAS_BATCHES)]
         if opt.bias_correction and measured
         else []
     )
@@ -394,7 +394,7 @@ def quantize(
         built, accuracy = _budget(work, build, built, ranker, cal, metric, max_accuracy_drop)
     layers, out_err = [], None
     if report_layers and cal is not None:
-        batches = [b.feeds for b in islice(cal.batches(work), 2)]
+        batches = [b.feeds for b in cal.batches(work, limit=2)]
         outputs = {f"output:{v.name}": (v.name, v.name) for v in work.graph.outputs}
         reference = built.reference or work
         try:
@@ -437,7 +437,7 @@ def _budget(work, build, built, ranker, cal, metric, budget):
         return built, sensitivity.BudgetResult(
             metric_float, first[1], budget, True, [], [(0, first[1])]
         )
-    batches = [b.feeds for b in islice(cal.batches(work), 2)] if cal is not None else []
+    batches = [b.feeds for b in cal.batches(work, limit=2)] if cal is not None else []
     if ranker is not None:
         scores = {k: v for k, v in ranker(batches).items() if k in set(built.layers)}
     else:

@@ -5,6 +5,11 @@ For a layer ``y = W x + b`` quantized to ``Ŵ``, the expected output moves by ``
 channel, is measured on the calibration data by ``ChannelMean``; the correction subtracts the shift
 from the bias (creating a zero bias for a Conv that had none). For a convolution the shift sums the
 kernel's spatial taps, which is exact away from the zero-padded border.
+
+Activation rounding shifts means too (a channel that sits near one value rounds the same way at
+every pixel), and the shift builds up through the layers. That part is measured: the quantized and
+the float model run on a few calibration batches, and the difference of the output means of the
+last weighted layers (``last_layers``) comes off their biases.
 """
 
 from __future__ import annotations

@@ -30,6 +30,8 @@ import onnx_ir as ir
 from modelpress.errors import InputError, OptionError
 from modelpress.verify.inputs import check_feeds, load_npz
 
+# Batches of a one-shot iterator kept for the passes after calibration that read only a few.
+REPLAY = 4
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".pgm", ".ppm"}
 
 Progress = Callable[[int, int | None], None]  # (batches done, total batches or None)
@@ -100,6 +102,7 @@ class CalibrationSet:
         self.total = total
         self._once = once
         self._used = False
+        self._kept: list[Batch] = []  # a one-shot iterator's first batches, for later passes
 
     @classmethod
     def from_source(
@@ -138,16 +141,26 @@ class CalibrationSet:
             f"calibration data of type {type(source).__name__}: pass a path or an iterable of input dicts"
         )
 
-    def batches(self, model: ir.Model) -> Iterator[Batch]:
-        """Checked batches; raises InputError on the first bad one, or when there is none."""
+    def batches(self, model: ir.Model, limit: int | None = None) -> Iterator[Batch]:
+        """Checked batches (the first ``limit``); raises InputError on the first bad one, or when
+        there is none. A one-shot iterator is read once: later passes get the first ``REPLAY``
+        batches it gave, kept in memory, when they need no more (the error report, the measured
+        bias correction); a pass over all of it again is refused."""
         if self._once and self._used:
-            raise OptionError(
-                "calibration data: the iterator was already consumed; pass a list or a function returning an iterator"
-            )
+            if limit is None or limit > len(self._kept):
+                raise OptionError(
+                    "calibration data: the iterator was already consumed; pass a list or a function returning an iterator"
+                )
+            yield from self._kept[:limit]
+            return
         self._used = True
         n = 0
         for batch in self._make_iter(model):
+            if limit is not None and n >= limit:
+                return
             check_feeds(model, batch.feeds, source=f"{self.name} (batch {n})")
+            if self._once and n < REPLAY:
+                self._kept.append(batch)
             n += 1
             yield batch
         if n == 0:

@@ -16,7 +16,9 @@ Three rewrites keep the chain in 8 bits:
 - layout and selection ops (MaxPool, Reshape, Flatten, Transpose, Squeeze, Unsqueeze, Slice,
   DepthToSpace, nearest-neighbour Resize) share the scale of their input, so ONNX Runtime drops their Q/DQ and runs them on the 8-bit data;
 - Concat inputs used only by the Concat take the Concat's output scale (one scale for all), and a
-  Concat read only through such ops by quantized ops is quantized itself (a channel shuffle).
+  Concat read only through such ops by quantized ops is quantized itself (a channel shuffle);
+- a per-channel affine the optimizer could not fold (DenseNet's BatchNorm after a Concat) becomes
+  depthwise 1x1 Convs, one per Concat input (``affines_as_convs``).
 Graph outputs stay float: the last quantized op dequantizes into them (a Conv through its own Q/DQ:
 ONNX Runtime has no int8 Conv with a float output); so does an output read by a
 layer that is kept in float on purpose (``exclude``), and the output of a MatMul/Gemm that no
