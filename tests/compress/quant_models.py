@@ -287,11 +287,19 @@ def shuffle_cnn(seed: int = 0):
     return _model(nodes, [x], [y], inits, opset=17)
 
 
-def dense_cnn(seed: int = 0, *, channels: int = 32, relu_before: bool = False, shared: bool = False):
+def dense_cnn(
+    seed: int = 0,
+    *,
+    channels: int = 32,
+    relu_before: bool = False,
+    shared: bool = False,
+    relu6: bool = False,
+):
     """DenseNet's pre-activation unit: two 3x3 Convs → Concat → BatchNorm as a per-channel Mul +
     Add (which the optimizer cannot fold: a Relu sits between it and the next Conv) → Relu → Conv.
     ``relu_before``: an Inception-style Relu between the Concat and the BatchNorm. ``shared``: the
-    first Conv's output is also a graph output, read by more than the Concat."""
+    first Conv's output is also a graph output, read by more than the Concat. ``relu6``: a
+    Clip(0, 6) instead of the Relu after the BatchNorm."""
     rng = np.random.default_rng(seed)
     half = channels // 2
     inits = {
@@ -300,8 +308,15 @@ def dense_cnn(seed: int = 0, *, channels: int = 32, relu_before: bool = False, s
         "gamma": rng.uniform(0.5, 2.0, (channels, 1, 1)).astype(np.float32),
         "beta": (rng.standard_normal((channels, 1, 1)) * 0.3).astype(np.float32),
         "w2": _conv_w(rng, 16, channels, 3),
+        "lo": np.array(0.0, np.float32),
+        "hi": np.array(6.0, np.float32),
     }
     cat = "cat_r" if relu_before else "cat"
+    act = (
+        helper.make_node("Clip", ["bn", "lo", "hi"], ["r"], name="relu")
+        if relu6
+        else helper.make_node("Relu", ["bn"], ["r"], name="relu")
+    )
     nodes = [
         helper.make_node("Conv", ["x", "w0"], ["c0"], name="conv0", pads=[1, 1, 1, 1]),
         helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
@@ -309,7 +324,7 @@ def dense_cnn(seed: int = 0, *, channels: int = 32, relu_before: bool = False, s
         *([helper.make_node("Relu", ["cat"], ["cat_r"], name="cat_relu")] if relu_before else []),
         helper.make_node("Mul", [cat, "gamma"], ["bn_scaled"], name="bn_scale"),
         helper.make_node("Add", ["bn_scaled", "beta"], ["bn"], name="bn_shift"),
-        helper.make_node("Relu", ["bn"], ["r"], name="relu"),
+        act,
         helper.make_node("Conv", ["r", "w2"], ["y"], name="head", pads=[1, 1, 1, 1]),
     ]
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 8, 8])

@@ -376,3 +376,20 @@ def test_measured_bias_correction_is_for_the_last_weighted_layers():
 
     model = small_cnn()
     assert [n.name for n in last_layers(model, list(model.graph))] == ["fc"]
+
+
+def test_measured_bias_correction_gives_a_gemm_without_bias_one(rng):
+    """The classifier's shift is corrected even when it had no bias: a zero bias is created."""
+    from quant_models import small_cnn
+
+    model = small_cnn()
+    fc = next(n for n in model.graph if n.name == "fc")
+    fc.resize_inputs(2)
+    calib = [{"x": rng.standard_normal((8, 4, 8, 8)).astype(np.float32)} for _ in range(4)]
+    x = np.concatenate([c["x"] for c in calib])
+    yf = _run(model, {"x": x})
+    shift = {}
+    for bc in (False, True):
+        q = quantize(model, mode="static", calibration=calib, bias_correction=bc, optimize=False)
+        shift[bc] = np.abs((_run(q.model, {"x": x}, optimize="all") - yf).mean(axis=0)).max()
+    assert shift[True] < shift[False] / 5

@@ -479,6 +479,17 @@ def test_batchnorm_after_concat_with_inputs_read_elsewhere(rng):
         assert np.sqrt(np.mean((q - f) ** 2) / np.mean(f**2)) < 0.04
 
 
+def test_clip_after_batchnorm_after_concat_keeps_its_max(rng):
+    """A ReLU6 (Clip(0, 6)) is not pushed into the pieces as a Relu: it stays after the Concat."""
+    from quant_models import dense_cnn
+
+    model = dense_cnn(relu6=True)
+    calib = [{"x": 4 * rng.standard_normal((16, 8, 8, 8)).astype(np.float32)} for _ in range(4)]
+    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    x = 4 * rng.standard_normal((8, 8, 8, 8)).astype(np.float32)
+    assert _rms_error(model, r.model, x) < 0.04
+
+
 def test_excluded_batchnorm_after_concat_turns_back_into_mul_and_add(rng):
     """Excluding the affine by its float name keeps every piece in float, as Mul + Add."""
     from quant_models import dense_cnn

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -103,6 +104,7 @@ class CalibrationSet:
         self._once = once
         self._used = False
         self._kept: list[Batch] = []  # a one-shot iterator's first batches, for later passes
+        self._all_kept = False  # a one-shot iterator that ended within its kept batches
 
     @classmethod
     def from_source(
@@ -147,7 +149,8 @@ class CalibrationSet:
         batches it gave, kept in memory, when they need no more (the error report, the measured
         bias correction); a pass over all of it again is refused."""
         if self._once and self._used:
-            if limit is None or limit > len(self._kept):
+            # replayable: the request fits in what was kept, or what was kept is all there was
+            if not self._all_kept and (limit is None or limit > len(self._kept)):
                 raise OptionError(
                     "calibration data: the iterator was already consumed; pass a list or a function returning an iterator"
                 )
@@ -155,14 +158,14 @@ class CalibrationSet:
             return
         self._used = True
         n = 0
-        for batch in self._make_iter(model):
-            if limit is not None and n >= limit:
-                return
+        for batch in islice(self._make_iter(model), limit):
             check_feeds(model, batch.feeds, source=f"{self.name} (batch {n})")
             if self._once and n < REPLAY:
                 self._kept.append(batch)
             n += 1
             yield batch
+        # read to its end (fewer batches than asked for), and every batch was kept
+        self._all_kept = self._once and (limit is None or n < limit) and n <= REPLAY
         if n == 0:
             raise InputError(f"{self.name}: the calibration set is empty")
 

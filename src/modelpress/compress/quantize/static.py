@@ -247,21 +247,25 @@ def _affines_as_convs(g: ir.Graph, eight_bit) -> dict[str, str]:
         if not pieces or not all(eight_bit(v) and v.shape[1] > 1 for v in pieces):
             continue
         relu = _relu_after(last)
+        if relu is not None and relu.op_type != "Relu":
+            relu = None  # a Clip(0, c) stays after the Concat (each piece would need its max)
         convs, outs, start = [], [], 0
         for i, v in enumerate(pieces):
             n = v.shape[1]
             part = slice(start, start + n)
             if before is not None:
-                convs.append(_relu(v, f"{before.name}_part{i}"))
+                convs.append(_relu(v, _fresh(g, f"{before.name}_part{i}")))
                 v = convs[-1].outputs[0]
             convs.append(
-                _channel_conv(g, v, a[part], None if b is None else b[part], f"{mul.name}_part{i}")
+                _channel_conv(
+                    g, v, a[part], None if b is None else b[part], _fresh(g, f"{mul.name}_part{i}")
+                )
             )
             if relu is not None:
-                convs.append(_relu(convs[-1].outputs[0], f"{relu.name}_part{i}"))
+                convs.append(_relu(convs[-1].outputs[0], _fresh(g, f"{relu.name}_part{i}")))
             outs.append(convs[-1].outputs[0])
             start += n
-        cat = ir.node("Concat", outs, attributes={"axis": 1}, name=f"{mul.name}_concat")
+        cat = ir.node("Concat", outs, attributes={"axis": 1}, name=_fresh(g, f"{mul.name}_concat"))
         end = relu if relu is not None else last
         g.insert_after(end, [*convs, cat])
         _reserve_nodes(g, [*convs, cat])
@@ -269,6 +273,16 @@ def _affines_as_convs(g: ir.Graph, eight_bit) -> dict[str, str]:
         _take_over(g, list(dict.fromkeys(chain)), cat.outputs[0])
         done.update({n.name: mul.name for n in convs if n.op_type == "Conv"})
     return done
+
+
+def _fresh(g: ir.Graph, hint: str) -> str:
+    """``hint``, or ``hint_k``: a node name nothing in ``g`` has (and now reserved)."""
+    taken, name, k = taken_names(g), hint, 0
+    while name in taken:
+        k += 1
+        name = f"{hint}_{k}"
+    reserve(g, name)
+    return name
 
 
 def _reserve_nodes(g: ir.Graph, nodes: list[ir.Node]) -> None:
@@ -767,10 +781,11 @@ def quantize_weight_input(
     has_bias = (
         node.op_type in ("Conv", "Gemm") and len(node.inputs) > 2 and node.inputs[2] is not None
     )
-    if bias_delta is not None and not has_bias and node.op_type == "Conv":
+    if bias_delta is not None and not has_bias and node.op_type in ("Conv", "Gemm"):
+        out_axis = output_channel_axis(node)  # Gemm: 0 with transB, else 1
         node.resize_inputs(3)
         node.replace_input_with(
-            2, constant(graph, np.zeros(w.shape[0], np.float32), f"{node.name}_B")
+            2, constant(graph, np.zeros(w.shape[out_axis], np.float32), f"{node.name}_B")
         )
         has_bias = True
     if has_bias:
@@ -834,6 +849,8 @@ def _expand_hard(graph: ir.Graph, node: ir.Node) -> None:
         n.outputs[0].name = f"{n.name}_output"
         n.outputs[0].type = ir.TensorType(ir.DataType.FLOAT)
     add.outputs[0].shape = node.inputs[0].shape
+    reserve(graph, *(n.name for n in (dq_alpha, dq_beta, add)))
+    reserve(graph, f"{node.name}_mul", *(n.outputs[0].name for n in (dq_alpha, dq_beta, add)))
     if node.op_type == "HardSigmoid":
         swap_node(graph, node, [dq_alpha, dq_beta, add], add.outputs[0])
         if not dq.outputs[0].uses() and not dq.outputs[0].is_graph_output():
