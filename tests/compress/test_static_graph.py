@@ -507,6 +507,20 @@ def test_excluded_batchnorm_after_concat_turns_back_into_mul_and_add(rng):
     assert _rms_error(model, r.model, x) < 0.04
 
 
+def test_batchnorm_after_concat_stays_float_with_symmetric_activations(rng):
+    """With symmetric activations no Relu folds into a Conv: the pieces would each add a float
+    Relu between a dequantize and a quantize, more work than the one float Mul + Add."""
+    from quant_models import dense_cnn
+
+    model = dense_cnn()
+    calib = [{"x": rng.standard_normal((16, 8, 8, 8)).astype(np.float32)} for _ in range(4)]
+    r = quantize(
+        model, mode="static", calibration=calib, optimize=False, symmetric_activations=True
+    )
+    assert not any(layer.name.startswith("bn_scale") for layer in r.layers)
+    assert [n.op_type for n in r.model.graph].count("Mul") == 1
+
+
 def test_affine_that_would_add_a_quantization_point_stays_float():
     """A per-channel affine on float data (the graph input here, a GroupNorm's output in a real
     net) or on an image's few channels stays a Mul + Add: as a Conv it would quantize a tensor

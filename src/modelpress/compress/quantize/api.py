@@ -111,7 +111,8 @@ def _static(model, cal, opt: Options, progress):
     formats = {"asymmetric": not symmetric, "activations": opt.activation_dtype}
     notes = []
     model, pools = static.pools_as_convs(model)
-    model, affines = static.affines_as_convs(model)
+    # (with symmetric activations no Relu folds into the Convs: each piece would add a float Relu)
+    model, affines = static.affines_as_convs(model) if not symmetric else (model, {})
     if opt.smooth and _attention_like(model):
         # one int8 scale per activation tensor cannot hold a transformer's outlier channels
         full = static.plan(model, **formats)
