@@ -126,3 +126,21 @@ def test_no_smooth_turns_outlier_smoothing_off(tmp_path, capsys, rng):
     assert main([*base, "-o", str(tmp_path / "b.onnx"), "--no-latency", "--no-smooth"]) == 0
     out = capsys.readouterr().out
     assert "smoothing" not in out and "latency on this CPU" not in out
+
+
+def test_top_ops_names_the_kernels_of_the_quantized_model(tmp_path, rng):
+    """The breakdown printed when int8 is not faster: ONNX Runtime's int8 kernels by share of
+    time, and no profiler trace left behind."""
+    import glob
+    import os
+    import tempfile
+
+    from modelpress.cli.quantize_cmd import _top_ops
+    from modelpress.compress import quantize
+
+    calib = [{"x": rng.standard_normal((8, 4, 8, 8)).astype(np.float32)} for _ in range(2)]
+    q = quantize(small_cnn(), mode="static", calibration=calib, optimize=False).model
+    top = _top_ops(q, calib[0])
+    shares = {op: int(pct.rstrip("%")) for op, pct in (item.split() for item in top.split(", "))}
+    assert "QLinearConv" in shares and all(0 <= v <= 100 for v in shares.values())
+    assert not glob.glob(os.path.join(tempfile.gettempdir(), "modelpress_quantize_profile*"))

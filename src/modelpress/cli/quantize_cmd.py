@@ -249,12 +249,38 @@ def _latency(original, quantized, feeds, label: str) -> dict | None:
         f"latency on this CPU (ONNX Runtime, batch {batch}): {label} {before.median_ms:.3g} ms → "
         f"quantized {after.median_ms:.3g} ms ({ratio:.2f}x)"
     )
+    out = {"float": before.to_dict(), "quantized": after.to_dict(), "ratio": ratio}
     if ratio > 1.0:
         console.print(
             "[yellow]warning[/]: the quantized model is not faster here; int8 pays off on larger "
             "layers and CPUs with VNNI/AMX (see `modelpress bench` to measure at your batch size)"
         )
-    return {"float": before.to_dict(), "quantized": after.to_dict(), "ratio": ratio}
+        out["quantized_top_ops"] = top = _top_ops(quantized, feeds)
+        if top:
+            console.print(f"  where the quantized model spends its time: {top}")
+    return out
+
+
+def _top_ops(model, feeds, runs: int = 10) -> str:
+    """The op types ONNX Runtime spends most of its kernel time in, from a few profiled runs
+    (``QLinearMul 31%, QLinearConv 28%, ...``): which int8 kernels did not pay off."""
+    import os
+    import tempfile
+
+    from modelpress.runtime import ort as mp_ort
+    from modelpress.runtime.measure import op_profile
+
+    so = mp_ort.session_options(profile=True)
+    so.profile_file_prefix = os.path.join(tempfile.gettempdir(), "modelpress_quantize_profile")
+    try:
+        sess = mp_ort.session(model, options=so)
+        for _ in range(runs):
+            sess.run(None, feeds)
+        rows = op_profile(sess.end_profiling())
+    except Exception:  # noqa: BLE001 - a courtesy on top of the timing
+        return ""
+    total = sum(ms for _, ms, _ in rows) or 1.0
+    return ", ".join(f"{op} {100 * ms / total:.0f}%" for op, ms, _ in rows[:4])
 
 
 def _print_layers(result) -> None:
