@@ -159,15 +159,12 @@ def swish_se_cnn(seed: int = 0):
     EfficientNet or a U-Net decoder adds to a plain CNN."""
     rng = np.random.default_rng(seed)
 
-    def conv_w(cout, cin, k):
-        return _conv_w(rng, cout, cin, k)
-
     inits = {
-        "w1": conv_w(16, 4, 3),
+        "w1": _conv_w(rng, 16, 4, 3),
         "b1": (rng.standard_normal(16) * 0.1).astype(np.float32),
-        "se1": conv_w(16, 16, 1),  # reductions of at least 16: int8 pays off (select_layers)
-        "se2": conv_w(16, 16, 1),
-        "w2": conv_w(16, 16, 3),
+        "se1": _conv_w(rng, 16, 16, 1),  # reductions of at least 16: int8 pays off (select_layers)
+        "se2": _conv_w(rng, 16, 16, 1),
+        "w2": _conv_w(rng, 16, 16, 3),
         "sizes": np.array([0, 16, 16, 16], np.int64),
         "starts": np.array([1, 1], np.int64),
         "ends": np.array([15, 15], np.int64),
@@ -206,16 +203,13 @@ def hardswish_se_cnn(seed: int = 0):
     activations of a MobileNetV3 (the last one with a negative offset)."""
     rng = np.random.default_rng(seed)
 
-    def conv_w(cout, cin, k):
-        return _conv_w(rng, cout, cin, k)
-
     inits = {
-        "w1": conv_w(16, 4, 3),
+        "w1": _conv_w(rng, 16, 4, 3),
         "b1": (rng.standard_normal(16) * 0.5).astype(np.float32),
         "dw": (rng.standard_normal((16, 1, 3, 3)) / 3).astype(np.float32),
-        "se1": conv_w(16, 16, 1),
-        "se2": conv_w(16, 16, 1),
-        "w2": conv_w(16, 16, 3) * 3,
+        "se1": _conv_w(rng, 16, 16, 1),
+        "se2": _conv_w(rng, 16, 16, 1),
+        "w2": _conv_w(rng, 16, 16, 3) * 3,
     }
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
@@ -241,15 +235,12 @@ def shuffle_cnn(seed: int = 0):
     the other goes through Conv → Relu; Concat → channel shuffle (Reshape [N,2,8,8,8] → Transpose
     → Reshape [N,16,8,8]) → Slice → Conv → Relu, twice."""
     rng = np.random.default_rng(seed)
-
-    def conv_w(cout, cin, k):
-        return _conv_w(rng, cout, cin, k, gain=np.sqrt(2))  # He init: Relu halves the variance
-
+    he = np.sqrt(2)  # He init: Relu halves the variance
     inits = {
-        "w0": conv_w(16, 8, 3),
-        "w1": conv_w(8, 8, 3),
-        "w2": conv_w(8, 8, 3),
-        "w3": conv_w(16, 16, 3),
+        "w0": _conv_w(rng, 16, 8, 3, he),
+        "w1": _conv_w(rng, 8, 8, 3, he),
+        "w2": _conv_w(rng, 8, 8, 3, he),
+        "w3": _conv_w(rng, 16, 16, 3, he),
         "g": np.array([0, 2, 8, 8, 8], np.int64),
         "f": np.array([0, 16, 8, 8], np.int64),
         "s0": np.array([0], np.int64),

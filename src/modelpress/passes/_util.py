@@ -46,9 +46,9 @@ def add_initializer(graph: ir.Graph | ir.Function, array: np.ndarray, name_hint:
     if isinstance(graph, ir.Function):
         node = ir.node("Constant", [], attributes={"value": ir.tensor(array, name=name_hint)})
         graph.insert_before(next(iter(graph)), node) if len(graph) else graph.append(node)
-        node.outputs[0].name = _unique(graph, name_hint)
+        node.outputs[0].name = unique_name(graph, name_hint)
         return node.outputs[0]
-    name = _unique(graph, name_hint)
+    name = unique_name(graph, name_hint)
     value = ir.Value(name=name, shape=ir.Shape(array.shape), type=ir.TensorType(ir.DataType.from_numpy(array.dtype)), const_value=ir.tensor(array, name=name))
     graph.register_initializer(value)
     return value
@@ -95,7 +95,8 @@ def _collect_names(graph: ir.Graph | ir.Function) -> set[str]:
     return taken
 
 
-def _unique(graph, hint: str) -> str:
+def unique_name(graph: ir.Graph | ir.Function, hint: str) -> str:
+    """``hint``, or ``hint_k``: a name no value or node of ``graph`` has (and now reserved)."""
     taken = taken_names(graph)
     name, i = hint, 1
     while name in taken:

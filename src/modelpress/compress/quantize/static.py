@@ -65,7 +65,7 @@ from modelpress.compress.quantize.qparams import (
     quantize,
     weight_qparams,
 )
-from modelpress.passes._util import bulk_names, reserve, taken_names
+from modelpress.passes._util import bulk_names, reserve, taken_names, unique_name
 
 # Ops with two activation inputs that ONNX Runtime runs in int8 (QLinearAdd, QLinearMul).
 BINARY_OPS = {"Add", "Mul"}
@@ -254,18 +254,24 @@ def _affines_as_convs(g: ir.Graph, eight_bit) -> dict[str, str]:
             n = v.shape[1]
             part = slice(start, start + n)
             if before is not None:
-                convs.append(_relu(v, _fresh(g, f"{before.name}_part{i}")))
+                convs.append(_relu(v, unique_name(g, f"{before.name}_part{i}")))
                 v = convs[-1].outputs[0]
             convs.append(
                 _channel_conv(
-                    g, v, a[part], None if b is None else b[part], _fresh(g, f"{mul.name}_part{i}")
+                    g,
+                    v,
+                    a[part],
+                    None if b is None else b[part],
+                    unique_name(g, f"{mul.name}_part{i}"),
                 )
             )
             if relu is not None:
-                convs.append(_relu(convs[-1].outputs[0], _fresh(g, f"{relu.name}_part{i}")))
+                convs.append(_relu(convs[-1].outputs[0], unique_name(g, f"{relu.name}_part{i}")))
             outs.append(convs[-1].outputs[0])
             start += n
-        cat = ir.node("Concat", outs, attributes={"axis": 1}, name=_fresh(g, f"{mul.name}_concat"))
+        cat = ir.node(
+            "Concat", outs, attributes={"axis": 1}, name=unique_name(g, f"{mul.name}_concat")
+        )
         end = relu if relu is not None else last
         g.insert_after(end, [*convs, cat])
         _reserve_nodes(g, [*convs, cat])
@@ -273,16 +279,6 @@ def _affines_as_convs(g: ir.Graph, eight_bit) -> dict[str, str]:
         _take_over(g, list(dict.fromkeys(chain)), cat.outputs[0])
         done.update({n.name: mul.name for n in convs if n.op_type == "Conv"})
     return done
-
-
-def _fresh(g: ir.Graph, hint: str) -> str:
-    """``hint``, or ``hint_k``: a node name nothing in ``g`` has (and now reserved)."""
-    taken, name, k = taken_names(g), hint, 0
-    while name in taken:
-        k += 1
-        name = f"{hint}_{k}"
-    reserve(g, name)
-    return name
 
 
 def _reserve_nodes(g: ir.Graph, nodes: list[ir.Node]) -> None:
