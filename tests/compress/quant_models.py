@@ -323,3 +323,58 @@ def dense_cnn(
     if shared:
         outs.append(helper.make_tensor_value_info("c0", TensorProto.FLOAT, ["N", half, 8, 8]))
     return _model(nodes, [x], outs, inits)
+
+
+def mbconv_cnn(seed: int = 0, *, hidden: int = 72, se: bool = False, stride: int = 1):
+    """An inverted-residual block (MobileNetV2/MnasNet; with ``se``, MobileNetV3's): x[N,24,8,8] →
+    Conv 1x1 (``hidden``, bias) → Relu → depthwise Conv 3x3 (bias) → Relu [→ squeeze-excite:
+    GlobalAveragePool → Conv → Relu → Conv → HardSigmoid → Mul] → Conv 1x1 (24) → Add(x) (stride 1)
+    → GlobalAveragePool → Flatten → Gemm(10)."""
+    rng = np.random.default_rng(seed)
+    h = hidden
+    inits = {
+        "w_exp": _conv_w(rng, h, 24, 1),
+        "b_exp": (rng.standard_normal(h) * 0.2).astype(np.float32),
+        "w_dw": (rng.standard_normal((h, 1, 3, 3)) / 3).astype(np.float32),
+        "b_dw": (rng.standard_normal(h) * 0.2).astype(np.float32),
+        "w_proj": _conv_w(rng, 24, h, 1),
+        "w_fc": (rng.standard_normal((24, 10)) / np.sqrt(24)).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w_exp", "b_exp"], ["e"], name="expand"),
+        helper.make_node("Relu", ["e"], ["e_r"], name="expand_relu"),
+        helper.make_node(
+            "Conv",
+            ["e_r", "w_dw", "b_dw"],
+            ["d"],
+            name="dw",
+            group=h,
+            pads=[1, 1, 1, 1],
+            strides=[stride, stride],
+        ),
+        helper.make_node("Relu", ["d"], ["d_r"], name="dw_relu"),
+    ]
+    last = "d_r"
+    if se:
+        inits["w_se1"] = _conv_w(rng, 8, h, 1)
+        inits["w_se2"] = _conv_w(rng, h, 8, 1)
+        nodes += [
+            helper.make_node("GlobalAveragePool", ["d_r"], ["s0"], name="se_pool"),
+            helper.make_node("Conv", ["s0", "w_se1"], ["s1"], name="se_reduce"),
+            helper.make_node("Relu", ["s1"], ["s2"], name="se_relu"),
+            helper.make_node("Conv", ["s2", "w_se2"], ["s3"], name="se_expand"),
+            helper.make_node("HardSigmoid", ["s3"], ["s4"], name="se_gate", alpha=1 / 6, beta=0.5),
+            helper.make_node("Mul", ["d_r", "s4"], ["se_out"], name="excite"),
+        ]
+        last = "se_out"
+    nodes.append(helper.make_node("Conv", [last, "w_proj"], ["p"], name="project"))
+    if stride == 1:
+        nodes.append(helper.make_node("Add", ["p", "x"], ["res"], name="residual"))
+    nodes += [
+        helper.make_node("GlobalAveragePool", ["res" if stride == 1 else "p"], ["g"], name="pool"),
+        helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "w_fc"], ["y"], name="fc"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 24, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])
+    return _model(nodes, [x], [y], inits, opset=17)

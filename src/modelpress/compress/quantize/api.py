@@ -21,6 +21,7 @@ from modelpress.compress.quantize import (
     calibration,
     dynamic,
     float16,
+    padding,
     sensitivity,
     static,
     weight_only,
@@ -110,6 +111,11 @@ def _static(model, cal, opt: Options, progress):
     # the activation format decides which ops join the chain (Relu folds, HardSigmoid/HardSwish)
     formats = {"asymmetric": not symmetric, "activations": opt.activation_dtype}
     notes = []
+    model, padded = padding.pad_depthwise(model)
+    if padded:
+        notes.append(
+            f"{padded} depthwise Conv(s) padded to a multiple of 16 channels (int8 kernel)"
+        )
     model, pools = static.pools_as_convs(model)
     # (with symmetric activations no Relu folds into the Convs: each piece would add a float Relu)
     model, affines = static.affines_as_convs(model) if not symmetric else (model, {})
