@@ -378,3 +378,36 @@ def mbconv_cnn(seed: int = 0, *, hidden: int = 72, se: bool = False, stride: int
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 24, 8, 8])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])
     return _model(nodes, [x], [y], inits, opset=17)
+
+
+def rgb_stem_cnn(seed: int = 0, *, filters: int = 16, pool: bool = False):
+    """x[N,3,16,16] → Conv 3x3 (``filters``, the stem) → Relu [→ MaxPool 2x2] → Conv 3x3 (32) →
+    Relu → GlobalAveragePool → Flatten → Gemm(10)."""
+    rng = np.random.default_rng(seed)
+    inits = {
+        "w_stem": _conv_w(rng, filters, 3, 3),
+        "w1": _conv_w(rng, 32, filters, 3),
+        "w_fc": (rng.standard_normal((32, 10)) / np.sqrt(32)).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w_stem"], ["s"], name="stem", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["s"], ["s_r"], name="stem_relu"),
+    ]
+    last = "s_r"
+    if pool:
+        nodes.append(
+            helper.make_node(
+                "MaxPool", ["s_r"], ["mp"], name="pool", kernel_shape=[2, 2], strides=[2, 2]
+            )
+        )
+        last = "mp"
+    nodes += [
+        helper.make_node("Conv", [last, "w1"], ["c"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["c_r"], name="relu1"),
+        helper.make_node("GlobalAveragePool", ["c_r"], ["g"], name="gap"),
+        helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "w_fc"], ["y"], name="fc"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])
+    return _model(nodes, [x], [y], inits, opset=17)

@@ -81,6 +81,29 @@ def test_short_reduction_stem_stays_float_and_chain_after_it_is_int8(tmp_path, c
     assert _error_vs_float(model, r.model, x) < 0.05
 
 
+@pytest.mark.parametrize(
+    ("filters", "pool", "stem_int8"),
+    [(16, False, False), (32, False, True), (16, True, True)],
+    ids=["thin", "wide", "maxpool-after"],
+)
+def test_thin_rgb_stem_stays_float(tmp_path, rng, filters, pool, stem_int8):
+    """An RGB stem with few filters runs faster as the float kernel (ONNX Runtime's int8 one takes
+    its generic path on 3 channels); not with more filters, nor with a MaxPool after it (that
+    would then run on 8-bit NCHW data)."""
+    from quant_models import rgb_stem_cnn
+
+    model = rgb_stem_cnn(filters=filters, pool=pool)
+    calib = [{"x": rng.standard_normal((8, 3, 16, 16)).astype(np.float32)} for _ in range(4)]
+    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    quantized = {layer.name for layer in r.layers if layer.quantized}
+    assert ("stem" in quantized) == stem_int8
+    assert {"conv1", "fc"} <= quantized
+    ops = [n.op_type for n in _ort_graph(r.model, tmp_path)]
+    assert ops.count("Conv") == (0 if stem_int8 else 1), ops  # the float stem (NCHWc)
+    x = rng.standard_normal((4, 3, 16, 16)).astype(np.float32)
+    assert _rms_error(model, r.model, x) < 0.05
+
+
 def test_swish_se_resize_slice_stay_in_the_int8_chain(tmp_path, rng):
     from quant_models import swish_se_cnn
 

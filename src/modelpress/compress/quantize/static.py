@@ -462,6 +462,28 @@ def _depthwise(node: ir.Node) -> bool:
     )
 
 
+def _thin_stem(node: ir.Node) -> bool:
+    """A Conv on the graph input with a channel count that is not a multiple of 4 (an image's 3)
+    and at most 16 filters: MobileNetV3's and many small CNNs' stem. ONNX Runtime's int8 kernel
+    then takes its generic path; with the input's quantization and transposition it cost more than
+    all it saved (MobileNetV3-Small at batch 1: 1.21x float32 with it in int8, 1.04x in float).
+    Not when a pooling or layout op reads it (a VGG's MaxPool): ONNX Runtime would run that on
+    8-bit NCHW data, slower still (1.7x float32 in total on a small VGG)."""
+    if node.op_type != "Conv" or node.inputs[0] is None or not node.inputs[0].is_graph_input():
+        return False
+    w = const_array(node.inputs[1])
+    if node.attributes.get_int("group", 1) != 1 or w.shape[1] % 4 == 0 or w.shape[0] > 16:
+        return False
+    readers, todo = [], [node.outputs[0]]
+    while todo:
+        for use in todo.pop().uses():
+            if use.node.op_type in ("Relu", "Clip"):
+                todo.append(use.node.outputs[0])
+            else:
+                readers.append(use.node)
+    return not any(_passthrough(r) for r in readers)
+
+
 def _one_pixel(node: ir.Node) -> bool:
     # A Conv on 1x1 maps (a squeeze-excite's) costs next to nothing in either kernel; in int8 it
     # keeps the excite path in the chain, where a float one would dequantize the feature map.
@@ -500,8 +522,8 @@ def select_layers(
     """The compute nodes to quantize.
 
     Weighted ops are quantized when their reduction is long enough for an int8 kernel to beat the
-    float one (a 3x3 conv on 1 input channel, reduction 9, runs slower in int8 on x86), and on
-    1x1 maps, where either kernel costs next to nothing and int8 keeps the chain. An op without
+    float one (a 3x3 conv on 1 input channel, reduction 9, runs slower in int8 on x86) and it is
+    not a thin RGB stem (``_thin_stem``), and on 1x1 maps, where either kernel costs next to nothing and int8 keeps the chain. An op without
     weights (Add, Mul, pools) only pays off inside an 8-bit chain: it is kept while at least one input
     comes from a quantized op and every consumer of its output is a quantized op, checked to a fixed
     point (removing one op can break the chain of another).
@@ -511,7 +533,7 @@ def select_layers(
         n.name
         for n in nodes
         if n.op_type not in WEIGHT_INPUT
-        or _reduction_size(n) >= min_reduction
+        or (_reduction_size(n) >= min_reduction and not _thin_stem(n))
         or _depthwise(n)
         or _one_pixel(n)
     }
