@@ -94,6 +94,35 @@ def test_channels_that_reach_other_ops_are_not_padded(tail):
     assert _groups(padded) == {"dw": 40}
 
 
+def test_conv_that_reads_and_writes_padded_channels(rng):
+    """dw(40) → Conv 1x1 40→40 → dw(40): the middle Conv gets zero rows and zero columns."""
+    w = rng.standard_normal
+    inits = {
+        "w1": (w((40, 8, 1, 1)) * 0.3).astype(np.float32),
+        "dw1": (w((40, 1, 3, 3)) / 3).astype(np.float32),
+        "mid": (w((40, 40, 1, 1)) * 0.2).astype(np.float32),
+        "dw2": (w((40, 1, 3, 3)) / 3).astype(np.float32),
+        "w2": (w((8, 40, 1, 1)) * 0.2).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], name="expand"),
+        helper.make_node("Conv", ["a", "dw1"], ["b"], name="dw1", group=40, pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["b", "mid"], ["c"], name="mid"),
+        helper.make_node("Relu", ["c"], ["d"], name="relu"),
+        helper.make_node("Conv", ["d", "dw2"], ["e"], name="dw2", group=40, pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["e", "w2"], ["y"], name="project"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 8, 8])
+    model = _model(nodes, [x], [y], inits)
+    padded, count = pad_depthwise(model)
+    assert count == 2 and _groups(padded) == {"dw1": 48, "dw2": 48}
+    mid = {n.name: n for n in padded.graph}["mid"]
+    assert mid.inputs[1].const_value.shape == (48, 48, 1, 1)
+    xs = rng.standard_normal((2, 8, 8, 8)).astype(np.float32)
+    np.testing.assert_allclose(_run(padded, xs), _run(model, xs), rtol=1e-5, atol=1e-6)
+
+
 def test_depthwise_on_the_graph_input_is_not_padded():
     rng = np.random.default_rng(0)
     inits = {"dw": (rng.standard_normal((40, 1, 3, 3)) / 3).astype(np.float32)}

@@ -122,8 +122,6 @@ class _Region:
 
     def _visit(self, node: ir.Node, v: ir.Value, *, writes: bool, idx: int = 0):
         """The region values ``node`` adds, or None if it cannot be padded."""
-        if node in self.writers or node in self.readers:
-            return []
         if not _default(node) or len(node.outputs) != 1:
             return None
         if _is_depthwise(node) and _weight(node).shape[0] == self.c:
