@@ -7,6 +7,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper
 from quant_models import small_cnn, thin_stem_cnn
 
 from modelpress.compress import quantize
@@ -102,6 +103,46 @@ def test_thin_rgb_stem_stays_float(tmp_path, rng, filters, pool, stem_int8):
     assert ops.count("Conv") == (0 if stem_int8 else 1), ops  # the float stem (NCHWc)
     x = rng.standard_normal((4, 3, 16, 16)).astype(np.float32)
     assert _rms_error(model, r.model, x) < 0.05
+
+
+def test_shape_of_a_quantized_output_reads_the_8bit_tensor(tmp_path, rng):
+    """A dynamo-exported GroupNorm reads its input's Shape. Read from the dequantized tensor, ONNX
+    Runtime would give the Shape its own DequantizeLinear of the whole feature map."""
+    from quant_models import _conv_w, _model
+
+    inits = {
+        "w1": _conv_w(rng, 8, 4, 3),
+        "w2": _conv_w(rng, 8, 8, 3),
+        "groups": np.array([0, 2, -1], np.int64),
+        "gamma": np.ones(2, np.float32),
+        "beta": np.zeros(2, np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Shape", ["c"], ["shp"], name="shape"),
+        helper.make_node("Reshape", ["c", "groups"], ["r"], name="to_groups"),
+        helper.make_node("InstanceNormalization", ["r", "gamma", "beta"], ["n"], name="norm"),
+        helper.make_node("Reshape", ["n", "shp"], ["m"], name="back"),
+        helper.make_node("Conv", ["m", "w2"], ["y"], name="conv2", pads=[1, 1, 1, 1]),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 8, 8])
+    model = _model(nodes, [x], [y], inits)
+    calib = [{"x": rng.standard_normal((8, 4, 8, 8)).astype(np.float32)} for _ in range(4)]
+    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    assert {layer.name for layer in r.layers if layer.quantized} == {"conv1", "conv2"}
+    shape = next(n for n in r.model.graph if n.op_type == "Shape")
+    assert shape.inputs[0].producer().op_type == "QuantizeLinear"
+    nodes = _ort_graph(r.model, tmp_path)
+    producers = {o: n.op_type for n in nodes for o in n.output}
+    (shape,) = [n for n in nodes if n.op_type == "Shape"]
+    assert producers[shape.input[0]] == "QLinearConv"
+    # two DequantizeLinear: conv1's output for the InstanceNormalization, conv2's into the graph
+    # output; none duplicated for the Shape
+    dqs = [n.name for n in nodes if n.op_type == "DequantizeLinear"]
+    assert len(dqs) == 2 and not any("duplicated" in n for n in dqs), dqs
+    xs = rng.standard_normal((4, 4, 8, 8)).astype(np.float32)
+    assert _rms_error(model, r.model, xs) < 0.05
 
 
 def test_swish_se_resize_slice_stay_in_the_int8_chain(tmp_path, rng):
