@@ -51,8 +51,10 @@ SIZE = 224
 STATIC = [
     "resnet18",
     "resnet50",
+    "resnext50_32x4d",
     "mobilenet_v2",
     "mobilenet_v3_large",
+    "mobilenet_v3_small",
     "efficientnet_b0",
     "googlenet",
     "densenet121",
