@@ -393,3 +393,15 @@ def test_measured_bias_correction_gives_a_gemm_without_bias_one(rng):
         q = quantize(model, mode="static", calibration=calib, bias_correction=bc, optimize=False)
         shift[bc] = np.abs((_run(q.model, {"x": x}, optimize="all") - yf).mean(axis=0)).max()
     assert shift[True] < shift[False] / 5
+
+
+def test_dynamic_mode_says_when_a_model_has_nothing_for_it(cnn_calib):
+    # a CNN with a Gemm head: dynamic quantizes the Gemm, nothing to say
+    r = quantize(small_cnn(), mode="dynamic", calibration=cnn_calib, optimize=False)
+    assert any(layer.quantized for layer in r.layers)
+    assert not any("nothing to quantize" in n for n in r.notes)
+    # Convs only: nothing for dynamic mode, and the note points at static
+    conv = quantize(single_conv(), mode="dynamic", optimize=False)
+    assert not any(layer.quantized for layer in conv.layers)
+    (note,) = [n for n in conv.notes if "nothing to quantize" in n]
+    assert "--mode static" in note

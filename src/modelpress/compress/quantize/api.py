@@ -197,6 +197,15 @@ def _static(model, cal, opt: Options, progress):
     return build, full.layers, notes, None
 
 
+# What each mode quantizes, said when a model has none of it.
+NOTHING_TO_QUANTIZE = {
+    "static": "it quantizes Conv, Gemm and MatMul with constant weights, and the ops between them",
+    "dynamic": "it quantizes MatMul and Gemm with constant weights (transformers); "
+    "for Conv layers use --mode static",
+    "weight-only": "it quantizes the constant weights of MatMul, Gemm and Conv",
+}
+
+
 def _attention_like(model: ir.Model) -> bool:
     return any(n.op_type in ("Softmax", "LayerNormalization") for n in model.graph)
 
@@ -209,9 +218,10 @@ def _dynamic(model, cal, opt: Options, progress):
         smoothing, n_inputs = smoothing_mod.calibrate(
             model, nodes, cal, per_channel=opt.per_channel, progress=progress
         )
-        notes.append(
-            f"activation outliers moved into weights (smoothing) for {len(smoothing)} of {n_inputs} input(s)"
-        )
+        if n_inputs:
+            notes.append(
+                f"activation outliers moved into weights (smoothing) for {len(smoothing)} of {n_inputs} input(s)"
+            )
 
     def build(exclude):
         q, done = dynamic.apply(
@@ -385,6 +395,8 @@ def quantize(
         smooth,
     )
     build, candidates, notes, ranker = MODES[mode](work, cal, opt, progress)
+    if not candidates and mode in NOTHING_TO_QUANTIZE:
+        notes.append(f"nothing to quantize in {mode} mode: {NOTHING_TO_QUANTIZE[mode]}")
     # names of the optimized model, or of the layer report (a mode may have rewritten a node)
     unknown = sorted(set(exclude or ()) - {n.name for n in work.graph} - set(candidates))
     if unknown:
