@@ -49,9 +49,11 @@ def test_padded_depthwise_computes_the_same(rng, kwargs):
 
 
 def test_aligned_or_too_small_depthwise_is_left_alone():
-    for hidden in (64, 24):  # aligned already; 24 → 32 would add a third to the Convs around it
+    for hidden in (64, 4):  # aligned already; 4 → 16 would make the Convs around it 4x bigger
         _, count = pad_depthwise(mbconv_cnn(hidden=hidden))
         assert count == 0
+    padded, count = pad_depthwise(mbconv_cnn(hidden=24))  # 24 → 32: still worth it
+    assert count == 1 and _groups(padded) == {"dw": 32}
 
 
 def _dw_graph(tail: str):
