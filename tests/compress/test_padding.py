@@ -134,6 +134,95 @@ def test_depthwise_on_the_graph_input_is_not_padded():
     assert pad_depthwise(_model(nodes, [x], [y], inits))[1] == 0
 
 
+@pytest.mark.parametrize("conv", ["expand", "dw"])
+def test_conv_whose_bias_is_not_a_constant_is_not_padded(rng, conv):
+    """A bias that is also a graph input (overridable at run time) cannot be padded ahead."""
+    inits = {
+        "w1": (rng.standard_normal((40, 8, 1, 1)) * 0.3).astype(np.float32),
+        "dw": (rng.standard_normal((40, 1, 3, 3)) / 3).astype(np.float32),
+        "w2": (rng.standard_normal((8, 40, 1, 1)) * 0.2).astype(np.float32),
+        "b": (rng.standard_normal(40) * 0.1).astype(np.float32),
+    }
+    bias = {"expand": ["b"] if conv == "expand" else [], "dw": ["b"] if conv == "dw" else []}
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", *bias["expand"]], ["a"], name="expand"),
+        helper.make_node("Relu", ["a"], ["r"], name="relu"),
+        helper.make_node(
+            "Conv", ["r", "dw", *bias["dw"]], ["c"], name="dw", group=40, pads=[1, 1, 1, 1]
+        ),
+        helper.make_node("Conv", ["c", "w2"], ["y"], name="project"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 8, 8])
+    b = helper.make_tensor_value_info("b", TensorProto.FLOAT, [40])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 8, 8])
+    model = _model(nodes, [x, b], [y], inits)
+    assert pad_depthwise(model)[1] == 0
+    calib = [{"x": rng.standard_normal((4, 8, 8, 8)).astype(np.float32)} for _ in range(2)]
+    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    assert not any("padded" in note for note in r.notes)
+
+
+def test_padded_channels_keep_every_scale(rng, monkeypatch):
+    """The copies hold values of a real channel: no tensor's int8 range moves. Zeros would have
+    (Sigmoid(0) = 0.5, far above a Mul by ~0.005 of the real channels)."""
+    inits = {
+        "w1": (rng.standard_normal((40, 8, 1, 1)) * 0.3).astype(np.float32),
+        "dw1": (rng.standard_normal((40, 1, 3, 3)) * 0.4).astype(np.float32),
+        "k": rng.uniform(0.002, 0.01, (40, 1, 1)).astype(np.float32),
+        "dw2": (rng.standard_normal((40, 1, 3, 3)) * 0.4).astype(np.float32),
+        "w2": rng.standard_normal((8, 40, 1, 1)).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], name="expand"),
+        helper.make_node("Relu", ["a"], ["b"], name="relu"),
+        helper.make_node("Conv", ["b", "dw1"], ["c"], name="dw1", group=40, pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c"], ["s"], name="sigmoid"),
+        helper.make_node("Mul", ["s", "k"], ["m"], name="scale"),
+        helper.make_node("Conv", ["m", "dw2"], ["e"], name="dw2", group=40, pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["e", "w2"], ["y"], name="project"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 8, 8])
+    model = _model(nodes, [x], [y], inits)
+    calib = [{"x": rng.standard_normal((8, 8, 8, 8)).astype(np.float32)} for _ in range(4)]
+
+    def scales(m):
+        return {
+            k: float(v.const_value.numpy())
+            for k, v in m.graph.initializers.items()
+            if k.endswith("_scale") and v.const_value.numpy().size == 1
+        }
+
+    padded = quantize(model, mode="static", calibration=calib, optimize=False)
+    assert any("2 depthwise" in note for note in padded.notes), padded.notes
+    from modelpress.compress.quantize import padding
+
+    monkeypatch.setattr(padding, "pad_depthwise", lambda m: (m, 0))
+    plain = quantize(model, mode="static", calibration=calib, optimize=False)
+    assert scales(padded.model) == pytest.approx(scales(plain.model), rel=1e-6)
+    xs = rng.standard_normal((16, 8, 8, 8)).astype(np.float32)
+    assert _rms_error(model, padded.model, xs) == pytest.approx(
+        _rms_error(model, plain.model, xs), rel=0.01
+    )
+
+
+def test_conv1d_depthwise_is_not_padded(rng):
+    """Only 2-D convolutions: a [C,1,1] constant would broadcast on another axis of a 3-D tensor."""
+    inits = {
+        "w1": (rng.standard_normal((40, 8, 1)) * 0.3).astype(np.float32),
+        "dw": (rng.standard_normal((40, 1, 3)) / 3).astype(np.float32),
+        "w2": (rng.standard_normal((8, 40, 1)) * 0.2).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], name="expand"),
+        helper.make_node("Conv", ["a", "dw"], ["c"], name="dw", group=40, pads=[1, 1]),
+        helper.make_node("Conv", ["c", "w2"], ["y"], name="project"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 16])
+    assert pad_depthwise(_model(nodes, [x], [y], inits))[1] == 0
+
+
 def _qlinear_conv_groups(nodes: list[onnx.NodeProto]) -> list[int]:
     return [
         a.i

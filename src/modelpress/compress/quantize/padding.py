@@ -7,14 +7,15 @@ Mobile CNNs are full of such counts (MnasNet's 72 and 120, MobileNetV3's 72, 120
 ShuffleNet's 58, 116 and 232), and their depthwise Convs are a large share of the int8 run time.
 
 ``pad_depthwise`` gives such a Conv ``C' = ⌈C/16⌉·16`` channels, and with it every tensor that
-carries the same channels: the Conv that writes them gets ``C' - C`` more output channels (zero
-weights, zero bias), ops on the way apply per channel (Relu, Sigmoid, squeeze-excite's pool and
-Mul, ...; a per-channel constant is padded with a neutral value), and the Convs that read them get
-zero weights for the new input channels. The extra channels carry finite values that no output
-depends on: exact, in float as in int8.
+carries the same channels. Each new channel is a copy of the last real one: the Convs that write
+the channels and the depthwise Convs repeat their last filter and bias, per-channel ops on the way
+(Relu, Sigmoid, squeeze-excite's pool and Mul, ...) their last constant, and the Convs that read
+the channels get zero weights for the copies. The outputs are exact in float; in int8 every
+tensor keeps its range (a copy adds no new value), so its scale does not move either.
 
-Padded only where every reader and writer of those channels is one of these ops: a region that
-reaches a Concat, a Reshape, a graph input or output is left alone.
+Padded only where every reader and writer of those channels is one of these ops, on 2-D
+convolutions: a region that reaches a Concat, a Reshape, a graph input or output, or a Conv whose
+bias is not a constant, is left alone.
 """
 
 from __future__ import annotations
@@ -37,14 +38,13 @@ ALIGN = 16  # channel multiple of ONNX Runtime's x86 int8 depthwise kernel
 # 0.70. The generic kernel costs more than the Convs around it gain in work.
 MAX_GROWTH = 1.0
 
-# Ops applied per element: padded channels hold finite values through them (no Log, no division).
+# Ops applied per element (extra inputs, such as Clip's bounds, one value each).
 ELEMENTWISE = {
     "Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu", "Selu",
     "Softplus", "Mish", "Gelu", "Identity",
 }  # fmt: skip
 BINARY = {"Add", "Sub", "Mul"}
 POOLS = {"GlobalAveragePool", "GlobalMaxPool", "MaxPool", "AveragePool"}
-NEUTRAL = {"Add": 0.0, "Sub": 0.0, "Mul": 1.0}
 
 
 def _default(node: ir.Node) -> bool:
@@ -56,8 +56,19 @@ def _group(node: ir.Node) -> int:
 
 
 def _weight(node: ir.Node) -> np.ndarray | None:
+    """A 2-D Conv's constant float weight, if its bias (when it has one) is a constant too."""
     w = const_array(node.inputs[1]) if len(node.inputs) > 1 else None
-    return w if w is not None and w.dtype == np.float32 and w.ndim >= 3 else None
+    if w is None or w.dtype != np.float32 or w.ndim != 4:
+        return None
+    if _bias(node) is None and len(node.inputs) > 2 and node.inputs[2] is not None:
+        return None
+    return w
+
+
+def _bias(node: ir.Node) -> np.ndarray | None:
+    return (
+        const_array(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] is not None else None
+    )
 
 
 def _is_depthwise(node: ir.Node) -> bool:
@@ -167,10 +178,11 @@ def _padded(c: int) -> int:
     return -(-c // ALIGN) * ALIGN
 
 
-def _pad_axis(a: np.ndarray, axis: int, extra: int, value: float = 0.0) -> np.ndarray:
+def _pad_axis(a: np.ndarray, axis: int, extra: int, *, copies: bool) -> np.ndarray:
+    """``a`` with ``extra`` more entries along ``axis``: copies of the last one, or zeros."""
     widths = [(0, 0)] * a.ndim
     widths[axis] = (0, extra)
-    return np.pad(a, widths, constant_values=value)
+    return np.pad(a, widths, mode="edge") if copies else np.pad(a, widths)
 
 
 def pad_depthwise(model: ir.Model) -> tuple[ir.Model, int]:
@@ -202,28 +214,20 @@ def pad_depthwise(model: ir.Model) -> tuple[ir.Model, int]:
 def _pad(g: ir.Graph, r: _Region) -> None:
     c2 = _padded(r.c)
     extra = c2 - r.c
-    for node in r.writers:
-        _set_const(g, node, 1, _pad_axis(_weight(node), 0, extra))
-        b = (
-            const_array(node.inputs[2])
-            if len(node.inputs) > 2 and node.inputs[2] is not None
-            else None
-        )
-        if b is not None:
-            _set_const(g, node, 2, _pad_axis(b, 0, extra))
-    for node in r.readers:
-        _set_const(g, node, 1, _pad_axis(_weight(node), 1, extra))
-    for node in r.inner:
-        if _is_depthwise(node):
-            _set_const(g, node, 1, _pad_axis(_weight(node), 0, extra))
-            if len(node.inputs) > 2 and node.inputs[2] is not None:
-                _set_const(g, node, 2, _pad_axis(const_array(node.inputs[2]), 0, extra))
+    for node in r.writers | {n for n in r.inner if _is_depthwise(n)}:
+        _set_const(g, node, 1, _pad_axis(_weight(node), 0, extra, copies=True))
+        if _bias(node) is not None:
+            _set_const(g, node, 2, _pad_axis(_bias(node), 0, extra, copies=True))
+        if node in r.inner:
             node.attributes["group"] = ir.AttrInt64("group", c2)
-        elif node.op_type in BINARY:
+    for node in r.readers:
+        _set_const(g, node, 1, _pad_axis(_weight(node), 1, extra, copies=False))
+    for node in r.inner:
+        if node.op_type in BINARY:
             for i, u in enumerate(node.inputs):
                 a = const_array(u)
                 if a is not None and a.size > 1:
-                    _set_const(g, node, i, _pad_axis(a, a.ndim - 3, extra, NEUTRAL[node.op_type]))
+                    _set_const(g, node, i, _pad_axis(a, a.ndim - 3, extra, copies=True))
     for v in r.values:
         if v.shape is not None:
             dims = list(v.shape)

@@ -19,9 +19,9 @@ These rewrites keep the chain in 8 bits, and fast:
   Concat read only through such ops by quantized ops is quantized itself (a channel shuffle);
 - a per-channel affine the optimizer could not fold (DenseNet's BatchNorm after a Concat) becomes
   depthwise 1x1 Convs, one per Concat input (``affines_as_convs``);
-- a depthwise Conv whose channel count is not a multiple of 16 gets zero channels up to one, and so
-  do the Convs around it (``padding.pad_depthwise``): ONNX Runtime's fast int8 depthwise kernel
-  needs it, and runs about twice as fast as its fallback.
+- a depthwise Conv whose channel count is not a multiple of 16 gets channels up to one (copies of
+  a real one that no output reads), and so do the ops around it (``padding.pad_depthwise``): ONNX
+  Runtime's fast int8 depthwise kernel needs it, and runs about twice as fast as its fallback.
 Graph outputs stay float: the last quantized op dequantizes into them (a Conv through its own Q/DQ:
 ONNX Runtime has no int8 Conv with a float output); so does an output read by a
 layer that is kept in float on purpose (``exclude``), and the output of a MatMul/Gemm that no
