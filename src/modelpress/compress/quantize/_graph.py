@@ -80,7 +80,11 @@ def plain_linear(node: ir.Node) -> bool:
     """
     if node.op_type == "Gemm":
         a = node.attributes
-        if a.get_int("transA", 0) or a.get_float("alpha", 1.0) != 1.0 or a.get_float("beta", 1.0) != 1.0:
+        if (
+            a.get_int("transA", 0)
+            or a.get_float("alpha", 1.0) != 1.0
+            or a.get_float("beta", 1.0) != 1.0
+        ):
             return False
     if node.op_type in ("Gemm", "Conv") and len(node.inputs) > 2 and node.inputs[2] is not None:
         bias = const_array(node.inputs[2])
@@ -109,6 +113,16 @@ def input_channel_axis(node: ir.Node) -> int:
 
 def constant(graph: ir.Graph, array: np.ndarray, hint: str) -> ir.Value:
     return add_initializer(graph, np.asarray(array), hint)
+
+
+def is_channel_constant(arr: np.ndarray | None, c: int) -> bool:
+    """A float32 constant of ``c`` values along NCHW's channel axis: ``[c,1,1]`` or ``[1,c,1,1]``."""
+    return (
+        arr is not None
+        and arr.dtype == np.float32
+        and arr.size == c
+        and arr.shape in ((c, 1, 1), (1, c, 1, 1))
+    )
 
 
 def scalar_or_vector(arr: np.ndarray) -> np.ndarray:

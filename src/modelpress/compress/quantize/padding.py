@@ -27,6 +27,7 @@ from modelpress.compress.quantize._graph import (
     const_array,
     constant,
     copy_model,
+    is_channel_constant,
     remove_unused_initializers,
 )
 from modelpress.passes._util import bulk_names
@@ -87,17 +88,6 @@ def _plain_conv(node: ir.Node) -> bool:
     )
 
 
-def _channel_const(v: ir.Value, c: int) -> np.ndarray | None:
-    """``v``'s value if it is a float constant that broadcasts over NCHW activations either as one
-    value or per channel (``[C,1,1]``, ``[1,C,1,1]``); None otherwise."""
-    a = const_array(v)
-    if a is None or a.dtype != np.float32 or a.ndim > 4:
-        return None
-    if a.size == 1 or (a.ndim >= 3 and a.shape[a.ndim - 3] == c and a.size == c):
-        return a
-    return None
-
-
 class _Region:
     """The tensors that carry a depthwise Conv's channels, and the nodes around them."""
 
@@ -123,18 +113,18 @@ class _Region:
             node = v.producer()
             if node is None:
                 return False
-            more = self._visit(node, v, writes=True)
+            more = self._visit(node, writes=True)
             if more is None:
                 return False
             todo += more
             for use in v.uses():
-                more = self._visit(use.node, v, writes=False, idx=use.idx)
+                more = self._visit(use.node, writes=False, idx=use.idx)
                 if more is None:
                     return False
                 todo += more
         return True
 
-    def _visit(self, node: ir.Node, v: ir.Value, *, writes: bool, idx: int = 0):
+    def _visit(self, node: ir.Node, *, writes: bool, idx: int = 0):
         """The region values ``node`` adds, or None if it cannot be padded."""
         if not _default(node) or len(node.outputs) != 1:
             return None
@@ -161,11 +151,13 @@ class _Region:
         if node.op_type in BINARY and len(node.inputs) == 2:
             acts = []
             for u in node.inputs:
-                if const_array(u) is not None:
-                    if _channel_const(u, self.c) is None:
-                        return None
-                else:
+                a = const_array(u)
+                if a is None:
                     acts.append(u)  # checked as a region value
+                elif not (
+                    a.dtype == np.float32 and (a.size == 1 or is_channel_constant(a, self.c))
+                ):
+                    return None
             self.inner.add(node)
             return [*acts, node.outputs[0]]
         return None
@@ -191,22 +183,18 @@ def pad_depthwise(model: ir.Model) -> tuple[ir.Model, int]:
     m = copy_model(model)
     g = m.graph
     count = 0
-    done: set[ir.Node] = set()
+    refused: set[ir.Node] = set()  # depthwise Convs of a region that cannot be padded
     with bulk_names(g):
         for node in list(g):
-            if node in done or not _is_depthwise(node):
+            # (a padded one is aligned now)
+            if node in refused or not _is_depthwise(node) or _weight(node).shape[0] % ALIGN == 0:
                 continue
-            c = _weight(node).shape[0]
-            if c % ALIGN == 0:
-                continue
-            region = _Region(c)
+            region = _Region(_weight(node).shape[0])
             if not region.grow(node.inputs[0]) or region.growth() > MAX_GROWTH:
-                done |= region.inner
+                refused |= region.inner
                 continue
             _pad(g, region)
-            padded = {n for n in region.inner if _is_depthwise(n)}
-            done |= padded
-            count += len(padded)
+            count += sum(_is_depthwise(n) for n in region.inner)
         remove_unused_initializers(g)
     return m, count
 

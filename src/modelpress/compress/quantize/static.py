@@ -52,6 +52,7 @@ from modelpress.compress.quantize._graph import (
     const_array,
     constant,
     copy_model,
+    is_channel_constant,
     is_float,
     output_channel_axis,
     plain_linear,
@@ -302,26 +303,16 @@ def _affine(mul: ir.Node) -> tuple[ir.Value, np.ndarray, np.ndarray | None, ir.N
         x, a = mul.inputs[1], const_array(mul.inputs[0])
     shape = x.shape if x is not None else None
     c = shape[1] if shape is not None and len(shape) == 4 else None
-    if not isinstance(c, int) or not _activation(x) or not _per_channel(a, c):
+    if not isinstance(c, int) or not _activation(x) or not is_channel_constant(a, c):
         return None
     out, b, last = mul.outputs[0], None, mul
     uses = list(out.uses())
     if len(uses) == 1 and not out.is_graph_output() and uses[0].node.op_type == "Add":
         add = uses[0].node
         shift = const_array(add.inputs[1 - uses[0].idx])
-        if _per_channel(shift, c):
+        if is_channel_constant(shift, c):
             b, last = shift.reshape(c), add
     return x, a.reshape(c), b, last
-
-
-def _per_channel(arr: np.ndarray | None, c: int) -> bool:
-    """A float32 constant of ``c`` values along NCHW's channel axis: ``[c,1,1]`` or ``[1,c,1,1]``."""
-    return (
-        arr is not None
-        and arr.dtype == np.float32
-        and arr.size == c
-        and arr.shape in ((c, 1, 1), (1, c, 1, 1))
-    )
 
 
 def _only_reader(v: ir.Value, node: ir.Node | None = None) -> bool:
