@@ -104,6 +104,7 @@ def test_bias_correction_reduces_output_mean_shift(rng):
             calibration=calib,
             per_channel=False,
             bias_correction=bc,
+            gptq=False,  # rounded to nearest: GPTQ already removes most of this shift
             optimize=False,
         ).model
         shift[bc] = np.abs((_run(q, {"x": x}) - yf)[:, :, 1:-1, 1:-1].mean(axis=(0, 2, 3))).mean()

@@ -68,6 +68,11 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--no-bias-correction", action="store_true", help="static: skip bias correction")
     p.add_argument(
+        "--no-gptq",
+        action="store_true",
+        help="static int8 and weight-only int4: round weights to nearest instead of by GPTQ",
+    )
+    p.add_argument(
         "--no-smooth",
         action="store_true",
         help="dynamic, and static on transformers: do not move activation outliers into the weights",
@@ -167,6 +172,7 @@ def run(args) -> int:
             activation_dtype=args.activation_type,
             bias_correction=not args.no_bias_correction,
             smooth=not args.no_smooth,
+            gptq=not args.no_gptq,
             exclude=args.exclude,
             max_accuracy_drop=args.max_accuracy_drop,
             labels_key=args.labels_key,

@@ -26,6 +26,7 @@ from modelpress.compress.quantize import (
     static,
     weight_only,
 )
+from modelpress.compress.quantize import gptq as gptq_mod
 from modelpress.compress.quantize import smoothing as smoothing_mod
 from modelpress.compress.quantize._graph import remove_unused_initializers
 from modelpress.compress.quantize.calibration import CalibrationSet, ImagePreprocess, Progress
@@ -48,6 +49,7 @@ class Options:
     symmetric_activations: bool = False
     bias_correction: bool = True
     smooth: bool = True
+    gptq: bool = True
 
 
 @dataclass
@@ -147,10 +149,24 @@ def _static(model, cal, opt: Options, progress):
             cm = bias_correction.ChannelMean(bias_correction.input_mean_axis(node))
             means[node.name] = cm
             observers.setdefault(node.inputs[0].name, []).append(cm)
+    hessians = {}
+    if opt.gptq:
+        for node in weighted:
+            h = gptq_mod.observer(node)
+            if h is not None:
+                hessians[node.name] = h
+                observers.setdefault(node.inputs[0].name, []).append(h)
     calibration.collect(model, cal, observers, progress=progress)
     qparams = {t: obs[0].qparams() for t, obs in observers.items() if t in set(observed)}
+    rounded = gptq_mod.round_layers(
+        weighted, hessians, per_channel=opt.per_channel, progress=progress
+    )
+    if hessians:
+        notes.append(
+            f"GPTQ: {len(rounded)} of {len(weighted)} int8 weight(s) rounded on the calibration data"
+        )
     deltas = (
-        bias_correction.shifts(weighted, means, per_channel=opt.per_channel)
+        bias_correction.shifts(weighted, means, per_channel=opt.per_channel, rounded=rounded)
         if opt.bias_correction
         else None
     )
@@ -174,12 +190,13 @@ def _static(model, cal, opt: Options, progress):
         exclude = exclude | {conv for conv, mul in affines.items() if mul in exclude}
         p = static.plan(model, exclude=exclude, **formats)
         corr = dict(deltas or {})
-        q = static.apply(model, p, qparams, per_channel=opt.per_channel, bias_deltas=corr)
+        kw = {"per_channel": opt.per_channel, "rounded": rounded}
+        q = static.apply(model, p, qparams, bias_deltas=corr, **kw)
         layers = [by[n] for n in p.layers if n in by and by[n] in measured]
         if float_means and layers:
             for k, d in bias_correction.measured_shifts(float_means, q, layers, bc_batches).items():
                 corr[k] = corr.get(k, 0.0) + d
-            q = static.apply(model, p, qparams, per_channel=opt.per_channel, bias_deltas=corr)
+            q = static.apply(model, p, qparams, bias_deltas=corr, **kw)
         static.convs_as_pools(q.graph, pools - set(p.layers))
         static.convs_as_affines(q.graph, set(affines) - set(p.layers))
         dynamic.tables(q.graph, exclude)  # embeddings as int8 rows: most of a transformer's file
@@ -237,7 +254,7 @@ def _weight_only(model, cal, opt: Options, progress):
         model = weight_only.gemms_as_matmuls(model)
     nodes = weight_only.layers(model)
     gptq, notes = {}, []
-    if opt.bits == 4:  # error-compensating rounding, on generated inputs when cal is None
+    if opt.bits == 4 and opt.gptq:  # error-compensating rounding, on generated inputs if no cal
         gptq, notes = weight_only.gptq_quantize(
             model, cal, block_size=opt.block_size, progress=progress
         )
@@ -335,6 +352,7 @@ def quantize(
     symmetric_activations: bool = False,
     bias_correction: bool = True,
     smooth: bool = True,
+    gptq: bool = True,
     exclude: list[str] | None = None,
     max_accuracy_drop: float | None = None,
     metric: Metric | None = None,
@@ -354,6 +372,8 @@ def quantize(
     accuracy budget. ``max_accuracy_drop`` with ``metric`` (a function of a runner
     ``feeds → outputs`` returning a score, higher is better) or ``labels_key`` (labels in the
     calibration data; top-1 accuracy) keeps the most sensitive layers in float until the drop holds.
+    ``gptq``: weights rounded by GPTQ on the calibration data (static int8, weight-only int4)
+    instead of to nearest.
     """
     from modelpress.compress.quantize._graph import copy_model, with_types
     from modelpress.ir import model_bytes
@@ -393,6 +413,7 @@ def quantize(
         symmetric_activations,
         bias_correction,
         smooth,
+        gptq,
     )
     build, candidates, notes, ranker = MODES[mode](work, cal, opt, progress)
     if not candidates and mode in NOTHING_TO_QUANTIZE:

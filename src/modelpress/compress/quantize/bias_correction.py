@@ -26,6 +26,8 @@ from modelpress.compress.quantize._graph import (
 from modelpress.compress.quantize.qparams import (
     PerChannel,
     PerTensor,
+    QParams,
+    dequantize,
     fake_quantize,
     weight_qparams,
 )
@@ -77,17 +79,26 @@ def output_shift(node: ir.Node, w: np.ndarray, w_hat: np.ndarray, mean_x: np.nda
 
 
 def shifts(
-    nodes: list[ir.Node], means: dict[str, ChannelMean], *, per_channel: bool, dtype: str = "int8"
+    nodes: list[ir.Node],
+    means: dict[str, ChannelMean],
+    *,
+    per_channel: bool,
+    dtype: str = "int8",
+    rounded: dict[str, tuple[np.ndarray, QParams]] | None = None,
 ) -> dict[str, np.ndarray]:
-    """The correction (to subtract from the bias) of every node whose input mean was measured."""
+    """The correction (to subtract from the bias) of every node whose input mean was measured;
+    ``rounded``: the codes chosen ahead for some nodes (GPTQ), the others round to nearest."""
     out = {}
     for node in nodes:
         cm = means.get(node.name)
         if cm is None or cm.sum is None:
             continue
         w = const_array(node.inputs[WEIGHT_INPUT[node.op_type]])
-        gran = PerChannel(output_channel_axis(node)) if per_channel else PerTensor()
-        w_hat = fake_quantize(w, weight_qparams(w, gran, dtype=dtype, symmetric=True))
+        if rounded and node.name in rounded:
+            w_hat = dequantize(*rounded[node.name])
+        else:
+            gran = PerChannel(output_channel_axis(node)) if per_channel else PerTensor()
+            w_hat = fake_quantize(w, weight_qparams(w, gran, dtype=dtype, symmetric=True))
         out[node.name] = output_shift(node, w, w_hat, cm.mean)
     return out
 

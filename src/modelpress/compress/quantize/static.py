@@ -786,17 +786,22 @@ def quantize_weight_input(
     dtype: str = "int8",
     input_scale: float | None = None,
     bias_delta: np.ndarray | None = None,
+    rounded: tuple[np.ndarray, QParams] | None = None,
 ) -> tuple[QParams, np.ndarray]:
     """Replace the node's weight (and, given the input scale, its bias) by DQ of integer constants.
 
     Returns the weight's qparams and the dequantized weight. ``bias_delta`` is subtracted from the
-    bias first (bias correction).
+    bias first (bias correction). ``rounded``: the weight's codes and QParams, chosen ahead (GPTQ);
+    otherwise it is rounded to nearest.
     """
     idx = WEIGHT_INPUT[node.op_type]
     w = const_array(node.inputs[idx])
-    gran = PerChannel(output_channel_axis(node)) if per_channel else PerTensor()
-    wqp = weight_qparams(w, gran, dtype=dtype, symmetric=True)
-    wq = quantize(w, wqp)
+    if rounded is not None:
+        wq, wqp = rounded
+    else:
+        gran = PerChannel(output_channel_axis(node)) if per_channel else PerTensor()
+        wqp = weight_qparams(w, gran, dtype=dtype, symmetric=True)
+        wq = quantize(w, wqp)
     base = node.inputs[idx].name or f"{node.name}_W"
     node.replace_input_with(idx, _dq_constant(graph, wq, wqp, base))
     has_bias = (
@@ -902,15 +907,17 @@ def apply(
     per_channel: bool = True,
     weight_dtype: str = "int8",
     bias_deltas: dict[str, np.ndarray] | None = None,
+    rounded: dict[str, tuple[np.ndarray, QParams]] | None = None,
 ) -> ir.Model:
-    """A quantized copy of ``model``: ``qparams`` maps each observed (float) tensor to its QParams."""
+    """A quantized copy of ``model``: ``qparams`` maps each observed (float) tensor to its QParams;
+    ``rounded`` gives the weight codes of some layers (by node name, ``gptq.round_layers``)."""
     m = copy_model(model)
     with bulk_names(m.graph):
-        _apply(m, p, qparams, per_channel, weight_dtype, bias_deltas)
+        _apply(m, p, qparams, per_channel, weight_dtype, bias_deltas, rounded or {})
     return m
 
 
-def _apply(m, p, qparams, per_channel, weight_dtype, bias_deltas) -> None:
+def _apply(m, p, qparams, per_channel, weight_dtype, bias_deltas, rounded) -> None:
     g = m.graph
     by_name = {n.name: n for n in g}
     by_tensor = {
@@ -947,6 +954,7 @@ def _apply(m, p, qparams, per_channel, weight_dtype, bias_deltas) -> None:
             dtype=weight_dtype,
             input_scale=scale,
             bias_delta=(bias_deltas or {}).get(node_name),
+            rounded=rounded.get(node_name),
         )
     remove_unused_initializers(g)
     g.sort()

@@ -151,7 +151,7 @@ def gptq_quantize(
     finite or not positive definite), and every layer when generated inputs cannot run the model.
     """
     from modelpress.compress.quantize.calibration import collect
-    from modelpress.compress.quantize.gptq import HessianObserver, gptq
+    from modelpress.compress.quantize.gptq import HessianObserver, gptq, output_error
     from modelpress.errors import InputError
 
     nodes = gptq_layers(model, block_size=block_size)
@@ -185,7 +185,7 @@ def gptq_quantize(
         # GPTQ is greedy: with extreme channel scales its compensation can widen block ranges
         # until it loses to plain rounding, so the layer keeps whichever has less output error.
         rtn = round_to_nearest(wk, 1, 0, bits=4, block_size=block_size)
-        if _output_error(wk, codes, qp, h) >= _output_error(wk, *rtn, h):
+        if output_error(wk, dequantize(codes, qp), h) >= output_error(wk, dequantize(*rtn), h):
             continue
         if transposed:
             codes = codes.T
@@ -196,12 +196,6 @@ def gptq_quantize(
     return out, [
         f"GPTQ: {len(out)} of {len(nodes)} 4-bit MatMul/Gemm weight(s) rounded on {source}"
     ]
-
-
-def _output_error(w: np.ndarray, codes: np.ndarray, qp: QParams, h: np.ndarray) -> float:
-    """``‖X(W − Ŵ)‖² / rows = tr((W − Ŵ)ᵀ H (W − Ŵ))`` for ``W [K, N]`` and ``H = XᵀX / rows``."""
-    d = (dequantize(codes, qp) - w).astype(np.float64)
-    return float(np.sum((h @ d) * d))
 
 
 def local_errors(

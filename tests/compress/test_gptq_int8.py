@@ -1,0 +1,175 @@
+"""GPTQ for the int8 weights of static mode: Conv patch Hessians, codes on the plain per-channel
+grid, lower output error than rounding to nearest, and the quantized model under ONNX Runtime."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto, helper
+from quant_models import _model, small_cnn
+
+from modelpress.compress import quantize
+from modelpress.compress.quantize import gptq as gptq_mod
+from modelpress.compress.quantize.qparams import PerChannel, dequantize, weight_qparams
+from modelpress.compress.quantize.qparams import quantize as q8
+from modelpress.ir import to_proto
+from modelpress.runtime.ort import session
+
+
+def _conv_node(w: np.ndarray, **attrs) -> ir.Node:
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], name="conv", **attrs)]
+    x = helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["N", w.shape[1] * attrs.get("group", 1), "H", "W"]
+    )
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", w.shape[0], "H2", "W2"])
+    m = _model(nodes, [x], [y], {"w": w})
+    return next(iter(m.graph))
+
+
+def _patches(x, kernel, strides, pads, dilations, group) -> list[np.ndarray]:
+    """Every input patch of a 2-D convolution, by explicit loops: one [rows, C/g·kh·kw] per group."""
+    (kh, kw), (sh, sw), (dh, dw) = kernel, strides, dilations
+    xp = np.pad(x, ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    n, c, hh, ww = xp.shape
+    cg = c // group
+    out = [[] for _ in range(group)]
+    for b in range(n):
+        for i in range(0, hh - dh * (kh - 1), sh):
+            for j in range(0, ww - dw * (kw - 1), sw):
+                patch = xp[b, :, i : i + dh * (kh - 1) + 1 : dh, j : j + dw * (kw - 1) + 1 : dw]
+                for g in range(group):
+                    out[g].append(patch[g * cg : (g + 1) * cg].ravel())
+    return [np.array(rows, dtype=np.float64) for rows in out]
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {},
+        {"strides": [2, 2], "pads": [1, 1, 1, 1]},
+        {"pads": [0, 2, 1, 0], "dilations": [2, 1]},
+        {"group": 2, "pads": [1, 1, 1, 1]},
+    ],
+)
+def test_conv_hessian_is_the_patches_gram_matrix(rng, attrs):
+    group = attrs.get("group", 1)
+    w = rng.standard_normal((4, 6 // group, 3, 3)).astype(np.float32)
+    node = _conv_node(w, **attrs)
+    obs = gptq_mod.ConvHessian(node)
+    xs = [rng.standard_normal((2, 6, 7, 9)).astype(np.float32) for _ in range(2)]
+    for x in xs:
+        obs.observe(x)
+    args = ((3, 3), attrs.get("strides", [1, 1]), attrs.get("pads", [0] * 4))
+    refs = [_patches(x, *args, attrs.get("dilations", [1, 1]), group) for x in xs]
+    for g in range(group):
+        rows = np.concatenate([r[g] for r in refs])
+        np.testing.assert_allclose(
+            obs.hessians()[g], rows.T @ rows / len(rows), rtol=1e-5, atol=1e-6
+        )
+    assert obs.rows == sum(len(r[0]) for r in refs)
+
+
+def test_conv_hessian_takes_at_most_max_rows_per_batch(rng, monkeypatch):
+    monkeypatch.setattr(gptq_mod, "MAX_ROWS", 50)
+    node = _conv_node(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])
+    obs = gptq_mod.ConvHessian(node)
+    obs.observe(rng.standard_normal((2, 3, 10, 10)).astype(np.float32))  # 200 patches
+    assert obs.rows == 50
+    h = obs.hessians()[0]
+    assert np.all(np.isfinite(h)) and np.all(np.diag(h) > 0)
+
+
+def _conv_output_error(x, w, w_hat, pads) -> float:
+    """‖conv(x, W) − conv(x, Ŵ)‖² by explicit patches (no runtime involved)."""
+    (rows,) = _patches(x, w.shape[2:], (1, 1), pads, (1, 1), 1)
+    d = (w_hat - w).reshape(w.shape[0], -1).astype(np.float64)
+    return float(np.sum((rows @ d.T) ** 2))
+
+
+def _feature_maps(rng, n: int, mix: np.ndarray) -> np.ndarray:
+    """Post-ReLU feature maps: spatially smooth, channels correlated (``mix``)."""
+    z = rng.standard_normal((n, 8, 8, 8))
+    z = z + np.roll(z, 1, 2) + np.roll(z, 1, 3) + np.roll(z, (1, 1), (2, 3))
+    return np.maximum(np.einsum("nchw,cd->ndhw", z, mix), 0).astype(np.float32)
+
+
+def test_int8_gptq_lowers_the_output_error_on_the_plain_grid(rng):
+    mix = np.eye(8) + 0.5 * rng.standard_normal((8, 8))
+
+    def inputs(n):
+        return _feature_maps(rng, n, mix)
+
+    w = (rng.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float32)
+    node = _conv_node(w, pads=[1, 1, 1, 1])
+    obs = gptq_mod.ConvHessian(node)
+    cal = inputs(32)
+    obs.observe(cal)
+    rounded = gptq_mod.round_layers([node], {"conv": obs}, per_channel=True)
+    codes, qp = rounded["conv"]
+    plain = weight_qparams(w, PerChannel(0), dtype="int8", symmetric=True)
+    np.testing.assert_array_equal(qp.scale, plain.scale)  # the file's grid is unchanged
+    assert codes.dtype == np.int8 and codes.min() >= -127 and codes.max() <= 127
+    w_gptq, w_rtn = dequantize(codes, qp), dequantize(q8(w, plain), plain)
+    assert not np.array_equal(w_gptq, w_rtn)
+    pads = (1, 1, 1, 1)
+    assert _conv_output_error(cal, w, w_gptq, pads) < 0.7 * _conv_output_error(cal, w, w_rtn, pads)
+    held_out = inputs(8)  # and it holds on data it did not see
+    assert _conv_output_error(held_out, w, w_gptq, pads) < _conv_output_error(
+        held_out, w, w_rtn, pads
+    )
+
+
+def test_layer_that_saw_fewer_rows_than_its_reduction_rounds_to_nearest(rng):
+    w = (rng.standard_normal((4, 16, 3, 3)) * 0.2).astype(np.float32)  # K = 144
+    node = _conv_node(w)
+    obs = gptq_mod.ConvHessian(node)
+    obs.observe(rng.standard_normal((1, 16, 8, 8)).astype(np.float32))  # 36 patches
+    assert gptq_mod.round_layers([node], {"conv": obs}, per_channel=True) == {}
+
+
+def test_wide_or_auto_padded_layers_get_no_observer(rng):
+    wide = _conv_node(np.zeros((2, 512, 3, 3), np.float32))  # K = 4608 > MAX_K
+    same = _conv_node(np.ones((2, 3, 3, 3), np.float32), auto_pad="SAME_UPPER")
+    assert gptq_mod.observer(wide) is None and gptq_mod.observer(same) is None
+    assert isinstance(
+        gptq_mod.observer(_conv_node(np.ones((2, 3, 3, 3), np.float32))), gptq_mod.ConvHessian
+    )
+
+
+def _weights(model: ir.Model) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Each weight DequantizeLinear's int8 codes and scale, by the Conv/Gemm it feeds."""
+    out = {}
+    for node in model.graph:
+        if node.op_type in ("Conv", "Gemm"):
+            dq = node.inputs[1].producer()
+            if dq is not None and dq.op_type == "DequantizeLinear":
+                out[node.name] = (
+                    dq.inputs[0].const_value.numpy(),
+                    dq.inputs[1].const_value.numpy(),
+                )
+    return out
+
+
+def test_static_mode_stores_gptq_codes_on_the_same_scales(rng):
+    model = small_cnn(seed=3)
+    mix = np.eye(4) + 0.6 * rng.standard_normal((4, 4))
+    x = np.einsum("nchw,cd->ndhw", rng.standard_normal((96, 4, 8, 8)), mix).astype(np.float32)
+    cal = [{"x": x[i : i + 16]} for i in range(0, 64, 16)]
+    with_gptq = quantize(model, mode="static", calibration=cal)
+    plain = quantize(model, mode="static", calibration=cal, gptq=False)
+    assert any(n.startswith("GPTQ: ") for n in with_gptq.notes)
+    assert not any("GPTQ" in n for n in plain.notes)
+    a, b = _weights(with_gptq.model), _weights(plain.model)
+    assert a.keys() == b.keys() and len(a) == 3
+    for k in a:
+        np.testing.assert_array_equal(a[k][1], b[k][1])
+        assert a[k][0].min() >= -127
+    assert any(not np.array_equal(a[k][0], b[k][0]) for k in a)
+    # the saved model runs, and is no further from the float model than rounding to nearest
+    ref = session(model).run(None, {"x": x[64:]})[0]
+    err = {
+        name: np.abs(session(to_proto(r.model)).run(None, {"x": x[64:]})[0] - ref).mean()
+        for name, r in (("gptq", with_gptq), ("nearest", plain))
+    }
+    assert err["gptq"] <= err["nearest"] * 1.05, err
