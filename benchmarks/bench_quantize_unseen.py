@@ -90,6 +90,7 @@ class Row:
     notes: list[str] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
+    rounding: dict = field(default_factory=dict)  # CNNs: output SQNR (dB) by rounding variant
 
 
 # ---------------------------------------------------------------- CNNs
@@ -726,6 +727,36 @@ def check(fp: Path, qp: Path, feeds: dict) -> str:
     return f"ok (verify max rel {v.max_rel:.3g})"
 
 
+def sqnr_db(ref: np.ndarray, got: np.ndarray) -> float:
+    return float(10 * np.log10(np.sum(ref.astype(np.float64) ** 2) / np.sum((got - ref) ** 2)))
+
+
+ROUNDING = {  # variant → (file suffix, quantize options); "static" is the row's own int8 file
+    "static, round to nearest": ("_rtn", {"mode": "static", "gptq": False}),
+    "weight-only int8, GPTQ": ("_w8", {"mode": "weight-only", "bits": 8}),
+    "weight-only int8, round to nearest": (
+        "_w8rtn",
+        {"mode": "weight-only", "bits": 8, "gptq": False},
+    ),
+}
+
+
+def rounding(case: Case, fp: Path, qp: Path) -> dict[str, float]:
+    """Output SQNR (dB, held-out inputs) of the default static file (GPTQ-rounded weights) and of
+    the same quantization with weights rounded to nearest; and of int8 weights alone (weight-only
+    mode: activations stay float), either way: what the rounding itself is worth."""
+    from modelpress import save
+    from modelpress.compress import quantize
+
+    ref = outputs(fp, case.evals)
+    out = {"static, GPTQ (default)": sqnr_db(ref, outputs(qp, case.evals))}
+    for label, (suffix, options) in ROUNDING.items():
+        path = WORK / f"{case.name}{suffix}.onnx"
+        save(quantize(fp, calibration=case.calib, **options).model, path)
+        out[label] = sqnr_db(ref, outputs(path, case.evals))
+    return out
+
+
 def run_case(name: str, quick: bool, reps: dict[str, int]) -> Row:
     from modelpress import save
     from modelpress.compress import quantize
@@ -766,6 +797,9 @@ def run_case(name: str, quick: bool, reps: dict[str, int]) -> Row:
             row.check = f"FAILED: {first_line(exc)}"
         row.stage = "score"
         row.metrics = score(case, fp, qp)
+        if family != "transformer":
+            row.stage = "rounding"
+            row.rounding = rounding(case, fp, qp)
         row.stage = "latency"
         row.latency = latency({"float32": fp, "int8": qp}, case.timing, reps=reps[family])
         row.stage = "done"
@@ -927,7 +961,28 @@ def write_report(rows: list[Row], seconds: float, command: str) -> str:
         members = [r for r in rows if r.family == family]
         if members:
             lines += table(family, members)
+    lines += rounding_table([r for r in rows if r.rounding])
     return "\n".join(lines)
+
+
+def rounding_table(rows: list[Row]) -> list[str]:
+    if not rows:
+        return []
+    variants = list(rows[0].rounding)
+    return [
+        "## Weight rounding: GPTQ against round to nearest",
+        "",
+        "Output SQNR against float32 on the held-out inputs, dB (higher: closer). Weight-only int8 "
+        "keeps activations float, so its rows show the weights' own error.",
+        "",
+        "| model | " + " | ".join(variants) + " |",
+        "|---|" + "---|" * len(variants),
+        *[
+            f"| {r.case} | " + " | ".join(f"{r.rounding[v]:.1f}" for v in variants) + " |"
+            for r in rows
+        ],
+        "",
+    ]
 
 
 ALL = [*CNN_BUILDERS, *TRANSFORMERS]

@@ -258,6 +258,8 @@ def _weight_only(model, cal, opt: Options, progress):
         gptq, notes = weight_only.gptq_quantize(
             model, cal, block_size=opt.block_size, progress=progress
         )
+    elif opt.gptq and cal is not None:
+        gptq, notes = weight_only.gptq_int8(model, cal, progress=progress)
 
     def build(exclude):
         # With 4 bits, the budget's fallback for a sensitive layer is 8 bits, not float.
@@ -267,7 +269,7 @@ def _weight_only(model, cal, opt: Options, progress):
             )
         else:
             q, done, notes = weight_only.apply(
-                model, bits=opt.bits, block_size=opt.block_size, exclude=exclude
+                model, bits=opt.bits, block_size=opt.block_size, exclude=exclude, quantized=gptq
             )
         return Built(q, done, _node_outputs(model, done), notes)
 

@@ -10,11 +10,11 @@ sum of errors smaller than rounding each row to nearest (RTN).
 Two uses: 4-bit blocks (weight-only mode, ``weight_only.gptq_quantize``) and the int8 weights of
 static mode (``round_layers``: one fixed symmetric scale per output channel, the grid ONNX Runtime's
 int8 kernels use). A convolution is a product too: ``X`` is then the matrix of its input patches
-(im2col, ``ConvHessian``), one per group. On the unseen CNNs of ``bench_quantize_unseen.py`` int8
+(im2col, ``InputHessian``), one per group. On the unseen CNNs of ``bench_quantize_unseen.py`` int8
 weights rounded this way moved the outputs 13-16 dB less than rounded to nearest.
 
 Rules:
-- ``H`` is accumulated over calibration batches (``HessianObserver``, ``ConvHessian``: fixed
+- ``H`` is accumulated over calibration batches (``HessianObserver``, ``InputHessian``: fixed
   ``K×K`` state, memory does not grow with the number of samples; a convolution contributes at
   most ``MAX_ROWS`` patches per batch, drawn at random) and dampened by 1% of its mean diagonal so
   that the inverse exists; an input channel that is always zero gets ``H_kk = 1``: its row is
@@ -57,11 +57,13 @@ from modelpress.compress.quantize.qparams import (
 
 DAMP = 0.01  # fraction of the mean diagonal added to H
 CHUNK = 128  # rows per lazy-update chunk (a multiple of every power-of-two block size ≤ 128)
-# int8 (static): the largest reduction (C/g·kh·kw or K) solved. H costs K² per input row, its
-# factorisation K³: 2304 (a 3x3 Conv over 256 channels) takes about a second here; a wider layer
-# is rounded to nearest. So is one that saw fewer input rows than K: H is then singular (only
-# the damping inverts it) and GPTQ fits the calibration data rather than the layer.
-MAX_K = 2304
+# int8: the largest reduction (C/g·kh·kw or K) solved; a wider layer (VGG's 25088-input Linear)
+# is rounded to nearest. 4608 (a 3x3 Conv over 512 channels): H holds 85 MB (float32), and its
+# factorisation and the solve take about 4 s here. A layer may have seen fewer input rows than K
+# (a late, small feature map; a classifier on a few hundred images): H is then singular and only
+# the damping inverts it, yet GPTQ still moved held-out outputs less than rounding to nearest on
+# every unseen CNN (weight-only int8 SQNR, e.g. 40 -> 54 dB on VGG, 33 -> 50 dB on resnet-gn).
+MAX_K = 4608
 MAX_ROWS = 1024  # input patches per batch a convolution adds to its H (random; K² per row)
 
 
@@ -96,7 +98,21 @@ def inverse_cholesky(h: np.ndarray, damp: float = DAMP) -> np.ndarray:
     idx = np.arange(len(h))
     h[idx, idx] += damp * max(float(np.mean(np.diag(h))), 1e-12)
     r = np.linalg.cholesky(h[::-1, ::-1])[::-1, ::-1]
-    return np.triu(np.linalg.inv(r))
+    return _upper_inverse(r)
+
+
+def _upper_inverse(r: np.ndarray) -> np.ndarray:
+    """``R⁻¹`` of an upper-triangular ``R``, by halves: ``[[A, B], [0, D]]⁻¹ = [[A⁻¹, −A⁻¹BD⁻¹],
+    [0, D⁻¹]]``, matrix products instead of a general inverse (a third of its work)."""
+    n = len(r)
+    if n <= 256:
+        return np.triu(np.linalg.inv(r))
+    m = n // 2
+    a, d = _upper_inverse(r[:m, :m]), _upper_inverse(r[m:, m:])
+    out = np.zeros_like(r)
+    out[:m, :m], out[m:, m:] = a, d
+    out[:m, m:] = -(a @ r[:m, m:]) @ d
+    return out
 
 
 def gptq(
@@ -173,82 +189,99 @@ def output_error(w: np.ndarray, w_hat: np.ndarray, h: np.ndarray) -> float:
     return float(np.sum((h @ d) * d))
 
 
-class ConvHessian:
-    """``XᵀX`` of a 2-D convolution's input patches, per group: ``observe(x)`` takes ``x [N, C, H,
-    W]``; the rows of ``X`` are the patches ``[C/g, kh, kw]`` (flattened like the weight's), at most
-    ``MAX_ROWS`` per batch, drawn at random (seeded)."""
+class InputHessian:
+    """``XᵀX`` of a layer's input rows for int8 GPTQ, per group, in two halves (each row goes to
+    one at random): GPTQ solved on one half must beat rounding to nearest on the other before a
+    layer uses it. Rows: a 2-D Conv's input patches ``[C/g, kh, kw]`` (flattened like its weight),
+    a MatMul/Gemm input's last axis; at most ``MAX_ROWS`` per batch, drawn at random (seeded)."""
 
     def __init__(self, node: ir.Node, seed: int = 0):
-        w = const_array(node.inputs[1])
-        self.groups = node.attributes.get_int("group", 1)
-        self.kernel = tuple(int(k) for k in w.shape[2:])
+        w = const_array(node.inputs[WEIGHT_INPUT[node.op_type]])
+        self.conv = node.op_type == "Conv"
         a = node.attributes
-        self.strides = tuple(a.get_ints("strides", (1, 1)))
-        self.dilations = tuple(a.get_ints("dilations", (1, 1)))
-        self.pads = tuple(a.get_ints("pads", (0, 0, 0, 0)))
+        self.groups = a.get_int("group", 1) if self.conv else 1
+        if self.conv:
+            self.kernel = tuple(int(k) for k in w.shape[2:])
+            self.strides = tuple(a.get_ints("strides", (1, 1)))
+            self.dilations = tuple(a.get_ints("dilations", (1, 1)))
+            self.pads = tuple(a.get_ints("pads", (0, 0, 0, 0)))
         self.rng = np.random.default_rng(seed)
-        k = int(np.prod(w.shape[1:]))
-        self.xtx = np.zeros((self.groups, k, k))
-        self.rows = 0
+        k = _reduction(node)
+        self.xtx = np.zeros((2, self.groups, k, k), np.float32)
+        self.counts = [0, 0]
+
+    @property
+    def rows(self) -> int:
+        return sum(self.counts)
 
     def observe(self, x: np.ndarray) -> None:
-        (kh, kw), (sh, sw), (dh, dw) = self.kernel, self.strides, self.dilations
-        p = self.pads
-        x = np.pad(np.asarray(x), ((0, 0), (0, 0), (p[0], p[2]), (p[1], p[3])))
-        n, c, hh, ww = x.shape
-        oh, ow = (hh - dh * (kh - 1) - 1) // sh + 1, (ww - dw * (kw - 1) - 1) // sw + 1
-        if n == 0 or oh <= 0 or ow <= 0:
+        x = np.asarray(x)
+        rows = self._patches(x) if self.conv else x.reshape(-1, x.shape[-1])
+        if len(rows) > MAX_ROWS:
+            rows = rows[self.rng.choice(len(rows), MAX_ROWS, replace=False)]
+        if not len(rows):
             return
-        total = n * oh * ow
-        pick = (
-            np.arange(total)
-            if total <= MAX_ROWS
-            else self.rng.choice(total, MAX_ROWS, replace=False)
-        )
-        b, rest = np.divmod(pick, oh * ow)
-        i, j = np.divmod(rest, ow)
+        half = self.rng.permutation(len(rows)) % 2
+        rows = rows.reshape(len(rows), self.groups, -1).astype(np.float32)
+        for h in (0, 1):
+            part = rows[half == h]
+            self.counts[h] += len(part)
+            for g in range(self.groups):
+                self.xtx[h, g] += part[:, g].T @ part[:, g]
+
+    def _patches(self, x: np.ndarray) -> np.ndarray:
+        """Input patches ``[rows, C·kh·kw]``: all of them, or ``MAX_ROWS`` at random (gathered
+        from a strided view: the others are never copied)."""
+        (kh, kw), (sh, sw), (dh, dw), p = self.kernel, self.strides, self.dilations, self.pads
+        x = np.pad(x, ((0, 0), (0, 0), (p[0], p[2]), (p[1], p[3])))
+        n, c = x.shape[:2]
+        oh = (x.shape[2] - dh * (kh - 1) - 1) // sh + 1
+        ow = (x.shape[3] - dw * (kw - 1) - 1) // sw + 1
+        if n == 0 or oh <= 0 or ow <= 0:
+            return np.zeros((0, c * kh * kw), x.dtype)
         windows = sliding_window_view(x, (dh * (kh - 1) + 1, dw * (kw - 1) + 1), axis=(2, 3))
         windows = windows[:, :, ::sh, ::sw, ::dh, ::dw]  # [N, C, oh, ow, kh, kw], a view
-        patches = windows[b, :, i, j]  # [rows, C, kh, kw]
-        cg = c // self.groups
-        for g in range(self.groups):
-            xg = patches[:, g * cg : (g + 1) * cg].reshape(len(pick), -1).astype(np.float32)
-            self.xtx[g] += xg.T @ xg  # float32 products of at most MAX_ROWS rows, summed in float64
-        self.rows += len(pick)
+        total = n * oh * ow
+        pick = np.arange(total) if total <= MAX_ROWS else self.rng.choice(total, MAX_ROWS, False)
+        b, rest = np.divmod(pick, oh * ow)
+        return windows[b, :, rest // ow, rest % ow].reshape(len(pick), -1)
 
-    def hessians(self) -> np.ndarray:
-        """``XᵀX / rows`` per group, ``[groups, K, K]``."""
-        return self.xtx / max(self.rows, 1)
+    def hessian(self, group: int, half: int | None = None) -> np.ndarray:
+        """``XᵀX / rows`` of one group (float64), over one half of the rows or both."""
+        if half is None:
+            return (self.xtx[0, group].astype(np.float64) + self.xtx[1, group]) / max(self.rows, 1)
+        return self.xtx[half, group].astype(np.float64) / max(self.counts[half], 1)
 
 
-def observer(node: ir.Node) -> HessianObserver | ConvHessian | None:
+def observer(node: ir.Node) -> InputHessian | None:
     """The observer of the Hessian of ``node``'s input for int8 GPTQ, or None where it does not
-    apply (a reduction over ``MAX_K``, a Conv that is not 2-D or pads by ``auto_pad``, ``transA``)."""
-    w = const_array(node.inputs[WEIGHT_INPUT.get(node.op_type, 1)])
+    apply: a reduction of one row or over ``MAX_K``, a Conv that is not 2-D or pads by
+    ``auto_pad``, a Gemm with ``transA``."""
+    if node.op_type not in ("Conv", "Gemm", "MatMul"):
+        return None
+    w = const_array(node.inputs[WEIGHT_INPUT[node.op_type]])
     if node.op_type == "Conv":
         if w.ndim != 4 or node.attributes.get_string("auto_pad", "NOTSET") != "NOTSET":
             return None
-        return ConvHessian(node) if int(np.prod(w.shape[1:])) <= MAX_K else None
-    if node.op_type == "Gemm" and node.attributes.get_int("transA", 0):
+    elif w.ndim != 2 or node.attributes.get_int("transA", 0):
         return None
-    if node.op_type not in ("Gemm", "MatMul") or w.ndim != 2:
-        return None
-    return HessianObserver() if w.shape[input_channel_axis(node)] <= MAX_K else None
+    # one row (a 1x1 depthwise Conv: an affine) leaves nothing to compensate
+    return InputHessian(node) if 2 <= _reduction(node) <= MAX_K else None
 
 
 def round_layers(
     nodes: list[ir.Node],
-    observers: dict[str, HessianObserver | ConvHessian],
+    observers: dict[str, InputHessian],
     *,
     per_channel: bool,
     dtype: str = "int8",
     progress=None,
 ) -> dict[str, tuple[np.ndarray, QParams]]:
     """int8 codes and QParams (as ``weight_qparams`` would choose them: symmetric, per output
-    channel or per tensor) of each node with an observer, by node name, where GPTQ has the lower
-    output error on the observed inputs."""
+    channel or per tensor) of each node with an observer, by node name, where GPTQ moves the
+    layer's output less than rounding to nearest (``_codes``)."""
     out = {}
-    todo = [n for n in nodes if n.name in observers and observers[n.name].rows >= _reduction(n)]
+    todo = [n for n in nodes if n.name in observers and min(observers[n.name].counts)]
     for i, node in enumerate(todo):
         if progress:
             progress(i, len(todo))
@@ -257,18 +290,17 @@ def round_layers(
         qp = weight_qparams(
             w, PerChannel(axis) if per_channel else PerTensor(), dtype=dtype, symmetric=True
         )
-        obs = observers[node.name]
-        hs = obs.hessians() if isinstance(obs, ConvHessian) else obs.hessian()[None]
         # filters as rows: Conv [O, C/g·kh·kw]; Gemm transB stores [N, K]; MatMul/Gemm [K, N]
         flat = w.reshape(w.shape[0], -1) if input_channel_axis(node) == 1 else w.T
         try:
-            codes = _codes(flat.astype(np.float64), hs, qp)
+            codes = _codes(flat.astype(np.float64), observers[node.name], qp)
         except np.linalg.LinAlgError:
             continue
         if codes is not None:
-            codes = codes.reshape(w.shape) if input_channel_axis(node) == 1 else codes.T
-        if codes is not None:
-            out[node.name] = (codes, qp)
+            out[node.name] = (
+                codes.reshape(w.shape) if input_channel_axis(node) == 1 else codes.T,
+                qp,
+            )
     if progress and todo:
         progress(len(todo), len(todo))
     return out
@@ -276,7 +308,9 @@ def round_layers(
 
 def _reduction(node: ir.Node) -> int:
     w = const_array(node.inputs[WEIGHT_INPUT[node.op_type]])
-    return int(np.prod(w.shape[1:])) if node.op_type == "Conv" else w.shape[input_channel_axis(node)]
+    return (
+        int(np.prod(w.shape[1:])) if node.op_type == "Conv" else w.shape[input_channel_axis(node)]
+    )
 
 
 def _column_grid(qp: QParams, rows: slice) -> QParams:
@@ -286,24 +320,32 @@ def _column_grid(qp: QParams, rows: slice) -> QParams:
     return QParams(np.asarray(qp.scale)[rows], np.asarray(qp.zero_point)[rows], qp.dtype, axis=1)
 
 
-def _codes(flat: np.ndarray, hs: np.ndarray, qp: QParams) -> np.ndarray | None:
-    """Codes of the filters ``flat [O, K]`` (``O/g`` per group, each group with its ``H``), or None
-    when GPTQ does not lower the summed output error; a group it does not help keeps RTN codes."""
-    groups = len(hs)
-    per = flat.shape[0] // groups
+def _codes(flat: np.ndarray, obs: InputHessian, qp: QParams) -> np.ndarray | None:
+    """Codes of the filters ``flat [O, K]`` (``O/g`` per group), or None when no group gains.
+
+    A group uses GPTQ (solved on all rows) when GPTQ solved on one half of the rows moves the
+    output less than rounding to nearest on the other half: with few rows against ``K`` it can fit
+    the calibration data and not the layer (a singular ``H``); otherwise it keeps RTN codes."""
+    per = flat.shape[0] // obs.groups
     qmax = QRANGE[qp.dtype][1]
     out = []
-    gain = 0.0
-    for g in range(groups):
+    gain = False
+    for g in range(obs.groups):
         rows = slice(g * per, (g + 1) * per)
-        wk, grid, h = flat[rows].T, _column_grid(qp, rows), hs[g]
+        wk, grid = flat[rows].T, _column_grid(qp, rows)
         rtn = np.maximum(quantize(wk, grid), -qmax)
         best = rtn
-        if np.isfinite(h).all():
-            codes, _ = gptq(wk, h, grid=grid)
-            e_rtn = output_error(wk, dequantize(rtn, grid), h)
-            e_gptq = output_error(wk, dequantize(codes, grid), h)
-            if e_gptq < e_rtn:
-                best, gain = codes, gain + e_rtn - e_gptq
+        h_fit, h_check = obs.hessian(g, 0), obs.hessian(g, 1)
+        if np.isfinite(h_fit).all() and np.isfinite(h_check).all():
+            trial, _ = gptq(wk, h_fit, grid=grid)
+            if _error(wk, trial, grid, h_check) < _error(wk, rtn, grid, h_check):
+                h = obs.hessian(g)
+                codes, _ = gptq(wk, h, grid=grid)
+                if _error(wk, codes, grid, h) < _error(wk, rtn, grid, h):
+                    best, gain = codes, True
         out.append(best.T)
-    return np.concatenate(out) if gain > 0 else None
+    return np.concatenate(out) if gain else None
+
+
+def _error(wk: np.ndarray, codes: np.ndarray, grid: QParams, h: np.ndarray) -> float:
+    return output_error(wk, dequantize(codes, grid), h)

@@ -198,6 +198,26 @@ def gptq_quantize(
     ]
 
 
+def gptq_int8(model: ir.Model, cal, *, progress=None) -> tuple[dict[str, Quantized], list[str]]:
+    """GPTQ codes of the int8 (per-channel) MatMul/Gemm/Conv weights of ``model`` by node name,
+    from one pass over the calibration data, and a note (``gptq.round_layers``: the layers where
+    GPTQ lowers the output error; the others round to nearest)."""
+    from modelpress.compress.quantize.calibration import collect
+    from modelpress.compress.quantize.gptq import observer, round_layers
+
+    nodes = [n for n in weight_nodes(model.graph) if n.op_type in ("Conv", "Gemm", "MatMul")]
+    observers = {n.name: o for n in nodes if (o := observer(n)) is not None}
+    if not observers:
+        return {}, []
+    by_input: dict[str, list] = {}
+    for n in nodes:
+        if n.name in observers:
+            by_input.setdefault(n.inputs[0].name, []).append(observers[n.name])
+    collect(model, cal, by_input, progress=progress)
+    out = round_layers(nodes, observers, per_channel=True, progress=progress)
+    return out, [f"GPTQ: {len(out)} of {len(nodes)} int8 weight(s) rounded on the calibration data"]
+
+
 def local_errors(
     model: ir.Model,
     nodes: list[ir.Node],
@@ -254,8 +274,9 @@ def apply(
     """A weight-only quantized copy of ``model``, the nodes quantized, and notes for the user.
 
     ``tables_bits`` sets the bits of Gather tables (default 8); nodes named in ``int8_layers`` keep
-    8 bits when ``bits=4`` (the accuracy budget's fallback). ``quantized`` holds 4-bit codes
-    already computed for some nodes (``gptq_quantize``); the other weights are rounded to nearest.
+    8 bits when ``bits=4`` (the accuracy budget's fallback). ``quantized`` holds codes already
+    computed for some nodes (``gptq_quantize``, ``gptq_int8``), used where their bits are the
+    node's; the other weights are rounded to nearest.
     """
     if bits not in (4, 8):
         raise OptionError(f"--bits {bits}: weight-only quantization supports 8 or 4 bits")
@@ -291,8 +312,9 @@ def apply(
             continue
         w = const_array(v)
         fallback += nbits == 4 and not blockwise(w, red_axis, 4, block_size)
-        if nbits == 4 and node.name in quantized:
-            q, qp = quantized[node.name]
+        got = quantized.get(node.name)
+        if got is not None and (got[1].dtype == "int8") == (nbits == 8):
+            q, qp = got
         else:
             q, qp = round_to_nearest(w, out_axis, red_axis, bits=nbits, block_size=block_size)
         dq = _dq_constant(g, *_stored(q, qp), v.name or f"{node.name}_W")
