@@ -70,7 +70,7 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--no-gptq",
         action="store_true",
-        help="static int8 and weight-only int4: round weights to nearest instead of by GPTQ",
+        help="static and weight-only: round weights to nearest instead of by GPTQ",
     )
     p.add_argument(
         "--no-smooth",

@@ -152,7 +152,8 @@ def _static(model, cal, opt: Options, progress):
     hessians = {}
     if opt.gptq:
         for node in weighted:
-            h = gptq_mod.observer(node)
+            # (a pool written as a Conv: its equal weights 1/k² are exact on the int8 grid)
+            h = gptq_mod.observer(node) if node.name not in pools else None
             if h is not None:
                 hessians[node.name] = h
                 observers.setdefault(node.inputs[0].name, []).append(h)
@@ -374,8 +375,8 @@ def quantize(
     accuracy budget. ``max_accuracy_drop`` with ``metric`` (a function of a runner
     ``feeds → outputs`` returning a score, higher is better) or ``labels_key`` (labels in the
     calibration data; top-1 accuracy) keeps the most sensitive layers in float until the drop holds.
-    ``gptq``: weights rounded by GPTQ on the calibration data (static int8, weight-only int4)
-    instead of to nearest.
+    ``gptq``: weights rounded by GPTQ on the calibration data (static int8; weight-only int4, and
+    int8 when calibration data is given) instead of to nearest.
     """
     from modelpress.compress.quantize._graph import copy_model, with_types
     from modelpress.ir import model_bytes

@@ -7,16 +7,17 @@ Transformers". For ``y = x @ W`` with ``W`` of shape ``[K, N]``, the output erro
 is spread over the rows not yet quantized through the inverse Hessian, which is what makes the
 sum of errors smaller than rounding each row to nearest (RTN).
 
-Two uses: 4-bit blocks (weight-only mode, ``weight_only.gptq_quantize``) and the int8 weights of
-static mode (``round_layers``: one fixed symmetric scale per output channel, the grid ONNX Runtime's
-int8 kernels use). A convolution is a product too: ``X`` is then the matrix of its input patches
-(im2col, ``InputHessian``), one per group. On the unseen CNNs of ``bench_quantize_unseen.py`` int8
-weights rounded this way moved the outputs 13-16 dB less than rounded to nearest.
+Two uses: 4-bit blocks (weight-only mode, ``weight_only.gptq_quantize``) and int8 weights (static
+mode, and weight-only int8 with calibration data: ``round_layers``, one fixed symmetric scale per
+output channel, the grid ONNX Runtime's int8 kernels use). A convolution is a product too: ``X``
+is then the matrix of its input patches (im2col, ``InputHessian``), one per group. On the unseen
+CNNs of ``bench_quantize_unseen.py`` int8 weights rounded this way moved the outputs 13-17 dB less
+than rounded to nearest (weight-only SQNR on held-out inputs).
 
 Rules:
 - ``H`` is accumulated over calibration batches (``HessianObserver``, ``InputHessian``: fixed
-  ``K×K`` state, memory does not grow with the number of samples; a convolution contributes at
-  most ``MAX_ROWS`` patches per batch, drawn at random) and dampened by 1% of its mean diagonal so
+  ``K×K`` state, memory does not grow with the number of samples; an int8 layer takes at most
+  ``MAX_ROWS`` rows per batch, drawn at random) and dampened by 1% of its mean diagonal so
   that the inverse exists; an input channel that is always zero gets ``H_kk = 1``: its row is
   rounded to nearest and passes no error on (the channel may well be active on other data).
 - The inverse Hessian is used in its upper Cholesky form ``H⁻¹ = UᵀU``: row ``k``'s error divided
@@ -29,7 +30,12 @@ Rules:
 - Updates to rows outside the current chunk of rows are applied once per chunk (lazy batch
   update, the paper's §4 "Step 2"): the same result, with matrix products instead of row loops.
 - GPTQ is greedy: a layer keeps whichever of GPTQ and rounding to nearest has the lower output
-  error ``tr(DᵀHD)`` on the calibration inputs.
+  error ``tr(DᵀHD)`` on the calibration inputs. int8 also asks GPTQ to generalise: its rows are
+  split in two random halves, and GPTQ solved on one must beat rounding to nearest on the other.
+  With fewer rows than ``K`` (a late, small feature map; a classifier on a few hundred images)
+  ``H`` is singular and only the damping inverts it; on a network's features (few directions) GPTQ
+  still generalises (the unseen CNNs' classifiers see 64 rows), on full-rank noise it would not,
+  and the check catches it.
 """
 
 from __future__ import annotations
@@ -58,8 +64,8 @@ from modelpress.compress.quantize.qparams import (
 DAMP = 0.01  # fraction of the mean diagonal added to H
 CHUNK = 128  # rows per lazy-update chunk (a multiple of every power-of-two block size ≤ 128)
 # int8: the largest reduction (C/g·kh·kw or K) solved; a wider layer (VGG's 25088-input Linear)
-# is rounded to nearest. 4608 (a 3x3 Conv over 512 channels): H holds 85 MB (float32), and its
-# factorisation and the solve take about 4 s here. A layer may have seen fewer input rows than K
+# is rounded to nearest. 4608 (a 3x3 Conv over 512 channels): H holds 170 MB (two float32 halves),
+# and its factorisation and the solve take about 4 s here. A layer may have seen fewer input rows than K
 # (a late, small feature map; a classifier on a few hundred images): H is then singular and only
 # the damping inverts it, yet GPTQ still moved held-out outputs less than rounding to nearest on
 # every unseen CNN (weight-only int8 SQNR, e.g. 40 -> 54 dB on VGG, 33 -> 50 dB on resnet-gn).
@@ -135,8 +141,11 @@ def gptq(
         raise ValueError(f"reduction axis {k} is not a multiple of block size {block_size}")
     w = np.array(w, dtype=np.float64)
     h = np.array(h, dtype=np.float64)
-    dead = np.diag(h) == 0  # a channel never active in calibration: decoupled, plainly rounded
-    h[dead, dead] = 1.0
+    # a channel never active in calibration: decoupled, plainly rounded; its diagonal takes the
+    # live channels' mean, so the damping (relative to the mean) does not depend on the scale
+    dead = np.diag(h) == 0
+    live = np.diag(h)[~dead]
+    h[dead, dead] = float(live.mean()) if live.size else 1.0
     u = inverse_cholesky(h, damp)
     chunk = CHUNK if grid is not None else max(CHUNK - CHUNK % block_size, block_size)
     codes = np.zeros((k, n), dtype=np.int16)
@@ -190,9 +199,9 @@ def output_error(w: np.ndarray, w_hat: np.ndarray, h: np.ndarray) -> float:
 
 
 class InputHessian:
-    """``XᵀX`` of a layer's input rows for int8 GPTQ, per group, in two halves (each row goes to
-    one at random): GPTQ solved on one half must beat rounding to nearest on the other before a
-    layer uses it. Rows: a 2-D Conv's input patches ``[C/g, kh, kw]`` (flattened like its weight),
+    """``XᵀX`` of a layer's input rows for int8 GPTQ, per group, in two halves (each sample's rows
+    go to one, alternately in a random order): GPTQ solved on one half must beat rounding to
+    nearest on the other before a layer uses it. Rows: a 2-D Conv's input patches ``[C/g, kh, kw]`` (flattened like its weight),
     a MatMul/Gemm input's last axis; at most ``MAX_ROWS`` per batch, drawn at random (seeded)."""
 
     def __init__(self, node: ir.Node, seed: int = 0):
@@ -208,7 +217,8 @@ class InputHessian:
         self.rng = np.random.default_rng(seed)
         k = _reduction(node)
         self.xtx = np.zeros((2, self.groups, k, k), np.float32)
-        self.counts = [0, 0]
+        self.counts = [0, 0]  # rows in each half
+        self.samples = 0
 
     @property
     def rows(self) -> int:
@@ -216,12 +226,21 @@ class InputHessian:
 
     def observe(self, x: np.ndarray) -> None:
         x = np.asarray(x)
-        rows = self._patches(x) if self.conv else x.reshape(-1, x.shape[-1])
-        if len(rows) > MAX_ROWS:
-            rows = rows[self.rng.choice(len(rows), MAX_ROWS, replace=False)]
+        if self.conv:
+            rows, sample = self._patches(x)
+        else:  # [samples, ..., K]: every row of a sample (a sentence's tokens) goes to its half
+            rows = x.reshape(-1, x.shape[-1])
+            sample = np.arange(len(rows)) // max(len(rows) // max(x.shape[0], 1), 1)
+            if len(rows) > MAX_ROWS:
+                pick = self.rng.choice(len(rows), MAX_ROWS, replace=False)
+                rows, sample = rows[pick], sample[pick]
         if not len(rows):
             return
-        half = self.rng.permutation(len(rows)) % 2
+        # halves by sample, not by row: neighbouring patches share most of their pixels, and a
+        # check on rows from the same images would pass where GPTQ only fits them
+        n = x.shape[0]
+        half = ((self.samples + self.rng.permutation(n)) % 2)[sample]
+        self.samples += n
         rows = rows.reshape(len(rows), self.groups, -1).astype(np.float32)
         for h in (0, 1):
             part = rows[half == h]
@@ -229,22 +248,22 @@ class InputHessian:
             for g in range(self.groups):
                 self.xtx[h, g] += part[:, g].T @ part[:, g]
 
-    def _patches(self, x: np.ndarray) -> np.ndarray:
-        """Input patches ``[rows, C·kh·kw]``: all of them, or ``MAX_ROWS`` at random (gathered
-        from a strided view: the others are never copied)."""
+    def _patches(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Input patches ``[rows, C·kh·kw]`` (all of them, or ``MAX_ROWS`` at random, gathered
+        from a strided view: the others are never copied) and the sample each comes from."""
         (kh, kw), (sh, sw), (dh, dw), p = self.kernel, self.strides, self.dilations, self.pads
         x = np.pad(x, ((0, 0), (0, 0), (p[0], p[2]), (p[1], p[3])))
         n, c = x.shape[:2]
         oh = (x.shape[2] - dh * (kh - 1) - 1) // sh + 1
         ow = (x.shape[3] - dw * (kw - 1) - 1) // sw + 1
         if n == 0 or oh <= 0 or ow <= 0:
-            return np.zeros((0, c * kh * kw), x.dtype)
+            return np.zeros((0, c * kh * kw), x.dtype), np.zeros(0, int)
         windows = sliding_window_view(x, (dh * (kh - 1) + 1, dw * (kw - 1) + 1), axis=(2, 3))
         windows = windows[:, :, ::sh, ::sw, ::dh, ::dw]  # [N, C, oh, ow, kh, kw], a view
         total = n * oh * ow
         pick = np.arange(total) if total <= MAX_ROWS else self.rng.choice(total, MAX_ROWS, False)
         b, rest = np.divmod(pick, oh * ow)
-        return windows[b, :, rest // ow, rest % ow].reshape(len(pick), -1)
+        return windows[b, :, rest // ow, rest % ow].reshape(len(pick), -1), b
 
     def hessian(self, group: int, half: int | None = None) -> np.ndarray:
         """``XᵀX / rows`` of one group (float64), over one half of the rows or both."""

@@ -205,7 +205,13 @@ def gptq_int8(model: ir.Model, cal, *, progress=None) -> tuple[dict[str, Quantiz
     from modelpress.compress.quantize.calibration import collect
     from modelpress.compress.quantize.gptq import observer, round_layers
 
-    nodes = [n for n in weight_nodes(model.graph) if n.op_type in ("Conv", "Gemm", "MatMul")]
+    # a weight read by several nodes (a tied embedding and LM head) is stored once: rounded to
+    # nearest, not to fit one reader's inputs
+    nodes = [
+        n
+        for n in weight_nodes(model.graph)
+        if n.op_type in ("Conv", "Gemm", "MatMul") and len(n.inputs[1].uses()) == 1
+    ]
     observers = {n.name: o for n in nodes if (o := observer(n)) is not None}
     if not observers:
         return {}, []
