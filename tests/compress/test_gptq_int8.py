@@ -70,6 +70,7 @@ def test_conv_hessian_is_the_patches_gram_matrix(rng, attrs):
 
 def test_conv_hessian_takes_at_most_max_rows_per_batch(rng, monkeypatch):
     monkeypatch.setattr(gptq_mod, "MAX_ROWS", 50)
+    monkeypatch.setattr(gptq_mod, "MIN_ROWS", 50)
     node = _conv_node(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), pads=[1, 1, 1, 1])
     obs = gptq_mod.InputHessian(node)
     obs.observe(rng.standard_normal((2, 3, 10, 10)).astype(np.float32))  # 200 patches

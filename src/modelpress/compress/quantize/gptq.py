@@ -63,14 +63,19 @@ from modelpress.compress.quantize.qparams import (
 
 DAMP = 0.01  # fraction of the mean diagonal added to H
 CHUNK = 128  # rows per lazy-update chunk (a multiple of every power-of-two block size ≤ 128)
-# int8: the largest reduction (C/g·kh·kw or K) solved; a wider layer (VGG's 25088-input Linear)
-# is rounded to nearest. 4608 (a 3x3 Conv over 512 channels): H holds 170 MB (two float32 halves),
-# and its factorisation and the solve take about 4 s here. A layer may have seen fewer input rows than K
+# int8: the largest reduction (C/g·kh·kw or K) solved; a wider layer (ResNet's last 3x3 Convs,
+# 4608) is rounded to nearest. At 2304 (a 3x3 Conv over 256 channels) H holds 42 MB (two float32
+# halves) and the two solves take about a second here; at 4608 they took 8 s per layer and made
+# ResNet-18 quantize 4x slower for no measured gain. A layer may have seen fewer input rows than K
 # (a late, small feature map; a classifier on a few hundred images): H is then singular and only
 # the damping inverts it, yet GPTQ still moved held-out outputs less than rounding to nearest on
-# every unseen CNN (weight-only int8 SQNR, e.g. 40 -> 54 dB on VGG, 33 -> 50 dB on resnet-gn).
-MAX_K = 4608
-MAX_ROWS = 1024  # input patches per batch a convolution adds to its H (random; K² per row)
+# every unseen CNN (weight-only int8 SQNR, e.g. 41 -> 54 dB on VGG, 32 -> 50 dB on resnet-gn).
+MAX_K = 2304
+# Input rows per batch a layer adds to its H (drawn at random): each costs K² multiply-adds, so
+# wide layers take fewer, down to MIN_ROWS.
+MAX_ROWS, MIN_ROWS, ROW_BUDGET = 1024, 256, 2**31
+# Rows per reduction row (rows / K) from which H is taken as well determined: no half-split check.
+WELL_POSED = 4
 
 
 class HessianObserver:
@@ -202,7 +207,8 @@ class InputHessian:
     """``XᵀX`` of a layer's input rows for int8 GPTQ, per group, in two halves (each sample's rows
     go to one, alternately in a random order): GPTQ solved on one half must beat rounding to
     nearest on the other before a layer uses it. Rows: a 2-D Conv's input patches ``[C/g, kh, kw]`` (flattened like its weight),
-    a MatMul/Gemm input's last axis; at most ``MAX_ROWS`` per batch, drawn at random (seeded)."""
+    a MatMul/Gemm input's last axis; at most ``max_rows`` per batch (``ROW_BUDGET``), drawn at
+    random (seeded)."""
 
     def __init__(self, node: ir.Node, seed: int = 0):
         w = const_array(node.inputs[WEIGHT_INPUT[node.op_type]])
@@ -217,6 +223,7 @@ class InputHessian:
         self.rng = np.random.default_rng(seed)
         k = _reduction(node)
         self.xtx = np.zeros((2, self.groups, k, k), np.float32)
+        self.max_rows = int(np.clip(ROW_BUDGET // (k * k), MIN_ROWS, MAX_ROWS))
         self.counts = [0, 0]  # rows in each half
         self.samples = 0
 
@@ -231,8 +238,8 @@ class InputHessian:
         else:  # [samples, ..., K]: every row of a sample (a sentence's tokens) goes to its half
             rows = x.reshape(-1, x.shape[-1])
             sample = np.arange(len(rows)) // max(len(rows) // max(x.shape[0], 1), 1)
-            if len(rows) > MAX_ROWS:
-                pick = self.rng.choice(len(rows), MAX_ROWS, replace=False)
+            if len(rows) > self.max_rows:
+                pick = self.rng.choice(len(rows), self.max_rows, replace=False)
                 rows, sample = rows[pick], sample[pick]
         if not len(rows):
             return
@@ -249,7 +256,7 @@ class InputHessian:
                 self.xtx[h, g] += part[:, g].T @ part[:, g]
 
     def _patches(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Input patches ``[rows, C·kh·kw]`` (all of them, or ``MAX_ROWS`` at random, gathered
+        """Input patches ``[rows, C·kh·kw]`` (all of them, or ``max_rows`` at random, gathered
         from a strided view: the others are never copied) and the sample each comes from."""
         (kh, kw), (sh, sw), (dh, dw), p = self.kernel, self.strides, self.dilations, self.pads
         x = np.pad(x, ((0, 0), (0, 0), (p[0], p[2]), (p[1], p[3])))
@@ -261,7 +268,11 @@ class InputHessian:
         windows = sliding_window_view(x, (dh * (kh - 1) + 1, dw * (kw - 1) + 1), axis=(2, 3))
         windows = windows[:, :, ::sh, ::sw, ::dh, ::dw]  # [N, C, oh, ow, kh, kw], a view
         total = n * oh * ow
-        pick = np.arange(total) if total <= MAX_ROWS else self.rng.choice(total, MAX_ROWS, False)
+        pick = (
+            np.arange(total)
+            if total <= self.max_rows
+            else self.rng.choice(total, self.max_rows, False)
+        )
         b, rest = np.divmod(pick, oh * ow)
         return windows[b, :, rest // ow, rest % ow].reshape(len(pick), -1), b
 
@@ -342,11 +353,13 @@ def _column_grid(qp: QParams, rows: slice) -> QParams:
 def _codes(flat: np.ndarray, obs: InputHessian, qp: QParams) -> np.ndarray | None:
     """Codes of the filters ``flat [O, K]`` (``O/g`` per group), or None when no group gains.
 
-    A group uses GPTQ (solved on all rows) when GPTQ solved on one half of the rows moves the
-    output less than rounding to nearest on the other half: with few rows against ``K`` it can fit
-    the calibration data and not the layer (a singular ``H``); otherwise it keeps RTN codes."""
+    A group uses GPTQ (solved on all rows) where it moves the output less than rounding to nearest
+    on the calibration rows. With fewer than ``WELL_POSED`` rows per row of ``K`` it may fit them
+    rather than the layer (a singular ``H``): GPTQ solved on one half of the samples must then also
+    beat rounding to nearest on the other half; otherwise the group keeps RTN codes."""
     per = flat.shape[0] // obs.groups
     qmax = QRANGE[qp.dtype][1]
+    checked = obs.rows < WELL_POSED * flat.shape[1]
     out = []
     gain = False
     for g in range(obs.groups):
@@ -354,16 +367,20 @@ def _codes(flat: np.ndarray, obs: InputHessian, qp: QParams) -> np.ndarray | Non
         wk, grid = flat[rows].T, _column_grid(qp, rows)
         rtn = np.maximum(quantize(wk, grid), -qmax)
         best = rtn
-        h_fit, h_check = obs.hessian(g, 0), obs.hessian(g, 1)
-        if np.isfinite(h_fit).all() and np.isfinite(h_check).all():
-            trial, _ = gptq(wk, h_fit, grid=grid)
-            if _error(wk, trial, grid, h_check) < _error(wk, rtn, grid, h_check):
-                h = obs.hessian(g)
-                codes, _ = gptq(wk, h, grid=grid)
-                if _error(wk, codes, grid, h) < _error(wk, rtn, grid, h):
-                    best, gain = codes, True
+        h = obs.hessian(g)
+        if np.isfinite(h).all() and (not checked or _generalises(wk, rtn, grid, obs, g)):
+            codes, _ = gptq(wk, h, grid=grid)
+            if _error(wk, codes, grid, h) < _error(wk, rtn, grid, h):
+                best, gain = codes, True
         out.append(best.T)
     return np.concatenate(out) if gain else None
+
+
+def _generalises(wk, rtn, grid: QParams, obs: InputHessian, group: int) -> bool:
+    """Whether GPTQ solved on half 0 of the samples beats ``rtn`` on half 1."""
+    h_fit, h_check = obs.hessian(group, 0), obs.hessian(group, 1)
+    trial, _ = gptq(wk, h_fit, grid=grid)
+    return _error(wk, trial, grid, h_check) < _error(wk, rtn, grid, h_check)
 
 
 def _error(wk: np.ndarray, codes: np.ndarray, grid: QParams, h: np.ndarray) -> float:
