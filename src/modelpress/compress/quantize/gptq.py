@@ -11,7 +11,7 @@ Two uses: 4-bit blocks (weight-only mode, ``weight_only.gptq_quantize``) and int
 mode, and weight-only int8 with calibration data: ``round_layers``, one fixed symmetric scale per
 output channel, the grid ONNX Runtime's int8 kernels use). A convolution is a product too: ``X``
 is then the matrix of its input patches (im2col, ``InputHessian``), one per group. On the unseen
-CNNs of ``bench_quantize_unseen.py`` int8 weights rounded this way moved the outputs 13-17 dB less
+CNNs of ``bench_quantize_unseen.py`` int8 weights rounded this way moved the outputs 12-16 dB less
 than rounded to nearest (weight-only SQNR on held-out inputs).
 
 Rules:
