@@ -149,23 +149,17 @@ def _static(model, cal, opt: Options, progress):
             cm = bias_correction.ChannelMean(bias_correction.input_mean_axis(node))
             means[node.name] = cm
             observers.setdefault(node.inputs[0].name, []).append(cm)
-    hessians = {}
-    if opt.gptq:
-        for node in weighted:
-            # (a pool written as a Conv: its equal weights 1/k² are exact on the int8 grid)
-            h = gptq_mod.observer(node) if node.name not in pools else None
-            if h is not None:
-                hessians[node.name] = h
-                observers.setdefault(node.inputs[0].name, []).append(h)
+    # (not a pool written as a Conv: its equal weights 1/k² are exact on the int8 grid)
+    hessians = (
+        gptq_mod.attach([n for n in weighted if n.name not in pools], observers) if opt.gptq else {}
+    )
     calibration.collect(model, cal, observers, progress=progress)
     qparams = {t: obs[0].qparams() for t, obs in observers.items() if t in set(observed)}
     rounded = gptq_mod.round_layers(
         weighted, hessians, per_channel=opt.per_channel, progress=progress
     )
     if hessians:
-        notes.append(
-            f"GPTQ: {len(rounded)} of {len(weighted)} int8 weight(s) rounded on the calibration data"
-        )
+        notes.append(gptq_mod.note(len(rounded), len(weighted)))
     deltas = (
         bias_correction.shifts(weighted, means, per_channel=opt.per_channel, rounded=rounded)
         if opt.bias_correction

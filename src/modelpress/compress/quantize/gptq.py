@@ -205,10 +205,9 @@ def output_error(w: np.ndarray, w_hat: np.ndarray, h: np.ndarray) -> float:
 
 class InputHessian:
     """``XᵀX`` of a layer's input rows for int8 GPTQ, per group, in two halves (each sample's rows
-    go to one, alternately in a random order): GPTQ solved on one half must beat rounding to
-    nearest on the other before a layer uses it. Rows: a 2-D Conv's input patches ``[C/g, kh, kw]`` (flattened like its weight),
-    a MatMul/Gemm input's last axis; at most ``max_rows`` per batch (``ROW_BUDGET``), drawn at
-    random (seeded)."""
+    go to one, alternately in a random order), for the check in ``_codes``. Rows: a 2-D Conv's
+    input patches ``[C/g, kh, kw]`` (flattened like its weight), a MatMul/Gemm input's last axis;
+    at most ``max_rows`` per batch (``ROW_BUDGET``), drawn at random (seeded)."""
 
     def __init__(self, node: ir.Node, seed: int = 0):
         w = const_array(node.inputs[WEIGHT_INPUT[node.op_type]])
@@ -233,11 +232,13 @@ class InputHessian:
 
     def observe(self, x: np.ndarray) -> None:
         x = np.asarray(x)
+        if x.ndim == 1:
+            x = x[None]
         if self.conv:
             rows, sample = self._patches(x)
         else:  # [samples, ..., K]: every row of a sample (a sentence's tokens) goes to its half
             rows = x.reshape(-1, x.shape[-1])
-            sample = np.arange(len(rows)) // max(len(rows) // max(x.shape[0], 1), 1)
+            sample = np.arange(len(rows)) // max(int(np.prod(x.shape[1:-1])), 1)
             if len(rows) > self.max_rows:
                 pick = self.rng.choice(len(rows), self.max_rows, replace=False)
                 rows, sample = rows[pick], sample[pick]
@@ -297,6 +298,22 @@ def observer(node: ir.Node) -> InputHessian | None:
         return None
     # one row (a 1x1 depthwise Conv: an affine) leaves nothing to compensate
     return InputHessian(node) if 2 <= _reduction(node) <= MAX_K else None
+
+
+def attach(nodes: list[ir.Node], observers: dict[str, list]) -> dict[str, InputHessian]:
+    """An ``InputHessian`` for each of ``nodes`` GPTQ applies to (``observer``), by node name,
+    also added to ``observers`` under the node's input tensor (``calibration.collect``'s form)."""
+    out = {}
+    for node in nodes:
+        h = observer(node)
+        if h is not None:
+            out[node.name] = h
+            observers.setdefault(node.inputs[0].name, []).append(h)
+    return out
+
+
+def note(rounded: int, layers: int) -> str:
+    return f"GPTQ: {rounded} of {layers} int8 weight(s) rounded on the calibration data"
 
 
 def round_layers(

@@ -202,8 +202,8 @@ def gptq_int8(model: ir.Model, cal, *, progress=None) -> tuple[dict[str, Quantiz
     """GPTQ codes of the int8 (per-channel) MatMul/Gemm/Conv weights of ``model`` by node name,
     from one pass over the calibration data, and a note (``gptq.round_layers``: the layers where
     GPTQ lowers the output error; the others round to nearest)."""
+    from modelpress.compress.quantize import gptq
     from modelpress.compress.quantize.calibration import collect
-    from modelpress.compress.quantize.gptq import observer, round_layers
 
     # a weight read by several nodes (a tied embedding and LM head) is stored once: rounded to
     # nearest, not to fit one reader's inputs
@@ -212,16 +212,13 @@ def gptq_int8(model: ir.Model, cal, *, progress=None) -> tuple[dict[str, Quantiz
         for n in weight_nodes(model.graph)
         if n.op_type in ("Conv", "Gemm", "MatMul") and len(n.inputs[1].uses()) == 1
     ]
-    observers = {n.name: o for n in nodes if (o := observer(n)) is not None}
-    if not observers:
-        return {}, []
     by_input: dict[str, list] = {}
-    for n in nodes:
-        if n.name in observers:
-            by_input.setdefault(n.inputs[0].name, []).append(observers[n.name])
+    hessians = gptq.attach(nodes, by_input)
+    if not hessians:
+        return {}, []
     collect(model, cal, by_input, progress=progress)
-    out = round_layers(nodes, observers, per_channel=True, progress=progress)
-    return out, [f"GPTQ: {len(out)} of {len(nodes)} int8 weight(s) rounded on the calibration data"]
+    out = gptq.round_layers(nodes, hessians, per_channel=True, progress=progress)
+    return out, [gptq.note(len(out), len(nodes))]
 
 
 def local_errors(
