@@ -304,3 +304,27 @@ def test_weight_only_a_shared_weight_is_rounded_to_nearest(rng):
     (dq,) = [n for n in r.model.graph if n.op_type == "DequantizeLinear"]
     plain = weight_qparams(w, PerChannel(1), dtype="int8", symmetric=True)
     np.testing.assert_array_equal(dq.inputs[0].const_value.numpy(), q8(w, plain))
+
+
+@pytest.mark.parametrize("mode", ["static", "weight-only"])
+def test_a_layer_kept_in_float_is_not_solved(rng, mode, monkeypatch):
+    """``exclude`` keeps a layer in float: no Hessian is gathered or solved for it, and the note
+    counts only the layers that are quantized."""
+    model = small_cnn(seed=3)
+    x = rng.standard_normal((64, 4, 8, 8)).astype(np.float32)
+    cal = [{"x": x[i : i + 16]} for i in range(0, 64, 16)]
+    full = quantize(model, mode=mode, bits=8, calibration=cal)
+    names = sorted(_weights(full.model))
+    assert len(names) == 3
+    solved = set()
+    real = gptq_mod.InputHessian.hessian
+
+    def spy(self, *args, **kwargs):
+        solved.add(id(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(gptq_mod.InputHessian, "hessian", spy)
+    kept = quantize(model, mode=mode, bits=8, calibration=cal, exclude=[names[0]])
+    assert sorted(_weights(kept.model)) == names[1:]
+    assert len(solved) == 2
+    assert any(n.startswith("GPTQ: ") and n.split(" of ")[1].startswith("2 ") for n in kept.notes)

@@ -50,6 +50,7 @@ class Options:
     bias_correction: bool = True
     smooth: bool = True
     gptq: bool = True
+    exclude: frozenset[str] = frozenset()  # the user's float layers: not calibrated for rounding
 
 
 @dataclass
@@ -150,16 +151,17 @@ def _static(model, cal, opt: Options, progress):
             means[node.name] = cm
             observers.setdefault(node.inputs[0].name, []).append(cm)
     # (not a pool written as a Conv: its equal weights 1/k² are exact on the int8 grid)
-    hessians = (
-        gptq_mod.attach([n for n in weighted if n.name not in pools], observers) if opt.gptq else {}
-    )
+    # (not a layer the user keeps in float; an affine by its float name is every Conv it became)
+    kept = opt.exclude | {conv for conv, mul in affines.items() if mul in opt.exclude}
+    rounding = [n for n in weighted if n.name not in pools and n.name not in kept]
+    hessians = gptq_mod.attach(rounding, observers) if opt.gptq else {}
     calibration.collect(model, cal, observers, progress=progress)
     qparams = {t: obs[0].qparams() for t, obs in observers.items() if t in set(observed)}
     rounded = gptq_mod.round_layers(
-        weighted, hessians, per_channel=opt.per_channel, progress=progress
+        rounding, hessians, per_channel=opt.per_channel, progress=progress
     )
     if hessians:
-        notes.append(gptq_mod.note(len(rounded), len(weighted)))
+        notes.append(gptq_mod.note(len(rounded), len(rounding)))
     deltas = (
         bias_correction.shifts(weighted, means, per_channel=opt.per_channel, rounded=rounded)
         if opt.bias_correction
@@ -251,10 +253,10 @@ def _weight_only(model, cal, opt: Options, progress):
     gptq, notes = {}, []
     if opt.bits == 4 and opt.gptq:  # error-compensating rounding, on generated inputs if no cal
         gptq, notes = weight_only.gptq_quantize(
-            model, cal, block_size=opt.block_size, progress=progress
+            model, cal, block_size=opt.block_size, skip=opt.exclude, progress=progress
         )
     elif opt.gptq and cal is not None:
-        gptq, notes = weight_only.gptq_int8(model, cal, progress=progress)
+        gptq, notes = weight_only.gptq_int8(model, cal, skip=opt.exclude, progress=progress)
 
     def build(exclude):
         # With 4 bits, the budget's fallback for a sensitive layer is 8 bits, not float.
@@ -411,6 +413,7 @@ def quantize(
         bias_correction,
         smooth,
         gptq,
+        frozenset(exclude or ()),
     )
     build, candidates, notes, ranker = MODES[mode](work, cal, opt, progress)
     if not candidates and mode in NOTHING_TO_QUANTIZE:

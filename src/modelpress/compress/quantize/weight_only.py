@@ -140,7 +140,7 @@ def generated_calibration(model: ir.Model, *, batches: int = 16, dim: int = 16):
 
 
 def gptq_quantize(
-    model: ir.Model, cal, *, block_size: int, progress=None
+    model: ir.Model, cal, *, block_size: int, skip: frozenset[str] = frozenset(), progress=None
 ) -> tuple[dict[str, Quantized], list[str]]:
     """GPTQ codes of the 4-bit MatMul/Gemm weights of ``model`` by node name, and notes.
 
@@ -149,12 +149,13 @@ def gptq_quantize(
     one, reporting ``progress(done, total)`` in layers. Left out (rounded to nearest): a layer where
     rounding to nearest has the lower output error on these inputs, one GPTQ cannot solve (a Hessian that is not
     finite or not positive definite), and every layer when generated inputs cannot run the model.
+    Layers named in ``skip`` (kept at 8 bits) are not solved.
     """
     from modelpress.compress.quantize.calibration import collect
     from modelpress.compress.quantize.gptq import HessianObserver, gptq, output_error
     from modelpress.errors import InputError
 
-    nodes = gptq_layers(model, block_size=block_size)
+    nodes = [n for n in gptq_layers(model, block_size=block_size) if n.name not in skip]
     if not nodes:
         return {}, []
     source = "the calibration data"
@@ -198,10 +199,12 @@ def gptq_quantize(
     ]
 
 
-def gptq_int8(model: ir.Model, cal, *, progress=None) -> tuple[dict[str, Quantized], list[str]]:
+def gptq_int8(
+    model: ir.Model, cal, *, skip: frozenset[str] = frozenset(), progress=None
+) -> tuple[dict[str, Quantized], list[str]]:
     """GPTQ codes of the int8 (per-channel) MatMul/Gemm/Conv weights of ``model`` by node name,
     from one pass over the calibration data, and a note (``gptq.round_layers``: the layers where
-    GPTQ lowers the output error; the others round to nearest)."""
+    GPTQ lowers the output error; the others round to nearest). Layers in ``skip`` stay float."""
     from modelpress.compress.quantize import gptq
     from modelpress.compress.quantize.calibration import collect
 
@@ -210,7 +213,9 @@ def gptq_int8(model: ir.Model, cal, *, progress=None) -> tuple[dict[str, Quantiz
     nodes = [
         n
         for n in weight_nodes(model.graph)
-        if n.op_type in ("Conv", "Gemm", "MatMul") and len(n.inputs[1].uses()) == 1
+        if n.op_type in ("Conv", "Gemm", "MatMul")
+        and len(n.inputs[1].uses()) == 1
+        and n.name not in skip
     ]
     by_input: dict[str, list] = {}
     hessians = gptq.attach(nodes, by_input)
