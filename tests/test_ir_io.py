@@ -109,3 +109,35 @@ def test_failed_save_leaves_existing_file_untouched(tmp_path, monkeypatch):
         save(model_from_text(TEXT), target)
     assert target.read_bytes() == b"precious"
     assert [p.name for p in tmp_path.iterdir()] == ["m.onnx"]
+
+
+@pytest.mark.parametrize("opset", [9, 10])
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+@pytest.mark.parametrize("scale", [(2.0, 2.0), (1.5, 1.7), (0.5, 0.6)])
+def test_an_upgraded_legacy_resize_gives_the_same_pixels(opset, mode, scale):
+    """Upsample-9 and Resize-10 map pixels asymmetrically and round down when upsampling (up when
+    downsampling); ONNX's converter writes Resize-11's defaults instead. Compared in ORT."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from modelpress.ir import from_proto, to_proto
+    from modelpress.ir.opset import upgrade_opset
+    from modelpress.runtime.ort import session
+
+    op = "Upsample" if opset == 9 else "Resize"
+    if op == "Upsample" and min(scale) < 1:
+        pytest.skip("Upsample only enlarges")
+    scales = numpy_helper.from_array(np.array([1, 1, *scale], np.float32), "s")
+    graph = helper.make_graph(
+        [helper.make_node(op, ["x", "s"], ["y"], mode=mode)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5, 7])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [scales],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    proto.ir_version = 7
+    x = {"x": np.random.default_rng(0).standard_normal((1, 2, 5, 7)).astype(np.float32)}
+    want = session(proto).run(None, x)[0]
+    upgraded = to_proto(upgrade_opset(from_proto(proto), 13))
+    assert [n.op_type for n in upgraded.graph.node].count("Resize") == 1
+    np.testing.assert_array_equal(session(upgraded).run(None, x)[0], want)

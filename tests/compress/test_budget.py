@@ -69,3 +69,28 @@ def test_layer_errors_ignore_padded_positions():
     }
     assert _token_mask(feeds).tolist() == [[True, True, False], [True, False, False]]
     assert _token_mask({"x": np.zeros((2, 3), np.float32)}) is None
+
+
+def test_layer_errors_of_an_infinite_or_nan_output_are_reported_not_raised():
+    """A 16-bit constant out of range made one layer's error infinite; ``log10(s / inf)`` raised,
+    and the whole report was lost. That layer reads -inf dB, the others their own value."""
+    from onnx import TensorProto, helper
+    from quant_models import _model
+
+    from modelpress.compress.quantize.sensitivity import layer_errors
+
+    def model(c):
+        nodes = [
+            helper.make_node("Mul", ["x", "c"], ["a"], name="scale"),
+            helper.make_node("Add", ["x", "one"], ["b"], name="shift"),
+        ]
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+        outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in "ab"]
+        return _model(nodes, [x], outs, {"c": np.float32(c), "one": np.float32(1.0)})
+
+    feeds = [{"x": np.arange(1, 7, dtype=np.float32).reshape(2, 3)}]
+    pairs = {"scale": ("a", "a"), "shift": ("b", "b")}
+    for bad in (np.inf, np.nan):
+        errs = layer_errors(model(1.0), model(bad), pairs, feeds)
+        assert errs["scale"][0] == -np.inf
+        assert errs["shift"] == (np.inf, 0.0)

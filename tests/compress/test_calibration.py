@@ -91,6 +91,16 @@ def test_image_folder(tmp_path, rng):
         ({"x": np.zeros((4, 4, 8, 8), np.float64)}, "dtype float64"),
         ({"x": np.zeros((4, 4, 8), np.float32)}, "rank 3"),
         ({"x": np.zeros((0, 4, 8, 8), np.float32)}, "empty"),
+        # one NaN would make a NaN scale, and every output of the written model NaN
+        (
+            {
+                "x": np.where(np.arange(256).reshape(1, 4, 8, 8) == 7, np.nan, 1.0)
+                .repeat(4, 0)
+                .astype(np.float32)
+            },
+            "4 NaN or infinite",
+        ),
+        ({"x": np.full((4, 4, 8, 8), np.inf, np.float32)}, "1024 NaN or infinite"),
     ],
 )
 def test_bad_calibration_data_one_error_no_output(tmp_path, capsys, arrays, match):

@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import onnx
+import pytest
 from quant_models import mlp, small_cnn
 
 from modelpress.cli.main import main
@@ -144,3 +145,44 @@ def test_top_ops_names_the_kernels_of_the_quantized_model(tmp_path, rng):
     shares = {op: int(pct.rstrip("%")) for op, pct in (item.split() for item in top.split(", "))}
     assert "QLinearConv" in shares and all(0 <= v <= 100 for v in shares.values())
     assert not glob.glob(os.path.join(tempfile.gettempdir(), "modelpress_quantize_profile*"))
+
+
+def test_a_missing_output_directory_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
+    import importlib
+
+    q = importlib.import_module("modelpress.compress.quantize")
+    passes = importlib.import_module("modelpress.passes")
+
+    save(small_cnn(), tmp_path / "m.onnx")
+    for command, module, name in (("quantize", q, "quantize"), ("optimize", passes, "optimize")):
+        monkeypatch.setattr(module, name, lambda *a, c=command, **k: pytest.fail(f"{c} ran"))
+        out = tmp_path / "nope" / "q.onnx"
+        args = [command, str(tmp_path / "m.onnx"), "-o", str(out)]
+        code = main(args + (["--mode", "weight-only"] if command == "quantize" else []))
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 1 and not out.parent.exists()
+        assert len(err) == 1 and "output directory" in err[0] and "does not exist" in err[0]
+
+
+def test_a_result_with_nan_outputs_is_not_written(tmp_path, capsys, monkeypatch):
+    """However a NaN got in (a 16-bit overflow, a corrupt scale), the CLI refuses the file."""
+    import importlib
+
+    import onnx_ir as ir
+
+    q = importlib.import_module("modelpress.compress.quantize")
+    real = q.quantize
+
+    def corrupt(*args, **kwargs):
+        r = real(*args, **kwargs)
+        v = next(v for v in r.model.graph.initializers.values() if v.name.endswith("_scale"))
+        v.const_value = ir.tensor(np.full(v.const_value.shape, np.nan, np.float32), name=v.name)
+        return r
+
+    monkeypatch.setattr(q, "quantize", corrupt)
+    save(mlp(), tmp_path / "m.onnx")
+    out = tmp_path / "q.onnx"
+    code = main(["quantize", str(tmp_path / "m.onnx"), "-o", str(out), "--mode", "weight-only"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and not out.exists()
+    assert len(err) == 1 and "NaN" in err[0] and "not written" in err[0]

@@ -406,3 +406,60 @@ def test_dynamic_mode_says_when_a_model_has_nothing_for_it(cnn_calib):
     assert not any(layer.quantized for layer in conv.layers)
     (note,) = [n for n in conv.notes if "nothing to quantize" in n]
     assert "--mode static" in note
+
+
+@pytest.mark.parametrize(
+    "mode, options, opset",
+    [
+        ("static", {}, 13),
+        ("static", {"per_channel": False}, 11),
+        ("dynamic", {}, 13),
+        ("weight-only", {"bits": 8}, 13),
+        ("weight-only", {"bits": 4}, 21),
+    ],
+)
+def test_an_opset_11_model_is_upgraded_as_far_as_its_int8_form_needs(
+    cnn_calib, rng, mode, options, opset
+):
+    """Per-channel scales need DequantizeLinear's axis (opset 13), 4-bit blocks its block_size
+    (21): an opset-11 export is upgraded that far, and said so; per-tensor int8 stays at 11 (its
+    bias has one scale too). Every result passes the checker and runs close to the float model."""
+    proto = to_proto(small_cnn(seed=2))
+    proto.opset_import[0].version = 11
+    onnx.checker.check_model(proto, full_check=True)
+    r = quantize(proto, mode=mode, calibration=cnn_calib, **options)
+    out = to_proto(r.model)
+    onnx.checker.check_model(out, full_check=True)
+    assert {o.domain: o.version for o in out.opset_import}[""] == opset
+    upgraded = [n for n in r.notes if n.startswith("upgraded opset 11")]
+    assert len(upgraded) == (opset != 11), r.notes
+    x = rng.standard_normal((6, 4, 8, 8)).astype(np.float32)
+    want, got = _run(proto, {"x": x}), _run(out, {"x": x})
+    assert np.abs(got - want).max() < 0.1 * np.abs(want).max()
+
+
+def test_weight_only_int4_reports_errors_for_a_gemm_model(cnn_calib):
+    """4 bits write a Gemm as MatMul + Add first; the error report compares against that model
+    (it named a tensor the original lacks, and the whole report was lost)."""
+    r = quantize(small_cnn(seed=4), mode="weight-only", bits=4, calibration=cnn_calib)
+    assert not any(n.startswith("no error report") for n in r.notes), r.notes
+    assert r.output_error is not None and 0 < r.output_error < 0.5
+    fc = [lay for lay in r.layers if lay.quantized and lay.op_type == "MatMul"]
+    assert fc and all(lay.sqnr_db is not None and lay.sqnr_db > 10 for lay in fc)
+    # the Convs' 4 bits are plain rounding, and said so; one kept at 8 bits is not counted
+    assert any(n.startswith("2 Conv weight(s) at 4 bits") for n in r.notes), r.notes
+    conv = next(lay.name for lay in r.layers if lay.op_type == "Conv")
+    kept = quantize(small_cnn(seed=4), mode="weight-only", bits=4, exclude=[conv])
+    assert any(n.startswith("1 Conv weight(s) at 4 bits") for n in kept.notes), kept.notes
+
+
+def test_dynamic_mode_smooths_attention_graphs_only(cnn_calib):
+    """Outlier smoothing is for transformers' activations; a CNN's head lost 2-5 dB to it."""
+    from quant_models import transformer_ffn
+
+    cnn = quantize(small_cnn(), mode="dynamic", calibration=cnn_calib)
+    assert not any("smoothing" in n for n in cnn.notes)
+    rng = np.random.default_rng(0)
+    cal = [{"x": rng.standard_normal((4, 8, 32)).astype(np.float32)} for _ in range(2)]
+    ffn = quantize(transformer_ffn(), mode="dynamic", calibration=cal)
+    assert any("smoothing" in n for n in ffn.notes)

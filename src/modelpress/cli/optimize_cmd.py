@@ -36,9 +36,10 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from modelpress.ir import graph_stats, load, save
-    from modelpress.ir.io import model_bytes
+    from modelpress.ir.io import model_bytes, output_dir
     from modelpress.passes import optimize
 
+    output_dir(args.output)
     original = load(args.model)
     before = graph_stats(original)
     size_before = len(model_bytes(original))

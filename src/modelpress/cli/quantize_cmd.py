@@ -135,8 +135,10 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from modelpress.compress.quantize import ImagePreprocess, quantize
     from modelpress.ir import load, save
+    from modelpress.ir.io import output_dir
     from modelpress.verify import verify
 
+    output_dir(args.output)  # before minutes of calibration, not after
     original = load(args.model)
     image = None
     if args.image_size or args.crop or args.grayscale:
@@ -202,6 +204,13 @@ def run(args) -> int:
     if args.mode != "bf16":  # ONNX Runtime's CPU has no bfloat16 kernels for most ops
         verified = verify(original, result.model, inputs=inputs, rtol=float("inf"))
         console.print(f"output error vs float model: max relative {verified.max_rel:.3g}")
+        if verified.max_rel == float("inf"):  # a NaN, an infinity or a shape the float model lacks
+            from modelpress.errors import VerificationError
+
+            raise VerificationError(
+                "the quantized model's outputs have NaN, infinite values or shapes the float "
+                f"model's do not; {args.output} not written"
+            )
     if result.accuracy is not None:
         a = result.accuracy
         status = (

@@ -80,6 +80,16 @@ def model_bytes(model: ir.Model | onnx.ModelProto) -> bytes:
     return proto.SerializeToString()
 
 
+def output_dir(path: str | os.PathLike) -> Path:
+    """The directory ``path`` will be written in; ``ModelSaveError`` when it does not exist (a
+    command checks this before its work, not after)."""
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise ModelSaveError(f"{p}: output directory {parent} does not exist")
+    return parent
+
+
 def save(
     model: ir.Model | onnx.ModelProto,
     path: str | os.PathLike,
@@ -94,9 +104,7 @@ def save(
     ``size_threshold`` bytes outside the file.
     """
     p = Path(path)
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise ModelSaveError(f"{p}: output directory {parent} does not exist")
+    parent = output_dir(p)
     proto = model if isinstance(model, onnx.ModelProto) else to_proto(model)
     if external_data is None:
         external_data = _approx_size(proto) > EXTERNAL_DATA_THRESHOLD

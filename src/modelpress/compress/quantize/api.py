@@ -37,6 +37,9 @@ Metric = Callable[[sensitivity.Runner], float]
 # Measured bias correction (static): the calibration batches it averages over (kept in memory
 # when the calibration data is a one-shot iterator).
 BIAS_BATCHES = calibration.REPLAY
+# The oldest opset int8 needs: DequantizeLinear's axis (per-channel scales) came in 13,
+# DynamicQuantizeLinear in 11. An older model is upgraded first, and the result says so.
+INT8_OPSET = {"per-channel": 13, "per-tensor": 11}
 
 
 @dataclass(frozen=True)
@@ -228,7 +231,8 @@ def _dynamic(model, cal, opt: Options, progress):
     nodes = dynamic.layers(model)
     smoothing = None
     notes = []
-    if cal is not None and opt.smooth:
+    # (as in static mode: a CNN's classifier head has no outlier channels, and lost 2-5 dB to it)
+    if cal is not None and opt.smooth and _attention_like(model):
         smoothing, n_inputs = smoothing_mod.calibrate(
             model, nodes, cal, per_channel=opt.per_channel, progress=progress
         )
@@ -257,6 +261,12 @@ def _weight_only(model, cal, opt: Options, progress):
         )
     elif opt.gptq and cal is not None:
         gptq, notes = weight_only.gptq_int8(model, cal, skip=opt.exclude, progress=progress)
+    convs = sum(n.op_type == "Conv" and n.name not in opt.exclude for n in nodes)
+    if opt.bits == 4 and convs:
+        notes.append(
+            f"{convs} Conv weight(s) at 4 bits, rounded to nearest (GPTQ solves MatMul/Gemm): "
+            "CNNs lose the most accuracy here; --max-accuracy-drop or --exclude keeps Convs at 8 bits"
+        )
 
     def build(exclude):
         # With 4 bits, the budget's fallback for a sensitive layer is 8 bits, not float.
@@ -268,7 +278,8 @@ def _weight_only(model, cal, opt: Options, progress):
             q, done, notes = weight_only.apply(
                 model, bits=opt.bits, block_size=opt.block_size, exclude=exclude, quantized=gptq
             )
-        return Built(q, done, _node_outputs(model, done), notes)
+        # (4 bits wrote Gemms as MatMul + Add first: the report compares against that model)
+        return Built(q, done, _node_outputs(model, done), notes, reference=model)
 
     def rank(batches):
         wanted = {n.inputs[0].name for n in nodes if n.op_type in ("MatMul", "Gemm")}
@@ -367,7 +378,7 @@ def quantize(
 
     ``mode``: static | dynamic | weight-only | fp16 | bf16. ``calibration``: an .npz path, a
     directory of .npz files or images (with ``image``), or an iterable of input dicts; required for
-    static, used by dynamic and by static on attention-like graphs (outlier smoothing, ``smooth``) and by every mode for the error report and the
+    static, used by dynamic and static on attention-like graphs (outlier smoothing, ``smooth``) and by every mode for the error report and the
     accuracy budget. ``max_accuracy_drop`` with ``metric`` (a function of a runner
     ``feeds → outputs`` returning a score, higher is better) or ``labels_key`` (labels in the
     calibration data; top-1 accuracy) keeps the most sensitive layers in float until the drop holds.
@@ -392,6 +403,10 @@ def quantize(
         from modelpress.passes import optimize as run_optimizer
 
         work = run_optimizer(work, level=2).model
+    upgraded = []
+    if mode in ("static", "dynamic") or (mode == "weight-only" and bits == 8):
+        # (weight-only int8 scales are always per channel)
+        work, upgraded = _int8_opset(work, per_channel or mode == "weight-only")
     work = with_types(work)
     static.name_nodes(work)
     cal = None
@@ -416,6 +431,7 @@ def quantize(
         frozenset(exclude or ()),
     )
     build, candidates, notes, ranker = MODES[mode](work, cal, opt, progress)
+    notes = upgraded + notes
     if not candidates and mode in NOTHING_TO_QUANTIZE:
         notes.append(f"nothing to quantize in {mode} mode: {NOTHING_TO_QUANTIZE[mode]}")
     # names of the optimized model, or of the layer report (a mode may have rewritten a node)
@@ -465,6 +481,18 @@ def quantize(
         accuracy=accuracy,
         output_error=out_err,
     )
+
+
+def _int8_opset(model: ir.Model, per_channel: bool) -> tuple[ir.Model, list[str]]:
+    """``model`` at an opset its int8 form can be written in, and a note when it was upgraded."""
+    from modelpress.ir.opset import upgrade_opset
+
+    scales = "per-channel" if per_channel else "per-tensor"
+    have, need = model.opset_imports.get("", 0), INT8_OPSET[scales]
+    if have >= need:
+        return model, []
+    model = upgrade_opset(model, need, purpose=f"int8 with {scales} weight scales")
+    return model, [f"upgraded opset {have} → {need} ({scales} int8 needs it)"]
 
 
 def _budget(work, build, built, ranker, cal, metric, budget):

@@ -160,6 +160,7 @@ class CalibrationSet:
         n = 0
         for batch in islice(self._make_iter(model), limit):
             check_feeds(model, batch.feeds, source=f"{self.name} (batch {n})")
+            _check_finite(batch.feeds, source=f"{self.name} (batch {n})")
             if self._once and n < REPLAY:
                 self._kept.append(batch)
             n += 1
@@ -168,6 +169,14 @@ class CalibrationSet:
         self._all_kept = self._once and (limit is None or n < limit) and n <= REPLAY
         if n == 0:
             raise InputError(f"{self.name}: the calibration set is empty")
+
+
+def _check_finite(feeds: dict[str, np.ndarray], *, source: str) -> None:
+    """A NaN or infinity in the calibration data would become a NaN scale (every output NaN)."""
+    for name, arr in feeds.items():
+        if np.issubdtype(arr.dtype, np.floating) and not np.isfinite(arr).all():
+            bad = int(np.size(arr) - np.isfinite(arr).sum())
+            raise InputError(f"{source}: input {name!r} has {bad} NaN or infinite value(s)")
 
 
 def _from_dicts(items: Iterable, labels_key: str | None) -> Iterator[Batch]:

@@ -118,7 +118,11 @@ def layer_errors(
     out = {}
     for layer in pairs:
         s, e = sig[layer], err[layer]
-        sqnr = math.inf if e == 0 else (10 * math.log10(s / e) if s > 0 else -math.inf)
+        # (an infinite or NaN error: a constant out of a 16-bit type's range, say)
+        if e == 0:
+            sqnr = math.inf
+        else:
+            sqnr = 10 * math.log10(s / e) if s > 0 and math.isfinite(e) else -math.inf
         out[layer] = (sqnr, math.sqrt(e / s) if s > 0 else (0.0 if e == 0 else math.inf))
     return out
 

@@ -828,8 +828,13 @@ def quantize_weight_input(
             )
             bscale = np.maximum(bscale, np.float32(1e-12))
             bq = np.clip(np.rint(b / bscale), -(2**31) + 1, 2**31 - 1).astype(np.int32)
+            # per-tensor weights give the bias one scale too (no axis: DequantizeLinear-10 has none)
+            one = wqp.scale.size == 1
             bqp = QParams(
-                scale=bscale, zero_point=np.zeros(b.shape, np.int32), dtype="int32", axis=0
+                scale=bscale[:1].reshape(()) if one else bscale,
+                zero_point=np.zeros(() if one else b.shape, np.int32),
+                dtype="int32",
+                axis=None if one else 0,
             )
             node.replace_input_with(
                 2, _dq_constant(graph, bq, bqp, node.inputs[2].name or f"{node.name}_B")

@@ -302,7 +302,9 @@ def apply(
         notes.append(
             f"upgraded opset {m.opset_imports.get('', 0)} → {BLOCKWISE_OPSET} (4-bit blocks need DequantizeLinear-21)"
         )
-        m = upgrade_opset(m, BLOCKWISE_OPSET)
+        m = upgrade_opset(
+            m, BLOCKWISE_OPSET, purpose="4-bit weights (DequantizeLinear's block_size)"
+        )
     g = m.graph
     done = []
     fallback = 0
