@@ -306,7 +306,8 @@ def _float16(dtype: str) -> ModeFn:
             done = [n for n in names if n not in set(kept)]
             return Built(q, done, _node_outputs(model, done))
 
-        return build, names, [], None
+        note = float16.schema_note(model, dtype)
+        return build, names, [note] if note else [], None
 
     return prepare
 

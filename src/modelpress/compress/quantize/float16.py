@@ -6,7 +6,12 @@ accuracy in 16 bits) and nodes with a subgraph. Float32 constants (initializers 
 nodes) are stored converted for their low-precision readers, with a converted copy when float32
 nodes read them too; where a computed float value crosses from one precision to the other a
 ``Cast`` is inserted once per value. The graph's inputs and outputs keep their float32 type, so
-callers see the same interface. Ops whose schema (at the model's opset) does not accept the type stay float32 too.
+callers see the same interface. Ops whose schema (at the model's opset) does not accept the type
+stay float32 too, and so do ops whose float output takes its type from an attribute rather than an
+input (EyeLike's ``dtype``), except ConstantOfShape, whose ``value`` is converted with it.
+Elementwise float arithmetic whose results only become integers (index computations) stays
+float32: 16-bit rounding would change the indices. Converted constants are clamped to the low
+type's finite range.
 Inputs that the ONNX spec requires to be float32 whatever the data type (Resize's
 ``roi``/``scales``) are never converted.
 """
@@ -49,23 +54,68 @@ KEEP_FLOAT32 = {
 # (op, input index) that must stay float32 whatever the computation type.
 FLOAT32_INPUTS = {("Resize", 1), ("Resize", 2), ("Upsample", 1)}
 
+# Elementwise arithmetic that index computations (T5's relative-position buckets) are made of.
+INDEX_MATH = {
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Mod",
+    "Neg",
+    "Abs",
+    "Min",
+    "Max",
+    "Floor",
+    "Ceil",
+    "Round",
+    "Clip",
+    "Sign",
+    "Where",
+    "Log",
+    "Exp",
+    "Pow",
+    "Sqrt",
+    "Reciprocal",
+}
+INDEX_TYPES = {
+    ir.DataType.INT8,
+    ir.DataType.INT16,
+    ir.DataType.INT32,
+    ir.DataType.INT64,
+    ir.DataType.UINT8,
+    ir.DataType.UINT16,
+    ir.DataType.UINT32,
+    ir.DataType.UINT64,
+    ir.DataType.BOOL,
+}
+
 TYPES = {"fp16": (ir.DataType.FLOAT16, np.float16), "bf16": (ir.DataType.BFLOAT16, None)}
+TYPE_NAMES = {"fp16": "float16", "bf16": "bfloat16"}
 
 
 def _schema_allows(node: ir.Node, opset: int, type_name: str) -> bool:
     """Whether the op's schema at ``opset`` accepts ``type_name`` wherever it accepts float32
-    (Conv, for one, accepts bfloat16 only from opset 22)."""
+    (Conv, for one, accepts bfloat16 only from opset 22), and its float outputs take their type
+    from an input: one typed by an attribute (EyeLike's ``dtype``, a window's
+    ``output_datatype``) or fixed would stay float32 while the graph declares the low type.
+    ConstantOfShape is the exception: ``apply`` converts its ``value``."""
     import onnx.defs
 
     try:
         schema = onnx.defs.get_schema(node.op_type, opset, node.domain or "")
     except onnx.defs.SchemaError:
         return False
-    for c in schema.type_constraints:
-        allowed = set(c.allowed_type_strs)
-        if "tensor(float)" in allowed and f"tensor({type_name})" not in allowed:
-            return False
-    return True
+    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    if any(
+        "tensor(float)" in types and f"tensor({type_name})" not in types
+        for types in allowed.values()
+    ):
+        return False
+    inherited = {p.type_str for p in schema.inputs} & allowed.keys()
+    return node.op_type == "ConstantOfShape" or all(
+        p.type_str in inherited or "tensor(float)" not in allowed.get(p.type_str, {p.type_str})
+        for p in schema.outputs
+    )
 
 
 def _low(node: ir.Node, keep: set[str], opset: int, type_name: str) -> bool:
@@ -83,12 +133,49 @@ def _low(node: ir.Node, keep: set[str], opset: int, type_name: str) -> bool:
     return _schema_allows(node, opset, type_name)
 
 
+def _index_math(nodes: list[ir.Node]) -> set[int]:
+    """Ids of the elementwise float nodes whose results only become integers (a Cast to an
+    integer or bool type, possibly through other such nodes): in 16 bits their rounding moves an
+    index (T5's relative-position bucket 10 becomes 9) and a Gather reads a wrong row.
+
+    Consumers come before producers (reverse topological order), and the walk stops at any other
+    op, so a network whose output is rounded to integers (an image) still converts.
+    """
+    found: set[int] = set()
+    for n in reversed(nodes):
+        floats = [o for o in n.outputs if o.dtype == ir.DataType.FLOAT]
+        if (
+            n.domain in ("", "ai.onnx")
+            and n.op_type in INDEX_MATH
+            and floats
+            and all(
+                o.uses()
+                and not o.is_graph_output()
+                and all(id(u.node) in found or _to_index(u.node) for u in o.uses())
+                for o in floats
+            )
+        ):
+            found.add(id(n))
+    return found
+
+
+def _to_index(node: ir.Node) -> bool:
+    return (
+        node.op_type == "Cast"
+        and node.domain in ("", "ai.onnx")
+        and node.attributes.get_int("to") in INDEX_TYPES
+    )
+
+
 def _convert_array(arr: np.ndarray, dtype: str) -> np.ndarray:
-    if dtype == "fp16":
-        return arr.astype(np.float16)
+    """``arr`` in the low type, finite values clamped to its range: float32's extremes (the
+    ``finfo(float32).min`` of attention masks) would become infinities, and ``0 * -inf`` a NaN.
+    Infinities and NaNs stay as they are."""
     import ml_dtypes
 
-    return arr.astype(ml_dtypes.bfloat16)
+    low = np.float16 if dtype == "fp16" else ml_dtypes.bfloat16
+    top = float(ml_dtypes.finfo(low).max)
+    return np.where(np.isfinite(arr), np.clip(arr, -top, top), arr).astype(low)
 
 
 def apply(
@@ -108,9 +195,12 @@ def apply(
     g = m.graph
     nodes = list(g)
     opset = m.opset_imports.get("", 1)
-    type_name = "float16" if dtype == "fp16" else "bfloat16"
+    type_name = TYPE_NAMES[dtype]
+    index_math = _index_math(nodes)
     low_nodes = {
-        id(n) for n in nodes if n.name not in keep_nodes and _low(n, keep, opset, type_name)
+        id(n)
+        for n in nodes
+        if n.name not in keep_nodes and id(n) not in index_math and _low(n, keep, opset, type_name)
     }
     kept = [
         n.name for n in nodes if id(n) not in low_nodes and n.op_type not in ("Cast", "Constant")
@@ -138,6 +228,8 @@ def apply(
             for o in n.outputs:
                 if o.dtype == ir.DataType.FLOAT:
                     o.type = ir.TensorType(low_type)
+                    if n.op_type == "ConstantOfShape":
+                        _convert_fill(n, dtype)
     # 3. Casts where a value meets a consumer of the other precision (and at graph outputs)
     values = (
         [v for v in g.inputs]
@@ -181,6 +273,40 @@ def apply(
     remove_unused_initializers(g)
     g.sort()
     return m, kept
+
+
+def schema_note(model: ir.Model, dtype: str) -> str | None:
+    """A note for the caller when the model's opset keeps float32 at least half of the nodes that
+    could compute in the low type (most schemas accept bfloat16 only from opset 13, Conv's from
+    22): the conversion then changes little, silently, and only an opset upgrade helps. None
+    otherwise, a few blocked ops being no news worth a note."""
+    import onnx.defs
+
+    type_name = TYPE_NAMES[dtype]
+    opset = model.opset_imports.get("", 1)
+    newest = onnx.defs.onnx_opset_version()
+    convertible = [n for n in model.graph if _low(n, KEEP_FLOAT32, newest, type_name)]
+    blocked = [n for n in convertible if not _schema_allows(n, opset, type_name)]
+    if not blocked or 2 * len(blocked) < len(convertible):
+        return None
+    needs = {  # the first opset that accepts the type, for each blocked op
+        op: next(v for v in range(opset + 1, newest + 1) if _schema_allows(n, v, type_name))
+        for op, n in {n.op_type: n for n in blocked}.items()
+    }
+    op = max(needs, key=needs.get)
+    return (
+        f"{type_name}: {len(blocked)} of {len(convertible)} convertible nodes stay float32 "
+        f"because their ops accept {type_name} only from a newer opset (model opset {opset}; "
+        f"{op} needs {needs[op]}): upgrade with `modelpress optimize --opset {needs[op]}` first"
+    )
+
+
+def _convert_fill(node: ir.Node, dtype: str) -> None:
+    """ConstantOfShape's output has the type of its ``value`` (a float32 zero when absent): the
+    value is stored converted, so the node fills in the low type itself."""
+    attr = node.attributes.get("value")
+    arr = attr.value.numpy() if attr is not None else np.zeros(1, np.float32)
+    node.attributes["value"] = ir.AttrTensor("value", ir.tensor(_convert_array(arr, dtype)))
 
 
 def _float_input(use) -> bool:
