@@ -41,6 +41,19 @@ def with_types(model: ir.Model) -> ir.Model:
         return model
 
 
+def at_opset(model: ir.Model, need: int, form: str) -> tuple[ir.Model, list[str]]:
+    """``model`` at default-domain opset ``need`` or newer, and a note when it had to be upgraded
+    (``form``: the quantized form that needs it, for the note and the converter's error)."""
+    from modelpress.ir.opset import upgrade_opset
+
+    have = model.opset_imports.get("", 0)
+    if have >= need:
+        return model, []
+    return upgrade_opset(model, need, purpose=form), [
+        f"upgraded opset {have} → {need} ({form} needs it)"
+    ]
+
+
 def values_by_name(graph: ir.Graph) -> dict[str, ir.Value]:
     out: dict[str, ir.Value] = {v.name: v for v in graph.inputs if v.name}
     out.update({k: v for k, v in graph.initializers.items()})

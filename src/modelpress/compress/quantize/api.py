@@ -28,7 +28,7 @@ from modelpress.compress.quantize import (
 )
 from modelpress.compress.quantize import gptq as gptq_mod
 from modelpress.compress.quantize import smoothing as smoothing_mod
-from modelpress.compress.quantize._graph import remove_unused_initializers
+from modelpress.compress.quantize._graph import at_opset, remove_unused_initializers
 from modelpress.compress.quantize.calibration import CalibrationSet, ImagePreprocess, Progress
 from modelpress.compress.quantize.observers import get_observer
 from modelpress.errors import InputError, OptionError
@@ -407,7 +407,8 @@ def quantize(
     upgraded = []
     if mode in ("static", "dynamic") or (mode == "weight-only" and bits == 8):
         # (weight-only int8 scales are always per channel)
-        work, upgraded = _int8_opset(work, per_channel or mode == "weight-only")
+        scales = "per-channel" if per_channel or mode == "weight-only" else "per-tensor"
+        work, upgraded = at_opset(work, INT8_OPSET[scales], f"{scales} int8")
     work = with_types(work)
     static.name_nodes(work)
     cal = None
@@ -482,18 +483,6 @@ def quantize(
         accuracy=accuracy,
         output_error=out_err,
     )
-
-
-def _int8_opset(model: ir.Model, per_channel: bool) -> tuple[ir.Model, list[str]]:
-    """``model`` at an opset its int8 form can be written in, and a note when it was upgraded."""
-    from modelpress.ir.opset import upgrade_opset
-
-    scales = "per-channel" if per_channel else "per-tensor"
-    have, need = model.opset_imports.get("", 0), INT8_OPSET[scales]
-    if have >= need:
-        return model, []
-    model = upgrade_opset(model, need, purpose=f"int8 with {scales} weight scales")
-    return model, [f"upgraded opset {have} → {need} ({scales} int8 needs it)"]
 
 
 def _budget(work, build, built, ranker, cal, metric, budget):

@@ -27,6 +27,7 @@ import numpy as np
 import onnx_ir as ir
 
 from modelpress.compress.quantize._graph import (
+    at_opset,
     const_array,
     constant,
     copy_model,
@@ -296,15 +297,8 @@ def apply(
     quantized = quantized or {}
     notes: list[str] = []
     m = copy_model(model)
-    if 4 in (bits, tables_bits) and m.opset_imports.get("", 0) < BLOCKWISE_OPSET:
-        from modelpress.ir.opset import upgrade_opset
-
-        notes.append(
-            f"upgraded opset {m.opset_imports.get('', 0)} → {BLOCKWISE_OPSET} (4-bit blocks need DequantizeLinear-21)"
-        )
-        m = upgrade_opset(
-            m, BLOCKWISE_OPSET, purpose="4-bit weights (DequantizeLinear's block_size)"
-        )
+    if 4 in (bits, tables_bits):
+        m, notes = at_opset(m, BLOCKWISE_OPSET, "4-bit blocks (DequantizeLinear's block_size)")
     g = m.graph
     done = []
     fallback = 0
