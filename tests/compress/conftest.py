@@ -8,5 +8,8 @@ import pytest
 
 @pytest.fixture
 def cnn_calib():
+    """Inputs of ``small_cnn``'s shape, differing in contrast from sample to sample."""
+    from quant_models import image_like
+
     rng = np.random.default_rng(1)
-    return [{"x": rng.standard_normal((8, 4, 8, 8)).astype(np.float32)} for _ in range(4)]
+    return [{"x": image_like(rng, (8, 4, 8, 8))} for _ in range(4)]

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 from onnx import TensorProto, helper, numpy_helper
 
 from modelpress.ir import from_proto
+
+
+def image_like(rng, shape: tuple[int, ...]) -> np.ndarray:
+    """Gaussian inputs whose samples differ in contrast (0.2x to 3x), as images do: samples of
+    one distribution would make a CNN's pooled features, and so its outputs, nearly constant
+    across the set."""
+    contrast = rng.uniform(0.2, 3.0, (shape[0],) + (1,) * (len(shape) - 1))
+    return (rng.standard_normal(shape) * contrast).astype(np.float32)
 
 
 def _conv_w(rng, cout: int, cin: int, k: int, gain: float = 1.0) -> np.ndarray:
@@ -49,6 +58,20 @@ def small_cnn(seed: int = 0):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8, 8])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5])
     return _model(nodes, [x], [y], inits)
+
+
+def probe_head_cnn(seed: int = 0):
+    """``small_cnn`` with a head like a linear probe fitted on its pooled features: the features
+    share a large common part (a bias of 10 before the last Relu) and vary little around it, and
+    the head's large weights cancel the common part (rows of zero sum), so its outputs are small
+    differences of large terms, which 8-bit inputs disturb."""
+    model = small_cnn(seed)
+    rng = np.random.default_rng(seed + 100)
+    inits = model.graph.initializers
+    inits["b2"].const_value = ir.tensor(np.full(32, 10.0, np.float32))
+    wf = rng.standard_normal((5, 32)) * 20
+    inits["wf"].const_value = ir.tensor((wf - wf.mean(axis=1, keepdims=True)).astype(np.float32))
+    return model
 
 
 def single_conv(seed: int = 0):
@@ -95,9 +118,10 @@ def mlp(seed: int = 0, *, sensitive: bool = False):
     return _model(nodes, [x], [y], inits)
 
 
-def thin_stem_cnn(seed: int = 0):
-    """x[N,1,8,8] → Conv 3x3 1→16 (reduction 9: too short for int8) → Relu → Conv 3x3 → Add(residual)
-    → Relu → MaxPool → Conv 3x3 → Relu → GlobalAveragePool → Flatten → Gemm."""
+def thin_stem_cnn(seed: int = 0, *, residual: bool = False):
+    """x[N,1,8,8] → Conv 3x3 1→16 (reduction 9: too short for int8) → Relu → Conv 3x3 → Add (of
+    the stem's output with ``residual``, else of the Conv's output with itself) → Relu → MaxPool →
+    Conv 3x3 → Relu → GlobalAveragePool → Flatten → Gemm."""
     rng = np.random.default_rng(seed)
     inits = {
         "w0": (rng.standard_normal((16, 1, 3, 3)) * 0.5).astype(np.float32),
@@ -114,7 +138,7 @@ def thin_stem_cnn(seed: int = 0):
         helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=pads, name="stem"),
         helper.make_node("Relu", ["c0"], ["r0"], name="relu0"),
         helper.make_node("Conv", ["r0", "w1", "b1"], ["c1"], pads=pads, name="conv1"),
-        helper.make_node("Add", ["c1", "r0"], ["a"], name="add"),
+        helper.make_node("Add", ["c1", "r0" if residual else "c1"], ["a"], name="add"),
         helper.make_node("Relu", ["a"], ["r1"], name="relu1"),
         helper.make_node("MaxPool", ["r1"], ["m"], kernel_shape=[2, 2], strides=[2, 2], name="mp"),
         helper.make_node("Conv", ["m", "w2", "b2"], ["c2"], pads=pads, name="conv2"),

@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from quant_models import mlp, single_conv, small_cnn
+from quant_models import image_like, mlp, single_conv, small_cnn
 
 from modelpress.compress import quantize
 from modelpress.ir import save, to_proto
@@ -463,3 +463,166 @@ def test_dynamic_mode_smooths_attention_graphs_only(cnn_calib):
     cal = [{"x": rng.standard_normal((4, 8, 32)).astype(np.float32)} for _ in range(2)]
     ffn = quantize(transformer_ffn(), mode="dynamic", calibration=cal)
     assert any("smoothing" in n for n in ffn.notes)
+
+
+def test_a_model_with_nothing_to_quantize_keeps_its_opset():
+    """Dynamic mode has nothing to do on a Conv-only model: the opset-11 export stays at 11."""
+    proto = to_proto(single_conv())
+    proto.opset_import[0].version = 11
+    r = quantize(proto, mode="dynamic", optimize=False)
+    assert {o.domain: o.version for o in to_proto(r.model).opset_import}[""] == 11
+    assert not any(n.startswith("upgraded opset") for n in r.notes), r.notes
+
+
+def _embedding_model(rng):
+    from onnx import TensorProto, helper
+    from quant_models import _model
+
+    table = rng.standard_normal((4096, 32)).astype(np.float32)
+    w = (rng.standard_normal((32, 16)) * 0.2).astype(np.float32)
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
+        helper.make_node("MatMul", ["e", "w"], ["y"], name="fc"),
+    ]
+    ids_info = helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 8])
+    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 16])
+    return _model(nodes, [ids_info], [y_info], {"table": table, "w": w})
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_embedding_tables_are_layers_of_the_report(rng, mode):
+    """A table stored as int8 rows is a layer like the others: the report measures its output
+    (int8 rows: about 40 dB on Gaussian rows), and --exclude keeps it float."""
+    model = _embedding_model(rng)
+    calib = [{"ids": rng.integers(0, 4096, (4, 8))} for _ in range(2)]
+    r = quantize(model, mode=mode, calibration=calib, optimize=False)
+    (embed,) = [lay for lay in r.layers if lay.name == "embed"]
+    assert embed.quantized and embed.op_type == "Gather"
+    assert 30 < embed.sqnr_db < 60 and embed.rel_error < 0.03
+    kept = quantize(model, mode=mode, calibration=calib, exclude=["embed"], optimize=False)
+    (embed,) = [lay for lay in kept.layers if lay.name == "embed"]
+    assert not embed.quantized
+    gathers = [n for n in kept.model.graph if n.op_type == "Gather"]
+    assert [g.inputs[0].dtype for g in gathers] == [ir.DataType.FLOAT]
+
+
+def _lstm_model(rng, hidden: int = 16, inputs: int = 8):
+    """x[T=6, N, 8] → LSTM (16 hidden, forward) → last hidden state → MatMul head [16, 4]."""
+    from onnx import TensorProto, helper
+    from quant_models import _model
+
+    def w(*shape):
+        return (rng.standard_normal(shape) / np.sqrt(shape[-1])).astype(np.float32)
+
+    inits = {
+        "W": w(1, 4 * hidden, inputs),
+        "R": w(1, 4 * hidden, hidden),
+        "B": (rng.standard_normal((1, 8 * hidden)) * 0.1).astype(np.float32),
+        "head": w(hidden, 4),
+        "axes": np.array([0], np.int64),
+    }
+    nodes = [
+        helper.make_node("LSTM", ["x", "W", "R", "B"], ["", "h"], hidden_size=hidden, name="lstm"),
+        helper.make_node("Squeeze", ["h", "axes"], ["h2"], name="squeeze"),
+        helper.make_node("MatMul", ["h2", "head"], ["y"], name="head"),
+    ]
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, [6, "N", inputs])
+    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])
+    return _model(nodes, [x_info], [y_info], inits)
+
+
+def test_weight_only_stores_recurrent_weights_as_int8_rows(rng):
+    """An LSTM's W and R become DequantizeLinear of int8 (one scale per gate row, axis 1), at 8
+    bits even when 4 are asked for; the model checks, and its output stays within what 8 bits
+    of weight error imply."""
+    model = _lstm_model(rng)
+    calib = [{"x": rng.standard_normal((6, 4, 8)).astype(np.float32)} for _ in range(2)]
+    for bits in (8, 4):
+        r = quantize(model, mode="weight-only", bits=bits, calibration=calib, optimize=False)
+        onnx.checker.check_model(to_proto(r.model), full_check=True)
+        lstm = next(n for n in r.model.graph if n.op_type == "LSTM")
+        for v in lstm.inputs[1:3]:
+            dq = v.producer()
+            assert dq.op_type == "DequantizeLinear" and dq.inputs[0].dtype == ir.DataType.INT8
+            assert dq.attributes.get_int("axis") == 1
+        (layer,) = [lay for lay in r.layers if lay.name == "lstm"]
+        assert layer.quantized and layer.rel_error < 0.02
+        x = rng.standard_normal((6, 5, 8)).astype(np.float32)
+        want, got = _run(model, {"x": x}), _run(r.model, {"x": x})
+        assert np.abs(got - want).max() < 0.02 * np.abs(want).max()
+
+
+def test_integer_activation_modes_say_recurrent_layers_stay_float(rng):
+    model = _lstm_model(rng)
+    calib = [{"x": rng.standard_normal((6, 4, 8)).astype(np.float32)} for _ in range(2)]
+    r = quantize(model, mode="dynamic", calibration=calib, optimize=False)
+    (note,) = [n for n in r.notes if "LSTM" in n]
+    assert note.startswith("1 LSTM layer(s) stay float32 (") and "--mode weight-only" in note
+    lstm = next(n for n in r.model.graph if n.op_type == "LSTM")
+    assert lstm.inputs[1].const_value is not None  # untouched float weights
+
+
+def _head_error(model, calib, x):
+    """Static int8 of ``model``: (the result, relative error of its outputs on ``x``)."""
+    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    want = _run(model, {"x": x})
+    got = _run(r.model, {"x": x}, optimize="all")
+    return r, float(np.linalg.norm(got - want) / np.linalg.norm(want - want.mean(axis=0)))
+
+
+def test_a_classifier_head_that_8_bit_inputs_would_disturb_stays_float(rng, monkeypatch):
+    """A probe-like head (outputs: small differences of large terms) stays float, and so does the
+    global pool computing its input: measured on the calibration data, said in a note, and the
+    outputs' error against the float model falls by more than half."""
+    from quant_models import probe_head_cnn
+
+    from modelpress.compress.quantize import api
+
+    model = probe_head_cnn()
+    calib = [{"x": rng.standard_normal((16, 4, 8, 8)).astype(np.float32)} for _ in range(4)]
+    x = rng.standard_normal((64, 4, 8, 8)).astype(np.float32)
+    r, err = _head_error(model, calib, x)
+    (note,) = [n for n in r.notes if n.startswith("classifier head fc kept in float")]
+    moved = float(note.split("outputs by ")[1].split("%")[0])
+    assert 2 < moved < 50  # measured on the calibration data, over the 2% tolerance
+    fc = next(n for n in r.model.graph if n.name == "fc")
+    assert fc.inputs[1].const_value is not None  # float weights, read as they are
+    pool = fc.inputs[0].producer().inputs[0].producer()
+    assert pool.op_type == "GlobalAveragePool"
+    assert pool.inputs[0].producer().op_type == "DequantizeLinear"  # the chain ends before it
+    quantized = {lay.name: lay.quantized for lay in r.layers}
+    assert not quantized["fc"] and not quantized["pool"] and quantized["add"]
+    # its float weights are the model's; its bias takes the output shift measured upstream
+    np.testing.assert_array_equal(fc.inputs[1].const_value.numpy(), _initializer(model, "wf"))
+    assert not np.array_equal(fc.inputs[2].const_value.numpy(), _initializer(model, "bf"))
+    plain = quantize(model, mode="static", calibration=calib, optimize=False, bias_correction=False)
+    fc = next(n for n in plain.model.graph if n.name == "fc")
+    np.testing.assert_array_equal(fc.inputs[2].const_value.numpy(), _initializer(model, "bf"))
+    monkeypatch.setattr(api, "HEAD_TOLERANCE", float("inf"))  # the head in int8, as before
+    r8, err8 = _head_error(model, calib, x)
+    assert not any(n.startswith("classifier head") for n in r8.notes)
+    assert next(n for n in r8.model.graph if n.name == "fc").inputs[0].producer().op_type == (
+        "DequantizeLinear"
+    )
+    assert err < err8 / 2, (err, err8)
+
+
+def test_a_head_whose_outputs_do_not_vary_is_not_judged(rng):
+    """Calibration samples that all give the same outputs (here: one input repeated) cannot tell
+    how much 8-bit inputs matter next to the outputs' spread: the head stays in the chain."""
+    from quant_models import probe_head_cnn
+
+    one = rng.standard_normal((1, 4, 8, 8)).astype(np.float32)
+    calib = [{"x": np.repeat(one, 16, axis=0)} for _ in range(2)]
+    r = quantize(probe_head_cnn(), mode="static", calibration=calib, optimize=False)
+    assert not any(n.startswith("classifier head") for n in r.notes), r.notes
+
+
+def test_an_ordinary_head_stays_in_the_int8_chain(rng):
+    """On inputs that differ from sample to sample as images do (here in contrast), 8-bit pooled
+    features move small_cnn's outputs little next to their spread: the head stays in the chain."""
+    calib = [{"x": image_like(rng, (16, 4, 8, 8))} for _ in range(4)]
+    r = quantize(small_cnn(), mode="static", calibration=calib, optimize=False)
+    assert not any(n.startswith("classifier head") for n in r.notes), r.notes
+    fc = next(n for n in r.model.graph if n.name == "fc")
+    assert fc.inputs[0].producer().op_type == "DequantizeLinear"

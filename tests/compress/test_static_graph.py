@@ -8,9 +8,10 @@ import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
-from quant_models import small_cnn, thin_stem_cnn
+from quant_models import image_like, small_cnn, thin_stem_cnn
 
 from modelpress.compress import quantize
+from modelpress.compress.quantize import static
 from modelpress.ir import save
 from modelpress.runtime.ort import session
 
@@ -50,7 +51,7 @@ def _rms_error(model, quantized, x: np.ndarray) -> float:
 @pytest.fixture
 def calib_1ch():
     rng = np.random.default_rng(3)
-    return [{"x": rng.standard_normal((8, 1, 8, 8)).astype(np.float32)} for _ in range(4)]
+    return [{"x": image_like(rng, (8, 1, 8, 8))} for _ in range(4)]
 
 
 def test_residual_cnn_runs_int8_end_to_end(tmp_path, cnn_calib, rng):
@@ -82,6 +83,20 @@ def test_short_reduction_stem_stays_float_and_chain_after_it_is_int8(tmp_path, c
     assert _error_vs_float(model, r.model, x) < 0.05
 
 
+def test_short_reduction_stem_read_by_a_residual_add_is_int8(tmp_path, calib_1ch, rng):
+    """The same stem, when the residual Add also reads it: in float it would cost the Add more
+    Transposes than its int8 kernel loses, so the whole graph runs in int8."""
+    model = thin_stem_cnn(residual=True)
+    r = quantize(model, mode="static", calibration=calib_1ch, optimize=False)
+    quantized = {layer.name for layer in r.layers if layer.quantized}
+    assert {"stem", "conv1", "conv2", "fc", "add", "pool"} <= quantized
+    ops = [n.op_type for n in _ort_graph(r.model, tmp_path)]
+    assert not FLOAT_COMPUTE & set(ops), ops
+    assert ops.count("Transpose") <= 2, ops
+    x = rng.standard_normal((4, 1, 8, 8)).astype(np.float32)
+    assert _error_vs_float(model, r.model, x) < 0.05
+
+
 @pytest.mark.parametrize(
     ("filters", "pool", "stem_int8"),
     [(16, False, False), (32, False, True), (16, True, True)],
@@ -94,7 +109,7 @@ def test_thin_rgb_stem_stays_float(tmp_path, rng, filters, pool, stem_int8):
     from quant_models import rgb_stem_cnn
 
     model = rgb_stem_cnn(filters=filters, pool=pool)
-    calib = [{"x": rng.standard_normal((8, 3, 16, 16)).astype(np.float32)} for _ in range(4)]
+    calib = [{"x": image_like(rng, (8, 3, 16, 16))} for _ in range(4)]
     r = quantize(model, mode="static", calibration=calib, optimize=False)
     quantized = {layer.name for layer in r.layers if layer.quantized}
     assert ("stem" in quantized) == stem_int8
@@ -616,3 +631,38 @@ def test_affine_that_would_add_a_quantization_point_stays_float():
         inits,
     )
     assert not affines_as_convs(with_types(on_input))[1]
+
+
+def _pooled_head_cnn(size: int, classes: int):
+    """x[N,32,size,size] → Conv 3x3 (32) → Relu → GlobalAveragePool → Flatten → Gemm(classes)."""
+    from quant_models import _conv_w, _model
+
+    rng = np.random.default_rng(0)
+    inits = {
+        "w": _conv_w(rng, 32, 32, 3),
+        "wf": (rng.standard_normal((classes, 32)) * 0.2).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("GlobalAveragePool", ["r"], ["p"], name="pool"),
+        helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "wf"], ["y"], transB=1, name="fc"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 32, size, size])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", classes])
+    return _model(nodes, [x], [y], inits)
+
+
+@pytest.mark.parametrize(
+    ("size", "classes", "candidate"),
+    [(16, 10, True), (1, 10, False), (16, 100, False)],
+    ids=["small-head", "head-is-much-of-the-work", "head-is-much-of-the-weights"],
+)
+def test_a_head_may_stay_float_only_when_it_is_a_small_part_of_the_model(size, classes, candidate):
+    """At most 1% of the multiply-adds (16x16 maps: 320 of 2.4M; 1x1: 320 of 9.5K) and 5% of the
+    weights (10 classes: 320 of 9.5K; 100 classes: 3.2K of 12.4K)."""
+    from modelpress.compress.quantize._graph import with_types
+
+    model = with_types(_pooled_head_cnn(size, classes))
+    assert static.head_candidates(model) == (["fc"] if candidate else [])

@@ -103,10 +103,12 @@ def shifts(
     return out
 
 
-def last_layers(model: ir.Model, layers: list[ir.Node]) -> list[ir.Node]:
-    """The Convs and Gemms of ``layers`` whose output reaches no other weighted op: those that
-    write a model's results. (Not MatMul: a transformer's token axis would mix padded positions
-    into the means.)"""
+def last_layers(
+    model: ir.Model, layers: list[ir.Node], ops: tuple[str, ...] = ("Conv", "Gemm")
+) -> list[ir.Node]:
+    """The nodes of ``layers`` of type ``ops`` whose output reaches no other weighted op: those
+    that write a model's results. (By default not MatMul: for bias correction, a transformer's
+    token axis would mix padded positions into the means.)"""
     feeds: set[str] = set()  # tensors from which a weighted op is reachable
     for node in reversed(list(model.graph)):  # consumers before producers
         if node.op_type in WEIGHT_INPUT or any(o.name in feeds for o in node.outputs):
@@ -115,7 +117,7 @@ def last_layers(model: ir.Model, layers: list[ir.Node]) -> list[ir.Node]:
     return [
         n
         for n in layers
-        if n.op_type in ("Conv", "Gemm") and n.outputs[0].name not in feeds
+        if n.op_type in ops and n.outputs[0].name not in feeds
     ]
 
 

@@ -50,14 +50,23 @@ def layers(model: ir.Model, exclude: frozenset[str] = frozenset()) -> list[ir.No
 TABLE_MIN_SIZE = 1 << 16
 
 
-def tables(g: ir.Graph, exclude: frozenset[str] = frozenset()) -> None:
-    """Store every large embedding table of ``g`` as int8 rows (``_quantize_table``), in place;
-    static int8 uses it too: a Gather has no int8 kernel, but the table is most of a transformer's
-    file."""
+def table_layers(g: ir.Graph) -> list[ir.Node]:
+    """The Gathers whose table ``tables`` stores as int8 rows: layers of the error report, which
+    the accuracy budget (or ``exclude``) can keep in float like any other."""
+    return gather_tables(g, min_size=TABLE_MIN_SIZE)
+
+
+def tables(g: ir.Graph, exclude: frozenset[str] = frozenset()) -> list[str]:
+    """Store every large embedding table of ``g`` as int8 rows (``_quantize_table``), in place,
+    and return the names of the Gathers rewritten; static int8 uses it too: a Gather has no int8
+    kernel, but the table is most of a transformer's file."""
     cache: dict = {}
-    for node in gather_tables(g, min_size=TABLE_MIN_SIZE):
+    done = []
+    for node in table_layers(g):
         if node.name not in exclude:
+            done.append(node.name)
             _quantize_table(g, node, cache)
+    return done
 
 
 def _quantize_table(g: ir.Graph, node: ir.Node, cache: dict) -> None:
@@ -94,7 +103,8 @@ def apply(
     smoothing: dict[str, np.ndarray] | None = None,
     quantize_tables: bool = True,
 ) -> tuple[ir.Model, list[str]]:
-    """A dynamically quantized copy of ``model`` and the names of the nodes it quantized.
+    """A dynamically quantized copy of ``model`` and the names of the nodes it quantized (lookup
+    tables included).
 
     ``smoothing`` (from ``smoothing.calibrate``) maps activation inputs to per-channel factors;
     ``quantize_tables`` stores large Gather tables (embeddings) as int8 rows.
@@ -139,7 +149,7 @@ def apply(
         swap_node(g, node, new_nodes, result)
         done.append(node.name)
     if quantize_tables:
-        tables(g, exclude)
+        done += tables(g, exclude)
     remove_unused_initializers(g)
     g.sort()
     return m, done

@@ -22,6 +22,13 @@ These rewrites keep the chain in 8 bits, and fast:
 - a depthwise Conv whose channel count is not a multiple of 16 gets channels up to one (copies of
   a real one that no output reads), and so do the ops around it (``padding.pad_depthwise``): ONNX
   Runtime's fast int8 depthwise kernel needs it, and runs about twice as fast as its fallback.
+A classifier head (a Gemm or MatMul on pooled features that writes the outputs, at most 1% of
+the multiply-adds and 5% of the weights) stays float when 8-bit inputs would move its outputs by more than 2% of their
+spread on the calibration data (``head_candidates``, ``head_input_errors``): nothing after it
+averages that rounding out. The global pool before it then runs in float on the dequantized map
+and the ops before that stay in the chain; with float weights, the head costs next to nothing
+(a 1000-class head whose int8 weights were dequantized at every run cost MobileNetV2 a fifth of
+its time).
 Graph outputs stay float: the last quantized op dequantizes into them (a Conv through its own Q/DQ:
 ONNX Runtime has no int8 Conv with a float output); so does an output read by a
 layer that is kept in float on purpose (``exclude``), and the output of a MatMul/Gemm that no
@@ -34,10 +41,9 @@ weights (``smoothing``), as for dynamic quantization: with both rules MiniLM kee
 What ONNX Runtime (CPU, all optimizations) makes of it, checked by ``tests/compress/
 test_static_graph.py``: every DequantizeLinear is fused, the only QuantizeLinear left is the one
 entering the chain, and the int8 kernels run in NHWC with one Transpose in and one out. A weighted op
-left in float for its short reduction (a 1-channel 3x3 stem: its int8 kernel measured 3-4x slower
-than the float one) costs, when its output also feeds a residual Add, two more Transposes around
-that Add; on a tiny CNN that is a visible share of the run time, on a CNN where convolutions
-dominate it is noise, so the reduction rule stays as it is.
+with a short reduction (a 1-channel 3x3 stem: its int8 kernel measured 3-4x slower than the float
+one) stays float, unless its output feeds a residual Add: in float it would cost the Add more
+Transposes than its int8 kernel loses (``_feeds_add``).
 """
 
 from __future__ import annotations
@@ -109,6 +115,8 @@ class StaticPlan:
     # graph outputs written by a Conv: the output itself becomes the DQ (ONNX Runtime has no int8
     # Conv with a float output); every other graph output stays the float value
     requantized_outputs: set[str] = field(default_factory=set)
+    # classifier heads kept float (``head_candidates``); bias correction still reaches them
+    float_heads: list[str] = field(default_factory=list)
 
     @property
     def observed(self) -> list[str]:
@@ -479,6 +487,14 @@ def _thin_stem(node: ir.Node) -> bool:
     return not any(_passthrough(r) for r in readers)
 
 
+def _feeds_add(node: ir.Node) -> bool:
+    """Whether an Add reads ``node``'s output (through a Relu): a residual block's shortcut. A
+    short-reduction stem left in float there cost more in Transposes than its int8 kernel loses
+    (ResNet-style digits CNN, 1-channel 3x3 stem: 1.01x float32 at batch 1 with the stem in
+    float, 0.96x in int8; 0.95x and 0.92x at batch 8)."""
+    return any(c is not None and c.op_type == "Add" for c in _through(node.outputs[0], True))
+
+
 def _one_pixel(node: ir.Node) -> bool:
     # A Conv on 1x1 maps (a squeeze-excite's) costs next to nothing in either kernel; in int8 it
     # keeps the excite path in the chain, where a float one would dequantize the feature map.
@@ -512,16 +528,23 @@ def _through(value: ir.Value, forward: bool, *, folds: bool = True) -> list:
 
 
 def select_layers(
-    model: ir.Model, *, exclude: frozenset[str] = frozenset(), min_reduction: int = 16
+    model: ir.Model,
+    *,
+    exclude: frozenset[str] = frozenset(),
+    min_reduction: int = 16,
+    float_readers: frozenset[str] = frozenset(),
 ) -> list[ir.Node]:
     """The compute nodes to quantize.
 
     Weighted ops are quantized when their reduction is long enough for an int8 kernel to beat the
     float one (a 3x3 conv on 1 input channel, reduction 9, runs slower in int8 on x86) and it is
-    not a thin RGB stem (``_thin_stem``), and on 1x1 maps, where either kernel costs next to nothing and int8 keeps the chain. An op without
-    weights (Add, Mul, pools) only pays off inside an 8-bit chain: it is kept while at least one input
-    comes from a quantized op and every consumer of its output is a quantized op, checked to a fixed
-    point (removing one op can break the chain of another).
+    not a thin RGB stem (``_thin_stem``); whatever their reduction when a residual Add reads them
+    (``_feeds_add``), when they are depthwise, and on 1x1 maps, where either kernel costs next to
+    nothing and int8 keeps the chain. An op without weights (Add, Mul, pools) only pays off inside
+    an 8-bit chain: it is kept while at least one input comes from a quantized op and every
+    consumer of its output is a quantized op (or one of ``float_readers``, which read the
+    dequantized output on purpose), checked to a fixed point (removing one op can break the chain
+    of another).
     """
     nodes = [n for n in model.graph if n.name not in exclude and eligible(n)]
     kept = {
@@ -529,6 +552,7 @@ def select_layers(
         for n in nodes
         if n.op_type not in WEIGHT_INPUT
         or (_reduction_size(n) >= min_reduction and not _thin_stem(n))
+        or _feeds_add(n)
         or _depthwise(n)
         or _one_pixel(n)
     }
@@ -542,11 +566,90 @@ def select_layers(
             sources = [_through(v, False)[0] for v in n.inputs[:n_act]]
             consumers = _through(n.outputs[0], True)
             fed = any(s is not None and s.name in kept for s in sources)
-            feeds = bool(consumers) and all(c is not None and c.name in kept for c in consumers)
+            feeds = bool(consumers) and all(
+                c is not None and (c.name in kept or c.name in float_readers) for c in consumers
+            )
             if not (fed and feeds):
                 kept.discard(n.name)
                 changed = True
     return [n for n in nodes if n.name in kept]
+
+
+# A head may stay float when it does at most this share of the model's multiply-adds (no speed
+# to lose), and holds at most this share of its weights (the file grows by a fifth at most).
+HEAD_MAX_SHARE = 0.01
+HEAD_MAX_WEIGHTS = 0.05
+
+
+def _macs(node: ir.Node) -> int | None:
+    """Multiply-adds of a weighted node per unit of its symbolic dimensions (a batch of one),
+    or None when its output shape is unknown."""
+    shape = node.outputs[0].shape
+    if shape is None:
+        return None
+    return int(np.prod([d if isinstance(d, int) else 1 for d in shape])) * _reduction_size(node)
+
+
+def head_candidates(model: ir.Model) -> list[str]:
+    """The classifier heads that may stay float: Gemms and MatMuls on a 2-D input (pooled
+    features) whose output reaches no other weighted op, that cost at most ``HEAD_MAX_SHARE`` of
+    the model's multiply-adds and hold at most ``HEAD_MAX_WEIGHTS`` of its weights (an ImageNet
+    head on a small backbone, MobileNetV2's or DenseNet-121's, does not qualify). Which of them
+    do is measured on the calibration data (``head_input_errors``, in static mode)."""
+    from modelpress.compress.quantize.bias_correction import last_layers
+
+    weighted = [n for n in model.graph if n.op_type in WEIGHT_INPUT and eligible(n)]
+    macs = [_macs(n) for n in weighted]
+    if not weighted or any(m is None for m in macs):
+        return []
+    cost = {n.name: m for n, m in zip(weighted, macs, strict=True)}
+    size = {n.name: const_array(n.inputs[1]).size for n in weighted}
+    return [
+        n.name
+        for n in last_layers(model, weighted, ops=("Gemm", "MatMul"))
+        if n.inputs[0].shape is not None
+        and len(n.inputs[0].shape) == 2
+        and cost[n.name] <= HEAD_MAX_SHARE * sum(macs)
+        and size[n.name] <= HEAD_MAX_WEIGHTS * sum(size.values())
+    ]
+
+
+def head_input_errors(
+    model: ir.Model,
+    heads: list[str],
+    qparams: dict[str, QParams],
+    tensors: dict[str, str],
+    batches: list[dict[str, np.ndarray]],
+) -> dict[str, float]:
+    """How far rounding each head's input to 8 bits moves its outputs: ``‖(x̂ − x)·W‖`` over
+    ``‖(x − x̄)·W‖``, the outputs' spread across the samples (what tells classes apart), on
+    ``batches``. ``tensors`` maps a tensor to the one whose range sets its scale (a plan's).
+    A head whose outputs barely vary across the samples (a spread under 1% of their size, as
+    with random weights or one kind of input) is left out: the data cannot tell."""
+    from modelpress.compress.quantize.qparams import fake_quantize
+    from modelpress.compress.quantize.sensitivity import runner
+    from modelpress.compress.quantize.smoothing import kn_weight
+
+    by = {n.name: n for n in model.graph}
+    inputs = {h: by[h].inputs[0].name for h in heads}
+    inputs = {h: x for h, x in inputs.items() if tensors.get(x, x) in qparams}
+    if not inputs or not batches:
+        return {}
+    run = runner(model, outputs=set(inputs.values()), optimize="disabled")
+    seen: dict[str, list[np.ndarray]] = {h: [] for h in inputs}
+    for feeds in batches:
+        got = run(feeds)
+        for h, x in inputs.items():
+            seen[h].append(got[x].astype(np.float64))
+    out = {}
+    for h, x in inputs.items():
+        xs = np.concatenate(seen[h])
+        w = kn_weight(by[h]).astype(np.float64)
+        moved = np.linalg.norm((fake_quantize(xs, qparams[tensors.get(x, x)]) - xs) @ w)
+        spread = np.linalg.norm((xs - xs.mean(axis=0)) @ w)
+        if spread >= 0.01 * np.linalg.norm(xs @ w):
+            out[h] = float(moved / spread)
+    return out
 
 
 def plan(
@@ -556,17 +659,31 @@ def plan(
     asymmetric: bool = True,
     activations: str = "uint8",
     min_reduction: int = 16,
+    heads: frozenset[str] = frozenset(),
 ) -> StaticPlan:
     """``asymmetric``: activations' zero points sit at their range's lowest code, so that a range
     starting at 0 saturates like a Relu (folded into the op before it) and like HardSigmoid's lower
     clip (``_expand_hard``). With symmetric activations neither holds: Relus stay, and so do
     HardSigmoid and HardSwish, in float. So they do with int8 ``activations``: ONNX Runtime (x86)
-    then fuses neither the Add nor the Mul they are written as, which would only add work."""
+    then fuses neither the Add nor the Mul they are written as, which would only add work.
+
+    ``heads`` (of ``head_candidates``) stay float, and the op computing their input too."""
     p = StaticPlan()
     alias: dict[str, str] = {}  # float tensor name → tensor that carries it after folding
     if not asymmetric or activations != "uint8":
         exclude = exclude | {n.name for n in model.graph if n.op_type in HARD_OPS}
-    selected = select_layers(model, exclude=exclude, min_reduction=min_reduction)
+    # A float head's input is computed in float too (a global pool, through Flatten, runs on the
+    # dequantized map); the ops before it stay in the chain.
+    heads = frozenset(heads - exclude)
+    p.float_heads = [n.name for n in model.graph if n.name in heads]
+    pools = {_through(v, False)[0] for n in model.graph if n.name in heads for v in n.inputs[:1]}
+    pools = frozenset(n.name for n in pools if n is not None and n.op_type not in WEIGHT_INPUT)
+    selected = select_layers(
+        model,
+        exclude=exclude | heads | pools,
+        min_reduction=min_reduction,
+        float_readers=pools,
+    )
     names = {n.name for n in selected}
     for node in selected:
         p.layers.append(node.name)
@@ -804,20 +921,8 @@ def quantize_weight_input(
         wq = quantize(w, wqp)
     base = node.inputs[idx].name or f"{node.name}_W"
     node.replace_input_with(idx, _dq_constant(graph, wq, wqp, base))
-    has_bias = (
-        node.op_type in ("Conv", "Gemm") and len(node.inputs) > 2 and node.inputs[2] is not None
-    )
-    if bias_delta is not None and not has_bias and node.op_type in ("Conv", "Gemm"):
-        out_axis = output_channel_axis(node)  # Gemm: 0 with transB, else 1
-        node.resize_inputs(3)
-        node.replace_input_with(
-            2, constant(graph, np.zeros(w.shape[out_axis], np.float32), f"{node.name}_B")
-        )
-        has_bias = True
-    if has_bias:
-        b = const_array(node.inputs[2]).astype(np.float64)
-        if bias_delta is not None:
-            b = b - bias_delta
+    b = _corrected_bias(graph, node, bias_delta, w)
+    if b is not None:
         if input_scale is None:
             node.replace_input_with(
                 2, constant(graph, b.astype(np.float32), f"{node.name}_B_corrected")
@@ -842,6 +947,23 @@ def quantize_weight_input(
     return wqp, (wq.astype(np.float32) - _bcast(wqp.zero_point, wqp, w.ndim)) * _bcast(
         wqp.scale, wqp, w.ndim
     )
+
+
+def _corrected_bias(
+    graph: ir.Graph, node: ir.Node, delta: np.ndarray | None, weight: np.ndarray
+) -> np.ndarray | None:
+    """The bias of a Conv/Gemm (float ``weight``) minus ``delta``, in float64; a zero bias is
+    added for a delta to go into. None when it has none and needs none."""
+    if node.op_type not in ("Conv", "Gemm"):
+        return None
+    if len(node.inputs) < 3 or node.inputs[2] is None:
+        if delta is None:
+            return None
+        node.resize_inputs(3)  # Gemm's output channels: axis 0 with transB, else 1
+        zeros = np.zeros(weight.shape[output_channel_axis(node)], np.float32)
+        node.replace_input_with(2, constant(graph, zeros, f"{node.name}_B"))
+    b = const_array(node.inputs[2]).astype(np.float64)
+    return b - delta if delta is not None else b
 
 
 def _expand_hard(graph: ir.Graph, node: ir.Node) -> None:
@@ -961,5 +1083,13 @@ def _apply(m, p, qparams, per_channel, weight_dtype, bias_deltas, rounded) -> No
             bias_delta=(bias_deltas or {}).get(node_name),
             rounded=rounded.get(node_name),
         )
+    for node_name in p.float_heads:  # float weights; the measured shift still corrected
+        delta = (bias_deltas or {}).get(node_name)
+        node = by_name[node_name]
+        w = const_array(node.inputs[WEIGHT_INPUT[node.op_type]])
+        if delta is not None and (b := _corrected_bias(g, node, delta, w)) is not None:
+            node.replace_input_with(
+                2, constant(g, b.astype(np.float32), f"{node_name}_B_corrected")
+            )
     remove_unused_initializers(g)
     g.sort()

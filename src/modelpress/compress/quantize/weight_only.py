@@ -1,14 +1,17 @@
 """Weight-only quantization: constant weights stored as integers, activations stay float.
 
-Rule: the weight ``W`` of a MatMul/Gemm/Conv (and the table of a Gather, usually an embedding) is
-replaced by ``DequantizeLinear(W_q, scale, zero_point)``; the op itself is untouched, so the model
-computes with ``Ŵ`` in float and stays exactly as portable as before, only smaller.
+Rule: the weight ``W`` of a MatMul/Gemm/Conv (and the table of a Gather, usually an embedding,
+and the input and recurrence weights of an LSTM/GRU/RNN) is replaced by
+``DequantizeLinear(W_q, scale, zero_point)``; the op itself is untouched, so the model computes
+with ``Ŵ`` in float and stays exactly as portable as before, only smaller.
 - ``bits=8``: int8, symmetric, one scale per output channel (per row for Gather tables);
 - ``bits=4``: uint4, asymmetric (a scale and a zero point) per block of ``block_size`` consecutive
   elements along the reduction axis (``DequantizeLinear``'s ``block_size``, opset 21; the model is
   upgraded to opset 21 only when it is older, and the result says so). Each block's range is the
   clip, shrunk from min/max, with the least squared error (``method="mse"``). A weight whose
   reduction axis is not a multiple of the block size keeps int8 per-channel form.
+- Recurrent weights always get 8 bits (one scale per gate row): every time step reads them
+  again, so their rounding error compounds along the sequence.
 - Gather tables stay at 8 bits when ``bits=4`` unless ``tables_bits=4`` is asked for: one
   embedding row feeds a token's whole computation, so its rounding error is not averaged away
   (and a table has no reduction axis for GPTQ to compensate along).
@@ -57,16 +60,36 @@ INT4_TYPE = "uint4"  # asymmetric 4-bit blocks: codes and zero points share Dequ
 Quantized = tuple[np.ndarray, QParams]
 
 
+RECURRENT_OPS = ("LSTM", "GRU", "RNN")
+
+
+def _recurrent(node: ir.Node) -> bool:
+    """An LSTM/GRU/RNN whose input (``W``) or recurrence (``R``) weight is a float32 constant."""
+    return node.op_type in RECURRENT_OPS and node.domain in ("", "ai.onnx") and bool(_weights(node))
+
+
 def layers(model: ir.Model) -> list[ir.Node]:
     """The nodes whose constant weight (or table) this mode quantizes."""
-    return list(weight_nodes(model.graph)) + gather_tables(model.graph)
+    g = model.graph
+    return list(weight_nodes(g)) + gather_tables(g) + [n for n in g if _recurrent(n)]
 
 
-def _axes(node: ir.Node) -> tuple[int, int, int]:
-    """(weight input index, output-channel axis, reduction axis) of a layer."""
+def _weights(node: ir.Node) -> list[tuple[int, int, int]]:
+    """(weight input index, output-channel axis, reduction axis) of each weight of a layer. A
+    recurrent layer has two, ``W`` and ``R`` (``[directions, gates·hidden, inputs]``): one scale
+    per gate row."""
     if node.op_type == "Gather":
-        return 0, 0, 1
-    return 1, output_channel_axis(node), input_channel_axis(node)
+        return [(0, 0, 1)]
+    if node.op_type in RECURRENT_OPS:
+        return [
+            (i, 1, 2)
+            for i in (1, 2)
+            if len(node.inputs) > i
+            and (w := const_array(node.inputs[i])) is not None
+            and w.dtype == np.float32
+            and w.ndim == 3
+        ]
+    return [(1, output_channel_axis(node), input_channel_axis(node))]
 
 
 def blockwise(w: np.ndarray, red_axis: int, bits: int, block_size: int) -> bool:
@@ -237,12 +260,18 @@ def local_errors(
     quantized: dict[str, Quantized] | None = None,
 ) -> dict[str, float]:
     """How much each layer's own output changes when its weight is quantized: ``‖x(W − Ŵ)‖ / ‖xW‖``
-    on the layer's real input for MatMul/Gemm, ``‖W − Ŵ‖ / ‖W‖`` for convolutions and tables. One
-    forward pass ranks every layer (the accuracy budget's order). ``quantized`` holds codes already
-    computed (GPTQ's); the others are rounded to nearest."""
+    on the layer's real input for MatMul/Gemm, ``‖W − Ŵ‖ / ‖W‖`` for convolutions, tables and
+    recurrent weights. One forward pass ranks every layer (the accuracy budget's order).
+    ``quantized`` holds codes already computed (GPTQ's); the others are rounded to nearest."""
     out = {}
     for node in nodes:
-        idx, out_axis, red = _axes(node)
+        if node.op_type in RECURRENT_OPS:  # W and R together, at 8 bits whatever ``bits``
+            ws = [const_array(node.inputs[i]) for i, _, _ in _weights(node)]
+            ds = [dequantize(*round_to_nearest(w, 1, 2, bits=8, block_size=0)) - w for w in ws]
+            err = np.sqrt(sum(float(np.sum(d**2)) for d in ds))
+            out[node.name] = err / max(np.sqrt(sum(float(np.sum(w**2)) for w in ws)), 1e-30)
+            continue
+        ((idx, out_axis, red),) = _weights(node)
         w = const_array(node.inputs[idx])
         got = (quantized or {}).get(node.name)
         if got is None:
@@ -304,26 +333,27 @@ def apply(
     fallback = 0
     targets = [(n, 8 if n.name in int8_layers else bits) for n in weight_nodes(g)]
     targets += [(n, tables_bits) for n in gather_tables(g)]
+    # (recurrent weights at 8 bits: each step reads them again, so rounding errors compound)
+    targets += [(n, 8) for n in g if _recurrent(n)]
     cache: dict[int, ir.Value] = {}  # a table shared by several nodes is quantized once
     for node, nbits in targets:
         if node.name in exclude:
             continue
-        idx, out_axis, red_axis = _axes(node)
-        v = node.inputs[idx]
-        if id(v) in cache:
-            node.replace_input_with(idx, cache[id(v)])
-            done.append(node.name)
-            continue
-        w = const_array(v)
-        fallback += nbits == 4 and not blockwise(w, red_axis, 4, block_size)
-        got = quantized.get(node.name)
-        if got is not None and (got[1].dtype == "int8") == (nbits == 8):
-            q, qp = got
-        else:
-            q, qp = round_to_nearest(w, out_axis, red_axis, bits=nbits, block_size=block_size)
-        dq = _dq_constant(g, *_stored(q, qp), v.name or f"{node.name}_W")
-        cache[id(v)] = dq
-        node.replace_input_with(idx, dq)
+        for idx, out_axis, red_axis in _weights(node):
+            v = node.inputs[idx]
+            if id(v) in cache:
+                node.replace_input_with(idx, cache[id(v)])
+                continue
+            w = const_array(v)
+            fallback += nbits == 4 and not blockwise(w, red_axis, 4, block_size)
+            got = quantized.get(node.name)
+            if got is not None and (got[1].dtype == "int8") == (nbits == 8):
+                q, qp = got
+            else:
+                q, qp = round_to_nearest(w, out_axis, red_axis, bits=nbits, block_size=block_size)
+            dq = _dq_constant(g, *_stored(q, qp), v.name or f"{node.name}_W")
+            cache[id(v)] = dq
+            node.replace_input_with(idx, dq)
         done.append(node.name)
     if fallback:
         notes.append(
