@@ -29,6 +29,7 @@ lint: $(STAMP)
 # Benchmarks take minutes each; their committed results are gathered into benchmarks/RESULTS.md.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_optimize.py
+	$(BIN)/pip install -q nncf==3.4.0  # a peer of bench_quantize (adds only small packages)
 	$(BIN)/python benchmarks/bench_quantize.py
 	$(BIN)/python benchmarks/bench_quantize_unseen.py
 	$(BIN)/pip install -q --no-deps --upgrade --target benchmarks/_work/torchvision torchvision==0.28.0
