@@ -465,11 +465,24 @@ def test_dynamic_mode_smooths_attention_graphs_only(cnn_calib):
     assert any("smoothing" in n for n in ffn.notes)
 
 
-def test_a_model_with_nothing_to_quantize_keeps_its_opset():
-    """Dynamic mode has nothing to do on a Conv-only model: the opset-11 export stays at 11."""
-    proto = to_proto(single_conv())
+@pytest.mark.parametrize("mode", ["dynamic", "static", "weight-only"])
+def test_a_model_with_nothing_to_quantize_keeps_its_opset(mode, rng):
+    """Nothing to do (Convs only, for dynamic mode; no weights at all, for the others): the
+    opset-11 export stays at 11."""
+    from onnx import TensorProto, helper
+    from quant_models import _model
+
+    if mode == "dynamic":
+        model = single_conv()
+    else:
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])
+        model = _model([helper.make_node("Relu", ["x"], ["y"])], [x], [y], {})
+    proto = to_proto(model)
     proto.opset_import[0].version = 11
-    r = quantize(proto, mode="dynamic", optimize=False)
+    shape = [d if isinstance(d, int) else 2 for d in model.graph.inputs[0].shape]
+    calib = [{"x": rng.standard_normal(shape).astype(np.float32)}]
+    r = quantize(proto, mode=mode, calibration=calib, optimize=False)
     assert {o.domain: o.version for o in to_proto(r.model).opset_import}[""] == 11
     assert not any(n.startswith("upgraded opset") for n in r.notes), r.notes
 
@@ -592,12 +605,19 @@ def test_a_classifier_head_that_8_bit_inputs_would_disturb_stays_float(rng, monk
     assert pool.inputs[0].producer().op_type == "DequantizeLinear"  # the chain ends before it
     quantized = {lay.name: lay.quantized for lay in r.layers}
     assert not quantized["fc"] and not quantized["pool"] and quantized["add"]
-    # its float weights are the model's; its bias takes the output shift measured upstream
+    # its float weights are the model's; its bias takes the output shift measured upstream,
+    # which leaves the outputs' mean on the calibration data where the float model has it
     np.testing.assert_array_equal(fc.inputs[1].const_value.numpy(), _initializer(model, "wf"))
-    assert not np.array_equal(fc.inputs[2].const_value.numpy(), _initializer(model, "bf"))
     plain = quantize(model, mode="static", calibration=calib, optimize=False, bias_correction=False)
-    fc = next(n for n in plain.model.graph if n.name == "fc")
-    np.testing.assert_array_equal(fc.inputs[2].const_value.numpy(), _initializer(model, "bf"))
+    fc_plain = next(n for n in plain.model.graph if n.name == "fc")
+    np.testing.assert_array_equal(fc_plain.inputs[2].const_value.numpy(), _initializer(model, "bf"))
+    xc = np.concatenate([c["x"] for c in calib])
+    want = _run(model, {"x": xc}).mean(axis=0)
+    shift = {
+        name: np.abs(_run(q.model, {"x": xc}, optimize="all").mean(axis=0) - want).max()
+        for name, q in (("corrected", r), ("plain", plain))
+    }
+    assert shift["corrected"] < shift["plain"] / 3, shift
     monkeypatch.setattr(api, "HEAD_TOLERANCE", float("inf"))  # the head in int8, as before
     r8, err8 = _head_error(model, calib, x)
     assert not any(n.startswith("classifier head") for n in r8.notes)
@@ -605,6 +625,36 @@ def test_a_classifier_head_that_8_bit_inputs_would_disturb_stays_float(rng, monk
         "DequantizeLinear"
     )
     assert err < err8 / 2, (err, err8)
+
+
+def test_a_head_that_would_read_8_bit_inputs_anyway_stays_in_the_chain(rng, monkeypatch):
+    """A head whose input comes through a MaxPool of a Conv's output (scale-shared: 8-bit) would
+    gain nothing in float, whatever its measured error: it stays int8, and no note says
+    otherwise."""
+    from onnx import TensorProto, helper
+    from quant_models import _conv_w, _model
+
+    from modelpress.compress.quantize import api
+
+    inits = {
+        "w": _conv_w(rng, 32, 32, 3),
+        "wf": (rng.standard_normal((2, 128)) * 0.2).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("MaxPool", ["r"], ["m"], kernel_shape=[8, 8], strides=[8, 8], name="mp"),
+        helper.make_node("Flatten", ["m"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "wf"], ["y"], transB=1, name="fc"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 32, 16, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])
+    model = _model(nodes, [x], [y], inits)
+    monkeypatch.setattr(api, "HEAD_TOLERANCE", 0.0)  # every head judged disturbed
+    calib = [{"x": image_like(rng, (8, 32, 16, 16))} for _ in range(2)]
+    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    assert not any(n.startswith("classifier head") for n in r.notes), r.notes
+    assert {lay.name: lay.quantized for lay in r.layers}["fc"]
 
 
 def test_a_head_whose_outputs_do_not_vary_is_not_judged(rng):

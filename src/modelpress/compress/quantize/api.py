@@ -166,6 +166,32 @@ def _static(model, cal, opt: Options, progress):
     hessians = gptq_mod.attach(rounding, observers) if opt.gptq else {}
     calibration.collect(model, cal, observers, progress=progress)
     qparams = {t: obs[0].qparams() for t, obs in observers.items() if t in set(observed)}
+    measured = bias_correction.last_layers(model, [by[n] for n in full.layers])
+    # a few calibration batches, kept for what measures on them below
+    candidates = [h for h in static.head_candidates(model) if h in full.layers and h not in kept]
+    replay = (
+        [b.feeds for b in cal.batches(model, limit=BIAS_BATCHES)]
+        if candidates or (opt.bias_correction and measured)
+        else []
+    )
+
+    # A classifier head stays float when rounding its input to 8 bits would move its outputs by
+    # more than HEAD_TOLERANCE of their spread across the samples (beyond the mean shift, when
+    # bias correction takes that out), and float inputs are what it would then read.
+    moved = static.head_input_errors(
+        model, candidates, qparams, full.tensors, replay, centred=opt.bias_correction
+    )
+    heads = frozenset(h for h, e in moved.items() if e > HEAD_TOLERANCE)
+    if heads:
+        wrapped = static.plan(model, heads=heads, **formats).tensors
+        heads = frozenset(h for h in heads if by[h].inputs[0].name not in wrapped)
+    notes += [
+        f"classifier head {h} kept in float: 8-bit inputs moved its outputs by {moved[h]:.1%} "
+        f"of their spread on the calibration data (over {HEAD_TOLERANCE:.0%}); "
+        "it is a negligible part of the work"
+        for h in sorted(heads)
+    ]
+    rounding = [n for n in rounding if n.name not in heads]
     rounded = gptq_mod.round_layers(
         rounding, hessians, per_channel=opt.per_channel, progress=progress
     )
@@ -177,26 +203,12 @@ def _static(model, cal, opt: Options, progress):
         else None
     )
 
-    # A classifier head stays float when rounding its input to 8 bits would move its outputs by
-    # more than HEAD_TOLERANCE of their spread across the samples.
-    replay = [b.feeds for b in cal.batches(model, limit=BIAS_BATCHES)]
-    candidates = [h for h in static.head_candidates(model) if h not in kept]
-    moved = static.head_input_errors(model, candidates, qparams, full.tensors, replay)
-    heads = frozenset(h for h, e in moved.items() if e > HEAD_TOLERANCE)
-    notes += [
-        f"classifier head {h} kept in float: 8-bit inputs moved its outputs by {moved[h]:.1%} "
-        f"of their spread on the calibration data (over {HEAD_TOLERANCE:.0%}); "
-        "it is a negligible part of the work"
-        for h in sorted(heads)
-    ]
-
     # Weight rounding's shift (``deltas``) is known ahead. What quantized activations upstream add
     # to it is measured, on a few calibration batches, at the last weighted layers (the ones that
     # write the outputs: a classifier, a segmentation head), where it moves the result itself.
     # Not at every layer at once: each layer's measured shift includes what its upstream layers
     # pass on, so correcting all of them counts that shift once per layer (output error x7 on a
     # 30-layer CNN); layer by layer would take a pass over the data per layer.
-    measured = bias_correction.last_layers(model, [by[n] for n in full.layers])
     bc_batches = replay if opt.bias_correction and measured else []
     float_means = bias_correction.output_means(model, measured, bc_batches) if bc_batches else {}
 
@@ -215,10 +227,9 @@ def _static(model, cal, opt: Options, progress):
             q = static.apply(model, p, qparams, bias_deltas=corr, **kw)
         static.convs_as_pools(q.graph, pools - set(p.layers))
         static.convs_as_affines(q.graph, set(affines) - set(p.layers))
-        # embeddings as int8 rows: most of a transformer's file
-        done = p.layers + dynamic.tables(q.graph, exclude)
+        tables = dynamic.tables(q.graph, exclude)  # int8 rows: most of a transformer's file
         remove_unused_initializers(q.graph)
-        pairs = {name: (by[name].outputs[0].name,) * 2 for name in done[len(p.layers) :]}
+        pairs = {name: (by[name].outputs[0].name,) * 2 for name in tables}
         for name in p.layers:
             out = by[name].outputs[0]
             y = out.name
@@ -226,7 +237,7 @@ def _static(model, cal, opt: Options, progress):
             # a wrapped graph output keeps its name on the DQ (static.apply)
             wrapped = y in p.tensors and y not in p.requantized_outputs
             pairs[name] = (fl, f"{y}_dequantized" if wrapped else y)
-        return Built(q, done, pairs, reference=model)
+        return Built(q, p.layers + tables, pairs, reference=model)
 
     tables = [n.name for n in dynamic.table_layers(model.graph)]
     return build, full.layers + tables, notes, None
@@ -317,6 +328,8 @@ def _weight_only(model, cal, opt: Options, progress):
             )
             for k, v in local.items():
                 scores[k] += v
+        if opt.bits == 4:  # a recurrent layer is at 8 bits already: keeping it so changes nothing
+            scores.update(dict.fromkeys((n.name for n in weight_only.recurrent_layers(model)), 0.0))
         return scores
 
     return build, [n.name for n in nodes], notes, rank
@@ -519,13 +532,12 @@ def _recurrent_note(model: ir.Model, mode: str) -> list[str]:
 
     if mode not in ("static", "dynamic"):
         return []
-    nodes = [n for n in weight_only.layers(model) if n.op_type in weight_only.RECURRENT_OPS]
+    nodes = weight_only.recurrent_layers(model)
     if not nodes:
         return []
     total = sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value)
-    theirs = sum(
-        a.nbytes for n in nodes for v in n.inputs[1:3] if (a := const_array(v)) is not None
-    )
+    weights = {id(v): v for n in nodes for v in n.inputs[1:3] if v is not None}  # shared: once
+    theirs = sum(a.nbytes for v in weights.values() if (a := const_array(v)) is not None)
     kinds = "/".join(sorted({n.op_type for n in nodes}))
     share = f" ({100 * theirs / max(total, theirs):.0f}% of the weights)" if theirs else ""
     return [
@@ -535,14 +547,14 @@ def _recurrent_note(model: ir.Model, mode: str) -> list[str]:
 
 
 def _int8_candidates(mode: str, bits: int, model: ir.Model) -> bool:
-    """Whether ``mode`` has a layer to store in int8 (and so needs ``INT8_OPSET``)."""
-    tables = bool(dynamic.table_layers(model.graph))
+    """Whether ``mode`` has a layer whose int8 form needs ``INT8_OPSET`` (tables as int8 rows
+    need no particular opset)."""
+    from modelpress.compress.quantize._graph import WEIGHT_INPUT
+
     if mode == "static":
-        return tables or any(
-            static.eligible(n) and n.op_type in ("Conv", "Gemm", "MatMul") for n in model.graph
-        )
+        return any(static.eligible(n) and n.op_type in WEIGHT_INPUT for n in model.graph)
     if mode == "dynamic":
-        return tables or bool(dynamic.layers(model))
+        return bool(dynamic.layers(model))
     return mode == "weight-only" and bits == 8 and bool(weight_only.layers(model))
 
 

@@ -488,11 +488,15 @@ def _thin_stem(node: ir.Node) -> bool:
 
 
 def _feeds_add(node: ir.Node) -> bool:
-    """Whether an Add reads ``node``'s output (through a Relu): a residual block's shortcut. A
-    short-reduction stem left in float there cost more in Transposes than its int8 kernel loses
-    (ResNet-style digits CNN, 1-channel 3x3 stem: 1.01x float32 at batch 1 with the stem in
-    float, 0.96x in int8; 0.95x and 0.92x at batch 8)."""
-    return any(c is not None and c.op_type == "Add" for c in _through(node.outputs[0], True))
+    """Whether an Add of two activations reads ``node``'s output (through Relu/Clip and
+    scale-sharing ops): a residual block's shortcut. A short-reduction stem left in float there
+    cost more in Transposes than its int8 kernel loses (ResNet-style digits CNN, 1-channel 3x3
+    stem: 1.01x float32 at batch 1 with the stem in float, 0.96x in int8; 0.95x and 0.92x at
+    batch 8)."""
+    return any(
+        c is not None and c.op_type == "Add" and eligible(c)
+        for c in _through(node.outputs[0], True)
+    )
 
 
 def _one_pixel(node: ir.Node) -> bool:
@@ -620,12 +624,15 @@ def head_input_errors(
     qparams: dict[str, QParams],
     tensors: dict[str, str],
     batches: list[dict[str, np.ndarray]],
+    *,
+    centred: bool = False,
 ) -> dict[str, float]:
     """How far rounding each head's input to 8 bits moves its outputs: ``‖(x̂ − x)·W‖`` over
     ``‖(x − x̄)·W‖``, the outputs' spread across the samples (what tells classes apart), on
-    ``batches``. ``tensors`` maps a tensor to the one whose range sets its scale (a plan's).
-    A head whose outputs barely vary across the samples (a spread under 1% of their size, as
-    with random weights or one kind of input) is left out: the data cannot tell."""
+    ``batches``; ``centred``: without the mean shift, which bias correction takes out.
+    ``tensors`` maps a tensor to the one whose range sets its scale (a plan's). A head whose
+    outputs barely vary across the samples (a spread under 1% of their size, as with random
+    weights or one kind of input) is left out: the data cannot tell."""
     from modelpress.compress.quantize.qparams import fake_quantize
     from modelpress.compress.quantize.sensitivity import runner
     from modelpress.compress.quantize.smoothing import kn_weight
@@ -645,7 +652,8 @@ def head_input_errors(
     for h, x in inputs.items():
         xs = np.concatenate(seen[h])
         w = kn_weight(by[h]).astype(np.float64)
-        moved = np.linalg.norm((fake_quantize(xs, qparams[tensors.get(x, x)]) - xs) @ w)
+        moved = (fake_quantize(xs, qparams[tensors.get(x, x)]) - xs) @ w
+        moved = np.linalg.norm(moved - moved.mean(axis=0) if centred else moved)
         spread = np.linalg.norm((xs - xs.mean(axis=0)) @ w)
         if spread >= 0.01 * np.linalg.norm(xs @ w):
             out[h] = float(moved / spread)
@@ -924,9 +932,7 @@ def quantize_weight_input(
     b = _corrected_bias(graph, node, bias_delta, w)
     if b is not None:
         if input_scale is None:
-            node.replace_input_with(
-                2, constant(graph, b.astype(np.float32), f"{node.name}_B_corrected")
-            )
+            _float_bias(graph, node, b)
         else:
             bscale = (np.float64(input_scale) * np.broadcast_to(wqp.scale, b.shape)).astype(
                 np.float32
@@ -964,6 +970,10 @@ def _corrected_bias(
         node.replace_input_with(2, constant(graph, zeros, f"{node.name}_B"))
     b = const_array(node.inputs[2]).astype(np.float64)
     return b - delta if delta is not None else b
+
+
+def _float_bias(graph: ir.Graph, node: ir.Node, b: np.ndarray) -> None:
+    node.replace_input_with(2, constant(graph, b.astype(np.float32), f"{node.name}_B_corrected"))
 
 
 def _expand_hard(graph: ir.Graph, node: ir.Node) -> None:
@@ -1088,8 +1098,6 @@ def _apply(m, p, qparams, per_channel, weight_dtype, bias_deltas, rounded) -> No
         node = by_name[node_name]
         w = const_array(node.inputs[WEIGHT_INPUT[node.op_type]])
         if delta is not None and (b := _corrected_bias(g, node, delta, w)) is not None:
-            node.replace_input_with(
-                2, constant(g, b.astype(np.float32), f"{node_name}_B_corrected")
-            )
+            _float_bias(g, node, b)
     remove_unused_initializers(g)
     g.sort()

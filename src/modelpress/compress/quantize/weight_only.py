@@ -10,8 +10,8 @@ with ``Ŵ`` in float and stays exactly as portable as before, only smaller.
   upgraded to opset 21 only when it is older, and the result says so). Each block's range is the
   clip, shrunk from min/max, with the least squared error (``method="mse"``). A weight whose
   reduction axis is not a multiple of the block size keeps int8 per-channel form.
-- Recurrent weights always get 8 bits (one scale per gate row): every time step reads them
-  again, so their rounding error compounds along the sequence.
+- Recurrent weights always get 8 bits (one scale per gate row, shared by the directions): every
+  time step reads them again, so their rounding error compounds along the sequence.
 - Gather tables stay at 8 bits when ``bits=4`` unless ``tables_bits=4`` is asked for: one
   embedding row feeds a token's whole computation, so its rounding error is not averaged away
   (and a table has no reduction axis for GPTQ to compensate along).
@@ -63,21 +63,26 @@ Quantized = tuple[np.ndarray, QParams]
 RECURRENT_OPS = ("LSTM", "GRU", "RNN")
 
 
-def _recurrent(node: ir.Node) -> bool:
-    """An LSTM/GRU/RNN whose input (``W``) or recurrence (``R``) weight is a float32 constant."""
-    return node.op_type in RECURRENT_OPS and node.domain in ("", "ai.onnx") and bool(_weights(node))
+def recurrent_layers(model: ir.Model) -> list[ir.Node]:
+    """The LSTM/GRU/RNN nodes whose input (``W``) or recurrence (``R``) weight is a float32
+    constant."""
+    return [
+        n
+        for n in model.graph
+        if n.op_type in RECURRENT_OPS and n.domain in ("", "ai.onnx") and _weights(n)
+    ]
 
 
 def layers(model: ir.Model) -> list[ir.Node]:
     """The nodes whose constant weight (or table) this mode quantizes."""
     g = model.graph
-    return list(weight_nodes(g)) + gather_tables(g) + [n for n in g if _recurrent(n)]
+    return list(weight_nodes(g)) + gather_tables(g) + recurrent_layers(model)
 
 
 def _weights(node: ir.Node) -> list[tuple[int, int, int]]:
     """(weight input index, output-channel axis, reduction axis) of each weight of a layer. A
     recurrent layer has two, ``W`` and ``R`` (``[directions, gates·hidden, inputs]``): one scale
-    per gate row."""
+    per gate row, shared by the directions."""
     if node.op_type == "Gather":
         return [(0, 0, 1)]
     if node.op_type in RECURRENT_OPS:
@@ -334,7 +339,7 @@ def apply(
     targets = [(n, 8 if n.name in int8_layers else bits) for n in weight_nodes(g)]
     targets += [(n, tables_bits) for n in gather_tables(g)]
     # (recurrent weights at 8 bits: each step reads them again, so rounding errors compound)
-    targets += [(n, 8) for n in g if _recurrent(n)]
+    targets += [(n, 8) for n in recurrent_layers(m)]
     cache: dict[int, ir.Value] = {}  # a table shared by several nodes is quantized once
     for node, nbits in targets:
         if node.name in exclude:
