@@ -738,13 +738,18 @@ ROUNDING = {  # variant → (file suffix, quantize options); "static" is the row
         "_w8rtn",
         {"mode": "weight-only", "bits": 8, "gptq": False},
     ),
+    "weight-only int4, GPTQ": ("_w4", {"mode": "weight-only", "bits": 4}),
+    "weight-only int4, round to nearest": (
+        "_w4rtn",
+        {"mode": "weight-only", "bits": 4, "gptq": False},
+    ),
 }
 
 
 def rounding(case: Case, fp: Path, qp: Path) -> dict[str, float]:
     """Output SQNR (dB, held-out inputs) of the default static file (GPTQ-rounded weights) and of
-    the same quantization with weights rounded to nearest; and of int8 weights alone (weight-only
-    mode: activations stay float), either way: what the rounding itself is worth."""
+    the same quantization with weights rounded to nearest; and of int8 and of 4-bit weights alone
+    (weight-only mode: activations stay float), either way: what the rounding itself is worth."""
     from modelpress import save
     from modelpress.compress import quantize
 
@@ -972,8 +977,9 @@ def rounding_table(rows: list[Row]) -> list[str]:
     return [
         "## Weight rounding: GPTQ against round to nearest",
         "",
-        "Output SQNR against float32 on the held-out inputs, dB (higher: closer). Weight-only int8 "
-        "keeps activations float, so its rows show the weights' own error.",
+        "Output SQNR against float32 on the held-out inputs, dB (higher: closer). Weight-only "
+        "modes keep activations float, so their columns show the weights' own error (4 bits: "
+        "blocks of 32 input channels; a Conv whose channels are not a multiple of 32 keeps int8).",
         "",
         "| model | " + " | ".join(variants) + " |",
         "|---|" + "---|" * len(variants),

@@ -332,3 +332,27 @@ def test_a_layer_kept_in_float_is_not_solved(rng, mode, monkeypatch):
     assert sorted(_weights(kept.model)) == names[1:]
     assert len(solved) == 2
     assert any(n.startswith("GPTQ: ") and n.split(" of ")[1].startswith("2 ") for n in kept.notes)
+
+
+def test_4_bit_conv_gptq_reorders_rows_and_puts_blocks_back():
+    """With nothing to compensate (H = I), GPTQ on the reordered patch rows is rounding to
+    nearest: the same codes, block scales and zero points, in the weight's own layout; with a
+    real H it moves the layer's output less than rounding does."""
+    from modelpress.compress.quantize.gptq import output_error
+    from modelpress.compress.quantize.qparams import dequantize
+    from modelpress.compress.quantize.weight_only import _gptq_conv
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((8, 64, 3, 3)).astype(np.float32)
+    (codes, qp), (rtn_codes, rtn_qp) = _gptq_conv(w, np.eye(64 * 9), 32)
+    np.testing.assert_array_equal(codes, rtn_codes)
+    np.testing.assert_allclose(qp.scale, rtn_qp.scale, rtol=1e-6)
+    np.testing.assert_array_equal(qp.zero_point, rtn_qp.zero_point)
+    assert (qp.axis, qp.block_size, qp.scale.shape) == (1, 32, (8, 2, 3, 3))
+    # correlated patches (neighbouring pixels): GPTQ compensates along them
+    x = np.cumsum(rng.standard_normal((4096, 64 * 9)), axis=1) / 10
+    h = x.T @ x / len(x)
+    got, rtn = _gptq_conv(w, h, 32)
+    wk = w.reshape(8, -1).T
+    err = [output_error(wk, dequantize(*q).reshape(8, -1).T, h) for q in (got, rtn)]
+    assert err[0] < 0.8 * err[1], err

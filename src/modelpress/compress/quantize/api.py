@@ -28,7 +28,7 @@ from modelpress.compress.quantize import (
 )
 from modelpress.compress.quantize import gptq as gptq_mod
 from modelpress.compress.quantize import smoothing as smoothing_mod
-from modelpress.compress.quantize._graph import at_opset, remove_unused_initializers
+from modelpress.compress.quantize._graph import at_opset, const_array, remove_unused_initializers
 from modelpress.compress.quantize.calibration import CalibrationSet, ImagePreprocess, Progress
 from modelpress.compress.quantize.observers import get_observer
 from modelpress.errors import InputError, OptionError
@@ -297,12 +297,21 @@ def _weight_only(model, cal, opt: Options, progress):
         )
     elif opt.gptq and cal is not None:
         gptq, notes = weight_only.gptq_int8(model, cal, skip=opt.exclude, progress=progress)
-    convs = sum(n.op_type == "Conv" and n.name not in opt.exclude for n in nodes)
-    if opt.bits == 4 and convs:
-        notes.append(
-            f"{convs} Conv weight(s) at 4 bits, rounded to nearest (GPTQ solves MatMul/Gemm): "
-            "CNNs lose the most accuracy here; --max-accuracy-drop or --exclude keeps Convs at 8 bits"
-        )
+    if opt.bits == 4:  # 4-bit blocks that GPTQ did not solve, where CNNs lose the most
+        convs = [
+            n
+            for n in nodes
+            if n.op_type == "Conv"
+            and n.name not in opt.exclude
+            and n.name not in gptq
+            and weight_only.blockwise(const_array(n.inputs[1]), 1, 4, opt.block_size)
+        ]
+        if convs:
+            notes.append(
+                f"{len(convs)} Conv weight(s) at 4 bits rounded to nearest (grouped, too wide "
+                "for GPTQ, better rounded, or --no-gptq): CNNs lose the most accuracy here; "
+                "--max-accuracy-drop or --exclude keeps Convs at 8 bits"
+            )
 
     def build(exclude):
         # With 4 bits, the budget's fallback for a sensitive layer is 8 bits, not float.
@@ -528,8 +537,6 @@ def quantize(
 def _recurrent_note(model: ir.Model, mode: str) -> list[str]:
     """Integer-activation modes leave recurrent layers float: say so, with their share of the
     weights, so that a small saving on an LSTM model is not a mystery."""
-    from modelpress.compress.quantize._graph import const_array
-
     if mode not in ("static", "dynamic"):
         return []
     nodes = weight_only.recurrent_layers(model)

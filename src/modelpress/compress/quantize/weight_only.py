@@ -19,7 +19,9 @@ with ``Ŵ`` in float and stays exactly as portable as before, only smaller.
   ``XᵀX`` on its inputs is gathered in one streaming pass of the float model, and every layer's
   codes are then solved on its own. The inputs are the calibration data, or without any,
   generated inputs (``generated_calibration``; better than rounding to nearest, worse than real
-  data). Convolutions and Gather tables are rounded to nearest.
+  data). So are 2-D Convs without groups, on their input patches, with the rows reordered so
+  that each block (channels at one kernel position) is solved in one piece (``_gptq_conv``).
+  Gather tables, grouped Convs and Convs with too long a reduction are rounded to nearest.
 ONNX Runtime fuses the 4-bit MatMul form (uint4 codes and zero points) into its ``MatMulNBits``
 kernel.
 """
@@ -145,15 +147,51 @@ def gemms_as_matmuls(model: ir.Model) -> ir.Model:
 
 
 def gptq_layers(model: ir.Model, *, block_size: int) -> list[ir.Node]:
-    """The layers GPTQ rounds at 4 bits: MatMul/Gemm (no transA) with whole blocks."""
+    """The layers GPTQ rounds at 4 bits, with whole blocks: MatMul/Gemm (no transA), and 2-D
+    Convs without groups whose input patches are short enough to solve (``gptq.observer``)."""
+    from modelpress.compress.quantize import gptq
+
     out = []
     for node in weight_nodes(model.graph):
-        if node.op_type not in ("MatMul", "Gemm") or node.attributes.get_int("transA", 0):
-            continue
         w = const_array(node.inputs[1])
-        if blockwise(w, input_channel_axis(node), 4, block_size):
+        if not blockwise(w, input_channel_axis(node), 4, block_size):
+            continue
+        if node.op_type == "Conv":
+            if node.attributes.get_int("group", 1) == 1 and gptq.observer(node) is not None:
+                out.append(node)
+        elif not node.attributes.get_int("transA", 0):
             out.append(node)
     return out
+
+
+def _patch_order(w: np.ndarray) -> np.ndarray:
+    """The permutation of a Conv's input-patch rows (``C·kh·kw``, channel-major, the order of
+    its flattened weight and of ``gptq.InputHessian``) that puts each 4-bit block, ``block_size``
+    consecutive channels at one kernel position, in consecutive rows: kernel-position-major."""
+    c, taps = w.shape[1], int(np.prod(w.shape[2:]))
+    return np.arange(c * taps).reshape(c, taps).T.reshape(-1)
+
+
+def _gptq_conv(w: np.ndarray, h: np.ndarray, block_size: int) -> tuple[Quantized, Quantized]:
+    """4-bit GPTQ and round-to-nearest codes of a Conv weight ``[O, C, kh, kw]`` (blocks along
+    C), from ``H`` of its input patches: GPTQ runs on the rows in ``_patch_order``, and codes and
+    block scales go back to the weight's layout."""
+    from modelpress.compress.quantize.gptq import gptq
+
+    o, c = w.shape[:2]
+    kernel = w.shape[2:]
+    order = _patch_order(w)
+    wk = w.reshape(o, -1).T[order]  # [taps·C, O]
+    codes, qp = gptq(wk, h[np.ix_(order, order)], block_size=block_size, dtype=INT4_TYPE)
+    back = np.empty_like(order)
+    back[order] = np.arange(len(order))
+    codes = codes[back].T.reshape(w.shape)
+
+    def blocks(a: np.ndarray) -> np.ndarray:  # [taps·C/B, O] → [O, C/B, kh, kw]
+        return np.moveaxis(a.reshape(*kernel, c // block_size, o), -1, 0).transpose(0, 3, 1, 2)
+
+    out = (codes, QParams(blocks(qp.scale), blocks(qp.zero_point), qp.dtype, 1, block_size))
+    return out, round_to_nearest(w, 0, 1, bits=4, block_size=block_size)
 
 
 def generated_calibration(model: ir.Model, *, batches: int = 16, dim: int = 16):
@@ -171,15 +209,16 @@ def generated_calibration(model: ir.Model, *, batches: int = 16, dim: int = 16):
 def gptq_quantize(
     model: ir.Model, cal, *, block_size: int, skip: frozenset[str] = frozenset(), progress=None
 ) -> tuple[dict[str, Quantized], list[str]]:
-    """GPTQ codes of the 4-bit MatMul/Gemm weights of ``model`` by node name, and notes.
+    """GPTQ codes of the 4-bit MatMul/Gemm/Conv weights of ``model`` by node name, and notes.
 
     One streaming pass of the calibration set (``None``: generated inputs) gathers ``XᵀX`` of each
-    distinct layer input (layers that share an input share it); the layers are then solved one by
-    one, reporting ``progress(done, total)`` in layers. Left out (rounded to nearest): a layer where
+    distinct layer input (layers that share an input share it; a Conv's, of its input patches);
+    the layers are then solved one by one, reporting ``progress(done, total)`` in layers. Left out (rounded to nearest): a layer where
     rounding to nearest has the lower output error on these inputs, one GPTQ cannot solve (a Hessian that is not
     finite or not positive definite), and every layer when generated inputs cannot run the model.
     Layers named in ``skip`` (kept at 8 bits) are not solved.
     """
+    from modelpress.compress.quantize import gptq as gptq_mod
     from modelpress.compress.quantize.calibration import collect
     from modelpress.compress.quantize.gptq import HessianObserver, gptq, output_error
     from modelpress.errors import InputError
@@ -188,12 +227,15 @@ def gptq_quantize(
     if not nodes:
         return {}, []
     source = "the calibration data"
-    observers = {name: HessianObserver() for name in {n.inputs[0].name for n in nodes}}
+    linear = {n.inputs[0].name for n in nodes if n.op_type != "Conv"}
+    observers = {name: HessianObserver() for name in linear}
+    by_input = {k: [o] for k, o in observers.items()}
+    patches = gptq_mod.attach([n for n in nodes if n.op_type == "Conv"], by_input)
     try:
         if cal is None:
             source = "generated inputs (pass calibration data for better accuracy)"
             cal = generated_calibration(model)
-        collect(model, cal, {k: [o] for k, o in observers.items()}, progress=progress)
+        collect(model, cal, by_input, progress=progress)
     except InputError as exc:
         if source == "the calibration data":
             raise
@@ -203,6 +245,19 @@ def gptq_quantize(
         if progress:
             progress(i, len(nodes))
         w = const_array(node.inputs[1])
+        if node.op_type == "Conv":
+            h = patches[node.name].hessian(0)
+            if not np.isfinite(h).all() or not patches[node.name].rows:
+                continue
+            try:
+                got, rtn = _gptq_conv(w, h, block_size)
+            except np.linalg.LinAlgError:
+                continue
+            wk = w.reshape(len(w), -1).T  # [C·kh·kw, O], the order of h
+            flat = [dequantize(*q).reshape(len(w), -1).T for q in (got, rtn)]
+            if output_error(wk, flat[0], h) < output_error(wk, flat[1], h):
+                out[node.name] = got
+            continue
         transposed = input_channel_axis(node) == 1  # Gemm transB: W is stored [N, K]
         h = observers[node.inputs[0].name].hessian()
         if not np.isfinite(h).all():
@@ -223,9 +278,7 @@ def gptq_quantize(
         out[node.name] = (codes, qp)
     if progress:
         progress(len(nodes), len(nodes))
-    return out, [
-        f"GPTQ: {len(out)} of {len(nodes)} 4-bit MatMul/Gemm weight(s) rounded on {source}"
-    ]
+    return out, [f"GPTQ: {len(out)} of {len(nodes)} 4-bit weight(s) rounded on {source}"]
 
 
 def gptq_int8(
