@@ -74,6 +74,19 @@ def probe_head_cnn(seed: int = 0):
     return model
 
 
+def embedding_model(rng, *, width: int = 16, opset: int = 17):
+    """ids[N,8] → Gather of a 4096x32 table (named ``embed``) → MatMul [32, width] (``fc``)."""
+    table = rng.standard_normal((4096, 32)).astype(np.float32)
+    w = (rng.standard_normal((32, width)) * 0.2).astype(np.float32)
+    nodes = [
+        helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
+        helper.make_node("MatMul", ["e", "w"], ["y"], name="fc"),
+    ]
+    ids_info = helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 8])
+    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, width])
+    return _model(nodes, [ids_info], [y_info], {"table": table, "w": w}, opset=opset)
+
+
 def single_conv(seed: int = 0):
     rng = np.random.default_rng(seed)
     inits = {

@@ -308,18 +308,9 @@ def test_conv_writing_the_graph_output_is_reported(rng):
 def test_dynamic_embedding_table_on_old_and_new_opsets(rng, opset):
     """Large tables become int8 rows with one scale each, in a form every opset accepts (an
     Unsqueeze with an axes input would be invalid before opset 13)."""
-    from onnx import TensorProto, helper
-    from quant_models import _model
+    from quant_models import embedding_model
 
-    table = rng.standard_normal((4096, 32)).astype(np.float32)
-    w = (rng.standard_normal((32, 16)) * 0.2).astype(np.float32)
-    nodes = [
-        helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
-        helper.make_node("MatMul", ["e", "w"], ["y"], name="fc"),
-    ]
-    ids_info = helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 8])
-    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 16])
-    model = _model(nodes, [ids_info], [y_info], {"table": table, "w": w}, opset=opset)
+    model = embedding_model(rng, opset=opset)
     r = quantize(model, mode="dynamic", optimize=False)
     onnx.checker.check_model(to_proto(r.model), full_check=True)
     ids = rng.integers(0, 4096, (3, 8))
@@ -489,26 +480,13 @@ def test_a_model_with_nothing_to_quantize_keeps_its_opset(mode, rng):
     assert not any(n.startswith("upgraded opset") for n in r.notes), r.notes
 
 
-def _embedding_model(rng):
-    from onnx import TensorProto, helper
-    from quant_models import _model
-
-    table = rng.standard_normal((4096, 32)).astype(np.float32)
-    w = (rng.standard_normal((32, 16)) * 0.2).astype(np.float32)
-    nodes = [
-        helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
-        helper.make_node("MatMul", ["e", "w"], ["y"], name="fc"),
-    ]
-    ids_info = helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 8])
-    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 16])
-    return _model(nodes, [ids_info], [y_info], {"table": table, "w": w})
-
-
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
 def test_embedding_tables_are_layers_of_the_report(rng, mode):
     """A table stored as int8 rows is a layer like the others: the report measures its output
     (int8 rows: about 40 dB on Gaussian rows), and --exclude keeps it float."""
-    model = _embedding_model(rng)
+    from quant_models import embedding_model
+
+    model = embedding_model(rng)
     calib = [{"ids": rng.integers(0, 4096, (4, 8))} for _ in range(2)]
     r = quantize(model, mode=mode, calibration=calib, optimize=False)
     (embed,) = [lay for lay in r.layers if lay.name == "embed"]

@@ -48,18 +48,9 @@ def test_matmul_read_only_by_float_ops_keeps_a_float_output(rng):
 def test_embedding_table_is_stored_as_int8_rows(rng):
     """Static int8 stores a large embedding table as int8 rows (one scale each), as dynamic does:
     the table is most of a transformer's file."""
-    from onnx import TensorProto, helper
-    from quant_models import _model
+    from quant_models import embedding_model
 
-    table = rng.standard_normal((4096, 32)).astype(np.float32)
-    w = (rng.standard_normal((32, 32)) * 0.2).astype(np.float32)
-    nodes = [
-        helper.make_node("Gather", ["table", "ids"], ["e"], name="embed"),
-        helper.make_node("MatMul", ["e", "w"], ["y"], name="fc"),
-    ]
-    ids_info = helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 8])
-    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 32])
-    model = _model(nodes, [ids_info], [y_info], {"table": table, "w": w})
+    model = embedding_model(rng, width=32)
     calib = [{"ids": rng.integers(0, 4096, (4, 8))} for _ in range(4)]
     r = quantize(model, mode="static", calibration=calib, optimize=False)
     int8_tables = [

@@ -28,7 +28,12 @@ from modelpress.compress.quantize import (
 )
 from modelpress.compress.quantize import gptq as gptq_mod
 from modelpress.compress.quantize import smoothing as smoothing_mod
-from modelpress.compress.quantize._graph import at_opset, const_array, remove_unused_initializers
+from modelpress.compress.quantize._graph import (
+    WEIGHT_INPUT,
+    at_opset,
+    const_array,
+    remove_unused_initializers,
+)
 from modelpress.compress.quantize.calibration import CalibrationSet, ImagePreprocess, Progress
 from modelpress.compress.quantize.observers import get_observer
 from modelpress.errors import InputError, OptionError
@@ -152,7 +157,7 @@ def _static(model, cal, opt: Options, progress):
         t: [obs_cls(dtype=opt.activation_dtype, symmetric=symmetric)] for t in observed
     }
     by = {n.name: n for n in model.graph}
-    weighted = [by[n] for n in full.layers if by[n].op_type in ("Conv", "Gemm", "MatMul")]
+    weighted = [by[n] for n in full.layers if by[n].op_type in WEIGHT_INPUT]
     means = {}
     if opt.bias_correction:
         for node in weighted:
@@ -556,8 +561,6 @@ def _recurrent_note(model: ir.Model, mode: str) -> list[str]:
 def _int8_candidates(mode: str, bits: int, model: ir.Model) -> bool:
     """Whether ``mode`` has a layer whose int8 form needs ``INT8_OPSET`` (tables as int8 rows
     need no particular opset)."""
-    from modelpress.compress.quantize._graph import WEIGHT_INPUT
-
     if mode == "static":
         return any(static.eligible(n) and n.op_type in WEIGHT_INPUT for n in model.graph)
     if mode == "dynamic":
