@@ -448,9 +448,9 @@ def test_concat_read_through_relu_is_not_quantized_at_its_output(rng):
     output as the quantized tensor (quantizing the Concat too would add a Q/DQ pair)."""
     from onnx import TensorProto, helper, numpy_helper
 
-    from modelpress.compress.quantize._graph import with_types
     from modelpress.compress.quantize.static import observable, plan
     from modelpress.ir import from_proto
+    from modelpress.ir.shapes import with_types
 
     w = lambda cout, cin: numpy_helper.from_array(  # noqa: E731
         (rng.standard_normal((cout, cin, 3, 3)) / np.sqrt(cin * 9)).astype(np.float32),
@@ -607,8 +607,8 @@ def test_affine_that_would_add_a_quantization_point_stays_float():
     from onnx import TensorProto, helper
     from quant_models import _model, dense_cnn
 
-    from modelpress.compress.quantize._graph import with_types
     from modelpress.compress.quantize.static import affines_as_convs
+    from modelpress.ir.shapes import with_types
 
     assert set(affines_as_convs(with_types(dense_cnn()))[1]) == {"bn_scale_part0", "bn_scale_part1"}
     assert not affines_as_convs(with_types(dense_cnn(channels=8)))[1]
@@ -662,7 +662,7 @@ def _pooled_head_cnn(size: int, classes: int):
 def test_a_head_may_stay_float_only_when_it_is_a_small_part_of_the_model(size, classes, candidate):
     """At most 1% of the multiply-adds (16x16 maps: 320 of 2.4M; 1x1: 320 of 9.5K) and 5% of the
     weights (10 classes: 320 of 9.5K; 100 classes: 3.2K of 12.4K)."""
-    from modelpress.compress.quantize._graph import with_types
+    from modelpress.ir.shapes import with_types
 
     model = with_types(_pooled_head_cnn(size, classes))
     assert static.head_candidates(model) == (["fc"] if candidate else [])

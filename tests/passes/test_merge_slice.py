@@ -7,8 +7,8 @@ import onnx
 from mp_testing import model_from_text, node_ops
 
 from modelpress.ir import to_proto
+from modelpress.ir.match import slice_params
 from modelpress.ir.stats import iter_graphs, iter_nodes
-from modelpress.passes._util import slice_params
 from modelpress.passes.merge_slice import MergeSlice
 from modelpress.verify import verify
 

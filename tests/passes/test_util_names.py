@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.passes._util import add_initializer, bulk_names, reserve
+from modelpress.ir.graph import add_initializer, bulk_names, reserve
 
 
 def _graph() -> ir.Graph:

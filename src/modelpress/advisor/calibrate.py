@@ -135,10 +135,10 @@ def calibrate_cpu(
 
     feeds = None
     if model is not None:
-        from modelpress.profile.workload import _input_shapes
+        from modelpress.profile.workload import input_shapes
         from modelpress.verify.inputs import generate_inputs
 
-        shapes, fixed = _input_shapes(model, batch, seq)
+        shapes, fixed = input_shapes(model, batch, seq)
         batch = fixed or batch  # a graph with a fixed batch runs at that batch
         feeds = generate_inputs(model, shapes=shapes)
     gflops = machine_peak_gflops(n=1024, runs=5)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from rich.console import Console
 
@@ -27,6 +26,6 @@ def human_bytes(n: float) -> str:
 
 def write_json(path: str | os.PathLike, data: dict) -> None:
     """Write ``data`` as JSON atomically."""
-    from modelpress.report.records import write_json_atomic
+    from modelpress.ir.files import write_json as write
 
-    write_json_atomic(Path(path), data)
+    write(path, data)

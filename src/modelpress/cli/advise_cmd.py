@@ -355,7 +355,7 @@ def _print_catalog(catalog) -> None:
 
 def _write_html(path, rec, workload, calibration) -> None:
     from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY
-    from modelpress.advisor.plots import roofline, throughput_vs_cost
+    from modelpress.report.advisor_plots import roofline, throughput_vs_cost
     from modelpress.report.html import Page
 
     req = rec.request

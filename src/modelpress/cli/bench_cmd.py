@@ -49,6 +49,7 @@ def _backend(args, profile: bool):
 def run(args) -> int:
     from modelpress.errors import OptionError
     from modelpress.ir import load
+    from modelpress.ir.feeds import load_npz
     from modelpress.ir.shapes import parse_dims
     from modelpress.profile import profile_model
     from modelpress.runtime.measure import (
@@ -58,7 +59,7 @@ def run(args) -> int:
         time_interleaved,
     )
     from modelpress.runtime.session import Session
-    from modelpress.verify import generate_inputs, load_npz
+    from modelpress.verify import generate_inputs
 
     if args.runs < 1:
         raise OptionError("--runs must be at least 1")

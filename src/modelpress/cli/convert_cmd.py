@@ -10,9 +10,9 @@ from modelpress.cli._common import console, human_bytes, write_json
 
 
 def add_parser(sub) -> None:
-    from modelpress.convert.base import SOURCE_KINDS, _ensure_registered
+    from modelpress.convert.base import SOURCE_KINDS, ensure_registered
 
-    _ensure_registered()  # the framework modules import their framework lazily: this stays cheap
+    ensure_registered()  # the framework modules import their framework lazily: this stays cheap
     kinds = "\n".join(
         f"  {k.name:<14} {k.description}  [extra: {k.extra}]"
         for k in SOURCE_KINDS.values()

@@ -36,7 +36,8 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from modelpress.ir import graph_stats, load, save
-    from modelpress.ir.io import model_bytes, output_dir
+    from modelpress.ir.files import output_dir
+    from modelpress.ir.io import model_bytes
     from modelpress.passes import optimize
 
     output_dir(args.output)

@@ -135,7 +135,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from modelpress.compress.quantize import ImagePreprocess, quantize
     from modelpress.ir import load, save
-    from modelpress.ir.io import output_dir
+    from modelpress.ir.files import output_dir
     from modelpress.verify import verify
 
     output_dir(args.output)  # before minutes of calibration, not after

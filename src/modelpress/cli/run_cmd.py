@@ -46,8 +46,8 @@ def make_session(args):
 
 def run(args) -> int:
     from modelpress.errors import OptionError
-    from modelpress.report.records import write_npz_atomic
-    from modelpress.verify import check_feeds, load_npz
+    from modelpress.ir.feeds import check_feeds, load_npz
+    from modelpress.ir.files import write_npz
 
     feeds = load_npz(args.inputs)
     sess = make_session(args)
@@ -64,7 +64,7 @@ def run(args) -> int:
         outputs = {k: np.concatenate([p[k] for p in parts]) for k in sess.output_names}
     else:
         outputs = sess.run(feeds, check=False)
-    write_npz_atomic(args.output, outputs)
+    write_npz(args.output, outputs)
     shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in outputs.items())
     console.print(f"wrote {args.output}: {shapes} (device {sess.device})")
     return 0

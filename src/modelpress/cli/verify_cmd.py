@@ -30,8 +30,9 @@ def add_verify_options(p) -> None:
 
 
 def verify_from_args(args, reference, candidate):
+    from modelpress.ir.feeds import load_npz
     from modelpress.ir.shapes import parse_dims
-    from modelpress.verify import load_npz, verify
+    from modelpress.verify import verify
 
     inputs = load_npz(args.inputs) if args.inputs else None
     return verify(reference, candidate, inputs=inputs, dims=parse_dims(args.dim), runs=args.runs, rtol=args.rtol, atol=args.atol)

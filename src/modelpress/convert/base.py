@@ -80,7 +80,7 @@ def register(
     return wrap
 
 
-def _ensure_registered() -> None:
+def ensure_registered() -> None:
     # The framework modules register their kinds on import; they import the framework lazily, so
     # importing them here costs nothing.
     from modelpress.convert import tensorflow, torch  # noqa: F401
@@ -88,7 +88,7 @@ def _ensure_registered() -> None:
 
 def detect(source: object) -> SourceKind:
     """The source kind of a path or in-memory model, or a ConversionError saying what is accepted."""
-    _ensure_registered()
+    ensure_registered()
     if isinstance(source, (str, os.PathLike)):
         p = Path(source)
         if not p.exists():

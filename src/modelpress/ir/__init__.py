@@ -3,7 +3,7 @@
 This layer is the project's one boundary to protobuf: everything else works on ``onnx_ir.Model``.
 """
 
-from modelpress.ir.io import from_proto, load, load_proto, model_bytes, save, to_proto
+from modelpress.ir.io import from_proto, load, load_proto, model_bytes, parse, save, to_proto
 from modelpress.ir.shapes import infer_shapes, parse_shapes
 from modelpress.ir.stats import GraphStats, graph_stats, iter_nodes
 
@@ -16,6 +16,7 @@ __all__ = [
     "load",
     "load_proto",
     "model_bytes",
+    "parse",
     "parse_shapes",
     "save",
     "to_proto",

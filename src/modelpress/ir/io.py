@@ -9,16 +9,16 @@ renamed into place, so a failed save never leaves a partial file and never touch
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import onnx
 import onnx.numpy_helper
+import onnx.parser
 import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
 from modelpress.errors import ModelLoadError, ModelSaveError
+from modelpress.ir.files import staging_dir
 
 # Protobuf refuses messages over 2 GiB; past this many bytes of weights, save them externally.
 EXTERNAL_DATA_THRESHOLD = 1_800_000_000
@@ -69,6 +69,14 @@ def to_proto(model: ir.Model) -> onnx.ModelProto:
     return ir.serde.serialize_model(model)
 
 
+def parse(text: str) -> ir.Model:
+    """A model from ONNX's textual syntax (``<ir_version: 8, opset_import: ["" : 17]> g (...) => (...) {...}``)."""
+    try:
+        return from_proto(onnx.parser.parse_model(text))
+    except (onnx.parser.ParseError, ValueError) as exc:
+        raise ModelLoadError(f"not a model in ONNX's text format: {_first_line(exc)}") from None
+
+
 def load(path: str | os.PathLike, *, check: bool = True) -> ir.Model:
     """Load an ONNX file into the in-memory IR (``onnx_ir.Model``)."""
     return from_proto(load_proto(path, check=check))
@@ -78,16 +86,6 @@ def model_bytes(model: ir.Model | onnx.ModelProto) -> bytes:
     """The serialized model, for models under the protobuf limit (sessions, hashing, sizes)."""
     proto = model if isinstance(model, onnx.ModelProto) else to_proto(model)
     return proto.SerializeToString()
-
-
-def output_dir(path: str | os.PathLike) -> Path:
-    """The directory ``path`` will be written in; ``ModelSaveError`` when it does not exist (a
-    command checks this before its work, not after)."""
-    p = Path(path)
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise ModelSaveError(f"{p}: output directory {parent} does not exist")
-    return parent
 
 
 def save(
@@ -104,15 +102,17 @@ def save(
     ``size_threshold`` bytes outside the file.
     """
     p = Path(path)
-    parent = output_dir(p)
     proto = model if isinstance(model, onnx.ModelProto) else to_proto(model)
     if external_data is None:
         external_data = _approx_size(proto) > EXTERNAL_DATA_THRESHOLD
     data_name = p.name + ".data"
-    try:
-        tmpdir = Path(tempfile.mkdtemp(prefix=".modelpress-", dir=parent))
-    except OSError as exc:
-        raise ModelSaveError(f"{p}: cannot write to {parent}: {_first_line(exc)}") from None
+    with staging_dir(p) as tmpdir:
+        _save_staged(proto, p, tmpdir, data_name, external_data, size_threshold)
+    return p
+
+
+def _save_staged(proto, p: Path, tmpdir: Path, data_name: str, external_data: bool, size_threshold: int) -> None:
+    parent = p.parent if str(p.parent) else Path(".")
     try:
         tmp_model = tmpdir / p.name
         if external_data:
@@ -136,9 +136,6 @@ def save(
         os.replace(tmp_model, p)
     except (OSError, ValueError) as exc:
         raise ModelSaveError(f"{p}: could not be written: {_first_line(exc)}") from None
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
-    return p
 
 
 def _to_raw_data(proto: onnx.ModelProto, size_threshold: int) -> None:

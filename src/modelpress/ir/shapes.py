@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import onnx
 import onnx_ir as ir
+import onnxruntime
 
 from modelpress.errors import OptionError
+from modelpress.ir.io import from_proto, to_proto
+from modelpress.ir.stats import iter_graphs, iter_nodes
 
 
 def parse_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
@@ -43,8 +50,6 @@ def infer_shapes(model: ir.Model, input_shapes: dict[str, tuple[int, ...]] | Non
 
     Returns a new model; the one given is not changed.
     """
-    from modelpress.ir.io import from_proto, to_proto
-
     proto = to_proto(model)
     if input_shapes:
         known = {i.name for i in proto.graph.input}
@@ -74,11 +79,6 @@ def _symbolic_shape_inference():
     Importing it the ordinary way runs ``onnxruntime/tools/__init__.py``, which imports torch (over
     a second, and a different process state) for an unrelated helper; this loads just the module.
     """
-    import importlib.util
-    from pathlib import Path
-
-    import onnxruntime
-
     path = Path(onnxruntime.__file__).parent / "tools" / "symbolic_shape_infer.py"
     spec = importlib.util.spec_from_file_location("modelpress._ort_symbolic_shape_infer", path)
     module = importlib.util.module_from_spec(spec)
@@ -98,3 +98,100 @@ def _infer(proto: onnx.ModelProto) -> onnx.ModelProto:
         return onnx.shape_inference.infer_shapes(proto, data_prop=True)
     except Exception:  # noqa: BLE001
         return proto
+
+
+def ensure_types(model: ir.Model) -> None:
+    """``infer_types(model)`` when some node output has no dtype.
+
+    Rules that compare dtypes or shapes need them on intermediate values, which files often omit.
+    """
+    if any(out.type is None for node in iter_nodes(model.graph) for out in node.outputs if out.name):
+        infer_types(model)
+
+
+def infer_types(model: ir.Model) -> None:
+    """ONNX shape inference (with data propagation), merged into ``model`` in place, best effort.
+
+    A value takes the inferred type when it has none, and the inferred shape when that knows at
+    least as many static dimensions; graph inputs and outputs keep what they declare, so dynamic
+    dimensions stay dynamic and keep their names. (onnx_ir's ShapeInferencePass merges only the
+    element dtype, which turns a sequence or optional value into a tensor.)
+    """
+    try:
+        with _light(model) as proto:
+            inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - inference is an aid; a model it cannot handle stays as it is
+        return
+    types: dict[str, onnx.TypeProto] = {}
+    stack = [inferred.graph]
+    while stack:
+        g = stack.pop()
+        for info in list(g.value_info) + list(g.output):
+            types[info.name] = info.type
+        for node in g.node:
+            for attr in node.attribute:
+                stack.extend([attr.g] if attr.HasField("g") else list(attr.graphs))
+    for graph in iter_graphs(model.graph):
+        for node in graph:
+            for value in node.outputs:
+                proto = types.get(value.name) if value.name else None
+                if proto is None or not proto.WhichOneof("value"):
+                    continue
+                if value.type is None:
+                    value.type = ir.serde.deserialize_type_proto_for_type(proto)
+                shape = ir.serde.deserialize_type_proto_for_shape(proto)
+                # A graph output keeps the shape it declares (its dimension names are interface).
+                if value.is_graph_output() and value.shape is not None:
+                    continue
+                if shape is not None and _more_static(shape, value.shape):
+                    value.shape = shape
+
+
+def _more_static(new: ir.Shape, old: ir.Shape | None) -> bool:
+    if old is None:
+        return True
+    if len(new) != len(old):
+        return False
+    count = lambda s: sum(isinstance(d, int) for d in s)  # noqa: E731
+    return count(new) >= count(old) and new != old
+
+
+# Initializers larger than this are left out of the protobuf handed to ONNX's inference (it only
+# needs their types and shapes, which they keep as graph inputs).
+_LIGHT_BYTES = 1024
+
+
+@contextmanager
+def _light(model: ir.Model) -> Iterator[onnx.ModelProto]:
+    """``model`` serialized without the data of its large initializers, which become typed graph
+    inputs for the call; ``model`` is restored as it was, whatever happens inside."""
+    graph = model.graph
+    inputs = list(graph.inputs)
+    big = [
+        v
+        for v in graph.initializers.values()
+        if v.const_value is not None and v.const_value.nbytes > _LIGHT_BYTES
+    ]
+    kept = {v.name: v.const_value for v in big}
+    try:
+        for v in big:
+            v.shape = v.shape or v.const_value.shape
+            v.dtype = v.dtype or v.const_value.dtype
+            graph.initializers.pop(v.name)
+            v.const_value = None
+            if not v.is_graph_input():
+                graph.inputs.append(v)
+        yield ir.serde.serialize_model(model)
+    finally:
+        graph.inputs.clear()
+        graph.inputs.extend(inputs)
+        for v in big:
+            v.const_value = kept[v.name]
+            graph.register_initializer(v)
+
+
+def with_types(model: ir.Model) -> ir.Model:
+    """``model`` with its values' types and shapes inferred (``infer_types``), for the rewrites
+    that need element types on intermediate values. The same model object is returned."""
+    infer_types(model)
+    return model

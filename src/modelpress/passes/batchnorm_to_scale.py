@@ -22,16 +22,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.passes._util import (
-    add_initializer,
-    const_array,
-    ensure_types,
-    graph_opset,
-    insert_node,
-    is_single_use,
-    known_rank,
-    replace_with_new,
-)
+from modelpress.ir.graph import add_initializer, insert_node, replace_with_new
+from modelpress.ir.match import const_array, graph_opset, is_single_use, known_rank
+from modelpress.ir.shapes import ensure_types
 from modelpress.passes.base import GraphPass
 from modelpress.passes.fuse_conv_bn import bn_affine
 from modelpress.passes.registry import register

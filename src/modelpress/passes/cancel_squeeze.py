@@ -17,18 +17,14 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.passes._util import (
+from modelpress.ir.graph import (
     add_initializer,
-    graph_opset,
-    in_graph,
     insert_node,
-    ints_arg,
-    known_rank,
     remove_node,
     replace_value,
     replace_with_new,
-    static_shape,
 )
+from modelpress.ir.match import graph_opset, in_graph, ints_arg, known_rank, static_shape
 from modelpress.passes.base import GraphPass
 from modelpress.passes.registry import register
 

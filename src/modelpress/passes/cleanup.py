@@ -11,8 +11,8 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common
 from onnx_ir.passes import PassResult
 
+from modelpress.ir.graph import replace_value
 from modelpress.ir.stats import iter_graphs, iter_nodes
-from modelpress.passes._util import replace_value
 from modelpress.passes.base import GraphPass
 from modelpress.passes.registry import register
 

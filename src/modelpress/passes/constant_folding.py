@@ -40,12 +40,10 @@ import numpy as np
 import onnx_ir as ir
 from onnx_ir.passes import PassResult
 
-from modelpress.passes._util import (
-    add_initializer,
-    can_become_output_of,
-    infer_types,
-    replace_value,
-)
+from modelpress.ir.graph import add_initializer, replace_value
+from modelpress.ir.match import can_become_output_of
+from modelpress.ir.reference import evaluate
+from modelpress.ir.shapes import infer_types
 from modelpress.passes.base import GraphPass
 from modelpress.passes.registry import register
 
@@ -238,10 +236,8 @@ class _Evaluator:
 
     @staticmethod
     def _reference(model: ir.Model) -> list | None:
-        from onnx.reference import ReferenceEvaluator
-
         try:
-            return list(ReferenceEvaluator(ir.serde.serialize_model(model)).run(None, {}))
+            return evaluate(model)
         except Exception as exc:  # noqa: BLE001 - an op neither evaluator has: do not fold
             log.debug("onnx.reference cannot fold: %s", exc)
             return None

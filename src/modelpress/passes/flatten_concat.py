@@ -9,14 +9,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from modelpress.passes._util import (
-    in_graph,
-    insert_node,
-    is_single_use,
-    known_rank,
-    remove_node,
-    replace_with_new,
-)
+from modelpress.ir.graph import insert_node, remove_node, replace_with_new
+from modelpress.ir.match import in_graph, is_single_use, known_rank
 from modelpress.passes.base import GraphPass
 from modelpress.passes.registry import register
 

@@ -26,17 +26,14 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.passes._util import (
-    add_initializer,
+from modelpress.ir.graph import add_initializer, insert_node, replace_value, replace_with_new
+from modelpress.ir.match import (
     attr,
     const_array,
     graph_opset,
-    insert_node,
     is_single_use,
     known_rank,
     producer_of,
-    replace_value,
-    replace_with_new,
 )
 from modelpress.passes.base import GraphPass
 from modelpress.passes.registry import register

@@ -20,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.passes._util import attr, const_array, is_single_use, producer_of, replace_value
+from modelpress.ir.graph import replace_value
+from modelpress.ir.match import attr, const_array, is_single_use, producer_of
 from modelpress.passes.base import GraphPass
 from modelpress.passes.fuse_conv_bn import fold_channel_affine
 from modelpress.passes.registry import register

@@ -31,17 +31,16 @@ import math
 
 import onnx_ir as ir
 
-from modelpress.passes._util import (
+from modelpress.ir.graph import insert_node, replace_with_new
+from modelpress.ir.match import (
     attr,
     const_array,
     const_scalar,
     graph_opset,
-    insert_node,
     is_close,
     is_single_use,
     other_input,
     producer_of,
-    replace_with_new,
     sole_consumer,
 )
 from modelpress.passes.base import GraphPass

@@ -26,17 +26,15 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.passes._util import (
-    add_initializer,
+from modelpress.ir.graph import add_initializer, insert_node, replace_with_new
+from modelpress.ir.match import (
     attr,
     const_array,
     consumer_nodes,
     graph_opset,
-    insert_node,
     ints_arg,
     known_rank,
     other_input,
-    replace_with_new,
     sole_consumer,
 )
 from modelpress.passes.base import GraphPass

@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from modelpress.passes._util import (
+from modelpress.ir.graph import insert_node, replace_with_new
+from modelpress.ir.match import (
     attr,
     const_array,
     graph_opset,
-    insert_node,
     is_single_use,
     known_rank,
     other_input,
     producer_of,
-    replace_with_new,
 )
 from modelpress.passes.base import GraphPass
 from modelpress.passes.registry import register

@@ -23,14 +23,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from modelpress.passes._util import (
-    attr,
-    const_array,
-    const_scalar,
-    ints_arg,
-    is_single_use,
-    known_rank,
-)
+from modelpress.ir.match import attr, const_array, const_scalar, ints_arg, is_single_use, known_rank
 from modelpress.passes.base import GraphPass
 from modelpress.passes.registry import register
 

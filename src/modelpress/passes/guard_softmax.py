@@ -24,14 +24,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.passes._util import (
-    add_initializer,
-    const_array,
-    ensure_types,
-    graph_opset,
-    insert_node,
-    producer_of,
-)
+from modelpress.ir.graph import add_initializer, insert_node
+from modelpress.ir.match import const_array, graph_opset, producer_of
+from modelpress.ir.shapes import ensure_types
 from modelpress.passes.base import GraphPass
 from modelpress.passes.registry import register
 

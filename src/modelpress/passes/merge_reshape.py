@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from modelpress.passes._util import const_array, in_graph, remove_node
+from modelpress.ir.graph import remove_node
+from modelpress.ir.match import const_array, in_graph
 from modelpress.passes.base import GraphPass
 from modelpress.passes.registry import register
 

@@ -25,14 +25,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.passes._util import (
-    add_initializer,
-    const_array,
-    ensure_types,
-    insert_node,
-    is_single_use,
-    replace_with_new,
-)
+from modelpress.ir.graph import add_initializer, insert_node, replace_with_new
+from modelpress.ir.match import const_array, is_single_use
+from modelpress.ir.shapes import ensure_types
 from modelpress.passes.base import GraphPass
 from modelpress.passes.registry import register
 

@@ -16,15 +16,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from modelpress.passes._util import (
-    graph_opset,
-    in_graph,
-    known_rank,
-    make_slice,
-    remove_node,
-    replace_with_new,
-    slice_params,
-)
+from modelpress.ir.graph import make_slice, remove_node, replace_with_new
+from modelpress.ir.match import graph_opset, in_graph, known_rank, slice_params
 from modelpress.passes.base import GraphPass
 from modelpress.passes.registry import register
 

@@ -30,7 +30,9 @@ from collections.abc import Callable
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.passes._util import can_become_output_of, const_array, ensure_types, replace_value
+from modelpress.ir.graph import replace_value
+from modelpress.ir.match import can_become_output_of, const_array
+from modelpress.ir.shapes import ensure_types
 from modelpress.passes.base import GraphPass
 from modelpress.passes.registry import register
 

@@ -19,14 +19,9 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from modelpress.passes._util import (
-    ensure_types,
-    graph_opset,
-    insert_node,
-    ints_arg,
-    known_rank,
-    replace_with_new,
-)
+from modelpress.ir.graph import insert_node, replace_with_new
+from modelpress.ir.match import graph_opset, ints_arg, known_rank
+from modelpress.ir.shapes import ensure_types
 from modelpress.passes.base import GraphPass
 from modelpress.passes.registry import register
 

@@ -30,16 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.passes._util import (
-    add_initializer,
-    const_array,
-    in_graph,
-    known_rank,
-    remove_node,
-    replace_with_new,
-    slice_params,
-    static_shape,
-)
+from modelpress.ir.graph import add_initializer, remove_node, replace_with_new
+from modelpress.ir.match import const_array, in_graph, known_rank, slice_params, static_shape
 from modelpress.passes.base import GraphPass
 from modelpress.passes.registry import register
 

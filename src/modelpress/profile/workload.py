@@ -194,7 +194,7 @@ def kind_of(op_type: str) -> str:
     return _OP_KIND.get(op_type, "elementwise")
 
 
-def _input_shapes(
+def input_shapes(
     model: ir.Model, batch: int, seq: int | None
 ) -> tuple[dict[str, tuple[int, ...]], int | None]:
     """Concrete input shapes at ``batch``: dim 0 is the batch, other symbolic dims the sequence.
@@ -270,10 +270,10 @@ def workload_from_onnx(model: ir.Model, *, name: str, seq: int | None = None) ->
     Shapes come from ONNX shape inference, or from a run under ONNX Runtime where inference
     leaves some unknown.
     """
-    shapes1, fixed = _input_shapes(model, 1, seq)
+    shapes1, fixed = input_shapes(model, 1, seq)
     cost1 = _profile(model, shapes1)
     if fixed is None:
-        cost2 = _profile(model, _input_shapes(model, 2, seq)[0])
+        cost2 = _profile(model, input_shapes(model, 2, seq)[0])
         pairs = list(zip(cost1.nodes, cost2.nodes, strict=True))
         divisor = 1.0
     else:

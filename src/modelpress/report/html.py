@@ -16,11 +16,10 @@ from __future__ import annotations
 import html
 import io
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from modelpress.errors import ModelSaveError
+from modelpress.ir.files import atomic
 
 _STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem auto;max-width:1100px;color:#222;padding:0 1rem}
@@ -97,17 +96,8 @@ class Page:
     def write(self, path: str | os.PathLike) -> Path:
         """Write the page atomically (a temporary file renamed into place)."""
         out = Path(path)
-        parent = out.parent if str(out.parent) else Path(".")
-        if not parent.is_dir():
-            raise ModelSaveError(f"{out}: output directory {parent} does not exist")
-        fd, tmp = tempfile.mkstemp(prefix=".modelpress-", suffix=".html", dir=parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(self.render())
-            os.replace(tmp, out)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic(out, "w") as f:
+            f.write(self.render())
         return out
 
 

@@ -101,14 +101,12 @@ def peak_memory_mb(fn: Callable[[], object]) -> float | None:
 
 def machine_peak_gflops(*, n: int = 1024, runs: int = 10) -> float:
     """Measured fp32 matrix-product throughput of this machine under ONNX Runtime, in GFLOP/s."""
-    import onnx
-
-    from modelpress.ir import from_proto
+    from modelpress.ir import parse
     from modelpress.runtime.ort import session
 
     text = f"""<ir_version: 8, opset_import: ["" : 17]>
     mm (float[{n},{n}] a, float[{n},{n}] b) => (float[{n},{n}] c) {{ c = MatMul(a, b) }}"""
-    sess = session(from_proto(onnx.parser.parse_model(text)), optimize="all")
+    sess = session(parse(text), optimize="all")
     rng = np.random.default_rng(0)
     feeds = {"a": rng.standard_normal((n, n), dtype=np.float32), "b": rng.standard_normal((n, n), dtype=np.float32)}
     best = min(time_interleaved([lambda: sess.run(None, feeds)], runs=runs, warmup=2)[0].p25_ms, 1e9)

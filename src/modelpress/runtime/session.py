@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from modelpress.ir.feeds import as_model, check_feeds
 from modelpress.runtime.backend import Backend, get_backend
 from modelpress.runtime.placement import PlacementPlan, parse_pins, plan, segment_model
 
@@ -28,9 +29,7 @@ class Session:
         place: list[str] | None = None,
         strict: bool = False,
     ):
-        from modelpress.verify.compare import _as_model
-
-        self.model: ir.Model = _as_model(model)
+        self.model: ir.Model = as_model(model)
         self.backend: Backend = get_backend(backend) if isinstance(backend, str) else backend
         pins = parse_pins(place)
         self.plan: PlacementPlan = plan(
@@ -68,8 +67,6 @@ class Session:
     def run(self, feeds: dict[str, np.ndarray], *, check: bool = True) -> dict[str, np.ndarray]:
         """Outputs by name for one set of inputs."""
         if check:
-            from modelpress.verify.inputs import check_feeds
-
             check_feeds(self.model, feeds)
         if self._parts[0][0] is None:
             return self._parts[0][1].run(feeds)

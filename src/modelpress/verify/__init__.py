@@ -8,16 +8,14 @@ from modelpress.verify.compare import (
     run_model,
     verify,
 )
-from modelpress.verify.inputs import check_feeds, generate_inputs, load_npz
+from modelpress.verify.inputs import generate_inputs
 
 __all__ = [
     "TOLERANCES",
     "OutputDiff",
     "VerifyResult",
-    "check_feeds",
     "compare_arrays",
     "generate_inputs",
-    "load_npz",
     "run_model",
     "verify",
 ]

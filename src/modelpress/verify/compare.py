@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import onnx_ir as ir
 
 from modelpress.errors import InputError, VerificationError
-from modelpress.verify.inputs import check_feeds, generate_inputs
+from modelpress.ir.feeds import as_model, check_feeds
+from modelpress.verify.inputs import generate_inputs
 
 # (relative, absolute) tolerance per output dtype; integers and booleans must match exactly.
 TOLERANCES: dict[str, tuple[float, float]] = {
@@ -62,16 +62,6 @@ class VerifyResult:
                 f"{what} differ: output {worst.name!r} max abs {worst.max_abs:.3g}, "
                 f"max rel {worst.max_rel:.3g} (tolerance rel {worst.rtol:g})"
             )
-
-
-def _as_model(m) -> ir.Model:
-    from modelpress.ir import from_proto, load
-
-    if isinstance(m, ir.Model):
-        return m
-    if hasattr(m, "SerializeToString"):
-        return from_proto(m)
-    return load(m)
 
 
 def compare_arrays(name: str, a: np.ndarray, b: np.ndarray, *, rtol=None, atol=None) -> OutputDiff:
@@ -137,8 +127,8 @@ def verify(
     (dynamic dimensions sized by ``dims``). Outputs are matched by name, or by position when the
     names differ but the counts agree. Per-output tolerances default to ``TOLERANCES``.
     """
-    ref = _as_model(reference)
-    cand = _as_model(candidate)
+    ref = as_model(reference)
+    cand = as_model(candidate)
     if inputs is None:
         feeds_list = [generate_inputs(ref, dims=dims, seed=seed + i) for i in range(runs)]
     else:

@@ -11,22 +11,14 @@ Generated inputs follow three rules:
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import numpy as np
 import onnx_ir as ir
 
 from modelpress.errors import InputError
+from modelpress.ir.feeds import numpy_dtype
 
 # Ops that pass index values through unchanged, so a bound found behind them still applies.
 _PASS_THROUGH = {"Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Expand", "Transpose"}
-
-
-def numpy_dtype(value: ir.Value) -> np.dtype:
-    if value.dtype is None:
-        return np.dtype(np.float32)
-    return np.dtype(value.dtype.numpy())
 
 
 def resolve_shape(value: ir.Value, dims: dict[str, int], default_dim: int) -> tuple[int, ...]:
@@ -95,42 +87,3 @@ def generate_inputs(
             )
         feeds[value.name] = arr
     return feeds
-
-
-def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    p = Path(path)
-    if not p.exists():
-        raise InputError(f"{p}: no such file")
-    try:
-        with np.load(p, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
-    except (ValueError, OSError, EOFError) as exc:
-        raise InputError(f"{p}: not a readable .npz file ({str(exc).splitlines()[0][:200]})") from None
-
-
-def check_feeds(model: ir.Model, feeds: dict[str, np.ndarray], *, source: str = "inputs") -> None:
-    """Raise InputError when ``feeds`` misses an input, or has a wrong name, dtype or rank."""
-    expected = {v.name: v for v in model.graph.inputs if v.name not in model.graph.initializers}
-    unknown = sorted(set(feeds) - set(expected))
-    if unknown:
-        raise InputError(
-            f"{source}: {unknown[0]!r} is not an input of the model (inputs: {', '.join(expected)})"
-        )
-    for name, value in expected.items():
-        if name not in feeds:
-            raise InputError(f"{source}: missing input {name!r}")
-        arr = feeds[name]
-        want = numpy_dtype(value)
-        if arr.dtype != want:
-            raise InputError(f"{source}: input {name!r} has dtype {arr.dtype}, the model expects {want}")
-        if value.shape is not None and arr.ndim != len(value.shape):
-            raise InputError(
-                f"{source}: input {name!r} has rank {arr.ndim} (shape {list(arr.shape)}), "
-                f"the model expects rank {len(value.shape)}"
-            )
-        if value.shape is not None:
-            for axis, (got, dim) in enumerate(zip(arr.shape, value.shape)):
-                if isinstance(dim, int) and got != dim:
-                    raise InputError(
-                        f"{source}: input {name!r} has size {got} on axis {axis}, the model expects {dim}"
-                    )

@@ -28,15 +28,13 @@ from modelpress.compress.quantize import (
 )
 from modelpress.compress.quantize import gptq as gptq_mod
 from modelpress.compress.quantize import smoothing as smoothing_mod
-from modelpress.compress.quantize._graph import (
-    WEIGHT_INPUT,
-    at_opset,
-    const_array,
-    remove_unused_initializers,
-)
 from modelpress.compress.quantize.calibration import CalibrationSet, ImagePreprocess, Progress
+from modelpress.compress.quantize.layers import WEIGHT_INPUT
 from modelpress.compress.quantize.observers import get_observer
 from modelpress.errors import InputError, OptionError
+from modelpress.ir.graph import remove_unused_initializers
+from modelpress.ir.match import const_array
+from modelpress.ir.opset import at_opset
 
 Metric = Callable[[sensitivity.Runner], float]
 # Measured bias correction (static): the calibration batches it averages over (kept in memory
@@ -374,8 +372,8 @@ MODES: dict[str, ModeFn] = {
 
 
 def _as_model(model) -> ir.Model:
-    from modelpress.compress.quantize._graph import copy_model
     from modelpress.ir import from_proto, load
+    from modelpress.ir.graph import copy_model
 
     if isinstance(model, ir.Model):
         return copy_model(model)
@@ -438,8 +436,9 @@ def quantize(
     ``gptq``: weights rounded by GPTQ on the calibration data (static int8; weight-only int4, and
     int8 when calibration data is given) instead of to nearest.
     """
-    from modelpress.compress.quantize._graph import copy_model, with_types
     from modelpress.ir import model_bytes
+    from modelpress.ir.graph import copy_model
+    from modelpress.ir.shapes import with_types
 
     if mode not in MODES:
         raise OptionError(f"--mode {mode}: choose one of {', '.join(MODES)}")

@@ -17,9 +17,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.compress.quantize._graph import (
+from modelpress.compress.quantize.layers import (
     WEIGHT_INPUT,
-    const_array,
     input_channel_axis,
     output_channel_axis,
 )
@@ -31,6 +30,7 @@ from modelpress.compress.quantize.qparams import (
     fake_quantize,
     weight_qparams,
 )
+from modelpress.ir.match import const_array
 
 
 class ChannelMean:

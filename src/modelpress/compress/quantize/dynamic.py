@@ -17,16 +17,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.compress.quantize._graph import (
-    const_array,
-    constant,
-    copy_model,
-    gather_tables,
-    plain_linear,
-    remove_unused_initializers,
-    swap_node,
-    weight_nodes,
-)
+from modelpress.compress.quantize.layers import constant, gather_tables, plain_linear, weight_nodes
 from modelpress.compress.quantize.qparams import (
     PerChannel,
     PerTensor,
@@ -34,6 +25,8 @@ from modelpress.compress.quantize.qparams import (
     weight_qparams,
 )
 from modelpress.compress.quantize.smoothing import kn_weight, smooth
+from modelpress.ir.graph import copy_model, remove_unused_initializers, swap_node
+from modelpress.ir.match import const_array
 
 
 def eligible(node: ir.Node) -> bool:

@@ -21,8 +21,10 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.compress.quantize._graph import copy_model, remove_unused_initializers, with_types
-from modelpress.passes._util import add_initializer, const_array
+from modelpress.ir.graph import add_initializer, copy_model, remove_unused_initializers
+from modelpress.ir.match import const_array
+from modelpress.ir.opset import newest_opset, op_schema
+from modelpress.ir.shapes import with_types
 
 KEEP_FLOAT32 = {
     "Softmax",
@@ -99,22 +101,18 @@ def _schema_allows(node: ir.Node, opset: int, type_name: str) -> bool:
     from an input: one typed by an attribute (EyeLike's ``dtype``, a window's
     ``output_datatype``) or fixed would stay float32 while the graph declares the low type.
     ConstantOfShape is the exception: ``apply`` converts its ``value``."""
-    import onnx.defs
-
-    try:
-        schema = onnx.defs.get_schema(node.op_type, opset, node.domain or "")
-    except onnx.defs.SchemaError:
+    schema = op_schema(node.op_type, opset, node.domain)
+    if schema is None:
         return False
-    allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+    allowed = schema.allowed
     if any(
         "tensor(float)" in types and f"tensor({type_name})" not in types
         for types in allowed.values()
     ):
         return False
-    inherited = {p.type_str for p in schema.inputs} & allowed.keys()
+    inherited = set(schema.input_types) & allowed.keys()
     return node.op_type == "ConstantOfShape" or all(
-        p.type_str in inherited or "tensor(float)" not in allowed.get(p.type_str, {p.type_str})
-        for p in schema.outputs
+        t in inherited or "tensor(float)" not in allowed.get(t, {t}) for t in schema.output_types
     )
 
 
@@ -280,11 +278,9 @@ def schema_note(model: ir.Model, dtype: str) -> str | None:
     could compute in the low type (most schemas accept bfloat16 only from opset 13, Conv's from
     22): the conversion then changes little, silently, and only an opset upgrade helps. None
     otherwise, a few blocked ops being no news worth a note."""
-    import onnx.defs
-
     type_name = TYPE_NAMES[dtype]
     opset = model.opset_imports.get("", 1)
-    newest = onnx.defs.onnx_opset_version()
+    newest = newest_opset()
     convertible = [n for n in model.graph if _low(n, KEEP_FLOAT32, newest, type_name)]
     blocked = [n for n in convertible if not _schema_allows(n, opset, type_name)]
     if not blocked or 2 * len(blocked) < len(convertible):

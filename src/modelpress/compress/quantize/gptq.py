@@ -44,9 +44,8 @@ import numpy as np
 import onnx_ir as ir
 from numpy.lib.stride_tricks import sliding_window_view
 
-from modelpress.compress.quantize._graph import (
+from modelpress.compress.quantize.layers import (
     WEIGHT_INPUT,
-    const_array,
     input_channel_axis,
     output_channel_axis,
 )
@@ -60,6 +59,7 @@ from modelpress.compress.quantize.qparams import (
     quantize,
     weight_qparams,
 )
+from modelpress.ir.match import const_array
 
 DAMP = 0.01  # fraction of the mean diagonal added to H
 CHUNK = 128  # rows per lazy-update chunk (a multiple of every power-of-two block size ≤ 128)

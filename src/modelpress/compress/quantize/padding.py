@@ -23,14 +23,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.compress.quantize._graph import (
-    const_array,
-    constant,
-    copy_model,
-    is_channel_constant,
-    remove_unused_initializers,
-)
-from modelpress.passes._util import bulk_names
+from modelpress.compress.quantize.layers import constant, is_channel_constant
+from modelpress.ir.graph import bulk_names, copy_model, remove_unused_initializers
+from modelpress.ir.match import const_array
 
 ALIGN = 16  # channel multiple of ONNX Runtime's x86 int8 depthwise kernel
 # The most extra channels accepted, as a share of the real ones: up to doubling (8 → 16). Measured

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.compress.quantize._graph import copy_model, values_by_name
+from modelpress.ir.graph import copy_model
+from modelpress.ir.match import values_by_name
 
 Runner = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 

@@ -14,14 +14,7 @@ import numpy as np
 import onnx_ir as ir
 
 from modelpress.compress.quantize import calibration
-from modelpress.compress.quantize._graph import (
-    const_array,
-    constant,
-    copy_model,
-    plain_linear,
-    remove_unused_initializers,
-    weight_nodes,
-)
+from modelpress.compress.quantize.layers import constant, plain_linear, weight_nodes
 from modelpress.compress.quantize.qparams import (
     PerChannel,
     PerTensor,
@@ -29,6 +22,8 @@ from modelpress.compress.quantize.qparams import (
     qparams_from_range,
     weight_qparams,
 )
+from modelpress.ir.graph import copy_model, remove_unused_initializers
+from modelpress.ir.match import const_array
 
 
 def kn_weight(node: ir.Node) -> np.ndarray:

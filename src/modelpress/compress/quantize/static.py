@@ -53,20 +53,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.compress.quantize._graph import (
+from modelpress.compress.quantize.layers import (
     WEIGHT_INPUT,
-    const_array,
     constant,
-    copy_model,
     is_channel_constant,
     is_float,
     output_channel_axis,
     plain_linear,
-    remove_unused_initializers,
-    replace_value,
     scalar_or_vector,
-    swap_node,
-    values_by_name,
 )
 from modelpress.compress.quantize.qparams import (
     PerChannel,
@@ -75,7 +69,17 @@ from modelpress.compress.quantize.qparams import (
     quantize,
     weight_qparams,
 )
-from modelpress.passes._util import bulk_names, reserve, taken_names, unique_name
+from modelpress.ir.graph import (
+    bulk_names,
+    copy_model,
+    remove_unused_initializers,
+    replace_value,
+    reserve,
+    swap_node,
+    taken_names,
+    unique_name,
+)
+from modelpress.ir.match import const_array, values_by_name
 
 # Ops with two activation inputs that ONNX Runtime runs in int8 (QLinearAdd, QLinearMul).
 BINARY_OPS = {"Add", "Mul"}

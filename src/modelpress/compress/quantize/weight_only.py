@@ -31,17 +31,12 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.compress.quantize._graph import (
-    at_opset,
-    const_array,
+from modelpress.compress.quantize.layers import (
     constant,
-    copy_model,
     gather_tables,
     input_channel_axis,
     output_channel_axis,
     plain_linear,
-    remove_unused_initializers,
-    swap_node,
     weight_nodes,
 )
 from modelpress.compress.quantize.qparams import (
@@ -54,6 +49,9 @@ from modelpress.compress.quantize.qparams import (
 )
 from modelpress.compress.quantize.static import _dq_constant
 from modelpress.errors import OptionError
+from modelpress.ir.graph import copy_model, remove_unused_initializers, swap_node
+from modelpress.ir.match import const_array
+from modelpress.ir.opset import at_opset
 
 BLOCKWISE_OPSET = 21
 INT4_TYPE = "uint4"  # asymmetric 4-bit blocks: codes and zero points share DequantizeLinear's type

@@ -1,67 +1,16 @@
-"""Graph helpers shared by the quantization modes: copies, lookups, constants, new nodes."""
+"""The layers quantization works on: Conv/MatMul/Gemm with constant float weights, embedding
+tables, and the axes of their weights."""
 
 from __future__ import annotations
 
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.passes._util import add_initializer, const_array, replace_value
-
-__all__ = [
-    "add_initializer",
-    "const_array",
-    "copy_model",
-    "replace_value",
-    "values_by_name",
-    "weight_nodes",
-]
+from modelpress.ir.graph import add_initializer
+from modelpress.ir.match import const_array
 
 # Ops whose constant weight modelpress quantizes, with the weight's input index.
 WEIGHT_INPUT = {"Conv": 1, "MatMul": 1, "Gemm": 1}
-
-
-def copy_model(model: ir.Model) -> ir.Model:
-    """A deep copy (through the serialized form: onnx_ir values cannot belong to two graphs)."""
-    from modelpress.ir import from_proto, to_proto
-
-    return from_proto(to_proto(model))
-
-
-def with_types(model: ir.Model) -> ir.Model:
-    """``model`` with every value's type inferred (ONNX's own inference through onnx-ir).
-
-    Quantization needs element types, not symbolic shapes, so the cheap standard inference is
-    enough; it is best-effort, and a value it cannot type is left for the modes to skip.
-    """
-    from onnx_ir.passes.common import ShapeInferencePass
-
-    try:
-        return ShapeInferencePass(check_type=False, strict_mode=False, data_prop=False)(model).model
-    except Exception:  # noqa: BLE001 - inference is best-effort; untyped values are not quantized
-        return model
-
-
-def at_opset(model: ir.Model, need: int, form: str) -> tuple[ir.Model, list[str]]:
-    """``model`` at default-domain opset ``need`` or newer, and a note when it had to be upgraded
-    (``form``: the quantized form that needs it, for the note and the converter's error)."""
-    from modelpress.ir.opset import upgrade_opset
-
-    have = model.opset_imports.get("", 0)
-    if have >= need:
-        return model, []
-    return upgrade_opset(model, need, purpose=form), [
-        f"upgraded opset {have} → {need} ({form} needs it)"
-    ]
-
-
-def values_by_name(graph: ir.Graph) -> dict[str, ir.Value]:
-    out: dict[str, ir.Value] = {v.name: v for v in graph.inputs if v.name}
-    out.update({k: v for k, v in graph.initializers.items()})
-    for node in graph:
-        for v in node.outputs:
-            if v.name:
-                out[v.name] = v
-    return out
 
 
 def is_float(value: ir.Value | None) -> bool:
@@ -143,18 +92,6 @@ def scalar_or_vector(arr: np.ndarray) -> np.ndarray:
     return arr.reshape(()) if arr.size == 1 and arr.ndim <= 1 else arr
 
 
-def remove_unused_initializers(graph: ir.Graph) -> int:
-    """Drop initializers nothing reads (the float weights a quantized copy replaced)."""
-    unused = [
-        name
-        for name, v in graph.initializers.items()
-        if not v.uses() and not v.is_graph_output() and not v.is_graph_input()
-    ]
-    for name in unused:
-        del graph.initializers[name]
-    return len(unused)
-
-
 def gather_tables(graph: ir.Graph, *, min_size: int = 0) -> list[ir.Node]:
     """Gathers along axis 0 of a constant 2-D float32 table (embeddings) of at least ``min_size``
     elements: the weights of the lookup layers that quantization stores as integer rows."""
@@ -169,16 +106,3 @@ def gather_tables(graph: ir.Graph, *, min_size: int = 0) -> list[ir.Node]:
             if t is not None and t.dtype == np.float32 and t.ndim == 2 and t.size >= min_size:
                 out.append(node)
     return out
-
-
-def swap_node(graph: ir.Graph, node: ir.Node, new_nodes: list[ir.Node], result: ir.Value) -> None:
-    """Replace ``node`` (one output) by ``new_nodes``, placed where it was, whose ``result``
-    takes over the output: its readers, its type and shape, and its name (so reports and graph
-    outputs match the float model's tensors)."""
-    old = node.outputs[0]
-    result.type, result.shape = old.type, old.shape
-    name = old.name
-    graph.insert_after(node, new_nodes)
-    replace_value(old, result)
-    graph.remove(node, safe=True)
-    result.name = name

@@ -1,0 +1,171 @@
+"""Option groups that every command shares: one name for one idea.
+
+| idea | option(s) |
+| --- | --- |
+| the model | positional ``MODEL`` (.onnx; .mpk with a key; .mpz) |
+| where the result goes | ``-o/--output`` |
+| the command's record | ``--json FILE`` |
+| samples to run the model on | ``--data PATH`` (+ ``--labels-key``, ``--batch-size``, ``--limit``) |
+| shapes of dynamic inputs | ``--dim NAME=SIZE`` and ``--shape NAME=D1xD2...`` (repeatable) |
+| where the model runs | ``--backend``, ``--device``, ``--place``, ``--strict``, ``--log-placement`` |
+| the key of a protected model | ``--key-file`` / ``--key-env`` |
+
+Options that take several values are repeatable (``--exclude a --exclude b``) or take one
+comma-separated value (``--exclude a,b``), so none of them swallows a positional argument. Old
+names stay as hidden aliases for one release (``--inputs`` and ``--calib`` for ``--data``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+from modelpress.errors import OptionError
+
+
+def add_model(p: argparse.ArgumentParser, *, help: str | None = None) -> None:
+    p.add_argument(
+        "model", metavar="MODEL", help=help or "an .onnx file (a protected .mpk with --key-file)"
+    )
+
+
+def add_output(p: argparse.ArgumentParser, *, required: bool = True, help: str | None = None) -> None:
+    p.add_argument(
+        "-o", "--output", required=required, metavar="FILE", help=help or "where to write the result"
+    )
+
+
+def add_record(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        help="also write the command's record (what it did and measured) as JSON, for `modelpress report`",
+    )
+
+
+def add_data(
+    p: argparse.ArgumentParser,
+    *,
+    required: bool = False,
+    help: str | None = None,
+    labels: bool = False,
+    batch: bool = False,
+    limit: bool = False,
+) -> None:
+    p.add_argument(
+        "--data",
+        metavar="PATH",
+        required=required,
+        help=help or "samples: an .npz of arrays named after the model's inputs",
+    )
+    p.add_argument("--inputs", "--calib", dest="data", help=argparse.SUPPRESS)
+    if labels:
+        p.add_argument("--labels-key", metavar="KEY", help="the array of labels in the --data .npz")
+    if batch:
+        p.add_argument(
+            "--batch-size", type=int, metavar="N", help="samples per model run"
+        )
+    if limit:
+        p.add_argument("--limit", type=int, metavar="N", help="use at most N samples of --data")
+        p.add_argument("--calib-limit", dest="limit", type=int, help=argparse.SUPPRESS)
+
+
+def add_shapes(p: argparse.ArgumentParser, *, full_shapes: bool = True) -> None:
+    p.add_argument(
+        "--dim",
+        action="append",
+        metavar="NAME=SIZE",
+        help="size of a named dynamic dimension (repeatable), e.g. batch=8",
+    )
+    if full_shapes:
+        p.add_argument(
+            "--shape",
+            action="append",
+            metavar="NAME=DxD...",
+            help="the whole shape of an input (repeatable), e.g. x=1x3x224x224",
+        )
+
+
+def add_device(p: argparse.ArgumentParser, *, default_backend: str = "ort") -> None:
+    from modelpress.runtime.backend import backend_names
+
+    p.add_argument(
+        "--backend", default=default_backend, choices=backend_names(), help=f"execution backend (default {default_backend})"
+    )
+    p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps, ...")
+    p.add_argument(
+        "--place",
+        action="append",
+        metavar="PATTERN=DEVICE",
+        help="pin an op type or node-name glob to a device (repeatable)",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail instead of falling back to the CPU when a device is missing",
+    )
+    p.add_argument(
+        "--log-placement", action="store_true", help="print node → device and the copies between devices"
+    )
+
+
+def add_key(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--key-file", metavar="FILE", help="the key of a protected model (.mpk)")
+    p.add_argument("--key-env", metavar="VAR", help="an environment variable holding the key (hex)")
+
+
+def add_list(p: argparse.ArgumentParser, flag: str, *, metavar: str, help: str) -> None:
+    """A repeatable option whose values may also be comma-separated: ``--exclude a,b --exclude c``."""
+    p.add_argument(flag, action="append", default=[], metavar=metavar, help=f"{help} (repeatable, or comma-separated)")
+
+
+def listed(values: list[str] | None) -> list[str]:
+    """The values of an ``add_list`` option, flattened."""
+    return [v.strip() for value in values or [] for v in value.split(",") if v.strip()]
+
+
+def dims(args: argparse.Namespace) -> dict[str, int]:
+    from modelpress.ir.shapes import parse_dims
+
+    return parse_dims(getattr(args, "dim", None))
+
+
+def shapes(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
+    from modelpress.ir.shapes import parse_shapes
+
+    return parse_shapes(getattr(args, "shape", None))
+
+
+def open_model(path: str | os.PathLike, args: argparse.Namespace | None = None):
+    """The model at ``path`` in memory: an ONNX file loaded, or a package opened with the key
+    options of ``args``. The one way every command reads its model."""
+    from modelpress.ir import load
+
+    p = Path(path)
+    if p.suffix == ".mpk":
+        raise OptionError(f"{p}: protected packages need the protect layer, which is not built yet")
+    return load(p)
+
+
+class Recorder:
+    """The command's record, written through the report schema when ``--json`` was given."""
+
+    def __init__(self, command: str, args: argparse.Namespace) -> None:
+        self.command = command
+        self.args = args
+        self.started = time.time()
+
+    def write(self, result: dict) -> None:
+        path = getattr(self.args, "json", None)
+        if not path:
+            return
+        from modelpress.report.record import Record
+
+        Record.of(self.command, self.args, result, started=self.started).write(path)
+
+
+def require_positive(value: int | None, flag: str) -> None:
+    if value is not None and value < 1:
+        raise OptionError(f"{flag} must be at least 1")

@@ -1,0 +1,97 @@
+"""Atomic writes: every file modelpress writes appears whole or not at all.
+
+A file is written under a temporary name in its target's folder and renamed into place, so a failed
+or interrupted command never leaves a partial file and never touches the one already there. The
+folder must exist; a command checks that (``output_dir``) before its work, not after.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from modelpress.errors import ModelSaveError
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]
+
+
+def output_dir(path: str | os.PathLike) -> Path:
+    """The folder ``path`` will be written in; ``ModelSaveError`` when it does not exist."""
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise ModelSaveError(f"{p}: output directory {parent} does not exist")
+    return parent
+
+
+@contextmanager
+def staging_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary folder beside ``path`` for the files that will replace it (a model and its
+    external data); removed on exit, with whatever the caller did not move out of it."""
+    p = Path(path)
+    parent = output_dir(p)
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=".modelpress-", dir=parent))
+    except OSError as exc:
+        raise ModelSaveError(f"{p}: cannot write to {parent}: {_first_line(exc)}") from None
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def atomic(path: str | os.PathLike, mode: str = "wb") -> Iterator:
+    """An open file whose content replaces ``path`` when the block ends without an error."""
+    p = Path(path)
+    with staging_dir(p) as tmp:
+        staged = tmp / p.name
+        try:
+            with open(staged, mode) as f:
+                yield f
+            os.replace(staged, p)
+        except OSError as exc:
+            raise ModelSaveError(f"{p}: could not be written: {_first_line(exc)}") from None
+    return
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    with atomic(path) as f:
+        f.write(data)
+    return Path(path)
+
+
+def write_json(path: str | os.PathLike, data: dict) -> Path:
+    """``data`` as indented JSON (numpy scalars and arrays, sets, tuples and paths converted)."""
+    with atomic(path, "w") as f:
+        json.dump(data, f, indent=2, default=_json_default)
+        f.write("\n")
+    return Path(path)
+
+
+def write_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> Path:
+    with atomic(path) as f:
+        np.savez(f, **arrays)
+    return Path(path)
+
+
+def _json_default(obj):
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
