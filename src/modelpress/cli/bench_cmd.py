@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.table import Table
 
 from modelpress.cli._common import console, err_console, human_count, write_json
+from modelpress.cli.options import add_key, open_model
 
 
 def add_parser(sub) -> None:
@@ -19,7 +20,8 @@ def add_parser(sub) -> None:
         description="Measure latency (median and spread over interleaved runs), throughput, achieved FLOP/s and memory.",
         epilog="example: modelpress bench model.onnx --vs fast.onnx --dim batch=8 --runs 100 --profile-ops",
     )
-    p.add_argument("model", help="an .onnx file")
+    p.add_argument("model", help="an .onnx file (a protected .mpk with --key-file)")
+    add_key(p)
     p.add_argument("--vs", nargs="+", default=[], metavar="MODEL", help="other models to time in the same runs")
     p.add_argument("--backend", default="ort", choices=backend_names())
     p.add_argument("--device", default="auto")
@@ -48,7 +50,6 @@ def _backend(args, profile: bool):
 
 def run(args) -> int:
     from modelpress.errors import OptionError
-    from modelpress.ir import load
     from modelpress.ir.feeds import load_npz
     from modelpress.ir.shapes import parse_dims
     from modelpress.profile import profile_model
@@ -64,7 +65,7 @@ def run(args) -> int:
     if args.runs < 1:
         raise OptionError("--runs must be at least 1")
     paths = [args.model, *args.vs]
-    models = [load(p) for p in paths]
+    models = [open_model(p, args) for p in paths]
     feeds = load_npz(args.inputs) if args.inputs else generate_inputs(models[0], dims=parse_dims(args.dim))
     # The first session in a process pays for loading the runtime's libraries; pay it up front so
     # that the peak memory measured below belongs to each model.

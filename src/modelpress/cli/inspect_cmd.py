@@ -8,6 +8,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from modelpress.cli._common import console, human_bytes, human_count, write_json
+from modelpress.cli.options import add_key, open_model
 
 
 def add_parser(sub) -> None:
@@ -18,7 +19,8 @@ def add_parser(sub) -> None:
         epilog="example: modelpress inspect model.onnx --shape input=1x3x224x224 --nodes",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("model", help="an .onnx file")
+    p.add_argument("model", help="an .onnx file (a protected .mpk with --key-file)")
+    add_key(p)
     p.add_argument("--shape", action="append", metavar="NAME=DxDx...", help="input shape for FLOPs (repeatable)")
     p.add_argument("--dim", action="append", metavar="NAME=SIZE", help="size of a named dynamic dimension for FLOPs (default 1)")
     p.add_argument("--nodes", action="store_true", help="print a per-node table (FLOPs, bytes, output shape)")
@@ -28,12 +30,12 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from modelpress.ir import graph_stats, load, parse_shapes
+    from modelpress.ir import graph_stats, parse_shapes
     from modelpress.ir.shapes import parse_dims
     from modelpress.profile import profile_model
     from modelpress.verify.inputs import resolve_shape
 
-    model = load(args.model)
+    model = open_model(args.model, args, runnable=False)
     stats = graph_stats(model)
     shapes = parse_shapes(args.shape)
     dims = parse_dims(args.dim)

@@ -20,6 +20,8 @@ COMMANDS = (
     "optimize_cmd",
     "verify_cmd",
     "quantize_cmd",
+    "keygen_cmd",
+    "protect_cmd",
     "run_cmd",
     "bench_cmd",
     "ops_cmd",

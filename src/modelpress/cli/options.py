@@ -138,15 +138,35 @@ def shapes(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
     return parse_shapes(getattr(args, "shape", None))
 
 
-def open_model(path: str | os.PathLike, args: argparse.Namespace | None = None):
-    """The model at ``path`` in memory: an ONNX file loaded, or a package opened with the key
-    options of ``args``. The one way every command reads its model."""
+def open_model(path: str | os.PathLike, args: argparse.Namespace | None = None, *, runnable: bool = True):
+    """The model at ``path`` in memory: an ONNX file loaded, or a protected model (an ``.mpk``
+    package, or an obfuscated ONNX file) opened in memory with the key options of ``args``. The
+    one way every command reads its model. ``runnable=False`` (inspect) lets an obfuscated ONNX
+    file without a key through as the file shows it."""
     from modelpress.ir import load
+    from modelpress.protect.package import has_magic
 
     p = Path(path)
-    if p.suffix == ".mpk":
-        raise OptionError(f"{p}: protected packages need the protect layer, which is not built yet")
-    return load(p)
+    key_file = getattr(args, "key_file", None)
+    key_env = getattr(args, "key_env", None)
+    if has_magic(p) or p.suffix == ".mpk":
+        from modelpress.protect import load_key, open_package
+
+        if key_file is None and key_env is None:
+            raise OptionError(f"{p}: a protected package: give its key with --key-file FILE or --key-env VAR")
+        return open_package(p, load_key(key_file, key_env))
+    model = load(p)
+    from modelpress.protect import is_obfuscated
+
+    if not is_obfuscated(model):
+        return model
+    if key_file is None and key_env is None:
+        if not runnable:
+            return model
+        raise OptionError(f"{p}: an obfuscated model: give its key with --key-file FILE or --key-env VAR")
+    from modelpress.protect import load_key, unlock
+
+    return unlock(model, load_key(key_file, key_env), name=str(p))
 
 
 class Recorder:

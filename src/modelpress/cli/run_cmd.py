@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from modelpress.cli._common import console, err_console
+from modelpress.cli.options import add_key, open_model
 
 
 def add_parser(sub) -> None:
@@ -16,7 +17,8 @@ def add_parser(sub) -> None:
         description="Run a model on stored inputs and write its outputs under their names.",
         epilog="example: modelpress run model.onnx --inputs in.npz -o out.npz --device auto --log-placement",
     )
-    p.add_argument("model", help="an .onnx file")
+    p.add_argument("model", help="an .onnx file (a protected .mpk with --key-file)")
+    add_key(p)
     p.add_argument("--inputs", required=True, metavar="FILE.npz", help="arrays named after the model's inputs")
     p.add_argument("-o", "--output", required=True, metavar="FILE.npz", help="where to write the outputs")
     add_device_options(p, backend_names())
@@ -35,7 +37,7 @@ def add_device_options(p, backends: list[str]) -> None:
 def make_session(args):
     from modelpress.runtime.session import Session
 
-    sess = Session(args.model, backend=args.backend, device=args.device, place=args.place, strict=args.strict)
+    sess = Session(open_model(args.model, args), backend=args.backend, device=args.device, place=args.place, strict=args.strict)
     for w in sess.warnings:
         err_console.print(f"warning: {w}")
     if args.log_placement:

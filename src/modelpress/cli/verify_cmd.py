@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from modelpress.cli._common import console, write_json
+from modelpress.cli.options import add_key, open_model
 
 
 def add_parser(sub) -> None:
@@ -17,6 +18,7 @@ def add_parser(sub) -> None:
     add_verify_options(p)
     p.add_argument("reference", help="the model to compare against")
     p.add_argument("candidate", help="the model to check")
+    add_key(p)
     p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
     p.set_defaults(func=run)
 
@@ -48,9 +50,7 @@ def print_verify(result) -> None:
 
 
 def run(args) -> int:
-    from modelpress.ir import load
-
-    result = verify_from_args(args, load(args.reference), load(args.candidate))
+    result = verify_from_args(args, open_model(args.reference, args), open_model(args.candidate, args))
     print_verify(result)
     console.print(f"{'[green]PASS[/]' if result.passed else '[red]FAIL[/]'} over {result.runs} input set(s)")
     if args.json:

@@ -82,6 +82,19 @@ def load(path: str | os.PathLike, *, check: bool = True) -> ir.Model:
     return from_proto(load_proto(path, check=check))
 
 
+def from_bytes(data: bytes | bytearray | memoryview, *, name: str = "model") -> ir.Model:
+    """A model from its serialized form (``model_bytes``'s inverse). Tensors stored as external
+    data stay references (``onnx_ir.ExternalTensor``) for the caller to fill."""
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(bytes(data))
+    except DecodeError as exc:
+        raise ModelLoadError(f"{name}: not a valid ONNX model (protobuf parse failed: {_first_line(exc)})") from None
+    if not proto.HasField("graph"):
+        raise ModelLoadError(f"{name}: not an ONNX model (no graph)")
+    return from_proto(proto)
+
+
 def model_bytes(model: ir.Model | onnx.ModelProto) -> bytes:
     """The serialized model, for models under the protobuf limit (sessions, hashing, sizes)."""
     proto = model if isinstance(model, onnx.ModelProto) else to_proto(model)

@@ -1,0 +1,224 @@
+"""``protect``, ``open_package``, ``is_package``: the protect layer's public functions.
+
+    key = load_key(key_file="key.bin")
+    result = protect(model, key=key, output="model.mpk", obfuscate=True, ratio=0.3)
+    model = open_package("model.mpk", key)        # the model that runs, in memory only
+
+``protect`` writes an encrypted package (``.mpk``), or with ``encrypt=False`` the obfuscated
+graph as an ONNX file (its operator library still sealed inside), then opens what it wrote and
+checks it against the original on generated inputs, and measures the obfuscation
+(``metrics.py``). Nothing it decrypts is ever written to disk.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx_ir as ir
+
+from modelpress.errors import ModelLoadError, OptionError, VerificationError
+from modelpress.ir.files import atomic, output_dir
+from modelpress.protect import library as lib
+from modelpress.protect import package, payload
+from modelpress.protect.keys import check_key, key_id
+from modelpress.protect.metrics import ProtectionMetrics, measure
+
+DEFAULT_RATIO = 0.3
+VERIFY_RTOL = 1e-5
+
+
+@dataclass
+class ProtectResult:
+    output: str | None
+    mode: str
+    encrypted: bool
+    obfuscated: bool
+    key_id: str
+    bytes: int
+    seconds: float
+    ratio: float | None = None
+    seed: int | None = None
+    chunks: int | None = None
+    chunk_size: int | None = None
+    groups: int | None = None
+    decoys: int | None = None
+    visible_weights: int | None = None
+    library_constants: int | None = None
+    metrics: ProtectionMetrics | None = None
+    verification: dict | None = None
+    notes: list[str] = field(default_factory=list)
+    data: bytes | None = field(default=None, repr=False)  # the package, when no output was given
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items() if k not in ("data", "metrics")}
+        d["metrics"] = self.metrics.to_dict() if self.metrics else None
+        return d
+
+
+def _as_model(model) -> ir.Model:
+    if isinstance(model, ir.Model):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        return payload.load_lazily(model)
+    raise OptionError(f"protect needs an onnx_ir.Model or a path, not {type(model).__name__}")
+
+
+def _is_big(model: ir.Model) -> bool:
+    total = 0
+    for graph in model.graphs():
+        for v in graph.initializers.values():
+            total += v.const_value.nbytes if v.const_value is not None else 0
+    return total > 1_800_000_000
+
+
+def protect(
+    model: ir.Model | str | os.PathLike,
+    *,
+    key: bytes,
+    output: str | os.PathLike | None = None,
+    obfuscate: bool = False,
+    ratio: float = DEFAULT_RATIO,
+    seed: int | None = None,
+    mode: str | None = None,
+    encrypt: bool = True,
+    rename_io: bool = False,
+    chunk_size: int = package.DEFAULT_CHUNK,
+    verify: bool = True,
+) -> ProtectResult:
+    """Protect ``model`` with ``key``: encrypt it, obfuscate it, or both.
+
+    ``mode``: ``"runtime"`` (default with ``obfuscate``: the obfuscated graph is what runs) or
+    ``"storage"`` (the original is restored in memory when opened; the only mode without
+    ``obfuscate``). ``encrypt=False`` writes the obfuscated ONNX graph instead of a package.
+    ``verify``: open the result and compare its outputs with the original's (relative 1e-5).
+    """
+    started = time.perf_counter()
+    key = check_key(key)
+    mode = mode or ("runtime" if obfuscate else "storage")
+    if mode not in lib.MODES:
+        raise OptionError(f"--mode {mode!r}: one of {', '.join(lib.MODES)}")
+    if not obfuscate and mode == "runtime":
+        raise OptionError("--mode runtime runs the obfuscated graph: it needs --obfuscate")
+    if not encrypt and not obfuscate:
+        raise OptionError("--no-encrypt writes the obfuscated graph: it needs --obfuscate")
+    if not 1 <= chunk_size <= package.MAX_CHUNK:
+        raise OptionError(f"--chunk-size {chunk_size}: must be between 1 and {package.MAX_CHUNK}")
+    if output is not None:
+        output_dir(output)
+    original = _as_model(model)
+    big = _is_big(original)
+    result = ProtectResult(
+        output=str(output) if output is not None else None, mode=mode, encrypted=encrypt, obfuscated=obfuscate,
+        key_id=key_id(key).hex(), bytes=0, seconds=0.0,
+    )
+    content = original
+    if obfuscate:
+        if big:
+            raise OptionError("obfuscation holds the model in memory in one protobuf: models over 1.8 GB can be encrypted, not obfuscated")
+        from modelpress.protect.obfuscate import obfuscate as run_obfuscation
+
+        done = run_obfuscation(original, key=key, ratio=ratio, seed=seed, mode=mode, rename_io=rename_io)
+        content = done.model
+        result.ratio, result.seed = ratio, done.seed
+        result.groups, result.decoys = done.groups, done.decoys
+        result.visible_weights, result.library_constants = done.visible_weights, done.library_constants
+        from modelpress.ir import model_bytes
+
+        result.metrics = measure(original, model_bytes(content), interface_kept=not rename_io)
+
+    if encrypt:
+        size, segments = payload.model_stream(content)
+        result.chunk_size = chunk_size
+        if output is None:
+            buf = bytearray()
+            header = package.encrypt_stream(segments, size, key, buf.extend, chunk_size=chunk_size)
+            result.data = bytes(buf)
+        else:
+            with atomic(output) as f:
+                header = package.encrypt_stream(segments, size, key, f.write, chunk_size=chunk_size)
+        result.chunks = header.chunk_count
+        result.bytes = header.file_size
+    else:
+        from modelpress.ir import model_bytes, save
+
+        if output is None:
+            result.data = model_bytes(content)
+            result.bytes = len(result.data)
+        else:
+            save(content, output)
+            result.bytes = Path(output).stat().st_size
+
+    if verify:
+        if big:
+            result.notes.append("not verified: models over 1.8 GB cannot run from memory")
+        else:
+            result.verification = _verify(original, output if output is not None else result.data, key)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _verify(original: ir.Model, written, key: bytes) -> dict:
+    from modelpress.verify import verify
+
+    opened = open_package(written, key)
+    try:
+        check = verify(original, opened, runs=2, rtol=VERIFY_RTOL)
+    except ModelLoadError:
+        raise
+    if not check.passed:
+        raise VerificationError(
+            f"the protected model does not compute the original's outputs (max relative error {check.max_rel:.3g}); "
+            "please report this model"
+        )
+    return {"passed": True, "max_rel": check.max_rel, "runs": check.runs, "rtol": VERIFY_RTOL}
+
+
+def is_package(source: str | os.PathLike | bytes) -> bool:
+    """Whether ``source`` is something ``open_package`` opens: an ``.mpk`` (by its signature) or
+    an ONNX file whose graph is obfuscated (it carries a sealed operator library)."""
+    if package.has_magic(source):
+        return True
+    try:
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            from modelpress.ir import from_bytes
+
+            model = from_bytes(source)
+        else:
+            model = payload.load_lazily(source)
+    except ModelLoadError:
+        return False
+    return lib.is_obfuscated(model)
+
+
+def open_package(source: str | os.PathLike | bytes, key: bytes, *, name: str | None = None) -> ir.Model:
+    """The model that runs, in memory: storage mode gives the original model; runtime mode the
+    obfuscated graph with its decrypted operator library as local functions."""
+    key = check_key(key)
+    label = name or (str(source) if isinstance(source, (str, os.PathLike)) else "package")
+    is_path = isinstance(source, (str, os.PathLike))
+    if package.has_magic(source) or (is_path and Path(source).suffix == ".mpk"):
+        model = payload.read_model(package.decrypt_stream(source, key, name=label), name=label)
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        from modelpress.ir import from_bytes
+
+        model = from_bytes(source, name=label)
+    else:
+        from modelpress.ir import load
+
+        model = load(source)
+    return unlock(model, key, name=label)
+
+
+def unlock(model: ir.Model, key: bytes, *, name: str = "model") -> ir.Model:
+    """An obfuscated model already in memory, opened with ``key`` (``model`` itself is used up);
+    any other model is returned as it is."""
+    if not lib.is_obfuscated(model):
+        return model
+    label = name
+    library = lib.take(model, check_key(key), name=label)
+    if library.mode == "storage":
+        return lib.restore(model, library, name=label)
+    return lib.attach(model, library)

@@ -1,0 +1,165 @@
+"""The protection, measured: what the obfuscated file shows, compared with the original model.
+
+Each number is computed from the obfuscated file's bytes alone (plus the original, to compare),
+with no knowledge of how the obfuscation was done:
+
+- ``anonymous_share``: of the compute nodes (every node but Constant), the share whose op type
+  belongs to no standard domain (so no runtime or reader knows what it computes);
+- ``op_histogram_distance``: the total-variation distance between the original's and the file's
+  op-type histograms, *after matching the file's types to the original's in the way that makes
+  them closest* (sorting both by count is that matching). So it credits a reader who guesses each
+  anonymous type from how often it occurs; 0 means the counts alone give the architecture away;
+- ``nodes``/``edges`` against the original's (every graph, subgraphs included; an edge is a
+  node input that is set);
+- ``max_weight_correlation``: the largest |Pearson correlation| between any numeric tensor stored
+  in the file and any original weight with the same number of elements (``weight_pairs`` says how
+  many pairs that was; pairs where either side is constant have no correlation and are skipped);
+- ``names_found``: original names (of at least ``MIN_NAME_CHARS`` characters; shorter strings
+  turn up in any few megabytes of random bytes) found anywhere in the file's bytes; the graph's
+  interface names are not counted when the interface was kept.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import onnx_ir as ir
+
+from modelpress.ir import from_bytes
+from modelpress.protect.names import all_names
+from modelpress.protect.weights import standardized
+
+STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training")
+MIN_NAME_CHARS = 5
+MIN_WEIGHT_ELEMENTS = 16
+
+
+def is_standard(domain: str) -> bool:
+    return domain in STANDARD_DOMAINS or domain.startswith("com.microsoft")
+
+
+@dataclass
+class ProtectionMetrics:
+    compute_nodes: int
+    anonymous_nodes: int
+    anonymous_share: float
+    visible_op_types: list[str]
+    op_histogram_distance: float
+    original_nodes: int
+    nodes: int
+    node_change: float
+    original_edges: int
+    edges: int
+    edge_change: float
+    weight_pairs: int
+    max_weight_correlation: float
+    names_checked: int
+    names_too_short: int
+    names_found: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _nodes(model: ir.Model) -> list[ir.Node]:
+    return [n for g in model.graphs() for n in g]
+
+
+def _compute(nodes: list[ir.Node]) -> list[ir.Node]:
+    return [n for n in nodes if not (n.op_type == "Constant" and is_standard(n.domain))]
+
+
+def _edges(nodes: list[ir.Node]) -> int:
+    return sum(1 for n in nodes for v in n.inputs if v is not None)
+
+
+def histogram_distance(a: Counter, b: Counter) -> float:
+    """TV distance of two op-type histograms under the best matching of types (label-free)."""
+    pa = sorted((c / max(sum(a.values()), 1) for c in a.values()), reverse=True)
+    pb = sorted((c / max(sum(b.values()), 1) for c in b.values()), reverse=True)
+    n = max(len(pa), len(pb))
+    pa += [0.0] * (n - len(pa))
+    pb += [0.0] * (n - len(pb))
+    return 0.5 * float(sum(abs(x - y) for x, y in zip(pa, pb)))
+
+
+def _tensors(model: ir.Model) -> list[np.ndarray]:
+    out = []
+    for graph in model.graphs():
+        tensors = [v.const_value for v in graph.initializers.values() if v.const_value is not None]
+        tensors += [n.attributes["value"].value for n in graph if n.op_type == "Constant" and "value" in n.attributes]
+        for t in tensors:
+            try:
+                a = t.numpy()
+            except Exception:  # noqa: BLE001 - strings, exotic types: not weights
+                continue
+            if a.dtype.kind in "fiub" and a.size >= MIN_WEIGHT_ELEMENTS:
+                out.append(a)
+    return out
+
+
+def _standardized(arrays: list[np.ndarray]) -> np.ndarray:
+    """Rows of zero mean and unit norm, constant (or non-finite) arrays left out."""
+    x = standardized(arrays)
+    return x[np.abs(x).sum(axis=1) > 0]
+
+
+def _printable_runs(data: bytes) -> bytes:
+    """Every run of at least ``MIN_NAME_CHARS`` printable ASCII bytes in ``data``, joined by NULs:
+    a name can only occur inside one, and searching them is far quicker than the whole file."""
+    return b"\0".join(re.findall(rb"[\x20-\x7e]{%d,}" % MIN_NAME_CHARS, data))
+
+
+def max_correlation(stored: list[np.ndarray], original: list[np.ndarray]) -> tuple[float, int]:
+    """The largest |Pearson correlation| over same-size (stored, original) pairs, and the pairs."""
+    worst, pairs = 0.0, 0
+    sizes = {a.size for a in stored} & {a.size for a in original}
+    for size in sorted(sizes):
+        s = _standardized([a for a in stored if a.size == size])
+        o = _standardized([a for a in original if a.size == size])
+        if not len(s) or not len(o):
+            continue
+        c = np.abs(s @ o.T)
+        pairs += c.size
+        worst = max(worst, float(c.max()))
+    return worst, pairs
+
+
+def measure(original: ir.Model, obfuscated: bytes, *, interface_kept: bool = True) -> ProtectionMetrics:
+    """The metrics of the obfuscated model file ``obfuscated`` against ``original``."""
+    model = from_bytes(obfuscated, name="obfuscated model")
+    nodes = _nodes(model)
+    compute = _compute(nodes)
+    anonymous = [n for n in compute if not is_standard(n.domain)]
+    orig_nodes = _nodes(original)
+    orig_compute = _compute(orig_nodes)
+    hist_o = Counter((n.domain, n.op_type) for n in orig_compute)
+    hist_f = Counter((n.domain, n.op_type) for n in compute)
+    corr, pairs = max_correlation(_tensors(model), _tensors(original))
+    names = all_names(original)
+    if interface_kept:
+        names -= {v.name for v in [*original.graph.inputs, *original.graph.outputs]}
+    checked = sorted(n for n in names if len(n.encode()) >= MIN_NAME_CHARS)
+    runs = _printable_runs(obfuscated)
+    found = [n for n in checked if n.encode() in (runs if n.isascii() and n.isprintable() else obfuscated)]
+    return ProtectionMetrics(
+        compute_nodes=len(compute),
+        anonymous_nodes=len(anonymous),
+        anonymous_share=len(anonymous) / max(len(compute), 1),
+        visible_op_types=sorted({n.op_type for n in compute if is_standard(n.domain)}),
+        op_histogram_distance=histogram_distance(hist_o, hist_f),
+        original_nodes=len(orig_compute),
+        nodes=len(compute),
+        node_change=(len(compute) - len(orig_compute)) / max(len(orig_compute), 1),
+        original_edges=_edges(orig_nodes),
+        edges=_edges(nodes),
+        edge_change=(_edges(nodes) - _edges(orig_nodes)) / max(_edges(orig_nodes), 1),
+        weight_pairs=pairs,
+        max_weight_correlation=corr,
+        names_checked=len(checked),
+        names_too_short=len(names) - len(checked),
+        names_found=found,
+    )

@@ -1,0 +1,187 @@
+"""Obfuscation: the steps, in the order they run, on a copy of the model.
+
+1. ``compress_graph``: the nodes are partitioned into convex groups (a layer and its followers);
+2. ``optypes`` + ``weights``: each group moves into a function of its own with a random op type
+   in a private domain; the weights it reads are stored perturbed (keyed noise and mapping) in the
+   visible graph, smaller constants move into the function;
+3. ``expand``: decoys, extra edges from unrelated tensors and a cancelling chain of opaque
+   predicates are added;
+4. ``names``: every name becomes a random token, and doc strings, metadata and the shapes of
+   intermediate values are cleared;
+5. ``library``: the functions (runtime mode) or the original structure (storage mode) are sealed
+   with the key and embedded in the model.
+
+Secrets never come from ``seed``: the seed draws the structure (groups, names, sites), so a
+protection can be repeated, while the weights' noise keys are fresh random bytes each time.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+import numpy as np
+import onnx_ir as ir
+
+from modelpress.errors import OptionError
+from modelpress.ir.shapes import ensure_types
+from modelpress.protect import library as lib
+from modelpress.protect import weights
+from modelpress.protect.compress_graph import find_groups
+from modelpress.protect.expand import expand
+from modelpress.protect.names import Namer, _subgraphs, all_names, rename
+from modelpress.protect.optypes import DECODE_DOMAIN, Visible, const_tensor, extract
+
+MIN_OPSET = 7
+
+
+@dataclass
+class Obfuscated:
+    model: ir.Model  # what the file shows: the obfuscated graph, its library sealed inside
+    seed: int
+    groups: int
+    decoys: int
+    visible_weights: int
+    library_constants: int
+
+
+def _constant_arrays(model: ir.Model) -> list[np.ndarray]:
+    """The original model's weights (every constant tensor, any graph), for the correlation check."""
+    out = []
+    for graph in model.graphs():
+        tensors = [v.const_value for v in graph.initializers.values() if v.const_value is not None]
+        tensors += [n.attributes["value"].value for n in graph if n.op_type == "Constant" and "value" in n.attributes]
+        for t in tensors:
+            try:
+                a = t.numpy()
+            except Exception:  # noqa: BLE001 - strings and exotic types are not weights
+                continue
+            if a.dtype.kind in "fiu" and a.size >= weights.MIN_ELEMENTS:
+                out.append(a)
+    return out
+
+
+def _rename_functions(work: ir.Model, namer: Namer, domain: str) -> list[ir.Function]:
+    """The model's own local functions, renamed into the private domain (call sites follow)."""
+    renames: dict[tuple, tuple[str, str]] = {}
+    for f in work.functions.values():
+        renames[f.identifier()] = (domain, namer())
+    functions = list(work.functions.values())
+    work.functions.clear()
+
+    def visit(graph) -> None:
+        for node in graph:
+            new = renames.get((node.domain, node.op_type, node.overload))
+            if new:
+                node.domain, node.op_type = new
+                node.overload = ""
+            for sub in _subgraphs(node):
+                visit(sub)
+
+    visit(work.graph)
+    for f in functions:
+        visit(f.graph)
+    for f in functions:
+        f.domain, f.name = renames[f.identifier()]
+        f.overload = ""
+    return functions
+
+
+def obfuscate(model: ir.Model, *, key: bytes, ratio: float, seed: int | None, mode: str, rename_io: bool) -> Obfuscated:
+    if not 0.0 <= ratio <= 1.0:
+        raise OptionError(f"--ratio {ratio}: must be between 0 and 1 (0.1, 0.3 and 0.6 are small, medium, large)")
+    if mode not in lib.MODES:
+        raise OptionError(f"--mode {mode!r}: one of {', '.join(lib.MODES)}")
+    opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 0))
+    if opset < MIN_OPSET:
+        raise OptionError(
+            f"obfuscation needs default-domain opset {MIN_OPSET} or newer (the model has {opset}); "
+            f"upgrade it first with `modelpress optimize --opset {MIN_OPSET}`"
+        )
+    seed = secrets.randbits(62) if seed is None else seed
+    rng = np.random.default_rng(seed)
+    namer = Namer(rng, all_names(model))
+    work = model.clone()
+    skeleton = model.clone() if mode == "storage" else None
+    ensure_types(work)
+    domain = "x" + namer()
+    opsets = {d: v for d, v in work.opset_imports.items()}
+
+    by_size: dict[int, list[np.ndarray]] = {}
+    for a in _constant_arrays(model):
+        by_size.setdefault(a.size, []).append(a)
+    targets: dict[int, np.ndarray] = {}  # standardized, once per size
+    stored: dict[ir.Value, Visible] = {}
+    inlined: set[ir.Value] = set()
+    skeleton_slots: dict[str, tuple[ir.Value, str]] = {}  # original value name -> (stored, transform)
+
+    def policy(value: ir.Value) -> Visible | None:
+        if value in stored:
+            return stored[value]
+        try:
+            array = const_tensor(value).numpy()
+        except Exception:  # noqa: BLE001 - strings and exotic types go into the library whole
+            array = None
+        if array is None or not weights.supported(array):
+            inlined.add(value)
+            return None
+        if array.size not in targets:
+            targets[array.size] = weights.standardized(by_size.get(array.size) or [array])
+        s, transform = weights.encode(array, rng=rng, targets=targets[array.size])
+        name = namer()
+        holder = ir.Value(name=name, const_value=ir.tensor(s, name=name))
+        work.graph.register_initializer(holder)
+        visible = Visible(holder, transform.to_json())
+        stored[value] = visible
+        skeleton_slots[value.name] = (holder, visible.transform_json)
+        return visible
+
+    groups = find_groups(work.graph, rng)
+    anonymous = [
+        extract(work.graph, g, domain=domain, op_type=namer(), opset_imports=opsets, policy=policy) for g in groups
+    ]
+    work.graph.sort()
+    for node in [n for n in work.graph if n.op_type == "Constant" and not any(o.uses() or o.is_graph_output() for o in n.outputs)]:
+        work.graph.remove(node, safe=True)
+    for name in [n for n, v in work.graph.initializers.items() if not v.uses() and not v.is_graph_output()]:
+        del work.graph.initializers[name]
+    added = expand(work.graph, anonymous, ratio=ratio, rng=rng, domain=domain, new_type=namer, opset=opset, opsets=opsets)
+    originals_fns = _rename_functions(work, namer, domain)
+    functions = [a.function for a in anonymous + added] + originals_fns
+    for f in functions:
+        if any(n.domain == DECODE_DOMAIN for n in f):
+            f.opset_imports[DECODE_DOMAIN] = 1
+        work.functions[f.identifier()] = f
+    metadata = dict(model.metadata_props)
+    io_names = rename(work, namer, rename_io=rename_io)
+    work.functions.clear()
+
+    if mode == "runtime":
+        library = lib.Library("runtime", domain, functions, io_names, metadata, ir_version=max(model.ir_version, 8))
+    else:
+        _place_holders(skeleton, skeleton_slots)
+        library = lib.Library("storage", skeleton=skeleton)
+    work.opset_imports.clear()
+    work.opset_imports.update({"": opset, domain: 1})
+    work.ir_version = max(model.ir_version, 8)
+    lib.embed(work, lib.seal(library, key))
+    return Obfuscated(work, seed, len(anonymous), len(added), len({v.stored for v in stored.values()}), len(inlined))
+
+
+def _place_holders(skeleton: ir.Model, slots: dict[str, tuple[ir.Value, str]]) -> None:
+    """In the original's copy, each weight that is stored perturbed becomes a reference to the
+    stored tensor (and its transform)."""
+
+    def hole(tensor: ir.TensorProtocol, stored: ir.Value, transform: str) -> ir.ExternalTensor:
+        return ir.ExternalTensor(
+            lib.PLACEHOLDER + stored.name, 0, tensor.nbytes, tensor.dtype, shape=tensor.shape,
+            name=tensor.name, metadata_props={lib.TRANSFORM_META: transform},
+        )
+
+    graph = skeleton.graph
+    for name, value in graph.initializers.items():
+        if name in slots and not value.is_graph_input():
+            value.const_value = hole(value.const_value, *slots[name])
+    for node in graph:
+        if node.op_type == "Constant" and node.outputs[0].name in slots and "value" in node.attributes:
+            node.attributes["value"] = ir.AttrTensor("value", hole(node.attributes["value"].value, *slots[node.outputs[0].name]))

@@ -1,0 +1,296 @@
+"""Weight perturbation: each protected weight is stored as a keyed, invertible transform of itself.
+
+The rule, for a weight ``W`` of ``n`` elements::
+
+    S[i] = W.flat[(a*i + b) mod n] + R[i]          (a coprime with n: a permutation)
+
+- the mapping (``a``, ``b``) scatters neighbouring elements, so no row, channel or kernel of ``W``
+  stays together in ``S``;
+- the noise ``R`` is drawn from AES-CTR under a per-tensor random seed, with magnitudes up to
+  ``2**8`` times the largest ``|W|``, so the stored values carry almost no trace of the weight
+  (its correlation with ``W`` is of the order of 1/256 plus chance);
+- exactness: ``S`` is stored wider than ``W`` (float64 for floating weights, int32/int64 for
+  integers) and every ``R[i]`` is a 24-bit integer times a power of two, so ``W + R`` is exact
+  and ``S - R`` gives back ``W`` bit for bit. Where it would not be (an element far below the
+  tensor's scale, a negative zero, an infinity or NaN) ``R[i]`` is 0 and the index is recorded;
+- chance correlation: the signs of ``R`` are flipped, greedily, until ``S`` correlates with no
+  original weight of the same size (``targets``) above ``TARGET_CORRELATION``; the flips are part
+  of the transform. The inverse needs the seed, ``a``, ``b``, the flips and the exceptions: all of
+  them live in the encrypted library, none in the visible graph.
+
+Preconditions: ``supported(array)`` (a float16/bfloat16/float32 or 8/16/32-bit integer weight of
+at least ``MIN_ELEMENTS`` elements); smaller or other weights go into the library whole.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import onnx_ir as ir
+
+MIN_ELEMENTS = 256
+TARGET_CORRELATION = 0.01
+NOISE_OCTAVES = 8  # |R| < 2**8 * max|W|
+_FLOAT_TYPES = {np.dtype(np.float32), np.dtype(np.float16)}
+# integer weight dtype -> the dtype S is stored in, and the bits of noise it has room for
+_INT_STORE = {
+    np.dtype(np.int8): (np.dtype(np.int32), 24),
+    np.dtype(np.uint8): (np.dtype(np.int32), 24),
+    np.dtype(np.int16): (np.dtype(np.int32), 24),
+    np.dtype(np.uint16): (np.dtype(np.int32), 24),
+    np.dtype(np.int32): (np.dtype(np.int64), 48),
+    np.dtype(np.uint32): (np.dtype(np.int64), 48),
+}
+_MAX_FLIP_STEPS = 4000
+
+
+@dataclass(frozen=True)
+class Transform:
+    """How one stored tensor ``S`` maps back to its weight (see the module docstring)."""
+
+    dtype: ir.DataType  # the weight's
+    shape: tuple[int, ...]
+    seed: bytes  # 32 bytes: the AES key of the noise stream
+    scale_exp: int  # floats: R = k * 2**(scale_exp - 23), k a 24-bit integer; ints: unused
+    noise_bits: int  # ints: R = k >> (64 - noise_bits), k a 64-bit integer
+    a: int
+    b: int
+    flips: np.ndarray  # packed bits: R[i] negated where set
+    exceptions: np.ndarray  # int64 indices where R[i] = 0
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def is_float(self) -> bool:
+        return self.noise_bits == 0
+
+    @property
+    def store_dtype(self) -> np.dtype:
+        return np.dtype(np.float64) if self.is_float else _INT_STORE[np.dtype(self.dtype.numpy())][0]
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "dtype": int(self.dtype),
+                "shape": list(self.shape),
+                "seed": self.seed.hex(),
+                "scale_exp": self.scale_exp,
+                "noise_bits": self.noise_bits,
+                "a": self.a,
+                "b": self.b,
+                "flips": base64.b64encode(self.flips.tobytes()).decode(),
+                "exceptions": base64.b64encode(self.exceptions.astype("<i8").tobytes()).decode(),
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Transform:
+        d = json.loads(text)
+        return cls(
+            dtype=ir.DataType(d["dtype"]),
+            shape=tuple(d["shape"]),
+            seed=bytes.fromhex(d["seed"]),
+            scale_exp=d["scale_exp"],
+            noise_bits=d["noise_bits"],
+            a=d["a"],
+            b=d["b"],
+            flips=np.frombuffer(base64.b64decode(d["flips"]), dtype=np.uint8).copy(),
+            exceptions=np.frombuffer(base64.b64decode(d["exceptions"]), dtype="<i8").astype(np.int64),
+        )
+
+
+def supported(array: np.ndarray) -> bool:
+    """Whether ``array`` can be stored perturbed (else it goes into the library whole)."""
+    kind_ok = array.dtype in _FLOAT_TYPES or array.dtype in _INT_STORE or array.dtype.name == "bfloat16"
+    return kind_ok and array.size >= MIN_ELEMENTS
+
+
+def _keystream(seed: bytes, nbytes: int) -> np.ndarray:
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
+    enc = Cipher(algorithms.AES(seed), modes.CTR(b"\0" * 16)).encryptor()
+    return np.frombuffer(enc.update(bytes(nbytes)) + enc.finalize(), dtype=np.uint8)
+
+
+def noise(t: Transform) -> np.ndarray:
+    """``R`` (flips and exceptions applied), in the dtype ``S`` is stored in."""
+    n = t.size
+    if t.is_float:
+        k = _keystream(t.seed, 4 * n).view("<i4") >> 8  # 24-bit signed integers
+        r = k.astype(np.float64) * 2.0 ** (t.scale_exp - 23)
+    else:
+        k = _keystream(t.seed, 8 * n).view("<i8") >> (64 - t.noise_bits)
+        r = k.astype(t.store_dtype)
+    signs = np.unpackbits(t.flips, count=n).astype(bool)
+    r[signs] = -r[signs]
+    r[t.exceptions] = 0
+    return r
+
+
+def _permutation(n: int, a: int, b: int) -> np.ndarray:
+    return (np.arange(n, dtype=np.int64) * a + b) % n
+
+
+def inverse_index(t: Transform) -> np.ndarray:
+    """``j -> i`` with ``perm(i) = j``: the Gather indices that undo the mapping."""
+    n = t.size
+    ainv = pow(t.a, -1, n) if n > 1 else 0
+    j = np.arange(n, dtype=np.int64)
+    idx = ((j - t.b) % n) * ainv % n
+    return idx.astype(np.int32) if n < 2**31 else idx
+
+
+def _as_numpy(array: np.ndarray) -> np.ndarray:
+    if array.dtype.name == "bfloat16":  # widen exactly; Cast back restores it
+        return array.astype(np.float32)
+    return array
+
+
+def standardized(arrays: list[np.ndarray]) -> np.ndarray:
+    """The arrays as rows of zero mean and unit norm (a constant array gives a zero row)."""
+    out = np.empty((len(arrays), arrays[0].size if arrays else 0), dtype=np.float64)
+    for row, a in zip(out, arrays):
+        row[:] = a.reshape(-1)
+        row -= row.mean()
+        norm = math.sqrt(float(row @ row))
+        if norm > 0 and math.isfinite(norm):
+            row /= norm
+        else:
+            row[:] = 0.0
+    return out
+
+
+def correlation(a: np.ndarray, b: np.ndarray) -> float:
+    """|Pearson correlation| of two same-size tensors (0 when either is constant)."""
+    x = standardized([a, b])
+    return float(abs(x[0] @ x[1]))
+
+
+def _balance(p: np.ndarray, r: np.ndarray, X: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Signs (+1/-1) for ``r`` such that ``p + signs * r`` correlates with no target above
+    ``TARGET_CORRELATION``: greedy single flips, each the one that most reduces the squared
+    correlations (the mean of S is tracked, so the Pearson measure is exact at every step).
+    ``X``: the targets, ``standardized``."""
+    n = len(r)
+    signs = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+    if not len(X):
+        return signs
+    s = p + signs * r
+    num = X @ s  # = X @ (s - mean(s)) since rows are centered
+    total = s.sum()
+    sq = s @ s
+    XR = None
+    for _ in range(_MAX_FLIP_STEPS):
+        var = sq - total * total / n
+        corr = num / math.sqrt(var) if var > 0 else num
+        if np.max(np.abs(corr)) <= TARGET_CORRELATION:
+            break
+        if XR is None:
+            XR = X * r  # k x n
+        # Flipping element i changes s_i by d_i = -2 signs_i r_i.
+        d = -2.0 * signs * r
+        new_num = num[:, None] + XR * (-2.0 * signs)[None, :]
+        new_total = total + d
+        new_sq = sq + d * (2 * s + d)
+        new_var = np.maximum(new_sq - new_total * new_total / n, 1e-300)
+        score = (new_num * new_num).max(axis=0) / new_var
+        i = int(np.argmin(score))
+        if score[i] >= (num * num).max() / max(var, 1e-300):
+            break  # no single flip helps any more
+        num = new_num[:, i].copy()
+        total = float(new_total[i])
+        sq = float(new_sq[i])
+        s[i] += d[i]
+        signs[i] = -signs[i]
+    return signs
+
+
+def encode(
+    array: np.ndarray, *, rng: np.random.Generator, targets: np.ndarray | None = None
+) -> tuple[np.ndarray, Transform]:
+    """``(S, transform)`` for a weight (``supported(array)``). ``targets``: the original weights of
+    the same size that ``S`` must not correlate with, ``standardized`` (the weight itself
+    included; by default it alone)."""
+    dtype = ir.DataType.from_numpy(array.dtype)
+    w = np.ascontiguousarray(_as_numpy(array)).reshape(-1)
+    n = w.size
+    a = int(rng.integers(1, n))
+    while math.gcd(a, n) != 1:
+        a = int(rng.integers(1, n))
+    if n >= 2**31:  # a*i must not overflow int64: a plain rotation for such tensors
+        a = 1
+    b = int(rng.integers(0, n))
+    p = w[_permutation(n, a, b)]
+    seed = os.urandom(32)
+    flips = np.zeros((n + 7) // 8, dtype=np.uint8)
+    empty = np.zeros(0, dtype=np.int64)
+    if w.dtype.kind == "f":
+        finite = np.abs(p[np.isfinite(p)])
+        top = float(finite.max()) if finite.size else 0.0
+        scale_exp = (math.frexp(top)[1] if top > 0 else 0) + NOISE_OCTAVES
+        t = Transform(dtype, tuple(array.shape), seed, scale_exp, 0, a, b, flips, empty)
+        r = noise(t)
+        p64 = p.astype(np.float64)
+        s = p64 + r
+        # exact where S - R gives W back bit for bit; else no noise there
+        back = (s - r).astype(p.dtype)
+        bad = (back.view(np.uint8).reshape(n, -1) != p.view(np.uint8).reshape(n, -1)).any(axis=1)
+        bad |= ~np.isfinite(p) | (np.signbit(p) & (p == 0))
+    else:
+        store, bits = _INT_STORE[w.dtype]
+        t = Transform(dtype, tuple(array.shape), seed, 0, bits, a, b, flips, empty)
+        r = noise(t)
+        p64 = p.astype(store)
+        bad = np.zeros(n, dtype=bool)
+    exceptions = np.flatnonzero(bad).astype(np.int64)
+    r[exceptions] = 0
+    X = standardized([w]) if targets is None else targets
+    signs = _balance(p64.astype(np.float64), r.astype(np.float64), X, rng)
+    flips = np.packbits(signs < 0)
+    t = Transform(dtype, tuple(array.shape), seed, t.scale_exp, t.noise_bits, a, b, flips, exceptions)
+    s = p64 + noise(t)
+    return s.astype(t.store_dtype), t
+
+
+def decode(stored: np.ndarray, t: Transform) -> np.ndarray:
+    """The weight back from ``S`` (numpy; bit for bit what the ONNX form computes)."""
+    target = np.dtype(t.dtype.numpy())
+    flat = (stored.reshape(-1) - noise(t)).astype(np.float32 if target.name == "bfloat16" else target)
+    if target.name == "bfloat16":
+        flat = flat.astype(target)
+    return flat[inverse_index(t)].reshape(t.shape)
+
+
+def decode_nodes(t: Transform, stored: ir.Value, opset: int) -> tuple[list[ir.Node], ir.Value]:
+    """ONNX nodes computing the weight from ``stored`` (``S``): Cast(S - R) gathered back into
+    place and reshaped. ``R`` and the indices are materialised here, in memory, from the
+    transform; the runtime folds the whole chain once at load."""
+    r = noise(t)
+    if t.is_float:  # R is exactly representable in float32: ship it at half the size
+        r_const = ir.node("Constant", [], attributes={"value": ir.tensor(r.astype(np.float32))})
+        r_value = ir.node("Cast", [r_const.outputs[0]], attributes={"to": ir.DataType.DOUBLE})
+        nodes = [r_const, r_value]
+    else:
+        r_value = ir.node("Constant", [], attributes={"value": ir.tensor(r)})
+        nodes = [r_value]
+    diff = ir.node("Sub", [stored, r_value.outputs[0]])
+    cast = ir.node("Cast", [diff.outputs[0]], attributes={"to": t.dtype})
+    idx = ir.node("Constant", [], attributes={"value": ir.tensor(inverse_index(t))})
+    gather = ir.node("Gather", [cast.outputs[0], idx.outputs[0]], attributes={"axis": 0})
+    shape = np.array(t.shape, dtype=np.int64)
+    if opset >= 5:
+        shape_const = ir.node("Constant", [], attributes={"value": ir.tensor(shape)})
+        reshape = ir.node("Reshape", [gather.outputs[0], shape_const.outputs[0]])
+        nodes += [diff, cast, idx, gather, shape_const, reshape]
+    else:
+        reshape = ir.node("Reshape", [gather.outputs[0]], attributes={"shape": ir.AttrInt64s("shape", list(shape))})
+        nodes += [diff, cast, idx, gather, reshape]
+    return nodes, reshape.outputs[0]
