@@ -10,8 +10,8 @@ a chain of fake dependencies that is live at run time, yet provably cancels:
                                  predicate of t_i that is 0 for every integer (n(n+1) mod 2;
                                  (n^3 - n) mod 3; n^2 mod 4 == 2 choosing a branch never taken;
                                  2n - (n + n)), drawn per site
-    y' = F(y, s_last)            each graph output becomes y - s_last (or Where(s_last == 0, y, y)
-                                 for types without subtraction): the chain's end is subtracted from
+    y' = F(y, s_last)            each graph output becomes y - s_last (y xor s_last for booleans;
+                                 other types are left alone): the chain's end is subtracted from
                                  the real result, so the runtime cannot drop it as dead code, and the
                                  subtraction of an exact zero leaves every value (even -0.0) alone.
 
@@ -41,6 +41,7 @@ _READABLE = _SUBTRACTABLE | {
 }
 
 
+_FINAL_TYPES = _SUBTRACTABLE | {ir.DataType.BOOL}
 _COMPARABLE = {ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.INT32, ir.DataType.INT64}
 
 
@@ -141,14 +142,14 @@ def _thread(site: Anonymous, t: ir.Value, template, opset: int) -> ir.Value:
 
 
 def _final(domain: str, op_type: str, y: ir.Value, s: ir.Value, opsets: dict) -> Anonymous:
-    """``y - s`` (``s`` is an exact zero), or ``Where(s == 0, y, y)`` for types without Sub."""
+    """``y - s`` (``s`` is an exact zero), or for a boolean ``y``, ``y xor (s != 0)``."""
     fy, fs = ir.Value(name="y"), ir.Value(name="s")
     graph = ir.Graph([fy, fs], [], nodes=[], opset_imports=dict(opsets), name=op_type)
     b = _Body(graph)
     if y.dtype in _SUBTRACTABLE:
         out = b.op("Sub", fy, b.op("Cast", fs, to=y.dtype))
     else:
-        out = b.op("Where", b.op("Equal", fs, b.const(0)), fy, fy)
+        out = b.op("Xor", fy, b.op("Cast", fs, to=ir.DataType.BOOL))
     graph.outputs.append(out)
     call = ir.Node(domain, op_type, [y, s], num_outputs=1)
     return Anonymous(call, ir.Function(domain, op_type, graph=graph, attributes=[]))
@@ -198,8 +199,8 @@ def expand(
     if previous is None:
         return added
     for i, y in enumerate(list(graph.outputs)):
-        if y.producer() is None or not isinstance(y.type, ir.TensorType) or y.dtype is None:
-            continue  # a graph input passed through, or an unknown type: left alone
+        if y.producer() is None or not isinstance(y.type, ir.TensorType) or y.dtype not in _FINAL_TYPES:
+            continue  # a graph input passed through, or a type the runtime cannot subtract
         final = _final(domain, new_type(), y, previous, opsets)
         graph.append(final.call)
         out = final.call.outputs[0]

@@ -95,10 +95,7 @@ def rename(model: ir.Model, namer: Namer, *, rename_io: bool) -> dict[str, str]:
                 value.name = new
             return
         value.name = namer()
-        if value.is_initializer() and value.const_value is not None:
-            value.shape = value.const_value.shape
-            value.type = ir.TensorType(value.const_value.dtype)
-        elif visible:
+        if visible:  # an initializer's tensor carries its own type and shape
             value.type = None
             value.shape = None
 

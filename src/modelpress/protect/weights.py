@@ -46,7 +46,7 @@ _INT_STORE = {
     np.dtype(np.int32): (np.dtype(np.int64), 48),
     np.dtype(np.uint32): (np.dtype(np.int64), 48),
 }
-_MAX_FLIP_STEPS = 4000
+_MAX_FLIP_STEPS = 400
 
 
 @dataclass(frozen=True)
@@ -159,8 +159,9 @@ def standardized(arrays: list[np.ndarray]) -> np.ndarray:
     out = np.empty((len(arrays), arrays[0].size if arrays else 0), dtype=np.float64)
     for row, a in zip(out, arrays):
         row[:] = a.reshape(-1)
-        row -= row.mean()
-        norm = math.sqrt(float(row @ row))
+        with np.errstate(invalid="ignore", over="ignore"):  # NaN or inf: a zero row, below
+            row -= row.mean()
+            norm = math.sqrt(float(row @ row))
         if norm > 0 and math.isfinite(norm):
             row /= norm
         else:
@@ -176,40 +177,43 @@ def correlation(a: np.ndarray, b: np.ndarray) -> float:
 
 def _balance(p: np.ndarray, r: np.ndarray, X: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Signs (+1/-1) for ``r`` such that ``p + signs * r`` correlates with no target above
-    ``TARGET_CORRELATION``: greedy single flips, each the one that most reduces the squared
-    correlations (the mean of S is tracked, so the Pearson measure is exact at every step).
-    ``X``: the targets, ``standardized``."""
+    ``TARGET_CORRELATION``. ``X``: the targets, ``standardized`` (rows of zero mean, unit norm).
+
+    Greedy on the sum of squared covariances with the targets (``X @ s``, exact since the rows
+    of ``X`` have zero mean): each round flips the ``batch`` signs that each reduce it most; a
+    round that does not reduce it is undone and the batch halved. The stopping test uses the
+    exact Pearson correlations."""
     n = len(r)
     signs = np.where(rng.random(n) < 0.5, -1.0, 1.0)
     if not len(X):
         return signs
     s = p + signs * r
-    num = X @ s  # = X @ (s - mean(s)) since rows are centered
-    total = s.sum()
-    sq = s @ s
-    XR = None
+    num = X @ s
+    XR = h = None
+    batch = max(1, n // 64)
     for _ in range(_MAX_FLIP_STEPS):
-        var = sq - total * total / n
-        corr = num / math.sqrt(var) if var > 0 else num
-        if np.max(np.abs(corr)) <= TARGET_CORRELATION:
+        centered = s - s.mean()
+        var = float(centered @ centered)
+        if var <= 0 or np.max(np.abs(num)) <= TARGET_CORRELATION * math.sqrt(var):
             break
         if XR is None:
-            XR = X * r  # k x n
-        # Flipping element i changes s_i by d_i = -2 signs_i r_i.
-        d = -2.0 * signs * r
-        new_num = num[:, None] + XR * (-2.0 * signs)[None, :]
-        new_total = total + d
-        new_sq = sq + d * (2 * s + d)
-        new_var = np.maximum(new_sq - new_total * new_total / n, 1e-300)
-        score = (new_num * new_num).max(axis=0) / new_var
-        i = int(np.argmin(score))
-        if score[i] >= (num * num).max() / max(var, 1e-300):
+            XR = X * r  # column i: how the covariances move when r_i's sign does
+            h = np.einsum("ij,ij->j", XR, XR)
+        c = -2.0 * signs  # flipping i adds c_i * XR[:, i] to num
+        gain = 2.0 * c * (XR.T @ num) + c * c * h
+        take = min(batch, int((gain < 0).sum()))
+        if take == 0:
             break  # no single flip helps any more
-        num = new_num[:, i].copy()
-        total = float(new_total[i])
-        sq = float(new_sq[i])
-        s[i] += d[i]
-        signs[i] = -signs[i]
+        idx = np.argpartition(gain, take - 1)[:take]
+        new = num + XR[:, idx] @ c[idx]
+        if new @ new >= num @ num:
+            batch //= 2
+            if batch == 0:
+                break
+            continue
+        num = new
+        s[idx] += c[idx] * r[idx]
+        signs[idx] = -signs[idx]
     return signs
 
 
@@ -253,10 +257,12 @@ def encode(
     exceptions = np.flatnonzero(bad).astype(np.int64)
     r[exceptions] = 0
     X = standardized([w]) if targets is None else targets
-    signs = _balance(p64.astype(np.float64), r.astype(np.float64), X, rng)
+    finite = np.nan_to_num(p64.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+    signs = _balance(finite, r.astype(np.float64), X, rng)
     flips = np.packbits(signs < 0)
     t = Transform(dtype, tuple(array.shape), seed, t.scale_exp, t.noise_bits, a, b, flips, exceptions)
     s = p64 + noise(t)
+    s[exceptions] = p64[exceptions]  # -0.0 + 0.0 would be +0.0: keep such elements as they are
     return s.astype(t.store_dtype), t
 
 
