@@ -38,9 +38,9 @@ def _decode_with_ort(stored: np.ndarray, t: weights.Transform, opset: int = 17) 
         _awkward_float32,
         lambda rng: (rng.standard_normal((16, 8, 3, 3)) * 0.1).astype(np.float16),
         lambda rng: rng.standard_normal((40, 40)).astype(ml_dtypes.bfloat16),
-        lambda rng: rng.integers(-128, 128, (64, 9), dtype=np.int8),
-        lambda rng: rng.integers(0, 256, (300,), dtype=np.uint8),
-        lambda rng: rng.integers(-(2**31), 2**31, (512,), dtype=np.int64).astype(np.int32),
+        lambda rng: rng.integers(-128, 128, (128, 9), dtype=np.int8),
+        lambda rng: rng.integers(0, 256, (1200,), dtype=np.uint8),
+        lambda rng: rng.integers(-(2**31), 2**31, (1100,), dtype=np.int64).astype(np.int32),
     ],
     ids=["float32-awkward", "float16", "bfloat16", "int8", "uint8", "int32"],
 )
@@ -71,7 +71,7 @@ def test_noise_hides_the_values_and_the_layout():
 
 def test_no_correlation_with_any_target_of_the_same_size():
     rng = np.random.default_rng(2)
-    targets = [(rng.standard_normal(300) * s).astype(np.float32) for s in (0.02, 0.1, 1.0)]
+    targets = [(rng.standard_normal(1500) * s).astype(np.float32) for s in (0.02, 0.1, 1.0)]
     X = weights.standardized(targets)
     for w in targets:
         stored, _ = weights.encode(w, rng=rng, targets=X)

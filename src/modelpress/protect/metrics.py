@@ -21,7 +21,6 @@ with no knowledge of how the obfuscation was done:
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
@@ -107,10 +106,31 @@ def _standardized(arrays: list[np.ndarray]) -> np.ndarray:
     return x[np.abs(x).sum(axis=1) > 0]
 
 
-def _printable_runs(data: bytes) -> bytes:
-    """Every run of at least ``MIN_NAME_CHARS`` printable ASCII bytes in ``data``, joined by NULs:
-    a name can only occur inside one, and searching them is far quicker than the whole file."""
-    return b"\0".join(re.findall(rb"[\x20-\x7e]{%d,}" % MIN_NAME_CHARS, data))
+def names_in(data: bytes, names: list[str]) -> list[str]:
+    """The ``names`` that occur anywhere in ``data``.
+
+    An ASCII name of ``MIN_NAME_CHARS`` or more can only start where that many printable bytes
+    follow; the four-byte heads found at such places are collected (a small set, since most of
+    a protected file is noise) and only a name whose head is among them is searched for."""
+    ascii_names = [n for n in names if n.isascii() and n.isprintable() and len(n) >= MIN_NAME_CHARS]
+    searched = set(ascii_names)
+    found = [n for n in names if n not in searched and n.encode() in data]
+    arr = np.frombuffer(data, dtype=np.uint8)
+    if len(arr) < MIN_NAME_CHARS or not ascii_names:
+        return found
+    printable = (arr >= 0x20) & (arr <= 0x7E)
+    starts = printable[: len(arr) - MIN_NAME_CHARS + 1].copy()
+    for k in range(1, MIN_NAME_CHARS):
+        starts &= printable[k : len(arr) - MIN_NAME_CHARS + 1 + k]
+    at = np.flatnonzero(starts)
+    heads = arr[at].astype(np.uint32) << 24 | arr[at + 1].astype(np.uint32) << 16
+    heads |= arr[at + 2].astype(np.uint32) << 8 | arr[at + 3].astype(np.uint32)
+    heads.sort()
+    wanted = np.array([int.from_bytes(n.encode()[:4], "big") for n in ascii_names], dtype=np.uint32)
+    where = np.minimum(np.searchsorted(heads, wanted), max(len(heads) - 1, 0))
+    hits = heads[where] == wanted if len(heads) else np.zeros(len(wanted), dtype=bool)
+    found += [n for n, hit in zip(ascii_names, hits) if hit and n.encode() in data]
+    return found
 
 
 def max_correlation(stored: list[np.ndarray], original: list[np.ndarray]) -> tuple[float, int]:
@@ -143,8 +163,7 @@ def measure(original: ir.Model, obfuscated: bytes, *, interface_kept: bool = Tru
     if interface_kept:
         names -= {v.name for v in [*original.graph.inputs, *original.graph.outputs]}
     checked = sorted(n for n in names if len(n.encode()) >= MIN_NAME_CHARS)
-    runs = _printable_runs(obfuscated)
-    found = [n for n in checked if n.encode() in (runs if n.isascii() and n.isprintable() else obfuscated)]
+    found = names_in(obfuscated, checked)
     return ProtectionMetrics(
         compute_nodes=len(compute),
         anonymous_nodes=len(anonymous),

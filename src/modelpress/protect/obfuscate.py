@@ -128,6 +128,9 @@ def obfuscate(model: ir.Model, *, key: bytes, ratio: float, seed: int | None, mo
         if array.size not in targets:
             targets[array.size] = weights.standardized(by_size.get(array.size) or [array])
         s, transform = weights.encode(array, rng=rng, targets=targets[array.size])
+        if weights.max_correlation(s, targets[array.size]) > 2 * weights.TARGET_CORRELATION:
+            inlined.add(value)  # too many same-size originals to stay clear of: keep it sealed
+            return None
         name = namer()
         holder = ir.Value(name=name, const_value=ir.tensor(s, name=name))
         work.graph.register_initializer(holder)

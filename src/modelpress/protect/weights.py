@@ -19,7 +19,10 @@ The rule, for a weight ``W`` of ``n`` elements::
   them live in the encrypted library, none in the visible graph.
 
 Preconditions: ``supported(array)`` (a float16/bfloat16/float32 or 8/16/32-bit integer weight of
-at least ``MIN_ELEMENTS`` elements); smaller or other weights go into the library whole.
+at least ``MIN_ELEMENTS`` elements); smaller or other weights go into the library whole. Below
+that size, chance alone correlates two tensors by more than 1/32, too close to what the
+perturbation must stay under against every original weight of the same size; and a weight the
+flips could not bring under ``TARGET_CORRELATION`` (``max_correlation``) goes there too.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-MIN_ELEMENTS = 256
+MIN_ELEMENTS = 1024
 TARGET_CORRELATION = 0.01
 NOISE_OCTAVES = 8  # |R| < 2**8 * max|W|
 _FLOAT_TYPES = {np.dtype(np.float32), np.dtype(np.float16)}
@@ -125,26 +128,38 @@ def noise(t: Transform) -> np.ndarray:
     n = t.size
     if t.is_float:
         k = _keystream(t.seed, 4 * n).view("<i4") >> 8  # 24-bit signed integers
-        r = k.astype(np.float64) * 2.0 ** (t.scale_exp - 23)
+        r = k.astype(np.float64)
+        r *= 2.0 ** (t.scale_exp - 23)
     else:
         k = _keystream(t.seed, 8 * n).view("<i8") >> (64 - t.noise_bits)
         r = k.astype(t.store_dtype)
-    signs = np.unpackbits(t.flips, count=n).astype(bool)
-    r[signs] = -r[signs]
+    np.negative(r, out=r, where=np.unpackbits(t.flips, count=n).view(bool))
     r[t.exceptions] = 0
     return r
 
 
+def _affine(i: np.ndarray, a: int, b: int, n: int) -> np.ndarray:
+    """``(a * i + b) mod n`` for int64 ``i`` in [0, n), without int64 division (slow in numpy):
+    the quotient comes from float64, exact while ``a * i + b < 2**53``, then corrected by one."""
+    x = i * a + b
+    if n * n + n >= 2**53:
+        return x % n
+    r = x - np.floor(x / n).astype(np.int64) * n
+    r[r < 0] += n
+    r[r >= n] -= n
+    return r
+
+
 def _permutation(n: int, a: int, b: int) -> np.ndarray:
-    return (np.arange(n, dtype=np.int64) * a + b) % n
+    return _affine(np.arange(n, dtype=np.int64), a, b, n)
 
 
 def inverse_index(t: Transform) -> np.ndarray:
     """``j -> i`` with ``perm(i) = j``: the Gather indices that undo the mapping."""
     n = t.size
     ainv = pow(t.a, -1, n) if n > 1 else 0
-    j = np.arange(n, dtype=np.int64)
-    idx = ((j - t.b) % n) * ainv % n
+    # i = ainv * (j - b) mod n = (ainv * j + ainv * (n - b)) mod n
+    idx = _affine(np.arange(n, dtype=np.int64), ainv, (ainv * (n - t.b)) % n, n)
     return idx.astype(np.int32) if n < 2**31 else idx
 
 
@@ -167,6 +182,12 @@ def standardized(arrays: list[np.ndarray]) -> np.ndarray:
         else:
             row[:] = 0.0
     return out
+
+
+def max_correlation(stored: np.ndarray, targets: np.ndarray) -> float:
+    """The largest |Pearson correlation| of ``stored`` with the ``standardized`` targets."""
+    x = standardized([stored])[0]
+    return float(np.abs(targets @ x).max()) if len(targets) else 0.0
 
 
 def correlation(a: np.ndarray, b: np.ndarray) -> float:
