@@ -21,7 +21,7 @@ def add_parser(sub) -> None:
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="the package (.mpk), or with --no-encrypt the obfuscated .onnx")
     add_key(p)
     p.add_argument("--obfuscate", action="store_true", help="obfuscate the graph (see --mode, --ratio)")
-    p.add_argument("--ratio", type=float, default=None, metavar="R", help="obfuscation strength in (0, 1]: the share of anonymous nodes that get decoys and opaque predicates (0.1 small, 0.3 medium, the default; 0.6 large)")
+    p.add_argument("--ratio", type=float, default=None, metavar="R", help="obfuscation strength in (0, 1]: the share of anonymous nodes that get decoys and opaque predicates (0.1 small, the default; 0.3 medium; 0.6 large: each site costs a few scalar kernels at run time)")
     p.add_argument("--seed", type=int, metavar="N", help="draws the obfuscated structure (groups, names, decoy sites) reproducibly; keys are always fresh")
     p.add_argument("--mode", choices=["runtime", "storage"], help="runtime (default with --obfuscate): the obfuscated graph is what runs; storage: the original is restored in memory and runs at full speed")
     p.add_argument("--no-encrypt", dest="encrypt", action="store_false", help="write the obfuscated graph as .onnx (its operator library stays encrypted inside)")

@@ -26,7 +26,7 @@ from modelpress.protect import package, payload
 from modelpress.protect.keys import check_key, key_id
 from modelpress.protect.metrics import ProtectionMetrics, measure
 
-DEFAULT_RATIO = 0.3
+DEFAULT_RATIO = 0.1
 VERIFY_RTOL = 1e-5
 
 

@@ -15,8 +15,9 @@ a chain of fake dependencies that is live at run time, yet provably cancels:
                                  the real result, so the runtime cannot drop it as dead code, and the
                                  subtraction of an exact zero leaves every value (even -0.0) alone.
 
-All of it stays in integer scalars: a site costs a few scalar kernels at run time, whatever the
-tensors' sizes. The unrelated tensors are graph inputs or values the graph already reads several
+All of it stays in one-element integer tensors: a site costs a few scalar kernels at run time
+(about a microsecond each under ONNX Runtime), whatever the tensors' sizes; so its relative cost
+is largest on the smallest models. The unrelated tensors are graph inputs or values the graph already reads several
 times, so the extra reader blocks no fusion the runtime would make. Decoys and final nodes are
 anonymous functions like the rest, so nothing in the file tells them apart from real layers.
 
@@ -102,18 +103,18 @@ def _templates(opset: int) -> list[Callable[[_Body, ir.Value], ir.Value]]:
 
 
 def _decoy(domain: str, op_type: str, u: ir.Value, previous: ir.Value | None, opset: int, opsets: dict) -> Anonymous:
-    """``t = previous + [u.flat[0] > 0]`` (an int64 scalar) as an anonymous node."""
+    """``t = previous + [u.flat[0] > 0]`` (int64, shape [1, ..., 1]) as an anonymous node."""
     formals = [ir.Value(name="u")] + ([ir.Value(name="s")] if previous is not None else [])
     graph = ir.Graph(formals, [], nodes=[], opset_imports=dict(opsets), name=op_type)
     b = _Body(graph)
-    # Slice one element in every axis first: a Reshape of a tensor that others read is a copy.
+    # Slice one element in every axis: reshaping a tensor that others read would copy it whole.
     rank = len(u.shape)
     zeros, ones = np.zeros(rank, dtype=np.int64), np.ones(rank, dtype=np.int64)
     if opset >= 10:
         first = b.op("Slice", formals[0], b.add(_c(zeros)), b.add(_c(ones)))
     else:
         first = b.add(ir.node("Slice", [formals[0]], attributes={"starts": zeros.tolist(), "ends": ones.tolist()}))
-    scalar = b.op("Reshape", first, b.add(_c(np.zeros(0, dtype=np.int64))))
+    scalar = first  # shape [1, ..., 1]: the chain broadcasts to the largest rank; F reduces it
     if u.dtype in _COMPARABLE:
         zero = b.add(_c(np.zeros((), dtype=u.dtype.numpy())))
         positive = b.op("Greater", scalar, zero)
@@ -146,10 +147,11 @@ def _final(domain: str, op_type: str, y: ir.Value, s: ir.Value, opsets: dict) ->
     fy, fs = ir.Value(name="y"), ir.Value(name="s")
     graph = ir.Graph([fy, fs], [], nodes=[], opset_imports=dict(opsets), name=op_type)
     b = _Body(graph)
+    zero = b.op("ReduceMax", fs, keepdims=0)  # a scalar: y keeps its own shape whatever its rank
     if y.dtype in _SUBTRACTABLE:
-        out = b.op("Sub", fy, b.op("Cast", fs, to=y.dtype))
+        out = b.op("Sub", fy, b.op("Cast", zero, to=y.dtype))
     else:
-        out = b.op("Xor", fy, b.op("Cast", fs, to=ir.DataType.BOOL))
+        out = b.op("Xor", fy, b.op("Cast", zero, to=ir.DataType.BOOL))
     graph.outputs.append(out)
     call = ir.Node(domain, op_type, [y, s], num_outputs=1)
     return Anonymous(call, ir.Function(domain, op_type, graph=graph, attributes=[]))
