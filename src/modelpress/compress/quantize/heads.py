@@ -44,7 +44,7 @@ def head_candidates(model: ir.Model) -> list[str]:
     """The classifier heads that may stay float: Gemms and MatMuls on a 2-D input (pooled
     features) whose output reaches no other weighted op, that cost at most ``HEAD_MAX_SHARE`` of
     the model's multiply-adds and hold at most ``HEAD_MAX_WEIGHTS`` of its weights (an ImageNet
-    head on a small backbone, MobileNetV2's or DenseNet-121's, does not qualify). Which of them
+    head on a small backbone does not qualify). Which of them
     do is measured on the calibration data (``head_input_errors``, in static mode)."""
     from modelpress.compress.quantize.bias_correction import last_layers
 
