@@ -119,10 +119,7 @@ def _run(sess, feeds: dict[str, np.ndarray], *, what: str = "the model failed to
 def _session(model):
     from modelpress.runtime.ort import session, session_options
 
-    so = session_options(optimize="disabled")
-    # A failed run is reported as one line by the caller; ONNX Runtime's own log would add a second.
-    so.log_severity_level = 4
-    return session(model, options=so)
+    return session(model, options=session_options(optimize="disabled"))
 
 
 def run_model(model, feeds: dict[str, np.ndarray], *, optimize: str = "disabled") -> dict[str, np.ndarray]:

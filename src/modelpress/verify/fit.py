@@ -45,11 +45,10 @@ class FittedInputs:
         """One line for the user when the first sizes did not fit, else None."""
         if not self.failed or self.size is None:
             return None
-        (batch, other), why = self.failed[0]
-        tried = ", ".join(_label(s) for s, _ in self.failed)
+        tried = " and ".join(str(other) for (_, other), _ in self.failed)
         return (
-            f"generated inputs use {_label(self.size)}: the original model failed at {tried} "
-            f"({why})"
+            f"generated inputs give free dynamic dimensions size {self.size[1]} (batch "
+            f"{self.size[0]}): the original model fails at {tried} ({self.failed[-1][1]})"
         )
 
     def to_dict(self) -> dict:
@@ -58,10 +57,6 @@ class FittedInputs:
             "failed": [{"batch": b, "other": o, "error": why} for (b, o), why in self.failed],
             "shapes": {k: list(v.shape) for k, v in self.feeds[0].items()} if self.feeds else {},
         }
-
-
-def _label(size: tuple[int, int]) -> str:
-    return f"batch {size[0]}, other dynamic sizes {size[1]}"
 
 
 def free_dimensions(
