@@ -13,6 +13,7 @@ import onnx_ir as ir
 
 from modelpress.errors import InputError
 from modelpress.ir.io import from_proto, load
+from modelpress.ir.shapes import static_dim
 
 
 def as_model(model) -> ir.Model:
@@ -73,7 +74,7 @@ def check_feeds(model: ir.Model, feeds: dict[str, np.ndarray], *, source: str = 
             )
         if value.shape is not None:
             for axis, (got, dim) in enumerate(zip(arr.shape, value.shape)):
-                if isinstance(dim, int) and got != dim:
+                if static_dim(dim) is not None and got != dim:  # -1, 0, names: any size
                     raise InputError(
                         f"{source}: input {name!r} has size {got} on axis {axis}, the model expects {dim}"
                     )
