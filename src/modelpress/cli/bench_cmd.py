@@ -75,6 +75,9 @@ def run(args) -> int:
     for m in result.models:
         for w in m.warnings:
             err_console.print(f"warning: {escape(m.name)}: {escape(w)}")
+        if args.log_placement:
+            for line in m.placement:
+                console.print(f"{escape(m.name)}: {escape(line)}")
     shapes = ", ".join(f"{k} {v}" for k, v in result.shapes.items())
     t = Table(title=f"{args.backend} on {result.device}, batch {result.batch}, {result.runs} interleaved runs ({escape(shapes)})", show_edge=False)
     for col in ("model", "median ms", "p25–p75 ms", "vs first", "samples/s", "GFLOP/s", "% peak", "MiB"):

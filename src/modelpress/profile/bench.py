@@ -40,6 +40,7 @@ class ModelBench:
     samples_per_s: float
     peak_memory_mb: float | None
     warnings: list[str] = field(default_factory=list)
+    placement: list[str] = field(default_factory=list)  # node -> device and the copies implied
     operators: list[tuple[str, float, int]] | None = None  # (op, total ms, calls), most time first
 
     def to_dict(self) -> dict:
@@ -52,6 +53,7 @@ class ModelBench:
             "samples_per_s": self.samples_per_s,
             "peak_memory_mb": self.peak_memory_mb,
             "warnings": self.warnings,
+            "placement": self.placement,
             "operators": None if self.operators is None else [
                 {"op": op, "ms": ms, "calls": n} for op, ms, n in self.operators
             ],
@@ -186,6 +188,7 @@ def bench(
                 samples_per_s=batch / seconds if seconds > 0 else 0.0,
                 peak_memory_mb=mem,
                 warnings=list(sess.warnings),
+                placement=list(sess.plan.log_lines()),
             )
         )
     if profile_ops:

@@ -15,6 +15,7 @@ A candidate whose inputs pass ``MAX_INPUT_BYTES`` ends the search.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -47,8 +48,9 @@ class FittedInputs:
             return None
         tried = " and ".join(str(other) for (_, other), _ in self.failed)
         return (
-            f"generated inputs give free dynamic dimensions size {self.size[1]} (batch "
-            f"{self.size[0]}): the original model fails at {tried} ({self.failed[-1][1]})"
+            f"generated inputs give size {self.size[1]} to the dynamic dimensions not sized by the "
+            f"caller (a leading batch: {self.size[0]}): the original model fails at {tried} "
+            f"({self.failed[-1][1]})"
         )
 
     def to_dict(self) -> dict:
@@ -96,9 +98,20 @@ def _sizer(model: ir.Model, batch: int, other: int):
     return free
 
 
+_ORT_NOISE = [
+    (re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : "), ""),
+    (re.compile(r"Non-zero status code returned while running (\w+) node\. Name:'([^']*)' Status Message: "), r"\1 node '\2': "),
+    (re.compile(r"/onnxruntime_src/\S+ \S+ "), ""),
+    (re.compile(r"^the model failed to run: "), ""),
+]
+
+
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:200]
+    """The first line of a runtime's error, without ONNX Runtime's boilerplate."""
+    text = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+    for pattern, repl in _ORT_NOISE:
+        text = pattern.sub(repl, text)
+    return text[:200]
 
 
 def fit_inputs(
