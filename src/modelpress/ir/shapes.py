@@ -2,8 +2,9 @@
 in-memory model.
 
 A dimension is *static* only when it is a positive integer. Exporters write dynamic dimensions as a
-name (``batch``), as nothing at all, as ``-1`` (Paddle) or as ``0``: all of those are dynamic, and a
-caller that needs a size picks one (``static_dim`` says which is which).
+name (``batch``), as nothing at all, as ``-1`` (Paddle) or as ``0``: none of those constrains the
+size of an input a user gives (``static_dim`` says which is which). A declared 0 is still what
+ONNX Runtime enforces, so inputs generated for it keep the 0.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def infer_shapes(model: ir.Model, input_shapes: dict[str, tuple[int, ...]] | Non
         for name in input_shapes:
             if name not in known:
                 raise OptionError(
-                    f"--shape {name}=...: the model has no input {name!r} (inputs: {', '.join(sorted(known))})"
+                    f"`shapes` {name}=...: the model has no input {name!r} (inputs: {', '.join(sorted(known))})"
                 )
         for inp in proto.graph.input:
             if inp.name in input_shapes:
@@ -80,7 +81,7 @@ def infer_shapes(model: ir.Model, input_shapes: dict[str, tuple[int, ...]] | Non
                 tshape = inp.type.tensor_type.shape
                 if tshape.dim and len(tshape.dim) != len(shape):
                     raise OptionError(
-                        f"--shape {inp.name}: rank {len(shape)} given, the model's input has rank {len(tshape.dim)}"
+                        f"`shapes` {inp.name}: rank {len(shape)} given, the model's input has rank {len(tshape.dim)}"
                     )
                 del tshape.dim[:]
                 for d in shape:

@@ -71,7 +71,7 @@ def free_dimensions(
         if value.name in model.graph.initializers or value.name in shapes or value.shape is None:
             continue
         for d in value.shape:
-            if static_dim(d) is None and dim_name(d) not in dims:
+            if static_dim(d) is None and d != 0 and dim_name(d) not in dims:
                 return True
     return False
 

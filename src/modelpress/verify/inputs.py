@@ -1,8 +1,9 @@
 """Inputs for running a model: generated ones that respect dtypes and valid ranges, or a user's .npz.
 
 Generated inputs follow these rules:
-- a dynamic dimension (a name, nothing, ``-1`` or ``0``: see ``ir.shapes.static_dim``) takes the
-  size the user gave for its name (``dims={"batch": 8}``), else ``default_dim``;
+- a dynamic dimension (a name, nothing or ``-1``: see ``ir.shapes.static_dim``) takes the size the
+  user gave for its name (``dims={"batch": 8}``), else ``default_dim``; a declared ``0`` is
+  generated as 0, since ONNX Runtime reads it literally (user inputs may have any size there);
 - a set of inputs larger than ``MAX_INPUT_BYTES`` is refused before anything is allocated (a
   declared dimension of 10**9 would otherwise ask for terabytes);
 - an integer input that feeds (through Cast/Reshape/Unsqueeze/...) the indices of a Gather on a
@@ -44,7 +45,7 @@ def resolve_shape(
         )
     shape = []
     for axis, d in enumerate(value.shape):
-        size = static_dim(d)
+        size = 0 if d == 0 and isinstance(d, int) else static_dim(d)
         if size is None:
             name = dim_name(d)
             if name is not None and name in dims:
