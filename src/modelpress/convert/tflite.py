@@ -56,11 +56,9 @@ def _convert_isolated(path: Path, opset: int):
     """The ONNX ``ModelProto`` tf2onnx makes of ``path``, made in a child process (see module)."""
     import onnx
 
-    import modelpress
-
     limit = _memory_limit(path)
     env = dict(os.environ)
-    src_root = str(Path(modelpress.__file__).resolve().parents[1])
+    src_root = str(Path(__file__).resolve().parents[2])  # the folder holding the package
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src_root, env.get("PYTHONPATH")) if p)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
