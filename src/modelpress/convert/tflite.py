@@ -52,6 +52,22 @@ def _memory_limit(path: Path) -> int:
     return max(MIN_MEMORY_BYTES, 8 * path.stat().st_size + (4 << 30))
 
 
+def _check_header(path: Path) -> None:
+    """Refuse, without a child process, a file that cannot be a TFLite flatbuffer at all: too
+    short, without the ``TFL3`` file identifier, or with its root table outside the file."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if size < 16 or head[4:8] != b"TFL3":
+        raise ConversionError(f"{path}: not a readable TFLite model (no TFL3 flatbuffer header)")
+    root = int.from_bytes(head[:4], "little")
+    if root + 4 > size:
+        raise ConversionError(
+            f"{path}: not a readable TFLite model (its root table lies past the end of the file); "
+            "is it truncated?"
+        )
+
+
 def _convert_isolated(path: Path, opset: int):
     """The ONNX ``ModelProto`` tf2onnx makes of ``path``, made in a child process (see module)."""
     import onnx
@@ -109,6 +125,7 @@ def convert_tflite(path, options: ConvertOptions) -> Exported:
     _tf2onnx()  # a missing extra is reported here, not as a child's failure
     path = Path(path)
     opset = options.opset or DEFAULT_OPSET
+    _check_header(path)
     proto = _convert_isolated(path, opset)
     try:
         with _quiet():
