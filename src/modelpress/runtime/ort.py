@@ -14,6 +14,7 @@ from pathlib import Path
 import onnxruntime as ort
 
 from modelpress.errors import ModelLoadError
+from modelpress.ir import model_bytes
 
 OPT_LEVELS = {
     "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -77,7 +78,6 @@ def session(
     elif isinstance(model, bytes):
         source = model
     else:
-        from modelpress.ir import model_bytes
 
         source = model_bytes(model)
     try:

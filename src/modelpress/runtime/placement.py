@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import onnx_ir as ir
 
 from modelpress.errors import OptionError
+from modelpress.ir.shapes import infer_shapes
+from modelpress.ir.stats import iter_nodes
 from modelpress.runtime.devices import choose, normalize
 
 HOST = "cpu"
@@ -92,7 +94,6 @@ def _nbytes(value: ir.Value) -> int | None:
 def _reads(node: ir.Node, graph: ir.Graph) -> list[ir.Value]:
     """The values of ``graph`` that ``node`` reads: its inputs, and those its subgraphs capture."""
     values = [v for v in node.inputs if v is not None]
-    from modelpress.ir.stats import iter_nodes
 
     for attr in node.attributes.values():
         subgraphs = [attr.value] if attr.type == ir.AttributeType.GRAPH else attr.value if attr.type == ir.AttributeType.GRAPHS else []
@@ -116,7 +117,6 @@ def plan(
     backend: str = "",
 ) -> PlacementPlan:
     """Assign nodes of ``model`` (main graph) to devices and cut the graph into segments."""
-    from modelpress.ir.shapes import infer_shapes
 
     # Sizes of the copies need shapes of intermediate values, inferred on a copy of the model, and
     # only when there is a copy: symbolic inference can take seconds (a detector's Resize chain).
