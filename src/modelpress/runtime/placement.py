@@ -118,8 +118,16 @@ def plan(
 ) -> PlacementPlan:
     """Assign nodes of ``model`` (main graph) to devices and cut the graph into segments."""
 
-    # Sizes of the copies need shapes of intermediate values; infer them on a copy of the model.
-    shaped = {v.name: v for n in infer_shapes(model).graph for v in n.outputs}
+    # Sizes of the copies need shapes of intermediate values, inferred on a copy of the model, and
+    # only when there is a copy: symbolic inference can take seconds (a detector's Resize chain).
+    shaped: dict[str, ir.Value] | None = None
+
+    def copy_bytes(v: ir.Value) -> int:
+        nonlocal shaped
+        if shaped is None:
+            shaped = {o.name: o for n in infer_shapes(model).graph for o in n.outputs}
+        return _nbytes(shaped.get(v.name, v))
+
     warnings: list[str] = []
     resolved: dict[str, str] = {}
 
@@ -166,13 +174,13 @@ def plan(
                 continue
             seg.inputs.append(v.name)
             if src != seg.device:
-                copies.append(Copy(v.name, src, seg.device, _nbytes(shaped.get(v.name, v))))
+                copies.append(Copy(v.name, src, seg.device, copy_bytes(v)))
         for v in node.outputs:
             used_outside = any(seg_of.get(id(user)) != si for user, _ in v.uses())
             if used_outside or id(v) in graph_outputs:
                 seg.outputs.append(v.name)
                 if id(v) in graph_outputs and seg.device != HOST:
-                    copies.append(Copy(v.name, seg.device, HOST, _nbytes(shaped.get(v.name, v))))
+                    copies.append(Copy(v.name, seg.device, HOST, copy_bytes(v)))
     return PlacementPlan(assignments, segments, copies, warnings)
 
 
