@@ -76,12 +76,13 @@ def test_verify_inspect_and_bench_accept_packages(packaged, zoo_paths, capsys):
     assert code == 0 and "PASS" in out
     code, out, _ = _cli(capsys, "inspect", paths["storage"], "--key-file", key, "--json", folder / "inspect.json")
     assert code == 0 and "Conv" in out  # storage mode: the original, in memory
-    assert json.loads((folder / "inspect.json").read_text())["op_counts"]["Conv"] == 9
+    assert json.loads((folder / "inspect.json").read_text())["result"]["op_counts"]["Conv"] == 9
     code, out, _ = _cli(capsys, "inspect", paths["onnx"])  # no key: what the file shows
     assert code == 0 and "Conv" not in out
     code, out, err = _cli(capsys, "bench", paths["runtime"], "--vs", zoo_paths["resnet-digits"], "--key-file", key, "--runs", "3", "--json", folder / "bench.json")
     assert code == 0, err
-    assert [m["model"] for m in json.loads((folder / "bench.json").read_text())["models"]] == [str(paths["runtime"]), str(zoo_paths["resnet-digits"])]
+    models = json.loads((folder / "bench.json").read_text())["result"]["models"]
+    assert [m["model"] for m in models] == [str(paths["runtime"]), str(zoo_paths["resnet-digits"])]
 
 
 def test_the_protect_record_holds_the_measured_protection(packaged):
@@ -207,3 +208,13 @@ def test_no_plaintext_reaches_the_disk(packaged, zoo_paths, tmp_path, capsys, mo
     for path in [*out_dir.iterdir(), *scratch.rglob("*")]:
         data = path.read_bytes()
         assert not any(n in data for n in needles), path
+
+
+def test_an_obfuscated_onnx_file_needs_its_key_to_run(packaged, tmp_path, capsys):
+    folder, key, paths, inputs = packaged
+    code, _, err = _cli(capsys, "run", paths["onnx"], "--inputs", inputs, "-o", tmp_path / "o.npz")
+    assert code == 1 and "an obfuscated model: give its key" in err and len(err.strip().splitlines()) == 1
+    other = tmp_path / "other.bin"
+    other.write_bytes(os.urandom(32))
+    code, _, err = _cli(capsys, "run", paths["onnx"], "--inputs", inputs, "-o", tmp_path / "o.npz", "--key-file", other)
+    assert code == 1 and "wrong key or the file was modified" in err

@@ -112,3 +112,60 @@ def test_the_seed_repeats_the_structure_but_never_the_secrets(zoo_paths, key):
     sa = next(v for v in va.graph.initializers.values() if v.const_value.dtype == ir.DataType.DOUBLE)
     sb = vb.graph.initializers[sa.name]
     assert sa.const_value.numpy().tobytes() != sb.const_value.numpy().tobytes()  # fresh noise keys
+
+
+def test_a_package_that_fails_its_check_is_never_written(zoo_paths, key, tmp_path, monkeypatch):
+    import importlib
+
+    from modelpress.errors import VerificationError
+    from modelpress.verify import VerifyResult, compare_arrays
+
+    out = tmp_path / "m.mpk"
+    out.write_bytes(b"the user's file")
+    wrong = compare_arrays("y", np.ones(3, np.float32), np.zeros(3, np.float32))
+    verify_module = importlib.import_module("modelpress.verify")  # (the package façade's `verify` is the function)
+    monkeypatch.setattr(verify_module, "verify", lambda *a, **k: VerifyResult(outputs=[wrong], runs=1))
+    with pytest.raises(VerificationError, match="does not compute the original's outputs"):
+        protect(zoo_paths["control-flow"], key=key, output=out, obfuscate=True)
+    assert out.read_bytes() == b"the user's file"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.mpk"]
+
+
+def test_an_already_protected_model_is_refused(zoo_paths, key, tmp_path):
+    from modelpress.errors import OptionError
+
+    onnx_path = tmp_path / "o.onnx"
+    protect(zoo_paths["control-flow"], key=key, output=onnx_path, obfuscate=True, encrypt=False, verify=False)
+    with pytest.raises(OptionError, match="already protected"):
+        protect(onnx_path, key=key, output=tmp_path / "again.mpk")
+
+
+def test_a_model_with_its_own_local_functions(key):
+    """A model-local function (as exporters write them) is renamed into the private domain, its
+    call sites inside the anonymous nodes follow, and its name leaves the file."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from modelpress.ir import from_proto
+
+    fn = helper.make_function(
+        "custom.layers", "ScaledTanhBlock", ["a", "w"], ["out"],
+        [helper.make_node("MatMul", ["a", "w"], ["m"]), helper.make_node("Tanh", ["m"], ["out"])],
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32), "block_weight")
+    graph = helper.make_graph(
+        [helper.make_node("ScaledTanhBlock", ["x", "block_weight"], ["h"], domain="custom.layers"), helper.make_node("Relu", ["h"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 64])],
+        [w],
+    )
+    proto = helper.make_model(graph, functions=[fn], opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("custom.layers", 1)], ir_version=8)
+    model = from_proto(proto)
+    feeds = {"x": np.random.default_rng(1).standard_normal((3, 64)).astype(np.float32)}
+    for options in (dict(obfuscate=True, ratio=1.0), dict(obfuscate=True, mode="storage")):
+        result = protect(model, key=key, encrypt=False, verify=False, **options)
+        assert b"ScaledTanhBlock" not in result.data and b"custom.layers" not in result.data
+        _check_outputs(model, open_package(result.data, key), feeds)
+    assert onnx.ModelProto.FromString(result.data).functions == []

@@ -109,6 +109,8 @@ def protect(
     if output is not None:
         output_dir(output)
     original = _as_model(model)
+    if lib.is_obfuscated(original):
+        raise OptionError("the model is already protected (an obfuscated graph): protect the original")
     big = _is_big(original)
     result = ProtectResult(
         output=str(output) if output is not None else None, mode=mode, encrypted=encrypt, obfuscated=obfuscate,
@@ -129,6 +131,9 @@ def protect(
 
         result.metrics = measure(original, model_bytes(content), interface_kept=not rename_io)
 
+    check = verify and not big
+    if big and verify:
+        result.notes.append("not verified: models over 1.8 GB cannot run from memory")
     if encrypt:
         size, segments = payload.model_stream(content)
         result.chunk_size = chunk_size
@@ -136,38 +141,47 @@ def protect(
             buf = bytearray()
             header = package.encrypt_stream(segments, size, key, buf.extend, chunk_size=chunk_size)
             result.data = bytes(buf)
+            if check:
+                result.verification = _verify(original, result.data, key)
         else:
+            # Checked from the staged file before it takes the output's place: a package that
+            # fails its check is never left behind.
             with atomic(output) as f:
                 header = package.encrypt_stream(segments, size, key, f.write, chunk_size=chunk_size)
+                f.flush()
+                if check:
+                    result.verification = _verify(original, f.name, key, name=str(output))
         result.chunks = header.chunk_count
         result.bytes = header.file_size
     else:
         from modelpress.ir import model_bytes, save
 
+        data = model_bytes(content)
+        if check:
+            result.verification = _verify(original, data, key, name=str(output or "model"))
         if output is None:
-            result.data = model_bytes(content)
-            result.bytes = len(result.data)
+            result.data = data
+            result.bytes = len(data)
         else:
             save(content, output)
             result.bytes = Path(output).stat().st_size
-
-    if verify:
-        if big:
-            result.notes.append("not verified: models over 1.8 GB cannot run from memory")
-        else:
-            result.verification = _verify(original, output if output is not None else result.data, key)
     result.seconds = time.perf_counter() - started
     return result
 
 
-def _verify(original: ir.Model, written, key: bytes) -> dict:
+def _verify(original: ir.Model, written, key: bytes, *, name: str | None = None) -> dict:
+    """Open what was written and compare it with the original on generated inputs."""
+    from modelpress.errors import ModelpressError
     from modelpress.verify import verify
 
-    opened = open_package(written, key)
+    opened = open_package(written, key, name=name)
     try:
         check = verify(original, opened, runs=2, rtol=VERIFY_RTOL)
-    except ModelLoadError:
-        raise
+    except ModelpressError as exc:
+        raise VerificationError(
+            f"the protected model could not be checked against the original ({exc}); "
+            "use --no-verify to protect it without the check"
+        ) from None
     if not check.passed:
         raise VerificationError(
             f"the protected model does not compute the original's outputs (max relative error {check.max_rel:.3g}); "

@@ -123,6 +123,8 @@ def attach(model: ir.Model, library: Library) -> ir.Model:
             f.graph.remove(node, safe=True)
         f.opset_imports.pop(DECODE_DOMAIN, None)
         model.functions[f.identifier()] = f
+        for domain, version in f.opset_imports.items():  # domains the bodies use (com.microsoft, ...)
+            model.opset_imports.setdefault(domain, version)
     model.opset_imports[library.domain] = 1
     model.ir_version = max(model.ir_version, library.ir_version, 8)
     for value in [*model.graph.inputs, *model.graph.outputs]:

@@ -61,8 +61,24 @@ def _constant_arrays(model: ir.Model) -> list[np.ndarray]:
     return out
 
 
-def _rename_functions(work: ir.Model, namer: Namer, domain: str) -> list[ir.Function]:
-    """The model's own local functions, renamed into the private domain (call sites follow)."""
+def _used_domains(functions: list[ir.Function]) -> set[str]:
+    """The domains of the nodes in ``functions`` (their subgraphs included)."""
+    found: set[str] = set()
+
+    def visit(graph) -> None:
+        for node in graph:
+            found.add(node.domain)
+            for sub in _subgraphs(node):
+                visit(sub)
+
+    for f in functions:
+        visit(f.graph)
+    return found
+
+
+def _rename_functions(work: ir.Model, namer: Namer, domain: str, callers: list[ir.Function]) -> list[ir.Function]:
+    """The model's own local functions, renamed into the private domain; their call sites follow,
+    in the main graph, in the functions themselves and in the ``callers`` (the groups' bodies)."""
     renames: dict[tuple, tuple[str, str]] = {}
     for f in work.functions.values():
         renames[f.identifier()] = (domain, namer())
@@ -79,7 +95,7 @@ def _rename_functions(work: ir.Model, namer: Namer, domain: str) -> list[ir.Func
                 visit(sub)
 
     visit(work.graph)
-    for f in functions:
+    for f in [*functions, *callers]:
         visit(f.graph)
     for f in functions:
         f.domain, f.name = renames[f.identifier()]
@@ -149,10 +165,16 @@ def obfuscate(model: ir.Model, *, key: bytes, ratio: float, seed: int | None, mo
     for name in [n for n, v in work.graph.initializers.items() if not v.uses() and not v.is_graph_output()]:
         del work.graph.initializers[name]
     added = expand(work.graph, anonymous, ratio=ratio, rng=rng, domain=domain, new_type=namer, opset=opset, opsets=opsets)
-    originals_fns = _rename_functions(work, namer, domain)
-    functions = [a.function for a in anonymous + added] + originals_fns
+    bodies = [a.function for a in anonymous + added]
+    functions = bodies + _rename_functions(work, namer, domain, bodies)
+    originals = {d for d in model.opset_imports if d not in ("", "ai.onnx")} - _used_domains(bodies)
     for f in functions:
-        if any(n.domain == DECODE_DOMAIN for n in f):
+        used = _used_domains([f])
+        for d in [d for d in f.opset_imports if d in originals and d not in used]:
+            del f.opset_imports[d]  # a renamed function's old domain
+        if domain in used:  # it calls one of the model's own functions, now in the private domain
+            f.opset_imports[domain] = 1
+        if DECODE_DOMAIN in used:
             f.opset_imports[DECODE_DOMAIN] = 1
         work.functions[f.identifier()] = f
     metadata = dict(model.metadata_props)
