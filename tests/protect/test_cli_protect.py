@@ -158,7 +158,9 @@ def test_protect_refusals_write_nothing(zoo_paths, tmp_path, capsys):
 
 def test_keygen_refuses_to_overwrite(tmp_path, capsys):
     key = tmp_path / "k.bin"
-    assert _cli(capsys, "keygen", "-o", key)[0] == 0
+    assert _cli(capsys, "keygen", "-o", key, "--json", tmp_path / "k.json")[0] == 0
+    record = (tmp_path / "k.json").read_text()
+    assert json.loads(record)["result"]["key_id"] and key.read_bytes().hex() not in record
     code, _, err = _cli(capsys, "keygen", "-o", key)
     assert code == 1 and "already there" in err
 

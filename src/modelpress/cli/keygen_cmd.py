@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from modelpress.cli import options
 from modelpress.cli._common import console
 
 
@@ -13,8 +14,9 @@ def add_parser(sub) -> None:
         "Keep it apart from the packages it opens: whoever has both has the model.",
         epilog="example: modelpress keygen -o key.bin && modelpress protect model.onnx -o model.mpk --key-file key.bin",
     )
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="where to write the key (must not exist)")
+    options.add_output(p, help="where to write the key (refused if a file is there)")
     p.add_argument("--force", action="store_true", help="replace an existing file (packages made with the old key stay locked)")
+    options.add_record(p)
     p.set_defaults(func=run)
 
 
@@ -22,6 +24,9 @@ def run(args) -> int:
     from modelpress.protect import keygen
     from modelpress.protect.keys import key_id
 
+    record = options.Recorder("keygen", args)
     path = keygen(args.output, overwrite=args.force)
-    console.print(f"wrote {path}: a 256-bit key, owner-only permissions (key id {key_id(path.read_bytes()).hex()})")
+    kid = key_id(path.read_bytes()).hex()
+    console.print(f"wrote {path}: a 256-bit key, owner-only permissions (key id {kid})")
+    record.write({"output": str(path), "bits": 256, "key_id": kid})  # the id, never the key
     return 0
