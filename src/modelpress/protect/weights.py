@@ -138,20 +138,23 @@ def noise(t: Transform) -> np.ndarray:
     return r
 
 
-def _affine(i: np.ndarray, a: int, b: int, n: int) -> np.ndarray:
-    """``(a * i + b) mod n`` for int64 ``i`` in [0, n), without int64 division (slow in numpy):
-    the quotient comes from float64, exact while ``a * i + b < 2**53``, then corrected by one."""
-    x = i * a + b
+def _affine(n: int, a: int, b: int) -> np.ndarray:
+    """``(a * i + b) mod n`` for ``i`` in [0, n), as int64. In float64, which numpy runs several
+    times faster than int64 products and divisions: every value is an integer below 2**53, so
+    each step is exact except the rounded quotient, which the last two lines correct by one."""
     if n * n + n >= 2**53:
-        return x % n
-    r = x - np.floor(x / n).astype(np.int64) * n
-    r[r < 0] += n
-    r[r >= n] -= n
-    return r
+        return (np.arange(n, dtype=np.int64) * a + b) % n
+    x = np.arange(n, dtype=np.float64)
+    x *= a
+    x += b
+    x -= np.floor(x / n) * n
+    x[x < 0] += n
+    x[x >= n] -= n
+    return x.astype(np.int64)
 
 
 def _permutation(n: int, a: int, b: int) -> np.ndarray:
-    return _affine(np.arange(n, dtype=np.int64), a, b, n)
+    return _affine(n, a, b)
 
 
 def inverse_index(t: Transform) -> np.ndarray:
@@ -159,7 +162,7 @@ def inverse_index(t: Transform) -> np.ndarray:
     n = t.size
     ainv = pow(t.a, -1, n) if n > 1 else 0
     # i = ainv * (j - b) mod n = (ainv * j + ainv * (n - b)) mod n
-    idx = _affine(np.arange(n, dtype=np.int64), ainv, (ainv * (n - t.b)) % n, n)
+    idx = _affine(n, ainv, (ainv * (n - t.b)) % n)
     return idx.astype(np.int32) if n < 2**31 else idx
 
 
