@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from modelpress.cli._common import console, human_bytes
-from modelpress.cli.options import Recorder, add_key, add_record
+from modelpress.cli.options import Recorder, add_data, add_key, add_record
 
 
 def add_parser(sub) -> None:
@@ -28,6 +28,7 @@ def add_parser(sub) -> None:
     p.add_argument("--rename-io", action="store_true", help="rename the graph's inputs and outputs too (restored when the model is opened)")
     p.add_argument("--chunk-size", type=int, default=None, metavar="BYTES", help="bytes per encrypted chunk (default 1 MiB)")
     p.add_argument("--no-verify", dest="verify", action="store_false", help="skip opening the result and comparing it with the original")
+    add_data(p, help="inputs to check the protected model on (an .npz of arrays named after the model's inputs) instead of generated ones")
     add_record(p)
     p.set_defaults(func=run)
 
@@ -43,6 +44,9 @@ def run(args) -> int:
     if args.ratio is not None and not args.obfuscate:
         raise OptionError("--ratio sets the obfuscation: it needs --obfuscate")
     key = load_key(args.key_file, args.key_env)
+    from modelpress.ir.feeds import load_npz
+
+    inputs = load_npz(args.data) if args.data else None
     with console.status("protecting…"):
         result = protect(
             args.model,
@@ -56,6 +60,7 @@ def run(args) -> int:
             rename_io=args.rename_io,
             chunk_size=args.chunk_size or DEFAULT_CHUNK,
             verify=args.verify,
+            inputs=inputs,
         )
     what = "encrypted" if result.encrypted else "obfuscated"
     if result.encrypted and result.obfuscated:

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import onnx_ir as ir
 
 from modelpress.errors import ModelLoadError, OptionError, VerificationError
@@ -87,13 +88,15 @@ def protect(
     rename_io: bool = False,
     chunk_size: int = package.DEFAULT_CHUNK,
     verify: bool = True,
+    inputs: dict[str, np.ndarray] | None = None,
 ) -> ProtectResult:
     """Protect ``model`` with ``key``: encrypt it, obfuscate it, or both.
 
     ``mode``: ``"runtime"`` (default with ``obfuscate``: the obfuscated graph is what runs) or
     ``"storage"`` (the original is restored in memory when opened; the only mode without
     ``obfuscate``). ``encrypt=False`` writes the obfuscated ONNX graph instead of a package.
-    ``verify``: open the result and compare its outputs with the original's (relative 1e-5).
+    ``verify``: open the result and compare its outputs with the original's (relative 1e-5), on
+    ``inputs`` (arrays by input name) or on inputs generated to fit the model.
     """
     started = time.perf_counter()
     key = check_key(key)
@@ -142,7 +145,7 @@ def protect(
             header = package.encrypt_stream(segments, size, key, buf.extend, chunk_size=chunk_size)
             result.data = bytes(buf)
             if check:
-                result.verification = _verify(original, result.data, key)
+                result.verification = _verify(original, result.data, key, inputs=inputs)
         else:
             # Checked from the staged file before it takes the output's place: a package that
             # fails its check is never left behind.
@@ -150,7 +153,7 @@ def protect(
                 header = package.encrypt_stream(segments, size, key, f.write, chunk_size=chunk_size)
                 f.flush()
                 if check:
-                    result.verification = _verify(original, f.name, key, name=str(output))
+                    result.verification = _verify(original, f.name, key, name=str(output), inputs=inputs)
         result.chunks = header.chunk_count
         result.bytes = header.file_size
     else:
@@ -158,7 +161,7 @@ def protect(
 
         data = model_bytes(content)
         if check:
-            result.verification = _verify(original, data, key, name=str(output or "model"))
+            result.verification = _verify(original, data, key, name=str(output or "model"), inputs=inputs)
         if output is None:
             result.data = data
             result.bytes = len(data)
@@ -169,18 +172,18 @@ def protect(
     return result
 
 
-def _verify(original: ir.Model, written, key: bytes, *, name: str | None = None) -> dict:
+def _verify(original: ir.Model, written, key: bytes, *, name: str | None = None, inputs=None) -> dict:
     """Open what was written and compare it with the original on generated inputs."""
     from modelpress.errors import ModelpressError
     from modelpress.verify import verify
 
     opened = open_package(written, key, name=name)
     try:
-        check = verify(original, opened, runs=2, rtol=VERIFY_RTOL)
+        check = verify(original, opened, inputs=inputs, runs=2, rtol=VERIFY_RTOL)
     except ModelpressError as exc:
         raise VerificationError(
             f"the protected model could not be checked against the original ({exc}); "
-            "use --no-verify to protect it without the check"
+            "give inputs it runs on with --data, or skip the check with --no-verify"
         ) from None
     if not check.passed:
         raise VerificationError(

@@ -15,8 +15,10 @@ with no knowledge of how the obfuscation was done:
   in the file and any original weight with the same number of elements (``weight_pairs`` says how
   many pairs that was; pairs where either side is constant have no correlation and are skipped);
 - ``names_found``: original names (of at least ``MIN_NAME_CHARS`` characters; shorter strings
-  turn up in any few megabytes of random bytes) found anywhere in the file's bytes; the graph's
-  interface names are not counted when the interface was kept.
+  turn up in any few megabytes of random bytes) found anywhere in the file's bytes. Names that
+  are part of the interface the file keeps on purpose (input and output names unless renamed,
+  their dimensions' names always) cannot be told apart there and are counted apart
+  (``names_in_interface``).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class ProtectionMetrics:
     max_weight_correlation: float
     names_checked: int
     names_too_short: int
+    names_in_interface: int
     names_found: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -160,8 +163,13 @@ def measure(original: ir.Model, obfuscated: bytes, *, interface_kept: bool = Tru
     hist_f = Counter((n.domain, n.op_type) for n in compute)
     corr, pairs = max_correlation(_tensors(model), _tensors(original))
     names = all_names(original)
+    # The interface stays in the file on purpose: its dimension names always, its value names
+    # unless renamed. A name found only as part of one of those strings cannot be told apart.
+    interface = [str(d) for v in (*original.graph.inputs, *original.graph.outputs) for d in (v.shape or ()) if not isinstance(d, int)]
     if interface_kept:
-        names -= {v.name for v in [*original.graph.inputs, *original.graph.outputs]}
+        interface += [v.name for v in (*original.graph.inputs, *original.graph.outputs) if v.name]
+    in_interface = {n for n in names if any(n in s for s in interface)}
+    names -= in_interface
     checked = sorted(n for n in names if len(n.encode()) >= MIN_NAME_CHARS)
     found = names_in(obfuscated, checked)
     return ProtectionMetrics(
@@ -180,5 +188,6 @@ def measure(original: ir.Model, obfuscated: bytes, *, interface_kept: bool = Tru
         max_weight_correlation=corr,
         names_checked=len(checked),
         names_too_short=len(names) - len(checked),
+        names_in_interface=len(in_interface),
         names_found=found,
     )
