@@ -281,17 +281,33 @@ def summarize(report: dict) -> list[str]:
     lines = ["**Targets.**", ""]
     lines.append(f"- Throughput >= 500 MB/s for sealing and opening: {'met' if worst >= 500 else 'NOT met'} (slower of the two: {worst:.0f} MB/s in memory).")
     storage = [r for r in report["latency"] if r["variant"] == "storage"]
-    worst_storage = max(storage, key=lambda r: r["ratio"])
-    lines.append(
-        f"- Storage mode <= 2% over the original after load: largest ratio {worst_storage['ratio']:.3f}x "
-        f"({worst_storage['model']}, batch {worst_storage['batch']}); storage mode runs the original graph itself, so any "
-        "difference is the shared machine's noise."
+    clean = [r for r in storage if r["ratio_max"] - r["ratio_min"] <= 0.1]  # blocks that agree
+    noisy = [r for r in storage if r["ratio_max"] - r["ratio_min"] > 0.1]
+    agree = ", ".join("{} b{} {:.3f}x".format(r["model"], r["batch"], r["ratio"]) for r in clean)
+    line = (
+        f"- Storage mode <= 2% over the original after load: {'met' if all(r['ratio'] <= 1.02 for r in clean) else 'NOT met'} "
+        f"where the blocks agree ({agree})"
     )
+    if noisy:
+        spread = ", ".join(
+            "{} b{} {:.3f}x, blocks {:.2f}-{:.2f}".format(r["model"], r["batch"], r["ratio"], r["ratio_min"], r["ratio_max"]) for r in noisy
+        )
+        line += f"; where they do not, the spread is the machine's ({spread})"
+    lines.append(line + ". Storage mode runs the original graph itself.")
     for ratio in RATIOS:
         b8 = [r for r in report["latency"] if r["variant"] == f"runtime {ratio}" and r["batch"] == 8]
         within = [f"{r['model']} {r['ratio']:.3f}x" for r in b8]
         ok = all(r["ratio"] <= 1.10 for r in b8)
         lines.append(f"- Runtime mode <= 10% at batch 8, ratio {ratio}: {'met' if ok else 'not met on every model'} ({', '.join(within)}).")
+    load = {(r["model"], r["variant"]): r for r in report["load"]}
+    runtime_load = ", ".join(
+        "{} {:.2f} s vs {:.2f} s".format(m, load[(m, "runtime 0.3")]["median_s"], load[(m, "original")]["median_s"])
+        for m in dict.fromkeys(r["model"] for r in report["load"])
+    )
+    lines.append(
+        "- Load time (reported; no target): a plain package opens about as fast as the ONNX file; runtime mode pays "
+        f"for the weights' decoding, which ONNX Runtime folds once when the session is made ({runtime_load})."
+    )
     big = [r for r in report["metrics"] if r["ratio"] == 0.6]
     ok = all(
         r["anonymous_share"] >= 0.9 and abs(r["node_change"]) >= 0.3 and r["max_weight_correlation"] < 0.05 and not r["names_found"]
@@ -304,7 +320,13 @@ def summarize(report: dict) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds, no MiniLM")
+    parser.add_argument("--rewrite", action="store_true", help="rewrite protect.md from protect.json, measuring nothing")
     args = parser.parse_args()
+    if args.rewrite:
+        report = json.loads((RESULTS / "protect.json").read_text())
+        report["summary"] = summarize(report)
+        write_report(report)
+        return
     WORK.mkdir(exist_ok=True)
     RESULTS.mkdir(exist_ok=True)
     use_global_thread_pool()
