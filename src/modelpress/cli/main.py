@@ -21,6 +21,7 @@ COMMANDS = (
     "verify_cmd",
     "quantize_cmd",
     "run_cmd",
+    "serve_cmd",
     "bench_cmd",
     "ops_cmd",
     "advise_cmd",
