@@ -99,9 +99,10 @@ def nonzero(path: Path) -> Path:
     return _save(graph, path)
 
 
-def slow(path: Path, layers: int = 60) -> Path:
-    """x float[batch, 64, 256] → tanh chain of ``layers`` 256x256 MatMuls (~0.5 GFLOP a row)."""
-    w = (np.random.default_rng(2).standard_normal((256, 256)) / 16).astype(np.float32)
+def slow(path: Path, layers: int = 40) -> Path:
+    """x float[batch, 256, 512] → tanh chain of ``layers`` 512x512 MatMuls (5 GFLOP a row: tens
+    of milliseconds), y float[batch, 512]."""
+    w = (np.random.default_rng(2).standard_normal((512, 512)) / 23).astype(np.float32)
     nodes, prev = [], "x"
     for i in range(layers):
         nodes += [
@@ -113,8 +114,8 @@ def slow(path: Path, layers: int = 60) -> Path:
     graph = helper.make_graph(
         nodes,
         "slow",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 64, 256])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 256])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 256, 512])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 512])],
         [numpy_helper.from_array(w, "W")],
     )
     return _save(graph, path)
