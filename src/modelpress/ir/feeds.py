@@ -28,6 +28,12 @@ def numpy_dtype(value: ir.Value) -> np.dtype:
     return np.dtype(value.dtype.numpy())
 
 
+def fixed_size(dim) -> int | None:
+    """The size a declared dimension fixes, or None when it is dynamic: a dimension written as a
+    name, left empty, or as -1 or 0 (exporters write both for "any size") takes any size."""
+    return dim if isinstance(dim, int) and dim > 0 else None
+
+
 def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
     p = Path(path)
     if not p.exists():
@@ -61,7 +67,7 @@ def check_feeds(model: ir.Model, feeds: dict[str, np.ndarray], *, source: str = 
             )
         if value.shape is not None:
             for axis, (got, dim) in enumerate(zip(arr.shape, value.shape)):
-                if isinstance(dim, int) and got != dim:
+                if fixed_size(dim) is not None and got != dim:
                     raise InputError(
                         f"{source}: input {name!r} has size {got} on axis {axis}, the model expects {dim}"
                     )
