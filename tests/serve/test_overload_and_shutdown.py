@@ -10,6 +10,7 @@ import http.client
 import json
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import onnxruntime as ort
@@ -60,13 +61,6 @@ def test_queue_overflow_gives_503_with_retry_after_and_drops_nothing_accepted(sl
         client = th.InferenceServerClient(srv.url, concurrency=8, network_timeout=120)
         xs = [np.full(SHAPE, i / 16, np.float32) for i in range(8)]
         jobs = [client.async_infer("slow", [_input(x)]) for x in xs]
-        _wait_for(lambda: srv.metric("modelpress_queue_depth") >= 2, "a full queue")
-        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
-        head, body = _binary_request(xs[0])
-        conn.request("POST", "/v2/models/slow/infer", body=body, headers={"Inference-Header-Content-Length": str(len(body) - xs[0].nbytes)})
-        r = conn.getresponse()
-        assert r.status == 503 and r.getheader("Retry-After") == "1"
-        assert "--max-queue 2" in json.loads(r.read())["error"]
         sess = ort.InferenceSession(str(slow_model))
         ok = refused = 0
         for x, job in zip(xs, jobs):
@@ -79,7 +73,27 @@ def test_queue_overflow_gives_503_with_retry_after_and_drops_nothing_accepted(sl
             np.testing.assert_allclose(got, sess.run(None, {"x": x})[0], rtol=RTOL, atol=ATOL)
             ok += 1
         assert ok + refused == 8 and refused > 0 and ok >= 3  # one running and two waiting at least
-        assert srv.metric('modelpress_request_failures_total{code="503"') == refused + 1
+
+        # the same burst from a plain client, which sees the headers
+        def plain(x):
+            conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=120)
+            head, body = _binary_request(x)
+            conn.request("POST", "/v2/models/slow/infer", body=body, headers={"Inference-Header-Content-Length": str(len(body) - x.nbytes)})
+            r = conn.getresponse()
+            return r.status, r.getheader("Retry-After"), r.read()
+
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(plain, xs))
+        for x, (status, retry_after, body) in zip(xs, answers):
+            if status == 503:
+                assert retry_after == "1" and "--max-queue 2" in json.loads(body)["error"]
+                refused += 1
+            else:
+                assert status == 200
+                got = json.loads(body)["outputs"][0]
+                np.testing.assert_allclose(np.array(got["data"], np.float32).reshape(got["shape"]), sess.run(None, {"x": x})[0], rtol=RTOL, atol=ATOL)
+                ok += 1
+        assert srv.metric('modelpress_request_failures_total{code="503"') == refused
         assert srv.metric("modelpress_inferences_total") == ok  # every accepted request ran once
         # and once the burst is over, the server takes requests again
         np.testing.assert_allclose(client.infer("slow", [_input(xs[1])]).as_numpy("y"), sess.run(None, {"x": xs[1]})[0], rtol=RTOL, atol=ATOL)
@@ -89,15 +103,19 @@ def test_queue_overflow_gives_503_with_retry_after_and_drops_nothing_accepted(sl
 
 def test_sigterm_answers_every_accepted_request_then_exits_0(slow_model):
     srv = ServerProcess([str(slow_model), "--max-batch", "1", "--max-queue", "64"])
-    client = th.InferenceServerClient(srv.url, concurrency=8, network_timeout=120)
-    xs = [np.full(SHAPE, (i + 1) / 10, np.float32) for i in range(8)]
-    jobs = [client.async_infer("slow", [_input(x)]) for x in xs]
-    # a ninth request whose body is still arriving when the signal comes
+    client = th.InferenceServerClient(srv.url, concurrency=16, network_timeout=120)
+    # a request whose body is still arriving when the signal comes
     x9 = np.full(SHAPE, 0.05, np.float32)
     head, body = _binary_request(x9)
     raw = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
     raw.sendall(head + body[:1000])
-    _wait_for(lambda: srv.metric("modelpress_requests_in_progress") >= 9, "nine requests inside the server")
+    xs = [np.full(SHAPE, (i + 1) / 20, np.float32) for i in range(16)]
+    jobs = [client.async_infer("slow", [_input(x)]) for x in xs]
+    # all 17 inside the server, and some besides the half-sent one still waiting or running
+    _wait_for(
+        lambda: srv.metric("modelpress_requests_total") == 17 and srv.metric("modelpress_requests_in_progress") >= 3,
+        "requests inside the server",
+    )
     srv.terminate()
     time.sleep(0.3)  # the server is draining: its listening socket is closed
     with pytest.raises(OSError):
