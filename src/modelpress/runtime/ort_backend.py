@@ -35,6 +35,9 @@ class OrtOptions:
     memory_limit_mb: int | None = None  # per device, for GPU providers
     io_binding: bool = False
     profile: bool = False
+    # Idle intra-op threads spin for a while after each run; a server turns it off so that they
+    # leave the cores to its event loop (which reads the next requests) between runs.
+    spin_wait: bool = True
 
 
 def _cuda_count() -> int:
@@ -60,6 +63,9 @@ class OrtPrepared:
             profile=options.profile,
         )
         so.enable_cpu_mem_arena = options.memory_arena
+        if not options.spin_wait:
+            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            so.add_session_config_entry("session.inter_op.allow_spinning", "0")
         if options.profile:
             import os
             import tempfile

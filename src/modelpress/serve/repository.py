@@ -243,6 +243,11 @@ class Repository:
         processing it declares (``runtime.processing``), when it declares one."""
         from modelpress.runtime.session import Session
 
+        if backend == "ort":
+            from modelpress.runtime.ort_backend import OrtBackend, OrtOptions
+
+            # idle runtime threads must not spin on the cores the event loop needs between runs
+            backend = OrtBackend(OrtOptions(spin_wait=False))
         served = []
         for name, model in models:
             session = Session(model, backend=backend, device=device, place=place, strict=strict)
