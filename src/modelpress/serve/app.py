@@ -67,6 +67,15 @@ class ServerState:
             await batcher.close()
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("modelpress")
+    except PackageNotFoundError:  # running from a source tree
+        return "unknown"
+
+
 def _json(data, status: int = 200, headers: dict | None = None) -> Response:
     return Response(json.dumps(data), status_code=status, media_type="application/json", headers=headers)
 
@@ -129,9 +138,7 @@ def build_app(repository: Repository, options: ServeOptions | None = None) -> Fa
 
     @app.get("/v2")
     async def server_metadata() -> Response:
-        from modelpress import __version__
-
-        return _json({"name": SERVER_NAME, "version": __version__, "extensions": EXTENSIONS})
+        return _json({"name": SERVER_NAME, "version": _version(), "extensions": EXTENSIONS})
 
     def _model(name: str, version: str | None) -> ServedModel:
         return repository.get(name, version)
