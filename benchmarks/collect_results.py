@@ -19,6 +19,7 @@ ORDER = [
     "quantize_torchvision",
     "torch_backend",
     "advisor",
+    "serve",
 ]
 TITLES = {
     "optimize": "graph optimizer (issue: foundation and optimizer)",
@@ -27,6 +28,7 @@ TITLES = {
     "quantize_torchvision": "quantization of full-size torchvision architectures",
     "torch_backend": "PyTorch backend",
     "advisor": "hardware advisor",
+    "serve": "serving under load (modelpress serve, Ray Serve, FastAPI)",
 }
 
 
