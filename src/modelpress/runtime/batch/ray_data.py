@@ -12,13 +12,14 @@ only here.
 
 from __future__ import annotations
 
+import logging
 import pickle
 import time
 from pathlib import Path
 
 import numpy as np
 
-from modelpress.errors import InputError, require
+from modelpress.errors import InputError, OptionError, require
 from modelpress.runtime.batch import output as out
 from modelpress.runtime.batch.sources import Items
 from modelpress.runtime.batch.stream import Timing
@@ -110,24 +111,52 @@ def run_on_ray(
     timing = Timing()
     start = time.perf_counter()
     if not ray.is_initialized():
-        ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        except Exception as exc:  # noqa: BLE001 - Ray raises several classes for an unreachable cluster
+            msg = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+            raise OptionError(f"--ray {address or ''}: cannot start or reach a Ray cluster ({msg})".replace("--ray :", "--ray:")) from None
     ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = False
     ctx.print_on_execution_start = False
+    # Ray Data logs each execution and draws progress bars on stderr; the caller shows progress.
+    log = logging.getLogger("ray.data")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    ctx.enable_progress_bars = False
+    try:
+        _execute(ray, model, processing, source, done, batch_size, actors, backend, device, emit, timing)
+    finally:
+        log.setLevel(level)
+    timing.elapsed_s = time.perf_counter() - start
+    return f"ray ({device})", timing
+
+
+def _execute(ray, model, processing, source, done, batch_size, actors, backend, device, emit, timing) -> None:
     pending = [i for i in range(len(source)) if i not in done]
     if pending:
         is_path = isinstance(source.payloads[0], Path)
         rows = [
             {"index": i, "id": source.ids[i], "payload": str(source.payloads[i])} for i in pending
         ]
+        n_actors = actors or 1
+        # Up to one pre-processing task per CPU of the cluster; a task pool of another size than
+        # the actor pool also keeps Ray from fusing the two stages into one (no overlap).
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        pre_tasks = cpus if cpus != n_actors else cpus + 1
         ds = ray.data.from_items(rows)
-        ds = ds.map_batches(_Prepare(processing, is_path), batch_size=batch_size, batch_format="numpy")
+        ds = ds.map_batches(
+            _Prepare(processing, is_path),
+            batch_size=batch_size,
+            batch_format="numpy",
+            compute=ray.data.TaskPoolStrategy(size=pre_tasks),
+        )
         ds = ds.map_batches(
             _Model,
             fn_constructor_kwargs={"model": model, "processing": processing, "backend": backend, "device": device},
             batch_size=batch_size,
             batch_format="numpy",
-            concurrency=actors or 1,
+            compute=ray.data.ActorPoolStrategy(size=n_actors),
+            num_gpus=1 if device.startswith("cuda") else None,
         )
         for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
             items = [int(i) for i in batch["index"]]
@@ -135,5 +164,3 @@ def run_on_ray(
             emit([items[k] for k in order], b"".join(batch["line"][k] for k in order))
             timing.busy_s += float(np.sum(batch["busy"]))
             timing.batches += 1
-    timing.elapsed_s = time.perf_counter() - start
-    return f"ray ({device})", timing
