@@ -4,7 +4,8 @@ changing its answers: only when every output is per-sample along axis 0.
 The rule, decided from the graph:
 
 1. every input's axis 0 is dynamic (a name, empty, -1 or 0), and the named ones share one name;
-   inputs whose axis 0 all fix the same size ``k`` batch exactly ``k`` items;
+   inputs whose axis 0 all fix the same size ``k`` batch exactly ``k`` items (per-sample when
+   the rest of the rule holds with axis 0 taken as the batch; always for ``k = 1``);
 2. with axis 0 of every input set to one symbol, shape inference (ONNX Runtime's symbolic
    inference, which follows run-time Reshape shapes) must give every output that symbol on axis 0;
 3. no node mixes samples: an op that works across the batch axis (Softmax, a Reduce, Gather,
@@ -78,10 +79,13 @@ def batch_rule(model: ir.Model) -> BatchRule:
         firsts.append(v.shape[0])
     fixed = {fixed_size(d) for d in firsts}
     if fixed != {None}:
-        if len(fixed) == 1:
-            k = fixed.pop()
-            return BatchRule(k == 1, k, "" if k == 1 else f"the model's inputs fix the batch at {k}")
-        return BatchRule(False, None, "the inputs' first dimensions are not all dynamic")
+        if len(fixed) != 1:
+            return BatchRule(False, None, "the inputs' first dimensions are not all dynamic")
+        k = fixed.pop()
+        if k == 1:  # one sample a run: nothing to mix
+            return BatchRule(True, 1, "")
+        reason = _mixing(model)
+        return BatchRule(not reason, k, reason)
     names = {d.value for d in firsts if isinstance(d, ir.SymbolicDim) and d.value}
     if len(names) > 1:
         return BatchRule(False, None, f"the inputs' first dimensions have different names ({', '.join(sorted(names))})")
