@@ -136,7 +136,7 @@ def run_batch(
         else:
             from modelpress.runtime.session import Session
 
-            sess = Session(m, backend=backend, device=device, place=place, strict=strict)
+            sess = Session(m, backend=_backend(backend, n_workers), device=device, place=place, strict=strict)
             timing = _run_local(sess, source, processing, plan, journal.done, fmt, emit_records, n_workers, prefetch)
             warnings, placement, dev = list(sess.warnings), sess.plan.log_lines(), sess.device
         written = done[0] - resumed
@@ -152,6 +152,16 @@ def run_batch(
         busy_s=timing.busy_s, wait_s=timing.wait_s, emit_s=timing.emit_s,
         warnings=warnings, placement=placement,
     )  # fmt: skip
+
+
+def _backend(name: str, workers: int):
+    """The backend to run with: ONNX Runtime's threads do not spin while idle when workers
+    share the CPU with it (an idle spinning pool takes the cores the workers need)."""
+    if name == "ort" and workers > 0:
+        from modelpress.runtime.ort_backend import OrtBackend, OrtOptions
+
+        return OrtBackend(OrtOptions(spin=False))
+    return name
 
 
 def refuse_overwrite(output, model, data) -> None:
