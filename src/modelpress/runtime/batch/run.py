@@ -29,7 +29,7 @@ from modelpress.runtime.batch import output as out
 from modelpress.runtime.batch.journal import Journal
 from modelpress.runtime.batch.sources import Arrays, Items, open_data
 from modelpress.runtime.batch.split import BatchRule, batch_rule
-from modelpress.runtime.batch.stream import Prepared, Timing, resolve_workers, stream
+from modelpress.runtime.batch.stream import Prepared, Timing, resolve_workers, start_pool, stream
 
 DEFAULT_BATCH = 8
 
@@ -136,8 +136,16 @@ def run_batch(
         else:
             from modelpress.runtime.session import Session
 
-            sess = Session(m, backend=_backend(backend, n_workers), device=device, place=place, strict=strict)
-            timing = _run_local(sess, source, processing, plan, journal.done, fmt, emit_records, n_workers, prefetch)
+            # Workers start while the model loads: their start-up is not the model's idle time.
+            items = isinstance(source, Items) and n_workers > 0 and len(journal.done) < len(source)
+            pool = start_pool(processing, n_workers) if items else None
+            try:
+                sess = Session(m, backend=_backend(backend, n_workers), device=device, place=place, strict=strict)
+            except BaseException:
+                if pool is not None:
+                    pool.shutdown(cancel_futures=True)
+                raise
+            timing = _run_local(sess, source, processing, plan, journal.done, fmt, emit_records, n_workers, prefetch, pool)
             warnings, placement, dev = list(sess.warnings), sess.plan.log_lines(), sess.device
         written = done[0] - resumed
         out.finalize(journal, output, fmt, total)
@@ -235,7 +243,7 @@ def _batches(ids: list[str], payloads: list, pending: list[int], size: int) -> I
         yield [(i, ids[i], payloads[i]) for i in pending[start : start + size]]
 
 
-def _run_local(sess, source, processing, plan: _Plan, done: set[int], fmt: str, emit_records, workers: int, prefetch) -> Timing:
+def _run_local(sess, source, processing, plan: _Plan, done: set[int], fmt: str, emit_records, workers: int, prefetch, pool) -> Timing:
     if isinstance(source, Items):
         pending = [i for i in range(len(source)) if i not in done]
 
@@ -252,7 +260,7 @@ def _run_local(sess, source, processing, plan: _Plan, done: set[int], fmt: str, 
         return stream(
             _batches(source.ids, source.payloads, pending, plan.size),
             processing=processing, infer=lambda feeds: sess.run(feeds, check=False), emit=emit,
-            workers=workers, prefetch=prefetch, fixed=plan.fixed,
+            workers=workers, prefetch=prefetch, fixed=plan.fixed, pool=pool,
         )  # fmt: skip
     return _run_arrays(sess, source, processing, plan, done, fmt, emit_records)
 

@@ -7,9 +7,10 @@ were given, so results come out in input order. While the model runs batch k, th
 batches k+1 ... k+prefetch. Each worker decodes and transforms its batch's items and collates them
 into the model's feeds, so the calling thread only runs the model and hands the results on.
 
-Timing: ``busy`` is the time inside the model, ``wait`` the time the loop waited for a prepared
-batch (the model idle for want of input), ``emit`` the time spent handing results on (answers,
-the journal). With ``workers=0`` items are prepared inline (nothing overlaps: the baseline).
+Timing: ``busy`` is the time inside the model, ``emit`` the time spent handing results on
+(answers, the journal), ``wait`` the rest: the model idle for want of input, worker start-up
+included. With ``workers=0`` items are prepared inline (nothing overlaps: the baseline).
+``start_pool`` starts the workers ahead (while the caller loads the model, say).
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ def stream(
     workers: int,
     prefetch: int | None = None,
     fixed: int | None = None,
+    pool: ProcessPoolExecutor | None = None,
 ) -> Timing:
     """Prepare each batch (in ``workers`` processes), run ``infer`` on it and ``emit`` the
     result, in input order. ``prefetch`` bounds the batches in flight (2 per worker by default)."""
@@ -131,13 +133,10 @@ def stream(
 
     if workers == 0:
         for batch in batches:
-            t0 = time.perf_counter()
-            prep = prepare_batch(batch, fixed, processing)
-            timing.wait_s += time.perf_counter() - t0
-            consume(prep)
+            consume(prepare_batch(batch, fixed, processing))
     else:
         bound = max(prefetch or 2 * workers, 1)
-        pool = ProcessPoolExecutor(workers, mp_context=_context(), initializer=_init_worker, initargs=(processing,))
+        pool = pool or start_pool(processing, workers)
         pending: deque[Future] = deque()
         it = iter(batches)
         try:
@@ -146,9 +145,7 @@ def stream(
                 if len(pending) >= bound:
                     break
             while pending:
-                t0 = time.perf_counter()
                 prep = pending.popleft().result()
-                timing.wait_s += time.perf_counter() - t0
                 batch = next(it, None)  # refill first, so the workers go on while the model runs
                 if batch is not None:
                     pending.append(pool.submit(prepare_batch, batch, fixed))
@@ -158,4 +155,14 @@ def stream(
                 f.cancel()
             pool.shutdown(wait=True, cancel_futures=True)
     timing.elapsed_s = time.perf_counter() - start
+    timing.wait_s = max(timing.elapsed_s - timing.busy_s - timing.emit_s, 0.0)
     return timing
+
+
+def start_pool(processing, workers: int) -> ProcessPoolExecutor:
+    """``workers`` processes holding ``processing``, started now (their start-up then overlaps
+    whatever the caller does next); ``stream`` shuts the pool down when it is done."""
+    pool = ProcessPoolExecutor(workers, mp_context=_context(), initializer=_init_worker, initargs=(processing,))
+    for _ in range(workers):
+        pool.submit(int)  # a submit starts the processes; the no-op leaves them idle
+    return pool
