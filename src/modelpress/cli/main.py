@@ -20,6 +20,7 @@ COMMANDS = (
     "optimize_cmd",
     "verify_cmd",
     "quantize_cmd",
+    "pipeline_cmd",
     "run_cmd",
     "serve_cmd",
     "bench_cmd",

@@ -247,7 +247,7 @@ class Repository:
             from modelpress.runtime.ort_backend import OrtBackend, OrtOptions
 
             # idle runtime threads must not spin on the cores the event loop needs between runs
-            backend = OrtBackend(OrtOptions(spin_wait=False))
+            backend = OrtBackend(OrtOptions(spin=False))
         served = []
         for name, model in models:
             session = Session(model, backend=backend, device=device, place=place, strict=strict)

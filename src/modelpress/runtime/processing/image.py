@@ -182,6 +182,8 @@ class ImagePre:
                 if self.resize is not None:
                     img = img.resize(_resized(img.size, self.resize), _filter(Image, self.interp))
                 pixels = np.asarray(img, dtype=np.uint8)
+        except Image.UnidentifiedImageError:
+            raise InputError(f"{label}: not a {', '.join(FORMATS[:-1])} or {FORMATS[-1]} image") from None
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
             msg = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
             raise InputError(f"{label}: not a readable image ({msg})") from None

@@ -208,4 +208,15 @@ def read_spec(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise OptionError(f"--spec {p}: expected a mapping with pre and/or post")
     check_keys(data, {"pre", "post"}, where="spec")
-    return data
+    out: dict[str, Any] = {}
+    if data.get("pre") is not None:
+        kind, raw = parse_pre(data["pre"])
+        out["pre"] = {"kind": kind, **_resolved(raw, ("tokenizer",), p.parent)}
+    if data.get("post") is not None:
+        out["post"] = _resolved(parse_post(data["post"]), ("labels",), p.parent)
+    return out
+
+
+def _resolved(raw: dict[str, Any], keys: tuple[str, ...], base: Path) -> dict[str, Any]:
+    """``raw`` with the file names under ``keys`` made relative to ``base`` (a spec's folder)."""
+    return {k: str(base / v) if k in keys and isinstance(v, str) else v for k, v in raw.items()}
