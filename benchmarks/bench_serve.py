@@ -1,7 +1,7 @@
 """modelpress serve under load: throughput and p50/p99 latency against concurrency, beside the
 peers a user would otherwise pick, and the model's own batched ceiling.
 
-For a CNN (zoo ``resnet-digits``) and a BERT-style encoder (zoo ``bert-tiny``, sequence 32), four
+For a CNN (zoo ``resnet-digits``) and a BERT-style encoder (zoo ``bert-tiny``, sequence 64), four
 servers run side by side on loopback:
 
 - ``modelpress b1``: ``modelpress serve --max-batch 1`` (one request a run);
@@ -48,7 +48,7 @@ ROOT = HERE.parent
 WORK = HERE / "_work" / "serve"
 RESULTS = HERE / "results"
 CONCURRENCY = (1, 8, 32, 64)
-MODELS = {"resnet-digits": None, "bert-tiny": 32}  # zoo name → sequence length
+MODELS = {"resnet-digits": None, "bert-tiny": 64}  # zoo name → sequence length
 VARIANTS = ("modelpress b1", "modelpress", "ray serve.batch", "fastapi")
 LOAD: list[float] = []  # 1-minute load average when the run starts, between models, and at its end
 
@@ -133,7 +133,7 @@ def peer_ray(model: str, port: int, shapes: dict) -> None:
 # --- the load generator (its own process) ---------------------------------------------------------
 
 
-async def _client(port: int, request: bytes, start: float, warm: float, stop: float, lat: list, errors: list):
+async def _client(port: int, request: bytes, start: float, warm: float, stop: float, lat: list, errors: list, total: list):
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         while True:
@@ -156,6 +156,7 @@ async def _client(port: int, request: bytes, start: float, warm: float, stop: fl
             else:
                 await reader.readexactly(length)
             t1 = time.perf_counter()
+            total[0] += 1
             if t0 >= warm:
                 (lat if status == 200 else errors).append(t1 - t0)
     finally:
@@ -165,10 +166,10 @@ async def _client(port: int, request: bytes, start: float, warm: float, stop: fl
 async def _load(port: int, request: bytes, concurrency: int, warmup: float, duration: float) -> dict:
     start = time.perf_counter()
     warm, stop = start + warmup, start + warmup + duration
-    lat, errors = [], []
-    await asyncio.gather(*[_client(port, request, start, warm, stop, lat, errors) for _ in range(concurrency)])
+    lat, errors, total = [], [], [0]
+    await asyncio.gather(*[_client(port, request, start, warm, stop, lat, errors, total) for _ in range(concurrency)])
     end = time.perf_counter()
-    return {"count": len(lat), "errors": len(errors), "seconds": end - warm, "lat": lat}
+    return {"count": len(lat), "errors": len(errors), "total": total[0], "seconds": end - warm, "lat": lat}
 
 
 def loadgen(port: int, request_file: str, concurrency: int, warmup: float, duration: float) -> None:
@@ -273,13 +274,16 @@ def _run_load(port: int, request_file: Path, concurrency: int, warmup: float, du
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _ort_rate(path: str, feeds_for, batch: int, seconds: float = 1.5) -> tuple[float, float]:
-    """(items/s, p50 ms a run) of ONNX Runtime in-process at ``batch``, runs back to back."""
+def _session(path: str):
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(path)
+    return ort.InferenceSession(path)
+
+
+def _ort_rate(sess, feeds_for, batch: int, seconds: float = 1.0) -> tuple[float, float]:
+    """(items/s, p50 ms a run) of ONNX Runtime in-process at ``batch``, runs back to back."""
     feeds = feeds_for(batch)
-    for _ in range(5):
+    for _ in range(3):
         sess.run(None, feeds)
     times = []
     end = time.perf_counter() + seconds
@@ -288,6 +292,12 @@ def _ort_rate(path: str, feeds_for, batch: int, seconds: float = 1.5) -> tuple[f
         sess.run(None, feeds)
         times.append(time.perf_counter() - t0)
     return batch / statistics.mean(times), statistics.median(times) * 1000
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _cpu() -> str:
@@ -334,19 +344,31 @@ def bench(reps: int, warmup: float, duration: float) -> dict:
                     _warm_peer(ports[v], raw, procs[v])
             runs = {(v, c): [] for v in VARIANTS for c in CONCURRENCY}
             batches = {c: [] for c in CONCURRENCY}
+            ceilings = {c: [] for c in CONCURRENCY}
+            own = []
+            sess = _session(path)
             for r in range(reps):
                 for c in CONCURRENCY:
                     order = VARIANTS if r % 2 == 0 else VARIANTS[::-1]
                     for v in order:
                         req = WORK / f"{zname}.{'v2' if v.startswith('modelpress') else 'raw'}"
                         before = (_metric(ports[v], "modelpress_inferences_total"), _metric(ports[v], "modelpress_batch_size_count")) if v == "modelpress" else None
+                        # Ray's replica is another process of the cluster: its CPU is not counted
+                        cpu0 = None if v.startswith("ray") else _cpu_seconds(procs[v].pid)
                         res = _run_load(ports[v], req, c, warmup, duration)
+                        if cpu0 is not None:
+                            res["cpu_ms"] = (_cpu_seconds(procs[v].pid) - cpu0) / max(res["total"], 1) * 1000
                         if before:
                             rows = _metric(ports[v], "modelpress_inferences_total") - before[0]
                             n = _metric(ports[v], "modelpress_batch_size_count") - before[1]
                             batches[c].append(rows / max(n, 1))
                         runs[(v, c)].append(res)
                         print(f"{zname} rep {r} c={c:>2} {v:<16} {res['rps']:8.1f} req/s  p50 {res['p50_ms']:7.2f}  p99 {res['p99_ms']:7.2f}  errors {res['errors']}", flush=True)
+                    # the ceiling in the same minute: ORT alone at the mean batch this round formed
+                    b = max(1, round(batches[c][-1]))
+                    ceilings[c].append({"batch": b, "mean_batch": batches[c][-1], "rps": _ort_rate(sess, feeds_for, b)[0]})
+                    if c == 1:
+                        own.append(_ort_rate(sess, feeds_for, 1)[1])
         finally:
             for p in procs.values():
                 if p.poll() is None:
@@ -356,17 +378,11 @@ def bench(reps: int, warmup: float, duration: float) -> dict:
                     p.wait(timeout=60)
                 except subprocess.TimeoutExpired:
                     os.killpg(p.pid, signal.SIGKILL)
-        # the ceiling and the model's own time, with the servers gone
-        ceiling = {}
-        for c in CONCURRENCY:
-            b = max(1, round(statistics.median(batches[c])))
-            ceiling[c] = {"batch": b, "rps": _ort_rate(path, feeds_for, b)[0], "mean_batch": statistics.median(batches[c])}
-        own_p50 = statistics.median(_ort_rate(path, feeds_for, 1)[1] for _ in range(3))
         results[zname] = {
             "seq": seq,
             "runs": {f"{v}|{c}": rs for (v, c), rs in runs.items()},
-            "ceiling": ceiling,
-            "own_p50_ms": own_p50,
+            "ceiling": {str(c): cs for c, cs in ceilings.items()},
+            "own_p50_ms": own,
         }
     LOAD.append(os.getloadavg()[0])
     return results
@@ -397,35 +413,43 @@ def write(results: dict, reps: int, warmup: float, duration: float) -> None:
     ]
     for zname, r in results.items():
         seq = f", sequence {r['seq']}" if r["seq"] else ""
-        lines += [f"## {zname}{seq}", "", "| concurrency | server | req/s | p50 ms | p99 ms | errors |", "| ---: | --- | ---: | ---: | ---: | ---: |"]
+        lines += [
+            f"## {zname}{seq}",
+            "",
+            "| concurrency | server | req/s | p50 ms | p99 ms | server CPU ms/request | errors |",
+            "| ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+        ]
         for c in CONCURRENCY:
             for v in VARIANTS:
                 rs = r["runs"][f"{v}|{c}"]
                 rps, p50, p99 = _med(rs, "rps"), _med(rs, "p50_ms"), _med(rs, "p99_ms")
+                cpu = f"{_med(rs, 'cpu_ms')[0]:.3f}" if "cpu_ms" in rs[0] else "-"
                 errs = sum(x["errors"] for x in rs)
                 lines.append(
                     f"| {c} | {v} | {rps[0]:.0f} ({rps[1]:.0f}-{rps[2]:.0f}) | {p50[0]:.2f} ({p50[1]:.2f}-{p50[2]:.2f}) | "
-                    f"{p99[0]:.2f} ({p99[1]:.2f}-{p99[2]:.2f}) | {errs} |"
+                    f"{p99[0]:.2f} ({p99[1]:.2f}-{p99[2]:.2f}) | {cpu} | {errs} |"
                 )
-            ceil = r["ceiling"][c]
-            lines.append(f"| {c} | *ceiling: ORT in-process, batch {ceil['batch']}* | {ceil['rps']:.0f} | | | |")
+            cs = r["ceiling"][str(c)]
+            rate = _med(cs, "rps")
+            batch = statistics.median(x["mean_batch"] for x in cs)
+            lines.append(f"| {c} | *ceiling: ORT in-process at the mean batch formed ({batch:.1f})* | {rate[0]:.0f} ({rate[1]:.0f}-{rate[2]:.0f}) | | | | |")
         lines.append("")
-        mp64 = _med(r["runs"]["modelpress|64"], "rps")[0]
-        b1 = _med(r["runs"]["modelpress b1|64"], "rps")[0]
-        p99_mp, p99_b1 = _med(r["runs"]["modelpress|64"], "p99_ms")[0], _med(r["runs"]["modelpress b1|64"], "p99_ms")[0]
-        ray64 = _med(r["runs"]["ray serve.batch|64"], "rps")[0]
-        fa64 = _med(r["runs"]["fastapi|64"], "rps")[0]
-        ceil64 = r["ceiling"][64]["rps"]
+
+        def per_round(a: str, b: str, key: str = "rps", r: dict = r) -> float:
+            return statistics.median(x[key] / y[key] for x, y in zip(r["runs"][a], r["runs"][b]))
+
+        to_ceiling = statistics.median(x["rps"] / y["rps"] for x, y in zip(r["runs"]["modelpress|64"], r["ceiling"]["64"]))
+        own = statistics.median(r["own_p50_ms"])
         c1 = _med(r["runs"]["modelpress|1"], "p50_ms")[0]
-        overhead = c1 - r["own_p50_ms"]
         lines += [
-            f"At concurrency 64: dynamic batching {mp64:.0f} req/s = **{mp64 / ceil64:.0%} of the ceiling** "
-            f"(ORT alone at the mean batch the server formed, {r['ceiling'][64]['mean_batch']:.1f}); "
-            f"{mp64 / b1:.2f}x `--max-batch 1` (p99 {p99_mp:.1f} vs {p99_b1:.1f} ms), "
-            f"{mp64 / ray64:.2f}x Ray Serve `@serve.batch`, {mp64 / fa64:.2f}x the hand-written FastAPI app.",
+            f"At concurrency 64 (ratios: median over rounds of the ratio within a round): dynamic batching reaches "
+            f"**{to_ceiling:.0%} of the ceiling**; {per_round('modelpress|64', 'modelpress b1|64'):.2f}x the throughput of "
+            f"`--max-batch 1` with p99 {per_round('modelpress|64', 'modelpress b1|64', 'p99_ms'):.2f}x; "
+            f"{per_round('modelpress|64', 'ray serve.batch|64'):.2f}x Ray Serve `@serve.batch`; "
+            f"{per_round('modelpress|64', 'fastapi|64'):.2f}x the hand-written FastAPI app.",
             "",
-            f"Overhead at concurrency 1: p50 {c1:.2f} ms against the model's own p50 of {r['own_p50_ms']:.2f} ms at batch 1 "
-            f"in-process: **{overhead:.2f} ms** (HTTP both ways, v2 decoding and encoding, the batcher's thread hand-off, "
+            f"Overhead at concurrency 1: p50 {c1:.2f} ms against the model's own p50 of {own:.2f} ms at batch 1 "
+            f"in-process: **{c1 - own:.2f} ms** (HTTP both ways, v2 decoding and encoding, the batcher's thread hand-off, "
             "and the load generator's own parsing).",
             "",
         ]

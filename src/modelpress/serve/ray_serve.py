@@ -35,8 +35,13 @@ class _Replica:
     """One Ray Serve replica: sessions for every model, and the app around them."""
 
     def __init__(self, protos: list, options: ServeOptions, backend: str, device: str):
+        import sys
+
         from modelpress.ir import from_proto
         from modelpress.serve.repository import Repository
+        from modelpress.serve.server import SWITCH_INTERVAL_S
+
+        sys.setswitchinterval(SWITCH_INTERVAL_S)  # the replica's process is ours: see server.py
 
         self.repository = Repository.open(
             [(name, from_proto(proto)) for name, proto in protos], backend=backend, device=device

@@ -11,6 +11,10 @@ On SIGTERM (or Ctrl+C) the server:
 uvicorn re-raises the signal after its own shutdown, which would make the exit status say the
 process was killed; ``_Server`` keeps uvicorn's handlers but not that re-raise. ``drain_timeout_s``
 bounds step 3 for clients that stop sending halfway.
+
+While it serves, the interpreter's thread switch interval is 1 ms instead of 5: the model's thread
+needs the GIL back after each run, and an event loop that is busy with other requests would
+otherwise keep it for up to 5 ms, leaving the model idle that long after every batch.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Callable
 
@@ -28,6 +33,7 @@ from modelpress.serve.options import ServeOptions
 from modelpress.serve.repository import Repository
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SWITCH_INTERVAL_S = 0.001
 
 
 class _Server(uvicorn.Server):
@@ -96,9 +102,12 @@ def serve(
     )
     started = (lambda: on_started(host, bound_port)) if on_started else None
     server = _Server(config, on_started=started)
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     try:
         server.run(sockets=[sock])
     finally:
+        sys.setswitchinterval(switch)
         sock.close()
 
 
