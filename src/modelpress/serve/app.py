@@ -181,52 +181,57 @@ def build_app(repository: Repository, options: ServeOptions | None = None) -> Fa
     async def infer(name: str, request: Request, version: str | None = None) -> Response:
         start = time.perf_counter()
         m = state.metrics
-        label = name if name in repository.models else "_unknown"
+        label = name if name in repository.models else "_unknown"  # bounded label values
         m.requests.labels(label).inc()
         m.in_progress.inc()
-        state.receiving += 1
-        receiving = True
         try:
-            model = _model(name, version)
-            body = await read_body(request, options.max_body_bytes)
-            body = decompress(body, request.headers.get("content-encoding"), limit=options.max_body_bytes)
-            header_length = request.headers.get("inference-header-content-length")
-            if raw.is_raw(request.headers.get("content-type"), header_length):
-                items = raw.items_from_body(model, body, request.headers.get("content-type"))
-                state.receiving -= 1
-                receiving = False
-                answers = await raw.infer(model, state.batchers[model.name], items)
-                response = _json(answers[0] if len(answers) == 1 else answers)
-            else:
-                if header_length is not None and not header_length.isdigit():
-                    raise RequestError(400, "Inference-Header-Content-Length is not a number")
-                req = decode_request(body, header_length=int(header_length) if header_length else None)
-                del body
-                state.receiving -= 1
-                receiving = False
-                if raw.is_raw_request(model, req):
-                    outputs = await raw.infer_tensor(model, state.batchers[model.name], req)
-                else:
-                    feeds, rows, key = model.check(req.inputs)
-                    wanted = model.output_names(o.name for o in req.outputs) if req.outputs else None
-                    try:
-                        result = await state.batchers[model.name].submit(feeds, rows, key)
-                    except Exception as exc:
-                        raise model_failure(model.name, exc) from None
-                    outputs = {k: result[k] for k in wanted} if wanted else result
-                payload, headers = encode_response(outputs, model_name=model.name, model_version=model.version, request=req)
-                response = Response(payload, headers=headers)
+            response = await _infer(state, _model(name, version), request)
         except RequestError as exc:
             m.failures.labels(label, str(exc.status)).inc()
             response = _error(exc)
         finally:
-            if receiving:
-                state.receiving -= 1
             m.in_progress.dec()
         m.latency.labels(label).observe(time.perf_counter() - start)
         return response
 
     return app
+
+
+async def _infer(state: ServerState, model: ServedModel, request: Request) -> Response:
+    """Read, decode and check one infer request, run it through the model's batcher, answer."""
+    options, batcher = state.options, state.batchers[model.name]
+    headers = request.headers
+    state.receiving += 1  # until the request is decoded: the batcher may wait for it
+    try:
+        body = await read_body(request, options.max_body_bytes)
+        body = decompress(body, headers.get("content-encoding"), limit=options.max_body_bytes)
+        header_length = headers.get("inference-header-content-length")
+        if raw.is_raw(headers.get("content-type"), header_length):
+            items = raw.items_from_body(model, body, headers.get("content-type"))
+            req = None
+        else:
+            if header_length is not None and not header_length.isdigit():
+                raise RequestError(400, "Inference-Header-Content-Length is not a number")
+            req = decode_request(body, header_length=int(header_length) if header_length else None)
+    finally:
+        state.receiving -= 1
+    if req is None:
+        answers = await raw.infer(model, batcher, items)
+        return _json(answers[0] if len(answers) == 1 else answers)
+    if raw.is_raw_request(model, req):
+        outputs = await raw.infer_tensor(model, batcher, req)
+    else:
+        feeds, rows, key = model.check(req.inputs)
+        wanted = model.output_names(o.name for o in req.outputs) if req.outputs else None
+        try:
+            result = await batcher.submit(feeds, rows, key)
+        except Exception as exc:
+            raise model_failure(model.name, exc) from None
+        outputs = {k: result[k] for k in wanted} if wanted else result
+    payload, response_headers = encode_response(
+        outputs, model_name=model.name, model_version=model.version, request=req
+    )
+    return Response(payload, headers=response_headers)
 
 
 class KeyGuard:
