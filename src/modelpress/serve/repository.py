@@ -23,12 +23,13 @@ import numpy as np
 import onnx_ir as ir
 
 from modelpress.errors import OptionError
+from modelpress.ir.shapes import static_dim
 from modelpress.serve.errors import RequestError
 from modelpress.serve.protocol import datatype_name
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
-Dim = int | str | None  # a size, a named dynamic dimension, or an unnamed one
+Dim = int | str | None  # a size (-1 or 0: any), a named dynamic dimension, or an unnamed one
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class TensorSpec:
 
     def wire_shape(self) -> list[int]:
         """The shape as the protocol writes it: -1 for a dynamic dimension."""
-        return [d if isinstance(d, int) else -1 for d in self.shape or ()]
+        return [d if static_dim(d) is not None else -1 for d in self.shape or ()]
 
     def to_dict(self) -> dict:
         return {"name": self.name, "datatype": self.datatype, "shape": self.wire_shape()}
@@ -153,7 +154,7 @@ class ServedModel:
         if spec.shape is None:
             return
         if len(shape) != len(spec.shape) or any(
-            isinstance(want, int) and got != want for got, want in zip(shape, spec.shape)
+            static_dim(want) is not None and got != want for got, want in zip(shape, spec.shape)
         ):
             raise RequestError(
                 400,
