@@ -67,3 +67,23 @@ def test_cli_refusals_are_one_line(tmp_path, capsys):
         assert main(argv) == 1
         err = capsys.readouterr().err.strip()
         assert "\n" not in err and message in err, err
+
+
+def test_dimensions_written_as_minus_1_or_0_take_any_size():
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    from modelpress.ir import from_proto
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 0, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 0, 3])],
+    )
+    m = ServedModel("m", from_proto(helper.make_model(graph)), session=None)
+    assert m.inputs[0].wire_shape() == [-1, -1, 3]
+    feeds, rows, key = m.check({"x": np.zeros((5, 2, 3), np.float32)})
+    assert rows == 1 and key is None  # an unnamed axis 0 cannot be proved shared: runs alone
+    with pytest.raises(Exception, match="expects \\[-1, -1, 3\\]"):
+        m.check({"x": np.zeros((5, 2, 4), np.float32)})
