@@ -101,8 +101,9 @@ def test_queue_overflow_gives_503_with_retry_after_and_drops_nothing_accepted(sl
         assert srv.stop() == 0
 
 
-def test_sigterm_answers_every_accepted_request_then_exits_0(slow_model):
-    srv = ServerProcess([str(slow_model), "--max-batch", "1", "--max-queue", "64"])
+def test_sigterm_answers_every_accepted_request_then_exits_0(slow_model, tmp_path):
+    record = tmp_path / "serve.json"
+    srv = ServerProcess([str(slow_model), "--max-batch", "1", "--max-queue", "64", "--json", str(record)])
     client = th.InferenceServerClient(srv.url, concurrency=16, network_timeout=120)
     # a request whose body is still arriving when the signal comes
     x9 = np.full(SHAPE, 0.05, np.float32)
@@ -133,6 +134,8 @@ def test_sigterm_answers_every_accepted_request_then_exits_0(slow_model):
         np.testing.assert_allclose(job.get_result().as_numpy("y"), sess.run(None, {"x": x})[0], rtol=RTOL, atol=ATOL)
     assert srv.proc.wait(timeout=60) == 0
     assert "every accepted request was answered" in srv.proc.stdout.read()
+    (served,) = json.loads(record.read_text())["result"]["models"]
+    assert served["requests"] == served["rows"] == served["runs"] == 17 and served["failures"] == {}
 
 
 def test_api_key_guards_everything_but_health(tmp_path):

@@ -27,10 +27,12 @@ def add_parser(sub) -> None:
     p.add_argument("--max-body-mb", type=float, default=64.0, metavar="MB", help="largest request body; past it 413 (default 64)")
     p.add_argument("--drain-timeout", type=float, default=30.0, metavar="S", help="on SIGTERM, how long to wait for accepted requests (default 30)")
     p.add_argument("--api-key-file", metavar="FILE", help="require 'Authorization: Bearer KEY' (KEY read from FILE) on every call but health")
-    p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS", help="deploy on Ray Serve (a local cluster, or the cluster at ADDRESS)")
+    p.add_argument("--ray", action="store_true", help="deploy on Ray Serve (a local cluster unless --ray-address)")
+    p.add_argument("--ray-address", metavar="ADDRESS", help="the Ray cluster to deploy on (with --ray)")
     p.add_argument("--replicas", type=int, default=1, metavar="N", help="Ray Serve replicas per model (with --ray)")
     options.add_device(p)
     options.add_key(p)
+    options.add_record(p)
     p.set_defaults(func=run)
 
 
@@ -43,6 +45,7 @@ def run(args) -> int:
     from modelpress.serve.options import ServeOptions
     from modelpress.serve.repository import model_name
 
+    recorder = options.Recorder("serve", args)
     names = options.listed(args.name)
     if len(names) > len(args.models):
         raise OptionError(f"--name gives {len(names)} names for {len(args.models)} models")
@@ -57,8 +60,10 @@ def run(args) -> int:
     named = [
         (model_name(path, names[i] if i < len(names) else None), path) for i, path in enumerate(args.models)
     ]
+    if args.ray_address and not args.ray:
+        raise OptionError("--ray-address needs --ray")
     if args.ray:
-        return _run_ray(args, named, settings)
+        return _run_ray(args, named, settings, recorder)
 
     from modelpress.serve.repository import Repository
     from modelpress.serve.server import serve
@@ -84,19 +89,23 @@ def run(args) -> int:
             console.print(f"model {m.name}: {', '.join(s.name for s in m.inputs)} ({batching}{extra}) on {m.session.device}")
         console.print(f"serving on http://{host}:{port} (SIGTERM or Ctrl+C drains and stops)", soft_wrap=True)
 
-    serve(repo, settings, host=args.host, port=args.port, on_started=started)
+    result = serve(repo, settings, host=args.host, port=args.port, on_started=started)
+    for m in result.models:
+        failed = sum(m["failures"].values())
+        console.print(f"{m['name']}: {m['requests']} requests ({failed} refused or failed), {m['rows']} rows in {m['runs']} runs, busy {m['busy_s']:.1f} s")
     console.print("stopped: every accepted request was answered")
+    recorder.write(result.to_dict())
     return 0
 
 
-def _run_ray(args, named, settings) -> int:
+def _run_ray(args, named, settings, recorder) -> int:
     from modelpress.serve.ray_serve import ModelSource, deploy
 
     sources = [ModelSource(name, options.open_model(path, args)) for name, path in named]
     deployment = deploy(
         sources,
         settings,
-        address=None if args.ray == "local" else args.ray,
+        address=args.ray_address,
         host=args.host,
         port=args.port,
         replicas=args.replicas,
@@ -106,4 +115,5 @@ def _run_ray(args, named, settings) -> int:
     console.print(f"serving on Ray Serve at http://{args.host}:{deployment.port} (SIGTERM or Ctrl+C stops)")
     deployment.wait()
     console.print("stopped")
+    recorder.write({"host": args.host, "port": deployment.port, "ray": True, "models": [s.name for s in sources]})
     return 0

@@ -66,6 +66,29 @@ class ServerState:
         for batcher in self.batchers.values():
             await batcher.close()
 
+    def summary(self) -> list[dict]:
+        """Per model: requests received, failed (by status), rows and runs of the model, busy time."""
+        value = self.metrics.registry.get_sample_value
+        out = []
+        for name in self.repository.models:
+            failures = {}
+            for metric in self.metrics.registry.collect():
+                if metric.name == "modelpress_request_failures":
+                    for sample in metric.samples:
+                        if sample.name.endswith("_total") and sample.labels.get("model") == name:
+                            failures[sample.labels["code"]] = int(sample.value)
+            out.append(
+                {
+                    "name": name,
+                    "requests": int(value("modelpress_requests_total", {"model": name}) or 0),
+                    "failures": failures,
+                    "rows": int(value("modelpress_inferences_total", {"model": name}) or 0),
+                    "runs": int(value("modelpress_batch_size_count", {"model": name}) or 0),
+                    "busy_s": round(value("modelpress_busy_seconds_total", {"model": name}) or 0.0, 3),
+                }
+            )
+        return out
+
 
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version

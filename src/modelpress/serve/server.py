@@ -25,6 +25,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 
 import uvicorn
 
@@ -64,6 +65,18 @@ class _Server(uvicorn.Server):
             self._on_started()
 
 
+@dataclass
+class ServeResult:
+    """What a server did between its start and its shutdown, per model."""
+
+    host: str
+    port: int
+    models: list[dict] = field(default_factory=list)  # name, requests, failures, rows, runs, busy_s
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket on ``host:port`` (port 0: a free one; read it from getsockname)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -83,8 +96,8 @@ def serve(
     port: int = 8000,
     on_started: Callable[[str, int], None] | None = None,
     log_level: str = "warning",
-) -> None:
-    """Serve ``repository`` until SIGTERM or SIGINT, then drain and return.
+) -> ServeResult:
+    """Serve ``repository`` until SIGTERM or SIGINT, then drain and return what it did.
 
     ``on_started(host, port)`` is called once the server accepts connections (with the port it
     got, for ``port=0``)."""
@@ -109,6 +122,7 @@ def serve(
     finally:
         sys.setswitchinterval(switch)
         sock.close()
+    return ServeResult(host, bound_port, app.state.server.summary())
 
 
 def _has(module: str) -> bool:
