@@ -263,6 +263,15 @@ def _metric(port: int, name: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
 
 
+def _counters(port: int) -> tuple[float, float, float]:
+    """(rows run, model runs, seconds busy) of a modelpress server so far."""
+    return (
+        _metric(port, "modelpress_inferences_total"),
+        _metric(port, "modelpress_batch_size_count"),
+        _metric(port, "modelpress_busy_seconds_total"),
+    )
+
+
 def _run_load(port: int, request_file: Path, concurrency: int, warmup: float, duration: float) -> dict:
     out = subprocess.run(
         [sys.executable, __file__, "--loadgen", "--port", str(port), "--request", str(request_file),
@@ -352,16 +361,19 @@ def bench(reps: int, warmup: float, duration: float) -> dict:
                     order = VARIANTS if r % 2 == 0 else VARIANTS[::-1]
                     for v in order:
                         req = WORK / f"{zname}.{'v2' if v.startswith('modelpress') else 'raw'}"
-                        before = (_metric(ports[v], "modelpress_inferences_total"), _metric(ports[v], "modelpress_batch_size_count")) if v == "modelpress" else None
+                        before = _counters(ports[v]) if v.startswith("modelpress") else None
                         # Ray's replica is another process of the cluster: its CPU is not counted
                         cpu0 = None if v.startswith("ray") else _cpu_seconds(procs[v].pid)
                         res = _run_load(ports[v], req, c, warmup, duration)
                         if cpu0 is not None:
                             res["cpu_ms"] = (_cpu_seconds(procs[v].pid) - cpu0) / max(res["total"], 1) * 1000
                         if before:
-                            rows = _metric(ports[v], "modelpress_inferences_total") - before[0]
-                            n = _metric(ports[v], "modelpress_batch_size_count") - before[1]
-                            batches[c].append(rows / max(n, 1))
+                            rows, runs, busy = (b - a for a, b in zip(before, _counters(ports[v])))
+                            res["mean_batch"] = rows / max(runs, 1)
+                            res["busy"] = busy / (res["seconds"] + warmup)  # the counters span warm-up too
+                            res["ms_per_row"] = busy / max(rows, 1) * 1000
+                            if v == "modelpress":
+                                batches[c].append(res["mean_batch"])
                         runs[(v, c)].append(res)
                         print(f"{zname} rep {r} c={c:>2} {v:<16} {res['rps']:8.1f} req/s  p50 {res['p50_ms']:7.2f}  p99 {res['p99_ms']:7.2f}  errors {res['errors']}", flush=True)
                     # the ceiling in the same minute: ORT alone at the mean batch this round formed
@@ -410,14 +422,19 @@ def write(results: dict, reps: int, warmup: float, duration: float) -> None:
         f"servers interleaved over {reps} rounds. Cells: median over rounds (min-max). The load generator shares the 2 cores "
         "with the server, as a client on the same host would.",
         "",
+        "Columns for modelpress, from its /metrics: rows/run (the batches it formed), model busy (the share of the time "
+        "the model was running), model ms/row (its busy time per row inside the server: compare the ceiling's, the same "
+        "model and batch run back to back in-process). Server CPU: the server process's CPU time per request (Ray's "
+        "replica runs in another process of the cluster and is not counted).",
+        "",
     ]
     for zname, r in results.items():
         seq = f", sequence {r['seq']}" if r["seq"] else ""
         lines += [
             f"## {zname}{seq}",
             "",
-            "| concurrency | server | req/s | p50 ms | p99 ms | server CPU ms/request | errors |",
-            "| ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+            "| concurrency | server | req/s | p50 ms | p99 ms | server CPU ms/request | rows/run | model busy | model ms/row | errors |",
+            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for c in CONCURRENCY:
             for v in VARIANTS:
@@ -425,14 +442,22 @@ def write(results: dict, reps: int, warmup: float, duration: float) -> None:
                 rps, p50, p99 = _med(rs, "rps"), _med(rs, "p50_ms"), _med(rs, "p99_ms")
                 cpu = f"{_med(rs, 'cpu_ms')[0]:.3f}" if "cpu_ms" in rs[0] else "-"
                 errs = sum(x["errors"] for x in rs)
+                model = (
+                    f"{_med(rs, 'mean_batch')[0]:.1f} | {_med(rs, 'busy')[0]:.0%} | {_med(rs, 'ms_per_row')[0]:.3f}"
+                    if "busy" in rs[0]
+                    else "- | - | -"
+                )
                 lines.append(
                     f"| {c} | {v} | {rps[0]:.0f} ({rps[1]:.0f}-{rps[2]:.0f}) | {p50[0]:.2f} ({p50[1]:.2f}-{p50[2]:.2f}) | "
-                    f"{p99[0]:.2f} ({p99[1]:.2f}-{p99[2]:.2f}) | {cpu} | {errs} |"
+                    f"{p99[0]:.2f} ({p99[1]:.2f}-{p99[2]:.2f}) | {cpu} | {model} | {errs} |"
                 )
             cs = r["ceiling"][str(c)]
             rate = _med(cs, "rps")
             batch = statistics.median(x["mean_batch"] for x in cs)
-            lines.append(f"| {c} | *ceiling: ORT in-process at the mean batch formed ({batch:.1f})* | {rate[0]:.0f} ({rate[1]:.0f}-{rate[2]:.0f}) | | | | |")
+            lines.append(
+                f"| {c} | *ceiling: ORT in-process at the mean batch formed* | {rate[0]:.0f} ({rate[1]:.0f}-{rate[2]:.0f}) | | | | "
+                f"{batch:.1f} | | {1000 / rate[0]:.3f} | |"
+            )
         lines.append("")
 
         def per_round(a: str, b: str, key: str = "rps", r: dict = r) -> float:
