@@ -368,8 +368,8 @@ def bench(reps: int, warmup: float, duration: float) -> dict:
                         if cpu0 is not None:
                             res["cpu_ms"] = (_cpu_seconds(procs[v].pid) - cpu0) / max(res["total"], 1) * 1000
                         if before:
-                            rows, runs, busy = (b - a for a, b in zip(before, _counters(ports[v])))
-                            res["mean_batch"] = rows / max(runs, 1)
+                            rows, n_runs, busy = (b - a for a, b in zip(before, _counters(ports[v])))
+                            res["mean_batch"] = rows / max(n_runs, 1)
                             res["busy"] = busy / (res["seconds"] + warmup)  # the counters span warm-up too
                             res["ms_per_row"] = busy / max(rows, 1) * 1000
                             if v == "modelpress":
