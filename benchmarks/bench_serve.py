@@ -427,6 +427,12 @@ def write(results: dict, reps: int, warmup: float, duration: float) -> None:
         "model and batch run back to back in-process). Server CPU: the server process's CPU time per request (Ray's "
         "replica runs in another process of the cluster and is not counted).",
         "",
+        "Reading the tables: where the server's model ms/row is close to the ceiling's, the server keeps the model as "
+        "busy as running it alone would, and what is left is the model's own curve. Where ms/row grows with rows/run, "
+        "this model runs bigger batches slower per row on this machine (every parallel section of a long two-thread "
+        "run waits for its slower thread, and other jobs take the cores), and `--max-batch` should be lower. Where the "
+        "model is busy a small share of the time, the request path (HTTP, decoding) is the limit, not the model.",
+        "",
     ]
     for zname, r in results.items():
         seq = f", sequence {r['seq']}" if r["seq"] else ""
