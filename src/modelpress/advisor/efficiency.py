@@ -56,6 +56,8 @@ class Efficiency:
     # fitted on calibration_benchmarks.csv by benchmarks/bench_advisor.py
     eager: float = 0.801
     eager_overhead_us: float = 80.14
+    # sustained clock under load = min(boost, clock_headroom x base); see clocks.py
+    clock_headroom: float = 1.5
 
     def to_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -25,9 +25,12 @@ from pathlib import Path
 from modelpress.errors import OptionError
 
 
-def add_model(p: argparse.ArgumentParser, *, help: str | None = None) -> None:
+def add_model(p: argparse.ArgumentParser, *, help: str | None = None, required: bool = True) -> None:
     p.add_argument(
-        "model", metavar="MODEL", help=help or "an .onnx file (a protected .mpk with --key-file)"
+        "model",
+        metavar="MODEL",
+        nargs=None if required else "?",
+        help=help or "an .onnx file (a protected .mpk with --key-file)",
     )
 
 
