@@ -21,7 +21,7 @@ arrives until the next dispatch forms the next batch. From ``b``:
   quadrature over ``v = (1 - u₁/S)^n``, which is uniform).
 
 This gives the transition probabilities of a Markov chain on ``b``; its stationary distribution
-``π`` solves ``π P = π`` over the states reachable from a batch of one. Every request of the next batch is accounted for with its own
+``π`` solves ``π P = π`` on the states a power iteration from a batch of one finds. Every request of the next batch is accounted for with its own
 latency: a request that arrived at ``t`` in the cycle waits ``T - t`` (``T`` the dispatch time)
 then ``S(b')``; the latency distribution of all requests is a mixture of uniform pieces
 (weights ``π_b`` × the probabilities above), and its quantiles are found by bisection.
@@ -47,6 +47,7 @@ SATURATION = 1e-3  # overflow probability above which the latency is not trusted
 _NODES, _WEIGHTS = np.polynomial.legendre.leggauss(12)
 _TAIL = 1e-12  # Poisson mass left out at either end
 _MAX_STATES = 1 << 14
+_MAX_ITERATIONS = 400
 
 
 @dataclass(frozen=True)
@@ -104,79 +105,81 @@ def _poisson_rows(mus: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 class _Cycle:
     """What follows the dispatch of a batch of ``b``: the distribution of the next batch and the
-    latency pieces (weight, low, high: that many requests spread uniformly over [low, high])."""
+    latency pieces (weight, low, high: that many requests spread uniformly over [low, high]),
+    for every number ``n`` of arrivals during the service at once."""
 
     def __init__(self, b: int, *, rate: float, s: np.ndarray, max_batch: int, delay: float):
         sb = float(s[b])
         self.next = np.zeros(max_batch + 1)
         self.overflow = 0.0  # probability that this cycle's arrivals exceed max_batch
         self.cycle_s = sb  # expected time to the next dispatch
-        pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         ns, pn = _poisson(rate * sb)
-        for n, p in zip(ns.tolist(), pn.tolist(), strict=True):
-            if n == 0:
-                self._idle(p, rate=rate, s=s, max_batch=max_batch, delay=delay, pieces=pieces)
+        if ns[0] == 0:
+            self._idle(float(pn[0]), rate=rate, s=s, max_batch=max_batch, delay=delay)
+        busy = ns > 0
+        if busy.any():
+            args = dict(rate=rate, s=s, max_batch=max_batch, delay=delay)
+            if delay <= 0:
+                self._busy_now(ns[busy], pn[busy], sb, **args)
             else:
-                self._busy(
-                    n, p, sb, rate=rate, s=s, max_batch=max_batch, delay=delay, pieces=pieces
-                )
-        self.pieces = tuple(np.concatenate(x) for x in zip(*pieces, strict=True))
+                self._busy_wait(ns[busy], pn[busy], sb, **args)
+        w, lo, hi = (
+            np.concatenate([x.ravel() for x in part]) for part in zip(*self._pieces, strict=True)
+        )
+        keep = w > w.sum() * 1e-13
+        self.pieces = (w[keep], lo[keep], hi[keep])
 
-    def _add_batch(self, n_old: int, m: np.ndarray, pm: np.ndarray, p: float, max_batch: int):
-        size = n_old + m
-        np.add.at(self.next, np.minimum(size, max_batch), p * pm)
-        self.overflow += p * float(pm[size > max_batch].sum())
-        return np.minimum(size, max_batch)
+    def _add(self, size: np.ndarray, prob: np.ndarray, total: np.ndarray, max_batch: int) -> None:
+        """Next-batch probabilities: ``prob`` of batches of ``min(total, max_batch)``."""
+        np.add.at(self.next, np.broadcast_to(size, prob.shape).ravel(), prob.ravel())
+        self.overflow += float(prob[np.broadcast_to(total > max_batch, prob.shape)].sum())
 
-    def _idle(self, p, *, rate, s, max_batch, delay, pieces):
+    def _idle(self, p, *, rate, s, max_batch, delay):
         # the worker idles 1/rate on average, then the first arrival waits ``delay``
         self.cycle_s += p * (1.0 / rate + delay)
         m, pm = _poisson(rate * delay)
-        size = self._add_batch(1, m, pm, p, max_batch)
+        size = np.minimum(1 + m, max_batch)
+        self._add(size, p * pm, 1 + m, max_batch)
         sv = s[size]
-        pieces.append((p * pm, delay + sv, delay + sv))  # the first arrival
-        pieces.append((p * pm * np.minimum(m, size - 1), sv, delay + sv))  # those who joined
+        self._pieces.append((p * pm, delay + sv, delay + sv))  # the first arrival
+        self._pieces.append((p * pm * (size - 1), sv, delay + sv))  # those who joined
 
-    def _busy(self, n, p, sb, *, rate, s, max_batch, delay, pieces):
-        if delay <= 0:  # no wait: the n arrivals, uniform over the service, form the batch
-            size = min(n, max_batch)
-            self.next[size] += p
-            self.overflow += p if n > max_batch else 0.0
-            pieces.append((np.array([p * size]), np.array([s[size]]), np.array([sb + s[size]])))
-            return
+    def _busy_now(self, n, pn, sb, *, rate, s, max_batch, delay):
+        # no wait: the n arrivals, spread uniformly over the service, form the next batch
+        size = np.minimum(n, max_batch)
+        self._add(size, pn, n, max_batch)
+        self._pieces.append((pn * size, s[size], sb + s[size]))
+
+    def _busy_wait(self, n, pn, sb, *, rate, s, max_batch, delay):
         # The first of the n arrivals comes at u1 with P(u1 > u) = (1 - u/sb)^n, so
         # v = (1 - u1/sb)^n is uniform on [0, 1]: integrate over v (no peaked density). The
         # oldest has waited sb - u1 at the end of the service; if that is less than ``delay``
         # (v below v_cut) the worker waits the rest, w, and m more join.
-        v_cut = (1.0 - max(0.0, sb - delay) / sb) ** n if delay > 0 else 0.0
-        v, wv = [], []
-        for v_lo, v_hi in ((v_cut, 1.0), (0.0, v_cut)):
-            if v_hi > v_lo:
-                v.append(v_lo + (v_hi - v_lo) * (_NODES + 1) / 2)
-                wv.append(_WEIGHTS * (v_hi - v_lo) / 2)
-        v, wv = np.concatenate(v), p * np.concatenate(wv)
-        u1 = sb * (1.0 - v ** (1.0 / n))
-        w = np.maximum(0.0, delay - (sb - u1)) if delay > 0 else np.zeros_like(u1)
-        self.cycle_s += float((wv * w).sum())
-        m, pm = _poisson_rows(rate * w)  # nodes x joiners
-        prob = wv[:, None] * pm
-        size = np.minimum(n + m, max_batch)[None, :]
-        np.add.at(self.next, np.broadcast_to(size, prob.shape).ravel(), prob.ravel())
-        self.overflow += float(prob[:, n + m > max_batch].sum())
-        sv = s[size]
-        taken = np.minimum(size, n)  # of the n arrivals during the service, in FIFO order
-        oldest = (sb - u1 + w)[:, None] + sv
-        pieces.append((prob.ravel(), oldest.ravel(), oldest.ravel()))
-        # the others of the n arrived uniformly in [u1, sb]; the joiners during the wait
-        start = w[:, None] + sv
-        pieces.append(((prob * (taken - 1)).ravel(), start.ravel(), oldest.ravel()))
-        pieces.append(
-            (
-                (prob * (size - taken)).ravel(),
-                np.broadcast_to(sv, prob.shape).ravel(),
-                start.ravel(),
-            )
+        nn = n[:, None].astype(float)
+        v_cut = (1.0 - max(0.0, sb - delay) / sb) ** nn  # (N, 1)
+        x = (_NODES + 1) / 2
+        v = np.concatenate([v_cut + (1.0 - v_cut) * x, v_cut * x], axis=1)  # (N, nodes)
+        wv = (
+            np.concatenate([(1.0 - v_cut) * _WEIGHTS / 2, v_cut * _WEIGHTS / 2], axis=1)
+            * pn[:, None]
         )
+        u1 = sb * (1.0 - v ** (1.0 / nn))
+        w = np.maximum(0.0, delay - (sb - u1))
+        self.cycle_s += float((wv * w).sum())
+        m, pm = _poisson_rows((rate * w).ravel())
+        prob = wv[..., None] * pm.reshape(*w.shape, len(m))  # (N, nodes, joiners)
+        total = n[:, None, None] + m[None, None, :]
+        size = np.minimum(total, max_batch)
+        self._add(size, prob, total, max_batch)
+        sv = s[size]
+        taken = np.minimum(size, n[:, None, None])  # of the n arrivals during the service, FIFO
+        oldest = (sb - u1 + w)[..., None] + sv
+        start = w[..., None] + sv
+        self._pieces.append((prob, oldest, oldest))  # the oldest
+        # the others of the n arrived uniformly in [u1, sb]; the joiners during the wait
+        self._pieces.append((prob * (taken - 1), start, oldest))
+        self._pieces.append((prob * (size - taken), np.broadcast_to(sv, prob.shape), start))
 
 
 def _quantile(weights: np.ndarray, lo: np.ndarray, hi: np.ndarray, q: float) -> float:
@@ -188,7 +191,7 @@ def _quantile(weights: np.ndarray, lo: np.ndarray, hi: np.ndarray, q: float) -> 
         return float((weights * np.clip((x - lo) / span, 0.0, 1.0)).sum()) / total
 
     a, b = float(lo.min()), float(hi.max())
-    for _ in range(60):
+    for _ in range(48):
         mid = (a + b) / 2
         if cdf(mid) < q:
             a = mid
@@ -223,29 +226,35 @@ def analyse(
             cycles[b] = _Cycle(b, rate=rate, s=s, max_batch=max_batch, delay=max_delay_s)
         return cycles[b]
 
-    # the states reachable from a batch of 1, then the stationary distribution of the chain
-    live, frontier = {1}, [1]
-    while frontier:
-        b = frontier.pop()
-        for nxt in np.nonzero(cycle(b).next > 1e-13)[0].tolist():
-            if nxt not in live:
-                live.add(nxt)
-                frontier.append(nxt)
-    order = sorted(live)
-    index = {b: i for i, b in enumerate(order)}
-    P = np.zeros((len(order), len(order)))
-    for b in order:
-        row = cycle(b).next
-        for nxt in np.nonzero(row > 1e-13)[0].tolist():
-            P[index[b], index[nxt]] = row[nxt]
-    P /= P.sum(axis=1, keepdims=True)
-    # pi (P - I) = 0 with sum(pi) = 1: replace one equation by the normalisation
-    A = (P - np.eye(len(order))).T
+    # The stationary distribution: power iteration from a batch of one finds the states that
+    # matter (those whose probability stays above 1e-14; no row is built for the others), then
+    # pi P = pi is solved exactly on them (the mass leaving them, below 1e-14, is dropped).
+    pi = np.zeros(max_batch + 1)
+    pi[1] = 1.0
+    states = np.array([1])
+    rows = np.stack([cycle(1).next])
+    steady = 0
+    for _ in range(_MAX_ITERATIONS):
+        new = pi[states] @ rows
+        new[new < 1e-14] = 0.0
+        new /= new.sum()
+        found = np.nonzero(new)[0]
+        steady = steady + 1 if np.array_equal(found, states) else 0
+        change = float(np.abs(new - pi).sum())
+        pi = new
+        if not np.array_equal(found, states):
+            states = found
+            rows = np.stack([cycle(b).next for b in states.tolist()])
+        if change < 1e-12 or steady >= 20:
+            break
+    sub = rows[:, states]
+    sub /= sub.sum(axis=1, keepdims=True)
+    A = (sub - np.eye(len(states))).T
     A[-1, :] = 1.0
-    rhs = np.zeros(len(order))
+    rhs = np.zeros(len(states))
     rhs[-1] = 1.0
     pi = np.zeros(max_batch + 1)
-    pi[order] = np.clip(np.linalg.solve(A, rhs), 0.0, None)
+    pi[states] = np.clip(np.linalg.solve(A, rhs), 0.0, None)
     pi /= pi.sum()
     live = np.nonzero(pi > 1e-15)[0].tolist()
     weights, lo, hi = (

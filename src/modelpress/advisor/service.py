@@ -159,7 +159,7 @@ def size_replicas(
         return analyse(qps / replicas, curve, max_batch=limit, max_delay_s=delay)
 
     # a replica serves at most its best throughput; start there and double until feasible
-    lo = max(1, math.ceil(qps / curve.peak_throughput))
+    lo = fewest = max(1, math.ceil(qps / curve.peak_throughput))
     hi = lo
     while not _feasible(at(hi, delays[0]), p99_ms):
         if hi >= MAX_REPLICAS:
@@ -172,7 +172,9 @@ def size_replicas(
         else:
             lo = mid + 1
     best = (hi, delays[0], at(hi, delays[0]))
-    if max_delay_ms is None and hi > 1:
+    # one replica fewer with a batching delay: only where it could carry the load (a delay
+    # lowers no queue's saturation: it only makes batches larger once the worker is free)
+    if max_delay_ms is None and hi - 1 >= fewest and not at(hi - 1, 0.0).saturated:
         for step in DELAY_STEPS:
             delay = step * one
             if delay >= target_s / 2:
