@@ -210,8 +210,12 @@ def test_cli_plans_a_service(tmp_path, capsys):
         "V100 16GB",
         "--json",
         str(out),
+        "--html",
+        str(tmp_path / "plan.html"),
     )
     assert rc == 0
+    page = (tmp_path / "plan.html").read_text()
+    assert "Options" in page and "--max-batch" in page and "http" not in page.split("<body>")[0]
     record = json.loads(out.read_text())
     assert record["command"] == "advise" and record["schema"] == "modelpress.record/1"
     plan = record["result"]["service"]
