@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-fast lint bench clean system-deps
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -20,8 +20,20 @@ $(STAMP): $(BIN)/python pyproject.toml
 demo: $(STAMP)
 	$(BIN)/modelpress demo --out demo_out
 
-test: $(STAMP)
+# Debian packages the tests use: qemu-user runs ONNX Runtime's int8 kernels on an emulated CPU
+# without VNNI (tests/compress/test_saturating_cpu.py). Installed when missing and apt is usable.
+system-deps:
+	@command -v qemu-x86_64 >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+		&& (apt-get install -y -qq qemu-user >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq qemu-user >/dev/null)) \
+		|| echo "note: qemu-user not installed; the emulated-CPU tests will be skipped"; }
+
+# The full suite: what CI runs.
+test: $(STAMP) system-deps
 	$(BIN)/python -m pytest -q --durations=15
+
+# The inner loop: everything but the tests marked slow.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow" -x
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
