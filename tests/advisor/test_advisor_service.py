@@ -272,3 +272,24 @@ def test_cli_service_errors(tmp_path, capsys, argv, message):
     rc, _, err = _advise(capsys, *argv, "--json", str(out))
     assert rc == 1 and message in err and err.count("\n") == 1 and "Traceback" not in err
     assert not out.exists()
+
+
+def test_measured_curve_of_a_fixed_batch_model(tmp_path):
+    from modelpress.advisor.measured import measure_curve
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((16, 16)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "fixed",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])],
+        [w],
+    )
+    path = tmp_path / "fixed.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    curve = measure_curve(load(path), target_s=1.0, budget_s=2.0)
+    # one run serves up to 4 requests: a batch of 1 to 4 takes the same time
+    assert curve.batches == (1, 4) and curve.limit == 4
+    assert float(curve(1)) == float(curve(4)) > 0
+    assert "fixed batch 4" in curve.source

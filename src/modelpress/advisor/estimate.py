@@ -17,8 +17,16 @@ for the kernel's kind; vector ops use the FP32 vector peak. See ``efficiency.py`
   vanishes for large products. Applied to forward kernels whose output width is known
   (``Kernel.out_cols``) on devices whose SM count the catalog has; backward kernels (other
   output shapes) are left as they were.
-- Inference runs a compiled graph: elementwise ops and BatchNorm fuse into the producing kernel
-  (no launch, no extra memory trip). Training runs eagerly: every op is a kernel.
+- Clocks: peaks are scaled to the clock the card sustains at the pass's load (``clocks.py``); the
+  pass is timed at boost first to measure that load (the share of its time spent in kernels).
+- L2: the part of a kernel's activations (input and output, whole batch) that fits in the L2
+  cache stays on chip between producer and consumer; only the rest goes to DRAM. Weights always
+  come from DRAM (a pass reads each once).
+- Precision: 8-bit work runs at the better of the 8-bit and 16-bit rates (``GPU.peak_tflops``);
+  FP32 convolutions on SIMT cores take no conv factor (cuDNN's FP32 kernels run like SGEMM).
+- Inference runs a compiled graph (``engine="compiled"``): elementwise ops and BatchNorm fuse
+  into the producing kernel (no launch, no extra memory trip). ``engine="eager"`` (PyTorch
+  without a compiler) and training run every op as its own kernel at the host's dispatch cost.
 - Training: backward costs 2× the forward FLOPs and bytes, with two kernels (input and weight
   gradient) for ops with weights; then an optimizer step streams every parameter's state.
 - Data-parallel training on N devices all-reduces the gradients (ring: 2(N-1)/N × bytes over

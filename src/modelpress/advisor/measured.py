@@ -44,7 +44,7 @@ def measure_curve(
     from modelpress.runtime.ort import session
     from modelpress.verify.inputs import generate_inputs
 
-    batch_dim = _batch_dim(model)
+    batch_dim, fixed = _batch_dim(model)
     sess = session(model, optimize="all")
     start = time.perf_counter()
     batches, seconds = [], []
@@ -65,6 +65,14 @@ def measure_curve(
         seconds.append(timing.median_ms / 1e3)
         if seconds[-1] > target_s or time.perf_counter() - start > budget_s:
             break
+    if fixed and fixed > 1:
+        # one run serves up to ``fixed`` requests (the rest of the batch padded): the same time
+        return ServiceCurve(
+            (1, fixed),
+            (seconds[0], seconds[0]),
+            fixed,
+            f"measured: ONNX Runtime on this machine, fixed batch {fixed}",
+        )
     return ServiceCurve(
         tuple(batches),
         tuple(seconds),
@@ -73,16 +81,16 @@ def measure_curve(
     )
 
 
-def _batch_dim(model) -> str | None:
-    """The name of the symbolic batch dimension (dimension 0 of the first graph input), or None
-    when the graph has a fixed batch."""
+def _batch_dim(model) -> tuple[str | None, int | None]:
+    """The symbolic batch dimension's name (dimension 0 of the first graph input), or the
+    graph's fixed batch."""
     initializers = set(model.graph.initializers)
     for value in model.graph.inputs:
         if value.name in initializers or value.shape is None or len(value.shape) == 0:
             continue
         d0 = value.shape[0]
-        return None if isinstance(d0, int) else str(d0)
-    return None
+        return (None, d0) if isinstance(d0, int) else (str(d0), None)
+    return None, None
 
 
 def _with_batch(shapes, b):
