@@ -39,10 +39,10 @@ def add_parser(sub) -> None:
         epilog=(
             "examples:\n"
             "  modelpress advise model.onnx --qps 2000 --p99-ms 50\n"
-            "  modelpress advise --workload bert-base --precision int8 --qps 500 --p99-ms 20 --gpu L4 T4 A10 --no-cpu\n"
+            "  modelpress advise --workload bert-base --precision int8 --qps 500 --p99-ms 20 --gpu L4,T4,A10\n"
             "  modelpress advise --workload resnet50 --task infer --precision int8 --latency-ms 5\n"
             "  modelpress advise --workload bert-large --precision int8 --batch 256 --avg-seq 170 --gpu L4  # padding-free\n"
-            "  modelpress advise --workload llama-2-7b --task infer --precision fp16 --batch 16 --seq 1024 --gpu h100-sxm a100-sxm-80gb\n"
+            "  modelpress advise --workload llama-2-7b --task infer --precision fp16 --batch 16 --seq 1024 --gpu h100-sxm,a100-sxm-80gb\n"
             "  modelpress advise model.onnx --task train --precision fp16 --batch 64 --num-gpus 8 --json out.json --html out.html\n"
             "  modelpress advise config.json --task infer --precision bf16 --gpu L4 --calibrate"
         ),
@@ -90,12 +90,11 @@ def add_parser(sub) -> None:
         default=128,
         help="tokens generated per request by decoder LLMs (default 128)",
     )
-    p.add_argument(
+    add_list(
+        p,
         "--gpu",
-        nargs="+",
-        action="extend",
         metavar="NAME",
-        help="candidate devices (loose names; default: the whole catalog)",
+        help="candidate devices, loose names (default: the whole catalog)",
     )
     p.add_argument(
         "--num-gpus",
@@ -236,8 +235,6 @@ def run(args) -> int:
 
     recorder = Recorder("advise", args)
     args.task = {"training": "train", "inference": "infer"}.get(args.task, args.task)
-    if args.model is None and args.gpu and args.gpu[-1].lower().endswith((".onnx", ".json")):
-        args.model = args.gpu.pop()  # `--gpu A B model.onnx`: the greedy list took the model
     catalog = load_catalog(args.catalog)
     if args.list_gpus:
         _print_catalog(catalog)
@@ -253,7 +250,7 @@ def run(args) -> int:
     if (args.qps is None) != (args.p99_ms is None):
         raise OptionError("service planning needs both --qps and --p99-ms")
     workload, model = _workload(args)
-    found = [catalog.lookup(n) for n in dict.fromkeys(args.gpu)] if args.gpu else []
+    found = [catalog.lookup(n) for n in dict.fromkeys(listed(args.gpu))]
     for f in found:
         if f.note:
             console.print(f"note: {f.note}", soft_wrap=True)
