@@ -89,6 +89,9 @@ class FuseConvScale(RewritePass[_Match]):
         vec = per_channel(c, channels, w.ndim)
         if vec is None:
             return f"the constant, shaped {c.shape}, is not per output channel of a rank-{w.ndim} output"
+        # A division by zero must stay visible at run time (inf/nan), not be folded.
+        if not np.all(np.isfinite(vec)) or (m.node.op_type == "Div" and np.any(vec == 0)):
+            return "the constant is not finite, or divides by zero"
         if m.node.op_type == "Mul":
             s, t = vec, None
         elif m.node.op_type == "Div":
@@ -97,9 +100,6 @@ class FuseConvScale(RewritePass[_Match]):
             s, t = None, vec
         else:
             s, t = None, -vec
-        if not np.all(np.isfinite(vec)) or (s is not None and not np.all(np.isfinite(s))):
-            # a division by zero must stay visible at run time (inf/nan), not be folded
-            return "the constant is not finite, or divides by zero"
         m.s, m.t = s, t
         return channel_affine_refusal(m.conv, s, t)
 
