@@ -137,7 +137,7 @@ class CancelSqueeze(RewritePass[_Match]):
             return f"the inner {m.inner.op_type} belongs to an enclosing graph"
         inner_axes, outer_axes = _axes(m.inner), _axes(m.outer)
         if inner_axes is None or outer_axes is None:
-            return "the axes are not constants, or negative with an unknown rank"
+            return "the axes are unknown: not constants, negative with an unknown rank, or all size-1 axes of a dynamic shape"
         if m.inner.op_type != m.outer.op_type:
             if inner_axes != outer_axes:
                 return f"{m.inner.op_type} axes {inner_axes} and {m.outer.op_type} axes {outer_axes} differ"
