@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mp_testing import assert_graph_equal, init, model_from_text, node_ops, refusals
+from mp_testing import assert_graph_equal, init, model_from_text, refusals
 
 from modelpress.passes import optimize
 from modelpress.verify import verify
