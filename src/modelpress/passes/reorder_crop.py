@@ -176,8 +176,9 @@ class ReorderCrop(RewritePass[_Match]):
         if any(c is None for c in crops):
             return f"a reader of the {m.elem.op_type} result is not a crop with constant parameters"
         for crop in crops:
-            if needs_rank and not self._constants_fit(crop, x, consts, rank):
-                return "a constant operand varies along a cropped axis where x could broadcast"
+            reason = self._constants_refusal(crop, x, consts, rank) if needs_rank else None
+            if reason is not None:
+                return reason
         if not self._saves_work(crops, x, m.elem, consts):
             return "cropping first would not compute fewer elements"
         m.k, m.consts, m.rank, m.crops = k, consts, rank, crops
@@ -190,20 +191,22 @@ class ReorderCrop(RewritePass[_Match]):
         return len(m.crops)
 
     @staticmethod
-    def _constants_fit(crop: _Crop, x: ir.Value, consts: dict, rank: int) -> bool:
+    def _constants_refusal(crop: _Crop, x: ir.Value, consts: dict, rank: int) -> str | None:
+        """Why cropping the constants as ``crop`` crops x is not the same, or None."""
         for a in crop.axes:
             if not 0 <= a < rank:
-                return False
+                return f"the crop's axis {a} is not an axis of a rank-{rank} tensor"
             for c in consts.values():
                 ac = a - (rank - c.ndim)
                 if ac < 0 or c.shape[ac] == 1:
                     continue
                 if x.shape[a] != c.shape[ac]:
-                    return False  # x could broadcast along a (unknown or size 1): unsafe
+                    # x could broadcast along a (unknown or size 1): unsafe
+                    return f"a constant varies along axis {a}, where x is not known to have its size"
                 d = c.shape[ac]
                 if crop.index is not None and ((crop.index < -d) | (crop.index >= d)).any():
-                    return False  # out of range: the model fails at run time; leave it so
-        return True
+                    return "an index is out of range: the model fails at run time, and is left so"
+        return None
 
     @staticmethod
     def _saves_work(crops: list[_Crop], x: ir.Value, elem: ir.Node, consts: dict) -> bool:
