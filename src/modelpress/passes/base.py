@@ -62,6 +62,8 @@ class GraphPass(InPlacePass):
 
     def refuse(self, node: ir.Node | None, reason: str) -> None:
         """Record that a rewrite anchored at ``node`` was declined, and why (debug log)."""
+        if not self.log.isEnabledFor(logging.DEBUG):
+            return
         where = "" if node is None else f" {node.op_type} {node.name or '(unnamed)'}"
         self.log.debug(
             "%s:%s refused: %s", self.name, where, reason, extra={"pass_name": self.name, "reason": reason}
