@@ -30,6 +30,9 @@ import onnx_ir as ir
 
 from modelpress.errors import InputError, OptionError
 from modelpress.ir.feeds import check_feeds, load_npz
+from modelpress.ir.graph import copy_model
+from modelpress.ir.match import values_by_name
+from modelpress.runtime.ort import session
 
 # Batches of a one-shot iterator kept for the passes after calibration that read only a few.
 REPLAY = 4
@@ -158,9 +161,16 @@ class CalibrationSet:
             return
         self._used = True
         n = 0
+        live: set[str] = set()  # float inputs seen with a nonzero value
+        floats: set[str] = set()
         for batch in islice(self._make_iter(model), limit):
             check_feeds(model, batch.feeds, source=f"{self.name} (batch {n})")
             _check_finite(batch.feeds, source=f"{self.name} (batch {n})")
+            for name, arr in batch.feeds.items():
+                if arr.dtype.kind == "f":
+                    floats.add(name)
+                    if name not in live and np.any(arr):
+                        live.add(name)
             if self._once and n < REPLAY:
                 self._kept.append(batch)
             n += 1
@@ -169,6 +179,12 @@ class CalibrationSet:
         self._all_kept = self._once and (limit is None or n < limit) and n <= REPLAY
         if n == 0:
             raise InputError(f"{self.name}: the calibration set is empty")
+        dead = sorted(floats - live)
+        if dead and limit is None:
+            raise InputError(
+                f"{self.name}: input {dead[0]!r} is zero in every sample: calibrating on it "
+                "would give its scales no range; use real samples"
+            )
 
 
 def _check_finite(feeds: dict[str, np.ndarray], *, source: str) -> None:
@@ -325,9 +341,6 @@ def collect(
 ) -> int:
     """Run every calibration batch through ``model`` and give each observed tensor to its observers
     (anything with ``observe(x)``); returns the number of batches."""
-    from modelpress.ir.graph import copy_model
-    from modelpress.ir.match import values_by_name
-    from modelpress.runtime.ort import session
 
     m = copy_model(model)
     graph_inputs = {v.name for v in m.graph.inputs}
