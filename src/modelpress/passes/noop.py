@@ -2,7 +2,8 @@
 
 The rewrite is ``y = Op(x, ...)`` → ``x`` (consumers of ``y`` read ``x``; a graph output keeps its
 name). It is legal only when ``y`` equals ``x`` for *every* input the model accepts, dynamic
-dimensions included, so each rule below checks what is known statically:
+dimensions included, so each rule below (``RULES``, the precondition per op: it returns the input
+the node returns, or why that is not known) checks what is known statically:
 
 - Dropout in inference (``training_mode`` absent or constant false, not the old ``is_test=0``) whose
   mask output is unused: inference-mode Dropout is the identity.
@@ -21,6 +22,9 @@ dimensions included, so each rule below checks what is known statically:
   same type, so the dtype cannot change either. (``x+0`` turns ``-0.0`` into ``+0.0``; every
   optimizer accepts that, as no comparison or arithmetic downstream can tell them apart except
   division by zero.)
+
+A node writing a graph output is replaced only by a value that can take the output's name
+(``rule.output_refusal``).
 """
 
 from __future__ import annotations
