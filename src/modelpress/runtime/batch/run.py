@@ -151,6 +151,10 @@ def run_batch(
         out.finalize(journal, output, fmt, total)
         errors = _count_errors(journal) if fmt == "jsonl" and isinstance(source, Items) else 0
         journal.remove()
+    except BaseException:
+        if not journal.records:  # nothing done: leave no trace (a stopped run keeps its journal)
+            journal.remove()
+        raise
     finally:
         journal.close()
     return BatchResult(
