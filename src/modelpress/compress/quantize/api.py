@@ -26,10 +26,12 @@ from modelpress.compress.quantize.modes import Built, Options, get_mode
 from modelpress.compress.quantize.observers import get_observer
 from modelpress.compress.quantize.rewrites import name_nodes
 from modelpress.errors import InputError, OptionError
+from modelpress.ir import from_proto, load, model_bytes
 from modelpress.ir.graph import copy_model
 from modelpress.ir.match import const_array
 from modelpress.ir.opset import at_opset
 from modelpress.ir.shapes import with_types
+from modelpress.passes import optimize as run_optimizer
 from modelpress.runtime.cpu import TARGET_METADATA_KEY, resolve_target
 from modelpress.verify.inputs import generate_inputs
 
@@ -82,8 +84,6 @@ class QuantizeResult:
 
 
 def _as_model(model) -> ir.Model:
-    from modelpress.ir import from_proto, load
-    from modelpress.ir.graph import copy_model
 
     if isinstance(model, ir.Model):
         return copy_model(model)
@@ -154,7 +154,6 @@ def quantize(
     inputs (without calibration data). ``check_latency``: time float and int8 here (static mode
     must be faster). The result's ``failures`` say why it should not be used.
     """
-    from modelpress.ir import model_bytes
 
     mode_obj = get_mode(mode)
     get_observer(method)
@@ -168,7 +167,6 @@ def quantize(
     size_before = len(model_bytes(original))
     work = copy_model(original)
     if optimize:
-        from modelpress.passes import optimize as run_optimizer
 
         work = run_optimizer(work, level=2).model
     opt = Options(

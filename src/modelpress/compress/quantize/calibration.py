@@ -30,6 +30,9 @@ import onnx_ir as ir
 
 from modelpress.errors import InputError, OptionError
 from modelpress.ir.feeds import check_feeds, load_npz
+from modelpress.ir.graph import copy_model
+from modelpress.ir.match import values_by_name
+from modelpress.runtime.ort import session
 
 # Batches of a one-shot iterator kept for the passes after calibration that read only a few.
 REPLAY = 4
@@ -338,9 +341,6 @@ def collect(
 ) -> int:
     """Run every calibration batch through ``model`` and give each observed tensor to its observers
     (anything with ``observe(x)``); returns the number of batches."""
-    from modelpress.ir.graph import copy_model
-    from modelpress.ir.match import values_by_name
-    from modelpress.runtime.ort import session
 
     m = copy_model(model)
     graph_inputs = {v.name for v in m.graph.inputs}

@@ -25,8 +25,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
+from modelpress.compress.quantize import pairs
 from modelpress.compress.quantize.sensitivity import Runner, runner
 from modelpress.ir.io import invalid
+from modelpress.ir.match import const_array
 from modelpress.runtime.cpu import int8_capability, is_exact
 from modelpress.runtime.measure import compare_latency, top_ops
 
@@ -91,6 +93,26 @@ def output_error(run_f: Runner, run_q: Runner, batches: Iterable[dict[str, np.nd
     return math.sqrt(e / s) if s > 0 else (0.0 if e == 0 else math.inf)
 
 
+def saturating_layers(model: ir.Model) -> list[str]:
+    """The nodes whose int8 weight codes have a pair the kernels of CPUs without VNNI overflow
+    (``pairs``): a Conv, MatMul or Gemm reading ``DequantizeLinear`` of int8 codes, or a
+    ``MatMulInteger`` (whose ``W [K, N]`` reduces over its rows)."""
+    out = []
+    for node in model.graph:
+        if node.op_type not in ("Conv", "MatMul", "Gemm", "MatMulInteger") or len(node.inputs) < 2:
+            continue
+        w = node.inputs[1]
+        dq = w.producer() if w is not None else None
+        codes = const_array(dq.inputs[0]) if dq is not None and dq.op_type == "DequantizeLinear" else const_array(w)
+        if codes is None or codes.dtype != np.int8 or codes.ndim < 2:
+            continue
+        if node.op_type == "MatMulInteger":
+            node = ir.node("MatMul", [node.inputs[0], w], name=node.name)
+        if pairs.worst_pair(node, codes) > pairs.PAIR_LIMIT:
+            out.append(node.name)
+    return out
+
+
 def check(
     float_model: ir.Model,
     quantized: ir.Model,
@@ -144,11 +166,15 @@ def check(
             "(an accuracy budget keeps the most sensitive layers in float)"
         )
     elif deployed > SLACK * reference + FLOOR:
-        why = (
-            "this CPU's int8 kernels add products in saturating int16 pairs"
-            if not here.exact and (target is None or is_exact(target))
-            else "ONNX Runtime's fused kernels compute something else than the graph says"
-        )
+        overflowing = saturating_layers(quantized) if not here.exact else []
+        if overflowing:
+            shown = ", ".join(overflowing[:3]) + (f" and {len(overflowing) - 3} more" if len(overflowing) > 3 else "")
+            why = (
+                "this CPU's int8 kernels add products in saturating int16 pairs, which the weights "
+                f"of {shown} overflow (quantize for this CPU: target auto or portable)"
+            )
+        else:
+            why = "ONNX Runtime's fused kernels compute something else than the graph says"
         out.failures.append(
             f"as ONNX Runtime runs it here, the output error is {deployed:.3g}, against "
             f"{reference:.3g} for the arithmetic its scales imply: {why}"
