@@ -37,7 +37,6 @@ IDEAS = {
 NOT_YET = {
     "demo": "demo writes into --out and has no --json (lead)",
     "quantize": "quantize's --mean/--std take nargs='+' (lead's quantize_cmd)",
-    "run": "run still shows --inputs and has no --json (run_cmd, pipeline)",
     "advise": "advise's --gpu takes nargs='+' (advisor)",
 }
 
