@@ -114,7 +114,7 @@ def latency(paths: dict[str, Path], feeds: dict[int, dict], reps: int) -> dict:
     out = {k: {} for k in paths}
     sessions = {k: session(str(p)) for k, p in paths.items()}
     for batch, f in feeds.items():
-        fns = [lambda s=s: s.run(None, f) for s in sessions.values()]
+        fns = [lambda s=s, f=f: s.run(None, f) for s in sessions.values()]
         for k, t in zip(sessions, time_interleaved(fns, runs=reps, warmup=10), strict=True):
             out[k][batch] = (t.median_ms, t.p25_ms, t.p75_ms)
     return out

@@ -35,8 +35,6 @@ IDEAS = {
 }
 # Commands whose parser has not moved to cli/options.py yet (owner in the reason).
 NOT_YET = {
-    "demo": "demo writes into --out and has no --json (lead)",
-    "quantize": "quantize's --mean/--std take nargs='+' (lead's quantize_cmd)",
     "advise": "advise's --gpu takes nargs='+' (advisor)",
 }
 

@@ -156,7 +156,7 @@ def test_weight_only_and_float16_carry_no_target(rng):
 def test_an_unknown_target_is_refused():
     from modelpress.errors import OptionError
 
-    with pytest.raises(OptionError, match="target CPU 'sse4'"):
+    with pytest.raises(OptionError, match="`target_cpu` 'sse4'"):
         quantize(mlp(), mode="dynamic", target_cpu="sse4")
 
 

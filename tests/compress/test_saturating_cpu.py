@@ -80,7 +80,7 @@ def test_the_probe_finds_saturating_sums(haswell):
 def test_auto_writes_pair_safe_weights_that_run_as_the_scales_imply(haswell):
     auto = haswell["auto"]
     assert auto["target"] == "avx2" and auto["failures"] == [] and auto["warnings"] == []
-    assert auto["deployed"] <= 1.5 * auto["reference"] + 0.005
+    assert auto["deployed"] <= 2 * auto["reference"] + 0.005
 
 
 def test_a_model_for_exact_cpus_fails_the_check_and_warns_here(haswell):

@@ -65,8 +65,6 @@ CORPUS = {
         "data/silero_vad.onnx",
         {"input": ((1, 512), "float32", "audio"), "state": ((2, 1, 128), "float32", "zeros"), "sr": ((), "int64", "16000")},
         generated_ok=False,
-        quantize_xfail="quantize's calibration splits every array on axis 0: the scalar `sr` and the "
-        "[2, batch, 128] `state` are refused (arrays have different numbers of samples on axis 0)",
     ),
     "nudenet": Export("nudenet", "320n.onnx", {"images": ((1, 3, 32, 32), "float32", "image")}),
     # already quantized by ONNX Runtime's tool: quantizing it again gains nothing, and says so

@@ -112,7 +112,7 @@ def resolve_target(target: str) -> str:
     if target == "auto":
         return int8_capability().target
     if target not in TARGETS:
-        raise OptionError(f"target CPU {target!r}: choose auto, {', '.join(TARGETS)}")
+        raise OptionError(f"`target_cpu` {target!r}: choose auto, {', '.join(TARGETS)}")
     return target
 
 

@@ -32,9 +32,11 @@ from modelpress.ir.match import const_array
 from modelpress.runtime.cpu import int8_capability, is_exact
 from modelpress.runtime.measure import compare_latency, top_ops
 
-# The deployed error may exceed the reference error by this factor, plus ``FLOOR``: requantizing
-# inside fused kernels rounds differently, never by much.
-SLACK = 1.5
+# The deployed error may exceed the reference error by this factor, plus ``FLOOR``: fused kernels
+# round some values to the neighbouring code, and deep networks with squeeze-excite gates carry such
+# one-code differences far (half again the reference error on a MobileNetV3-style OCR classifier);
+# saturating sums multiply the error by 3 and more.
+SLACK = 2.0
 FLOOR = 0.005
 # Past this relative output error a quantized model's outputs are mostly error, whatever the
 # scales imply: it is refused, and an accuracy budget (layers kept float) is the way out.

@@ -374,11 +374,11 @@ def apply(
     node's; the other weights are rounded to nearest.
     """
     if bits not in (4, 8):
-        raise OptionError(f"--bits {bits}: weight-only quantization supports 8 or 4 bits")
+        raise OptionError(f"`bits` {bits}: weight-only quantization supports 8 or 4 bits")
     if tables_bits not in (None, 4, 8):
         raise OptionError(f"tables_bits {tables_bits}: use 8 or 4")
     if bits == 4 and (block_size < 16 or block_size & (block_size - 1)):
-        raise OptionError(f"--block-size {block_size}: use a power of two of at least 16")
+        raise OptionError(f"`block_size` {block_size}: use a power of two of at least 16")
     tables_bits = tables_bits or 8
     quantized = quantized or {}
     notes: list[str] = []
