@@ -50,6 +50,7 @@ bench: $(STAMP)
 	$(BIN)/pip install -q --no-deps --upgrade --target benchmarks/_work/torchvision torchvision==0.28.0
 	$(BIN)/python benchmarks/bench_quantize_torchvision.py
 	$(BIN)/python benchmarks/bench_torch_backend.py
+	$(BIN)/python benchmarks/bench_batch.py
 	$(BIN)/python benchmarks/bench_advisor.py
 	$(BIN)/python benchmarks/bench_serve.py
 	$(BIN)/python benchmarks/collect_results.py

@@ -18,6 +18,7 @@ ORDER = [
     "quantize_unseen",
     "quantize_torchvision",
     "torch_backend",
+    "batch",
     "advisor",
     "serve",
 ]
@@ -27,6 +28,7 @@ TITLES = {
     "quantize_unseen": "quantization on architectures the project had not seen",
     "quantize_torchvision": "quantization of full-size torchvision architectures",
     "torch_backend": "PyTorch backend",
+    "batch": "batch inference (`modelpress run`): pipeline against its slower stage",
     "advisor": "hardware advisor",
     "serve": "serving under load (modelpress serve, Ray Serve, FastAPI)",
 }

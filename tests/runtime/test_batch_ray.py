@@ -39,7 +39,9 @@ def test_images_on_ray_equal_the_local_run(tmp_path, cluster, capsys):
     path = save(model, tmp_path / "m.onnx")
     run_batch(path, tmp_path / "images", output=tmp_path / "local.jsonl", batch_size=4, workers=0)
     code = main(["run", str(path), str(tmp_path / "images"), "-o", str(tmp_path / "ray.jsonl"), "--ray", "--batch-size", "4", "--quiet"])
-    assert code == 0, capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "18 item(s), 1 unreadable" in captured.out
     got, want = _lines(tmp_path / "ray.jsonl"), _lines(tmp_path / "local.jsonl")
     assert [g["id"] for g in got] == [w["id"] for w in want] and len(got) == 18
     for g, w in zip(got, want):

@@ -128,3 +128,7 @@ def test_never_overwrites_the_model_or_the_data(tmp_path, images, capsys):
         run_batch(path, root, output=tmp_path / "p.csv")
     assert main(["run", str(save(image_model(), tmp_path / "raw.onnx")), str(root), "-o", str(tmp_path / "p.jsonl")]) == 1
     assert "raw data needs a model that declares its pre-processing" in capsys.readouterr().err
+    # a run that fails before any item is done leaves nothing behind
+    assert main(["run", str(path), str(root), "-o", str(tmp_path / "p.jsonl"), "--device", "tpu", "--strict"]) == 1
+    assert "error:" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.npz", "m.onnx", "raw.onnx"]

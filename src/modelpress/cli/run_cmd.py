@@ -45,7 +45,7 @@ def add_parser(sub) -> None:
     )
     add_model(p)
     p.add_argument("data_pos", nargs="?", metavar="DATA", help="a folder, a .jsonl or an .npz")
-    p.add_argument("--data", help=argparse.SUPPRESS)
+    p.add_argument("--data", metavar="DATA", help="DATA given as an option (the same as the positional DATA)")
     p.add_argument("--inputs", dest="data", help=argparse.SUPPRESS)  # the old name, kept for a release
     add_output(p, help="predictions: a .jsonl file (an .npz for .npz data)")
     p.add_argument("--batch-size", type=int, metavar="N", help="items per model run (default 8; an .npz runs whole)")

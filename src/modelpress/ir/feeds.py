@@ -31,11 +31,6 @@ def numpy_dtype(value: ir.Value) -> np.dtype:
     return np.dtype(value.dtype.numpy())
 
 
-def fixed_size(dim) -> int | None:
-    """The size a declared dimension fixes, or None when it is dynamic (``shapes.static_dim``)."""
-    return static_dim(dim)
-
-
 def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """The arrays of an ``.npz`` file by name, or one ``InputError`` line saying what is wrong."""
     p = Path(path)

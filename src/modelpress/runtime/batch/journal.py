@@ -43,6 +43,7 @@ SUFFIX = ".mp-journal"
 class Record:
     items: list[int]  # the item indices the record holds, in the order of its data
     data: bytes
+    errors: int = 0  # of those, the items that could not be read (an error line each)
 
 
 def journal_path(output: str | os.PathLike) -> Path:
@@ -118,7 +119,9 @@ class Journal:
         if end < size:  # a torn last record: its items run again
             os.ftruncate(self._fd, end)
             os.fsync(self._fd)
-        self.records = [Record(meta["items"], data) for kind, meta, data in records[1:] if kind == b"R"]
+        self.records = [
+            Record(meta["items"], data, meta.get("errors", 0)) for kind, meta, data in records[1:] if kind == b"R"
+        ]
 
     def _append(self, blob: bytes) -> None:
         os.lseek(self._fd, 0, os.SEEK_END)
@@ -127,12 +130,12 @@ class Journal:
             view = view[os.write(self._fd, view) :]
         os.fsync(self._fd)
 
-    def append(self, items: list[int], data: bytes) -> None:
+    def append(self, items: list[int], data: bytes, *, errors: int = 0) -> None:
         """Record ``items`` as done with their results ``data``, durably, before returning."""
         dup = self.done.intersection(items)
         assert not dup, f"items written twice: {sorted(dup)[:5]}"
-        self._append(encode(b"R", {"items": list(items)}, data))
-        self.records.append(Record(list(items), data))
+        self._append(encode(b"R", {"items": list(items), "errors": errors}, data))
+        self.records.append(Record(list(items), data, errors))
         self.done.update(items)
 
     def __iter__(self) -> Iterator[Record]:

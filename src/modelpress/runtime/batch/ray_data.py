@@ -90,6 +90,7 @@ class _Model:
             "index": batch["index"],
             "line": np.array([lines[i] for i in range(n)], dtype=object),
             "busy": np.array([busy] + [0.0] * (n - 1)),
+            "failed": np.array([bool(e) for e in batch["error"]]),
         }
 
 
@@ -161,6 +162,7 @@ def _execute(ray, model, processing, source, done, batch_size, actors, backend, 
         for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
             items = [int(i) for i in batch["index"]]
             order = np.argsort(items, kind="stable")
-            emit([items[k] for k in order], b"".join(batch["line"][k] for k in order))
+            errors = int(np.sum(batch["failed"]))
+            emit([items[k] for k in order], b"".join(batch["line"][k] for k in order), errors)
             timing.busy_s += float(np.sum(batch["busy"]))
             timing.batches += 1

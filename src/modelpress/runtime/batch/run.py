@@ -99,7 +99,7 @@ def run_batch(
     m = as_model(model)
     processing = Processing.from_model(m)
     kind = processing.pre.kind if processing is not None and processing.pre is not None else None
-    source = open_data(data, kind=kind if not str(data).lower().endswith(".npz") else None)
+    source = open_data(data, kind=kind)
     if isinstance(source, Items) and fmt == "npz":
         raise OptionError(f"-o {output}: predictions of {kind} items go to a .jsonl file")
     rule = batch_rule(m)
@@ -114,8 +114,8 @@ def run_batch(
         total = len(source) if plan.split else 1
         done = [resumed]
 
-        def emit_records(items: list[int], data_: bytes) -> None:
-            journal.append(items, data_)
+        def emit_records(items: list[int], data_: bytes, errors: int = 0) -> None:
+            journal.append(items, data_, errors=errors)
             done[0] += len(items)
             if progress:
                 progress(done[0], total)
@@ -149,8 +149,12 @@ def run_batch(
             warnings, placement, dev = list(sess.warnings), sess.plan.log_lines(), sess.device
         written = done[0] - resumed
         out.finalize(journal, output, fmt, total)
-        errors = _count_errors(journal) if fmt == "jsonl" and isinstance(source, Items) else 0
+        errors = sum(r.errors for r in journal)
         journal.remove()
+    except BaseException:
+        if not journal.records:  # nothing done: leave no trace (a stopped run keeps its journal)
+            journal.remove()
+        raise
     finally:
         journal.close()
     return BatchResult(
@@ -234,10 +238,6 @@ def _fingerprint(m, model, source, processing, fmt: str, plan: _Plan) -> str:
     return h.hexdigest()
 
 
-def _count_errors(journal: Journal) -> int:
-    return sum(line.startswith(b'{"id"') and b'"error":' in line for r in journal for line in r.data.splitlines())
-
-
 def _batches(ids: list[str], payloads: list, pending: list[int], size: int) -> Iterator[list[tuple]]:
     for start in range(0, len(pending), size):
         yield [(i, ids[i], payloads[i]) for i in pending[start : start + size]]
@@ -255,7 +255,7 @@ def _run_local(sess, source, processing, plan: _Plan, done: set[int], fmt: str, 
                 for index, item_id, answer in zip(prep.items, prep.ids, out.answers(processing, outputs)):
                     lines[index] = out.json_line(item_id, answer)
             order = sorted(lines)
-            emit_records(order, b"".join(lines[i] for i in order))
+            emit_records(order, b"".join(lines[i] for i in order), len(prep.errors))
 
         return stream(
             _batches(source.ids, source.payloads, pending, plan.size),

@@ -24,9 +24,8 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
-from modelpress.ir.feeds import fixed_size
 from modelpress.ir.match import const_array
-from modelpress.ir.shapes import infer_shapes
+from modelpress.ir.shapes import infer_shapes, static_dim
 
 METADATA_KEY = "modelpress.batch"
 _SYMBOL = "__modelpress_batch__"
@@ -77,7 +76,7 @@ def batch_rule(model: ir.Model) -> BatchRule:
         if v.shape is None or len(v.shape) == 0:
             return BatchRule(False, None, f"input {v.name!r} has no batch axis")
         firsts.append(v.shape[0])
-    fixed = {fixed_size(d) for d in firsts}
+    fixed = {static_dim(d) for d in firsts}
     if fixed != {None}:
         if len(fixed) != 1:
             return BatchRule(False, None, "the inputs' first dimensions are not all dynamic")

@@ -1,5 +1,5 @@
 """What a declaration is checked against: the model's inputs and outputs, with each dimension
-either a fixed size or ``None`` (dynamic: a name, empty, -1 or 0, as ``ir.feeds.fixed_size``)."""
+either a fixed size or ``None`` (dynamic: a name, empty, -1 or 0, as ``ir.shapes.static_dim``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.ir.feeds import fixed_size, numpy_dtype
+from modelpress.ir.feeds import numpy_dtype
+from modelpress.ir.shapes import static_dim
 from modelpress.runtime.processing.fields import fail
 
 
@@ -30,7 +31,7 @@ class Tensor:
 
 
 def _tensor(value: ir.Value) -> Tensor:
-    dims = None if value.shape is None else tuple(fixed_size(d) for d in value.shape)
+    dims = None if value.shape is None else tuple(static_dim(d) for d in value.shape)
     return Tensor(value.name, numpy_dtype(value), dims)
 
 
