@@ -52,9 +52,9 @@ def packaged(zoo_paths, tmp_path_factory):
 @pytest.mark.parametrize("kind", ["plain", "runtime", "storage", "onnx"])
 def test_run_opens_every_kind_with_the_key(packaged, zoo_paths, capsys, kind):
     folder, key, paths, inputs = packaged
-    code, _, err = _cli(capsys, "run", zoo_paths["resnet-digits"], "--inputs", inputs, "-o", folder / "want.npz")
+    code, _, err = _cli(capsys, "run", zoo_paths["resnet-digits"], inputs, "-o", folder / "want.npz")
     assert code == 0, err
-    code, out, err = _cli(capsys, "run", paths[kind], "--inputs", inputs, "-o", folder / f"{kind}.npz", "--key-file", key)
+    code, out, err = _cli(capsys, "run", paths[kind], inputs, "-o", folder / f"{kind}.npz", "--key-file", key)
     assert code == 0, err
     want, got = np.load(folder / "want.npz"), np.load(folder / f"{kind}.npz")
     for name in want.files:
@@ -64,7 +64,7 @@ def test_run_opens_every_kind_with_the_key(packaged, zoo_paths, capsys, kind):
 def test_the_key_from_the_environment(packaged, capsys, monkeypatch):
     folder, key, paths, inputs = packaged
     monkeypatch.setenv("MP_CLI_KEY", key.read_bytes().hex())
-    code, _, err = _cli(capsys, "run", paths["runtime"], "--inputs", inputs, "-o", folder / "env.npz", "--key-env", "MP_CLI_KEY")
+    code, _, err = _cli(capsys, "run", paths["runtime"], inputs, "-o", folder / "env.npz", "--key-env", "MP_CLI_KEY")
     assert code == 0, err
 
 
@@ -124,7 +124,7 @@ def test_refusals_are_one_line_and_exit_1(packaged, zoo_paths, tmp_path, capsys,
     folder, key, paths, inputs = packaged
     bad, options = _refusal(tmp_path, paths, key, case)
     argv = {
-        "run": ["run", bad, "--inputs", inputs, "-o", tmp_path / "out.npz"],
+        "run": ["run", bad, inputs, "-o", tmp_path / "out.npz"],
         "inspect": ["inspect", bad],
         "verify": ["verify", zoo_paths["resnet-digits"], bad],
         "bench": ["bench", bad, "--runs", "2"],
@@ -191,7 +191,7 @@ def test_no_plaintext_reaches_the_disk(packaged, zoo_paths, tmp_path, capsys, mo
     out_dir = tmp_path / "outputs"
     out_dir.mkdir()
     for kind in ("plain", "runtime", "storage"):
-        assert _cli(capsys, "run", paths[kind], "--inputs", inputs, "-o", out_dir / f"{kind}.npz", "--key-file", key)[0] == 0
+        assert _cli(capsys, "run", paths[kind], inputs, "-o", out_dir / f"{kind}.npz", "--key-file", key)[0] == 0
         assert _cli(capsys, "inspect", paths[kind], "--key-file", key)[0] == 0
     monkeypatch.setattr(builtins, "open", real_open)
     monkeypatch.setattr(os, "open", real_os_open)
@@ -214,9 +214,9 @@ def test_no_plaintext_reaches_the_disk(packaged, zoo_paths, tmp_path, capsys, mo
 
 def test_an_obfuscated_onnx_file_needs_its_key_to_run(packaged, tmp_path, capsys):
     folder, key, paths, inputs = packaged
-    code, _, err = _cli(capsys, "run", paths["onnx"], "--inputs", inputs, "-o", tmp_path / "o.npz")
+    code, _, err = _cli(capsys, "run", paths["onnx"], inputs, "-o", tmp_path / "o.npz")
     assert code == 1 and "an obfuscated model: give its key" in err and len(err.strip().splitlines()) == 1
     other = tmp_path / "other.bin"
     other.write_bytes(os.urandom(32))
-    code, _, err = _cli(capsys, "run", paths["onnx"], "--inputs", inputs, "-o", tmp_path / "o.npz", "--key-file", other)
+    code, _, err = _cli(capsys, "run", paths["onnx"], inputs, "-o", tmp_path / "o.npz", "--key-file", other)
     assert code == 1 and "wrong key or the file was modified" in err

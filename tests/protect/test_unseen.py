@@ -64,7 +64,7 @@ def test_unseen_models_run_protected_with_the_originals_outputs(name, tmp_path, 
         check = ["--data", str(tmp_path / "in.npz")]  # silero-vad runs only at a real sample rate
         assert main(["protect", str(source), "-o", str(package), "--key-file", str(key), *check, *extra]) == 0
         out = tmp_path / f"{label}.npz"
-        assert main(["run", str(package), "--inputs", str(tmp_path / "in.npz"), "-o", str(out), "--key-file", str(key)]) == 0
+        assert main(["run", str(package), str(tmp_path / "in.npz"), "-o", str(out), "--key-file", str(key)]) == 0
         got = np.load(out)
         for k, w in want.items():
             scale = max(float(np.abs(w).max()), 1e-6) if w.size else 1.0
