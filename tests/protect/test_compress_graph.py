@@ -9,7 +9,7 @@ import pytest
 from mp_testing import model_from_text
 
 from modelpress.ir import load
-from modelpress.protect.compress_graph import _all_inputs, find_groups
+from modelpress.protect.compress_graph import find_groups, reads
 
 
 def _ops(groups):
@@ -103,7 +103,7 @@ def test_every_partition_is_convex(seed):
     edges = {
         (group_of[v.producer()], group_of[n])
         for n in model.graph
-        for v in _all_inputs(n)
+        for v in reads(n)
         if v.producer() in group_of and group_of[v.producer()] != group_of[n]
     }
     # the contracted graph must have a topological order

@@ -32,7 +32,7 @@ _WEIGHTED = {
 _ALWAYS_ANCHOR = {"LSTM", "GRU", "RNN", "If", "Loop", "Scan"}
 
 
-def _is_const(value: ir.Value | None) -> bool:
+def is_constant(value: ir.Value | None) -> bool:
     if value is None:
         return True
     if value.is_initializer() and not value.is_graph_input():
@@ -50,7 +50,7 @@ def is_anchor(node: ir.Node) -> bool:
         return False
     reads = node.inputs[:1] if node.op_type == "Gather" else node.inputs
     for value in reads:
-        if value is not None and _is_const(value):
+        if value is not None and is_constant(value):
             tensor = ir.convenience.get_const_tensor(value)
             if tensor is not None and tensor.size > 1:
                 return True
@@ -75,7 +75,7 @@ def find_groups(graph: ir.Graph, rng: np.random.Generator) -> list[list[ir.Node]
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
             continue
         producers = set()
-        for value in _all_inputs(node):
+        for value in reads(node):
             p = value.producer()
             if p is not None and p in group_of:
                 producers.add(group_of[p])
@@ -109,7 +109,7 @@ def find_groups(graph: ir.Graph, rng: np.random.Generator) -> list[list[ir.Node]
     return members
 
 
-def _all_inputs(node: ir.Node):
+def reads(node: ir.Node):
     """The values ``node`` reads, its subgraphs' reads of enclosing scopes included."""
     yield from (v for v in node.inputs if v is not None)
     for attr in node.attributes.values():
@@ -128,7 +128,7 @@ def outer_reads(graph: ir.Graph) -> list[ir.Value]:
     for node in graph:
         inner.update(node.outputs)
     for node in graph:
-        for value in _all_inputs(node):
+        for value in reads(node):
             if value not in inner and value not in seen:
                 seen.add(value)
                 found.append(value)

@@ -58,16 +58,17 @@ def _graphs(model: ir.Model):
     for f in model.functions.values():
         yield f.graph
         for node in f:
-            yield from _subgraphs(node)
+            yield from subgraphs(node)
 
 
-def _subgraphs(node: ir.Node):
+def subgraphs(node: ir.Node):
+    """Every graph nested in ``node``'s attributes, at any depth."""
     for attr in node.attributes.values():
         graphs = [attr.value] if attr.type == ir.AttributeType.GRAPH else attr.value if attr.type == ir.AttributeType.GRAPHS else []
         for g in graphs:
             yield g
             for inner in g:
-                yield from _subgraphs(inner)
+                yield from subgraphs(inner)
 
 
 def _clear(item) -> None:

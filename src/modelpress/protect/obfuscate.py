@@ -29,7 +29,7 @@ from modelpress.protect import library as lib
 from modelpress.protect import weights
 from modelpress.protect.compress_graph import find_groups
 from modelpress.protect.expand import expand
-from modelpress.protect.names import Namer, _subgraphs, all_names, rename
+from modelpress.protect.names import Namer, all_names, rename, subgraphs
 from modelpress.protect.optypes import DECODE_DOMAIN, Visible, const_tensor, extract
 
 MIN_OPSET = 7
@@ -68,7 +68,7 @@ def _used_domains(functions: list[ir.Function]) -> set[str]:
     def visit(graph) -> None:
         for node in graph:
             found.add(node.domain)
-            for sub in _subgraphs(node):
+            for sub in subgraphs(node):
                 visit(sub)
 
     for f in functions:
@@ -91,7 +91,7 @@ def _rename_functions(work: ir.Model, namer: Namer, domain: str, callers: list[i
             if new:
                 node.domain, node.op_type = new
                 node.overload = ""
-            for sub in _subgraphs(node):
+            for sub in subgraphs(node):
                 visit(sub)
 
     visit(work.graph)

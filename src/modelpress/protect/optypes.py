@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
-from modelpress.protect.compress_graph import _all_inputs, _is_const
+from modelpress.protect.compress_graph import is_constant, reads
 
 DECODE_DOMAIN = "mpk.decode"
 DECODE_OP = "Decode"
@@ -84,7 +84,7 @@ def extract(
     externals: list[ir.Value] = []
     seen: set[ir.Value] = set()
     for n in nodes:
-        for v in _all_inputs(n):
+        for v in reads(n):
             if v.producer() in members or v in seen:
                 continue
             seen.add(v)
@@ -95,7 +95,7 @@ def extract(
     actuals: list[ir.Value] = []
     mapping: dict[ir.Value, ir.Value] = {}
     for v in externals:
-        if _is_const(v):
+        if is_constant(v):
             visible = policy(v)
             if visible is None:
                 const = ir.node("Constant", [], attributes={"value": const_tensor(v)})
