@@ -1,0 +1,60 @@
+"""ONNX models as modules to train, and trained modules back to ONNX.
+
+``trainable(model, features=...)`` builds the PyTorch backend's module for ``model`` with the named
+intermediate values added as extra outputs (for feature matching), in training mode; ``teacher``
+builds the same, frozen. ``export(module, model)`` is ``model`` with every initializer replaced by the
+module's current value (parametrized weights as they compute: masked, shared or fake-quantized), the
+extra outputs dropped again. The graph itself never changes in training.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+from torch import nn
+
+from modelpress.errors import InputError
+from modelpress.ir.graph import copy_model
+from modelpress.ir.match import values_by_name
+
+
+def _with_outputs(model: ir.Model, features: list[str]) -> ir.Model:
+    if not features:
+        return model
+    m = copy_model(model)
+    values = values_by_name(m.graph)
+    present = {v.name for v in m.graph.outputs}
+    for name in features:
+        if name not in values:
+            raise InputError(f"feature {name!r} is not a value of the model")
+        if name not in present:
+            m.graph.outputs.append(values[name])
+            present.add(name)
+    return m
+
+
+def trainable(model: ir.Model, *, features: list[str] | None = None, device=None) -> nn.Module:
+    """A trainable module computing ``model``'s outputs, then the values named in ``features``."""
+    from modelpress.runtime.torch_backend import to_torch
+
+    module = to_torch(_with_outputs(model, list(features or [])), device=device)
+    module.train()
+    return module
+
+
+def teacher(model: ir.Model, *, features: list[str] | None = None, device=None) -> nn.Module:
+    """``trainable`` frozen: evaluation mode, no gradients."""
+    module = trainable(model, features=features, device=device).eval()
+    for p in module.parameters():
+        p.requires_grad_(False)
+    return module
+
+
+def export(module: nn.Module, model: ir.Model) -> ir.Model:
+    """``model`` with the module's current weights (its extra outputs removed)."""
+    from modelpress.runtime.torch_backend import to_onnx
+
+    out = to_onnx(module)
+    keep = len(model.graph.outputs)
+    while len(out.graph.outputs) > keep:
+        out.graph.outputs.pop()
+    return out
