@@ -20,6 +20,7 @@ COMMANDS = (
     "optimize_cmd",
     "verify_cmd",
     "quantize_cmd",
+    "prune_cmd",
     "run_cmd",
     "bench_cmd",
     "ops_cmd",

@@ -18,9 +18,14 @@ from modelpress.ir.graph import add_initializer, copy_model
 from modelpress.ir.match import const_array
 
 
-def recalibrate(model: ir.Model, data: TrainData, *, batches: int = 16, batch_size: int = 64, seed: int = 0) -> int:
+def recalibrate(model: ir.Model, data: TrainData, *, batches: int = 8, batch_size: int = 64, seed: int = 0) -> int:
     """Rewrite every BatchNormalization's mean and variance in ``model`` (in place) from the
-    statistics of its input over ``batches`` batches of ``data``; returns the nodes updated."""
+    statistics of its input over ``batches`` batches of ``data``; returns the nodes updated.
+
+    Nodes are measured in graph order, each with the statistics of the ones before it already
+    replaced: a node's input depends on them (as in a training-mode forward pass). The statistics
+    are fed as inputs of one ONNX Runtime session, so the model is loaded once.
+    """
     from modelpress.runtime.ort import session
 
     nodes = [
@@ -32,38 +37,47 @@ def recalibrate(model: ir.Model, data: TrainData, *, batches: int = 16, batch_si
         return 0
     probe = copy_model(model)
     by_name = {n.name: n for n in probe.graph}
+    stats: dict[str, np.ndarray] = {}
     fetch = []
-    for node in nodes:
-        x = by_name[node.name].inputs[0]
+    for i, node in enumerate(nodes):
+        twin = by_name[node.name]
+        for slot in (3, 4):
+            array = const_array(twin.inputs[slot])
+            name = f"__bn{i}_{slot}"
+            value = ir.Value(name=name, type=ir.TensorType(ir.DataType.from_numpy(array.dtype)), shape=ir.Shape(array.shape))
+            probe.graph.inputs.append(value)
+            twin.replace_input_with(slot, value)
+            stats[name] = array
+        x = twin.inputs[0]
         if x.type is None:
             x.type = ir.TensorType(ir.DataType.FLOAT)
         if not x.is_graph_output():
             probe.graph.outputs.append(x)
         fetch.append(x.name)
     sess = session(probe, optimize="disabled")
-    sums = [None] * len(nodes)
-    squares = [None] * len(nodes)
-    count = [0] * len(nodes)
-    rng = np.random.default_rng(seed)
-    for k, batch in enumerate(data.batches(batch_size, rng=rng)):
+    sample = []
+    for k, batch in enumerate(data.batches(batch_size, rng=np.random.default_rng(seed))):
         if k >= batches:
             break
-        values = sess.run(fetch, batch.feeds)
-        for i, x in enumerate(values):
-            x = np.asarray(x, dtype=np.float64)
+        sample.append(batch.feeds)
+    for i, node in enumerate(nodes):
+        total = square = None
+        count = 0
+        for feeds in sample:
+            x = np.asarray(sess.run([fetch[i]], {**feeds, **stats})[0], dtype=np.float64)
             axes = (0,) + tuple(range(2, x.ndim))
             s, q = x.sum(axis=axes), (x * x).sum(axis=axes)
-            sums[i] = s if sums[i] is None else sums[i] + s
-            squares[i] = q if squares[i] is None else squares[i] + q
-            count[i] += x.size // x.shape[1]
-    for i, node in enumerate(nodes):
-        if not count[i]:
+            total = s if total is None else total + s
+            square = q if square is None else square + q
+            count += x.size // x.shape[1]
+        if not count:
             continue
-        mean = sums[i] / count[i]
-        var = np.maximum(squares[i] / count[i] - mean**2, 0.0)
+        mean = total / count
+        var = np.maximum(square / count - mean**2, 0.0)
         for slot, array in ((3, mean), (4, var)):
-            old = const_array(node.inputs[slot])
+            old = stats[f"__bn{i}_{slot}"]
             new = array.astype(old.dtype).reshape(old.shape)
+            stats[f"__bn{i}_{slot}"] = new
             value = node.inputs[slot]
             if value.is_initializer() and len(value.uses()) == 1 and not value.is_graph_input():
                 value.const_value = ir.tensor(new, name=value.name)
