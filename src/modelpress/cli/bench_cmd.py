@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from modelpress.cli import options
 from modelpress.cli._common import console, err_console, human_count, write_json
 
 
@@ -48,7 +49,6 @@ def _backend(args, profile: bool):
 
 def run(args) -> int:
     from modelpress.errors import OptionError
-    from modelpress.ir import load
     from modelpress.ir.feeds import load_npz
     from modelpress.ir.shapes import parse_dims
     from modelpress.profile import profile_model
@@ -64,7 +64,7 @@ def run(args) -> int:
     if args.runs < 1:
         raise OptionError("--runs must be at least 1")
     paths = [args.model, *args.vs]
-    models = [load(p) for p in paths]
+    models = [options.open_model(p, args) for p in paths]
     feeds = load_npz(args.inputs) if args.inputs else generate_inputs(models[0], dims=parse_dims(args.dim))
     # The first session in a process pays for loading the runtime's libraries; pay it up front so
     # that the peak memory measured below belongs to each model.

@@ -21,6 +21,8 @@ COMMANDS = (
     "verify_cmd",
     "quantize_cmd",
     "prune_cmd",
+    "distill_cmd",
+    "compress_cmd",
     "run_cmd",
     "bench_cmd",
     "ops_cmd",

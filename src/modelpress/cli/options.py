@@ -146,6 +146,10 @@ def open_model(path: str | os.PathLike, args: argparse.Namespace | None = None):
     p = Path(path)
     if p.suffix == ".mpk":
         raise OptionError(f"{p}: protected packages need the protect layer, which is not built yet")
+    if p.suffix == ".mpz":
+        from modelpress.compress.deep import open_mpz
+
+        return open_mpz(p)
     return load(p)
 
 

@@ -53,11 +53,10 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from modelpress.cli._training import print_check, print_training, training_bar
     from modelpress.compress.prune.api import prune
     from modelpress.ir import save
     from modelpress.ir.files import output_dir
-
-    from modelpress.cli._training import print_check, print_training, training_bar
 
     options.require_positive(args.iterations, "--iterations")
     output_dir(args.output)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from modelpress.cli import options
 from modelpress.cli._common import console, err_console
 
 
@@ -35,7 +36,7 @@ def add_device_options(p, backends: list[str]) -> None:
 def make_session(args):
     from modelpress.runtime.session import Session
 
-    sess = Session(args.model, backend=args.backend, device=args.device, place=args.place, strict=args.strict)
+    sess = Session(options.open_model(args.model, args), backend=args.backend, device=args.device, place=args.place, strict=args.strict)
     for w in sess.warnings:
         err_console.print(f"warning: {w}")
     if args.log_placement:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from modelpress.cli import options
 from modelpress.cli._common import console, write_json
 
 
@@ -48,9 +49,8 @@ def print_verify(result) -> None:
 
 
 def run(args) -> int:
-    from modelpress.ir import load
 
-    result = verify_from_args(args, load(args.reference), load(args.candidate))
+    result = verify_from_args(args, options.open_model(args.reference, args), options.open_model(args.candidate, args))
     print_verify(result)
     console.print(f"{'[green]PASS[/]' if result.passed else '[red]FAIL[/]'} over {result.runs} input set(s)")
     if args.json:

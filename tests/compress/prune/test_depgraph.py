@@ -11,7 +11,14 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from train_models import concat_cnn, depthwise_cnn, image_batch, residual_cnn, token_batch, transformer_block
+from train_models import (
+    concat_cnn,
+    depthwise_cnn,
+    image_batch,
+    residual_cnn,
+    token_batch,
+    transformer_block,
+)
 
 from modelpress.compress.prune import importance, surgery
 from modelpress.compress.prune.depgraph import Track, analyze, param, probe_shapes

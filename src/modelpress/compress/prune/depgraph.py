@@ -177,9 +177,8 @@ SMALL_INTS = "\0small-ints"  # key of the probed small integer values in the sha
 def probe_shapes(model: ir.Model, feeds: dict[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
     """The concrete shape of every value of the main graph on ``feeds`` (one ONNX Runtime run)."""
     from modelpress.ir.graph import copy_model
-    from modelpress.runtime.ort import session
-
     from modelpress.ir.shapes import ensure_types
+    from modelpress.runtime.ort import session
 
     m = copy_model(model)
     ensure_types(m)

@@ -14,7 +14,15 @@ from collections.abc import Callable
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.compress.prune.depgraph import SMALL_INTS, DepGraph, Edit, Group, Slice, Track, param
+from modelpress.compress.prune.depgraph import (
+    SMALL_INTS,
+    DepGraph,
+    Edit,
+    Group,
+    Slice,
+    Track,
+    param,
+)
 from modelpress.ir.match import const_array
 
 
@@ -599,7 +607,7 @@ def _concat(a: Analyzer, node: ir.Node) -> None:
     if tracked[0][1].axis != axis:  # joined along another axis: every part carries the same units
         t0 = tracked[0][1]
         a.new(y, t0.axis, t0.units, kind=a.g.kinds.get(tracked[0][0].name))
-        for v, t in tracked:
+        for v, _t in tracked:
             a.link(v, y)
         for i, (v, t) in enumerate(tracks):
             if t is None:
