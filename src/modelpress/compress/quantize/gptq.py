@@ -44,6 +44,7 @@ import numpy as np
 import onnx_ir as ir
 from numpy.lib.stride_tricks import sliding_window_view
 
+from modelpress.compress.quantize import pairs
 from modelpress.compress.quantize.layers import (
     WEIGHT_INPUT,
     input_channel_axis,
@@ -134,12 +135,16 @@ def gptq(
     dtype: str = "uint4",
     damp: float = DAMP,
     grid: QParams | None = None,
+    paired: bool = False,
 ) -> tuple[np.ndarray, QParams]:
     """Integer codes and QParams for ``W [K, N]`` given ``H = XᵀX [K, K]``.
 
     Without ``grid``: blocks of ``block_size`` rows (``K`` a multiple of it), asymmetric ``dtype``,
     QParams ``axis=0``. With ``grid`` (symmetric, one scale per column ``axis=1``, or one for all):
-    every row on that grid, which is returned. ``dequantize(codes, qp)`` is ``Ŵ``.
+    every row on that grid, which is returned. ``dequantize(codes, qp)`` is ``Ŵ``. ``paired``
+    (with ``grid``): rows ``2i`` and ``2i+1`` keep ``|q[2i] + q[2i+1]| ≤ PAIR_LIMIT``; the second
+    of a pair is clipped to it as it is rounded, and the error that leaves goes to the rows after,
+    as any rounding error does.
     """
     k, n = w.shape
     if grid is None and (block_size is None or k % block_size):
@@ -185,6 +190,11 @@ def gptq(
             q = quantize(wc[j : j + 1], qp_row)
             if grid is not None:
                 q = np.maximum(q, -qmax)
+                if paired and row % 2:
+                    prev = codes[row - 1].astype(np.int32)
+                    lo = np.maximum(-qmax, -pairs.PAIR_LIMIT - prev)
+                    hi = np.minimum(qmax, pairs.PAIR_LIMIT - prev)
+                    q = np.clip(q, lo, hi).astype(q.dtype)
             codes[row] = q[0]
             e = (wc[j] - dequantize(q, qp_row)[0]) / u[row, row]
             wc[j + 1 :] -= np.outer(u[row, row + 1 : c1], e)
@@ -322,11 +332,13 @@ def round_layers(
     *,
     per_channel: bool,
     dtype: str = "int8",
+    pair_safe: bool = False,
     progress=None,
 ) -> dict[str, tuple[np.ndarray, QParams]]:
     """int8 codes and QParams (as ``weight_qparams`` would choose them: symmetric, per output
     channel or per tensor) of each node with an observer, by node name, where GPTQ moves the
-    layer's output less than rounding to nearest (``_codes``)."""
+    layer's output less than rounding to nearest (``_codes``). ``pair_safe``: on the scales of
+    ``pairs``, with every pair of codes brought within its limit after solving."""
     out = {}
     todo = [n for n in nodes if n.name in observers and min(observers[n.name].counts)]
     for i, node in enumerate(todo):
@@ -334,20 +346,23 @@ def round_layers(
             progress(i, len(todo))
         w = const_array(node.inputs[WEIGHT_INPUT[node.op_type]])
         axis = output_channel_axis(node)
-        qp = weight_qparams(
-            w, PerChannel(axis) if per_channel else PerTensor(), dtype=dtype, symmetric=True
-        )
+        if pair_safe and pairs.applies(node, w):
+            qp = pairs.weight_qparams(node, w, per_channel=per_channel)
+        else:
+            qp = weight_qparams(
+                w, PerChannel(axis) if per_channel else PerTensor(), dtype=dtype, symmetric=True
+            )
         # filters as rows: Conv [O, C/g·kh·kw]; Gemm transB stores [N, K]; MatMul/Gemm [K, N]
         flat = w.reshape(w.shape[0], -1) if input_channel_axis(node) == 1 else w.T
+        paired = pair_safe and pairs.applies(node, w)
+        order = _kernel_order(w) if paired and node.op_type == "Conv" else None
         try:
-            codes = _codes(flat.astype(np.float64), observers[node.name], qp)
+            codes = _codes(flat.astype(np.float64), observers[node.name], qp, order, paired)
         except np.linalg.LinAlgError:
             continue
         if codes is not None:
-            out[node.name] = (
-                codes.reshape(w.shape) if input_channel_axis(node) == 1 else codes.T,
-                qp,
-            )
+            codes = codes.reshape(w.shape) if input_channel_axis(node) == 1 else codes.T
+            out[node.name] = (pairs.limit(node, codes) if pair_safe else codes, qp)
     if progress and todo:
         progress(len(todo), len(todo))
     return out
@@ -367,7 +382,19 @@ def _column_grid(qp: QParams, rows: slice) -> QParams:
     return QParams(np.asarray(qp.scale)[rows], np.asarray(qp.zero_point)[rows], qp.dtype, axis=1)
 
 
-def _codes(flat: np.ndarray, obs: InputHessian, qp: QParams) -> np.ndarray | None:
+def _kernel_order(w: np.ndarray) -> np.ndarray:
+    """The positions of a Conv filter's ``(C/g, kh, kw)`` flattening in the ``(kh, kw, C/g)``
+    order the int8 kernel reads, whose neighbours it pairs (``pairs``)."""
+    return np.arange(int(np.prod(w.shape[1:]))).reshape(w.shape[1:]).transpose(*range(1, w.ndim - 1), 0).reshape(-1)
+
+
+def _codes(
+    flat: np.ndarray,
+    obs: InputHessian,
+    qp: QParams,
+    order: np.ndarray | None = None,
+    paired: bool = False,
+) -> np.ndarray | None:
     """Codes of the filters ``flat [O, K]`` (``O/g`` per group), or None when no group gains.
 
     A group uses GPTQ (solved on all rows) where it moves the output less than rounding to nearest
@@ -379,24 +406,27 @@ def _codes(flat: np.ndarray, obs: InputHessian, qp: QParams) -> np.ndarray | Non
     checked = obs.rows < WELL_POSED * flat.shape[1]
     out = []
     gain = False
+    order = np.arange(flat.shape[1]) if order is None else order
+    back = np.argsort(order)
     for g in range(obs.groups):
         rows = slice(g * per, (g + 1) * per)
-        wk, grid = flat[rows].T, _column_grid(qp, rows)
+        wk, grid = flat[rows].T[order], _column_grid(qp, rows)
         rtn = np.maximum(quantize(wk, grid), -qmax)
         best = rtn
-        h = obs.hessian(g)
-        if np.isfinite(h).all() and (not checked or _generalises(wk, rtn, grid, obs, g)):
-            codes, _ = gptq(wk, h, grid=grid)
+        h = obs.hessian(g)[np.ix_(order, order)]
+        if np.isfinite(h).all() and (not checked or _generalises(wk, rtn, grid, obs, g, order, paired)):
+            codes, _ = gptq(wk, h, grid=grid, paired=paired)
             if _error(wk, codes, grid, h) < _error(wk, rtn, grid, h):
                 best, gain = codes, True
-        out.append(best.T)
+        out.append(best[back].T)
     return np.concatenate(out) if gain else None
 
 
-def _generalises(wk, rtn, grid: QParams, obs: InputHessian, group: int) -> bool:
+def _generalises(wk, rtn, grid: QParams, obs: InputHessian, group: int, order, paired) -> bool:
     """Whether GPTQ solved on half 0 of the samples beats ``rtn`` on half 1."""
-    h_fit, h_check = obs.hessian(group, 0), obs.hessian(group, 1)
-    trial, _ = gptq(wk, h_fit, grid=grid)
+    h_fit = obs.hessian(group, 0)[np.ix_(order, order)]
+    h_check = obs.hessian(group, 1)[np.ix_(order, order)]
+    trial, _ = gptq(wk, h_fit, grid=grid, paired=paired)
     return _error(wk, trial, grid, h_check) < _error(wk, rtn, grid, h_check)
 
 
