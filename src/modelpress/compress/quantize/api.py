@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
+from modelpress.compress.qat import mode as _qat  # noqa: F401  (registers "qat"; torch on use)
+
 # (importing the mode modules registers them, in the order --help lists them)
 from modelpress.compress.quantize import dynamic, float16, sensitivity, static, weight_only  # noqa: F401
 from modelpress.compress.quantize.calibration import CalibrationSet, ImagePreprocess, Progress
@@ -38,7 +40,7 @@ Metric = Callable[[sensitivity.Runner], float]
 # DynamicQuantizeLinear in 11. An older model is upgraded first, and the result says so.
 INT8_OPSET = {"per-channel": 13, "per-tensor": 11}
 # Modes whose integer kernels multiply uint8 activations by int8 weights (the target matters).
-U8S8_MODES = ("static", "dynamic")
+U8S8_MODES = ("static", "dynamic", "qat")
 
 
 @dataclass
@@ -136,6 +138,7 @@ def quantize(
     target_cpu: str = "auto",
     dims: dict[str, int] | None = None,
     check_latency: bool = False,
+    train=None,
     progress: Progress | None = None,
 ) -> QuantizeResult:
     """Quantize ``model`` (an ``onnx_ir.Model``, path or ``ModelProto``; not modified).
@@ -152,7 +155,8 @@ def quantize(
     instead of to nearest. ``target_cpu``: auto (this CPU) | vnni | avx2 | arm64 | portable, the
     int8 formats' CPU (``runtime.cpu``). ``dims``: sizes of dynamic dimensions for generated check
     inputs (without calibration data). ``check_latency``: time float and int8 here (static mode
-    must be faster). The result's ``failures`` say why it should not be used.
+    must be faster). ``train``: qat mode's ``compress.train.TrainConfig``. The result's
+    ``failures`` say why it should not be used.
     """
     from modelpress.ir import model_bytes
 
@@ -183,6 +187,7 @@ def quantize(
         gptq=gptq,
         exclude=frozenset(exclude or ()),
         target=target or "vnni",
+        train=train,
     )
     upgraded = []
     work = with_types(work)
