@@ -180,7 +180,7 @@ def add_training(p: argparse.ArgumentParser, *, teacher: bool = True) -> None:
     g = p.add_argument_group("training")
     g.add_argument("--epochs", type=int, metavar="N", help="passes over the training data (default 2)")
     g.add_argument("--steps", type=int, metavar="N", help="optimizer steps (instead of epochs)")
-    g.add_argument("--lr", type=float, metavar="X", help="learning rate (default 3e-3)")
+    g.add_argument("--lr", type=float, metavar="X", help="learning rate (default 3e-3; qat 1e-4)")
     g.add_argument("--optimizer", default="adam", choices=["adam", "adamw", "sgd"], help="default adam")
     g.add_argument("--schedule", default="cosine", choices=["cosine", "linear", "constant"], help="learning-rate schedule after warm-up (default cosine)")
     g.add_argument("--val-fraction", type=float, default=0.1, metavar="X", help="samples held out for early stopping and the check (default 0.1)")
@@ -193,7 +193,7 @@ def add_training(p: argparse.ArgumentParser, *, teacher: bool = True) -> None:
         g.add_argument("--soft-loss", default="auto", choices=["auto", "kl", "mse", "cosine"], help="loss against the teacher's outputs (default auto: kl for class scores, mse otherwise)")
 
 
-def training_config(args: argparse.Namespace, *, batch_default: int = 32):
+def training_config(args: argparse.Namespace, *, batch_default: int = 32, lr_default: float = 3e-3):
     """The ``TrainConfig`` of ``add_training``'s options, or False for ``--no-train``."""
     if getattr(args, "no_train", False):
         return False
@@ -204,7 +204,7 @@ def training_config(args: argparse.Namespace, *, batch_default: int = 32):
         epochs=epochs,
         steps=args.steps,
         batch_size=getattr(args, "batch_size", None) or batch_default,
-        lr=args.lr if args.lr is not None else 3e-3,
+        lr=args.lr if args.lr is not None else lr_default,
         optimizer=args.optimizer,
         schedule=args.schedule,
         val_fraction=args.val_fraction,

@@ -103,6 +103,7 @@ def distill(
     if student is not None:
         s_model = as_model(student)
         _check_interface(t_model, s_model)
+        dataset.check(s_model)  # the same data must fit the student's inputs
         origin = "file"
     else:
         if not 0 < width < 1:

@@ -135,6 +135,14 @@ class TrainingGraph:
             else:
                 node.replace_input_with(slot, add_initializer(g, array, f"{value.name}_qat"))
 
+        derived = {w for w, _ in self.weights.values()} | {b for b, _ in self.biases.values()}
+        for name, value in g.initializers.items():  # float weights left float (a float head)
+            attr = module.onnx_names.get(name)
+            if name in self.scales or name in derived or attr is None or attr not in dict(module.named_parameters()):
+                continue
+            old = value.const_value.numpy()
+            if old.dtype.kind == "f":
+                value.const_value = ir.tensor(trained(name).astype(old.dtype).reshape(old.shape), name=name)
         for name in self.scales:  # activation (and weight) scales: shared initializers, tied
             if name in g.initializers:
                 old = g.initializers[name].const_value.numpy()

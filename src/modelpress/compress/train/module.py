@@ -22,13 +22,11 @@ def _with_outputs(model: ir.Model, features: list[str]) -> ir.Model:
         return model
     m = copy_model(model)
     values = values_by_name(m.graph)
-    present = {v.name for v in m.graph.outputs}
     for name in features:
         if name not in values:
             raise InputError(f"feature {name!r} is not a value of the model")
-        if name not in present:
-            m.graph.outputs.append(values[name])
-            present.add(name)
+        # appended even when it is already an output: the module returns features by position
+        m.graph.outputs.append(values[name])
     return m
 
 
