@@ -18,6 +18,7 @@ ORDER = [
     "quantize_unseen",
     "quantize_torchvision",
     "torch_backend",
+    "train",
     "advisor",
 ]
 TITLES = {
@@ -26,6 +27,7 @@ TITLES = {
     "quantize_unseen": "quantization on architectures the project had not seen",
     "quantize_torchvision": "quantization of full-size torchvision architectures",
     "torch_backend": "PyTorch backend",
+    "train": "compression with training: pruning, Deep Compression, QAT, distillation",
     "advisor": "hardware advisor",
 }
 

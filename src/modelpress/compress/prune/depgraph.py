@@ -222,6 +222,7 @@ def analyze(model: ir.Model, shapes: dict[str, tuple[int, ...]], *, keep: Iterab
 
     ``keep``: node names whose weights must stay whole (their components are blocked).
     """
-    from modelpress.compress.prune.rules import Analyzer
+    from modelpress.compress.prune import rules  # noqa: F401  (registers the op rules)
+    from modelpress.compress.prune.analyzer import Analyzer
 
     return Analyzer(model, shapes).run(set(keep))
