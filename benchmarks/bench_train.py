@@ -1,6 +1,6 @@
 """Compression with training: pruning, Deep Compression, QAT and distillation, against peers.
 
-    .venv/bin/python benchmarks/bench_train.py                   # everything (about half an hour)
+    .venv/bin/python benchmarks/bench_train.py                   # everything (about half an hour on a quiet 2-core machine)
     .venv/bin/python benchmarks/bench_train.py --only prune,qat   # some sections
 
 Sections (each writes its rows into ``benchmarks/results/train.json`` as it finishes; the page
@@ -53,7 +53,7 @@ WORK = ROOT / "_work"
 RESULTS = ROOT / "results"
 JSON = RESULTS / "train.json"
 CNNS = ("resnet-digits", "mobilenet-digits")
-EPOCHS, LR = 4, 3e-3
+EPOCHS, LR = 3, 3e-3
 
 
 def _load_results() -> dict:
@@ -171,7 +171,7 @@ def bench_deep() -> list[dict]:
     for name in CNNS:
         original = load(zoo.build(name, WORK / f"{name}.onnx"))
         t = time.perf_counter()
-        r = deep_compress(original, data=data, labels_key="y", sparsity=0.9, bits=5, train=TrainConfig(epochs=EPOCHS, lr=LR))
+        r = deep_compress(original, data=data, labels_key="y", sparsity=0.9, bits=5, train=TrainConfig(epochs=2, lr=LR))
         path = WORK / f"{name}.mpz"
         path.write_bytes(r.data)
         rows.append({
@@ -201,9 +201,9 @@ def bench_qat() -> list[dict]:
         tg = TrainingGraph(plain.model, bits=4)
         row["w4a8 (round to nearest)"] = _accuracy(tg.export(tg.module()), d)
         t = time.perf_counter()
-        q8 = quantize(original, mode="qat", calibration=cal, labels_key="y", train=TrainConfig(epochs=3, lr=1e-4))
+        q8 = quantize(original, mode="qat", calibration=cal, labels_key="y", train=TrainConfig(epochs=1, lr=1e-4))
         row["QAT int8"] = _accuracy(q8.model, d)
-        q4 = quantize(original, mode="qat", calibration=cal, labels_key="y", bits=4, train=TrainConfig(epochs=3, lr=1e-4))
+        q4 = quantize(original, mode="qat", calibration=cal, labels_key="y", bits=4, train=TrainConfig(epochs=2, lr=3e-4))
         row["QAT w4a8"] = _accuracy(q4.model, d)
         row["seconds"] = time.perf_counter() - t
         row["same_structure"] = [n.op_type for n in q8.model.graph] == [n.op_type for n in plain.model.graph]
@@ -249,7 +249,7 @@ def _sentences(n: int) -> list[str]:
     return out[:n]
 
 
-def bench_minilm(train_sentences: int = 1200, held_sentences: int = 200, seq: int = 32) -> list[dict]:
+def bench_minilm(train_sentences: int = 640, held_sentences: int = 128, seq: int = 24) -> list[dict]:
     from modelpress.compress.distill import distill
     from modelpress.compress.train import TrainData
     from modelpress.compress.train.metrics import compare
@@ -263,7 +263,7 @@ def bench_minilm(train_sentences: int = 1200, held_sentences: int = 200, seq: in
     pruned = prune(original, data=train, ratio=0.5, head_ratio=1 / 3, train=False)
     # distilled: the pruned model is the student, the original the teacher (outputs and hidden states)
     r = distill(original, data=train, student=pruned.model, temperature=1.0,
-                train=TrainConfig(epochs=2, lr=1e-4, batch_size=16, val_fraction=0.1))
+                train=TrainConfig(epochs=1, lr=1e-4, batch_size=16, val_fraction=0.1))
     seconds = time.perf_counter() - t
     held_data = TrainData.load(held, original)
     before = compare(original, pruned.model, held_data).cosine
@@ -298,6 +298,7 @@ def main(argv=None) -> None:
     RESULTS.mkdir(exist_ok=True)
     if not args.page_only:
         use_global_thread_pool(intra_op_threads=1)
+        torch.set_num_threads(1)  # a shared 2-core machine: one thread each for ORT and torch
         torch.manual_seed(0)
         for name in args.only.split(","):
             try:
