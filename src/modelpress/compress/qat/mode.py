@@ -51,6 +51,4 @@ class QatMode(Mode):
                 raise OptionError("qat trains one set of quantized layers: an accuracy budget is not supported, exclude layers instead")
             return Built(trained, start.layers, start.pairs, notes=[], reference=start.reference)
 
-        prepared = Prepared(build, static.candidates, notes)
-        prepared.training = result  # the loss curve, for the command's record
-        return prepared
+        return Prepared(build, static.candidates, notes, training=result)

@@ -56,6 +56,7 @@ class QuantizeResult:
     accuracy: sensitivity.BudgetResult | None = None
     target: str | None = None  # the CPU its int8 formats are for (u8·s8 modes)
     check: Check | None = None  # the outputs as ONNX Runtime runs them here
+    training: object = None  # qat: the training run (``compress.train.TrainResult``: the loss curve)
 
     @property
     def output_error(self) -> float | None:
@@ -80,6 +81,7 @@ class QuantizeResult:
             "notes": self.notes,
             "accuracy": self.accuracy.to_dict() if self.accuracy else None,
             "layers": [layer.to_dict() for layer in self.layers],
+            "training": self.training.to_dict() if self.training is not None else None,
         }
 
 
@@ -257,6 +259,7 @@ def quantize(
         accuracy=accuracy,
         target=target,
         check=checked,
+        training=prepared.training,
     )
 
 

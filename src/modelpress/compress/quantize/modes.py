@@ -65,6 +65,7 @@ class Prepared:
     candidates: list[str]  # every layer the mode can quantize (the report's rows)
     notes: list[str] = field(default_factory=list)
     rank: Ranker | None = None
+    training: object = None  # a mode that trains (qat): its ``compress.train.TrainResult``
 
 
 class Mode:
