@@ -129,14 +129,25 @@ def depthwise_cnn(seed: int = 0):
     return b.model([_image_input(3, 8)], [_logits(4)])
 
 
-def transformer_block(seed: int = 0, *, hidden: int = 16, heads: int = 4, ffn: int = 32):
+def transformer_block(seed: int = 0, *, hidden: int = 16, heads: int = 4, ffn: int = 32, exported: bool = False):
     """One post-norm encoder block: Q/K/V projections split into heads by Reshapes with constant
     targets (the head count written in them), scaled dot-product attention, an output projection
-    with a residual and LayerNormalization, an FFN (GELU as Erf), a residual and LayerNorm."""
+    with a residual and LayerNormalization, an FFN (GELU as Erf), a residual and LayerNorm.
+
+    ``exported``: the targets are built as exporters write them, ``Concat`` of the input's batch and
+    sequence sizes (``Shape → Gather → Unsqueeze``) and constant pieces for the head count and size.
+    """
     b = _Builder(seed)
     d = hidden // heads
-    split = b.const(np.array([0, 0, heads, d], np.int64), "shape")
-    merge = b.const(np.array([0, 0, hidden], np.int64), "shape")
+    if exported:
+        shape = b.node("Shape", ["x"])
+        axes = b.const(np.array([0], np.int64), "axes")
+        dims = [b.node("Unsqueeze", [b.node("Gather", [shape, b.const(np.array(i, np.int64), "i")], axis=0), axes]) for i in (0, 1)]
+        split = b.node("Concat", [*dims, b.const(np.array([heads], np.int64), "h"), b.const(np.array([d], np.int64), "d")], axis=0)
+        merge = b.node("Concat", [*dims, b.const(np.array([hidden], np.int64), "m")], axis=0)
+    else:
+        split = b.const(np.array([0, 0, heads, d], np.int64), "shape")
+        merge = b.const(np.array([0, 0, hidden], np.int64), "shape")
 
     def heads_of(x: str, perm: list[int]) -> str:
         return b.node("Transpose", [b.node("Reshape", [x, split])], perm=perm)

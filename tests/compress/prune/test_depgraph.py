@@ -163,6 +163,22 @@ def test_attention_heads_and_ffn(rng):
     assert run_model(dg.model, token_batch(rng, n=3, s=7))["y"].shape == (3, 7, 16)
 
 
+def test_exported_shape_targets_follow_the_heads(rng):
+    model = transformer_block(exported=True)
+    x = token_batch(rng)
+    dg, _ = _groups(model, x)
+    assert ("heads", 4, 4) in [(g.kind, g.size, len(g.components)) for g in dg.groups]
+    scores = importance.scores(dg, "l1")
+    surgery.remove(dg, choose(dg, scores, ratio=0.0, head_ratio=0.5))
+    # the head count and the merged width live in Concat pieces: each Reshape got its own Concat
+    pieces = sorted(int(param(v)[0]) for n in dg.model.graph if n.op_type == "Concat" for v in n.inputs if param(v) is not None)
+    assert 2 in pieces and 8 in pieces
+    y = token_batch(rng, n=3, s=6)
+    assert run_model(dg.model, y)["y"].shape == (3, 6, 16)
+    zeroed, pruned = _prune_zeroed(model, x, ratio=0.0, head_ratio=0.5)
+    np.testing.assert_allclose(run_model(pruned, y)["y"], run_model(zeroed, y)["y"], rtol=0, atol=1e-6)
+
+
 def test_kept_layer_stays_whole(rng):
     model = residual_cnn()
     keep = [n.name for n in model.graph if n.op_type == "Conv"][1]  # the block's first Conv
