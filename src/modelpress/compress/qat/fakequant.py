@@ -87,6 +87,12 @@ class TrainingGraph:
                     use.node.replace_input_with(use.idx, b)
                 self.biases[node.name] = (b.name, consumer)
                 continue
+            if self.bits == 4:
+                # 16 levels: the scale spans the weight's range on [-7, 7] (per channel when the
+                # int8 scale was), so that rounding to nearest is the starting point, not clipping
+                reduce = tuple(i for i in range(value.ndim) if scale.size == 1 or i != axis % value.ndim)
+                s4 = np.maximum(np.abs(value).max(axis=reduce, keepdims=False) / 7.0, 1e-12)
+                node.inputs[1].const_value = ir.tensor(s4.astype(scale.dtype).reshape(scale.shape), name=node.inputs[1].name)
             w = add_initializer(g, value, f"{node.name}_float")
             q = ir.node("QuantizeLinear", [w, node.inputs[1], node.inputs[2]], attributes={"axis": axis} if scale.size > 1 else {}, name=f"{node.name}_fakeQ")
             g.insert_before(node, q)

@@ -30,13 +30,39 @@ def _with_outputs(model: ir.Model, features: list[str]) -> ir.Model:
     return m
 
 
-def trainable(model: ir.Model, *, features: list[str] | None = None, device=None) -> nn.Module:
-    """A trainable module computing ``model``'s outputs, then the values named in ``features``."""
+def trainable(
+    model: ir.Model, *, features: list[str] | None = None, device=None, batch_statistics: bool = True
+) -> nn.Module:
+    """A trainable module computing ``model``'s outputs, then the values named in ``features``.
+
+    ``batch_statistics``: in training mode, BatchNormalization normalizes with the batch's own
+    statistics and updates its running ones (momentum 0.1), as a PyTorch model fine-tunes; in
+    evaluation mode (and in the exported model) it uses the running statistics. Without it, the
+    backend's inference semantics hold throughout (statistics frozen).
+    """
     from modelpress.runtime.torch_backend import to_torch
 
     module = to_torch(_with_outputs(model, list(features or [])), device=device)
+    if batch_statistics:
+        for step in module.program.steps:
+            if step.ctx.op_type == "BatchNormalization" and step.ctx.num_outputs == 1:
+                step.fn = _batch_norm(module, step.fn)
     module.train()
     return module
+
+
+def _batch_norm(module: nn.Module, inference):
+    """A BatchNormalization kernel that follows ``module.training``."""
+    import torch.nn.functional as F
+
+    def kernel(ctx, x, scale, bias, mean, var):
+        if not module.training or ctx.attr("training_mode", 0):
+            return inference(ctx, x, scale, bias, mean, var)
+        # F.batch_norm updates mean and var in place: they are the module's buffers, so the
+        # exported model carries the statistics of the data it was tuned on
+        return F.batch_norm(x, mean, var, scale, bias, True, 0.1, ctx.attr("epsilon", 1e-5))
+
+    return kernel
 
 
 def teacher(model: ir.Model, *, features: list[str] | None = None, device=None) -> nn.Module:
