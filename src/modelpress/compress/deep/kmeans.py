@@ -68,13 +68,3 @@ def shared_module(module, layers: dict[str, tuple[np.ndarray, np.ndarray, np.nda
         getattr(module.parametrizations, attr).original.requires_grad_(False)
         params.append(param.codebook)
     return params
-
-
-def codebooks_of(module, names: list[str]) -> dict[str, np.ndarray]:
-    """The trained codebooks, by initializer name."""
-    out = {}
-    for name in names:
-        attr = module.onnx_names.get(name)
-        if attr is not None and hasattr(module, "parametrizations") and attr in module.parametrizations:
-            out[name] = module.parametrizations[attr][0].codebook.detach().cpu().numpy().astype(np.float32)
-    return out
