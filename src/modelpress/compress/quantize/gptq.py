@@ -10,9 +10,8 @@ sum of errors smaller than rounding each row to nearest (RTN).
 Two uses: 4-bit blocks (weight-only mode, ``weight_only.gptq_quantize``) and int8 weights (static
 mode, and weight-only int8 with calibration data: ``round_layers``, one fixed symmetric scale per
 output channel, the grid ONNX Runtime's int8 kernels use). A convolution is a product too: ``X``
-is then the matrix of its input patches (im2col, ``InputHessian``), one per group. On the unseen
-CNNs of ``bench_quantize_unseen.py`` int8 weights rounded this way moved the outputs 12-16 dB less
-than rounded to nearest (weight-only SQNR on held-out inputs).
+is then the matrix of its input patches (im2col, ``InputHessian``), one per group (measured
+gains: ``benchmarks/results/quantize_unseen.md``).
 
 Rules:
 - ``H`` is accumulated over calibration batches (``HessianObserver``, ``InputHessian``: fixed
@@ -64,13 +63,11 @@ from modelpress.ir.match import const_array
 
 DAMP = 0.01  # fraction of the mean diagonal added to H
 CHUNK = 128  # rows per lazy-update chunk (a multiple of every power-of-two block size ≤ 128)
-# int8: the largest reduction (C/g·kh·kw or K) solved; a wider layer (ResNet's last 3x3 Convs,
-# 4608) is rounded to nearest. At 2304 (a 3x3 Conv over 256 channels) H holds 42 MB (two float32
-# halves) and the two solves take about a second here; at 4608 they took 8 s per layer and made
-# ResNet-18 quantize 4x slower for no measured gain. A layer may have seen fewer input rows than K
-# (a late, small feature map; a classifier on a few hundred images): H is then singular and only
-# the damping inverts it, yet GPTQ still moved held-out outputs less than rounding to nearest on
-# every unseen CNN (weight-only int8 SQNR, e.g. 41 -> 54 dB on VGG, 32 -> 50 dB on resnet-gn).
+# int8: the largest reduction (C/g·kh·kw or K) solved; a wider layer is rounded to nearest. H
+# grows as K² and its solves as K³: at 2304 (a 3x3 Conv over 256 channels) H holds 42 MB and the
+# solves take a second, twice that reduction costs eight times more for no gain in accuracy. A
+# layer may have seen fewer input rows than K (a late, small feature map): H is then singular and
+# only the damping inverts it, which still beats rounding to nearest (checked by ``_codes``).
 MAX_K = 2304
 # Input rows per batch a layer adds to its H (drawn at random): each costs K² multiply-adds, so
 # wide layers take fewer, down to MIN_ROWS.

@@ -25,7 +25,7 @@ BINARY_OPS = {"Add", "Mul"}
 
 
 # Ops with one activation input and an int8 kernel.
-# (Not AveragePool: ONNX Runtime's QLinearAveragePool measured 10x slower than the float kernel.)
+# (Not AveragePool: ONNX Runtime's QLinearAveragePool is far slower than the float kernel.)
 # HardSigmoid and HardSwish have none, but are written as ops that do (``_expand_hard``).
 HARD_OPS = {"HardSigmoid", "HardSwish"}
 

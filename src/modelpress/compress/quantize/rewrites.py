@@ -1,10 +1,16 @@
 """Exact rewrites done before static quantization, each with its inverse for what stays float.
 
-- ``name_nodes``: every node gets a unique name (plans and reports refer to nodes by name);
-- average pools become depthwise Convs with equal weights ``1/k``, exact on the int8 grid, so they
-  run in the 8-bit chain (``pools_as_convs``; ``convs_as_pools`` restores the ones left float);
-- a per-channel affine the optimizer could not fold (a BatchNorm after a Concat) becomes depthwise
-  1x1 Convs, one per Concat input (``affines_as_convs``; ``convs_as_affines`` restores).
+A ``Reversible`` rewrite turns ops without a fast int8 kernel into ops that have one, computing
+the same values, and says which new node came from which node of the float model; after planning,
+``inverse`` puts back the float form of those the plan left in float (there the original op is the
+faster float kernel):
+
+- ``PoolsAsConvs``: average pools become depthwise Convs with equal weights ``1/k``, exact on the
+  int8 grid, so they run in the 8-bit chain;
+- ``AffinesAsConvs``: a per-channel affine the optimizer could not fold (a BatchNorm after a
+  Concat) becomes depthwise 1x1 Convs, one per Concat input.
+
+``name_nodes`` gives every node a unique name first (plans and reports refer to nodes by name).
 """
 
 from __future__ import annotations
@@ -48,8 +54,7 @@ def pools_as_convs(model: ir.Model) -> tuple[ir.Model, frozenset[str]]:
     and the names of those Convs (``convs_as_pools`` turns those a plan excludes back).
 
     ONNX Runtime fuses an AveragePool between DequantizeLinear and QuantizeLinear into
-    QLinearAveragePool, measured 10x slower than the float pool (an Inception branch's 3x3 pool cost
-    more than all its convolutions); its depthwise int8 Conv is fast. The same sums over the same
+    QLinearAveragePool, far slower than the float pool; its depthwise int8 Conv is fast. The same sums over the same
     windows, so exact where the divisor is always ``kh·kw``: no padding, or padding counted
     (``count_include_pad=1``), and no partial windows (``ceil_mode=0``), unit dilations, and a known
     channel count. The weight ``1/(kh·kw)`` quantizes exactly (code 127 with per-channel scales).
@@ -126,9 +131,8 @@ def affines_as_convs(model: ir.Model) -> tuple[ir.Model, dict[str, str]]:
     (DenseNet's) is distributed over the Concat's inputs, ``Concat(x_i)·a + b = Concat(x_i·a_i +
     b_i)``, with the Relu after it (and one between the Concat and it, Inception-style), so that
     each piece reads its input at that input's own scale: quantizing the Concat itself would
-    squeeze inputs of very different ranges into one scale (tried: 1-1.5 points of accuracy lost
-    on small CNNs). Exact: the same products and sums. On DenseNet-121 this is about 600 small
-    Convs, still 0.61x → 0.44x of float32's time at batch 1."""
+    squeeze inputs of very different ranges into one scale and cost accuracy. Exact: the same
+    products and sums. Many small Convs, but each runs in the 8-bit chain."""
     m = copy_model(model)
     g = m.graph
     quantized = {n.name for n in select_layers(m) if n.op_type in WEIGHT_INPUT}
@@ -307,3 +311,38 @@ def convs_as_affines(graph: ir.Graph, names: set[str] | frozenset[str]) -> None:
             new.append(ir.node("Add", [new[0].outputs[0], shift], name=f"{node.name}_shift"))
             new[0].outputs[0].name = f"{node.name}_scaled"
         swap_node(graph, node, new, new[-1].outputs[0])
+
+
+class Reversible:
+    """An exact rewrite and its inverse. ``forward`` returns a rewritten copy and, for each node
+    it made, the name of the float model's node it stands for; ``inverse`` restores, in place,
+    the float form of the made nodes named."""
+
+    name: str = ""
+
+    def forward(self, model: ir.Model) -> tuple[ir.Model, dict[str, str]]:  # pragma: no cover
+        raise NotImplementedError
+
+    def inverse(self, graph: ir.Graph, made: set[str]) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+
+class PoolsAsConvs(Reversible):
+    name = "pools-as-convs"
+
+    def forward(self, model):
+        m, done = pools_as_convs(model)
+        return m, {conv: conv for conv in done}  # each Conv keeps its pool's name
+
+    def inverse(self, graph, made):
+        convs_as_pools(graph, made)
+
+
+class AffinesAsConvs(Reversible):
+    name = "affines-as-convs"
+
+    def forward(self, model):
+        return affines_as_convs(model)
+
+    def inverse(self, graph, made):
+        convs_as_affines(graph, made)

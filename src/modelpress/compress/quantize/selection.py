@@ -28,11 +28,10 @@ from modelpress.ir.match import const_array
 
 def _thin_stem(node: ir.Node) -> bool:
     """A Conv on the graph input with a channel count that is not a multiple of 4 (an image's 3)
-    and at most 16 filters: MobileNetV3's and many small CNNs' stem. ONNX Runtime's int8 kernel
-    then takes its generic path; with the input's quantization and transposition it cost more than
-    all it saved (MobileNetV3-Small at batch 1: 1.21x float32 with it in int8, 1.04x in float).
+    and at most 16 filters: many mobile and small CNNs' stem. ONNX Runtime's int8 kernel then takes
+    its generic path; with the input's quantization and transposition it costs more than it saves.
     Not when a pooling or layout op reads it (a VGG's MaxPool): ONNX Runtime would run that on
-    8-bit NCHW data, slower still (1.7x float32 in total on a small VGG)."""
+    8-bit NCHW data, slower still."""
     if node.op_type != "Conv" or node.inputs[0] is None or not node.inputs[0].is_graph_input():
         return False
     w = const_array(node.inputs[1])
@@ -51,9 +50,7 @@ def _thin_stem(node: ir.Node) -> bool:
 def _feeds_add(node: ir.Node) -> bool:
     """Whether an Add of two activations reads ``node``'s output (through Relu/Clip and
     scale-sharing ops): a residual block's shortcut. A short-reduction stem left in float there
-    cost more in Transposes than its int8 kernel loses (ResNet-style digits CNN, 1-channel 3x3
-    stem: 1.01x float32 at batch 1 with the stem in float, 0.96x in int8; 0.95x and 0.92x at
-    batch 8)."""
+    costs more in the layout changes around it than its int8 kernel loses."""
     return any(
         c is not None and c.op_type == "Add" and eligible(c)
         for c in through(node.outputs[0], True)

@@ -29,19 +29,14 @@ from modelpress.compress.quantize.observers import get_observer
 from modelpress.compress.quantize.ops import eligible
 from modelpress.compress.quantize.plan import plan
 from modelpress.compress.quantize.qdq import apply
-from modelpress.compress.quantize.rewrites import (
-    affines_as_convs,
-    convs_as_affines,
-    convs_as_pools,
-    pools_as_convs,
-)
+from modelpress.compress.quantize.rewrites import AffinesAsConvs, PoolsAsConvs, Reversible
 from modelpress.compress.quantize.selection import observable
 from modelpress.errors import OptionError
 from modelpress.ir.graph import remove_unused_initializers
 
 # The calibration batches that measured bias correction and the head policy average over (kept in
 # memory when the calibration data is a one-shot iterator).
-BIAS_BATCHES = calibration.REPLAY
+BIAS_BATCHES = 4
 
 
 @register
@@ -58,7 +53,7 @@ class StaticMode(Mode):
 
     def prepare(self, model, cal, opt: Options, progress) -> Prepared:
         if cal is None:
-            raise OptionError("static mode needs calibration data (data)")
+            raise OptionError("static mode needs calibration data (`calibration`)")
         symmetric = opt.symmetric_activations
         # the activation format decides which ops join the chain (Relu folds, HardSigmoid/HardSwish)
         formats = {"asymmetric": not symmetric, "activations": opt.activation_dtype}
@@ -68,9 +63,17 @@ class StaticMode(Mode):
             notes.append(
                 f"{padded} depthwise Conv(s) padded to a multiple of 16 channels (int8 kernel)"
             )
-        model, pools = pools_as_convs(model)
         # (with symmetric activations no Relu folds into the Convs: each piece would add a float Relu)
-        model, affines = affines_as_convs(model) if not symmetric else (model, {})
+        rewrites: list[Reversible] = [PoolsAsConvs()] + ([] if symmetric else [AffinesAsConvs()])
+        made: dict[str, dict[str, str]] = {}  # rewrite → {node it made: float node it stands for}
+        for rw in rewrites:
+            model, made[rw.name] = rw.forward(model)
+        pools = frozenset(made[PoolsAsConvs.name])
+
+        def as_made(names: frozenset[str]) -> frozenset[str]:
+            """Float node names (the user's, the budget's) and the nodes made for them."""
+            return names | {new for d in made.values() for new, old in d.items() if old in names}
+
         if opt.smooth and smoothing.attention_like(model):
             # one int8 scale per activation tensor cannot hold a transformer's outlier channels
             full = plan(model, **formats)
@@ -100,8 +103,8 @@ class StaticMode(Mode):
                 means[node.name] = cm
                 observers.setdefault(node.inputs[0].name, []).append(cm)
         # (not a pool written as a Conv: its equal weights 1/k² are exact on the int8 grid)
-        # (not a layer the user keeps in float; an affine by its float name is every Conv it became)
-        kept = opt.exclude | {conv for conv, mul in affines.items() if mul in opt.exclude}
+        # (not a layer the user keeps in float, by its float name: every node made for it)
+        kept = as_made(opt.exclude)
         rounding = [n for n in weighted if n.name not in pools and n.name not in kept]
         hessians = gptq.attach(rounding, observers) if opt.gptq else {}
         calibration.collect(model, cal, observers, progress=progress)
@@ -155,8 +158,7 @@ class StaticMode(Mode):
         emit = {"per_channel": opt.per_channel, "rounded": rounded, "pair_safe": opt.pair_safe}
 
         def build(exclude: frozenset[str]) -> Built:
-            # an affine excluded by its float name excludes every Conv it became
-            exclude = exclude | {conv for conv, mul in affines.items() if mul in exclude}
+            exclude = as_made(exclude)
             p = plan(model, exclude=exclude, heads=heads, **formats)
             # (a float head has no weight rounding to correct, only the shift measured below)
             corr = {k: v for k, v in (deltas or {}).items() if k not in p.float_heads}
@@ -166,8 +168,8 @@ class StaticMode(Mode):
                 for k, d in bias_correction.measured_shifts(float_means, q, layers, bc_batches).items():
                     corr[k] = corr.get(k, 0.0) + d
                 q = apply(model, p, qparams, bias_deltas=corr, **emit)
-            convs_as_pools(q.graph, pools - set(p.layers))
-            convs_as_affines(q.graph, set(affines) - set(p.layers))
+            for rw in rewrites:  # what stays float goes back to its float form
+                rw.inverse(q.graph, set(made[rw.name]) - set(p.layers))
             tables = dynamic.tables(q.graph, exclude)  # int8 rows: most of a transformer's file
             remove_unused_initializers(q.graph)
             pairs = {name: (by[name].outputs[0].name,) * 2 for name in tables}
