@@ -10,14 +10,15 @@ Sections (each writes its rows into ``benchmarks/results/train.json`` as it fini
   group, modelpress on the ONNX file with labels and without (the original as teacher), and
   Torch-Pruning 1.6.1 (group L1 magnitude, DepGraph) on the PyTorch source of the same network,
   fine-tuned for the same epochs with the same optimizer and learning rate (in train mode, as its
-  users do); test accuracy on the digits test split, parameters, size, ONNX Runtime CPU latency at
-  batch 1 and 8 (all variants in one process, interleaved, one thread);
+  users do); test accuracy on the digits test split (median of 3 seeds, and each), parameters,
+  size, ONNX Runtime CPU latency at batch 1 and 8 (all variants in one process, interleaved, one
+  thread);
 * ``deep``: Deep Compression at 5 bits, 90% sparsity (mobilenet-digits: 80%): size after each
   stage and test accuracy of the model decoded from the ``.mpz``;
 * ``qat``: post-training static int8 and w4a8 (4-bit weights rounded to nearest on static mode's
   graph) against QAT of each, same calibration/training data;
 * ``distill``: a 0.5-width student of resnet-digits, distilled (labels + teacher) and trained on
-  labels alone for the same steps;
+  labels alone for the same steps (median of 3 seeds);
 * ``minilm``: all-MiniLM-L6-v2, half of each FFN's neurons and a third of the heads pruned, then
   distilled (outputs and hidden states) on sentences from Python's own docstrings; mean cosine of
   the sentence embeddings to the original on held-out sentences, latency at batch 1 and 8.
@@ -98,9 +99,10 @@ def _size(model) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-def _torch_pruning(name: str, d) -> tuple[object, float]:
+def _torch_pruning(name: str, d, seed: int = 0) -> tuple[object, float]:
     import torch_pruning as tp
 
+    torch.manual_seed(seed)
     module, (example,) = zoo.build_torch(name)
     imp = tp.importance.MagnitudeImportance(p=1)  # group L1, as modelpress's default
     pruner_cls = getattr(tp.pruner, "MetaPruner", None) or tp.pruner.BasePruner
@@ -115,7 +117,7 @@ def _torch_pruning(name: str, d) -> tuple[object, float]:
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + np.cos(np.pi * (s - warm) / max(1, steps - warm)))
     )
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator().manual_seed(seed)
     module.train()
     for _ in range(EPOCHS):
         order = torch.randperm(len(x), generator=gen)
@@ -137,27 +139,33 @@ def _torch_pruning(name: str, d) -> tuple[object, float]:
     return from_proto(onnx.load_from_string(buf.getvalue())), seconds
 
 
+SEEDS = (0, 1, 2)
+
+
 def bench_prune() -> list[dict]:
     d, data = _digits()
     rows = []
     for name in CNNS:
         original = load(zoo.build(name, WORK / f"{name}.onnx"))
-        variants = {"original": (original, None)}
-        cfg = TrainConfig(epochs=EPOCHS, lr=LR)
-        t = time.perf_counter()
-        r = prune(original, data=data, labels_key="y", ratio=0.5, train=cfg)
-        variants["modelpress, labels"] = (r.model, time.perf_counter() - t)
-        t = time.perf_counter()
-        r = prune(original, data={"image": d.x_train}, ratio=0.5, train=cfg)
-        variants["modelpress, no labels (teacher)"] = (r.model, time.perf_counter() - t)
-        tp_model, tp_s = _torch_pruning(name, d)
-        variants["Torch-Pruning (PyTorch source), labels"] = (tp_model, tp_s)
+        makers = {
+            "modelpress, labels": lambda seed, original=original: prune(original, data=data, labels_key="y", ratio=0.5, train=TrainConfig(epochs=EPOCHS, lr=LR, seed=seed)).model,
+            "modelpress, no labels (teacher)": lambda seed, original=original: prune(original, data={"image": d.x_train}, ratio=0.5, train=TrainConfig(epochs=EPOCHS, lr=LR, seed=seed)).model,
+            "Torch-Pruning (PyTorch source), labels": lambda seed, name=name: _torch_pruning(name, d, seed)[0],
+        }
+        variants = {"original": ([original], [_accuracy(original, d)], None)}
+        for label, make in makers.items():
+            models, accs = [], []
+            t = time.perf_counter()
+            for seed in SEEDS:
+                models.append(make(seed))
+                accs.append(_accuracy(models[-1], d))
+            variants[label] = (models, accs, (time.perf_counter() - t) / len(SEEDS))
         feeds = {b: {"image": np.ascontiguousarray(np.resize(d.x_test, (b, 1, 32, 32)))} for b in (1, 8)}
-        lat = _latency({k: v[0] for k, v in variants.items()}, feeds)
-        for k, (m, secs) in variants.items():
+        lat = _latency({k: v[0][0] for k, v in variants.items()}, feeds)
+        for k, (models, accs, secs) in variants.items():
             rows.append({
-                "model": name, "variant": k, "accuracy": _accuracy(m, d), "params": param_count(m),
-                "size": _size(m), "latency": lat[k], "seconds": secs,
+                "model": name, "variant": k, "accuracy": float(np.median(accs)), "accuracies": accs,
+                "params": param_count(models[0]), "size": _size(models[0]), "latency": lat[k], "seconds": secs,
             })
             print(rows[-1], flush=True)
     return rows
@@ -219,11 +227,14 @@ def bench_distill() -> list[dict]:
 
     d, data = _digits()
     teacher = load(zoo.build("resnet-digits", WORK / "resnet-digits.onnx"))
-    cfg = TrainConfig(epochs=EPOCHS, lr=LR)
-    rows = [{"variant": "teacher", "accuracy": _accuracy(teacher, d), "params": param_count(teacher)}]
+    rows = [{"variant": "teacher", "accuracy": _accuracy(teacher, d), "accuracies": [], "params": param_count(teacher)}]
     for label, alpha in (("0.5-width student, distilled (labels + teacher, T=4)", 0.5), ("0.5-width student, labels only", 0.0)):
-        r = distill(teacher, data=data, labels_key="y", width=0.5, alpha=alpha, temperature=4.0, train=cfg)
-        rows.append({"variant": label, "accuracy": _accuracy(r.model, d), "params": r.params_student, "seconds": r.seconds})
+        accs, secs = [], 0.0
+        for seed in SEEDS:
+            r = distill(teacher, data=data, labels_key="y", width=0.5, alpha=alpha, temperature=4.0, train=TrainConfig(epochs=EPOCHS, lr=LR, seed=seed))
+            accs.append(_accuracy(r.model, d))
+            secs += r.seconds
+        rows.append({"variant": label, "accuracy": float(np.median(accs)), "accuracies": accs, "params": r.params_student, "seconds": secs / len(SEEDS)})
         print(rows[-1], flush=True)
     return rows
 
