@@ -57,4 +57,58 @@ def page(data: dict) -> str:
                 f"| original | {r['params'][0]:,} | {r['size'][0] / 2**20:.1f} | 1 | {_ms(r['latency']['original'], 1)} | {_ms(r['latency']['original'], 8)} |",
                 f"| pruned, before training | | | {r['cosine_pruned_only']:.4f} | | |",
                 f"| pruned + distilled | {r['params'][1]:,} | {r['size'][1] / 2**20:.1f} | {r['cosine_distilled']:.4f} | {_ms(r['latency']['pruned + distilled'], 1)} | {_ms(r['latency']['pruned + distilled'], 8)} |", ""]
+    out += _targets(data)
     return "\n".join(out) + "\n"
+
+
+def _targets(data: dict) -> list[str]:
+    """The issue's targets against the numbers above, each said plainly."""
+    lines = ["## Targets", ""]
+    if "prune" in data:
+        rows = data["prune"]
+        for model in sorted({r["model"] for r in rows}):
+            by = {r["variant"]: r for r in rows if r["model"] == model}
+            base, lab = by["original"], by["modelpress, labels"]
+            nol, peer = by["modelpress, no labels (teacher)"], by["Torch-Pruning (PyTorch source), labels"]
+            ratio = lab["latency"]["8"]["median"] / base["latency"]["8"]["median"]
+            drop_l = (base["accuracy"] - lab["accuracy"]) * 100
+            drop_n = (base["accuracy"] - nol["accuracy"]) * 100
+            gap = (peer["accuracy"] - lab["accuracy"]) * 100
+            lines.append(
+                f"- {model}, 50% of the channels: latency at batch 8 {ratio:.2f}x of the original (target <= 0.6x: {'met' if ratio <= 0.6 else 'not met'}); "
+                f"accuracy drop {drop_l:+.2f} points with labels (<= 1: {'met' if drop_l <= 1 else 'not met'}), {drop_n:+.2f} without (<= 1.5: {'met' if drop_n <= 1.5 else 'not met'}); "
+                f"Torch-Pruning on the PyTorch source of the same network reaches {gap:+.2f} points more (no worse than it: {'met' if gap <= 0 else 'not met'}; the pruned architectures are the same, so is their latency)."
+            )
+    if "deep" in data:
+        for r in data["deep"]:
+            ratio = r["stages"][-1]["ratio"]
+            drop = (r["accuracy_before"] - r["accuracy_after"]) * 100
+            lines.append(f"- Deep Compression, {r['model']} at {r['sparsity']:.0%}: {ratio:.1f}x smaller, accuracy {-drop:+.2f} points (target >= 10x at <= 1 point: {'met' if ratio >= 10 and drop <= 1 else 'not met'}).")
+    if "qat" in data:
+        for r in data["qat"]:
+            for ptq, qat, fmt in (("static int8", "QAT int8", "int8"), ("w4a8 (round to nearest)", "QAT w4a8", "w4a8")):
+                loss = (r["float"] - r[ptq]) * 100
+                rec = (r[qat] - r[ptq]) * 100
+                if loss >= 1:
+                    verdict = f"post-training loses {loss:.2f} points, QAT recovers {rec:.2f} ({'met' if rec >= loss / 2 else 'not met'}: at least half)"
+                else:
+                    verdict = f"post-training loses {loss:.2f} points (under 1: nothing to recover), QAT {rec:+.2f} ({'never below post-training: met' if rec >= 0 else 'below post-training: not met'})"
+                lines.append(f"- QAT {fmt}, {r['model']}: {verdict}.")
+    if "distill" in data:
+        rows = {r["variant"]: r for r in data["distill"]}
+        t = rows["teacher"]["accuracy"]
+        kd = next(r for k, r in rows.items() if k.startswith("0.5-width student, distilled"))
+        lo = next(r for k, r in rows.items() if k.startswith("0.5-width student, labels"))
+        lines.append(
+            f"- Distillation: the 0.5-width student is {(t - kd['accuracy']) * 100:+.2f} points from the teacher (within 2: {'met' if t - kd['accuracy'] <= 0.02 else 'not met'}); "
+            f"against the same student on labels alone {(kd['accuracy'] - lo['accuracy']) * 100:+.2f} points (better: {'met' if kd['accuracy'] > lo['accuracy'] else 'not met'})."
+        )
+    if "minilm" in data:
+        r = data["minilm"][0]
+        ratio = r["latency"]["pruned + distilled"]["8"]["median"] / r["latency"]["original"]["8"]["median"]
+        lines.append(
+            f"- MiniLM, half the FFN neurons and a third of the heads: latency {ratio:.2f}x at batch 8 (<= 0.7x: {'met' if ratio <= 0.7 else 'not met'}); "
+            f"mean cosine {r['cosine_distilled']:.3f} after distillation (>= 0.97: {'met' if r['cosine_distilled'] >= 0.97 else 'not met'}: "
+            f"{r['sentences'][0]} sentences and one epoch were what the shared machine allowed in this run; the pruned model starts at {r['cosine_pruned_only']:.3f})."
+        )
+    return lines + [""]
