@@ -19,7 +19,9 @@ ORDER = [
     "quantize_torchvision",
     "torch_backend",
     "train",
+    "batch",
     "advisor",
+    "serve",
 ]
 TITLES = {
     "optimize": "graph optimizer (issue: foundation and optimizer)",
@@ -28,7 +30,9 @@ TITLES = {
     "quantize_torchvision": "quantization of full-size torchvision architectures",
     "torch_backend": "PyTorch backend",
     "train": "compression with training: pruning, Deep Compression, QAT, distillation",
+    "batch": "batch inference (`modelpress run`): pipeline against its slower stage",
     "advisor": "hardware advisor",
+    "serve": "serving under load (modelpress serve, Ray Serve, FastAPI)",
 }
 
 
