@@ -244,16 +244,14 @@ def load(path: str | os.PathLike, *, check: bool = True) -> ir.Model:
         raise ModelLoadError(f"{path}: cannot be read into memory: {_first_line(cause)}") from None
 
 
-def from_bytes(data: bytes | bytearray | memoryview, *, name: str = "model") -> ir.Model:
-    """A model from its serialized form (``model_bytes``'s inverse). Tensors stored as external
-    data stay references (``onnx_ir.ExternalTensor``) for the caller to fill."""
-    proto = onnx.ModelProto()
+def from_bytes(data: bytes, *, source: str = "the model data") -> ir.Model:
+    """A model from its serialized bytes (a model decoded in memory: never written to disk)."""
     try:
-        proto.ParseFromString(bytes(data))
-    except DecodeError as exc:
-        raise ModelLoadError(f"{name}: not a valid ONNX model (protobuf parse failed: {_first_line(exc)})") from None
+        proto = onnx.load_from_string(bytes(data))
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise ModelLoadError(f"{source}: not a valid ONNX model ({_first_line(exc)})") from None
     if not proto.HasField("graph"):
-        raise ModelLoadError(f"{name}: not an ONNX model (no graph)")
+        raise ModelLoadError(f"{source}: not an ONNX model (no graph)")
     return from_proto(proto)
 
 

@@ -221,7 +221,7 @@ def open_package(source: str | os.PathLike | bytes, key: bytes, *, name: str | N
     elif isinstance(source, (bytes, bytearray, memoryview)):
         from modelpress.ir import from_bytes
 
-        model = from_bytes(source, name=label)
+        model = from_bytes(source, source=label)
     else:
         from modelpress.ir import load
 

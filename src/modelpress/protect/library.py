@@ -86,7 +86,7 @@ def seal(library: Library, key: bytes) -> bytes:
 
 def unseal(blob: bytes, key: bytes, *, name: str) -> Library:
     plain = package.decrypt_bytes(blob, key, expect_kind=package.KIND_LIBRARY, name=f"{name} (operator library)")
-    return Library.from_model(from_bytes(plain, name=name), name)
+    return Library.from_model(from_bytes(plain, source=name), name)
 
 
 def embed(model: ir.Model, blob: bytes) -> None:

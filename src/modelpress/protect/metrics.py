@@ -153,7 +153,7 @@ def max_correlation(stored: list[np.ndarray], original: list[np.ndarray]) -> tup
 
 def measure(original: ir.Model, obfuscated: bytes, *, interface_kept: bool = True) -> ProtectionMetrics:
     """The metrics of the obfuscated model file ``obfuscated`` against ``original``."""
-    model = from_bytes(obfuscated, name="obfuscated model")
+    model = from_bytes(obfuscated, source="obfuscated model")
     nodes = _nodes(model)
     compute = _compute(nodes)
     anonymous = [n for n in compute if not is_standard(n.domain)]

@@ -143,7 +143,7 @@ def read_model(chunks: Iterator[memoryview], *, name: str = "package") -> ir.Mod
     if head[: len(PAYLOAD_MAGIC)] != PAYLOAD_MAGIC:
         raise ModelLoadError(f"{name}: the package does not hold a model payload")
     proto_size = int.from_bytes(head[len(PAYLOAD_MAGIC) :], "big")
-    model = from_bytes(reader.read(proto_size), name=name)
+    model = from_bytes(reader.read(proto_size), source=name)
     refs = [
         v for v in _initializers(model)
         if isinstance(v.const_value, ir.ExternalTensor) and v.const_value.location == LOCATION
