@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +31,7 @@ def test_demo_end_to_end(tmp_path):
         "optimize (level 2) and verify",
         "quantize to int8",
         "before / after",
+        "protect: obfuscate and encrypt the int8 model",
         "what serves 2,000 requests/s at a 5 ms p99",
         "a transformer: optimize and dynamic int8",
     ):
@@ -47,6 +49,11 @@ def test_demo_end_to_end(tmp_path):
     assert models["int8"]["accuracy"] >= models["original"]["accuracy"] - 0.005
     assert (out / "model.int8.onnx").stat().st_size < 0.5 * (out / "model.opt.onnx").stat().st_size
     assert (out / "model.onnx").is_file() and (out / "model.opt.onnx").is_file()
+    # the protected package runs with the int8 model's outputs and hides its names and op types
+    protected = summary["protect"]
+    assert protected["max_rel"] <= 1e-5 and Path(protected["path"]).is_file()
+    assert protected["metrics"]["anonymous_share"] == 1.0 and protected["metrics"]["names_found"] == []
+    assert protected["metrics"]["max_weight_correlation"] < 0.05
     # the service plan: every option meets the tail latency with a batch a server would form
     service = summary["service"]
     assert service["qps"] == 2000 and service["options"]
