@@ -46,6 +46,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_optimize.py
 	$(BIN)/pip install -q nncf==3.4.0  # a peer of bench_quantize (adds only small packages)
 	$(BIN)/python benchmarks/bench_quantize.py
+	$(BIN)/python benchmarks/bench_quantize_targets.py
 	$(BIN)/python benchmarks/bench_quantize_unseen.py
 	$(BIN)/pip install -q --no-deps --upgrade --target benchmarks/_work/torchvision torchvision==0.28.0
 	$(BIN)/python benchmarks/bench_quantize_torchvision.py

@@ -15,6 +15,7 @@ HERE = Path(__file__).parent
 ORDER = [
     "optimize",
     "quantize",
+    "quantize_targets",
     "quantize_unseen",
     "quantize_torchvision",
     "torch_backend",
@@ -22,10 +23,12 @@ ORDER = [
     "batch",
     "advisor",
     "serve",
+    "protect",
 ]
 TITLES = {
     "optimize": "graph optimizer (issue: foundation and optimizer)",
     "quantize": "quantization",
+    "quantize_targets": "int8 per target CPU format (with and without VNNI)",
     "quantize_unseen": "quantization on architectures the project had not seen",
     "quantize_torchvision": "quantization of full-size torchvision architectures",
     "torch_backend": "PyTorch backend",
