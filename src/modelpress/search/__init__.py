@@ -5,7 +5,7 @@
 steps are a ``Recipe`` (YAML) that ``run_recipe`` replays.
 """
 
-from modelpress.search.auto import AutoResult, SearchEvent, auto
+from modelpress.search.engine import AutoResult, SearchEvent, auto
 from modelpress.search.recipe import Recipe, RecipeError, load_recipe, parse_recipe, run_recipe
 from modelpress.search.space import Candidate, Step, build_space
 from modelpress.search.steps import STEPS, register_step

@@ -33,7 +33,7 @@ from modelpress.search import pareto
 from modelpress.search.cache import TrialCache, bytes_digest, file_digest
 from modelpress.search.metric import Scorer, eval_data
 from modelpress.search.recipe import Recipe
-from modelpress.search.space import FLOAT, Candidate, Space, Step, build_space
+from modelpress.search.space import Candidate, Space, Step, build_space
 from modelpress.search.steps import STEPS, Context
 from modelpress.search.target import Target, target_for
 from modelpress.search.trial import Bench, Trial, build, evaluate
@@ -187,7 +187,9 @@ class _Search:
     """The state of one search: trials so far, the clock, the cache, the best model kept."""
 
     def __init__(self, bench: Bench, cache: TrialCache, *, budget: float, time_budget_s: float,
-                 max_trials: int | None, progress: Callable[[SearchEvent], None] | None):
+                 max_trials: int | None, max_float_layers: int | None,
+                 progress: Callable[[SearchEvent], None] | None):
+        self.max_float_layers = max_float_layers
         self.bench, self.cache = bench, cache
         self.budget, self.time_budget_s, self.max_trials = budget, time_budget_s, max_trials
         self.progress = progress
@@ -289,6 +291,8 @@ class _Search:
                 key=lambda x: x["sqnr_db"],
             )
         ]
+        if self.max_float_layers is not None:
+            ranked = ranked[: self.max_float_layers + 1]  # (k stays below len(ranked))
         if not ranked or not self._faster_than_best(base):
             return
         candidate = _candidate_of(base)
@@ -343,6 +347,7 @@ def auto(
     modes: list[str] | None = None,
     methods: list[str] | None = None,
     timing_s: float = 1.0,
+    max_float_layers: int | None = None,
     max_trials: int | None = None,
     progress: Callable[[SearchEvent], None] | None = None,
 ) -> AutoResult:
@@ -356,6 +361,7 @@ def auto(
     ``levels``/``modes``/``methods`` restrict the space; ``protect`` (the protect step's options)
     adds protection after the winner; ``train_data`` lets pruning and training modes in.
     ``batch_size`` and ``seq`` size the batch latency is measured (or estimated) at.
+    ``max_float_layers`` bounds how many layers a quantized candidate may keep in float (0: none).
     """
     if max_accuracy_drop < 0:
         raise OptionError("--max-accuracy-drop must be at least 0")
@@ -395,7 +401,15 @@ def auto(
         bench = Bench.of(
             source, scorer, tgt, _timing_feeds(arrays, names, batch_size), timing_s=timing_s, ctx=ctx, seq=seq
         )
-        quant = {"calibration": str(train_data or data_path), "batch_size": CALIBRATION_BATCH}
+        calib_path = str(train_data or data_path)
+        extra = set(arrays) - set(names) - {labels_key}
+        if train_data is None and extra:
+            # the quantizer takes every array of its data for an input: give it the inputs alone
+            from modelpress.ir.files import write_npz
+
+            calib_path = str(work / "calibration.npz")
+            write_npz(calib_path, {k: arrays[k] for k in names} | ({labels_key: arrays[labels_key]} if labels_key else {}))
+        quant = {"calibration": calib_path, "batch_size": CALIBRATION_BATCH}
         if calib_n is not None:
             quant["calibration_limit"] = calib_n
         if labels_key:
@@ -420,7 +434,7 @@ def auto(
             },
         )
         search = _Search(bench, cache, budget=max_accuracy_drop, time_budget_s=time_budget_s,
-                         max_trials=max_trials, progress=progress)
+                         max_trials=max_trials, max_float_layers=max_float_layers, progress=progress)
         reference = search.run(Candidate(()), required=True)
         if reference is None or not reference.ok:
             raise InputError(f"the original model cannot be scored on {data_path}: {reference.error if reference else ''}")
