@@ -164,3 +164,26 @@ def test_a_format_1_record_is_read(tmp_path):
     p.write_text(json.dumps({"schema": "modelpress.record/1", "command": "optimize", "result": {"level": 2, "passes": []}}))
     (r,) = read_records([p])
     assert r.command == "optimize" and r.models == {} and r.schema == SCHEMA
+
+
+def test_commands_write_their_page_with_report(records, tmp_path, capsys):
+    folder, _ = records
+    model, data = str(folder / "cnn.onnx"), str(folder / "val.npz")
+    runs = {
+        "optimize": ["optimize", model, "-o", str(tmp_path / "o.onnx")],
+        "quantize": ["quantize", model, "-o", str(tmp_path / "q.onnx"), "--calib", data, "--no-latency"],
+        "bench": ["bench", model, "--vs", str(folder / "best.onnx"), "--runs", "3", "--warmup", "1", "--dim", "N=2"],
+        "advise": ["advise", model, "--gpu", "L4", "A100 SXM4 80GB", "--precision", "fp16", "--batch", "4"],
+    }
+    for name, argv in runs.items():
+        page = tmp_path / f"{name}.html"
+        assert main([*argv, "--report", str(page)]) == 0, name
+        text = page.read_text()
+        assert f"<title>modelpress {name}</title>" in text and "model card" in text, name
+        # optimize: nothing to fold in this model, so no op-count chart; quantize: op counts and
+        # the layer errors (no latency asked); bench: op counts of the two models, latencies;
+        # advise: roofline and costs
+        charts = {"optimize": 0, "quantize": 2, "bench": 2, "advise": 2}[name]
+        assert text.count("<figure>") == charts, (name, text.count("<figure>"))
+    assert "verified against the input: passed" in (tmp_path / "optimize.html").read_text()
+    capsys.readouterr()

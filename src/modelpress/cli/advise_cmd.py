@@ -137,6 +137,9 @@ def add_parser(sub) -> None:
     p.add_argument("--list-gpus", action="store_true", help="print the catalog and exit")
     p.add_argument("--json", metavar="FILE", help="write the recommendation as JSON")
     p.add_argument("--html", metavar="FILE", help="write an HTML page with the ranking and plots")
+    from modelpress.cli.options import add_report
+
+    add_report(p)
     p.set_defaults(func=run)
 
 
@@ -233,7 +236,23 @@ def run(args) -> int:
         write_json(args.json, data)
     if args.html:
         _write_html(args.html, rec, workload, calibration)
+    if args.report:
+        _write_report(args, data, rec, workload, model)
     return 0
+
+
+def _write_report(args, data, rec, workload, model) -> None:
+    """``--report``: the page of this run, through the report's record (cards, charts)."""
+    from modelpress.cli.options import Recorder
+    from modelpress.report.cards import costs_data, roofline_of_workload
+
+    charts = {"costs": costs_data(rec)}
+    if rec.ranked:
+        best = rec.ranked[0]
+        charts["roofline"] = roofline_of_workload(
+            workload, best.gpu, precision=rec.request.precision, batch=best.estimate.batch
+        )
+    Recorder("advise", args).write_page(data, models={"model": model} if model is not None else None, charts=charts)
 
 
 def _workload_dict(w) -> dict:

@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.table import Table
 
 from modelpress.cli._common import console, err_console, human_count, write_json
+from modelpress.cli.options import Recorder, add_report
 
 
 def add_parser(sub) -> None:
@@ -31,6 +32,7 @@ def add_parser(sub) -> None:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--profile-ops", action="store_true", help="per-operator time from the runtime's profiler (ort)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    add_report(p)
     p.set_defaults(func=run)
 
 
@@ -63,6 +65,7 @@ def run(args) -> int:
 
     if args.runs < 1:
         raise OptionError("--runs must be at least 1")
+    recorder = Recorder("bench", args)
     paths = [args.model, *args.vs]
     models = [load(p) for p in paths]
     feeds = load_npz(args.inputs) if args.inputs else generate_inputs(models[0], dims=parse_dims(args.dim))
@@ -124,6 +127,8 @@ def run(args) -> int:
             for op, ms, n in rows[:10]:
                 pt.add_row(op, f"{ms:.2f}", f"{100 * ms / total:.0f}%", human_count(n))
             console.print(pt)
+    data = {"backend": args.backend, "batch": batch, "machine_peak_gflops": peak, "models": records}
     if args.json:
-        write_json(args.json, {"backend": args.backend, "batch": batch, "machine_peak_gflops": peak, "models": records})
+        write_json(args.json, data)
+    recorder.write_page(data, models={Path(p).name: m for p, m in zip(paths, models)})
     return 0

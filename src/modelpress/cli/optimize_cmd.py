@@ -7,6 +7,7 @@ import argparse
 from rich.table import Table
 
 from modelpress.cli._common import console, human_bytes, write_json
+from modelpress.cli.options import Recorder, add_report
 from modelpress.cli.verify_cmd import add_verify_options, print_verify, verify_from_args
 
 
@@ -30,6 +31,7 @@ def add_parser(sub) -> None:
     p.add_argument("--no-verify", action="store_true", help="do not compare the result with the input")
     p.add_argument("--external-data", action="store_true", help="store weights in OUT.data beside the model")
     p.add_argument("--json", metavar="FILE", help="also write what changed as JSON")
+    add_report(p)
     add_verify_options(p)
     p.set_defaults(func=run)
 
@@ -41,6 +43,7 @@ def run(args) -> int:
     from modelpress.passes import optimize
 
     output_dir(args.output)
+    recorder = Recorder("optimize", args)
     original = load(args.model)
     before = graph_stats(original)
     size_before = len(model_bytes(original))
@@ -69,10 +72,11 @@ def run(args) -> int:
             verified.raise_if_failed("the optimized model and the original")
     save(result.model, args.output, external_data=True if args.external_data else None)
     console.print(f"wrote {args.output}")
+    data = result.to_dict()
+    data.update(nodes_before=before.node_count, nodes_after=after.node_count, verify=verified.to_dict() if verified else None)
     if args.json:
-        data = result.to_dict()
-        data.update(nodes_before=before.node_count, nodes_after=after.node_count, verify=verified.to_dict() if verified else None)
         write_json(args.json, data)
+    recorder.write_page(data, models={"input": original, "output": result.model})
     return 0
 
 

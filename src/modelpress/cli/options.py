@@ -175,11 +175,7 @@ class Recorder:
     def wanted(self) -> bool:
         return bool(getattr(self.args, "json", None) or getattr(self.args, "report", None))
 
-    def write(self, result: dict, *, models: dict | None = None, charts: dict | None = None) -> None:
-        path = getattr(self.args, "json", None)
-        page = getattr(self.args, "report", None)
-        if not (path or page):
-            return
+    def record(self, result: dict, *, models: dict | None = None, charts: dict | None = None):
         from modelpress.report.cards import model_card
         from modelpress.report.record import Record
 
@@ -188,15 +184,25 @@ class Recorder:
             for role, m in (models or {}).items()
             if m is not None
         }
-        record = Record.of(
+        return Record.of(
             self.command, self.args, result, started=self.started, models=cards, charts=charts
         )
-        if path:
-            record.write(path)
-        if page:
-            from modelpress.report.page import write_report
 
-            write_report([record], page, title=f"modelpress {self.command}")
+    def write(self, result: dict, *, models: dict | None = None, charts: dict | None = None) -> None:
+        path = getattr(self.args, "json", None)
+        if path:
+            self.record(result, models=models, charts=charts).write(path)
+        self.write_page(result, models=models, charts=charts)
+
+    def write_page(self, result: dict, *, models: dict | None = None, charts: dict | None = None) -> None:
+        """Only the page (``--report``): for a command whose ``--json`` still writes its own format."""
+        page = getattr(self.args, "report", None)
+        if not page:
+            return
+        from modelpress.report.page import write_report
+
+        record = self.record(result, models=models, charts=charts)
+        write_report([record], page, title=f"modelpress {self.command}")
 
 
 def require_positive(value: int | None, flag: str) -> None:

@@ -127,7 +127,10 @@ def add_parser(sub) -> None:
         help="skip the float-vs-quantized latency check on this CPU (about 2 s)",
     )
     p.add_argument(
-        "--report", metavar="FILE", help="write the per-layer report and summary as JSON"
+        "--report",
+        metavar="FILE",
+        help="FILE.html: a page of this run (model cards, per-layer error chart, latency); "
+        "another name: the per-layer report and summary as JSON",
     )
     p.set_defaults(func=run)
 
@@ -139,6 +142,9 @@ def run(args) -> int:
     from modelpress.verify import verify
 
     output_dir(args.output)  # before minutes of calibration, not after
+    from modelpress.cli.options import Recorder
+
+    recorder = Recorder("quantize", args)
     original = load(args.model)
     image = None
     if args.image_size or args.crop or args.grayscale:
@@ -242,7 +248,10 @@ def run(args) -> int:
         data = result.to_dict()
         data["verify"] = verified.to_dict() if verified else None
         data["latency_ms"] = latency
-        write_json(args.report, data)
+        if str(args.report).lower().endswith((".html", ".htm")):
+            recorder.write_page(data, models={"input": original, "output": result.model})
+        else:
+            write_json(args.report, data)
     return 0
 
 
