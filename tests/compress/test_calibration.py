@@ -154,3 +154,14 @@ def test_static_quantization_from_a_generator(rng):
         r = quantize(small_cnn(), mode="static", calibration=(d for d in data), optimize=False)
         ref = quantize(small_cnn(), mode="static", calibration=data, optimize=False)
         assert r.output_error is not None and r.output_error == pytest.approx(ref.output_error)
+
+
+def test_all_zero_calibration_data_is_refused(tmp_path):
+    from quant_models import small_cnn
+
+    from modelpress.compress import quantize
+    from modelpress.errors import InputError
+
+    zeros = [{"x": np.zeros((4, 4, 8, 8), np.float32)} for _ in range(2)]
+    with pytest.raises(InputError, match="'x' is zero in every sample"):
+        quantize(small_cnn(), mode="static", calibration=zeros)

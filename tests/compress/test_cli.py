@@ -58,13 +58,16 @@ def test_static_end_to_end_with_budget_and_report(tmp_path, capsys, rng):
     assert code == 0 and out.exists()
     onnx.checker.check_model(str(out), full_check=True)
     assert "output error vs float model" in text and "within budget" in text
-    data = json.loads(rep.read_text())
+    record = json.loads(rep.read_text())
+    assert record["command"] == "quantize" and record["schema"] == "modelpress.record/1"
+    data = record["result"]
     assert data["mode"] == "static" and data["method"] == "percentile"
-    assert data["verify"]["outputs"][0]["max_rel"] < 0.05
+    assert data["written"] == str(out) and data["check"]["verified"]
+    assert data["check"]["deployed_error"] < 0.05 and data["check"]["reference_error"] < 0.05
     assert any(layer["quantized"] for layer in data["layers"])
-    # both models were timed on the calibration batch; the ratio is theirs (no speed asserted)
-    lat = data["latency_ms"]
-    assert "latency on this CPU (ONNX Runtime, batch 16)" in text
+    # both models were timed on the calibration batch; the ratio is theirs
+    lat = data["check"]["latency"]
+    assert "latency here (ONNX Runtime)" in text
     assert lat["float"]["runs"] >= 5 and lat["quantized"]["runs"] == lat["float"]["runs"]
     assert lat["ratio"] == lat["quantized"]["median_ms"] / lat["float"]["median_ms"]
 
@@ -136,15 +139,15 @@ def test_top_ops_names_the_kernels_of_the_quantized_model(tmp_path, rng):
     import os
     import tempfile
 
-    from modelpress.cli.quantize_cmd import _top_ops
     from modelpress.compress import quantize
+    from modelpress.runtime.measure import top_ops
 
     calib = [{"x": rng.standard_normal((8, 4, 8, 8)).astype(np.float32)} for _ in range(2)]
     q = quantize(small_cnn(), mode="static", calibration=calib, optimize=False).model
-    top = _top_ops(q, calib[0])
+    top = top_ops(q, calib[0])
     shares = {op: int(pct.rstrip("%")) for op, pct in (item.split() for item in top.split(", "))}
     assert "QLinearConv" in shares and all(0 <= v <= 100 for v in shares.values())
-    assert not glob.glob(os.path.join(tempfile.gettempdir(), "modelpress_quantize_profile*"))
+    assert not glob.glob(os.path.join(tempfile.gettempdir(), "modelpress_profile*"))
 
 
 def test_a_missing_output_directory_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
@@ -170,16 +173,16 @@ def test_a_result_with_nan_outputs_is_not_written(tmp_path, capsys, monkeypatch)
 
     import onnx_ir as ir
 
-    q = importlib.import_module("modelpress.compress.quantize")
-    real = q.quantize
+    weight_only = importlib.import_module("modelpress.compress.quantize.weight_only")
+    real = weight_only.apply
 
     def corrupt(*args, **kwargs):
-        r = real(*args, **kwargs)
-        v = next(v for v in r.model.graph.initializers.values() if v.name.endswith("_scale"))
+        m, done, notes = real(*args, **kwargs)
+        v = next(v for v in m.graph.initializers.values() if v.name.endswith("_scale"))
         v.const_value = ir.tensor(np.full(v.const_value.shape, np.nan, np.float32), name=v.name)
-        return r
+        return m, done, notes
 
-    monkeypatch.setattr(q, "quantize", corrupt)
+    monkeypatch.setattr(weight_only, "apply", corrupt)
     save(mlp(), tmp_path / "m.onnx")
     out = tmp_path / "q.onnx"
     code = main(["quantize", str(tmp_path / "m.onnx"), "-o", str(out), "--mode", "weight-only"])

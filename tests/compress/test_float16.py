@@ -15,6 +15,7 @@ from quant_models import mlp, small_cnn
 from modelpress.compress.quantize import float16
 from modelpress.ir import from_proto, to_proto
 from modelpress.runtime.ort import session
+from modelpress.verify import run_model
 
 
 def _model(nodes, inputs, outputs, inits, opset=17):
@@ -256,3 +257,68 @@ def test_schema_note_when_the_opset_blocks_the_conversion(rng):
     assert float16.schema_note(model, "fp16") is None
     assert float16.schema_note(_conv_gemm(17, rng), "bf16") is None
     assert float16.schema_note(_conv_gemm(22, rng), "bf16") is None
+
+
+def _nms_model():
+    from modelpress.ir import parse
+
+    return parse(
+        """<ir_version: 8, opset_import: ["" : 17]>
+        g (float[1, 8, 4] boxes, float[1, 2, 8] logits) => (int64[sel, 3] idx, float[1, 2, 8] s) {
+            s = Sigmoid(logits)
+            b2 = Mul(boxes, boxes)
+            maxo = Constant <value = int64 {3}> ()
+            iou = Constant <value = float {0.5}> ()
+            thr = Constant <value = float {0.1}> ()
+            idx = NonMaxSuppression(b2, s, maxo, iou, thr)
+        }"""
+    )
+
+
+def test_inputs_the_spec_types_as_float32_stay_float32():
+    """NonMaxSuppression's boxes and scores are ``tensor(float)`` whatever the model's type: the
+    ops computing them may go to fp16, NonMaxSuppression reads them cast back."""
+    import onnx
+
+    from modelpress.compress import quantize
+    from modelpress.ir import to_proto
+
+    model = _nms_model()
+    result = quantize(model, mode="fp16")
+    onnx.checker.check_model(to_proto(result.model), full_check=True)
+    nms = next(n for n in result.model.graph if n.op_type == "NonMaxSuppression")
+    assert all(v.dtype in (ir.DataType.FLOAT, ir.DataType.INT64) for v in nms.inputs)
+    assert result.check.verified and result.failures == []
+    rng = np.random.default_rng(0)
+    feeds = {"boxes": rng.random((1, 8, 4), dtype=np.float32), "logits": rng.standard_normal((1, 2, 8)).astype(np.float32)}
+    want, got = run_model(model, feeds), run_model(result.model, feeds)
+    np.testing.assert_array_equal(got["idx"], want["idx"])
+
+
+def test_sequences_stay_float32_around_converted_ops():
+    """A Sequence built from converted values, read in a Loop: the container ops keep float32,
+    so the sequence's declared element type holds; the model loads and matches."""
+    from modelpress.compress import quantize
+    from modelpress.ir import parse
+
+    w = ", ".join(str(v) for v in np.random.default_rng(0).standard_normal(256).round(3))
+    model = parse(
+        f"""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[batch, 16] x) => (float[batch, 16] y, float[batch, 16] z) <float[16, 16] W = {{{w}}}> {{
+            h = MatMul(x, W)
+            y = Relu(h)
+            seq = SequenceConstruct(h, y)
+            n = SequenceLength(seq)
+            keep = Constant <value = bool {{1}}> ()
+            z = Loop (n, keep, h) <
+                body = b (int64 i, bool c, float[batch, 16] acc) => (bool co, float[batch, 16] ao) {{
+                    co = Identity(c)
+                    t = SequenceAt(seq, i)
+                    ao = Add(acc, t)
+                }}
+            >
+        }}"""
+    )
+    result = quantize(model, mode="fp16")
+    assert result.failures == [] and result.check.deployed_error < 1e-2
+    assert any(n.op_type == "MatMul" and n.outputs[0].dtype == ir.DataType.FLOAT16 for n in result.model.graph)

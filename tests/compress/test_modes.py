@@ -396,7 +396,7 @@ def test_dynamic_mode_says_when_a_model_has_nothing_for_it(cnn_calib):
     conv = quantize(single_conv(), mode="dynamic", optimize=False)
     assert not any(layer.quantized for layer in conv.layers)
     (note,) = [n for n in conv.notes if "nothing to quantize" in n]
-    assert "--mode static" in note
+    assert "static mode" in note
 
 
 @pytest.mark.parametrize(
@@ -569,7 +569,7 @@ def test_a_classifier_head_that_8_bit_inputs_would_disturb_stays_float(rng, monk
     outputs' error against the float model falls by more than half."""
     from quant_models import probe_head_cnn
 
-    from modelpress.compress.quantize import api
+    from modelpress.compress.quantize import static as static_mode
 
     model = probe_head_cnn()
     calib = [{"x": rng.standard_normal((16, 4, 8, 8)).astype(np.float32)} for _ in range(4)]
@@ -598,7 +598,7 @@ def test_a_classifier_head_that_8_bit_inputs_would_disturb_stays_float(rng, monk
         for name, q in (("corrected", r), ("plain", plain))
     }
     assert shift["corrected"] < shift["plain"] / 3, shift
-    monkeypatch.setattr(api, "HEAD_TOLERANCE", float("inf"))  # the head in int8, as before
+    monkeypatch.setattr(static_mode, "HEAD_TOLERANCE", float("inf"))  # the head in int8, as before
     r8, err8 = _head_error(model, calib, x)
     assert not any(n.startswith("classifier head") for n in r8.notes)
     assert next(n for n in r8.model.graph if n.name == "fc").inputs[0].producer().op_type == (
@@ -614,7 +614,7 @@ def test_a_head_that_would_read_8_bit_inputs_anyway_stays_in_the_chain(rng, monk
     from onnx import TensorProto, helper
     from quant_models import _conv_w, _model
 
-    from modelpress.compress.quantize import api
+    from modelpress.compress.quantize import static as static_mode
 
     inits = {
         "w": _conv_w(rng, 32, 32, 3),
@@ -630,7 +630,7 @@ def test_a_head_that_would_read_8_bit_inputs_anyway_stays_in_the_chain(rng, monk
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 32, 16, 16])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])
     model = _model(nodes, [x], [y], inits)
-    monkeypatch.setattr(api, "HEAD_TOLERANCE", 0.0)  # every head judged disturbed
+    monkeypatch.setattr(static_mode, "HEAD_TOLERANCE", 0.0)  # every head judged disturbed
     calib = [{"x": image_like(rng, (8, 32, 16, 16))} for _ in range(2)]
     r = quantize(model, mode="static", calibration=calib, optimize=False)
     assert not any(n.startswith("classifier head") for n in r.notes), r.notes

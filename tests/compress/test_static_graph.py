@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 from quant_models import image_like, small_cnn, thin_stem_cnn
 
 from modelpress.compress import quantize
-from modelpress.compress.quantize import static
+from modelpress.compress.quantize.heads import head_candidates
 from modelpress.ir import save
 from modelpress.runtime.ort import session
 
@@ -398,7 +398,7 @@ def test_hardswish_and_hardsigmoid_run_as_int8_add_and_mul(tmp_path, rng):
 def test_hardsigmoid_with_negative_slope_stays_float():
     import onnx_ir as ir
 
-    from modelpress.compress.quantize.static import eligible
+    from modelpress.compress.quantize.ops import eligible
 
     x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1, 4]))
     ok = ir.node("HardSigmoid", [x], attributes={"alpha": 0.25})
@@ -448,7 +448,8 @@ def test_concat_read_through_relu_is_not_quantized_at_its_output(rng):
     output as the quantized tensor (quantizing the Concat too would add a Q/DQ pair)."""
     from onnx import TensorProto, helper, numpy_helper
 
-    from modelpress.compress.quantize.static import observable, plan
+    from modelpress.compress.quantize.plan import plan
+    from modelpress.compress.quantize.selection import observable
     from modelpress.ir import from_proto
     from modelpress.ir.shapes import with_types
 
@@ -607,7 +608,7 @@ def test_affine_that_would_add_a_quantization_point_stays_float():
     from onnx import TensorProto, helper
     from quant_models import _model, dense_cnn
 
-    from modelpress.compress.quantize.static import affines_as_convs
+    from modelpress.compress.quantize.rewrites import affines_as_convs
     from modelpress.ir.shapes import with_types
 
     assert set(affines_as_convs(with_types(dense_cnn()))[1]) == {"bn_scale_part0", "bn_scale_part1"}
@@ -665,4 +666,4 @@ def test_a_head_may_stay_float_only_when_it_is_a_small_part_of_the_model(size, c
     from modelpress.ir.shapes import with_types
 
     model = with_types(_pooled_head_cnn(size, classes))
-    assert static.head_candidates(model) == (["fc"] if candidate else [])
+    assert head_candidates(model) == (["fc"] if candidate else [])

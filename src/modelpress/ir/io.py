@@ -65,6 +65,20 @@ def from_proto(proto: onnx.ModelProto) -> ir.Model:
     return ir.serde.deserialize_model(proto)
 
 
+def invalid(model: ir.Model) -> str | None:
+    """Why ``model`` is not a valid ONNX model (the checker with full shape and type inference,
+    as ONNX Runtime's loader applies them), or None when it is (or too large to check in
+    memory)."""
+    proto = to_proto(model)
+    if _approx_size(proto) > EXTERNAL_DATA_THRESHOLD:
+        return None
+    try:
+        onnx.checker.check_model(proto, full_check=True)
+    except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
+        return _first_line(exc)
+    return None
+
+
 def to_proto(model: ir.Model) -> onnx.ModelProto:
     return ir.serde.serialize_model(model)
 

@@ -16,6 +16,7 @@ import onnx_ir as ir
 
 from modelpress.ir.feeds import as_model, check_feeds
 from modelpress.runtime.backend import Backend, get_backend
+from modelpress.runtime.cpu import TARGET_METADATA_KEY, target_warning
 from modelpress.runtime.placement import PlacementPlan, parse_pins, plan, segment_model
 
 
@@ -52,13 +53,18 @@ class Session:
                 (seg, self.backend.prepare(segment_model(shaped, seg), device=seg.device))
                 for seg in self.plan.segments
             ]
+        # (read only for models that carry the key: the capability probe runs a session once)
+        self._notes = []
+        if TARGET_METADATA_KEY in self.model.metadata_props:
+            warning = target_warning(dict(self.model.metadata_props))
+            self._notes = [warning] if warning else []
         self.input_names = [v.name for v in self.model.graph.inputs if v.name not in self.model.graph.initializers]
         self.output_names = [v.name for v in self.model.graph.outputs]
         self.copied_bytes = 0
 
     @property
     def warnings(self) -> list[str]:
-        return self.plan.warnings
+        return self.plan.warnings + self._notes
 
     @property
     def device(self) -> str:

@@ -1,8 +1,9 @@
 """The search space, read from what modelpress has: candidates are sequences of steps.
 
 - optimizer levels: the levels of the registered passes (``passes.registry``), and 0 (as given);
-- quantization: every mode in ``compress.quantize.MODES``; static mode once per registered
-  observer (``observers.OBSERVERS``), weight-only at 8 and 4 bits, any other mode (one registered
+- quantization: every mode in ``compress.quantize.MODES``, in its listing order; a mode that uses
+  an observer (static) once per registered observer (``observers.OBSERVERS``), weight-only at 8
+  and 4 bits, any other mode (one registered
   later) with its defaults. Half-precision float modes (a mode named after a 2-byte float
   precision of the advisor's table: fp16, bf16) are for GPU targets only: ONNX Runtime's CPU has
   few kernels for them and runs them slower than float32. Modes that train (``qat``) and pruning
@@ -166,9 +167,10 @@ def _half_float(mode: str) -> bool:
 
 
 def _variants(mode: str, methods: list[str] | None) -> tuple[dict, ...]:
+    from modelpress.compress.quantize import MODES
     from modelpress.compress.quantize.observers import OBSERVERS, get_observer
 
-    if mode == "static":
+    if getattr(MODES.get(mode), "uses_observer", False):
         names = methods if methods else list(OBSERVERS)
         for name in names:
             get_observer(name)  # an unknown name is the user's mistake: say which
@@ -196,7 +198,7 @@ def build_space(
     """
     import inspect
 
-    from modelpress.compress.quantize import MODES
+    from modelpress.compress.quantize.modes import mode_names
     from modelpress.passes import optimize
     from modelpress.passes.registry import REGISTRY
 
@@ -205,7 +207,7 @@ def build_space(
     for lv in levels or []:
         if lv not in known_levels:
             raise OptionError(f"--levels {lv}: optimizer levels are {', '.join(map(str, known_levels))}")
-    known_modes = [FLOAT, *MODES]
+    known_modes = [FLOAT, *mode_names()]
     for m in modes or []:
         if m not in known_modes:
             raise OptionError(f"--modes {m}: choose among {', '.join(known_modes)}")

@@ -102,7 +102,13 @@ def _passes(results: list[dict]) -> list[dict]:
 
 
 def _notes(results: list[dict]) -> list[str]:
-    return [n for r in results for v in r.values() for n in (v.get("notes") or [])]
+    notes = [n for r in results for v in r.values() for n in (v.get("notes") or [])]
+    # the quantizer's own check (what the quantize command would refuse to write): the search
+    # measures and scores the candidate itself, and says what the check found
+    for r in results:
+        check = (r.get("quantize") or {}).get("check") or {}
+        notes += [f"quantize check: {f}" for f in check.get("failures") or []]
+    return notes
 
 
 def _verify(source_out: list[dict], run, batches) -> tuple[bool, float]:

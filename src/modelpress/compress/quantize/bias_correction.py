@@ -17,18 +17,14 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from modelpress.compress.quantize import pairs
 from modelpress.compress.quantize.layers import (
     WEIGHT_INPUT,
     input_channel_axis,
-    output_channel_axis,
 )
 from modelpress.compress.quantize.qparams import (
-    PerChannel,
-    PerTensor,
     QParams,
     dequantize,
-    fake_quantize,
-    weight_qparams,
 )
 from modelpress.ir.match import const_array
 
@@ -85,9 +81,11 @@ def shifts(
     per_channel: bool,
     dtype: str = "int8",
     rounded: dict[str, tuple[np.ndarray, QParams]] | None = None,
+    pair_safe: bool = False,
 ) -> dict[str, np.ndarray]:
     """The correction (to subtract from the bias) of every node whose input mean was measured;
-    ``rounded``: the codes chosen ahead for some nodes (GPTQ), the others round to nearest."""
+    ``rounded``: the codes chosen ahead for some nodes (GPTQ), the others round to nearest (in
+    the target's format: ``pair_safe``)."""
     out = {}
     for node in nodes:
         cm = means.get(node.name)
@@ -97,8 +95,11 @@ def shifts(
         if rounded and node.name in rounded:
             w_hat = dequantize(*rounded[node.name])
         else:
-            gran = PerChannel(output_channel_axis(node)) if per_channel else PerTensor()
-            w_hat = fake_quantize(w, weight_qparams(w, gran, dtype=dtype, symmetric=True))
+            w_hat = dequantize(
+                *pairs.round_weight(
+                    node, w, per_channel=per_channel, dtype=dtype, pair_safe=pair_safe
+                )
+            )
         out[node.name] = output_shift(node, w, w_hat, cm.mean)
     return out
 

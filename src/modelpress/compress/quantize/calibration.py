@@ -158,9 +158,16 @@ class CalibrationSet:
             return
         self._used = True
         n = 0
+        live: set[str] = set()  # float inputs seen with a nonzero value
+        floats: set[str] = set()
         for batch in islice(self._make_iter(model), limit):
             check_feeds(model, batch.feeds, source=f"{self.name} (batch {n})")
             _check_finite(batch.feeds, source=f"{self.name} (batch {n})")
+            for name, arr in batch.feeds.items():
+                if arr.dtype.kind == "f":
+                    floats.add(name)
+                    if name not in live and np.any(arr):
+                        live.add(name)
             if self._once and n < REPLAY:
                 self._kept.append(batch)
             n += 1
@@ -169,6 +176,12 @@ class CalibrationSet:
         self._all_kept = self._once and (limit is None or n < limit) and n <= REPLAY
         if n == 0:
             raise InputError(f"{self.name}: the calibration set is empty")
+        dead = sorted(floats - live)
+        if dead and limit is None:
+            raise InputError(
+                f"{self.name}: input {dead[0]!r} is zero in every sample: calibrating on it "
+                "would give its scales no range; use real samples"
+            )
 
 
 def _check_finite(feeds: dict[str, np.ndarray], *, source: str) -> None:

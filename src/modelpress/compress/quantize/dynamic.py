@@ -17,14 +17,23 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from modelpress.compress.quantize import pairs
 from modelpress.compress.quantize.layers import constant, gather_tables, plain_linear, weight_nodes
+from modelpress.compress.quantize.modes import (
+    Built,
+    Mode,
+    Options,
+    Prepared,
+    node_outputs,
+    register,
+)
 from modelpress.compress.quantize.qparams import (
     PerChannel,
     PerTensor,
     quantize,
     weight_qparams,
 )
-from modelpress.compress.quantize.smoothing import kn_weight, smooth
+from modelpress.compress.quantize.smoothing import attention_like, calibrate, kn_weight, smooth
 from modelpress.ir.graph import copy_model, remove_unused_initializers, swap_node
 from modelpress.ir.match import const_array
 
@@ -95,21 +104,26 @@ def apply(
     exclude: frozenset[str] = frozenset(),
     smoothing: dict[str, np.ndarray] | None = None,
     quantize_tables: bool = True,
+    pair_safe: bool = False,
 ) -> tuple[ir.Model, list[str]]:
     """A dynamically quantized copy of ``model`` and the names of the nodes it quantized (lookup
     tables included).
 
     ``smoothing`` (from ``smoothing.calibrate``) maps activation inputs to per-channel factors;
-    ``quantize_tables`` stores large Gather tables (embeddings) as int8 rows.
+    ``quantize_tables`` stores large Gather tables (embeddings) as int8 rows; ``pair_safe``
+    keeps the weights' pair sums within what CPUs without VNNI add exactly (``pairs``).
     """
     m = smooth(model, smoothing) if smoothing else copy_model(model)
     g = m.graph
     done = []
     for node in layers(m, exclude):
         w = kn_weight(node)
-        qp = weight_qparams(
-            w, PerChannel(1) if per_channel else PerTensor(), dtype="int8", symmetric=True
-        )
+        if pair_safe:  # MatMulInteger reduces over W's rows
+            qp = pairs.rows_qparams(w.T, axis=1, per_channel=per_channel)
+        else:
+            qp = weight_qparams(
+                w, PerChannel(1) if per_channel else PerTensor(), dtype="int8", symmetric=True
+            )
         wq = quantize(w, qp)
         base = node.name
         dql = ir.node(
@@ -146,3 +160,44 @@ def apply(
     remove_unused_initializers(g)
     g.sort()
     return m, done
+
+
+@register
+class DynamicMode(Mode):
+    name = "dynamic"
+    order = 1
+    help = "int8 weights, activations quantized at run time (transformers)"
+    nothing_to_quantize = (
+        "it quantizes MatMul and Gemm with constant weights (transformers); for Conv layers use "
+        "static mode"
+    )
+
+    def int8_layers(self, model, options: Options) -> bool:
+        return bool(layers(model))
+
+    def prepare(self, model, cal, opt: Options, progress) -> Prepared:
+        nodes = layers(model)
+        factors = None
+        notes = []
+        # (as in static mode: a CNN's classifier head has no outlier channels, and loses to it)
+        if cal is not None and opt.smooth and attention_like(model):
+            factors, n_inputs = calibrate(
+                model, nodes, cal, per_channel=opt.per_channel, progress=progress
+            )
+            if n_inputs:
+                notes.append(
+                    f"activation outliers moved into weights (smoothing) for {len(factors)} of {n_inputs} input(s)"
+                )
+
+        def build(exclude):
+            q, done = apply(
+                model,
+                per_channel=opt.per_channel,
+                exclude=exclude,
+                smoothing=factors,
+                pair_safe=opt.pair_safe,
+            )
+            return Built(q, done, node_outputs(model, done))
+
+        tables = [n.name for n in table_layers(model.graph)]
+        return Prepared(build, [n.name for n in nodes] + tables, notes)

@@ -21,6 +21,14 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from modelpress.compress.quantize.modes import (
+    Built,
+    Mode,
+    Options,
+    Prepared,
+    node_outputs,
+    register,
+)
 from modelpress.ir.graph import add_initializer, copy_model, remove_unused_initializers
 from modelpress.ir.match import const_array
 from modelpress.ir.opset import newest_opset, op_schema
@@ -105,6 +113,20 @@ def _schema_allows(node: ir.Node, opset: int, type_name: str) -> bool:
     if schema is None:
         return False
     allowed = schema.allowed
+    # inputs and outputs typed literally, not by a type parameter (NonMaxSuppression's boxes)
+    literal = [t for t in schema.input_types + schema.output_types if t not in allowed]
+    if "tensor(float)" in literal:
+        return False
+    # sequences and optionals hold their element type inside: converting around them would
+    # leave the container's declared type behind (an op that only makes containers, or one
+    # whose values here are containers)
+    containers = ("seq(", "optional(")
+    for t in schema.output_types:
+        if all(k.startswith(containers) for k in allowed.get(t, {t})):
+            return False
+    values = [v for v in (*node.inputs, *node.outputs) if v is not None and v.type is not None]
+    if any(not isinstance(v.type, ir.TensorType) for v in values):
+        return False
     if any(
         "tensor(float)" in types and f"tensor({type_name})" not in types
         for types in allowed.values()
@@ -323,3 +345,32 @@ def _restore_output(g: ir.Graph, v: ir.Value) -> None:
     for i, o in enumerate(g.outputs):
         if o is v:
             g.outputs[i] = out
+
+
+class _HalfMode(Mode):
+    dtype = ""
+
+    def prepare(self, model, cal, opt: Options, progress) -> Prepared:
+        names = [n.name for n in model.graph if n.op_type not in KEEP_FLOAT32]
+
+        def build(exclude):
+            q, kept = apply(model, dtype=self.dtype, keep_nodes=exclude)
+            done = [n for n in names if n not in set(kept)]
+            return Built(q, done, node_outputs(model, done))
+
+        note = schema_note(model, self.dtype)
+        return Prepared(build, names, [note] if note else [])
+
+
+@register
+class Float16Mode(_HalfMode):
+    name = dtype = "fp16"
+    order = 3
+    help = "float16 weights and activations (GPUs)"
+
+
+@register
+class BFloat16Mode(_HalfMode):
+    name = dtype = "bf16"
+    order = 4
+    help = "bfloat16 weights and activations (GPUs, recent CPUs)"

@@ -10,9 +10,8 @@ sum of errors smaller than rounding each row to nearest (RTN).
 Two uses: 4-bit blocks (weight-only mode, ``weight_only.gptq_quantize``) and int8 weights (static
 mode, and weight-only int8 with calibration data: ``round_layers``, one fixed symmetric scale per
 output channel, the grid ONNX Runtime's int8 kernels use). A convolution is a product too: ``X``
-is then the matrix of its input patches (im2col, ``InputHessian``), one per group. On the unseen
-CNNs of ``bench_quantize_unseen.py`` int8 weights rounded this way moved the outputs 12-16 dB less
-than rounded to nearest (weight-only SQNR on held-out inputs).
+is then the matrix of its input patches (im2col, ``InputHessian``), one per group (measured
+gains: ``benchmarks/results/quantize_unseen.md``).
 
 Rules:
 - ``H`` is accumulated over calibration batches (``HessianObserver``, ``InputHessian``: fixed
@@ -44,6 +43,7 @@ import numpy as np
 import onnx_ir as ir
 from numpy.lib.stride_tricks import sliding_window_view
 
+from modelpress.compress.quantize import pairs
 from modelpress.compress.quantize.layers import (
     WEIGHT_INPUT,
     input_channel_axis,
@@ -63,13 +63,11 @@ from modelpress.ir.match import const_array
 
 DAMP = 0.01  # fraction of the mean diagonal added to H
 CHUNK = 128  # rows per lazy-update chunk (a multiple of every power-of-two block size ≤ 128)
-# int8: the largest reduction (C/g·kh·kw or K) solved; a wider layer (ResNet's last 3x3 Convs,
-# 4608) is rounded to nearest. At 2304 (a 3x3 Conv over 256 channels) H holds 42 MB (two float32
-# halves) and the two solves take about a second here; at 4608 they took 8 s per layer and made
-# ResNet-18 quantize 4x slower for no measured gain. A layer may have seen fewer input rows than K
-# (a late, small feature map; a classifier on a few hundred images): H is then singular and only
-# the damping inverts it, yet GPTQ still moved held-out outputs less than rounding to nearest on
-# every unseen CNN (weight-only int8 SQNR, e.g. 41 -> 54 dB on VGG, 32 -> 50 dB on resnet-gn).
+# int8: the largest reduction (C/g·kh·kw or K) solved; a wider layer is rounded to nearest. H
+# grows as K² and its solves as K³: at 2304 (a 3x3 Conv over 256 channels) H holds 42 MB and the
+# solves take a second, twice that reduction costs eight times more for no gain in accuracy. A
+# layer may have seen fewer input rows than K (a late, small feature map): H is then singular and
+# only the damping inverts it, which still beats rounding to nearest (checked by ``_codes``).
 MAX_K = 2304
 # Input rows per batch a layer adds to its H (drawn at random): each costs K² multiply-adds, so
 # wide layers take fewer, down to MIN_ROWS.
@@ -134,12 +132,16 @@ def gptq(
     dtype: str = "uint4",
     damp: float = DAMP,
     grid: QParams | None = None,
+    paired: bool = False,
 ) -> tuple[np.ndarray, QParams]:
     """Integer codes and QParams for ``W [K, N]`` given ``H = XᵀX [K, K]``.
 
     Without ``grid``: blocks of ``block_size`` rows (``K`` a multiple of it), asymmetric ``dtype``,
     QParams ``axis=0``. With ``grid`` (symmetric, one scale per column ``axis=1``, or one for all):
-    every row on that grid, which is returned. ``dequantize(codes, qp)`` is ``Ŵ``.
+    every row on that grid, which is returned. ``dequantize(codes, qp)`` is ``Ŵ``. ``paired``
+    (with ``grid``): rows ``2i`` and ``2i+1`` keep ``|q[2i] + q[2i+1]| ≤ PAIR_LIMIT``; the second
+    of a pair is clipped to it as it is rounded, and the error that leaves goes to the rows after,
+    as any rounding error does.
     """
     k, n = w.shape
     if grid is None and (block_size is None or k % block_size):
@@ -185,6 +187,11 @@ def gptq(
             q = quantize(wc[j : j + 1], qp_row)
             if grid is not None:
                 q = np.maximum(q, -qmax)
+                if paired and row % 2:
+                    prev = codes[row - 1].astype(np.int32)
+                    lo = np.maximum(-qmax, -pairs.PAIR_LIMIT - prev)
+                    hi = np.minimum(qmax, pairs.PAIR_LIMIT - prev)
+                    q = np.clip(q, lo, hi).astype(q.dtype)
             codes[row] = q[0]
             e = (wc[j] - dequantize(q, qp_row)[0]) / u[row, row]
             wc[j + 1 :] -= np.outer(u[row, row + 1 : c1], e)
@@ -322,11 +329,13 @@ def round_layers(
     *,
     per_channel: bool,
     dtype: str = "int8",
+    pair_safe: bool = False,
     progress=None,
 ) -> dict[str, tuple[np.ndarray, QParams]]:
     """int8 codes and QParams (as ``weight_qparams`` would choose them: symmetric, per output
     channel or per tensor) of each node with an observer, by node name, where GPTQ moves the
-    layer's output less than rounding to nearest (``_codes``)."""
+    layer's output less than rounding to nearest (``_codes``). ``pair_safe``: on the scales of
+    ``pairs``, with every pair of codes brought within its limit after solving."""
     out = {}
     todo = [n for n in nodes if n.name in observers and min(observers[n.name].counts)]
     for i, node in enumerate(todo):
@@ -334,20 +343,23 @@ def round_layers(
             progress(i, len(todo))
         w = const_array(node.inputs[WEIGHT_INPUT[node.op_type]])
         axis = output_channel_axis(node)
-        qp = weight_qparams(
-            w, PerChannel(axis) if per_channel else PerTensor(), dtype=dtype, symmetric=True
-        )
+        if pair_safe and pairs.applies(node, w):
+            qp = pairs.weight_qparams(node, w, per_channel=per_channel)
+        else:
+            qp = weight_qparams(
+                w, PerChannel(axis) if per_channel else PerTensor(), dtype=dtype, symmetric=True
+            )
         # filters as rows: Conv [O, C/g·kh·kw]; Gemm transB stores [N, K]; MatMul/Gemm [K, N]
         flat = w.reshape(w.shape[0], -1) if input_channel_axis(node) == 1 else w.T
+        paired = pair_safe and pairs.applies(node, w)
+        order = _kernel_order(w) if paired and node.op_type == "Conv" else None
         try:
-            codes = _codes(flat.astype(np.float64), observers[node.name], qp)
+            codes = _codes(flat.astype(np.float64), observers[node.name], qp, order, paired)
         except np.linalg.LinAlgError:
             continue
         if codes is not None:
-            out[node.name] = (
-                codes.reshape(w.shape) if input_channel_axis(node) == 1 else codes.T,
-                qp,
-            )
+            codes = codes.reshape(w.shape) if input_channel_axis(node) == 1 else codes.T
+            out[node.name] = (pairs.limit(node, codes) if pair_safe else codes, qp)
     if progress and todo:
         progress(len(todo), len(todo))
     return out
@@ -367,7 +379,19 @@ def _column_grid(qp: QParams, rows: slice) -> QParams:
     return QParams(np.asarray(qp.scale)[rows], np.asarray(qp.zero_point)[rows], qp.dtype, axis=1)
 
 
-def _codes(flat: np.ndarray, obs: InputHessian, qp: QParams) -> np.ndarray | None:
+def _kernel_order(w: np.ndarray) -> np.ndarray:
+    """The positions of a Conv filter's ``(C/g, kh, kw)`` flattening in the ``(kh, kw, C/g)``
+    order the int8 kernel reads, whose neighbours it pairs (``pairs``)."""
+    return np.arange(int(np.prod(w.shape[1:]))).reshape(w.shape[1:]).transpose(*range(1, w.ndim - 1), 0).reshape(-1)
+
+
+def _codes(
+    flat: np.ndarray,
+    obs: InputHessian,
+    qp: QParams,
+    order: np.ndarray | None = None,
+    paired: bool = False,
+) -> np.ndarray | None:
     """Codes of the filters ``flat [O, K]`` (``O/g`` per group), or None when no group gains.
 
     A group uses GPTQ (solved on all rows) where it moves the output less than rounding to nearest
@@ -379,24 +403,27 @@ def _codes(flat: np.ndarray, obs: InputHessian, qp: QParams) -> np.ndarray | Non
     checked = obs.rows < WELL_POSED * flat.shape[1]
     out = []
     gain = False
+    order = np.arange(flat.shape[1]) if order is None else order
+    back = np.argsort(order)
     for g in range(obs.groups):
         rows = slice(g * per, (g + 1) * per)
-        wk, grid = flat[rows].T, _column_grid(qp, rows)
+        wk, grid = flat[rows].T[order], _column_grid(qp, rows)
         rtn = np.maximum(quantize(wk, grid), -qmax)
         best = rtn
-        h = obs.hessian(g)
-        if np.isfinite(h).all() and (not checked or _generalises(wk, rtn, grid, obs, g)):
-            codes, _ = gptq(wk, h, grid=grid)
+        h = obs.hessian(g)[np.ix_(order, order)]
+        if np.isfinite(h).all() and (not checked or _generalises(wk, rtn, grid, obs, g, order, paired)):
+            codes, _ = gptq(wk, h, grid=grid, paired=paired)
             if _error(wk, codes, grid, h) < _error(wk, rtn, grid, h):
                 best, gain = codes, True
-        out.append(best.T)
+        out.append(best[back].T)
     return np.concatenate(out) if gain else None
 
 
-def _generalises(wk, rtn, grid: QParams, obs: InputHessian, group: int) -> bool:
+def _generalises(wk, rtn, grid: QParams, obs: InputHessian, group: int, order, paired) -> bool:
     """Whether GPTQ solved on half 0 of the samples beats ``rtn`` on half 1."""
-    h_fit, h_check = obs.hessian(group, 0), obs.hessian(group, 1)
-    trial, _ = gptq(wk, h_fit, grid=grid)
+    h_fit = obs.hessian(group, 0)[np.ix_(order, order)]
+    h_check = obs.hessian(group, 1)[np.ix_(order, order)]
+    trial, _ = gptq(wk, h_fit, grid=grid, paired=paired)
     return _error(wk, trial, grid, h_check) < _error(wk, rtn, grid, h_check)
 
 

@@ -1,10 +1,9 @@
 """Channel padding for ONNX Runtime's int8 depthwise kernel.
 
 ONNX Runtime (x86) runs a depthwise int8 Conv with its fast symmetric kernel only when the channel
-count is a multiple of 16 (``MlasConvSymPackWSize``); otherwise it falls back to a generic kernel,
-measured 2-2.5x slower on this CPU (72 channels at 56x56: 238 µs, against 128 µs for 80 channels).
-Mobile CNNs are full of such counts (MnasNet's 72 and 120, MobileNetV3's 72, 120, 200 and 184,
-ShuffleNet's 58, 116 and 232), and their depthwise Convs are a large share of the int8 run time.
+count is a multiple of 16 (``MlasConvSymPackWSize``); otherwise it falls back to a generic kernel
+about twice as slow. Mobile CNNs are full of such counts (72, 120, 184, 200, 58, 116, ...), and
+their depthwise Convs are a large share of the int8 run time.
 
 ``pad_depthwise`` gives such a Conv ``C' = ⌈C/16⌉·16`` channels, and with it every tensor that
 carries the same channels. Each new channel is a copy of the last real one: the Convs that write

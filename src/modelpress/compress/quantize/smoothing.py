@@ -26,6 +26,12 @@ from modelpress.ir.graph import copy_model, remove_unused_initializers
 from modelpress.ir.match import const_array
 
 
+def attention_like(model: ir.Model) -> bool:
+    """Whether ``model`` has attention's outlier channels to smooth (a Softmax or a LayerNorm):
+    a CNN's layers have none, and lose accuracy to smoothing."""
+    return any(n.op_type in ("Softmax", "LayerNormalization") for n in model.graph)
+
+
 def kn_weight(node: ir.Node) -> np.ndarray:
     """The weight of a MatMul/Gemm as ``[K, N]`` (``y = x·W``), whatever Gemm's ``transB``."""
     w = const_array(node.inputs[1])
