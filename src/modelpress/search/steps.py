@@ -212,14 +212,15 @@ def _optimize(model, opts, ctx: Context) -> Applied:
 
 
 def _quantize_options() -> dict[str, Option]:
-    from modelpress.compress.quantize import MODES, quantize
+    from modelpress.compress.quantize import quantize
+    from modelpress.compress.quantize.modes import mode_names
     from modelpress.compress.quantize.observers import ALIASES, OBSERVERS
 
     return options_of(
         quantize,
         skip=("progress",),
         overrides={
-            "mode": Option("mode", (str,), "static", choices=tuple(MODES)),
+            "mode": Option("mode", (str,), "static", choices=tuple(mode_names())),
             "method": Option("method", (str,), "minmax", choices=(*OBSERVERS, *ALIASES)),
             "exclude": Option("exclude", (list, type(None))),
             "calibration": Option("calibration", (str, type(None)), path=True),
