@@ -5,8 +5,9 @@
 steps are a ``Recipe`` (YAML) that ``run_recipe`` replays.
 """
 
-from modelpress.search.engine import AutoResult, SearchEvent, auto
+from modelpress.search.engine import auto
 from modelpress.search.recipe import Recipe, RecipeError, load_recipe, parse_recipe, run_recipe
+from modelpress.search.result import AutoResult, SearchEvent
 from modelpress.search.space import Candidate, Step, build_space
 from modelpress.search.steps import STEPS, register_step
 from modelpress.search.trial import Trial
