@@ -54,6 +54,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_quantize_torchvision.py
 	$(BIN)/python benchmarks/bench_torch_backend.py
 	$(BIN)/python benchmarks/bench_advisor.py
+	$(BIN)/python benchmarks/bench_auto.py
 	$(BIN)/python benchmarks/collect_results.py
 
 clean:

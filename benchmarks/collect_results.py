@@ -19,6 +19,7 @@ ORDER = [
     "quantize_torchvision",
     "torch_backend",
     "advisor",
+    "auto",
 ]
 TITLES = {
     "optimize": "graph optimizer (issue: foundation and optimizer)",
@@ -27,6 +28,7 @@ TITLES = {
     "quantize_torchvision": "quantization of full-size torchvision architectures",
     "torch_backend": "PyTorch backend",
     "advisor": "hardware advisor",
+    "auto": "auto: the search against optimize + static int8 by hand and an exhaustive run",
 }
 
 
