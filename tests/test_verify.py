@@ -71,4 +71,4 @@ def test_cli_verify_exit_codes(tmp_path, capsys):
     np.savez(tmp_path / "in.npz", ids=np.array([[1, 9]], np.int64), mask=np.ones((1, 2), np.int64))
     # index 9 is outside the 7-row table: the model cannot run on these inputs
     assert main(["verify", str(a), str(a), "--inputs", str(tmp_path / "in.npz")]) == 1
-    assert capsys.readouterr().err.startswith("error: the model failed to run")
+    assert capsys.readouterr().err.startswith("error: the original model failed to run on the given inputs")

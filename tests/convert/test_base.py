@@ -24,7 +24,7 @@ def test_parse_input_specs():
         "n": InputSpec((), "int32"),
     }
     for bad in ("x", "x=1xax3", "x=1x3:complex7"):
-        with pytest.raises(OptionError, match="--input"):
+        with pytest.raises(OptionError, match="--shape"):
             parse_input_specs([bad])
 
 

@@ -46,7 +46,9 @@ def test_bench_compares_models_and_writes_json(tmp_path):
     model = save(model_from_text(TEXT), tmp_path / "m.onnx")
     code = main(["bench", str(model), "--vs", str(model), "--runs", "3", "--warmup", "1", "--dim", "N=4", "--profile-ops", "--json", str(tmp_path / "b.json")])
     assert code == 0
-    data = json.loads((tmp_path / "b.json").read_text())
+    record = json.loads((tmp_path / "b.json").read_text())
+    assert record["command"] == "bench"
+    data = record["result"]
     assert data["batch"] == 4 and len(data["models"]) == 2
     first = data["models"][0]
     assert first["flops"] == 2 * 4 * 3 * 2 + 4 * 2  # MatMul MACs×2 + Relu

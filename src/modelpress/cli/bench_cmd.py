@@ -3,132 +3,103 @@ peak memory and a per-operator profile, models timed side by side (interleaved).
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
+from rich.markup import escape
 from rich.table import Table
 
-from modelpress.cli._common import console, err_console, human_count, write_json
-from modelpress.cli.options import Recorder, add_report
+from modelpress.cli import options
+from modelpress.cli._common import console, err_console, human_count
 
 
 def add_parser(sub) -> None:
-    from modelpress.runtime.backend import backend_names
+    from modelpress.runtime.ort import OPT_LEVELS
 
     p = sub.add_parser(
         "bench",
         help="measure latency, throughput and memory; compare models side by side",
         description="Measure latency (median and spread over interleaved runs), throughput, achieved FLOP/s and memory.",
-        epilog="example: modelpress bench model.onnx --vs fast.onnx --dim batch=8 --runs 100 --profile-ops",
+        epilog="examples:\n  modelpress bench model.onnx --vs fast.onnx --dim batch=8 --runs 100 --profile-ops\n"
+        "  modelpress bench model.onnx --vs fast.onnx,int8.onnx --ort-level disabled",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("model", help="an .onnx file")
-    p.add_argument("--vs", nargs="+", default=[], metavar="MODEL", help="other models to time in the same runs")
-    p.add_argument("--backend", default="ort", choices=backend_names())
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, help="intra-op threads (default: the runtime's choice)")
-    p.add_argument("--optimize", default="all", choices=["disabled", "basic", "extended", "all"], help="ONNX Runtime graph optimization level (ort backend)")
-    p.add_argument("--dim", action="append", metavar="NAME=SIZE", help="size of a named dynamic dimension (repeatable)")
-    p.add_argument("--inputs", metavar="FILE.npz", help="inputs to use instead of generated ones")
-    p.add_argument("--runs", type=int, default=50, help="timed runs per model (default 50)")
-    p.add_argument("--warmup", type=int, default=5)
+    options.add_model(p)
+    options.add_list(p, "--vs", metavar="MODEL", help="other models to time in the same runs")
+    options.add_device(p)
+    p.add_argument("--threads", type=int, metavar="N", help="intra-op threads (default: the runtime's choice)")
+    p.add_argument("--ort-level", default="all", choices=list(OPT_LEVELS), help="ONNX Runtime's own graph optimization level (ort backend; default all)")
+    p.add_argument("--optimize", dest="old_optimize", help=argparse.SUPPRESS)  # now --ort-level
+    options.add_data(p, help="inputs to time on (an .npz of arrays named after the model's inputs) instead of generated ones")
+    options.add_shapes(p)
+    p.add_argument("--runs", type=int, default=50, metavar="N", help="timed runs per model (default 50)")
+    p.add_argument("--warmup", type=int, default=5, metavar="N", help="untimed rounds first (default 5)")
     p.add_argument("--profile-ops", action="store_true", help="per-operator time from the runtime's profiler (ort)")
-    p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
-    add_report(p)
+    options.add_record(p)
+    options.add_report(p)
     p.set_defaults(func=run)
 
 
-def _backend(args, profile: bool):
-    if args.backend == "ort":
-        from modelpress.runtime.ort_backend import OrtBackend, OrtOptions
-
-        return OrtBackend(OrtOptions(intra_op_threads=args.threads, optimize=args.optimize, profile=profile))
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
-    return args.backend
-
-
+@options.speaks_flags(fields={"backend": "--backend", "profile_ops": "--profile-ops"})
 def run(args) -> int:
     from modelpress.errors import OptionError
-    from modelpress.ir import load
     from modelpress.ir.feeds import load_npz
-    from modelpress.ir.shapes import parse_dims
-    from modelpress.profile import profile_model
-    from modelpress.runtime.measure import (
-        machine_peak_gflops,
-        op_profile,
-        peak_memory_mb,
-        time_interleaved,
-    )
-    from modelpress.runtime.session import Session
-    from modelpress.verify import generate_inputs
+    from modelpress.profile.bench import bench
 
-    if args.runs < 1:
-        raise OptionError("--runs must be at least 1")
-    recorder = Recorder("bench", args)
-    paths = [args.model, *args.vs]
-    models = [load(p) for p in paths]
-    feeds = load_npz(args.inputs) if args.inputs else generate_inputs(models[0], dims=parse_dims(args.dim))
-    # The first session in a process pays for loading the runtime's libraries; pay it up front so
-    # that the peak memory measured below belongs to each model.
-    Session(models[0], backend=_backend(args, False), device=args.device).run(feeds)
-    sessions = []
-    memory = []
-    for path, model in zip(paths, models):
-        holder = {}
-
-        def make(model=model, holder=holder):
-            holder["s"] = Session(model, backend=_backend(args, False), device=args.device)
-            holder["s"].run(feeds)
-
-        memory.append(peak_memory_mb(make))
-        for w in holder["s"].warnings:
-            err_console.print(f"warning: {path}: {w}")
-        sessions.append(holder["s"])
+    if args.old_optimize is not None:
+        raise OptionError(
+            "bench --optimize is now --ort-level (ONNX Runtime's level); --optimize means modelpress's optimizer"
+        )
+    record = options.Recorder("bench", args)
+    paths = [args.model, *options.listed(args.vs)]
+    models = [options.open_model(p, args) for p in paths]
     with console.status("timing…") as status:
-        timings = time_interleaved(
-            [lambda s=s: s.run(feeds, check=False) for s in sessions],
+        result = bench(
+            models,
+            names=paths,
+            inputs=load_npz(args.data) if args.data else None,
+            dims=options.dims(args),
+            shapes=options.shapes(args),
+            backend=args.backend,
+            device=args.device,
+            place=args.place,
+            strict=args.strict,
+            threads=args.threads,
+            ort_level=args.ort_level,
             runs=args.runs,
             warmup=args.warmup,
-            progress=lambda r, n: status.update(f"timing… round {r}/{n}"),
+            profile_ops=args.profile_ops,
+            progress=lambda msg: status.update(f"{msg}…"),
         )
-        status.update("measuring the machine's peak…")
-        peak = machine_peak_gflops()
-    shapes = {k: tuple(v.shape) for k, v in feeds.items()}
-    batch = next((v.shape[0] for v in feeds.values() if v.ndim), 1)
-    t = Table(title=f"{args.backend} on {sessions[0].device}, batch {batch}, {args.runs} interleaved runs", show_edge=False)
+    for note in result.notes:
+        err_console.print(f"note: {escape(note)}")
+    for m in result.models:
+        for w in m.warnings:
+            err_console.print(f"warning: {escape(m.name)}: {escape(w)}")
+        if args.log_placement:
+            for line in m.placement:
+                console.print(f"{escape(m.name)}: {escape(line)}")
+    shapes = ", ".join(f"{k} {v}" for k, v in result.shapes.items())
+    t = Table(title=f"{args.backend} on {result.device}, batch {result.batch}, {result.runs} interleaved runs ({escape(shapes)})", show_edge=False)
     for col in ("model", "median ms", "p25–p75 ms", "vs first", "samples/s", "GFLOP/s", "% peak", "MiB"):
         t.add_column(col, justify="left" if col == "model" else "right")
-    records = []
-    for path, model, timing, mem in zip(paths, models, timings, memory):
-        flops = profile_model(model, shapes).flops
-        gflops = flops / (timing.median_ms / 1e3) / 1e9
-        ratio = timing.median_ms / timings[0].median_ms
+    for m in result.models:
         t.add_row(
-            Path(path).name, f"{timing.median_ms:.3f}", f"{timing.p25_ms:.3f}–{timing.p75_ms:.3f}", f"{ratio:.2f}×",
-            f"{batch / (timing.median_ms / 1e3):.1f}", f"{gflops:.2f}", f"{100 * gflops / peak:.1f}%",
-            "?" if mem is None else f"{mem:.1f}",
+            escape(Path(m.name).name), f"{m.timing.median_ms:.3f}", f"{m.timing.p25_ms:.3f}–{m.timing.p75_ms:.3f}", f"{m.ratio_vs_first:.2f}×",
+            f"{m.samples_per_s:.1f}", f"{m.gflops:.2f}", f"{100 * m.gflops / result.machine_peak_gflops:.1f}%",
+            "?" if m.peak_memory_mb is None else f"{m.peak_memory_mb:.1f}",
         )
-        records.append({"model": path, "timing": timing.to_dict(), "ratio_vs_first": ratio, "flops": flops, "gflops": gflops, "peak_memory_mb": mem})
     console.print(t)
-    console.print(f"machine peak (fp32 MatMul under ONNX Runtime): {peak:.1f} GFLOP/s")
-    if args.profile_ops:
-        if args.backend != "ort":
-            raise OptionError("--profile-ops needs the ort backend")
-        for path, model in zip(paths, models):
-            s = Session(model, backend=_backend(args, True), device=args.device)
-            for _ in range(max(args.runs // 5, 3)):
-                s.run(feeds, check=False)
-            rows = op_profile(s._parts[0][1].end_profiling())
-            total = sum(ms for _, ms, _ in rows) or 1.0
-            pt = Table(title=f"top operators: {path}", show_edge=False)
-            for col in ("op", "total ms", "share", "calls"):
-                pt.add_column(col, justify="left" if col == "op" else "right")
-            for op, ms, n in rows[:10]:
-                pt.add_row(op, f"{ms:.2f}", f"{100 * ms / total:.0f}%", human_count(n))
-            console.print(pt)
-    data = {"backend": args.backend, "batch": batch, "machine_peak_gflops": peak, "models": records}
-    if args.json:
-        write_json(args.json, data)
-    recorder.write_page(data, models={Path(p).name: m for p, m in zip(paths, models)})
+    console.print(f"machine peak (fp32 MatMul under ONNX Runtime): {result.machine_peak_gflops:.1f} GFLOP/s")
+    for m in result.models:
+        if m.operators is None:
+            continue
+        total = sum(ms for _, ms, _ in m.operators) or 1.0
+        pt = Table(title=f"top operators: {escape(m.name)}", show_edge=False)
+        for col in ("op", "total ms", "share", "calls"):
+            pt.add_column(col, justify="left" if col == "op" else "right")
+        for op, ms, n in m.operators[:10]:
+            pt.add_row(op, f"{ms:.2f}", f"{100 * ms / total:.0f}%", human_count(n))
+        console.print(pt)
+    record.write(result.to_dict(), models={Path(p).name: m for p, m in zip(paths, models)})
     return 0

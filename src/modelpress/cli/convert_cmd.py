@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from rich.table import Table
-
-from modelpress.cli._common import console, human_bytes, write_json
+from modelpress.cli import options
+from modelpress.cli._common import console, human_bytes
+from modelpress.cli.verify_cmd import print_verify
 
 
 def add_parser(sub) -> None:
@@ -24,21 +24,22 @@ def add_parser(sub) -> None:
         description="Convert a framework model to standard ONNX, then run the original and the ONNX model "
         "on the same inputs and compare them.",
         epilog=f"sources:\n{kinds}\n\nexamples:\n  modelpress convert model.pt2 -o model.onnx --optimize\n"
-        "  modelpress convert model.pt -o model.onnx --input x=1x3x224x224 --dynamic x:0\n"
+        "  modelpress convert model.pt -o model.onnx --shape x=1x3x224x224 --dynamic x:0\n"
         "  modelpress convert saved_model/ -o model.onnx --opset 17",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "source", help="a .pt2, .pt, .keras, .h5 or .tflite file, or a SavedModel directory"
+        "source", metavar="SOURCE", help="a .pt2, .pt, .keras, .h5 or .tflite file, or a SavedModel directory"
     )
-    p.add_argument("-o", "--output", required=True, help="where to write the ONNX model")
+    options.add_output(p, help="where to write the ONNX model")
     p.add_argument("--opset", type=int, help="ONNX opset to target (default: the exporter's)")
     p.add_argument(
-        "--input",
+        "--shape",
         action="append",
         metavar="NAME=DxD..[:DTYPE]",
-        help="shape (and dtype) of an input (repeatable; needed for .pt files)",
+        help="shape (and dtype) of an input (repeatable; needed for .pt files), e.g. x=1x3x224x224",
     )
+    p.add_argument("--input", action="append", dest="shape", help=argparse.SUPPRESS)  # the old name
     p.add_argument(
         "--dynamic",
         action="append",
@@ -46,7 +47,7 @@ def add_parser(sub) -> None:
         help="keep this axis of an input dynamic (repeatable)",
     )
     p.add_argument(
-        "--optimize", action="store_true", help="then run the optimizer (level 2) and verify again"
+        "--optimize", action="store_true", help="then run modelpress's optimizer (level 2) and verify again"
     )
     p.add_argument(
         "--no-verify", action="store_true", help="do not compare the ONNX model with the original"
@@ -55,38 +56,27 @@ def add_parser(sub) -> None:
         "--rtol", type=float, help="relative tolerance (default per dtype: 1e-4 for float32)"
     )
     p.add_argument("--atol", type=float, help="absolute tolerance (default per dtype)")
-    p.add_argument("--json", metavar="FILE", help="also write what happened as JSON")
+    options.add_record(p)
     p.set_defaults(func=run)
 
 
 def print_verify_table(title: str, result) -> None:
-    t = Table(title=title, show_edge=False)
-    for col in ("output", "dtype", "shape", "max abs", "max rel", "tolerance", ""):
-        t.add_column(col)
-    for o in result.outputs:
-        t.add_row(
-            o.name,
-            o.dtype,
-            str(list(o.shape)),
-            f"{o.max_abs:.3g}",
-            f"{o.max_rel:.3g}",
-            f"rel {o.rtol:g}",
-            "[green]ok[/]" if o.passed else "[red]FAIL[/]",
-        )
-    console.print(t)
+    print_verify(result, title)
 
 
+@options.speaks_flags(fields={"inputs": "--shape", "dynamic": "--dynamic", "opset": "--opset"})
 def run(args) -> int:
     from modelpress.convert import convert, parse_dynamic, parse_input_specs
     from modelpress.ir import graph_stats
     from modelpress.ir.io import model_bytes
 
+    record = options.Recorder("convert", args)
     console.print(f"converting {args.source} …")
     result = convert(
         args.source,
         output=args.output,
         opset=args.opset,
-        inputs=parse_input_specs(args.input),
+        inputs=parse_input_specs(args.shape),
         dynamic=parse_dynamic(args.dynamic),
         verify=not args.no_verify,
         optimize=args.optimize,
@@ -111,6 +101,5 @@ def run(args) -> int:
         f"wrote {result.output} ({stats.node_count} nodes, {human_bytes(len(model_bytes(result.model)))}), "
         f"{verified}, {result.seconds:.1f} s"
     )
-    if args.json:
-        write_json(args.json, result.to_dict())
+    record.write(result.to_dict())
     return 0

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes, human_count, write_json
 from modelpress.errors import OptionError
 
@@ -31,6 +32,7 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--rounds", type=int, default=200, help="interleaved latency runs per model (default 200)"
     )
+    options.add_record(p)
     p.set_defaults(func=run)
 
 
@@ -175,6 +177,7 @@ def run(args) -> int:
         raise OptionError(f"--out {out}: exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
     state = DemoState(out_dir=out, latency_rounds=args.rounds)
+    recorder = options.Recorder("demo", args)
     start = time.perf_counter()
     record = {}
     results = {}
@@ -206,4 +209,5 @@ def run(args) -> int:
             "latency_ms": {k: v.median_ms for k, v in tr.latency.items()},
         }
     write_json(out / "summary.json", summary)
+    recorder.write(summary)
     return 0

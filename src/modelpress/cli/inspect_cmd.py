@@ -7,7 +7,8 @@ import argparse
 from rich.markup import escape
 from rich.table import Table
 
-from modelpress.cli._common import console, human_bytes, human_count, write_json
+from modelpress.cli import options
+from modelpress.cli._common import console, human_bytes, human_count
 
 
 def add_parser(sub) -> None:
@@ -18,33 +19,24 @@ def add_parser(sub) -> None:
         epilog="example: modelpress inspect model.onnx --shape input=1x3x224x224 --nodes",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("model", help="an .onnx file")
-    p.add_argument("--shape", action="append", metavar="NAME=DxDx...", help="input shape for FLOPs (repeatable)")
-    p.add_argument("--dim", action="append", metavar="NAME=SIZE", help="size of a named dynamic dimension for FLOPs (default 1)")
+    options.add_model(p)
+    options.add_shapes(p)
     p.add_argument("--nodes", action="store_true", help="print a per-node table (FLOPs, bytes, output shape)")
-    p.add_argument("--top", type=int, default=25, help="rows of the per-node table, largest FLOPs first (0: all)")
-    p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    p.add_argument("--top", type=int, default=25, metavar="N", help="rows of the per-node table, largest FLOPs first (0: all)")
+    options.add_record(p)
     p.set_defaults(func=run)
 
 
+@options.speaks_flags
 def run(args) -> int:
-    from modelpress.ir import graph_stats, load, parse_shapes
-    from modelpress.ir.shapes import parse_dims
-    from modelpress.profile import profile_model
-    from modelpress.verify.inputs import resolve_shape
+    from modelpress.profile.inspect import inspect_model
 
-    model = load(args.model)
-    stats = graph_stats(model)
-    shapes = parse_shapes(args.shape)
-    dims = parse_dims(args.dim)
-    defaulted = []
-    for value in model.graph.inputs:
-        if value.name not in shapes and value.name not in model.graph.initializers and value.shape is not None:
-            defaulted += [str(d) for d in value.shape if not isinstance(d, int) and str(d) not in dims]
-            shapes[value.name] = resolve_shape(value, dims, default_dim=1)
-    cost = profile_model(model, shapes)
+    record = options.Recorder("inspect", args)
+    model = options.open_model(args.model, args)
+    found = inspect_model(model, shapes=options.shapes(args), dims=options.dims(args))
+    stats, cost = found.stats, found.cost
 
-    console.print(f"[bold]{escape(args.model)}[/]  ir_version {model.ir_version}, producer {model.producer_name or '?'} {model.producer_version or ''}")
+    console.print(f"[bold]{escape(args.model)}[/]  ir_version {model.ir_version}, producer {escape(model.producer_name or '?')} {escape(model.producer_version or '')}")
     console.print("opsets: " + ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in stats.opsets.items()))
     io = Table(title="interface", show_edge=False)
     for col in ("", "name", "dtype", "shape"):
@@ -58,14 +50,14 @@ def run(args) -> int:
         f"parameters {human_count(stats.parameters)} ({human_bytes(stats.parameter_bytes)})"
     )
     flops_note = "" if not cost.unknown_shapes else f"  ({cost.unknown_shapes} nodes with unknown shapes not counted; set --shape)"
-    if defaulted:
-        console.print(f"dynamic dimensions set to 1 for FLOPs: {escape(', '.join(sorted(set(defaulted))))} (set them with --dim NAME=SIZE)")
+    if found.defaulted:
+        console.print(f"dynamic dimensions set to 1 for FLOPs: {escape(', '.join(found.defaulted))} (set them with --dim NAME=SIZE or --shape)")
     console.print(f"FLOPs {human_count(cost.flops)}, bytes moved ≥ {human_bytes(cost.bytes)}{flops_note}")
     ops = Table(title="ops", show_edge=False)
     ops.add_column("op")
     ops.add_column("count", justify="right")
     for op, n in stats.op_counts.items():
-        ops.add_row(op, str(n))
+        ops.add_row(escape(op), str(n))
     console.print(ops)
     if args.nodes:
         rows = sorted(cost.nodes, key=lambda n: -n.flops)
@@ -76,10 +68,5 @@ def run(args) -> int:
         for n in rows:
             t.add_row(escape(n.name), n.op_type, human_count(n.flops), human_bytes(n.weight_bytes), human_bytes(n.activation_bytes), escape(str(list(n.output_shape))) if n.output_shape else "?")
         console.print(t)
-    if args.json:
-        data = stats.to_dict()
-        data["flops"] = cost.flops
-        data["bytes"] = cost.bytes
-        data["nodes"] = [n.__dict__ for n in cost.nodes]
-        write_json(args.json, data)
+    record.write(found.to_dict())
     return 0

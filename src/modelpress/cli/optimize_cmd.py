@@ -6,9 +6,9 @@ import argparse
 
 from rich.table import Table
 
-from modelpress.cli._common import console, human_bytes, write_json
-from modelpress.cli.options import Recorder, add_report
-from modelpress.cli.verify_cmd import add_verify_options, print_verify, verify_from_args
+from modelpress.cli import options
+from modelpress.cli._common import console, human_bytes
+from modelpress.cli.verify_cmd import add_check_options, check_options, print_verify
 
 
 def add_parser(sub) -> None:
@@ -22,61 +22,54 @@ def add_parser(sub) -> None:
         epilog=f"passes:\n{names}\n\nexample: modelpress optimize model.onnx -o fast.onnx --level 2",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("model", help="an .onnx file")
-    p.add_argument("-o", "--output", required=True, help="where to write the optimized model")
+    options.add_model(p)
+    options.add_output(p, help="where to write the optimized model")
     p.add_argument("--level", type=int, default=2, choices=[0, 1, 2, 3], help="1: clean-up, 2: standard ONNX rewrites (default), 3: ONNX Runtime-specific")
-    p.add_argument("--passes", nargs="+", metavar="PASS", help="run exactly these passes")
-    p.add_argument("--skip", nargs="+", metavar="PASS", default=[], help="passes not to run")
+    options.add_list(p, "--passes", metavar="PASS", help="run exactly these passes")
+    options.add_list(p, "--skip", metavar="PASS", help="passes not to run")
     p.add_argument("--opset", type=int, help="upgrade to this opset first (lets fusions use newer standard ops)")
     p.add_argument("--no-verify", action="store_true", help="do not compare the result with the input")
     p.add_argument("--external-data", action="store_true", help="store weights in OUT.data beside the model")
-    p.add_argument("--json", metavar="FILE", help="also write what changed as JSON")
-    add_report(p)
-    add_verify_options(p)
+    add_check_options(p)
+    options.add_record(p)
+    options.add_report(p)
     p.set_defaults(func=run)
 
 
+@options.speaks_flags
 def run(args) -> int:
-    from modelpress.ir import graph_stats, load, save
-    from modelpress.ir.files import output_dir
-    from modelpress.ir.io import model_bytes
-    from modelpress.passes import optimize
+    from modelpress.passes.verified import optimize_verified
 
-    output_dir(args.output)
-    recorder = Recorder("optimize", args)
-    original = load(args.model)
-    before = graph_stats(original)
-    size_before = len(model_bytes(original))
-    model = load(args.model)
-    result = optimize(model, level=args.level, passes=args.passes, skip=args.skip, opset=args.opset)
-    after = graph_stats(result.model)
-
+    record = options.Recorder("optimize", args)
+    # (the optimizer works in place: the record's card of the input is read from a copy)
+    original = options.open_model(args.model, args) if record.wanted else None
+    kwargs = check_options(args)
+    result = optimize_verified(
+        options.open_model(args.model, args),
+        output=args.output,
+        level=args.level,
+        passes=options.listed(args.passes) or None,
+        skip=options.listed(args.skip),
+        opset=args.opset,
+        check=not args.no_verify,
+        external_data=True if args.external_data else None,
+        **kwargs,
+    )
     t = Table(title="passes", show_edge=False)
     t.add_column("pass")
     t.add_column("rewrites", justify="right")
     t.add_column("ms", justify="right")
-    for p in result.passes:
+    for p in result.optimized.passes:
         if p.rewrites:
             t.add_row(p.name, str(p.rewrites), f"{p.seconds * 1e3:.1f}")
     console.print(t)
-    size_after = len(model_bytes(result.model))
     console.print(
-        f"nodes {before.node_count} → {after.node_count}, size {human_bytes(size_before)} → {human_bytes(size_after)}, "
-        f"{result.rounds} round(s) in {result.seconds * 1e3:.0f} ms"
+        f"nodes {result.nodes_before} → {result.nodes_after}, size {human_bytes(result.bytes_before)} → "
+        f"{human_bytes(result.bytes_after)}, {result.optimized.rounds} round(s) in {result.optimized.seconds * 1e3:.0f} ms"
     )
-    verified = None
-    if not args.no_verify:
-        verified = verify_from_args(args, original, result.model)
-        print_verify(verified)
-        if not verified.passed:
-            verified.raise_if_failed("the optimized model and the original")
-    save(result.model, args.output, external_data=True if args.external_data else None)
-    console.print(f"wrote {args.output}")
-    data = result.to_dict()
-    data.update(nodes_before=before.node_count, nodes_after=after.node_count, verify=verified.to_dict() if verified else None)
-    if args.json:
-        write_json(args.json, data)
-    recorder.write_page(data, models={"input": original, "output": result.model})
+    if result.verify is not None:
+        print_verify(result.verify)
+        result.verify.raise_if_failed("the optimized model and the original")
+    console.print(f"wrote {result.output}")
+    record.write(result.to_dict(), models={"input": original, "output": result.optimized.model})
     return 0
-
-

@@ -19,11 +19,50 @@ names stay as hidden aliases for one release (``--inputs`` and ``--calib`` for `
 from __future__ import annotations
 
 import argparse
+import functools
 import os
+import re
 import time
 from pathlib import Path
 
-from modelpress.errors import OptionError
+from modelpress.errors import ModelpressError, OptionError
+
+# Library errors name the keyword (`inputs`); the command line says the flag (--data).
+FIELD_FLAGS = {
+    "inputs": "--data",
+    "data": "--data",
+    "dims": "--dim",
+    "shapes": "--shape",
+    "runs": "--runs",
+    "rtol": "--rtol",
+    "atol": "--atol",
+    "ort_level": "--ort-level",
+    "others": "--vs",
+    "threads": "--threads",
+    "warmup": "--warmup",
+}
+
+
+def speaks_flags(func=None, *, fields: dict[str, str] | None = None):
+    """Decorate a command's ``run``: the field names (in backquotes) of the library's error messages
+    become the command's flags, so the same error reads right in Python and in a shell."""
+    mapping = {**FIELD_FLAGS, **(fields or {})}
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def run(args):
+            try:
+                return fn(args)
+            except ModelpressError as exc:
+                text = str(exc)
+                new = re.sub(r"`(\w+)`", lambda m: mapping.get(m.group(1), m.group(0)), text)
+                if new != text:
+                    exc.args = (new,)
+                raise
+
+        return run
+
+    return wrap(func) if func is not None else wrap
 
 
 def add_model(p: argparse.ArgumentParser, *, help: str | None = None) -> None:

@@ -94,9 +94,15 @@ def add_parser(sub) -> None:
     p.add_argument("--image-size", type=int, nargs=2, metavar=("H", "W"), help="image folders: resize to H W")
     p.add_argument("--crop", type=int, nargs=2, metavar=("H", "W"), help="image folders: centre crop")
     p.add_argument(
-        "--mean", type=float, nargs="+", default=[0.0], help="image folders: per-channel mean (after scaling to 0..1)"
+        "--mean",
+        type=_floats,
+        default=(0.0,),
+        metavar="M[,M,M]",
+        help="image folders: per-channel mean after scaling to 0..1 (comma-separated)",
     )
-    p.add_argument("--std", type=float, nargs="+", default=[1.0], help="image folders: per-channel std")
+    p.add_argument(
+        "--std", type=_floats, default=(1.0,), metavar="S[,S,S]", help="image folders: per-channel std (comma-separated)"
+    )
     p.add_argument("--layout", default="NCHW", choices=["NCHW", "NHWC"], help="image folders: layout")
     p.add_argument("--grayscale", action="store_true", help="image folders: one channel")
     p.add_argument("--no-optimize", action="store_true", help="do not run the optimizer (level 2) first")
@@ -120,6 +126,31 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected numbers separated by commas") from None
+
+
+# The library's field names → this command's flags, in its error messages.
+FLAGS = {
+    "calibration": "--data",
+    "labels_key": "--labels-key",
+    "batch_size": "--batch-size",
+    "method": "--method",
+    "mode": "--mode",
+    "bits": "--bits",
+    "block_size": "--block-size",
+    "exclude": "--exclude",
+    "max_accuracy_drop": "--max-accuracy-drop",
+    "activation_dtype": "--activation-type",
+    "target_cpu": "--target-cpu",
+    "image": "--image-size/--mean/--std/--layout",
+}
+
+
+@options.speaks_flags(fields=FLAGS)
 def run(args) -> int:
     from modelpress.compress.quantize import ImagePreprocess, quantize
     from modelpress.errors import VerificationError

@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
             "steps: " + ", ".join(f"{k} ({v.summary})" for k, v in STEPS.items()) + "\n\n"
             "examples:\n"
             "  modelpress recipe run best.recipe.yaml\n"
-            "  modelpress recipe run best.recipe.yaml --model other.onnx -o other-best.onnx\n"
+            "  modelpress recipe run best.recipe.yaml other.onnx -o other-best.onnx\n"
             "  modelpress recipe check my.yaml"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -31,13 +31,14 @@ def add_parser(sub) -> None:
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     r = actions.add_parser("run", help="replay a recipe")
     r.add_argument("recipe", metavar="RECIPE", help="a recipe .yaml file")
-    r.add_argument("--model", metavar="MODEL", help="start from this model instead of the recipe's `model:`")
+    r.add_argument("model", nargs="?", metavar="MODEL", help="start from this model instead of the recipe's `model:`")
     opt.add_output(r, required=False, help="where to write the result (default: the recipe's `output:`)")
     opt.add_report(r)
     opt.add_record(r)
     r.set_defaults(func=run)
     c = actions.add_parser("check", help="validate a recipe without running it")
     c.add_argument("recipe", metavar="RECIPE", help="a recipe .yaml file")
+    opt.add_record(c)
     c.set_defaults(func=check)
 
 
@@ -46,6 +47,7 @@ def check(args) -> int:
 
     recipe = load_recipe(args.recipe)
     console.print(f"{escape(args.recipe)}: {len(recipe.steps)} step(s): {', '.join(next(iter(s)) for s in recipe.steps)}")
+    opt.Recorder("recipe", args).write({"valid": True, "recipe": recipe.to_dict()})
     return 0
 
 

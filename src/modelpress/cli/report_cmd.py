@@ -27,6 +27,7 @@ def add_parser(sub) -> None:
     p.add_argument("runs", nargs="+", metavar="RUN", help="a record (.json) or a folder of records")
     opt.add_output(p, help="the page to write (.html)")
     p.add_argument("--title", default="modelpress report", help="the page's title")
+    opt.add_record(p)
     p.set_defaults(func=run)
 
 
@@ -35,7 +36,9 @@ def run(args) -> int:
     from modelpress.report.page import read_records, write_report
 
     output_dir(args.output)
+    recorder = opt.Recorder("report", args)
     records = read_records(args.runs)
     write_report(records, args.output, title=args.title)
+    recorder.write({"records": [str(r) for r in args.runs], "commands": [r.command for r in records], "page": args.output})
     console.print(f"wrote {escape(args.output)} ({len(records)} record(s))")
     return 0

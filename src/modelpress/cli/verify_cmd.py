@@ -2,57 +2,73 @@
 
 from __future__ import annotations
 
+import argparse
+
+from rich.markup import escape
 from rich.table import Table
 
-from modelpress.cli._common import console, write_json
+from modelpress.cli import options
+from modelpress.cli._common import console, err_console
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "verify",
         help="check that two models compute the same outputs",
-        description="Run two models under ONNX Runtime (its optimizations off) on the same inputs and compare outputs.",
+        description="Run two models under ONNX Runtime (its optimizations off) on the same inputs "
+        "and compare every output. Generated inputs are fitted to what the first model can run on.",
         epilog="example: modelpress verify model.onnx fast.onnx --dim batch=4 --runs 3",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_verify_options(p)
-    p.add_argument("reference", help="the model to compare against")
-    p.add_argument("candidate", help="the model to check")
-    p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
+    p.add_argument("reference", metavar="REFERENCE", help="the model to compare against (.onnx)")
+    p.add_argument("candidate", metavar="CANDIDATE", help="the model to check (.onnx)")
+    add_check_options(p)
+    options.add_record(p)
     p.set_defaults(func=run)
 
 
-def add_verify_options(p) -> None:
-    p.add_argument("--inputs", metavar="FILE.npz", help="inputs to use instead of generated ones")
-    p.add_argument("--dim", action="append", metavar="NAME=SIZE", help="size of a named dynamic dimension (repeatable)")
-    p.add_argument("--runs", type=int, default=2, help="number of generated input sets (default 2)")
+def add_check_options(p: argparse.ArgumentParser) -> None:
+    """The options of a numeric check: which inputs, how many sets, which tolerance."""
+    options.add_data(p, help="inputs to compare on (an .npz of arrays named after the model's inputs) instead of generated ones")
+    options.add_shapes(p)
+    p.add_argument("--runs", type=int, default=2, metavar="N", help="number of generated input sets (default 2)")
     p.add_argument("--rtol", type=float, help="relative tolerance (default per dtype: 1e-4 for float32)")
     p.add_argument("--atol", type=float, help="absolute tolerance (default per dtype)")
 
 
-def verify_from_args(args, reference, candidate):
+def check_options(args) -> dict:
+    """The keyword arguments of ``modelpress.verify.verify`` that ``add_check_options`` sets."""
     from modelpress.ir.feeds import load_npz
-    from modelpress.ir.shapes import parse_dims
-    from modelpress.verify import verify
 
-    inputs = load_npz(args.inputs) if args.inputs else None
-    return verify(reference, candidate, inputs=inputs, dims=parse_dims(args.dim), runs=args.runs, rtol=args.rtol, atol=args.atol)
+    options.require_positive(args.runs, "--runs")
+    return {
+        "inputs": load_npz(args.data) if args.data else None,
+        "dims": options.dims(args),
+        "shapes": options.shapes(args),
+        "runs": args.runs,
+        "rtol": args.rtol,
+        "atol": args.atol,
+    }
 
 
-def print_verify(result) -> None:
-    t = Table(show_edge=False)
+def print_verify(result, title: str | None = None) -> None:
+    for note in result.notes:
+        err_console.print(f"note: {escape(note)}")
+    t = Table(title=title, show_edge=False)
     for col in ("output", "dtype", "shape", "max abs", "max rel", "tolerance", ""):
         t.add_column(col)
     for o in result.outputs:
-        t.add_row(o.name, o.dtype, str(list(o.shape)), f"{o.max_abs:.3g}", f"{o.max_rel:.3g}", f"rel {o.rtol:g}", "[green]ok[/]" if o.passed else "[red]FAIL[/]")
+        t.add_row(escape(o.name), o.dtype, str(list(o.shape)), f"{o.max_abs:.3g}", f"{o.max_rel:.3g}", f"rel {o.rtol:g}", "[green]ok[/]" if o.passed else "[red]FAIL[/]")
     console.print(t)
 
 
+@options.speaks_flags
 def run(args) -> int:
-    from modelpress.ir import load
+    from modelpress.verify import verify
 
-    result = verify_from_args(args, load(args.reference), load(args.candidate))
+    record = options.Recorder("verify", args)
+    result = verify(options.open_model(args.reference, args), options.open_model(args.candidate, args), **check_options(args))
     print_verify(result)
     console.print(f"{'[green]PASS[/]' if result.passed else '[red]FAIL[/]'} over {result.runs} input set(s)")
-    if args.json:
-        write_json(args.json, result.to_dict())
+    record.write(result.to_dict())
     return 0 if result.passed else 1

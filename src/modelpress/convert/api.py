@@ -175,7 +175,7 @@ def convert(
     """
     start = time.perf_counter()
     if opset is not None and not 7 <= opset <= 30:
-        raise OptionError(f"--opset {opset}: expected an ONNX opset between 7 and 30")
+        raise OptionError(f"`opset` {opset}: expected an ONNX opset between 7 and 30")
     if output is not None and not Path(output).resolve().parent.is_dir():
         raise OptionError(f"{output}: output directory {Path(output).parent} does not exist")
     kind = detect(src)

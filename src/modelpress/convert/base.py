@@ -26,7 +26,7 @@ from modelpress.errors import ConversionError, OptionError
 
 @dataclass(frozen=True)
 class InputSpec:
-    """A shape (and dtype) given for one input with ``--input name=1x3x32x32[:dtype]``."""
+    """A shape (and dtype) given for one input (``--shape name=1x3x32x32[:dtype]`` on the command line)."""
 
     shape: tuple[int, ...]
     dtype: str = "float32"
@@ -83,7 +83,7 @@ def register(
 def ensure_registered() -> None:
     # The framework modules register their kinds on import; they import the framework lazily, so
     # importing them here costs nothing.
-    from modelpress.convert import tensorflow, torch  # noqa: F401
+    from modelpress.convert import tensorflow, tflite, torch  # noqa: F401
 
 
 def detect(source: object) -> SourceKind:
@@ -126,18 +126,18 @@ def parse_input_specs(specs: list[str] | None) -> dict[str, InputSpec]:
         m = re.fullmatch(r"([^=]+)=([0-9x]*)(?::(\w+))?", spec.strip())
         if not m:
             raise OptionError(
-                f"--input {spec!r}: expected NAME=D1xD2x...[:DTYPE], e.g. x=1x3x224x224"
+                f"--shape {spec!r}: expected NAME=D1xD2x...[:DTYPE], e.g. x=1x3x224x224"
             )
         name, dims, dtype = m.group(1), m.group(2), m.group(3) or "float32"
         if dtype not in _DTYPES:
             raise OptionError(
-                f"--input {spec!r}: unknown dtype {dtype!r} (one of {', '.join(sorted(_DTYPES))})"
+                f"--shape {spec!r}: unknown dtype {dtype!r} (one of {', '.join(sorted(_DTYPES))})"
             )
         try:
             shape = tuple(int(d) for d in dims.split("x")) if dims else ()
         except ValueError:
             raise OptionError(
-                f"--input {spec!r}: dimensions must be integers joined by 'x'"
+                f"--shape {spec!r}: dimensions must be integers joined by 'x'"
             ) from None
         out[name] = InputSpec(shape, dtype)
     return out

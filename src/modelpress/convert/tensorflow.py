@@ -5,8 +5,7 @@
   same tf2onnx conversion on the TensorFlow backend, so it would add nothing but a file round trip.
 - A SavedModel is converted through one of its signatures (``serving_default`` unless there is only
   another one): the ONNX inputs and outputs take the signature's argument and output names.
-- ``.tflite`` files go through ``tf2onnx.convert.from_tflite``; the reference is the TFLite
-  interpreter.
+- ``.tflite`` files: see ``convert.tflite``.
 tf2onnx rewrites ``tf.while_loop``/``tf.cond`` into ONNX ``Loop``/``If`` and Keras RNNs into
 ``LSTM``/``GRU`` where it recognises them. An op tf2onnx cannot map is left in the graph under its
 TensorFlow name; ``_check_ops`` turns that into one error naming the op and the TF node.
@@ -35,7 +34,7 @@ from modelpress.errors import OptionError, require
 
 # tf2onnx 1.17 knows opsets up to 18; 17 is what most runtimes support.
 DEFAULT_OPSET = 17
-DEFAULT_DIM = 2  # size given to a dimension a model leaves open (batch), unless --input says
+DEFAULT_DIM = 2  # size given to a dimension a model leaves open (batch), unless `inputs` says
 
 
 def _tf():
@@ -89,17 +88,17 @@ def _check_ops(model, opset: int, source: str) -> None:
         if node.domain in ("", "ai.onnx") and not onnx.defs.has(node.op_type, ""):
             raise ConversionError(
                 f"{source}: unsupported TensorFlow op {node.op_type} (node {node.name!r}): tf2onnx has "
-                f"no ONNX conversion for it at opset {opset}; try a newer --opset (up to 18), "
+                f"no ONNX conversion for it at opset {opset}; try a newer `opset` (up to 18), "
                 "replace the op in the model, or map it to a custom op (tf2onnx custom_ops)"
             )
 
 
 def _spec_shape(name: str, shape, options: ConvertOptions) -> list[int | None]:
-    """The shape to convert with: --input overrides, --dynamic opens axes."""
+    """The shape to convert with: ``inputs`` overrides, ``dynamic`` opens axes."""
     dims = list(options.inputs[name].shape) if name in options.inputs else list(shape)
     for axis in options.dynamic.get(name, ()):
         if not -len(dims) <= axis < len(dims):
-            raise OptionError(f"--dynamic {name}:{axis}: input {name!r} has rank {len(dims)}")
+            raise OptionError(f"`dynamic` {name}:{axis}: input {name!r} has rank {len(dims)}")
         dims[axis] = None
     return dims
 
@@ -112,7 +111,7 @@ def _concrete(name: str, dims: list[int | None], options: ConvertOptions) -> tup
 
 
 def _check_names(options: ConvertOptions, names: list[str], source: str) -> None:
-    for option, given in (("--input", options.inputs), ("--dynamic", options.dynamic)):
+    for option, given in (("`inputs`", options.inputs), ("`dynamic`", options.dynamic)):
         for name in given:
             if name not in names:
                 raise OptionError(
@@ -276,62 +275,3 @@ def convert_saved_model(path, options: ConvertOptions) -> Exported:
         exporter="tf2onnx",
         notes=notes,
     )
-
-
-# ---------------------------------------------------------------------------------------------
-# TFLite
-
-
-@register(
-    "tflite",
-    description="a TensorFlow Lite flatbuffer (.tflite)",
-    extra="tensorflow",
-    accepts=has_suffix(".tflite"),
-)
-def convert_tflite(path, options: ConvertOptions) -> Exported:
-    tf = _tf()
-    tf2onnx = _tf2onnx()
-    path = Path(path)
-    try:
-        with _quiet():
-            interpreter = tf.lite.Interpreter(model_path=str(path))
-    except Exception as exc:
-        raise ConversionError(
-            f"{path}: not a readable TFLite model ({first_line(exc, 200)})"
-        ) from None
-    in_details = interpreter.get_input_details()
-    names = [d["name"] for d in in_details]
-    _check_names(options, names, str(path))
-    opset = options.opset or DEFAULT_OPSET
-    try:
-        with _quiet():
-            proto, _ = tf2onnx.convert.from_tflite(str(path), opset=opset)
-    except Exception as exc:
-        raise ConversionError(
-            f"{path}: tf2onnx could not convert the TFLite model: {first_line(exc)}"
-        ) from None
-    model = _to_ir(proto)
-    _check_ops(model, opset, str(path))
-    shapes = {
-        d["name"]: _concrete(
-            d["name"], [None if s < 0 else int(s) for s in d["shape_signature"]], options
-        )
-        for d in in_details
-    }
-    out_names = [v.name for v in model.graph.outputs]
-
-    def reference(feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-        for d in in_details:
-            interpreter.resize_tensor_input(d["index"], list(feeds[d["name"]].shape))
-        interpreter.allocate_tensors()
-        for d in in_details:
-            interpreter.set_tensor(d["index"], np.ascontiguousarray(feeds[d["name"]]))
-        interpreter.invoke()
-        by_name = {
-            d["name"]: interpreter.get_tensor(d["index"]) for d in interpreter.get_output_details()
-        }
-        if set(by_name) == set(out_names):
-            return [by_name[n] for n in out_names]
-        return list(by_name.values())
-
-    return Exported(model=model, reference=reference, shapes=shapes, exporter="tf2onnx (tflite)")

@@ -304,7 +304,7 @@ def _explain_dynamo_error(exc: BaseException, ep, opset: int | None) -> str:
         at = f"opset {opset}" if opset else "the default opset"
         return (
             f"unsupported op {op} ({where}): the ONNX exporter has no translation for it at {at}; "
-            "try a newer --opset, register an ONNX function for it "
+            "try a newer `opset`, register an ONNX function for it "
             "(torch.onnx.export(custom_translation_table=...)), or export it as a custom op"
         )
     summary = re.search(r"## Exception summary\s*\n+\s*(.+)", text)
@@ -318,7 +318,7 @@ def _explain_legacy_error(exc: BaseException, opset: int) -> str:
     if m:
         return (
             f"unsupported op {m.group(1)} at opset {m.group(2)} (TorchScript-based exporter): "
-            "try a newer --opset, a torch.export-able module (dynamo exporter), or register a "
+            "try a newer `opset`, a torch.export-able module (dynamo exporter), or register a "
             "custom symbolic (torch.onnx.register_custom_op_symbolic)"
         )
     return f"the TorchScript-based ONNX exporter failed: {first_line(exc)}"
@@ -352,7 +352,7 @@ def _check_dynamic_names(dynamic: dict, names: list[str]) -> None:
     for name in dynamic:
         if name not in names:
             raise OptionError(
-                f"--dynamic {name}:...: the model has no input {name!r} (inputs: {', '.join(names)})"
+                f"`dynamic` {name}:...: the model has no input {name!r} (inputs: {', '.join(names)})"
             )
 
 
@@ -455,7 +455,7 @@ def _example_from_program(ep, options: ConvertOptions, path: Path) -> tuple[tupl
         missing = [n for n in names if n not in specs]
         if missing:
             raise OptionError(
-                f"{path}: --input given, but not for {', '.join(missing)} (inputs: {', '.join(names)})"
+                f"{path}: `inputs` given, but not for {', '.join(missing)} (inputs: {', '.join(names)})"
             )
         gen = torch.Generator().manual_seed(0)
         return tuple(_random_tensor(specs[n], gen) for n in names), {}
@@ -467,7 +467,7 @@ def _example_from_program(ep, options: ConvertOptions, path: Path) -> tuple[tupl
             val = node.meta.get("val")
             if val is None or not all(isinstance(d, int) or hasattr(d, "node") for d in val.shape):
                 raise OptionError(
-                    f"{path}: input {node.name!r} has no recorded shape; give --input {node.name}=..."
+                    f"{path}: input {node.name!r} has no recorded shape; give `inputs` {node.name}=..."
                 )
             shape = [d if isinstance(d, int) else int(d.node.hint or 2) for d in val.shape]
             args.append(torch.zeros(shape, dtype=val.dtype))
@@ -486,7 +486,7 @@ def convert_pt2(path, options: ConvertOptions) -> Exported:
     if options.dynamic:
         raise OptionError(
             f"{path}: a .pt2 program's dynamic dimensions are fixed when it is exported "
-            "(torch.export.export(..., dynamic_shapes=...)); --dynamic cannot change them"
+            "(torch.export.export(..., dynamic_shapes=...)); `dynamic` cannot change them"
         )
     try:
         with _quiet():
@@ -515,7 +515,7 @@ def convert_pt2(path, options: ConvertOptions) -> Exported:
 
 @register(
     "torchscript",
-    description="a TorchScript module (.pt, .pth, with --input shapes)",
+    description="a TorchScript module (.pt, .pth, with input shapes)",
     extra="torch",
     accepts=has_suffix(".pt", ".pth", ".ptl"),
 )
@@ -535,7 +535,7 @@ def convert_torchscript(path, options: ConvertOptions) -> Exported:
     missing = [n for n in params if n not in options.inputs]
     if missing:
         raise OptionError(
-            f"{path}: a TorchScript file does not record input shapes; give --input for "
+            f"{path}: a TorchScript file does not record input shapes; give `inputs` for "
             + ", ".join(f"{n}=D1xD2x..." for n in missing)
         )
     gen = torch.Generator().manual_seed(0)

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import os
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +13,7 @@ import onnx_ir as ir
 
 from modelpress.errors import InputError
 from modelpress.ir.io import from_proto, load
+from modelpress.ir.shapes import static_dim
 
 
 def as_model(model) -> ir.Model:
@@ -29,14 +32,24 @@ def numpy_dtype(value: ir.Value) -> np.dtype:
 
 
 def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` file by name, or one ``InputError`` line saying what is wrong."""
     p = Path(path)
     if not p.exists():
         raise InputError(f"{p}: no such file")
+    if p.is_dir():
+        raise InputError(f"{p}: is a directory, expected an .npz file")
     try:
-        with np.load(p, allow_pickle=False) as data:
+        data = np.load(p, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise InputError(
+                f"{p}: a single array (.npy), expected an .npz of arrays named after the model's "
+                "inputs (numpy.savez(path, input_name=array, ...))"
+            )
+        with data:
             return {k: data[k] for k in data.files}
-    except (ValueError, OSError, EOFError) as exc:
-        raise InputError(f"{p}: not a readable .npz file ({str(exc).splitlines()[0][:200]})") from None
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise InputError(f"{p}: not a readable .npz file ({reason}); is it truncated?") from None
 
 
 def check_feeds(model: ir.Model, feeds: dict[str, np.ndarray], *, source: str = "inputs") -> None:
@@ -61,7 +74,7 @@ def check_feeds(model: ir.Model, feeds: dict[str, np.ndarray], *, source: str = 
             )
         if value.shape is not None:
             for axis, (got, dim) in enumerate(zip(arr.shape, value.shape)):
-                if isinstance(dim, int) and got != dim:
+                if static_dim(dim) is not None and got != dim:  # -1, 0, names: any size
                     raise InputError(
                         f"{source}: input {name!r} has size {got} on axis {axis}, the model expects {dim}"
                     )

@@ -1,17 +1,24 @@
 """Load and save ONNX models.
 
 Loading checks the file (exists, parses, passes the ONNX checker) and turns every failure into one
-``ModelLoadError`` line that names the file. Saving is atomic: the model (and its external-data file,
+``ModelLoadError`` line that names the file. Beyond the checker, it refuses what would crash later:
+external data that is missing, not a regular file, too short, or outside the model's folder (a
+model file must not make modelpress read ``../../etc/passwd``); names that are not valid UTF-8; and
+initializers whose data does not match their shape. Saving is atomic: the model (and its external-data file,
 for models over the protobuf limit) is written into a temporary folder beside the target and then
 renamed into place, so a failed save never leaves a partial file and never touches an existing one.
 """
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import onnx
+import onnx.external_data_helper
 import onnx.numpy_helper
 import onnx.parser
 import onnx_ir as ir
@@ -37,7 +44,7 @@ def load_proto(path: str | os.PathLike, *, check: bool = True) -> onnx.ModelProt
     if p.is_dir():
         raise ModelLoadError(f"{p}: is a directory, expected an .onnx file")
     try:
-        proto = onnx.load(str(p), load_external_data=True)
+        proto = onnx.load(str(p), load_external_data=False)
     except DecodeError as exc:
         raise ModelLoadError(
             f"{p}: not a valid ONNX file (protobuf parse failed: {_first_line(exc)}); "
@@ -50,6 +57,9 @@ def load_proto(path: str | os.PathLike, *, check: bool = True) -> onnx.ModelProt
         raise ModelLoadError(f"{p}: not an ONNX model (no graph found in the file)")
     if not proto.opset_import:
         raise ModelLoadError(f"{p}: not a valid ONNX model (no opset_import)")
+    _check_names(proto.graph, p)
+    _load_external_data(proto, p)
+    _check_tensor_sizes(proto, p)
     if check:
         try:
             if proto.ByteSize() > EXTERNAL_DATA_THRESHOLD:
@@ -59,6 +69,139 @@ def load_proto(path: str | os.PathLike, *, check: bool = True) -> onnx.ModelProt
         except onnx.checker.ValidationError as exc:
             raise ModelLoadError(f"{p}: invalid ONNX graph: {_first_line(exc)}") from None
     return proto
+
+
+def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    for attr in node.attribute:
+        if attr.HasField("g"):
+            yield attr.g
+        yield from attr.graphs
+
+
+def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    yield graph
+    for node in graph.node:
+        for sub in _subgraphs(node):
+            yield from _graphs(sub)
+
+
+def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor a graph holds: initializers (dense and sparse) and tensor attributes, in
+    subgraphs too."""
+    for g in _graphs(graph):
+        yield from g.initializer
+        for sparse in g.sparse_initializer:
+            yield sparse.values
+            yield sparse.indices
+        for node in g.node:
+            for attr in node.attribute:
+                if attr.HasField("t"):
+                    yield attr.t
+                yield from attr.tensors
+
+
+def _check_names(graph: onnx.GraphProto, p: Path) -> None:
+    # ONNX is proto2: protobuf does not check that strings are UTF-8 and hands such a field back
+    # as bytes, which every later step chokes on.
+    for g in _graphs(graph):
+        named = [*g.input, *g.output, *g.value_info, *g.initializer]
+        names = [(f"value {v.name!r}", v.name) for v in named]
+        for node in g.node:
+            names.append((f"node {node.name!r}", node.name))
+            names += [(f"a value of node {node.name!r}", n) for n in (*node.input, *node.output)]
+            names.append((f"the op type of node {node.name!r}", node.op_type))
+        for what, name in names:
+            if isinstance(name, bytes):
+                raise ModelLoadError(
+                    f"{p}: {what.replace(repr(name), repr(name.decode('utf-8', 'replace')))} "
+                    "has a name that is not valid UTF-8"
+                )
+
+
+def _load_external_data(proto: onnx.ModelProto, p: Path) -> None:
+    """Read the external data of every tensor, after checking where it points."""
+    folder = p.resolve().parent
+    for tensor in _tensors(proto.graph):
+        if not onnx.external_data_helper.uses_external_data(tensor):
+            continue
+        info = onnx.external_data_helper.ExternalDataInfo(tensor)
+        where = f"{p}: initializer {tensor.name!r}"
+        location = info.location or ""
+        target = (folder / location).resolve()
+        if not location or Path(location).is_absolute() or not target.is_relative_to(folder):
+            raise ModelLoadError(
+                f"{where}: its external data {location!r} is outside the model's folder; "
+                "external data must sit beside the model"
+            )
+        if not target.is_file():
+            raise ModelLoadError(f"{where}: its external data file {location!r} is missing")
+        offset = info.offset or 0
+        size = target.stat().st_size
+        length = info.length if info.length is not None else size - offset
+        if offset < 0 or length < 0 or offset + length > size:
+            raise ModelLoadError(
+                f"{where}: its external data ({location!r}, offset {offset}, length {length}) "
+                f"runs past the end of the file ({size} bytes); is the file truncated?"
+            )
+    try:
+        onnx.external_data_helper.load_external_data_for_model(proto, str(folder))
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"{p}: its external data could not be read: {_first_line(exc)}") from None
+
+
+# Values each typed field stores per element (complex numbers take two).
+_TYPED_FIELDS = {
+    onnx.TensorProto.COMPLEX64: ("float_data", 2),
+    onnx.TensorProto.COMPLEX128: ("double_data", 2),
+    onnx.TensorProto.FLOAT: ("float_data", 1),
+    onnx.TensorProto.DOUBLE: ("double_data", 1),
+    onnx.TensorProto.INT64: ("int64_data", 1),
+    onnx.TensorProto.UINT64: ("uint64_data", 1),
+    onnx.TensorProto.UINT32: ("uint64_data", 1),
+    onnx.TensorProto.STRING: ("string_data", 1),
+}
+_INT32_FIELD = {
+    onnx.TensorProto.INT32, onnx.TensorProto.INT16, onnx.TensorProto.INT8,
+    onnx.TensorProto.UINT16, onnx.TensorProto.UINT8, onnx.TensorProto.BOOL,
+    onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
+}
+
+_SUB_BYTE = {
+    getattr(onnx.TensorProto, name)
+    for name in ("INT4", "UINT4", "FLOAT4E2M1", "INT2", "UINT2")
+    if hasattr(onnx.TensorProto, name)
+}
+
+
+def _check_tensor_sizes(proto: onnx.ModelProto, p: Path) -> None:
+    """Each tensor's data holds exactly the elements its shape says (sub-byte types aside)."""
+    for tensor in _tensors(proto.graph):
+        if tensor.data_type == onnx.TensorProto.UNDEFINED:
+            continue
+        if any(d < 0 for d in tensor.dims):
+            raise ModelLoadError(f"{p}: initializer {tensor.name!r} has a negative dimension {list(tensor.dims)}")
+        want = math.prod(tensor.dims)
+        if tensor.HasField("raw_data"):
+            if tensor.data_type in _SUB_BYTE:
+                continue  # packed two or four to a byte
+            try:
+                unit = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+            except (KeyError, TypeError, ValueError):
+                continue
+            have = len(tensor.raw_data)
+            if have != want * unit:
+                raise ModelLoadError(
+                    f"{p}: initializer {tensor.name!r} holds {have} bytes of data, its shape "
+                    f"{list(tensor.dims)} needs {want * unit}; the file is damaged"
+                )
+        elif tensor.data_type in _TYPED_FIELDS or tensor.data_type in _INT32_FIELD:
+            field, per = _TYPED_FIELDS.get(tensor.data_type, ("int32_data", 1))
+            have = len(getattr(tensor, field))
+            if have and have != want * per:
+                raise ModelLoadError(
+                    f"{p}: initializer {tensor.name!r} holds {have // per} values, its shape "
+                    f"{list(tensor.dims)} needs {want}; the file is damaged"
+                )
 
 
 def from_proto(proto: onnx.ModelProto) -> ir.Model:
@@ -93,7 +236,12 @@ def parse(text: str) -> ir.Model:
 
 def load(path: str | os.PathLike, *, check: bool = True) -> ir.Model:
     """Load an ONNX file into the in-memory IR (``onnx_ir.Model``)."""
-    return from_proto(load_proto(path, check=check))
+    proto = load_proto(path, check=check)
+    try:
+        return from_proto(proto)
+    except Exception as exc:  # noqa: BLE001 - onnx_ir wraps what it cannot read in its own errors
+        cause = exc.__cause__ or exc
+        raise ModelLoadError(f"{path}: cannot be read into memory: {_first_line(cause)}") from None
 
 
 def model_bytes(model: ir.Model | onnx.ModelProto) -> bytes:

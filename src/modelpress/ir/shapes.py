@@ -1,9 +1,17 @@
-"""Input shapes from the command line, and ONNX shape inference on the in-memory model."""
+"""Input shapes from the command line, which dimensions are dynamic, and shape inference on the
+in-memory model.
+
+A dimension is *static* only when it is a positive integer. Exporters write dynamic dimensions as a
+name (``batch``), as nothing at all, as ``-1`` (Paddle) or as ``0``: none of those constrains the
+size of an input a user gives (``static_dim`` says which is which). A declared 0 is still what
+ONNX Runtime enforces, so inputs generated for it keep the 0.
+"""
 
 from __future__ import annotations
 
 import functools
 import importlib.util
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,6 +23,15 @@ import onnxruntime
 from modelpress.errors import OptionError
 from modelpress.ir.io import from_proto, to_proto
 from modelpress.ir.stats import iter_graphs, iter_nodes
+
+log = logging.getLogger(__name__)
+
+
+def static_dim(dim: object) -> int | None:
+    """The size of a dimension when it is fixed (a positive integer), else None (dynamic)."""
+    if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0:
+        return dim
+    return None
 
 
 def parse_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
@@ -56,7 +73,7 @@ def infer_shapes(model: ir.Model, input_shapes: dict[str, tuple[int, ...]] | Non
         for name in input_shapes:
             if name not in known:
                 raise OptionError(
-                    f"--shape {name}=...: the model has no input {name!r} (inputs: {', '.join(sorted(known))})"
+                    f"`shapes` {name}=...: the model has no input {name!r} (inputs: {', '.join(sorted(known))})"
                 )
         for inp in proto.graph.input:
             if inp.name in input_shapes:
@@ -64,7 +81,7 @@ def infer_shapes(model: ir.Model, input_shapes: dict[str, tuple[int, ...]] | Non
                 tshape = inp.type.tensor_type.shape
                 if tshape.dim and len(tshape.dim) != len(shape):
                     raise OptionError(
-                        f"--shape {inp.name}: rank {len(shape)} given, the model's input has rank {len(tshape.dim)}"
+                        f"`shapes` {inp.name}: rank {len(shape)} given, the model's input has rank {len(tshape.dim)}"
                     )
                 del tshape.dim[:]
                 for d in shape:
@@ -86,17 +103,47 @@ def _symbolic_shape_inference():
     return module.SymbolicShapeInference
 
 
+def _symbolic(proto: onnx.ModelProto) -> tuple[onnx.ModelProto | None, str | None]:
+    """ONNX Runtime's symbolic inference of ``proto``: (the inferred model or None, why not all).
+
+    Its own ``infer_shapes`` writes ``sym_shape_infer_temp.onnx`` and a ``<uuid>.data`` file into
+    the process's current folder whenever some shape stays unknown (models with com.microsoft ops
+    do, routinely), then raises. This runs the same steps without that save, and returns the
+    partial result: the shapes it did find are still worth having.
+    """
+    cls = _symbolic_shape_inference()
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset < 7:
+        return None, f"opset {opset} is older than symbolic inference supports (7)"
+    engine = cls(2**31 - 1, True, False, 0)  # int_max, auto_merge, guess_output_rank, verbose
+    engine._preprocess(proto)
+    complete = False
+    while engine.run_:
+        complete = engine._infer_impl()
+    engine._update_output_from_vi()
+    return engine.out_mp_, None if complete else "some shapes stay unknown"
+
+
 def _infer(proto: onnx.ModelProto) -> onnx.ModelProto:
     # ONNX's own inference stops at shapes computed at run time (Shape→Gather→Concat→Reshape, as
     # exporters write them); ONNX Runtime's symbolic inference follows them through, so it goes
-    # first, and ONNX's is the fallback for the models it refuses. Both are best-effort.
+    # first, and ONNX's is the fallback for the models it refuses. Both are aids: a model neither
+    # handles keeps the shapes it declares, and the reason is logged (``modelpress.ir.shapes``).
     try:
-        return _symbolic_shape_inference().infer_shapes(proto, auto_merge=True)
-    except Exception:  # noqa: BLE001
-        pass
+        inferred, incomplete = _symbolic(proto)
+    except MemoryError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - its failures are of any type (sympy, KeyError, ...)
+        inferred, incomplete = None, f"{type(exc).__name__}: {str(exc).strip()[:200]}"
+    if inferred is not None and incomplete is None:
+        return inferred
+    log.debug("symbolic shape inference: %s; using ONNX's", incomplete)
     try:
         return onnx.shape_inference.infer_shapes(proto, data_prop=True)
-    except Exception:  # noqa: BLE001
+    except MemoryError:
+        raise
+    except Exception as exc:  # noqa: BLE001
+        log.debug("ONNX shape inference failed too (%s): shapes stay as declared", str(exc).strip()[:200])
         return proto
 
 

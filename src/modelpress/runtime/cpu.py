@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from modelpress.errors import OptionError
+from modelpress.ir import parse
+from modelpress.runtime.ort import session
 
 # Targets whose int8 kernels sum exactly; the others need weights whose pair sums cannot saturate.
 EXACT_TARGETS = ("vnni", "arm64")
@@ -78,8 +80,6 @@ def cpu_flags() -> set[str]:
 def probe() -> bool | None:
     """Whether ONNX Runtime's u8·s8 kernel sums exactly here: ``MatMulInteger`` of two 255s by
     two 127s is 64770 when exact and 32767 when pairs saturate. None if it cannot run."""
-    from modelpress.ir import parse
-    from modelpress.runtime.ort import session
 
     text = """<ir_version: 8, opset_import: ["" : 13]>
     probe (uint8[1, 2] a) => (int32[1, 1] y) <int8[2, 1] b = {127, 127}> { y = MatMulInteger(a, b) }"""
@@ -112,7 +112,7 @@ def resolve_target(target: str) -> str:
     if target == "auto":
         return int8_capability().target
     if target not in TARGETS:
-        raise OptionError(f"target CPU {target!r}: choose auto, {', '.join(TARGETS)}")
+        raise OptionError(f"`target_cpu` {target!r}: choose auto, {', '.join(TARGETS)}")
     return target
 
 

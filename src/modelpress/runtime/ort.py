@@ -14,6 +14,7 @@ from pathlib import Path
 import onnxruntime as ort
 
 from modelpress.errors import ModelLoadError
+from modelpress.ir import model_bytes
 
 OPT_LEVELS = {
     "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -45,7 +46,9 @@ def session_options(
 ) -> ort.SessionOptions:
     so = ort.SessionOptions()
     so.graph_optimization_level = OPT_LEVELS[optimize]
-    so.log_severity_level = 3
+    # Fatal only: a failed run raises, and its caller reports it as one line; ONNX Runtime's own
+    # error log would print the same failure again, in colour, before it.
+    so.log_severity_level = 4
     if _global_pool:
         so.use_per_session_threads = False
     else:
@@ -75,7 +78,6 @@ def session(
     elif isinstance(model, bytes):
         source = model
     else:
-        from modelpress.ir import model_bytes
 
         source = model_bytes(model)
     try:

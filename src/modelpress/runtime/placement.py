@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import onnx_ir as ir
 
 from modelpress.errors import OptionError
+from modelpress.ir.shapes import infer_shapes
+from modelpress.ir.stats import iter_nodes
 from modelpress.runtime.devices import choose, normalize
 
 HOST = "cpu"
@@ -92,7 +94,6 @@ def _nbytes(value: ir.Value) -> int | None:
 def _reads(node: ir.Node, graph: ir.Graph) -> list[ir.Value]:
     """The values of ``graph`` that ``node`` reads: its inputs, and those its subgraphs capture."""
     values = [v for v in node.inputs if v is not None]
-    from modelpress.ir.stats import iter_nodes
 
     for attr in node.attributes.values():
         subgraphs = [attr.value] if attr.type == ir.AttributeType.GRAPH else attr.value if attr.type == ir.AttributeType.GRAPHS else []
@@ -116,10 +117,17 @@ def plan(
     backend: str = "",
 ) -> PlacementPlan:
     """Assign nodes of ``model`` (main graph) to devices and cut the graph into segments."""
-    from modelpress.ir.shapes import infer_shapes
 
-    # Sizes of the copies need shapes of intermediate values; infer them on a copy of the model.
-    shaped = {v.name: v for n in infer_shapes(model).graph for v in n.outputs}
+    # Sizes of the copies need shapes of intermediate values, inferred on a copy of the model, and
+    # only when there is a copy: symbolic inference can take seconds (a detector's Resize chain).
+    shaped: dict[str, ir.Value] | None = None
+
+    def copy_bytes(v: ir.Value) -> int:
+        nonlocal shaped
+        if shaped is None:
+            shaped = {o.name: o for n in infer_shapes(model).graph for o in n.outputs}
+        return _nbytes(shaped.get(v.name, v))
+
     warnings: list[str] = []
     resolved: dict[str, str] = {}
 
@@ -166,13 +174,13 @@ def plan(
                 continue
             seg.inputs.append(v.name)
             if src != seg.device:
-                copies.append(Copy(v.name, src, seg.device, _nbytes(shaped.get(v.name, v))))
+                copies.append(Copy(v.name, src, seg.device, copy_bytes(v)))
         for v in node.outputs:
             used_outside = any(seg_of.get(id(user)) != si for user, _ in v.uses())
             if used_outside or id(v) in graph_outputs:
                 seg.outputs.append(v.name)
                 if id(v) in graph_outputs and seg.device != HOST:
-                    copies.append(Copy(v.name, seg.device, HOST, _nbytes(shaped.get(v.name, v))))
+                    copies.append(Copy(v.name, seg.device, HOST, copy_bytes(v)))
     return PlacementPlan(assignments, segments, copies, warnings)
 
 

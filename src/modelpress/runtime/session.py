@@ -15,6 +15,7 @@ import numpy as np
 import onnx_ir as ir
 
 from modelpress.ir.feeds import as_model, check_feeds
+from modelpress.ir.shapes import infer_shapes
 from modelpress.runtime.backend import Backend, get_backend
 from modelpress.runtime.cpu import TARGET_METADATA_KEY, target_warning
 from modelpress.runtime.placement import PlacementPlan, parse_pins, plan, segment_model
@@ -45,7 +46,6 @@ class Session:
             dev = self.plan.segments[0].device if self.plan.segments else "cpu"
             self._parts = [(None, self.backend.prepare(self.model, device=dev))]
         else:
-            from modelpress.ir.shapes import infer_shapes
 
             # Segment boundaries become graph inputs, which need types: take them from inference.
             shaped = infer_shapes(self.model)

@@ -3,17 +3,21 @@
 Both run under ONNX Runtime with its graph optimizations disabled, so that ORT's own rewrites cannot
 hide (or cause) a difference. The relative error of an output is ``max|a - b| / max|a|``: relative to
 the output's scale, so that elements near zero do not blow it up.
+
+Generated inputs are fitted to the original model (``verify.fit``): when it cannot run at the
+smallest sizes, larger ones are tried and the result says which were used. An empty list of inputs
+is an error, never a pass.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from modelpress.errors import InputError, VerificationError
 from modelpress.ir.feeds import as_model, check_feeds
-from modelpress.verify.inputs import generate_inputs
+from modelpress.verify.fit import fit_inputs
 
 # (relative, absolute) tolerance per output dtype; integers and booleans must match exactly.
 TOLERANCES: dict[str, tuple[float, float]] = {
@@ -43,6 +47,8 @@ class OutputDiff:
 class VerifyResult:
     outputs: list[OutputDiff]
     runs: int
+    notes: list[str] = field(default_factory=list)  # e.g. the sizes generated inputs had to take
+    shapes: dict[str, list[int]] = field(default_factory=dict)  # input shapes of the first set
 
     @property
     def passed(self) -> bool:
@@ -53,7 +59,13 @@ class VerifyResult:
         return max((o.max_rel for o in self.outputs), default=0.0)
 
     def to_dict(self) -> dict:
-        return {"passed": self.passed, "runs": self.runs, "outputs": [o.to_dict() for o in self.outputs]}
+        return {
+            "passed": self.passed,
+            "runs": self.runs,
+            "shapes": self.shapes,
+            "notes": self.notes,
+            "outputs": [o.to_dict() for o in self.outputs],
+        }
 
     def raise_if_failed(self, what: str = "the models") -> None:
         if not self.passed:
@@ -94,13 +106,20 @@ def compare_arrays(name: str, a: np.ndarray, b: np.ndarray, *, rtol=None, atol=N
     return OutputDiff(name, dtype, a.shape, max_abs, max_rel, rtol, atol, passed)
 
 
-def _run(sess, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _run(sess, feeds: dict[str, np.ndarray], *, what: str = "the model failed to run", error=InputError) -> dict[str, np.ndarray]:
     names = [o.name for o in sess.get_outputs()]
     try:
         values = sess.run(names, feeds)
     except Exception as exc:  # ORT's own exception types
-        raise InputError(f"the model failed to run: {str(exc).strip().splitlines()[0][:300]}") from None
+        msg = (str(exc).strip() or type(exc).__name__).splitlines()[0][:300]
+        raise error(f"{what}: {msg}") from None
     return dict(zip(names, values))
+
+
+def _session(model):
+    from modelpress.runtime.ort import session, session_options
+
+    return session(model, options=session_options(optimize="disabled"))
 
 
 def run_model(model, feeds: dict[str, np.ndarray], *, optimize: str = "disabled") -> dict[str, np.ndarray]:
@@ -116,6 +135,7 @@ def verify(
     *,
     inputs: dict[str, np.ndarray] | list[dict[str, np.ndarray]] | None = None,
     dims: dict[str, int] | None = None,
+    shapes: dict[str, tuple[int, ...]] | None = None,
     runs: int = 2,
     rtol: float | None = None,
     atol: float | None = None,
@@ -123,18 +143,15 @@ def verify(
 ) -> VerifyResult:
     """Run ``reference`` and ``candidate`` on the same inputs and compare every output.
 
-    ``inputs``: one feed dict or a list of them; otherwise ``runs`` random feeds are generated
-    (dynamic dimensions sized by ``dims``). Outputs are matched by name, or by position when the
-    names differ but the counts agree. Per-output tolerances default to ``TOLERANCES``.
+    ``inputs``: one feed dict or a non-empty list of them; otherwise ``runs`` random feeds are
+    generated, fitted to what the reference can run on (``verify.fit``; dynamic dimensions sized by
+    ``dims`` by name, or whole input ``shapes``). Outputs are matched by name, or by position when
+    the names differ but the counts agree. Per-output tolerances default to ``TOLERANCES``.
+    Raises ``InputError`` when the reference itself cannot run on the inputs, and
+    ``VerificationError`` when the candidate cannot run where the reference does.
     """
     ref = as_model(reference)
     cand = as_model(candidate)
-    if inputs is None:
-        feeds_list = [generate_inputs(ref, dims=dims, seed=seed + i) for i in range(runs)]
-    else:
-        feeds_list = [inputs] if isinstance(inputs, dict) else list(inputs)
-        for feeds in feeds_list:
-            check_feeds(ref, feeds)
     ref_names = [v.name for v in ref.graph.outputs]
     cand_names = [v.name for v in cand.graph.outputs]
     if len(ref_names) != len(cand_names):
@@ -142,19 +159,41 @@ def verify(
             f"the models have different outputs: {ref_names} vs {cand_names}"
         )
     pairs = list(zip(ref_names, ref_names)) if set(ref_names) == set(cand_names) else list(zip(ref_names, cand_names))
-    from modelpress.runtime.ort import session
-
-    sess_a = session(ref, optimize="disabled")
-    sess_b = session(cand, optimize="disabled")
+    sess_a = _session(ref)
+    notes: list[str] = []
+    if inputs is None:
+        fitted = fit_inputs(
+            ref, lambda feeds: _run(sess_a, feeds), dims=dims, shapes=shapes, runs=runs, seed=seed
+        )
+        feeds_list, ref_outputs = fitted.feeds, fitted.outputs
+        if fitted.note:
+            notes.append(fitted.note)
+    else:
+        feeds_list = [inputs] if isinstance(inputs, dict) else list(inputs)
+        if not feeds_list or not any(feeds_list):
+            raise InputError("`inputs` is empty: there is nothing to compare the models on")
+        for feeds in feeds_list:
+            check_feeds(ref, feeds)
+        ref_outputs = [
+            _run(sess_a, feeds, what="the original model failed to run on the given inputs") for feeds in feeds_list
+        ]
+    sess_b = _session(cand)
     cand_inputs = {i.name for i in cand.graph.inputs}
     worst: dict[str, OutputDiff] = {}
-    for feeds in feeds_list:
-        out_a = _run(sess_a, feeds)
-        out_b = _run(sess_b, {k: v for k, v in feeds.items() if k in cand_inputs})
+    for feeds, out_a in zip(feeds_list, ref_outputs):
+        out_b = _run(
+            sess_b,
+            {k: v for k, v in feeds.items() if k in cand_inputs},
+            what="the model being checked fails on inputs the original model runs on",
+            error=VerificationError,
+        )
         for ra, cb in pairs:
             d = compare_arrays(ra, out_a[ra], out_b[cb], rtol=rtol, atol=atol)
             prev = worst.get(ra)
             # A failing comparison always outranks a passing one; then the larger error wins.
             if prev is None or (not d.passed, d.max_rel, d.max_abs) > (not prev.passed, prev.max_rel, prev.max_abs):
                 worst[ra] = d
-    return VerifyResult(outputs=[worst[n] for n, _ in pairs], runs=len(feeds_list))
+    shapes_used = {k: list(v.shape) for k, v in feeds_list[0].items()}
+    return VerifyResult(
+        outputs=[worst[n] for n, _ in pairs], runs=len(feeds_list), notes=notes, shapes=shapes_used
+    )

@@ -1,8 +1,11 @@
 """Inputs for running a model: generated ones that respect dtypes and valid ranges, or a user's .npz.
 
-Generated inputs follow three rules:
-- a dynamic dimension takes the size the user gave for its name (``dims={"batch": 8}``), else
-  ``default_dim``;
+Generated inputs follow these rules:
+- a dynamic dimension (a name, nothing or ``-1``: see ``ir.shapes.static_dim``) takes the size the
+  user gave for its name (``dims={"batch": 8}``), else ``default_dim``; a declared ``0`` is
+  generated as 0, since ONNX Runtime reads it literally (user inputs may have any size there);
+- a set of inputs larger than ``MAX_INPUT_BYTES`` is refused before anything is allocated (a
+  declared dimension of 10**9 would otherwise ask for terabytes);
 - an integer input that feeds (through Cast/Reshape/Unsqueeze/...) the indices of a Gather on a
   constant table stays inside that table, so embedding look-ups are valid;
 - other integer inputs take 0 or 1 (attention masks, token types), booleans are random, floats are
@@ -16,22 +19,42 @@ import onnx_ir as ir
 
 from modelpress.errors import InputError
 from modelpress.ir.feeds import numpy_dtype
+from modelpress.ir.shapes import static_dim
+
+# The most memory one generated input set may take.
+MAX_INPUT_BYTES = 1 << 30
 
 # Ops that pass index values through unchanged, so a bound found behind them still applies.
 _PASS_THROUGH = {"Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Expand", "Transpose"}
 
 
-def resolve_shape(value: ir.Value, dims: dict[str, int], default_dim: int) -> tuple[int, ...]:
+def dim_name(dim: object) -> str | None:
+    """The name of a symbolic dimension, None for a fixed or an unnamed one."""
+    value = getattr(dim, "value", None)
+    return str(value) if isinstance(value, str) and value else None
+
+
+def resolve_shape(
+    value: ir.Value, dims: dict[str, int], default_dim: int | None = None, *, free=None
+) -> tuple[int, ...]:
+    """The concrete shape to generate for ``value``: fixed dimensions as declared, named ones from
+    ``dims``, the rest from ``free(axis, name)`` or else ``default_dim``."""
     if value.shape is None:
         raise InputError(
-            f"input {value.name!r} has no declared shape: pass it in an .npz file instead"
+            f"input {value.name!r} has no declared shape: give real inputs (`inputs`)"
         )
     shape = []
-    for d in value.shape:
-        if isinstance(d, int):
-            shape.append(d)
-        else:
-            shape.append(dims.get(str(d.value), default_dim) if d.value else default_dim)
+    for axis, d in enumerate(value.shape):
+        size = 0 if d == 0 and isinstance(d, int) else static_dim(d)
+        if size is None:
+            name = dim_name(d)
+            if name is not None and name in dims:
+                size = dims[name]
+            elif free is not None:
+                size = free(axis, name)
+            else:
+                size = default_dim
+        shape.append(size)
     return tuple(shape)
 
 
@@ -68,18 +91,21 @@ def generate_inputs(
     shapes = shapes or {}
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
+    planned = planned_shapes(model, dims=dims, shapes=shapes, default_dim=default_dim)
     for value in model.graph.inputs:
-        if value.name in model.graph.initializers:
+        if value.name not in planned:
             continue
         dtype = numpy_dtype(value)
-        shape = shapes.get(value.name) or resolve_shape(value, dims, default_dim)
+        shape = planned[value.name]
         if dtype == np.bool_:
             arr = rng.random(shape) > 0.5
         elif np.issubdtype(dtype, np.integer):
             high = _index_bound(value) or 2
             arr = rng.integers(0, max(high, 1), size=shape).astype(dtype)
+        elif dtype in (np.float32, np.float64):
+            arr = rng.standard_normal(shape, dtype=dtype)
         elif np.issubdtype(dtype, np.floating):
-            arr = rng.standard_normal(shape).astype(dtype)
+            arr = rng.standard_normal(shape, dtype=np.float32).astype(dtype)
         else:
             raise InputError(
                 f"input {value.name!r} has dtype {value.dtype}, which cannot be generated: "
@@ -87,3 +113,48 @@ def generate_inputs(
             )
         feeds[value.name] = arr
     return feeds
+
+
+def planned_shapes(
+    model: ir.Model,
+    *,
+    dims: dict[str, int] | None = None,
+    shapes: dict[str, tuple[int, ...]] | None = None,
+    default_dim: int = 2,
+    free=None,
+    max_bytes: int = MAX_INPUT_BYTES,
+) -> dict[str, tuple[int, ...]]:
+    """The shape each graph input will be generated at; ``InputError`` before any allocation when
+    the set would pass ``max_bytes`` (or a dimension is negative).
+
+    ``free(value, axis, name)``, when given, sizes the dynamic dimensions ``dims`` does not name.
+    """
+    dims = dims or {}
+    shapes = shapes or {}
+    out: dict[str, tuple[int, ...]] = {}
+    total = 0
+    for value in model.graph.inputs:
+        if value.name in model.graph.initializers:
+            continue
+        sizer = (lambda axis, name, v=value: free(v, axis, name)) if free else None
+        shape = tuple(shapes.get(value.name) or resolve_shape(value, dims, default_dim, free=sizer))
+        if any(d < 0 for d in shape):
+            raise InputError(f"input {value.name!r}: negative size in shape {list(shape)}")
+        nbytes = int(np.prod(shape, dtype=np.float64)) * numpy_dtype(value).itemsize
+        total += nbytes
+        if total > max_bytes:
+            raise InputError(
+                f"input {value.name!r} would take {_human(nbytes)} at shape {list(shape)}, over the "
+                f"{_human(max_bytes)} a generated input set may use: give real inputs (`inputs`) "
+                "or smaller sizes (`dims`, `shapes`)"
+            )
+        out[value.name] = shape
+    return out
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} EiB"

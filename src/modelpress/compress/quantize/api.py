@@ -26,10 +26,12 @@ from modelpress.compress.quantize.modes import Built, Options, get_mode
 from modelpress.compress.quantize.observers import get_observer
 from modelpress.compress.quantize.rewrites import name_nodes
 from modelpress.errors import InputError, OptionError
+from modelpress.ir import from_proto, load, model_bytes
 from modelpress.ir.graph import copy_model
 from modelpress.ir.match import const_array
 from modelpress.ir.opset import at_opset
 from modelpress.ir.shapes import with_types
+from modelpress.passes import optimize as run_optimizer
 from modelpress.runtime.cpu import TARGET_METADATA_KEY, resolve_target
 from modelpress.verify.inputs import generate_inputs
 
@@ -39,6 +41,9 @@ Metric = Callable[[sensitivity.Runner], float]
 INT8_OPSET = {"per-channel": 13, "per-tensor": 11}
 # Modes whose integer kernels multiply uint8 activations by int8 weights (the target matters).
 U8S8_MODES = ("static", "dynamic")
+# The first calibration batches that the measured bias correction fits (``static.BIAS_BATCHES``):
+# the check runs on the ones after them.
+CHECK_FROM = static.BIAS_BATCHES
 
 
 @dataclass
@@ -82,8 +87,6 @@ class QuantizeResult:
 
 
 def _as_model(model) -> ir.Model:
-    from modelpress.ir import from_proto, load
-    from modelpress.ir.graph import copy_model
 
     if isinstance(model, ir.Model):
         return copy_model(model)
@@ -154,21 +157,19 @@ def quantize(
     inputs (without calibration data). ``check_latency``: time float and int8 here (static mode
     must be faster). The result's ``failures`` say why it should not be used.
     """
-    from modelpress.ir import model_bytes
 
     mode_obj = get_mode(mode)
     get_observer(method)
     if activation_dtype not in ("uint8", "int8"):
-        raise OptionError(f"activation type {activation_dtype!r}: choose uint8 or int8")
+        raise OptionError(f"`activation_dtype` {activation_dtype!r}: choose uint8 or int8")
     if max_accuracy_drop is not None and max_accuracy_drop < 0:
-        raise OptionError("max accuracy drop must be at least 0")
+        raise OptionError("`max_accuracy_drop` must be at least 0")
     target = resolve_target(target_cpu) if mode in U8S8_MODES else None
     start = time.perf_counter()
     original = _as_model(model)
     size_before = len(model_bytes(original))
     work = copy_model(original)
     if optimize:
-        from modelpress.passes import optimize as run_optimizer
 
         work = run_optimizer(work, level=2).model
     opt = Options(
@@ -210,35 +211,32 @@ def quantize(
     # names of the optimized model, or of the layer report (a mode may have rewritten a node)
     unknown = sorted(set(exclude or ()) - {n.name for n in work.graph} - set(candidates))
     if unknown:
-        raise OptionError(f"exclude {unknown[0]}: no node of that name (after optimization)")
+        raise OptionError(f"`exclude` {unknown[0]}: no node of that name (after optimization)")
     built = prepared.build(frozenset(exclude or ()))
     accuracy = None
     if max_accuracy_drop is not None:
         if metric is None:
             if cal is None or labels_key is None:
                 raise OptionError(
-                    "an accuracy budget needs a metric: labels in the calibration data (labels key) or a metric function"
+                    "`max_accuracy_drop` needs a metric: labels in the calibration data (`labels_key`) or a metric function"
                 )
             metric = accuracy_metric(cal, work)
         built, accuracy = _budget(work, prepared, built, cal, metric, max_accuracy_drop)
     if target is not None and built.layers:
         built.model.metadata_props[TARGET_METADATA_KEY] = target
-    batches = (
-        [b.feeds for b in cal.batches(work, limit=2)]
-        if cal is not None
-        else _generated(original, dims)
-    )
+    batches = [b.feeds for b in cal.batches(work, limit=2)] if cal is not None else []
     layers = _layer_report(work, built, candidates, batches, notes) if report_layers and cal else []
     size_after = len(model_bytes(built.model))
+    checked_on = _check_batches(cal, work) if cal is not None else _generated(original, dims)
     checked = check(
         original,
         built.model,
-        batches,
+        checked_on,
         mode=mode,
         target=target,
         size_before=size_before,
         size_after=size_after,
-        latency_feeds=batches[0] if check_latency and batches else None,
+        latency_feeds=checked_on[0] if check_latency and checked_on else None,
     )
     return QuantizeResult(
         model=built.model,
@@ -253,6 +251,29 @@ def quantize(
         target=target,
         check=checked,
     )
+
+
+def _check_batches(cal: CalibrationSet, model: ir.Model) -> list[dict[str, np.ndarray]]:
+    """Samples to check on that the calibration did not fit: the batches after those the measured
+    bias correction averages over; without such, the first batches with noise added (a tenth of
+    each float input's spread), since a correction measured on a sample matches it exactly and
+    would make any other difference look large."""
+    try:
+        seen = [b.feeds for b in cal.batches(model, limit=CHECK_FROM + 2)]
+    except OptionError:  # a one-shot iterator: only what was kept can be read again
+        seen = [b.feeds for b in cal.batches(model, limit=CHECK_FROM)]
+    if len(seen) > CHECK_FROM:
+        return seen[CHECK_FROM:]
+    rng = np.random.default_rng(0)
+    return [
+        {
+            k: (v + rng.standard_normal(v.shape) * 0.1 * float(v.std())).astype(v.dtype)
+            if v.dtype.kind == "f" and v.size > 1
+            else v
+            for k, v in feeds.items()
+        }
+        for feeds in seen[:2]
+    ]
 
 
 def _generated(model: ir.Model, dims: dict[str, int] | None) -> list[dict[str, np.ndarray]]:
@@ -299,7 +320,7 @@ def _recurrent_note(model: ir.Model, mode: str) -> list[str]:
     share = f" ({100 * theirs / max(total, theirs):.0f}% of the weights)" if theirs else ""
     return [
         f"{len(nodes)} {kinds} layer(s) stay float32{share}: standard ONNX has no integer "
-        "recurrent op; --mode weight-only stores their weights as int8"
+        "recurrent op; weight-only mode stores their weights as int8"
     ]
 
 

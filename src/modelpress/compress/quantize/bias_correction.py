@@ -26,6 +26,7 @@ from modelpress.compress.quantize.qparams import (
     QParams,
     dequantize,
 )
+from modelpress.compress.quantize.sensitivity import runner
 from modelpress.ir.match import const_array
 
 
@@ -126,7 +127,6 @@ def output_means(
     model: ir.Model, nodes: list[ir.Node], batches: list[dict[str, np.ndarray]]
 ) -> dict[str, np.ndarray]:
     """The mean of each output channel of ``nodes`` (by name) when ``model`` runs on ``batches``."""
-    from modelpress.compress.quantize.sensitivity import runner
 
     outs = {n.name: n.outputs[0].name for n in nodes}
     means = {n.name: ChannelMean(1 if n.op_type == "Conv" else -1) for n in nodes}

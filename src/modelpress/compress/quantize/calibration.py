@@ -30,9 +30,13 @@ import onnx_ir as ir
 
 from modelpress.errors import InputError, OptionError
 from modelpress.ir.feeds import check_feeds, load_npz
+from modelpress.ir.graph import copy_model
+from modelpress.ir.match import values_by_name
+from modelpress.runtime.ort import session
 
-# Batches of a one-shot iterator kept for the passes after calibration that read only a few.
-REPLAY = 4
+# Batches of a one-shot iterator kept for the passes after calibration that read only a few: the
+# four the measured bias correction averages over, and two more the check of the result runs on.
+REPLAY = 6
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".pgm", ".ppm"}
 
 Progress = Callable[[int, int | None], None]  # (batches done, total batches or None)
@@ -176,11 +180,11 @@ class CalibrationSet:
         self._all_kept = self._once and (limit is None or n < limit) and n <= REPLAY
         if n == 0:
             raise InputError(f"{self.name}: the calibration set is empty")
-        dead = sorted(floats - live)
-        if dead and limit is None:
+        # (one zero input is fine, a recurrent model's initial state; all of them carry nothing)
+        if floats and not live and limit is None:
             raise InputError(
-                f"{self.name}: input {dead[0]!r} is zero in every sample: calibrating on it "
-                "would give its scales no range; use real samples"
+                f"{self.name}: every input is zero in every sample: calibrating on it would give "
+                "the scales no range; use real samples"
             )
 
 
@@ -215,29 +219,59 @@ def _split_labels(
     return arrays.pop(labels_key)
 
 
+def _sample_axes(model: ir.Model, arrays: dict[str, np.ndarray]) -> dict[str, tuple[int | None, int]]:
+    """For each array, the axis its samples lie along and how many go in one run: the model's
+    first dynamic dimension of that input (a recurrent state's batch is its second axis), or none
+    for a scalar and for an array that is exactly the input's static shape (fed whole to every
+    batch: a sample rate, a fixed state). A static leading dimension (a model made for batch 1)
+    takes that many samples per run. Inputs the model does not declare split along axis 0."""
+    declared = {v.name: v for v in model.graph.inputs}
+    out = {}
+    for name, arr in arrays.items():
+        v = declared.get(name)
+        dims = list(v.shape) if v is not None and v.shape is not None else None
+        if arr.ndim == 0 or (dims and all(isinstance(d, int) for d in dims) and list(arr.shape) == dims):
+            out[name] = (None, 0)
+        elif dims is None or len(dims) != arr.ndim:
+            out[name] = (0, 0)
+        else:
+            axis = next((i for i, d in enumerate(dims) if not isinstance(d, int) or d < 1), 0)
+            out[name] = (axis, dims[axis] if isinstance(dims[axis], int) and dims[axis] > 0 else 0)
+    return out
+
+
 def _npz_batches(
-    path: Path, batch_size: int, labels_key: str | None, limit: int | None
+    path: Path, batch_size: int, labels_key: str | None, limit: int | None, model: ir.Model
 ) -> Iterator[Batch]:
     arrays = load_npz(path)
     labels = _split_labels(arrays, labels_key, str(path))
     if not arrays:
         raise InputError(f"{path}: the calibration set is empty (no arrays)")
-    counts = {k: (v.shape[0] if v.ndim else 0) for k, v in arrays.items()}
+    axes = _sample_axes(model, arrays)
+    counts = {k: v.shape[axes[k][0]] for k, v in arrays.items() if axes[k][0] is not None}
+    if not counts:  # every array is fed whole: one sample
+        counts = {k: 1 for k in arrays}
+        axes = {k: (None, 0) for k in arrays}
     n = min(counts.values())
     if len(set(counts.values())) > 1:
-        raise InputError(f"{path}: arrays have different numbers of samples on axis 0: {counts}")
+        raise InputError(
+            f"{path}: arrays have different numbers of samples along their batch axes: {counts}"
+        )
     if labels is not None and labels.shape[:1] != (n,):
         raise InputError(
             f"{path}: labels {labels_key!r} have {labels.shape[:1]} entries, inputs have {n} samples"
         )
     if limit is not None:
         n = min(n, limit)
-    for start in range(0, n, batch_size):
-        stop = min(start + batch_size, n)
-        yield Batch(
-            {k: v[start:stop] for k, v in arrays.items()},
-            None if labels is None else labels[start:stop],
-        )
+    fixed = {step for axis, step in axes.values() if step}
+    step = min(fixed) if fixed else batch_size
+    for start in range(0, n, step):
+        stop = min(start + step, n)
+        feeds = {
+            k: v if axes[k][0] is None else np.take(v, range(start, stop), axis=axes[k][0])
+            for k, v in arrays.items()
+        }
+        yield Batch(feeds, None if labels is None else labels[start:stop])
 
 
 def _dir_npz_batches(
@@ -287,12 +321,12 @@ def _from_path(
     if not path.exists():
         raise InputError(f"{path}: no such file or directory")
     if batch_size < 1:
-        raise OptionError("calibration batch size must be at least 1")
+        raise OptionError("`batch_size` must be at least 1")
     if path.is_file():
         if path.suffix != ".npz":
             raise InputError(f"{path}: calibration data must be an .npz file or a directory")
         return CalibrationSet(
-            lambda m: _npz_batches(path, batch_size, labels_key, limit), name=str(path), total=None
+            lambda m: _npz_batches(path, batch_size, labels_key, limit, m), name=str(path), total=None
         )
     files = sorted(p for p in path.iterdir() if p.is_file())
     npz = [p for p in files if p.suffix == ".npz"]
@@ -304,7 +338,7 @@ def _from_path(
     if images:
         if image is None:
             raise OptionError(
-                f"{path}: a folder of images needs a declared pre-processing (ImagePreprocess / --image-size, --mean, --std, --layout)"
+                f"{path}: a folder of images needs a declared pre-processing (`image`: size, mean, std, layout)"
             )
         try:
             import PIL  # noqa: F401
@@ -338,9 +372,6 @@ def collect(
 ) -> int:
     """Run every calibration batch through ``model`` and give each observed tensor to its observers
     (anything with ``observe(x)``); returns the number of batches."""
-    from modelpress.ir.graph import copy_model
-    from modelpress.ir.match import values_by_name
-    from modelpress.runtime.ort import session
 
     m = copy_model(model)
     graph_inputs = {v.name for v in m.graph.inputs}

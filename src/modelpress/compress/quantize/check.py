@@ -25,14 +25,18 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
+from modelpress.compress.quantize import pairs
 from modelpress.compress.quantize.sensitivity import Runner, runner
 from modelpress.ir.io import invalid
+from modelpress.ir.match import const_array
 from modelpress.runtime.cpu import int8_capability, is_exact
 from modelpress.runtime.measure import compare_latency, top_ops
 
-# The deployed error may exceed the reference error by this factor, plus ``FLOOR``: requantizing
-# inside fused kernels rounds differently, never by much.
-SLACK = 1.5
+# The deployed error may exceed the reference error by this factor, plus ``FLOOR``: fused kernels
+# round some values to the neighbouring code, and deep networks with squeeze-excite gates carry such
+# one-code differences far (half again the reference error on a MobileNetV3-style OCR classifier);
+# saturating sums multiply the error by 3 and more.
+SLACK = 2.0
 FLOOR = 0.005
 # Past this relative output error a quantized model's outputs are mostly error, whatever the
 # scales imply: it is refused, and an accuracy budget (layers kept float) is the way out.
@@ -91,6 +95,26 @@ def output_error(run_f: Runner, run_q: Runner, batches: Iterable[dict[str, np.nd
     return math.sqrt(e / s) if s > 0 else (0.0 if e == 0 else math.inf)
 
 
+def saturating_layers(model: ir.Model) -> list[str]:
+    """The nodes whose int8 weight codes have a pair the kernels of CPUs without VNNI overflow
+    (``pairs``): a Conv, MatMul or Gemm reading ``DequantizeLinear`` of int8 codes, or a
+    ``MatMulInteger`` (whose ``W [K, N]`` reduces over its rows)."""
+    out = []
+    for node in model.graph:
+        if node.op_type not in ("Conv", "MatMul", "Gemm", "MatMulInteger") or len(node.inputs) < 2:
+            continue
+        w = node.inputs[1]
+        dq = w.producer() if w is not None else None
+        codes = const_array(dq.inputs[0]) if dq is not None and dq.op_type == "DequantizeLinear" else const_array(w)
+        if codes is None or codes.dtype != np.int8 or codes.ndim < 2:
+            continue
+        if node.op_type == "MatMulInteger":
+            node = ir.node("MatMul", [node.inputs[0], w], name=node.name)
+        if pairs.worst_pair(node, codes) > pairs.PAIR_LIMIT:
+            out.append(node.name)
+    return out
+
+
 def check(
     float_model: ir.Model,
     quantized: ir.Model,
@@ -144,11 +168,15 @@ def check(
             "(an accuracy budget keeps the most sensitive layers in float)"
         )
     elif deployed > SLACK * reference + FLOOR:
-        why = (
-            "this CPU's int8 kernels add products in saturating int16 pairs"
-            if not here.exact and (target is None or is_exact(target))
-            else "ONNX Runtime's fused kernels compute something else than the graph says"
-        )
+        overflowing = saturating_layers(quantized) if not here.exact else []
+        if overflowing:
+            shown = ", ".join(overflowing[:3]) + (f" and {len(overflowing) - 3} more" if len(overflowing) > 3 else "")
+            why = (
+                "this CPU's int8 kernels add products in saturating int16 pairs, which the weights "
+                f"of {shown} overflow (quantize for this CPU: target auto or portable)"
+            )
+        else:
+            why = "ONNX Runtime's fused kernels compute something else than the graph says"
         out.failures.append(
             f"as ONNX Runtime runs it here, the output error is {deployed:.3g}, against "
             f"{reference:.3g} for the arithmetic its scales imply: {why}"

@@ -12,13 +12,17 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from modelpress.compress.quantize.bias_correction import last_layers
 from modelpress.compress.quantize.layers import (
     WEIGHT_INPUT,
 )
 from modelpress.compress.quantize.ops import eligible, reduction_size
 from modelpress.compress.quantize.qparams import (
     QParams,
+    fake_quantize,
 )
+from modelpress.compress.quantize.sensitivity import runner
+from modelpress.compress.quantize.smoothing import kn_weight
 from modelpress.ir.match import const_array
 
 # A head whose outputs 8-bit inputs move by more than this share of their spread stays float.
@@ -46,7 +50,6 @@ def head_candidates(model: ir.Model) -> list[str]:
     the model's multiply-adds and hold at most ``HEAD_MAX_WEIGHTS`` of its weights (an ImageNet
     head on a small backbone does not qualify). Which of them
     do is measured on the calibration data (``head_input_errors``, in static mode)."""
-    from modelpress.compress.quantize.bias_correction import last_layers
 
     weighted = [n for n in model.graph if n.op_type in WEIGHT_INPUT and eligible(n)]
     macs = [_macs(n) for n in weighted]
@@ -79,9 +82,6 @@ def head_input_errors(
     ``tensors`` maps a tensor to the one whose range sets its scale (a plan's). A head whose
     outputs barely vary across the samples (a spread under 1% of their size, as with random
     weights or one kind of input) is left out: the data cannot tell."""
-    from modelpress.compress.quantize.qparams import fake_quantize
-    from modelpress.compress.quantize.sensitivity import runner
-    from modelpress.compress.quantize.smoothing import kn_weight
 
     by = {n.name: n for n in model.graph}
     inputs = {h: by[h].inputs[0].name for h in heads}

@@ -105,7 +105,7 @@ def get_mode(name: str) -> Mode:
     try:
         return MODES[name]
     except KeyError:
-        raise OptionError(f"mode {name!r}: choose one of {', '.join(MODES)}") from None
+        raise OptionError(f"`mode` {name!r}: choose one of {', '.join(MODES)}") from None
 
 
 def node_outputs(model: ir.Model, names: list[str]) -> dict[str, tuple[str, str]]:

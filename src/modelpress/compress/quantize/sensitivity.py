@@ -23,6 +23,7 @@ import onnx_ir as ir
 
 from modelpress.ir.graph import copy_model
 from modelpress.ir.match import values_by_name
+from modelpress.runtime.ort import session
 
 Runner = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 
@@ -61,7 +62,6 @@ class BudgetResult:
 
 def runner(model: ir.Model, *, outputs: Iterable[str] = (), optimize: str = "all") -> Runner:
     """A function ``feeds → outputs by name`` for ``model``, with extra tensors fetched as outputs."""
-    from modelpress.runtime.ort import session
 
     extra = [n for n in outputs if n not in {v.name for v in model.graph.outputs}]
     m = model

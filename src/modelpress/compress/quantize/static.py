@@ -36,7 +36,7 @@ from modelpress.ir.graph import remove_unused_initializers
 
 # The calibration batches that measured bias correction and the head policy average over (kept in
 # memory when the calibration data is a one-shot iterator).
-BIAS_BATCHES = calibration.REPLAY
+BIAS_BATCHES = 4
 
 
 @register
@@ -53,7 +53,7 @@ class StaticMode(Mode):
 
     def prepare(self, model, cal, opt: Options, progress) -> Prepared:
         if cal is None:
-            raise OptionError("static mode needs calibration data (data)")
+            raise OptionError("static mode needs calibration data (`calibration`)")
         symmetric = opt.symmetric_activations
         # the activation format decides which ops join the chain (Relu folds, HardSigmoid/HardSwish)
         formats = {"asymmetric": not symmetric, "activations": opt.activation_dtype}

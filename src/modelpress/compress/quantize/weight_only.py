@@ -31,6 +31,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from modelpress.compress.quantize import gptq as gptq_mod
+from modelpress.compress.quantize.calibration import CalibrationSet, collect
 from modelpress.compress.quantize.layers import (
     constant,
     gather_tables,
@@ -57,10 +59,11 @@ from modelpress.compress.quantize.qparams import (
     weight_qparams,
 )
 from modelpress.compress.quantize.sensitivity import runner
-from modelpress.errors import OptionError
+from modelpress.errors import InputError, OptionError
 from modelpress.ir.graph import copy_model, remove_unused_initializers, swap_node
 from modelpress.ir.match import const_array
 from modelpress.ir.opset import at_opset
+from modelpress.verify.inputs import generate_inputs
 
 BLOCKWISE_OPSET = 21
 INT4_TYPE = "uint4"  # asymmetric 4-bit blocks: codes and zero points share DequantizeLinear's type
@@ -156,7 +159,6 @@ def gemms_as_matmuls(model: ir.Model) -> ir.Model:
 def gptq_layers(model: ir.Model, *, block_size: int) -> list[ir.Node]:
     """The layers GPTQ rounds at 4 bits, with whole blocks: MatMul/Gemm (no transA), and 2-D
     Convs without groups whose input patches are short enough to solve (``gptq.observer``)."""
-    from modelpress.compress.quantize import gptq
 
     out = []
     for node in weight_nodes(model.graph):
@@ -164,7 +166,7 @@ def gptq_layers(model: ir.Model, *, block_size: int) -> list[ir.Node]:
         if not blockwise(w, input_channel_axis(node), 4, block_size):
             continue
         if node.op_type == "Conv":
-            if node.attributes.get_int("group", 1) == 1 and gptq.observer(node) is not None:
+            if node.attributes.get_int("group", 1) == 1 and gptq_mod.observer(node) is not None:
                 out.append(node)
         elif not node.attributes.get_int("transA", 0):
             out.append(node)
@@ -183,13 +185,11 @@ def _gptq_conv(w: np.ndarray, h: np.ndarray, block_size: int) -> tuple[Quantized
     """4-bit GPTQ and round-to-nearest codes of a Conv weight ``[O, C, kh, kw]`` (blocks along
     C), from ``H`` of its input patches: GPTQ runs on the rows in ``_patch_order``, and codes and
     block scales go back to the weight's layout."""
-    from modelpress.compress.quantize.gptq import gptq
-
     o, c = w.shape[:2]
     kernel = w.shape[2:]
     order = _patch_order(w)
     wk = w.reshape(o, -1).T[order]  # [taps·C, O]
-    codes, qp = gptq(wk, h[np.ix_(order, order)], block_size=block_size, dtype=INT4_TYPE)
+    codes, qp = gptq_mod.gptq(wk, h[np.ix_(order, order)], block_size=block_size, dtype=INT4_TYPE)
     back = np.empty_like(order)
     back[order] = np.arange(len(order))
     codes = codes[back].T.reshape(w.shape)
@@ -206,8 +206,6 @@ def generated_calibration(model: ir.Model, *, batches: int = 16, dim: int = 16):
     ids, standard normal floats; every dynamic dimension ``dim``). Random tokens already show the
     channel structure GPTQ exploits (LayerNorm scales, outlier channels), though real samples
     do better."""
-    from modelpress.compress.quantize.calibration import CalibrationSet
-    from modelpress.verify.inputs import generate_inputs
 
     data = [generate_inputs(model, default_dim=dim, seed=i) for i in range(batches)]
     return CalibrationSet.from_source(data)
@@ -225,17 +223,13 @@ def gptq_quantize(
     finite or not positive definite), and every layer when generated inputs cannot run the model.
     Layers named in ``skip`` (kept at 8 bits) are not solved.
     """
-    from modelpress.compress.quantize import gptq as gptq_mod
-    from modelpress.compress.quantize.calibration import collect
-    from modelpress.compress.quantize.gptq import HessianObserver, gptq, output_error
-    from modelpress.errors import InputError
 
     nodes = [n for n in gptq_layers(model, block_size=block_size) if n.name not in skip]
     if not nodes:
         return {}, []
     source = "the calibration data"
     linear = {n.inputs[0].name for n in nodes if n.op_type != "Conv"}
-    observers = {name: HessianObserver() for name in linear}
+    observers = {name: gptq_mod.HessianObserver() for name in linear}
     by_input = {k: [o] for k, o in observers.items()}
     patches = gptq_mod.attach([n for n in nodes if n.op_type == "Conv"], by_input)
     try:
@@ -262,7 +256,7 @@ def gptq_quantize(
                 continue
             wk = w.reshape(len(w), -1).T  # [C·kh·kw, O], the order of h
             flat = [dequantize(*q).reshape(len(w), -1).T for q in (got, rtn)]
-            if output_error(wk, flat[0], h) < output_error(wk, flat[1], h):
+            if gptq_mod.output_error(wk, flat[0], h) < gptq_mod.output_error(wk, flat[1], h):
                 out[node.name] = got
             continue
         transposed = input_channel_axis(node) == 1  # Gemm transB: W is stored [N, K]
@@ -271,13 +265,13 @@ def gptq_quantize(
             continue
         wk = w.T if transposed else w
         try:
-            codes, qp = gptq(wk, h, block_size=block_size, dtype=INT4_TYPE)
+            codes, qp = gptq_mod.gptq(wk, h, block_size=block_size, dtype=INT4_TYPE)
         except np.linalg.LinAlgError:
             continue
         # GPTQ is greedy: with extreme channel scales its compensation can widen block ranges
         # until it loses to plain rounding, so the layer keeps whichever has less output error.
         rtn = round_to_nearest(wk, 1, 0, bits=4, block_size=block_size)
-        if output_error(wk, dequantize(codes, qp), h) >= output_error(wk, dequantize(*rtn), h):
+        if gptq_mod.output_error(wk, dequantize(codes, qp), h) >= gptq_mod.output_error(wk, dequantize(*rtn), h):
             continue
         if transposed:
             codes = codes.T
@@ -294,8 +288,6 @@ def gptq_int8(
     """GPTQ codes of the int8 (per-channel) MatMul/Gemm/Conv weights of ``model`` by node name,
     from one pass over the calibration data, and a note (``gptq.round_layers``: the layers where
     GPTQ lowers the output error; the others round to nearest). Layers in ``skip`` stay float."""
-    from modelpress.compress.quantize import gptq
-    from modelpress.compress.quantize.calibration import collect
 
     # a weight read by several nodes (a tied embedding and LM head) is stored once: rounded to
     # nearest, not to fit one reader's inputs
@@ -307,12 +299,12 @@ def gptq_int8(
         and n.name not in skip
     ]
     by_input: dict[str, list] = {}
-    hessians = gptq.attach(nodes, by_input)
+    hessians = gptq_mod.attach(nodes, by_input)
     if not hessians:
         return {}, []
     collect(model, cal, by_input, progress=progress)
-    out = gptq.round_layers(nodes, hessians, per_channel=True, progress=progress)
-    return out, [gptq.note(len(out), len(nodes))]
+    out = gptq_mod.round_layers(nodes, hessians, per_channel=True, progress=progress)
+    return out, [gptq_mod.note(len(out), len(nodes))]
 
 
 def local_errors(
@@ -382,11 +374,11 @@ def apply(
     node's; the other weights are rounded to nearest.
     """
     if bits not in (4, 8):
-        raise OptionError(f"--bits {bits}: weight-only quantization supports 8 or 4 bits")
+        raise OptionError(f"`bits` {bits}: weight-only quantization supports 8 or 4 bits")
     if tables_bits not in (None, 4, 8):
         raise OptionError(f"tables_bits {tables_bits}: use 8 or 4")
     if bits == 4 and (block_size < 16 or block_size & (block_size - 1)):
-        raise OptionError(f"--block-size {block_size}: use a power of two of at least 16")
+        raise OptionError(f"`block_size` {block_size}: use a power of two of at least 16")
     tables_bits = tables_bits or 8
     quantized = quantized or {}
     notes: list[str] = []

@@ -31,7 +31,7 @@ def get_observer(name: str) -> type[Observer]:
     key = ALIASES.get(name, name)
     if key not in OBSERVERS:
         raise OptionError(
-            f"--method {name}: unknown calibration method; choose one of {', '.join(OBSERVERS)}"
+            f"`method` {name}: unknown calibration method; choose one of {', '.join(OBSERVERS)}"
         )
     return OBSERVERS[key]
 

@@ -1,0 +1,168 @@
+"""Generated inputs that the original model can actually run on.
+
+Many real models cannot run at the smallest sizes: a reflection ``Pad`` longer than its input, a
+detector whose feature maps of a 2x2 image no longer line up, a reshape that needs a multiple of
+32. So the sizes of the *free* dynamic dimensions (those the caller did not size by name or by
+shape) are searched: the usual small size first, then larger ones, with a batch of one, until the
+original model runs on every generated set. The sizes that failed, and why, are kept for the
+caller to report. When no size works, the error says that the *original* model cannot run on
+generated inputs, so that nobody blames the transformation being checked.
+
+Rule, for every candidate: a free dimension that leads a rank >= 2 input (a batch) stays small,
+every other free dimension takes the candidate size; a named dimension has one size everywhere.
+A candidate whose inputs pass ``MAX_INPUT_BYTES`` ends the search.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx_ir as ir
+
+from modelpress.errors import InputError
+from modelpress.ir.shapes import static_dim
+from modelpress.verify.inputs import MAX_INPUT_BYTES, dim_name, generate_inputs, planned_shapes
+
+# (batch, other free dimensions): the historical default first, then growing sizes.
+CANDIDATES: tuple[tuple[int, int], ...] = ((2, 2), (1, 8), (1, 32), (1, 128), (1, 512))
+
+Runner = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
+
+
+@dataclass
+class FittedInputs:
+    """Input sets the original model runs on, and its outputs on each."""
+
+    feeds: list[dict[str, np.ndarray]]
+    outputs: list[dict[str, np.ndarray]]
+    size: tuple[int, int] | None = None  # (batch, other) used for free dimensions; None: none free
+    failed: list[tuple[tuple[int, int], str]] = field(default_factory=list)  # sizes refused, why
+
+    @property
+    def note(self) -> str | None:
+        """One line for the user when the first sizes did not fit, else None."""
+        if not self.failed or self.size is None:
+            return None
+        tried = " and ".join(str(other) for (_, other), _ in self.failed)
+        return (
+            f"generated inputs give size {self.size[1]} to the dynamic dimensions not sized by the "
+            f"caller (a leading batch: {self.size[0]}): the original model fails at {tried} "
+            f"({self.failed[-1][1]})"
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "size": None if self.size is None else {"batch": self.size[0], "other": self.size[1]},
+            "failed": [{"batch": b, "other": o, "error": why} for (b, o), why in self.failed],
+            "shapes": {k: list(v.shape) for k, v in self.feeds[0].items()} if self.feeds else {},
+        }
+
+
+def free_dimensions(
+    model: ir.Model, dims: dict[str, int] | None = None, shapes: dict | None = None
+) -> bool:
+    """Whether some dynamic dimension of the inputs is sized by neither ``dims`` nor ``shapes``."""
+    dims = dims or {}
+    shapes = shapes or {}
+    for value in model.graph.inputs:
+        if value.name in model.graph.initializers or value.name in shapes or value.shape is None:
+            continue
+        for d in value.shape:
+            if static_dim(d) is None and d != 0 and dim_name(d) not in dims:
+                return True
+    return False
+
+
+def _batch_names(model: ir.Model) -> set[str]:
+    """Names of the dimensions that lead some rank >= 2 input."""
+    names = set()
+    for value in model.graph.inputs:
+        if value.shape is not None and len(value.shape) >= 2:
+            name = dim_name(value.shape[0])
+            if name is not None and static_dim(value.shape[0]) is None:
+                names.add(name)
+    return names
+
+
+def _sizer(model: ir.Model, batch: int, other: int):
+    batch_names = _batch_names(model)
+
+    def free(value: ir.Value, axis: int, name: str | None) -> int:
+        if name is not None:
+            return batch if name in batch_names else other
+        return batch if axis == 0 and len(value.shape) >= 2 else other
+
+    return free
+
+
+_ORT_NOISE = [
+    (re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : "), ""),
+    (re.compile(r"Non-zero status code returned while running (\w+) node\. Name:'([^']*)' Status Message: "), r"\1 node '\2': "),
+    (re.compile(r"/onnxruntime_src/\S+ \S+ "), ""),
+    (re.compile(r"^the model failed to run: "), ""),
+]
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of a runtime's error, without ONNX Runtime's boilerplate."""
+    text = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+    for pattern, repl in _ORT_NOISE:
+        text = pattern.sub(repl, text)
+    return text[:200]
+
+
+def fit_inputs(
+    model: ir.Model,
+    run: Runner,
+    *,
+    dims: dict[str, int] | None = None,
+    shapes: dict[str, tuple[int, ...]] | None = None,
+    runs: int = 2,
+    seed: int = 0,
+    max_bytes: int = MAX_INPUT_BYTES,
+) -> FittedInputs:
+    """``runs`` generated input sets on which ``run`` (the original model) succeeds.
+
+    ``run(feeds) -> outputs`` raises on failure. Sizes the caller gave (``dims`` by name, ``shapes``
+    per input) are kept; free dynamic dimensions follow ``CANDIDATES``. Raises ``InputError`` when
+    the original fails at every size.
+    """
+    if runs < 1:
+        raise InputError("`runs` must be at least 1: there is nothing to compare on")
+    dims = dims or {}
+    shapes = shapes or {}
+    candidates = CANDIDATES if free_dimensions(model, dims, shapes) else (None,)
+    failed: list[tuple[tuple[int, int], str]] = []
+    for size in candidates:
+        free = _sizer(model, *size) if size else None
+        try:
+            planned = planned_shapes(model, dims=dims, shapes=shapes, free=free, max_bytes=max_bytes)
+        except InputError:
+            if not failed:
+                raise
+            break  # larger sizes would pass the memory budget: the search ends here
+        feeds_list = [generate_inputs(model, shapes=planned, seed=seed + i) for i in range(runs)]
+        try:
+            outputs = [run(feeds) for feeds in feeds_list]
+        except Exception as exc:  # noqa: BLE001 - any runtime's error: the model refused these sizes
+            if size is None:
+                raise _cannot_run(feeds_list[0], _first_line(exc), []) from None
+            failed.append((size, _first_line(exc)))
+            continue
+        return FittedInputs(feeds=feeds_list, outputs=outputs, size=size, failed=failed)
+    raise _cannot_run(None, failed[-1][1], failed)
+
+
+def _cannot_run(feeds, why: str, failed) -> InputError:
+    if failed:
+        sizes = [str(other) for (_, other), _ in failed]
+        tried = f"free dynamic dimensions at {', '.join(sizes[:-1])} and {sizes[-1]}, batch 1 past 2"
+    else:
+        tried = ", ".join(f"{k}={list(v.shape)}" for k, v in (feeds or {}).items())
+    return InputError(
+        f"the original model cannot run on generated inputs (tried {tried}): {why}; "
+        "give real inputs (`inputs`) or the sizes of its dynamic dimensions (`dims`)"
+    )
