@@ -179,7 +179,7 @@ def test_a_catalog_gpu_is_estimated_by_the_advisor(files):
         (["--time-budget", "ten minutes"], "--time-budget ten minutes: write a duration"),
         (["--levels", "7"], "--levels 7: optimizer levels are"),
         (["--modes", "int3"], "--modes int3: choose among"),
-        (["--methods", "nope"], "--method nope: unknown calibration method"),
+        (["--methods", "nope"], "--methods nope: unknown calibration method"),
         (["--metric", "top1"], "--metric top1 needs labels"),
     ],
 )

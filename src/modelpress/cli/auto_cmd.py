@@ -84,6 +84,20 @@ def _default_paths(output: Path) -> tuple[Path, Path]:
     return output.with_name(stem + ".recipe.yaml"), output.with_name(stem + ".auto")
 
 
+FLAGS = {
+    "levels": "--levels",
+    "modes": "--modes",
+    "method": "--methods",
+    "metric": "--metric",
+    "labels_key": "--labels-key",
+    "max_accuracy_drop": "--max-accuracy-drop",
+    "time_budget_s": "--time-budget",
+    "batch_size": "--batch-size",
+    "protect": "--protect",
+}
+
+
+@opt.speaks_flags(fields=FLAGS)
 def run(args) -> int:
     from modelpress.ir import load, save
     from modelpress.ir.files import output_dir

@@ -260,13 +260,13 @@ def auto(
     ``max_float_layers`` bounds how many layers a quantized candidate may keep in float (0: none).
     """
     if max_accuracy_drop < 0:
-        raise OptionError("--max-accuracy-drop must be at least 0")
+        raise OptionError("`max_accuracy_drop` must be at least 0")
     if time_budget_s <= 0:
-        raise OptionError("--time-budget must be positive")
+        raise OptionError("`time_budget_s` must be positive")
     if batch_size < 1:
-        raise OptionError("--batch-size must be at least 1")
+        raise OptionError("`batch_size` must be at least 1")
     if protect is not None and "protect" not in STEPS:
-        raise OptionError("--protect: the protect layer is not installed in this modelpress")
+        raise OptionError("`protect`: the protect layer is not installed in this modelpress")
     start = time.perf_counter()
     source, source_path, source_digest = _load_source(model)
     tmp = None

@@ -121,9 +121,9 @@ class Scorer:
 
     def __init__(self, reference: ir.Model, data: EvalData, metric: str | Callable):
         if isinstance(metric, str) and metric not in METRICS:
-            raise OptionError(f"--metric {metric}: choose one of {', '.join(METRICS)}")
+            raise OptionError(f"`metric` {metric}: choose one of {', '.join(METRICS)}")
         if metric == "top1" and data.labels is None:
-            raise OptionError("--metric top1 needs labels: give --labels-key")
+            raise OptionError("`metric` top1 needs labels: give `labels_key`")
         self.metric = metric
         self.data = data
         run = runner(reference)

@@ -206,11 +206,11 @@ def build_space(
     default_level = inspect.signature(optimize).parameters["level"].default
     for lv in levels or []:
         if lv not in known_levels:
-            raise OptionError(f"--levels {lv}: optimizer levels are {', '.join(map(str, known_levels))}")
+            raise OptionError(f"`levels` {lv}: optimizer levels are {', '.join(map(str, known_levels))}")
     known_modes = [FLOAT, *mode_names()]
     for m in modes or []:
         if m not in known_modes:
-            raise OptionError(f"--modes {m}: choose among {', '.join(known_modes)}")
+            raise OptionError(f"`modes` {m}: choose among {', '.join(known_modes)}")
     if modes:
         chosen_modes = list(dict.fromkeys(modes))
     else:
