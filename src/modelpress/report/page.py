@@ -116,7 +116,8 @@ def _quantize(s: Section, r: dict, record: Record) -> None:
     )
     acc = r.get("accuracy")
     rows = []
-    lat = r.get("latency_ms") or r.get("latency")
+    # (the quantizer's check times float against the result when asked: check.latency)
+    lat = r.get("latency_ms") or r.get("latency") or (r.get("check") or {}).get("latency")
     if isinstance(lat, dict) and "float" in lat and "quantized" in lat:
         rows = [
             dict(label="float", **_timing(lat["float"]), score=acc.get("metric_float") if acc else None),
@@ -142,7 +143,8 @@ def _timing(t: dict) -> dict:
 
 def _bench(s: Section, r: dict, record: Record) -> None:
     models = r.get("models") or []
-    rows = [dict(label=Path(str(m.get("model", "?"))).name, **_timing(m["timing"]), score=None, chosen=i == 0) for i, m in enumerate(models) if m.get("timing")]
+    # the first model is the one the others are compared with (grey), as in the command's table
+    rows = [dict(label=Path(str(m.get("model", "?"))).name, **_timing(m["timing"]), score=None) for m in models if m.get("timing")]
     if rows:
         s.figure(plots.before_after_figure(rows, metric="(not measured)", latency_note=f"batch {r.get('batch', '?')}, {r.get('backend', '')}"))
         s.table(

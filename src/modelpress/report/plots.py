@@ -52,7 +52,14 @@ def before_after_figure(rows: list[dict], *, metric: str, latency_note: str = ""
 
     ``rows``: ``{"label", "median_ms", "p25_ms", "p75_ms", "score", "chosen"}`` (score may be None).
     """
-    fig, (lat, acc) = new_figure(9.0, max(2.2, 0.5 * len(rows) + 1.2), ncols=2)
+    scores = [r.get("score") for r in rows]
+    known = [s for s in scores if s is not None and math.isfinite(s)]
+    height = max(2.2, 0.5 * len(rows) + 1.2)
+    if known:
+        fig, (lat, acc) = new_figure(9.0, height, ncols=2)
+    else:  # timings alone (bench): no empty accuracy panel
+        fig, lat = new_figure(6.0, height)
+        acc = None
     y = list(range(len(rows)))
     colours = [CHOSEN if r.get("chosen") else (ORIGINAL if i == 0 else OTHER) for i, r in enumerate(rows)]
     med = [r["median_ms"] for r in rows]
@@ -67,22 +74,23 @@ def before_after_figure(rows: list[dict], *, metric: str, latency_note: str = ""
     lat.set_xlim(0, max(m + h for m, h in zip(med, hi)) * 1.35 if med else 1)
     lat.set_xlabel("latency, ms (median; bars: 25th-75th percentile)" + (f"\n{latency_note}" if latency_note else ""))
     lat.set_title("latency")
-    scores = [r.get("score") for r in rows]
-    known = [s for s in scores if s is not None and math.isfinite(s)]
+    lat.grid(True, axis="x", alpha=0.3)
+    if acc is None:
+        fig.tight_layout()
+        return fig
     acc.barh(y, [s if s is not None and math.isfinite(s) else 0 for s in scores], color=colours)
     for i, s in enumerate(scores):
         acc.text(s if s is not None and math.isfinite(s) else 0, i, f"  {s:.4g}" if s is not None else "  -", va="center", fontsize=7)
     acc.set_yticks(y)
     acc.set_yticklabels([])
     acc.invert_yaxis()
-    if known:
+    if known:  # (always, here)
         low, high = min(known), max(known)
         pad = (high - low) * 0.5 or abs(high) * 0.02 or 0.05
         acc.set_xlim(low - pad if low < 0 else max(low - pad, 0), high + pad * 2)
     acc.set_xlabel(f"{metric} (higher is better)")
     acc.set_title("accuracy")
-    for a in (lat, acc):
-        a.grid(True, axis="x", alpha=0.3)
+    acc.grid(True, axis="x", alpha=0.3)
     fig.tight_layout()
     return fig
 
