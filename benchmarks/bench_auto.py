@@ -15,7 +15,7 @@ sentences, budget 0.01):
 
 Writes ``benchmarks/results/auto.md`` and ``auto.json``.
 
-    .venv/bin/python benchmarks/bench_auto.py            # full run (about 20 minutes here)
+    .venv/bin/python benchmarks/bench_auto.py            # full run (an hour on a busy 2-core machine)
     .venv/bin/python benchmarks/bench_auto.py --quick    # smoke run
 """
 
