@@ -1,33 +1,39 @@
-"""Fit and check the hardware advisor's efficiency factors against published measurements.
+"""Fit the hardware advisor's few free factors and report its error on published measurements.
 
-    .venv/bin/python benchmarks/bench_advisor.py            # fit, report, CPU calibration
+    .venv/bin/python benchmarks/bench_advisor.py            # fit, held-out report, planner check, CPU
     .venv/bin/python benchmarks/bench_advisor.py --no-cpu   # skip the local CPU measurement
 
-Method:
-1. GEMM ceiling: the median achieved/dense-peak of the NVIDIA BF16 GEMM microbenchmarks in
-   ``calibration_benchmarks.csv``.
-2. Eager-training factors (``eager``, ``eager_overhead_us``): least squares on
-   log(predicted / measured) over the single-GPU training rows (ResNet-50 and BERT-Large on 12
-   GPUs, AMP FP16 and TF32). Two parameters for 34 rows.
-3. Generalisation: leave-one-GPU-out (fit without every row of a GPU, predict that GPU) and
-   hold-out by model (fit on ResNet-50, predict BERT-Large, and back).
-4. Multi-GPU rows are predicted, not fitted.
-5. This CPU: ``advise --calibrate``'s measurement on zoo models (predicted vs measured ms).
-6. Held-out inference: ``published_inference.csv`` (TensorRT BERT on A100, TensorRT-LLM GPT-J /
-   Llama-2-7B on H100, L40S, A100) predicted with the package's default factors; nothing is
-   fitted to these rows.
-7. Wave-quantisation ablation: steps 2 and 6 again with the catalog's SM counts removed (the
-   estimator then skips the tile model), so the effect of that one model is reported.
+Data (every row with its source): ``advisor/data/calibration_benchmarks.csv`` (single-GPU
+training throughput of ResNet-50 and BERT-Large, GEMM microbenchmarks) and
+``advisor/data/published_inference.csv`` (TensorRT BERT on A100/A30/T4/V100, MLPerf Inference
+ResNet-50 Offline and SingleStream, NVIDIA's PyTorch ResNet-50 inference tables, TensorRT-LLM).
 
-Writes ``benchmarks/results/advisor.md`` and ``advisor.json``. The fitted values are copied by
-hand into ``src/modelpress/advisor/efficiency.py``; the script says when they differ.
+Method:
+1. ``gemm_ceiling``: the median achieved/dense-peak of the NVIDIA BF16 GEMM rows.
+2. Four factors, one least-squares fit in log(predicted / measured) over the training and the
+   inference rows together: ``eager`` and ``eager_overhead_us`` (eager training and eager
+   inference), ``clock_headroom`` (sustained clock = min(boost, headroom x base x activity^-1/3),
+   ``advisor/clocks.py``) and ``kernel_overhead_us`` (fixed cost of a compiled kernel). Every other
+   factor is a physical prior (``advisor/efficiency.py``).
+3. Held out: leave one GPU out (each GPU's rows predicted by a fit that never saw that GPU) and
+   leave one source out (each source family of inference rows predicted by a fit without it).
+   The target (median |error| <= 20%, no miss over 1.5x) is checked on these predictions.
+4. Ablations: the fit and its error again without the sustained-clock model and without the L2
+   model, to show what each cause accounts for.
+5. The service planner's queue analysis against a discrete-event simulation written here.
+6. This CPU: ``advise --calibrate`` on zoo models.
+
+Writes ``benchmarks/results/advisor.md`` and ``advisor.json``. The fitted values are copied by hand
+into ``src/modelpress/advisor/efficiency.py``; the script says when they differ.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import platform
+import random
 import statistics
 import sys
 import time
@@ -37,9 +43,12 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
+from modelpress.advisor.batching import analyse
 from modelpress.advisor.catalog import Catalog, load_catalog
+from modelpress.advisor.curve import estimate_curve
 from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from modelpress.advisor.published import (
+    InferenceRow,
     PublishedRow,
     load_published,
     load_published_inference,
@@ -47,23 +56,69 @@ from modelpress.advisor.published import (
     predict_inference,
 )
 from modelpress.errors import ModelpressError
+from modelpress.profile import get_workload
 
 RESULTS = Path(__file__).parent / "results"
-FITTED = ("eager", "eager_overhead_us")
-START = (0.6, 10.0)
-BOUNDS = ((0.05, 0.0), (1.5, 300.0))
+# factor: (start, lower bound, upper bound, scale)
+FIT = {
+    "eager": (0.8, 0.05, 1.5, 0.1),
+    "eager_overhead_us": (70.0, 0.0, 300.0, 10.0),
+    "clock_headroom": (1.4, 1.0, 3.0, 0.1),
+    "kernel_overhead_us": (6.0, 0.0, 30.0, 1.0),
+}
+FITTED = tuple(FIT)
 
 
-def _fit(rows: list[PublishedRow], catalog, base: Efficiency) -> Efficiency:
+def _source_family(r: InferenceRow) -> str:
+    if "TensorRT-LLM" in r.source:
+        return "TensorRT-LLM (GPT-J, Llama-2)"
+    if "mlcommons" in r.source:
+        return "MLPerf Inference ResNet-50"
+    if "DeepLearningExamples" in r.source:
+        return "PyTorch ResNet-50 (eager)"
+    return "TensorRT demoBERT"
+
+
+class Data:
+    def __init__(self, catalog: Catalog):
+        self.catalog = catalog
+        rows, self.skipped = load_published(catalog)
+        self.gemm = [r for r in rows if r.model == "gemm"]
+        self.train = [r for r in rows if r.model != "gemm" and r.num_gpus == 1]
+        self.multi = [r for r in rows if r.model != "gemm" and r.num_gpus > 1]
+        self.inference, self.inference_skipped = [], []
+        for r in load_published_inference(catalog):
+            try:
+                predict_inference(r, catalog, DEFAULT_EFFICIENCY)
+            except ModelpressError as exc:  # e.g. a prompt + output longer than the context
+                self.inference_skipped.append(f"{r.label}: {exc}")
+                continue
+            self.inference.append(r)
+
+    def pred(self, r, eff: Efficiency) -> float:
+        if isinstance(r, PublishedRow):
+            return predict(r, self.catalog, eff)
+        return predict_inference(r, self.catalog, eff).throughput
+
+
+def _fit(
+    data: Data, base: Efficiency, train: list, inference: list, names: tuple[str, ...] = FITTED
+) -> Efficiency:
+    def eff_of(x):
+        return replace(base, **dict(zip(names, x, strict=True)))
+
     def residuals(x):
-        eff = replace(base, **dict(zip(FITTED, x, strict=True)))
-        return [np.log(predict(r, catalog, eff) / r.measured) for r in rows]
+        eff = eff_of(x)
+        return [np.log(data.pred(r, eff) / r.measured) for r in (*train, *inference)]
 
-    sol = least_squares(residuals, START, bounds=BOUNDS, x_scale=(0.1, 10.0))
-    return replace(base, **{k: round(float(v), 3) for k, v in zip(FITTED, sol.x, strict=True)})
+    start, lo, hi, scale = zip(*(FIT[n] for n in names), strict=True)
+    sol = least_squares(residuals, start, bounds=(lo, hi), x_scale=scale)
+    return replace(base, **{k: round(float(v), 3) for k, v in zip(names, sol.x, strict=True)})
 
 
-def _stats(pairs: list[tuple[float, float]]) -> dict:
+def _stats(pairs: list[tuple[float, float]]) -> dict | None:
+    if not pairs:
+        return None
     ratios = [p / m for p, m in pairs]
     return {
         "rows": len(ratios),
@@ -72,8 +127,14 @@ def _stats(pairs: list[tuple[float, float]]) -> dict:
     }
 
 
-def _label(r: PublishedRow) -> str:
-    return f"{r.model} {r.precision} x{r.num_gpus} on {r.gpu}"
+def _fmt(s: dict | None) -> str:
+    if not s:
+        return "no rows"
+    return f"{s['rows']} rows, median error {s['median_abs_pct']:.1f}%, worst ratio {s['max_ratio']:.2f}x"
+
+
+def _gpu(r) -> str:
+    return r.gpu
 
 
 def main() -> int:
@@ -82,97 +143,112 @@ def main() -> int:
     args = ap.parse_args()
     t0 = time.time()
     catalog = load_catalog()
-    rows, skipped = load_published(catalog)
-    gemm = [r for r in rows if r.model == "gemm"]
-    single = [r for r in rows if r.model != "gemm" and r.num_gpus == 1]
-    multi = [r for r in rows if r.model != "gemm" and r.num_gpus > 1]
-
+    data = Data(catalog)
     nvidia_bf16 = [
-        r for r in gemm if r.precision == "bf16" and catalog.find(r.gpu).vendor == "NVIDIA"
+        r for r in data.gemm if r.precision == "bf16" and catalog.find(r.gpu).vendor == "NVIDIA"
     ]
     ceiling = statistics.median(r.measured / catalog.find(r.gpu).bf16_tflops for r in nvidia_bf16)
     base = replace(DEFAULT_EFFICIENCY, gemm_ceiling=round(ceiling, 3))
-    fitted = _fit(single, catalog, base)
+    fitted = _fit(data, base, data.train, data.inference)
     print("fitted:", {k: getattr(fitted, k) for k in ("gemm_ceiling", *FITTED)}, file=sys.stderr)
 
-    per_row = [(r, predict(r, catalog, fitted)) for r in rows]
-    fit_stats = _stats([(p, r.measured) for r, p in per_row if r in single])
-
-    # leave one GPU out: every row of a GPU is predicted by a fit that never saw that GPU
-    loo_pairs = []
-    for gpu in sorted({r.gpu for r in single}):
-        eff = _fit([r for r in single if r.gpu != gpu], catalog, base)
-        loo_pairs += [(predict(r, catalog, eff), r.measured) for r in single if r.gpu == gpu]
-        print(f"  left out {gpu}", file=sys.stderr)
-    loo_stats = _stats(loo_pairs)
-    holdout = {}
-    for train_on, test_on in (("resnet50", "bert-large"), ("bert-large", "resnet50")):
-        eff = _fit([r for r in single if r.model == train_on], catalog, base)
-        holdout[f"fit {train_on}, predict {test_on}"] = _stats(
-            [(predict(r, catalog, eff), r.measured) for r in single if r.model == test_on]
+    # leave one GPU out: training and inference rows of that GPU predicted by a fit without it
+    loo: dict[int, float] = {}
+    for gpu in sorted({_gpu(r) for r in (*data.train, *data.inference)}):
+        eff = _fit(
+            data,
+            base,
+            [r for r in data.train if r.gpu != gpu],
+            [r for r in data.inference if r.gpu != gpu],
         )
-    multi_stats = _stats([(p, r.measured) for r, p in per_row if r in multi])
-    gemm_stats = _stats([(p, r.measured) for r, p in per_row if r in gemm])
+        for r in (*data.train, *data.inference):
+            if r.gpu == gpu:
+                loo[id(r)] = data.pred(r, eff)
+        print(f"  left out {gpu}", file=sys.stderr)
+    # leave one source family out (inference rows)
+    lso: dict[int, float] = {}
+    families = sorted({_source_family(r) for r in data.inference})
+    for fam in families:
+        eff = _fit(data, base, data.train, [r for r in data.inference if _source_family(r) != fam])
+        for r in data.inference:
+            if _source_family(r) == fam:
+                lso[id(r)] = data.pred(r, eff)
+        print(f"  left out {fam}", file=sys.stderr)
 
-    inference = _heldout_inference(catalog)
-    # ablation: the same fit and held-out check without SM counts (no wave quantisation)
-    no_sm = Catalog(tuple(replace(g, sm_count=None) for g in catalog.gpus))
-    fitted_no_sm = _fit(single, no_sm, base)
-    no_sm_inf = _heldout_inference(no_sm)
-    wave_ablation = {
-        "with waves": {
-            "fit_single_gpu": fit_stats,
-            "heldout_inference": inference["all"],
-            "heldout_encoder_batch_1": inference["encoder batch 1"],
-            "eager": fitted.eager,
-            "eager_overhead_us": fitted.eager_overhead_us,
-        },
-        "without waves": {
-            "fit_single_gpu": _stats(
-                [(predict(r, no_sm, fitted_no_sm), r.measured) for r in single]
-            ),
-            "heldout_inference": no_sm_inf["all"],
-            "heldout_encoder_batch_1": no_sm_inf["encoder batch 1"],
-            "eager": fitted_no_sm.eager,
-            "eager_overhead_us": fitted_no_sm.eager_overhead_us,
-        },
-        "batch_1_rows_without_waves": [
-            {"row": x["row"], "ratio": x["ratio"]} for x in no_sm_inf["rows"] if x["batch"] == 1
-        ],
+    def pairs(rows, table=None, eff=fitted):
+        return [((table or {}).get(id(r)) or data.pred(r, eff), r.measured) for r in rows]
+
+    inf_default = {id(r): data.pred(r, DEFAULT_EFFICIENCY) for r in data.inference}
+    summary = {
+        "training, fitted": _stats(pairs(data.train)),
+        "training, leave one GPU out": _stats(pairs(data.train, loo)),
+        "multi-GPU training (predicted)": _stats(pairs(data.multi)),
+        "GEMM rows (peak x gemm_ceiling)": _stats(pairs(data.gemm)),
+        "inference, leave one GPU out": _stats(pairs(data.inference, loo)),
+        "inference, leave one source out": _stats(pairs(data.inference, lso)),
+        "inference, package defaults (fitted on all rows)": _stats(
+            pairs(data.inference, inf_default)
+        ),
     }
+    by_family = {
+        fam: _stats(pairs([r for r in data.inference if _source_family(r) == fam], loo))
+        for fam in families
+    }
+    by_batch = {
+        "batch 1": _stats(pairs([r for r in data.inference if r.batch == 1], loo)),
+        "batch > 1": _stats(pairs([r for r in data.inference if r.batch > 1], loo)),
+    }
+    ablations = _ablations(data, base, fitted)
+    planner = _planner_vs_simulation(catalog)
     cpu = [] if args.no_cpu else _cpu_calibration()
     defaults_match = all(
         abs(getattr(fitted, k) - getattr(DEFAULT_EFFICIENCY, k))
         <= 0.02 * max(abs(getattr(fitted, k)), 1e-9)
         for k in ("gemm_ceiling", *FITTED)
     )
-
-    RESULTS.mkdir(exist_ok=True)
+    rows = [
+        {
+            "row": r.label,
+            "unit": r.unit,
+            "engine": r.engine,
+            "measured": round(r.measured, 2),
+            "predicted_held_out": round(loo[id(r)], 2),
+            "ratio_held_out": round(loo[id(r)] / r.measured, 3),
+            "ratio_held_out_source": round(lso[id(r)] / r.measured, 3),
+            "ratio_defaults": round(inf_default[id(r)] / r.measured, 3),
+            "family": _source_family(r),
+            "gpu_note": r.gpu_note,
+            "source": r.source,
+        }
+        for r in data.inference
+    ]
     report = {
         "machine": f"{platform.node()} {platform.processor() or platform.machine()}",
         "fitted": fitted.to_dict(),
         "package_defaults_match_fit": defaults_match,
-        "fit_single_gpu": fit_stats,
-        "leave_one_gpu_out": loo_stats,
-        "holdout_by_model": holdout,
-        "multi_gpu_predicted": multi_stats,
-        "gemm_rows": gemm_stats,
-        "rows": [
+        "summary": summary,
+        "inference_by_source_family": by_family,
+        "inference_by_batch": by_batch,
+        "target_met": _target(summary["inference, leave one GPU out"])
+        and _target(summary["inference, leave one source out"]),
+        "ablations": ablations,
+        "training_rows": [
             {
-                "row": _label(r),
+                "row": f"{r.model} {r.precision} on {r.gpu}",
                 "batch": r.batch,
                 "measured": r.measured,
-                "predicted": round(p, 2),
-                "ratio": round(p / r.measured, 3),
+                "ratio_fitted": round(data.pred(r, fitted) / r.measured, 3),
+                "ratio_held_out": round(loo[id(r)] / r.measured, 3),
             }
-            for r, p in per_row
+            for r in data.train
         ],
-        "skipped": skipped,
-        "heldout_inference": inference,
-        "wave_ablation": wave_ablation,
+        "inference_rows": rows,
+        "skipped": data.skipped + data.inference_skipped,
+        "planner_vs_simulation": planner,
         "cpu_calibration": cpu,
         "seconds": round(time.time() - t0, 1),
     }
+    RESULTS.mkdir(exist_ok=True)
     (RESULTS / "advisor.json").write_text(json.dumps(report, indent=2) + "\n")
     (RESULTS / "advisor.md").write_text(_markdown(report))
     print((RESULTS / "advisor.md").read_text())
@@ -184,127 +260,101 @@ def main() -> int:
     return 0
 
 
-def _heldout_inference(catalog) -> dict:
-    """Predicted vs published single-GPU inference throughput, default factors, no fitting."""
-    rows, skipped = [], []
-    for r in load_published_inference(catalog):
-        try:
-            est = predict_inference(r, catalog, DEFAULT_EFFICIENCY)
-        except ModelpressError as exc:  # e.g. a prompt + output longer than the model's context
-            skipped.append(f"{r.label}: {exc}")
+def _target(s: dict) -> bool:
+    return s["median_abs_pct"] <= 20.0 and s["max_ratio"] <= 1.5
+
+
+def _ablations(data: Data, base: Efficiency, fitted: Efficiency) -> dict:
+    """The fit and its in-sample error with one mechanism removed (refitted without it)."""
+    out = {
+        "as shipped": {
+            "training": _stats([(data.pred(r, fitted), r.measured) for r in data.train]),
+            "inference": _stats([(data.pred(r, fitted), r.measured) for r in data.inference]),
+        }
+    }
+    variants = {
+        "no sustained-clock model (every card at boost)": (
+            data,
+            replace(base, clock_headroom=0.0),
+            ("clock_headroom",),
+        ),
+        "no L2 model (every activation to DRAM)": (
+            _with_catalog(data, Catalog(tuple(replace(g, l2_mb=None) for g in data.catalog.gpus))),
+            base,
+            (),
+        ),
+    }
+    for name, (d, b, frozen) in variants.items():
+        eff = _fit(d, b, d.train, d.inference, tuple(k for k in FITTED if k not in frozen))
+        out[name] = {
+            "training": _stats([(d.pred(r, eff), r.measured) for r in d.train]),
+            "inference": _stats([(d.pred(r, eff), r.measured) for r in d.inference]),
+            "worst": sorted(
+                ((d.pred(r, eff) / r.measured, r.label) for r in d.inference),
+                key=lambda x: -max(x[0], 1 / x[0]),
+            )[:3],
+        }
+        print(f"  ablation: {name}", file=sys.stderr)
+    return out
+
+
+def _with_catalog(data: Data, catalog: Catalog) -> Data:
+    d = object.__new__(Data)
+    d.__dict__.update(data.__dict__)
+    d.catalog = catalog
+    return d
+
+
+def _simulate(rate: float, service, max_batch: int, delay: float, n: int, seed: int):
+    """A discrete-event simulation of one dynamic-batching worker (written apart from
+    ``advisor/batching.py``): Poisson arrivals, FIFO queue, dispatch when the worker is free and
+    max_batch wait or the oldest has waited ``delay``."""
+    rng = random.Random(seed)
+    t, arrivals = 0.0, []
+    for _ in range(n):
+        t += rng.expovariate(rate)
+        arrivals.append(t)
+    queue, done, sizes, free, i = collections.deque(), [0.0] * n, [], 0.0, 0
+    while i < n or queue:
+        while i < n and arrivals[i] <= free:
+            queue.append(i)
+            i += 1
+        if not queue:
+            free = arrivals[i]
             continue
-        rows.append(
+        deadline = max(free, arrivals[queue[0]] + delay)
+        while len(queue) < max_batch and i < n and arrivals[i] <= deadline:
+            queue.append(i)
+            i += 1
+        start = max(free, arrivals[queue[max_batch - 1]]) if len(queue) >= max_batch else deadline
+        batch = [queue.popleft() for _ in range(min(max_batch, len(queue)))]
+        free = start + float(service(len(batch)))
+        for j in batch:
+            done[j] = free - arrivals[j]
+        sizes.append(len(batch))
+    lat = np.array(done[n // 10 :]) * 1e3
+    return float(np.mean(sizes[len(sizes) // 10 :])), float(np.percentile(lat, 99))
+
+
+def _planner_vs_simulation(catalog: Catalog) -> list[dict]:
+    curve = estimate_curve(
+        get_workload("resnet50"), catalog.find("T4"), precision="int8", target_s=0.05
+    )
+    out = []
+    for rate, delay_ms in ((300, 0.0), (900, 0.0), (1500, 0.0), (900, 1.0), (1500, 2.0)):
+        q = analyse(rate, curve, max_batch=64, max_delay_s=delay_ms / 1e3)
+        sim_batch, sim_p99 = _simulate(rate, curve, 64, delay_ms / 1e3, 100_000, seed=rate)
+        out.append(
             {
-                "row": r.label,
-                "unit": r.unit,
-                "measured": round(r.measured, 1),
-                "predicted": round(est.throughput, 1),
-                "ratio": round(est.throughput / r.measured, 3),
-                "bound": est.bound,
-                "fits": est.fits,
-                "batch": r.batch,
-                "llm": bool(r.gen_tokens),
-                "source": r.source,
+                "rate": rate,
+                "max_delay_ms": delay_ms,
+                "analysis_mean_batch": round(q.mean_batch, 3),
+                "simulated_mean_batch": round(sim_batch, 3),
+                "analysis_p99_ms": round(q.p99_ms, 3),
+                "simulated_p99_ms": round(sim_p99, 3),
             }
         )
-
-    def stats(sel):
-        pairs = [(x["predicted"], x["measured"]) for x in rows if sel(x)]
-        return _stats(pairs) if pairs else None
-
-    return {
-        "all": stats(lambda x: True),
-        "encoder batch >= 64": stats(lambda x: not x["llm"] and x["batch"] >= 64),
-        "encoder batch 1": stats(lambda x: not x["llm"] and x["batch"] == 1),
-        "LLM (prefill + decode)": stats(lambda x: x["llm"]),
-        "rows": rows,
-        "skipped": skipped,
-    }
-
-
-def _inference_markdown(inf: dict) -> list[str]:
-    lines = [
-        "## Held-out inference (published, never fitted)",
-        "",
-        "Rows: `src/modelpress/advisor/data/published_inference.csv`, every one with its source. Predicted "
-        "with the package's default factors (the inference factors matmul 0.85, conv 0.70, attention 0.60, "
-        "bandwidth 0.85, 3 µs per kernel are physical priors; none was changed for these rows). BERT rows are "
-        "NVIDIA TensorRT demoBERT on an A100 40GB with inputs padded to the fixed sequence (sequences/s = "
-        "batch / average latency); LLM rows are TensorRT-LLM output tokens/s per GPU at TP 1 (FP8 weights and "
-        "KV cache on H100/L40S, FP16 on A100), modelled as a prefill of the prompt plus the decode steps.",
-        "",
-        *[f"- {k}: {_fmt(v)}" for k, v in inf.items() if k not in ("rows", "skipped") and v],
-        "",
-        "| row | measured | predicted | ratio | bound | fits | source |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-        *[
-            f"| {x['row']} | {x['measured']:g} {x['unit']} | {x['predicted']:g} | {x['ratio']:.2f} | {x['bound']} | "
-            f"{'yes' if x['fits'] else 'no'} | {x['source'].split(' ')[0].split('/blob/')[0].removeprefix('https://github.com/')} |"
-            for x in inf["rows"]
-        ],
-        "",
-        "Skipped: " + ("; ".join(inf["skipped"]) or "none") + ".",
-        "",
-        "Reading the table:",
-        "",
-        "- Large-batch rows (compute-bound encoders, memory-bound decode) are within the 25% target with the "
-        "priors as they were; no inference factor was changed, so the error before and after this section is "
-        "the same.",
-        "- Batch 1 is the weak spot: a 384-token GEMM gives too few output tiles to fill the 108 SMs of an "
-        "A100. The estimator now models this wave quantisation (see the ablation section below); it "
-        "explains part of the gap, not all of it: batch-1 BERT-Large stays optimistic, INT8 most of all, "
-        "so treat batch-1 GPU latency as a lower bound.",
-        "- `fits: no` on four LLM rows that did run: the advisor reserves the whole KV cache of every sequence "
-        "at its final length plus 10% slack; TensorRT-LLM's paged KV cache does not hold it all at once. "
-        "The fit check is conservative there, the throughput is not affected.",
-        "- GPT-J rows whose prompt + output exceed its 2048 positions are skipped (the advisor refuses them).",
-        "",
-        "Padding-free encoders (`--avg-seq L`, `get_workload(..., avg_seq=L)`): the published BERT rows above "
-        "are padded, and the built-in `bert-base`/`bert-large` stay padded by default, because that is what a "
-        "fixed-shape deployment runs and the mean real length is a property of the user's data. MLPerf "
-        "Inference BERT-99 and TensorRT's varseqlen path skip the padding; to compare with them pass the "
-        "dataset's mean token count as `--avg-seq`. Per-token work then scales by L/seq and attention by "
-        "(L/seq)^2, throughput stays in sequences/s. No MLPerf row is in the held-out set: no per-GPU figure "
-        "and dataset mean length could be sourced in this round.",
-        "",
-    ]
-    return lines
-
-
-def _wave_markdown(ab: dict) -> list[str]:
-    return [
-        "## Wave quantisation (ablation)",
-        "",
-        "A matrix-like kernel runs as output tiles, one per SM at a time; the last wave is partly empty, "
-        "so the kernel gets tiles / (ceil(tiles / SMs) x SMs) of the device (tile 128x128 or 64x64, "
-        "whichever fills more SMs; see `advisor/estimate.py`). SM counts are in the catalog with a source "
-        "(`sm_count`, `src_sm`); the rows below rerun the eager-training fit and the held-out inference "
-        "check with the SM counts removed.",
-        "",
-        "| | training fit (single GPU) | eager, overhead µs | held-out inference, all | held-out encoder batch 1 |",
-        "| --- | --- | --- | --- | --- |",
-        *[
-            # "|error|" would split a table cell
-            f"| {k} | {_fmt(v['fit_single_gpu']).replace('|', '')} | {v['eager']}, {v['eager_overhead_us']} | "
-            f"{_fmt(v['heldout_inference']).replace('|', '')} | {_fmt(v['heldout_encoder_batch_1']).replace('|', '')} |"
-            for k, v in ab.items()
-            if k != "batch_1_rows_without_waves"
-        ],
-        "",
-        "Batch-1 rows without waves: "
-        + "; ".join(f"{x['row']} {x['ratio']:.2f}" for x in ab["batch_1_rows_without_waves"])
-        + ". With waves: see the held-out table above.",
-        "",
-        "Honest reading: the tile model was first tried with 128x128 tiles only (the usual tensor-core "
-        "tile); that over-corrected BERT-Base at batch 1 and sequence 128 (a 128-row output is one row of "
-        "tiles: predicted 0.47x of the measurement) and left the median at 8.7% and the worst at 2.14x. "
-        "Letting the library fall back to 64x64 tiles, as cuBLAS/TensorRT do for small outputs, gives the "
-        "numbers above. That choice was made after seeing these rows, so they are no longer fully held out "
-        "for it. BERT-Large INT8 at batch 1 stays about 2x too fast: with 64x64 tiles its products fill "
-        "96 of 108 SMs, so the remaining gap is not wave quantisation (likely INT8 quantise/dequantise "
-        "kernels, per-layer work outside the GEMMs, and lower per-SM efficiency of small tiles).",
-        "",
-    ]
+    return out
 
 
 def _cpu_calibration() -> list[dict]:
@@ -331,27 +381,69 @@ def _cpu_calibration() -> list[dict]:
     return out
 
 
-def _fmt(s: dict) -> str:
-    return f"{s['rows']} rows, median |error| {s['median_abs_pct']:.1f}%, worst ratio {s['max_ratio']:.2f}x"
+def _short_source(src: str) -> str:
+    return src.split(" (")[0].replace("https://github.com/", "")
+
+
+def _reading(rep: dict) -> list[str]:
+    """What the numbers say, with the rows that miss the 1.5x bound named."""
+
+    def misses(key):
+        return [
+            f"{x['row']} ({x[key]:.2f})"
+            for x in rep["inference_rows"]
+            if max(x[key], 1 / x[key]) > 1.5
+        ]
+
+    loo, lso = misses("ratio_held_out"), misses("ratio_held_out_source")
+    return [
+        "Reading the results:",
+        "",
+        f"- Rows over 1.5x, one GPU held out: {'; '.join(loo) or 'none'}. One source held out: "
+        f"{'; '.join(lso) or 'none'}.",
+        "- The L4 (72 W, base 795 MHz, boost 2040 MHz) runs MLPerf ResNet-50 faster than its base "
+        "clock suggests: the one clock headroom that fits the T4, A10 and A30 leaves it about 1.5x "
+        "slow. PyTorch eager rows at batch 1 are host dispatch; with no eager-inference row in the "
+        "fit, the per-op cost comes from training alone, where autograd makes each op dearer.",
+        "- The T4 row the issue named: NVIDIA's PyTorch ResNet-50 table gives 1,198 img/s (AMP, batch "
+        "256), about a third of a compiled engine at the boost clock (3,259 predicted). Two causes: the "
+        "table runs op by op (eager PyTorch), and a 70 W T4 sustains about half its boost clock. With "
+        "both modelled the row is predicted within 10% (see the table); without the clock model the "
+        "T4's TensorRT BERT rows come out 1.9-2.1x too fast (ablation below).",
+        "- Honest caveats: `clock_headroom` and `kernel_overhead_us` are fitted on these inference rows "
+        "too, so the package defaults are in-sample for them; the held-out columns are the fair test. "
+        "The A100 BERT and TensorRT-LLM rows were in the previous round's report; the 64x64-tile wave "
+        "model was chosen after seeing them.",
+        "",
+    ]
 
 
 def _markdown(rep: dict) -> str:
     f = rep["fitted"]
+    s = rep["summary"]
     lines = [
         "# Hardware advisor: fit and error on published measurements",
         "",
         "Command: `.venv/bin/python benchmarks/bench_advisor.py` "
         f"(took {rep['seconds']} s on {rep['machine']}). Data: `src/modelpress/advisor/data/calibration_benchmarks.csv` "
-        "(a copy of the shared calibration file).",
+        "(training, GEMM) and `src/modelpress/advisor/data/published_inference.csv` (inference), every row with its source.",
         "",
         "## Method",
         "",
-        "Per-kernel roofline (max of compute and memory time plus a per-kernel overhead) over the workload's "
-        "kernels, built from the architecture (ResNet-50 v1.5 at 224², BERT-Large at sequence 384). Training is "
-        "forward + 2x backward + the optimizer step, unfused (eager). `gemm_ceiling` is the median achieved/peak of "
-        "the NVIDIA BF16 GEMM rows; the two eager-training factors are a least-squares fit in log space to the "
-        "single-GPU training rows; all other factors are fixed physical priors (see `advisor/efficiency.py`). "
-        "Rows without a batch size run at the largest batch that fits, at most 256.",
+        "Per-kernel roofline over the workload's kernels (max of compute and memory time plus a fixed "
+        "per-kernel cost), with: the clock a card sustains at the pass's load (min(boost, headroom x base "
+        "x activity^-1/3), base and boost clocks in the catalog with sources); activations that fit in the "
+        "L2 cache kept on chip (the part of a kernel's input and output over the L2 size goes to DRAM); "
+        "8-bit work at the 16-bit tensor rate on cards whose 8-bit units are slower (V100); FP32 "
+        "convolutions on SIMT cores at SGEMM efficiency; eager inference as unfused kernels dispatched op "
+        "by op. `gemm_ceiling` is the median achieved/peak of the NVIDIA BF16 GEMM rows; four factors "
+        "are one least-squares fit in log space over the training and inference rows together; all other "
+        "factors are physical priors (`advisor/efficiency.py`).",
+        "",
+        "Held out: **leave one GPU out** (each GPU's rows predicted by a fit that never saw that GPU) and "
+        "**leave one source out** (each family of published inference rows predicted by a fit without it). "
+        "Target: median error <= 20% and no miss over 1.5x on held-out inference rows: "
+        + ("**met**." if rep["target_met"] else "**not met**."),
         "",
         "## Fitted factors",
         "",
@@ -363,25 +455,66 @@ def _markdown(rep: dict) -> str:
         "",
         "## Error",
         "",
-        f"- fit, single-GPU training: {_fmt(rep['fit_single_gpu'])}",
-        f"- leave-one-GPU-out (each GPU predicted by a fit that never saw it): {_fmt(rep['leave_one_gpu_out'])}",
-        *[f"- hold-out, {k}: {_fmt(v)}" for k, v in rep["holdout_by_model"].items()],
-        f"- multi-GPU rows (predicted, not fitted): {_fmt(rep['multi_gpu_predicted'])}",
-        f"- GEMM rows (peak x gemm_ceiling): {_fmt(rep['gemm_rows'])}",
+        *[f"- {k}: {_fmt(v)}" for k, v in s.items()],
         "",
-        "## Per row (fitted factors)",
+        "Held-out inference (leave one GPU out) by source family and by batch:",
         "",
-        "| row | batch | measured | predicted | ratio |",
-        "| --- | --- | --- | --- | --- |",
+        *[f"- {k}: {_fmt(v)}" for k, v in rep["inference_by_source_family"].items()],
+        *[f"- {k}: {_fmt(v)}" for k, v in rep["inference_by_batch"].items()],
+        "",
+        *_reading(rep),
+        "## Ablations (refitted without one mechanism; in-sample)",
+        "",
+        "| variant | training | inference | worst inference rows |",
+        "| --- | --- | --- | --- |",
         *[
-            f"| {r['row']} | {r['batch'] or 'max fit'} | {r['measured']:g} | {r['predicted']:g} | {r['ratio']:.2f} |"
-            for r in rep["rows"]
+            f"| {k} | {_fmt(v['training'])} | {_fmt(v['inference'])} | "
+            + "; ".join(f"{lab} {q:.2f}" for q, lab in v.get("worst", []))
+            + " |"
+            for k, v in rep["ablations"].items()
         ],
         "",
-        "Skipped rows: " + ("; ".join(rep["skipped"]) or "none") + ".",
+        "## Held-out inference rows",
         "",
-        *_inference_markdown(rep["heldout_inference"]),
-        *_wave_markdown(rep["wave_ablation"]),
+        "Ratio = predicted / measured; `held out` is the leave-one-GPU-out prediction, `source out` the "
+        "leave-one-source-out one, `defaults` the package's factors (fitted on every row).",
+        "",
+        "| row | measured | held out | ratio | source out | defaults | source |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        *[
+            f"| {x['row']} | {x['measured']:g} {x['unit']} | {x['predicted_held_out']:g} | {x['ratio_held_out']:.2f} | "
+            f"{x['ratio_held_out_source']:.2f} | {x['ratio_defaults']:.2f} | {_short_source(x['source'])} |"
+            for x in rep["inference_rows"]
+        ],
+        "",
+        'GPU names the sources give loosely ("A100 (40GB)", "V100 (16GB)") resolve by the catalog\'s '
+        "most-common-variant rule; the row keeps the note. Skipped: "
+        + ("; ".join(rep["skipped"]) or "none")
+        + ".",
+        "",
+        "## Training rows",
+        "",
+        "| row | batch | measured | fitted | held out |",
+        "| --- | --- | --- | --- | --- |",
+        *[
+            f"| {r['row']} | {r['batch'] or 'max fit'} | {r['measured']:g} | {r['ratio_fitted']:.2f} | {r['ratio_held_out']:.2f} |"
+            for r in rep["training_rows"]
+        ],
+        "",
+        "## Service planner: queue analysis against a simulation",
+        "",
+        "ResNet-50 INT8 on a T4 (service times from the estimate), one replica, max batch 64; the "
+        "analysis of `advisor/batching.py` against a discrete-event simulation of the same policy "
+        "(100,000 Poisson requests, first 10% dropped).",
+        "",
+        "| requests/s | max delay ms | mean batch (analysis / simulated) | p99 ms (analysis / simulated) |",
+        "| --- | --- | --- | --- |",
+        *[
+            f"| {p['rate']} | {p['max_delay_ms']:g} | {p['analysis_mean_batch']:.3f} / {p['simulated_mean_batch']:.3f} | "
+            f"{p['analysis_p99_ms']:.3f} / {p['simulated_p99_ms']:.3f} |"
+            for p in rep["planner_vs_simulation"]
+        ],
+        "",
     ]
     if rep["cpu_calibration"]:
         lines += [
@@ -400,6 +533,12 @@ def _markdown(rep: dict) -> str:
             )
         lines.append("")
     return "\n".join(lines)
+
+
+def rewrite_page() -> None:
+    """Rewrite ``advisor.md`` from ``advisor.json`` (the page's text changed, not the numbers)."""
+    rep = json.loads((RESULTS / "advisor.json").read_text())
+    (RESULTS / "advisor.md").write_text(_markdown(rep))
 
 
 if __name__ == "__main__":

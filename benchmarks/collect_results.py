@@ -18,7 +18,9 @@ ORDER = [
     "quantize_unseen",
     "quantize_torchvision",
     "torch_backend",
+    "batch",
     "advisor",
+    "serve",
     "auto",
 ]
 TITLES = {
@@ -27,7 +29,9 @@ TITLES = {
     "quantize_unseen": "quantization on architectures the project had not seen",
     "quantize_torchvision": "quantization of full-size torchvision architectures",
     "torch_backend": "PyTorch backend",
+    "batch": "batch inference (`modelpress run`): pipeline against its slower stage",
     "advisor": "hardware advisor",
+    "serve": "serving under load (modelpress serve, Ray Serve, FastAPI)",
     "auto": "auto: the search against optimize + static int8 by hand and an exhaustive run",
 }
 

@@ -36,8 +36,6 @@ IDEAS = {
 }
 # Commands whose parser has not moved to cli/options.py yet (owner in the reason).
 NOT_YET = {
-    "run": "run still shows --inputs and has no --json (run_cmd, pipeline)",
-    "advise": "advise's --gpu takes nargs='+' (advisor)",
 }
 
 

@@ -30,7 +30,7 @@ def test_demo_end_to_end(tmp_path):
         "optimize (level 2) and verify",
         "quantize to int8",
         "before / after",
-        "which GPU would serve it",
+        "what serves 2,000 requests/s at a 5 ms p99",
         "a transformer: optimize and dynamic int8",
     ):
         assert step in text
@@ -47,6 +47,11 @@ def test_demo_end_to_end(tmp_path):
     assert models["int8"]["accuracy"] >= models["original"]["accuracy"] - 0.005
     assert (out / "model.int8.onnx").stat().st_size < 0.5 * (out / "model.opt.onnx").stat().st_size
     assert (out / "model.onnx").is_file() and (out / "model.opt.onnx").is_file()
+    # the service plan: every option meets the tail latency with a batch a server would form
+    service = summary["service"]
+    assert service["qps"] == 2000 and service["options"]
+    for option in service["options"]:
+        assert option["p99_ms"] <= 5.0 and 1 <= option["max_batch"] <= 256 and option["replicas"] >= 1
     # the transformer step: dynamic int8 close to float32 on padded sentences, and smaller
     tr = summary["transformer"]
     assert tr["cosine"] > 0.99 and tr["size_ratio"] < 0.5

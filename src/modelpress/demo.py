@@ -203,21 +203,36 @@ def quantize(state: DemoState) -> QuantizeStepResult:
 
 @dataclass(frozen=True)
 class AdviseStepResult:
-    rows: list  # modelpress.advisor.recommend.Ranked
-    request: object
+    plan: object  # modelpress.advisor.service.ServicePlan
+
+
+# The service the demo plans: a request rate and a tail latency an online digit reader might have.
+SERVICE_QPS = 2000.0
+SERVICE_P99_MS = 5.0
 
 
 def advise(state: DemoState) -> AdviseStepResult:
-    """Which GPU would serve this model online (5 ms target) cheapest, from its own graph."""
-    from modelpress.advisor import DEFAULT_EFFICIENCY, Request, load_catalog, recommend
+    """How many of which GPU (or of this machine's CPU, measured on the int8 model) serve 2,000
+    requests a second at a 5 ms p99 with dynamic batching, what it costs per million requests,
+    and the ``serve --max-batch/--max-delay-ms`` to use."""
+    from modelpress.advisor import load_catalog
+    from modelpress.advisor.measured import measure_curve, this_machine
+    from modelpress.advisor.service import plan_service
     from modelpress.profile.workload import workload_from_onnx
 
     catalog = load_catalog(None)
     candidates = [catalog.find(n) for n in ("NVIDIA L4", "NVIDIA A100 SXM4 80GB", "NVIDIA H100 SXM5 80GB", "RTX 4090")]
     workload = workload_from_onnx(state.models["optimized"], name=ZOO_MODEL)
-    request = Request(task="infer", precision="int8", latency_ms=5.0)
-    rec = recommend(workload, candidates, request, eff=DEFAULT_EFFICIENCY)
-    return AdviseStepResult(rows=list(rec.rows), request=request)
+    curve = measure_curve(state.models["int8"], target_s=SERVICE_P99_MS / 1e3, limit=64, budget_s=5.0)
+    plan = plan_service(
+        workload,
+        candidates,
+        qps=SERVICE_QPS,
+        p99_ms=SERVICE_P99_MS,
+        precision="int8",
+        machine=this_machine(curve),
+    )
+    return AdviseStepResult(plan=plan)
 
 
 @dataclass(frozen=True)
@@ -364,6 +379,6 @@ STEPS: list[Step] = [
     Step("latency", "latency under ONNX Runtime, before and after", latency),
     Step("evaluate", "accuracy on the digits test split", evaluate),
     Step("summary", "before and after", summary),
-    Step("advise", "which GPU would serve it (advisor)", advise),
+    Step("advise", "what serves 2,000 requests/s at a 5 ms p99 (advisor)", advise),
     Step("transformer", "a transformer: optimize and dynamic int8", transformer),
 ]

@@ -50,13 +50,42 @@ def test_other_spellings(catalog):
 
 
 def test_ambiguous_name_lists_the_candidates(catalog):
+    # TPU v4 and v5e are two generations, not variants of one part: no default
     with pytest.raises(OptionError) as err:
-        catalog.find("A100")
+        catalog.find("TPU")
     msg = str(err.value)
     assert "ambiguous" in msg and "\n" not in msg
-    for name in ("A100 SXM4 40GB", "A100 SXM4 80GB", "A100 PCIe 40GB", "A100 PCIe 80GB"):
-        assert name in msg
-    assert "A800" not in msg
+    assert "Google TPU v4" in msg and "Google TPU v5e" in msg
+
+
+@pytest.mark.parametrize(
+    ("query", "name", "others"),
+    [
+        ("V100 16GB", "NVIDIA V100 SXM2 16GB", ["V100 PCIe 16GB"]),
+        ("V100", "NVIDIA V100 SXM2 16GB", ["V100 SXM2 32GB", "V100 PCIe 16GB"]),
+        ("A100", "NVIDIA A100 SXM4 80GB", ["A100 SXM4 40GB", "A100 PCIe 40GB", "A100 PCIe 80GB"]),
+        ("A100 40GB", "NVIDIA A100 SXM4 40GB", ["A100 PCIe 40GB"]),
+        ("a100-80gb", "NVIDIA A100 SXM4 80GB", ["A100 PCIe 80GB"]),
+        ("H100", "NVIDIA H100 SXM5 80GB", ["H100 PCIe 80GB"]),
+    ],
+)
+def test_loose_names_take_the_most_common_variant(catalog, query, name, others):
+    found = catalog.lookup(query)
+    assert found.gpu.name == name
+    assert f"took {name}, the most common variant" in found.note
+    assert all(o in found.note for o in others) and "A800" not in found.note
+    assert "\n" not in found.note and found.note.endswith("name the variant to choose another")
+
+
+def test_default_variants_have_a_reason_and_exact_names_no_note(catalog):
+    for gpu in catalog.gpus:
+        if gpu.default_for:
+            assert dict(gpu.sources).get("src_default"), gpu.name
+    assert catalog.lookup("V100 PCIe 16GB").note == ""
+    assert catalog.lookup("NVIDIA A100 SXM4 40GB").note == ""
+    # two entries cannot both be the default for one name
+    defaults = [d.lower() for g in catalog.gpus for d in g.default_for]
+    assert len(defaults) == len(set(defaults))
 
 
 def test_unknown_name_suggests_close_ones(catalog):

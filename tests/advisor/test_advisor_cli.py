@@ -48,16 +48,14 @@ def test_json_fields_per_device(tmp_path, capsys):
         "--batch",
         "32",
         "--gpu",
-        "a100-sxm-80gb",
-        "L4",
-        "T4",
+        "a100-sxm-80gb,L4,T4",
         "--latency-ms",
         "20",
         "--json",
         str(out),
     )
     assert rc == 0
-    data = json.loads(out.read_text())
+    data = json.loads(out.read_text())["result"]
     assert data["scenario"] == "online" and data["workload"]["name"] == "resnet50"
     assert [d["gpu"] for d in data["devices"]][0] in ("NVIDIA A100 SXM4 80GB", "NVIDIA L4")
     for d in data["devices"]:
@@ -106,7 +104,7 @@ def test_training_llm_config_tokens(tmp_path, capsys):
         str(out),
     )
     assert rc == 0
-    (d,) = json.loads(out.read_text())["devices"]
+    (d,) = json.loads(out.read_text())["result"]["devices"]
     assert d["unit"] == "tokens/s" and d["num_gpus"] == 8 and d["fits"]
     assert d["job_hours"] == pytest.approx(1e9 / d["throughput"] / 3600)
 
@@ -124,9 +122,7 @@ def test_html_has_both_plots(tmp_path, capsys):
         "--batch",
         "16",
         "--gpu",
-        "L4",
-        "A10",
-        "RTX 4090",
+        "L4,A10,RTX 4090",
         "--html",
         str(page),
     )
@@ -141,16 +137,16 @@ def test_html_has_both_plots(tmp_path, capsys):
     ("argv", "message"),
     [
         (
-            ["--workload", "resnet50", "--gpu", "A100"],
-            "error: --gpu 'A100' is ambiguous: it matches NVIDIA A100 SXM4 40GB",
+            ["--workload", "resnet50", "--gpu", "TPU"],
+            "error: --gpu 'TPU' is ambiguous: it matches Google TPU v4",
         ),
         (["--workload", "resnet50", "--gpu", "Z9000"], "error: --gpu 'Z9000': no such accelerator"),
         (
-            ["--workload", "resnet50", "--gpu", "L4", "T4", "--latency-ms", "0.001"],
+            ["--workload", "resnet50", "--gpu", "L4,T4", "--latency-ms", "0.001"],
             "error: resnet50 (infer, fp16): no device meets --latency-ms 0.001",
         ),
         (
-            ["--workload", "llama-2-70b", "--task", "train", "--gpu", "L4", "T4"],
+            ["--workload", "llama-2-70b", "--task", "train", "--gpu", "L4,T4"],
             "fits on none of the 2 candidate devices",
         ),
         ([], "error: give either a model file (.onnx or config.json) or --workload NAME"),
@@ -199,7 +195,7 @@ def test_onnx_model_with_calibration(tmp_path, capsys):
         str(out),
     )
     assert rc == 0
-    data = json.loads(out.read_text())
+    data = json.loads(out.read_text())["result"]
     cal = data["calibration"]
     assert cal["matmul_gflops"] > 0 and cal["copy_gbs"] > 0 and cal["node_overhead_us"] > 0
     assert cal["measured_ms"] > 0 and cal["predicted_ms"] > 0
@@ -231,13 +227,12 @@ def test_user_catalog_and_edge_scenario(tmp_path, capsys):
         "--catalog",
         str(mine),
         "--gpu",
-        "acme edge 1",
-        "T4",
+        "acme edge 1,T4",
         "--json",
         str(out),
     )
     assert rc == 0
-    data = json.loads(out.read_text())
+    data = json.loads(out.read_text())["result"]
     assert data["scenario"] == "edge"
     first, second = data["devices"]
     assert first["gpu"] == "Acme Edge 1" and first["rank"] == 1 and first["own_usd_per_hour"] > 0

@@ -36,7 +36,8 @@ def test_roofline_formula(catalog):
     assert e.bound == "compute"
     memory_bound = _one_kernel(flops=10.0, weights=1e8, acts=1e3)
     e = estimate(memory_bound, a100, task="infer", precision="fp16", batch=4, eff=EFF)
-    expected = (1e8 + 4e3) * 2 / (1555e9 * 0.5) + 10e-6
+    # the 8 KB of activations stay in the A100's 40 MB L2: only the weights come from DRAM
+    expected = 1e8 * 2 / (1555e9 * 0.5) + 10e-6
     assert e.latency_ms == pytest.approx(expected * 1e3, rel=1e-12)
     assert e.bound == "memory"
     tiny = _one_kernel(flops=10.0, weights=10, acts=10)
@@ -79,9 +80,12 @@ def test_bigger_batch_more_throughput_more_latency(catalog):
     w = get_workload("resnet50")
     gpu = catalog.find("L4")
     runs = [estimate(w, gpu, task="infer", precision="int8", batch=b) for b in (1, 2, 8, 32, 64)]
-    assert all(a.throughput <= b.throughput for a, b in zip(runs[:-1], runs[1:], strict=True))
     assert all(a.latency_ms <= b.latency_ms for a, b in zip(runs[:-1], runs[1:], strict=True))
     assert runs[0].bound == "overhead" or runs[0].latency_ms < 1
+    # throughput rises while a batch's activations stay in the L4's 48 MB L2 (to batch 32, the
+    # batch MLPerf submits on the L4); past it they spill to its 300 GB/s DRAM and it falls back
+    assert all(a.throughput <= b.throughput for a, b in zip(runs[:3], runs[1:4], strict=True))
+    assert runs[4].throughput < runs[3].throughput
 
 
 def test_max_batch_is_the_edge_of_fitting(catalog):

@@ -106,10 +106,13 @@ def test_large_gemm_is_unaffected(catalog):
 def test_batch_one_bert_is_slower_and_unknown_shapes_are_untouched(catalog):
     a100 = catalog.find("A100 SXM4 40GB")
     bert = get_workload("bert-large", seq=384)
-    a = estimate(bert, a100, task="infer", precision="int8", batch=1)
-    b = estimate(bert, replace(a100, sm_count=None), task="infer", precision="int8", batch=1)
+    eff = Efficiency(kernel_overhead_us=0.0)  # compare the kernels' own time
+    a = estimate(bert, a100, task="infer", precision="int8", batch=1, eff=eff)
+    b = estimate(
+        bert, replace(a100, sm_count=None), task="infer", precision="int8", batch=1, eff=eff
+    )
     # the 1024-wide products fill 96 of 108 SMs (64² tiles): compute time x 108/96
-    assert a.latency_ms > 1.04 * b.latency_ms
+    assert a.latency_ms > 1.06 * b.latency_ms
     # a kernel without a known output width (e.g. a hand-made one) keeps the plain roofline
     w = Workload("k", (Kernel("mm", "matmul", 1e9, 0.0, 1e3, 1e3),), params=0.0, sample="row")
     x = estimate(w, a100, task="infer", precision="fp16", batch=1, eff=EFF)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mp_testing import model_from_text, node_ops
+from mp_testing import assert_graph_equal, init, model_from_text, node_ops, refusals
 
 from modelpress.passes import optimize
 from modelpress.verify import verify
@@ -55,40 +55,83 @@ def run(text: str):
     ],
 )
 def test_folds_into_conv(rng, body, consts):
-    before, result = run(conv_then(rng, body, consts))
-    assert node_ops(result.model) == ["Conv"], body
+    text = conv_then(rng, body, consts)
+    before, result = run(text)
+    assert_graph_equal(result.model, expected_conv(before, body), atol=1e-6)
     check = verify(before, result.model, rtol=1e-5, atol=1e-6)
     assert check.passed, check.to_dict()
 
 
+def expected_conv(before, body: str, *, op="Conv", group=1, bias=True) -> str:
+    """The one Conv the chain in ``body`` folds into, its weight and bias by the formula."""
+    g = before.graph
+    w = g.initializers["Wt"].const_value.numpy().astype(np.float64)
+    b = g.initializers["B"].const_value.numpy().astype(np.float64) if bias else np.zeros(4)
+    s, t = np.ones(4), np.zeros(4)
+    for line in body.split("\n"):
+        kind, operands = line.split("=")[1].strip().rstrip(")").split("(")
+        name = next(n.strip() for n in operands.split(",") if n.strip() in g.initializers)
+        k = np.broadcast_to(g.initializers[name].const_value.numpy().astype(np.float64).reshape(-1), (4,))
+        if kind == "Mul":
+            s, t = s * k, t * k
+        elif kind == "Div":
+            s, t = s / k, t / k
+        else:
+            t = t + k if kind == "Add" else t - k
+    folded = w.copy()
+    for m in range(4):  # output channel m: W[m] (Conv); its group's rows, column j (ConvTranspose)
+        if op == "Conv":
+            folded[m] *= s[m]
+        else:
+            g_, j = divmod(m, 4 // group)
+            folded[g_ * 4 // group : (g_ + 1) * 4 // group, j] *= s[m]
+    cin = 3 if op == "Conv" else 4
+    return f"""
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2, {cin}, 6, 6] x) => (float[2, 4, H, W] y) <{init("W", folded)}, {init("B", b * s + t)}> {{
+      y = {op} <group = {group}> (x, W, B)
+    }}
+    """
+
+
 def test_conv_without_bias_and_convtranspose_groups(rng):
+    body = "m = Mul(c, k)\n y = Add(m, a)"
     for op, group in (("Conv", 1), ("ConvTranspose", 2)):
-        text = conv_then(rng, "m = Mul(c, k)\n y = Add(m, a)", {"k": (4, 1, 1), "a": (4, 1, 1)}, op=op, group=group, bias=False)
+        text = conv_then(rng, body, {"k": (4, 1, 1), "a": (4, 1, 1)}, op=op, group=group, bias=False)
         before, result = run(text)
-        assert node_ops(result.model) == [op]
+        assert_graph_equal(result.model, expected_conv(before, body, op=op, group=group, bias=False), atol=1e-6)
         check = verify(before, result.model, rtol=1e-5, atol=1e-6)
         assert check.passed, check.to_dict()
 
 
 @pytest.mark.parametrize(
-    "why, body, consts, extra_out",
+    "reason, body, consts, extra_out",
     [
-        ("not per channel (spatial shape)", "y = Mul(c, k)", {"k": (4, 4, 4)}, ""),
-        ("would broadcast to a higher rank", "y = Add(c, k)", {"k": (1, 1, 4, 1, 1)}, ""),
-        ("conv output also a graph output", "y = Mul(c, k)", {"k": (4, 1, 1)}, ", float[2, 4, 4, 4] c"),
-        ("c - y is not folded", "y = Sub(k, c)", {"k": (4, 1, 1)}, ""),
+        ("the constant, shaped (4, 4, 4), is not per output channel of a rank-4 output", "y = Mul(c, k)", {"k": (4, 4, 4)}, ""),
+        ("the constant, shaped (1, 1, 4, 1, 1), is not per output channel of a rank-4 output", "y = Add(c, k)", {"k": (1, 1, 4, 1, 1)}, ""),
+        ("the Conv output has other readers or is a graph output", "y = Mul(c, k)", {"k": (4, 1, 1)}, ", float[2, 4, 4, 4] c"),
+        (None, "y = Sub(k, c)", {"k": (4, 1, 1)}, ""),  # c - y is not the pattern
     ],
 )
-def test_must_not_fire(rng, why, body, consts, extra_out):
+def test_must_not_fire(rng, reason, body, consts, extra_out):
     text = conv_then(rng, body, consts)
     if extra_out:
         text = text.replace("float[2, 4, H, W] y)", f"float[2, 4, H, W] y{extra_out})")
-    _, result = run(text)
-    assert len(result.model.graph) == 2, why
-    assert result.passes[0].rewrites == 0
+    model = model_from_text(text)
+    assert refusals(model, "fuse-conv-scale") == ([reason] if reason else [])
+    assert_graph_equal(model, text)
 
 
 def test_non_constant_operand_is_left(rng):
     text = conv_then(rng, "y = Mul(c, k)", {}).replace("(float[2, 3, 6, 6] x)", "(float[2, 3, 6, 6] x, float[4, 1, 1] k)")
     _, result = run(text)
     assert node_ops(result.model) == ["Conv", "Mul"]
+    assert refusals(model_from_text(text), "fuse-conv-scale") == ["the other operand is not a constant"]
+
+
+def test_division_by_zero_is_left_to_run_time(rng):
+    text = conv_then(rng, "y = Div(c, k)", {"k": (4, 1, 1)})
+    text = text.replace(text[text.index("float[4,1,1] k"):text.index("}", text.index("float[4,1,1] k")) + 1], "float[4,1,1] k = {1.0, 0.0, 2.0, 1.0}")
+    model = model_from_text(text)
+    assert refusals(model, "fuse-conv-scale") == ["the constant is not finite, or divides by zero"]
+    assert_graph_equal(model, text)

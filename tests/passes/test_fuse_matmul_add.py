@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from mp_testing import model_from_text, node_ops
+from mp_testing import assert_graph_equal, init, model_from_text, node_ops, refusals
 
 from modelpress.passes import optimize
 from modelpress.verify import verify
@@ -43,42 +43,65 @@ def run(t: str):
 )
 def test_becomes_gemm(rng, bias_shape, body):
     before, result = run(text(rng, bias_shape=bias_shape, body=body))
-    assert [op for op in node_ops(result.model) if op != "Constant"] == ["Gemm"]
+    g = before.graph
+    w = g.initializers["W"].const_value.numpy()
+    bias = np.array([1, 2, 3, 4], np.float32) if "Constant" in body else g.initializers["b"].const_value.numpy()
+    gemm_bias = f"b = Constant <value = {init('v', bias)}> ()\n" if "Constant" in body else ""
+    assert_graph_equal(
+        result.model,
+        f"""
+        <ir_version: 8, opset_import: ["" : 13]>
+        g (float[N, 6] x) => (float[N, 4] y) <{init("W", w)}{"" if gemm_bias else ", " + init("b", bias)}> {{
+          {gemm_bias}y = Gemm(x, W, b)
+        }}
+        """,
+    )
     check = verify(before, result.model, dims={"N": 5}, rtol=1e-6, atol=1e-6)
     assert check.passed, check.to_dict()
 
 
 def test_transposed_weight_becomes_trans_b(rng):
     body = "wt = Transpose <perm = [1, 0]> (W)\n m = MatMul(x, wt)\n y = Add(m, b)"
-    before, result = run(text(rng, body=body, wshape=(4, 6)))
-    assert node_ops(result.model) == ["Gemm"]
-    gemm = result.model.graph.node(0)
-    assert gemm.attributes["transB"].value == 1 and gemm.inputs[1].name == "W"
+    t = text(rng, body=body, wshape=(4, 6))
+    before, result = run(t)
+    assert_graph_equal(
+        result.model,
+        t.replace(body, "y = Gemm <transB = 1> (x, W, b)"),
+    )
+    assert result.model.graph.node(0).inputs[1].name == "W"
     check = verify(before, result.model, dims={"N": 3}, rtol=1e-6, atol=1e-6)
     assert check.passed, check.to_dict()
 
 
 @pytest.mark.parametrize(
-    "why, kwargs",
+    "reason, kwargs",
     [
-        ("rank-3 input: Gemm needs 2-D A", {"x": "2, 3, 6", "y": "2, 3, 4"}),
-        ("bias over rows, not the last axis", {"bias_shape": (5, 1), "x": "5, 6", "y": "5, 4"}),
-        ("product also a graph output", {"body": "m = MatMul(x, W)\n y = Add(m, b)\n m2 = Identity(m)"}),
+        ("the input is not known to be 2-D: Gemm takes a 2-D A", {"x": "2, 3, 6", "y": "2, 3, 4"}),
+        ("the bias, shaped (5, 1), does not broadcast along the last axis only", {"bias_shape": (5, 1), "x": "5, 6", "y": "5, 4"}),
+        ("the product has other readers or is a graph output: Gemm yields only product + bias", {"body": "m = MatMul(x, W)\n y = Add(m, b)\n m2 = Identity(m)"}),
     ],
 )
-def test_must_not_fire(rng, why, kwargs):
+def test_must_not_fire(rng, reason, kwargs):
     t = text(rng, **kwargs)
     if "m2" in t:
         t = t.replace("=> (float[N, 4] y)", "=> (float[N, 4] y, float[N, 4] m2)")
-    _, result = run(t)
-    assert "MatMul" in node_ops(result.model) and "Add" in node_ops(result.model), why
-    assert result.passes[0].rewrites == 0
+    model = model_from_text(t)
+    assert refusals(model, "fuse-matmul-add") == [reason]
+    assert_graph_equal(model, t)
 
 
 def test_non_constant_bias_is_kept(rng):
     t = text(rng).replace("(float[N, 6] x)", "(float[N, 6] x, float[4] b)").replace(", float[4] b = ", ", float[4] unused = ")
     _, result = run(t)
     assert node_ops(result.model) == ["MatMul", "Add"]
+    assert refusals(model_from_text(t), "fuse-matmul-add") == ["the bias is not a constant"]
+
+
+def test_before_opset_7_nothing_is_fused(rng):
+    t = text(rng, opset=6)
+    model = model_from_text(t)
+    assert refusals(model, "fuse-matmul-add") == ["opset < 7: Gemm's broadcast of C starts at opset 7"]
+    assert_graph_equal(model, t)
 
 
 def test_inside_if_branch_keeps_names_unique(rng):
@@ -98,8 +121,12 @@ def test_inside_if_branch_keeps_names_unique(rng):
     """
     before, result = run(t)
     assert result.passes[0].rewrites == 2
-    then = result.model.graph.node(1).attributes["then_branch"].value
-    assert [n.op_type for n in then] == ["Gemm", "Relu"]
+    assert_graph_equal(
+        result.model,
+        t.replace("m0 = MatMul(x, W)\n      y2 = Add(m0, b)", "y2 = Gemm(x, W, b)").replace(
+            "m = MatMul(x, W)\n                        s = Add(m, b)", "s = Gemm(x, W, b)"
+        ),
+    )
     x = rng.standard_normal((3, 6)).astype(np.float32)
     for cond in (True, False):
         check = verify(before, result.model, inputs={"cond": np.array(cond), "x": x}, rtol=1e-6, atol=1e-6)

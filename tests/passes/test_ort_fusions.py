@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+from mp_testing import assert_graph_equal, model_from_text, refusals
 from onnx import TensorProto, helper, numpy_helper
 
 from modelpress.ir import from_proto
@@ -102,6 +103,7 @@ def test_nothing_to_fuse_leaves_the_model_alone():
     assert not p(model).modified
     assert p.rewrites == 0 and model.graph is graph
     assert METADATA_KEY not in model.metadata_props
+    assert_graph_equal(model, from_proto(proto))
 
 
 def test_external_data_round_trip_through_ort():
@@ -110,3 +112,39 @@ def test_external_data_round_trip_through_ort():
     assert any(n.domain.startswith("com.microsoft") for n in optimized.graph)
     # the weights came back into memory: the model still runs after the temporary folder is gone
     assert verify(proto, optimized, dims={"N": 2}, rtol=1e-5, atol=1e-6).passed
+
+
+def test_extended_level_fuses_conv_and_relu_into_one_contrib_op():
+    text = """
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[N, 3, 8, 8] x) => (float[N, 4, 8, 8] y) <float[4, 3, 1, 1] w = {1,2,3,4,5,6,7,8,9,10,11,12}, float[4] b = {1, 2, 3, 4}> {
+      c = Conv<pads = [0, 0, 0, 0]>(x, w, b)
+      y = Relu(c)
+    }
+    """
+    model = model_from_text(text)
+    p = OrtFusions()
+    p.ort_level = "extended"  # portable: "all" picks an NCHWc block size for this CPU
+    p(model)
+    expected = from_proto(onnx.parser.parse_model(text.replace(
+        "c = Conv<pads = [0, 0, 0, 0]>(x, w, b)\n      y = Relu(c)",
+        'y = com.microsoft.FusedConv<activation = "Relu", auto_pad = "NOTSET", group = 1, pads = [0, 0, 0, 0]>(x, w, b)',
+    ).replace('["" : 17]', '["" : 17, "com.microsoft" : 1]')))
+    # ORT imports every domain it knows; which ones depends on its version
+    assert {"": 17, "com.microsoft": 1}.items() <= dict(model.opset_imports).items()
+    expected.opset_imports.update(model.opset_imports)
+    assert_graph_equal(model, expected)
+
+
+def test_a_model_onnxruntime_cannot_load_is_left_as_it_is():
+    text = """
+    <ir_version: 8, opset_import: ["" : 17, "custom" : 1]>
+    g (float[2] x) => (float[2] y) {
+      r = Relu(x)
+      y = custom.Unknown(r)
+    }
+    """
+    model = from_proto(onnx.parser.parse_model(text))
+    reasons = refusals(model, "ort-fusions")
+    assert len(reasons) == 1 and reasons[0].startswith("ONNX Runtime's optimizer failed:")
+    assert_graph_equal(model, from_proto(onnx.parser.parse_model(text)))

@@ -1,9 +1,12 @@
 """Hardware advisor: which accelerator runs a workload, how fast, at what cost.
 
-``catalog`` (devices with a source for every number), ``estimate`` (roofline time, memory fit,
-batch search), ``cost`` (cloud and owned), ``recommend`` (ranked devices per scenario),
+``catalog`` (devices with a source for every number), ``clocks`` (what a power-limited card
+sustains), ``estimate`` (roofline time, memory fit, batch search), ``cost`` (cloud and owned),
+``recommend`` (ranked devices per scenario), ``service`` (how many replicas of each device serve
+a request rate at a p99 latency, with ``batching``: the batches dynamic batching forms and the
+latency they give, ``curve``/``measured``: service time per batch, estimated or measured here),
 ``calibrate`` (this CPU, measured against the prediction) and ``published`` (the published
-measurements the efficiency factors are fitted on).
+measurements the efficiency factors are fitted on and checked against).
 """
 
 from modelpress.advisor.catalog import GPU, Catalog, load_catalog
@@ -17,6 +20,7 @@ from modelpress.advisor.estimate import (
     time_to_train,
 )
 from modelpress.advisor.recommend import NoViableDeviceError, Recommendation, Request, recommend
+from modelpress.advisor.service import NoServiceError, ServiceOption, ServicePlan, plan_service
 
 __all__ = [
     "DEFAULT_EFFICIENCY",
@@ -25,15 +29,19 @@ __all__ = [
     "Cost",
     "Efficiency",
     "Estimate",
+    "NoServiceError",
     "NoViableDeviceError",
     "Pricing",
     "Recommendation",
     "Request",
+    "ServiceOption",
+    "ServicePlan",
     "best_under_latency",
     "cost_of",
     "estimate",
     "load_catalog",
     "max_batch",
+    "plan_service",
     "recommend",
     "time_to_train",
 ]

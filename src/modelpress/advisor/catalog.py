@@ -11,7 +11,12 @@ model off for the device.
 Users add or override entries with a CSV or JSON file of the same columns (``load_catalog(extra=)``):
 a row whose name matches an entry replaces the fields it fills, any other row is a new entry.
 Names match loosely: case, punctuation, vendor words and ``SXM4``/``SXM5`` spelling are ignored,
-and every word of the query must appear in the entry's name or aliases.
+and every word of the query must appear in the entry's name or aliases. A name several variants
+share ("V100", "A100 80GB") resolves to the most common variant (the entry whose ``default_for``
+lists it, with the reason in ``src_default``) and ``Catalog.lookup`` says so in a note.
+
+``base_clock_mhz`` / ``boost_clock_mhz`` (``src_clock``) feed the sustained-clock model of
+``sustained_clock``: a power-limited card does not hold the boost clock its datasheet peaks assume.
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ NUMERIC = (
     "nvlink_max_gpus",
     "pcie_gbs",
     "sm_count",
+    "base_clock_mhz",
+    "boost_clock_mhz",
+    "l2_mb",
     "launch_year",
     "price_usd",
     "cloud_usd_hr",
@@ -63,6 +71,8 @@ SOURCE_OF = {
     ),
     "matmul_bf16_tflops_measured": "src_measured",
     "sm_count": "src_sm",
+    **dict.fromkeys(("base_clock_mhz", "boost_clock_mhz"), "src_clock"),
+    "l2_mb": "src_l2",
     "tdp_w": "src_power",
     **dict.fromkeys(("nvlink_gbs", "nvlink_max_gpus", "pcie_gbs"), "src_interconnect"),
     "price_usd": "src_price",
@@ -109,21 +119,45 @@ class GPU:
     nvlink_max_gpus: float | None = None
     pcie_gbs: float | None = None  # bidirectional
     sm_count: float | None = None  # streaming multiprocessors (NVIDIA) / compute units (AMD)
+    # clock guaranteed at the TDP under a worst-case load, and the rated boost clock that the
+    # datasheet peaks assume (see ``sustained_clock``)
+    base_clock_mhz: float | None = None
+    boost_clock_mhz: float | None = None
+    l2_mb: float | None = None  # last-level cache: activations that fit stay on chip
     form_factor: str = ""
     launch_year: float | None = None
     price_usd: float | None = None
     cloud_usd_hr: float | None = None
     aliases: tuple[str, ...] = ()
+    # loose names this entry answers for when several variants match (the most common one)
+    default_for: tuple[str, ...] = ()
     sources: tuple[tuple[str, str], ...] = ()  # (source column, text)
     changes: str = ""
 
     def peak_tflops(self, precision: str) -> tuple[float, str] | None:
-        """Dense peak for ``precision`` (TFLOPS or TOPS) and the precision it really runs at."""
-        for p in _FALLBACK[precision]:
-            value = getattr(self, _PEAK_FIELD[p])
-            if value:
-                return float(value), p
-        return None
+        """Dense peak for ``precision`` (TFLOPS or TOPS) and the precision it really runs at.
+
+        A float precision the device lacks runs at the first fallback it has. An 8-bit precision
+        is a permission, not an obligation: an inference engine (TensorRT picks the fastest
+        kernel per layer) runs 16-bit kernels where they are faster, so 8-bit work gets the best
+        peak of the chain (the V100's INT8 is DP4A on the CUDA cores at 62.8 TOPS, half its FP16
+        tensor peak, and TensorRT INT8 BERT runs at its FP16 speed).
+        """
+        found = [
+            (float(getattr(self, _PEAK_FIELD[p])), p)
+            for p in _FALLBACK[precision]
+            if getattr(self, _PEAK_FIELD[p])
+        ]
+        if not found:
+            return None
+        if precision in ("int8", "fp8"):
+            return max(found, key=lambda f: f[0])  # the first on a tie
+        return found[0]
+
+    def own_peak(self, precision: str) -> float | None:
+        """The catalog's peak for ``precision`` itself (no fallback), None when it has none."""
+        value = getattr(self, _PEAK_FIELD[precision])
+        return float(value) if value else None
 
     def vector_tflops(self) -> float:
         """Peak of the non-tensor (vector) units, which run elementwise ops."""
@@ -170,8 +204,12 @@ def _gpu_from_row(
             values[key] = str(row[key]).strip()
     if str(row.get("aliases") or "").strip():
         values["aliases"] = tuple(a.strip() for a in str(row["aliases"]).split(";") if a.strip())
+    if str(row.get("default_for") or "").strip():
+        values["default_for"] = tuple(
+            a.strip() for a in str(row["default_for"]).split(";") if a.strip()
+        )
     sources = dict(base.sources) if base else {}
-    for key in set(SOURCE_OF.values()):
+    for key in (*set(SOURCE_OF.values()), "src_default"):
         if str(row.get(key) or "").strip():
             sources[key] = str(row[key]).strip()
     for key in values:
@@ -220,25 +258,47 @@ class Catalog:
         return [g.name for g in self.gpus]
 
     def find(self, query: str) -> GPU:
-        """The one entry ``query`` names (loose match); ambiguous or unknown names are errors."""
+        """The one entry ``query`` names (see ``lookup``)."""
+        return self.lookup(query).gpu
+
+    def lookup(self, query: str) -> Lookup:
+        """The entry ``query`` names, loosely, and a note when the name was ambiguous.
+
+        Every word of the query must appear in an entry's name or aliases. One entry whose name
+        or alias is exactly the query wins; so does a single match. A name that several variants
+        share (``V100 16GB``: SXM2 and PCIe) resolves to the entry whose ``default_for`` lists it,
+        the most common variant, with a note saying so and why (``src_default``). Any other
+        ambiguity, or no match, is an error that lists the candidates or suggests close names.
+        """
         q = _tokens(query)
         if not q:
             raise OptionError(f"--gpu {query!r}: empty name")
-        matches = []
+        matches, exact = [], []
         for gpu in self.gpus:
-            for label in (gpu.name, *gpu.aliases):
-                t = _tokens(label)
-                if set(q) <= set(t):
-                    matches.append((gpu, t == q))
-                    break
-        exact = [g for g, is_exact in matches if is_exact]
+            labels = [_tokens(label) for label in (gpu.name, *gpu.aliases)]
+            if any(set(q) <= set(t) for t in labels):
+                matches.append(gpu)
+                if q in labels:
+                    exact.append(gpu)
         if len(exact) == 1:
-            return exact[0]
+            return Lookup(exact[0])
         if len(matches) == 1:
-            return matches[0][0]
+            return Lookup(matches[0])
         if matches:
+            common = [g for g in matches if q in map(_tokens, g.default_for)]
+            if len(common) == 1:
+                gpu = common[0]
+                # the reason, without its sources (in parentheses; the catalog has them)
+                why = dict(gpu.sources).get("src_default", "").split(" (")[0]
+                others = ", ".join(g.name for g in matches if g is not gpu)
+                note = (
+                    f"{query!r} also fits {others}; took {gpu.name}, the most common variant"
+                    + (f": {why}" if why else "")
+                    + "; name the variant to choose another"
+                )
+                return Lookup(gpu, note)
             raise OptionError(
-                f"--gpu {query!r} is ambiguous: it matches {', '.join(g.name for g, _ in matches)}; name one"
+                f"--gpu {query!r} is ambiguous: it matches {', '.join(g.name for g in matches)}; name one"
             )
         labels = {
             " ".join(_tokens(label)): g.name for g in self.gpus for label in (g.name, *g.aliases)
@@ -250,6 +310,14 @@ class Catalog:
             else "; see `modelpress advise --list-gpus`"
         )
         raise OptionError(f"--gpu {query!r}: no such accelerator in the catalog{hint}")
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """The entry a name resolved to, and the note to show when it was a loose name."""
+
+    gpu: GPU
+    note: str = ""
 
 
 def load_catalog(extra: list[str | Path] | None = None) -> Catalog:
@@ -284,4 +352,4 @@ def load_catalog(extra: list[str | Path] | None = None) -> Catalog:
 
 GPU_FIELDS = tuple(f.name for f in fields(GPU))
 
-__all__ = ["GPU", "NUMERIC", "PRECISIONS", "SOURCE_OF", "Catalog", "load_catalog"]
+__all__ = ["GPU", "NUMERIC", "PRECISIONS", "SOURCE_OF", "Catalog", "Lookup", "load_catalog"]

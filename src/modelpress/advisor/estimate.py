@@ -17,8 +17,16 @@ for the kernel's kind; vector ops use the FP32 vector peak. See ``efficiency.py`
   vanishes for large products. Applied to forward kernels whose output width is known
   (``Kernel.out_cols``) on devices whose SM count the catalog has; backward kernels (other
   output shapes) are left as they were.
-- Inference runs a compiled graph: elementwise ops and BatchNorm fuse into the producing kernel
-  (no launch, no extra memory trip). Training runs eagerly: every op is a kernel.
+- Clocks: peaks are scaled to the clock the card sustains at the pass's load (``clocks.py``); the
+  pass is timed at boost first to measure that load (the share of its time spent in kernels).
+- L2: the part of a kernel's activations (input and output, whole batch) that fits in the L2
+  cache stays on chip between producer and consumer; only the rest goes to DRAM. Weights always
+  come from DRAM (a pass reads each once).
+- Precision: 8-bit work runs at the better of the 8-bit and 16-bit rates (``GPU.peak_tflops``);
+  FP32 convolutions on SIMT cores take no conv factor (cuDNN's FP32 kernels run like SGEMM).
+- Inference runs a compiled graph (``engine="compiled"``): elementwise ops and BatchNorm fuse
+  into the producing kernel (no launch, no extra memory trip). ``engine="eager"`` (PyTorch
+  without a compiler) and training run every op as its own kernel at the host's dispatch cost.
 - Training: backward costs 2× the forward FLOPs and bytes, with two kernels (input and weight
   gradient) for ops with weights; then an optimizer step streams every parameter's state.
 - Data-parallel training on N devices all-reduces the gradients (ring: 2(N-1)/N × bytes over
@@ -38,12 +46,16 @@ import math
 from dataclasses import asdict, astuple, dataclass
 
 from modelpress.advisor.catalog import GPU
+from modelpress.advisor.clocks import sustained_clock
 from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from modelpress.errors import OptionError
 from modelpress.profile.training import is_mixed, precision_bytes, training_memory
 from modelpress.profile.workload import TENSOR_KINDS, Kernel, Workload
 
 TASKS = ("train", "infer")
+# How inference runs: a compiled engine (TensorRT, ONNX Runtime: fused epilogues, planned memory)
+# or eagerly, op by op (PyTorch without a compiler), priced like the forward pass of training.
+ENGINES = ("compiled", "eager")
 RUNTIME_OVERHEAD_GB = 1.0  # CUDA context, cuBLAS/cuDNN workspaces, engine buffers
 ALLOCATOR_SLACK = 1.10  # caching-allocator fragmentation
 COLLECTIVE_LATENCY_S = 10e-6  # fixed cost of one all-reduce call
@@ -64,6 +76,8 @@ class Roof:
     memory_gb: float
     precision_used: str
     sm_count: float | None = None  # streaming multiprocessors / compute units; None: no wave model
+    clock_note: str = ""  # set when the card cannot hold its boost clock under load
+    l2_bytes: float = 0.0  # last-level cache; 0: unknown (every activation goes to DRAM)
 
 
 @dataclass(frozen=True)
@@ -108,7 +122,11 @@ class Estimate:
         return d
 
 
-def roof_for(gpu: GPU, precision: str, eff: Efficiency = DEFAULT_EFFICIENCY) -> Roof:
+def roof_for(
+    gpu: GPU, precision: str, eff: Efficiency = DEFAULT_EFFICIENCY, *, activity: float = 1.0
+) -> Roof:
+    """What ``gpu`` offers a kernel at ``precision`` under a load that keeps it busy a share
+    ``activity`` of the time (1: a dense load that holds the card at its power limit; 0: boost)."""
     peak = gpu.peak_tflops(precision)
     if peak is None:
         raise OptionError(f"{gpu.name} has no {precision} (or fallback) peak in the catalog")
@@ -116,19 +134,24 @@ def roof_for(gpu: GPU, precision: str, eff: Efficiency = DEFAULT_EFFICIENCY) -> 
     # FP32 without tensor units runs on the SIMT cores, whose GEMMs get much closer to peak
     # (cuBLAS SGEMM reaches ~90%) than tensor-core GEMMs do.
     ceiling = eff.simt_ceiling if used == "fp32" else eff.gemm_ceiling
+    clock = sustained_clock(gpu, eff.clock_headroom, activity=activity)
+    tensor_clock = clock.fraction
     if gpu.matmul_bf16_tflops_measured and used != "fp32" and gpu.bf16_tflops:
         # the device's own measured ceiling; its software stack and clocks under load reach the
         # same fraction of the tensor peak at the other tensor precisions
         ceiling = gpu.matmul_bf16_tflops_measured / gpu.bf16_tflops
+        tensor_clock = 1.0  # the measurement ran at the clock the card sustains
     return Roof(
         gpu.name,
-        tflops,
-        gpu.vector_tflops(),
+        tflops * tensor_clock,
+        gpu.vector_tflops() * clock.fraction,
         gpu.memory_bandwidth_gbs,
         ceiling,
         gpu.memory_gb,
         used,
         gpu.sm_count,
+        clock.note if tensor_clock < 1 else "",
+        (gpu.l2_mb or 0.0) * 2**20,
     )
 
 
@@ -188,19 +211,29 @@ def _kernel_costs(
     eager: bool = False,
 ):
     """Per launched kernel: (kind, FLOPs, bytes, compute s, memory s, launches)."""
-    c_mult = eff.eager if eager else 1.0
+    # ``eager`` (fitted on training) covers what slows training kernels beyond missing fusion:
+    # autograd's backward kernels, BatchNorm statistics. Eager inference runs the same forward
+    # kernels as an engine, only unfused and dispatched op by op: no factor.
+    c_mult = eff.eager if eager and scale > 1 else 1.0
     bw = roof.bandwidth_gbs * 1e9 * eff.bandwidth * c_mult
     for kind, flops, weights, acts, out, cols in rows:
         launches = 2 if (scale > 1 and weights) else 1  # input- and weight-gradient kernels
         if kind in TENSOR_KINDS:
-            rate = roof.tensor_tflops * 1e12 * roof.gemm_ceiling * getattr(eff, kind) * c_mult
+            # the conv factor is the cost of feeding tensor cores from an implicit GEMM; FP32
+            # convolutions on the SIMT cores run as well as SGEMM (cuDNN's FP32 kernels, with
+            # Winograd for 3x3 layers)
+            factor = 1.0 if kind == "conv" and roof.precision_used == "fp32" else getattr(eff, kind)
+            rate = roof.tensor_tflops * 1e12 * roof.gemm_ceiling * factor * c_mult
             if roof.sm_count and cols and out and scale == 1:
                 # a tensor-parallel device computes its share of the output columns
                 rate *= gemm_utilisation(out * batch, cols / split, roof.sm_count)
         else:
             rate = roof.vector_tflops * 1e12 * roof.gemm_ceiling * c_mult
         f = scale * flops * batch / split
-        b = scale * (weights + acts * batch) * width / split
+        # activations that fit in the L2 cache stay on chip between producer and consumer; only
+        # the part of the kernel's input and output that does not fit goes to DRAM
+        act_bytes = max(0.0, scale * acts * batch * width / split - roof.l2_bytes)
+        b = scale * weights * width / split + act_bytes
         yield kind, f, b, f / rate, b / bw, launches
 
 
@@ -330,18 +363,66 @@ def estimate(
     optimizer: str = "adam",
     eff: Efficiency = DEFAULT_EFFICIENCY,
     roof: Roof | None = None,
+    engine: str = "compiled",
 ) -> Estimate:
-    """Throughput, latency and memory of ``workload`` on ``num_gpus`` × ``gpu`` at ``batch`` per device."""
+    """Throughput, latency and memory of ``workload`` on ``num_gpus`` × ``gpu`` at ``batch`` per
+    device; inference runs on a compiled ``engine`` (fused) or ``"eager"`` (op by op).
+
+    The clock depends on the load (``clocks.py``): the pass is first timed at the boost clock,
+    the share of its time spent running kernels (not in per-kernel launch gaps) is its activity,
+    and a card that cannot hold its boost clock at that activity is timed again at the clock it
+    sustains. A given ``roof`` is used as it is.
+    """
     if task not in TASKS:
         raise OptionError(f"--task {task!r}: choose one of {', '.join(TASKS)}")
+    if engine not in ENGINES:
+        raise OptionError(f"--engine {engine!r}: choose one of {', '.join(ENGINES)}")
     if batch < 1 or num_gpus < 1:
         raise OptionError("--batch and --num-gpus must be at least 1")
-    roof = roof or roof_for(gpu, precision, eff)
+    args = dict(
+        task=task,
+        precision=precision,
+        batch=batch,
+        num_gpus=num_gpus,
+        optimizer=optimizer,
+        eff=eff,
+        eager=engine == "eager",
+    )
+    if roof is not None:
+        return _estimate(workload, gpu, roof=roof, **args)[0]
+    boost = roof_for(gpu, precision, eff, activity=0.0)
+    first, activity = _estimate(workload, gpu, roof=boost, **args)
+    loaded = roof_for(gpu, precision, eff, activity=activity)
+    if (loaded.tensor_tflops, loaded.vector_tflops) == (boost.tensor_tflops, boost.vector_tflops):
+        return first
+    return _estimate(workload, gpu, roof=loaded, **args)[0]
+
+
+def _estimate(
+    workload: Workload,
+    gpu: GPU,
+    *,
+    task: str,
+    precision: str,
+    batch: int,
+    num_gpus: int,
+    optimizer: str,
+    eff: Efficiency,
+    roof: Roof,
+    eager: bool,
+) -> tuple[Estimate, float]:
+    """The estimate on ``roof`` and the pass's activity (the share of its time in kernels)."""
     # a precision that falls back to a wider one also stores its tensors at the wider width
     width = max(precision_bytes(precision), precision_bytes(roof.precision_used))
     notes: list[str] = []
     if roof.precision_used != precision:
-        notes.append(f"no {precision} units: runs at the {roof.precision_used} rate")
+        notes.append(
+            f"{precision} is slower than {roof.precision_used} on this device: runs at the {roof.precision_used} rate"
+            if gpu.own_peak(precision)
+            else f"no {precision} units: runs at the {roof.precision_used} rate"
+        )
+    if roof.clock_note:
+        notes.append(roof.clock_note)
     link = gpu.link_gbs(num_gpus) if num_gpus > 1 else None
     if num_gpus > 1 and link is None:
         raise OptionError(
@@ -385,6 +466,7 @@ def estimate(
             )
         step = fwd + bwd + opt
         seconds = fwd.seconds + max(bwd.seconds, comm) + opt.seconds
+        activity = (step.compute_s + step.memory_s) / step.seconds
         throughput = (
             batch
             * num_gpus
@@ -397,8 +479,8 @@ def estimate(
         if is_mixed(precision):
             notes.append("mixed precision: fp32 master weights and optimizer state")
     else:
-        rows = _kernel_rows(workload.kernels, fuse=True)
-        fwd = _time(rows, batch, roof, eff, width, split=split)
+        rows = _kernel_rows(workload.kernels, fuse=not eager)
+        fwd = _time(rows, batch, roof, eff, width, split=split, eager=eager)
         if split > 1:
             row_parallel = [r for r in rows if r[0] == "matmul" and r[2]][1::2]
             # activations of a row-parallel product's output, summed across devices
@@ -411,8 +493,8 @@ def estimate(
             )
         replicas = num_gpus if split == 1 else 1
         if workload.is_generative:
-            dec_rows = _kernel_rows(workload.decode, fuse=True)
-            step_t = _time(dec_rows, batch, roof, eff, width, split=split)
+            dec_rows = _kernel_rows(workload.decode, fuse=not eager)
+            step_t = _time(dec_rows, batch, roof, eff, width, split=split, eager=eager)
             dec_comm = comm / max(workload.tokens_per_sample, 1) if split > 1 else 0.0
             decode_s = step_t.seconds + dec_comm
             total = fwd.seconds + comm + workload.gen_tokens * decode_s
@@ -423,19 +505,26 @@ def estimate(
                 + workload.gen_tokens * sum(k.flops for k in workload.decode) * batch
             )
             seconds = total
+            activity = (
+                fwd.compute_s
+                + workload.gen_tokens * step_t.compute_s
+                + fwd.memory_s
+                + workload.gen_tokens * step_t.memory_s
+            ) / total
             bound = step_t.bound
             notes.append(
                 f"prefill {fwd.seconds * 1e3:.1f} ms, {workload.gen_tokens} decode steps of {decode_s * 1e3:.2f} ms"
             )
         else:
             seconds = fwd.seconds + comm
+            activity = (fwd.compute_s + fwd.memory_s) / seconds
             throughput = replicas * batch / seconds
             latency = seconds
             flops = workload.flops_per_sample * batch
             bound = "interconnect" if comm > fwd.seconds else fwd.bound
     if not fits:
         notes.append(f"needs {need_gb:.1f} GB per device, has {roof.memory_gb:g} GB")
-    return Estimate(
+    est = Estimate(
         gpu=gpu.name,
         num_gpus=num_gpus,
         task=task,
@@ -453,6 +542,7 @@ def estimate(
         achieved_tflops=flops / seconds / 1e12 / (split if split > 1 else 1),
         notes=tuple(notes),
     )
+    return est, activity
 
 
 def max_batch(
@@ -512,10 +602,15 @@ def best_under_latency(
     precision: str,
     num_gpus: int = 1,
     eff: Efficiency = DEFAULT_EFFICIENCY,
+    cap: int = MAX_BATCH,
 ) -> Estimate | None:
-    """The inference batch with the highest throughput whose latency meets ``latency_ms``
-    (None when even batch 1 misses it or nothing fits). Latency grows with the batch."""
-    top = max_batch(workload, gpu, task="infer", precision=precision, num_gpus=num_gpus, eff=eff)
+    """The inference batch (at most ``cap``) with the highest throughput whose latency meets
+    ``latency_ms`` (None when even batch 1 misses it or nothing fits). Latency grows with the
+    batch."""
+    top = min(
+        cap,
+        max_batch(workload, gpu, task="infer", precision=precision, num_gpus=num_gpus, eff=eff),
+    )
     if top == 0:
         return None
 
@@ -542,6 +637,7 @@ def time_to_train(est: Estimate, amount: float) -> float:
 
 
 __all__ = [
+    "ENGINES",
     "GEMM_TILES",
     "TASKS",
     "Estimate",

@@ -12,11 +12,16 @@ convolutions on Ampere and later); a row without a batch size runs at the larges
 at most ``DEFAULT_BATCH_CAP``. GEMM rows are predicted as the dense peak × ``gemm_ceiling``
 (never from the device's own measured ceiling, which comes from these same rows).
 
-``advisor/data/published_inference.csv`` is a HELD-OUT set of single-GPU inference throughputs
-(NVIDIA TensorRT demoBERT on A100, TensorRT-LLM GPT-J 6B and Llama-2-7B on H100, L40S, A100),
-with a source per row. Nothing is fitted to it: ``benchmarks/bench_advisor.py`` only reports the
-advisor's error on it. Latency rows (``avg_latency_ms``) become sequences/s = batch / latency;
-LLM rows are output tokens/s (batch × generated tokens / time for prefill plus decode).
+``advisor/data/published_inference.csv`` is a HELD-OUT set of single-GPU inference throughputs,
+with a source per row: NVIDIA TensorRT demoBERT (A100, A30, T4, V100), MLPerf Inference ResNet-50
+Offline and SingleStream (TensorRT INT8 on A100, H100, L4, A10, A30, T4), NVIDIA's PyTorch
+ResNet-50 inference tables (eager, V100 and T4) and TensorRT-LLM GPT-J 6B / Llama-2-7B (H100,
+L40S, A100). Nothing is fitted to it: ``benchmarks/bench_advisor.py`` only reports the advisor's
+error on it. Latency rows (``avg_latency_ms``) become samples/s = batch / latency; throughput
+rows (``samples_per_s``) are taken as they are; LLM rows are output tokens/s (batch × generated
+tokens / time for prefill plus decode). ``engine`` says how the row ran (``tensorrt``: a compiled
+engine; ``pytorch``: eager). A GPU named loosely in the source ("V100 16GB") is written so in the
+file and resolved by the catalog's loose-name rule, whose note the row keeps.
 """
 
 from __future__ import annotations
@@ -125,24 +130,35 @@ class InferenceRow:
     gpu: str  # catalog name
     precision: str
     batch: int
-    seq: int  # (padded) sequence, or LLM prompt length
+    seq: int | None  # (padded) sequence, or LLM prompt length; None for CNNs
     gen_tokens: int  # LLM output length; 0 for encoders and CNNs
     measured: float  # per GPU, in ``unit``
     unit: str
     source: str
     note: str
+    engine: str = "compiled"  # how the published run executed: compiled or eager
+    gpu_note: str = ""  # the catalog's note when the source names the GPU loosely
 
     @property
     def label(self) -> str:
-        shape = f"in {self.seq} out {self.gen_tokens}" if self.gen_tokens else f"seq {self.seq}"
-        return f"{self.workload} {self.precision} b{self.batch} {shape} on {self.gpu}"
+        shape = (
+            f" in {self.seq} out {self.gen_tokens}"
+            if self.gen_tokens
+            else f" seq {self.seq}"
+            if self.seq
+            else ""
+        )
+        eager = " eager" if self.engine == "eager" else ""
+        return f"{self.workload} {self.precision}{eager} b{self.batch}{shape} on {self.gpu}"
 
 
 _INFER_METRICS = {
     # metric in the file -> (unit, conversion of the published value at a batch)
     "avg_latency_ms": ("samples/s", lambda value, batch: batch * 1e3 / value),
     "output_tokens_per_s": ("tokens/s", lambda value, batch: value),
+    "samples_per_s": ("samples/s", lambda value, batch: value),
 }
+_ENGINE = {"tensorrt": "compiled", "pytorch": "eager"}
 
 
 def load_published_inference(catalog: Catalog) -> list[InferenceRow]:
@@ -153,22 +169,31 @@ def load_published_inference(catalog: Catalog) -> list[InferenceRow]:
     )
     rows = []
     for n, raw in enumerate(csv.DictReader(text.splitlines()), start=2):
-        if raw["metric"] not in _INFER_METRICS or not raw["source"].strip():
-            raise OptionError(f"published_inference.csv line {n}: unknown metric or no source")
+        if (
+            raw["metric"] not in _INFER_METRICS
+            or raw["engine"] not in _ENGINE
+            or not raw["source"].strip()
+        ):
+            raise OptionError(
+                f"published_inference.csv line {n}: unknown metric or engine, or no source"
+            )
         unit, convert = _INFER_METRICS[raw["metric"]]
         batch = int(raw["batch"])
+        found = catalog.lookup(raw["gpu"])
         rows.append(
             InferenceRow(
                 workload=raw["workload"],
-                gpu=catalog.find(raw["gpu"]).name,
+                gpu=found.gpu.name,
                 precision=raw["precision"],
                 batch=batch,
-                seq=int(raw["seq"]),
+                seq=int(raw["seq"]) if raw["seq"].strip() else None,
                 gen_tokens=int(raw["gen_tokens"]),
                 measured=convert(float(raw["value"]), batch),
                 unit=unit,
                 source=raw["source"],
                 note=raw["note"],
+                engine=_ENGINE[raw["engine"]],
+                gpu_note=found.note,
             )
         )
     return rows
@@ -184,6 +209,7 @@ def predict_inference(row: InferenceRow, catalog: Catalog, eff: Efficiency):
         precision=row.precision,
         batch=row.batch,
         eff=eff,
+        engine=row.engine,
     )
 
 

@@ -1,11 +1,23 @@
-"""modelpress advise: which accelerator runs a workload, how fast, at what cost."""
+"""modelpress advise: which accelerator runs a workload, how fast, at what cost; with ``--qps``,
+how many of each serve that traffic at a tail latency."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from modelpress.cli._common import console, write_json
+from modelpress.cli._common import console
+from modelpress.cli.options import (
+    Recorder,
+    add_list,
+    add_model,
+    add_record,
+    add_report,
+    add_shapes,
+    dims,
+    listed,
+    shapes,
+)
 from modelpress.errors import OptionError
 
 
@@ -15,25 +27,30 @@ def add_parser(sub) -> None:
 
     p = sub.add_parser(
         "advise",
-        help="rank accelerators for a model: fit, throughput, latency, cost",
+        help="rank accelerators for a model, or plan a service: how many of each GPU serve --qps at --p99-ms",
         description=(
             "Estimate, for each accelerator in the catalog (or those named with --gpu), whether a "
             "workload fits, its throughput and latency (roofline per kernel with fitted efficiency "
             "factors) and what it costs to rent or own; rank them for the scenario asked: training, "
-            "online inference (--latency-ms), batch inference, or edge (--power-cap-w)."
+            "online inference (--latency-ms), batch inference, or edge (--power-cap-w). With --qps "
+            "and --p99-ms, plan a service instead: the replicas of each GPU (and of this machine's "
+            "CPU, measured) that serve the traffic with dynamic batching at that tail latency, the "
+            "batches they form, the serve settings to use and the cost per million requests."
         ),
         epilog=(
             "examples:\n"
+            "  modelpress advise model.onnx --qps 2000 --p99-ms 50\n"
+            "  modelpress advise --workload bert-base --precision int8 --qps 500 --p99-ms 20 --gpu L4,T4,A10\n"
             "  modelpress advise --workload resnet50 --task infer --precision int8 --latency-ms 5\n"
             "  modelpress advise --workload bert-large --precision int8 --batch 256 --avg-seq 170 --gpu L4  # padding-free\n"
-            "  modelpress advise --workload llama-2-7b --task infer --precision fp16 --batch 16 --seq 1024 --gpu h100-sxm a100-sxm-80gb\n"
+            "  modelpress advise --workload llama-2-7b --task infer --precision fp16 --batch 16 --seq 1024 --gpu h100-sxm,a100-sxm-80gb\n"
             "  modelpress advise model.onnx --task train --precision fp16 --batch 64 --num-gpus 8 --json out.json --html out.html\n"
             "  modelpress advise config.json --task infer --precision bf16 --gpu L4 --calibrate"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "model", nargs="?", help="an .onnx model or a Hugging Face config.json of a decoder LLM"
+    add_model(
+        p, required=False, help="an .onnx model or a Hugging Face config.json of a decoder LLM"
     )
     p.add_argument(
         "--workload", choices=list(WORKLOADS), help="a built-in workload instead of a file"
@@ -74,12 +91,11 @@ def add_parser(sub) -> None:
         default=128,
         help="tokens generated per request by decoder LLMs (default 128)",
     )
-    p.add_argument(
+    add_list(
+        p,
         "--gpu",
-        nargs="+",
-        action="extend",
         metavar="NAME",
-        help="candidate devices (loose names; default: the whole catalog)",
+        help="candidate devices, loose names (default: the whole catalog)",
     )
     p.add_argument(
         "--num-gpus",
@@ -134,12 +150,47 @@ def add_parser(sub) -> None:
         action="store_true",
         help="measure this CPU (matmul, memory copy, the .onnx model under ONNX Runtime) against the prediction",
     )
+    s = p.add_argument_group("service planning (with --qps)")
+    s.add_argument("--qps", type=float, help="requests per second the service must handle")
+    s.add_argument("--p99-ms", type=float, help="99th-percentile latency target per request, ms")
+    s.add_argument(
+        "--max-batch",
+        type=int,
+        metavar="N",
+        help="cap on the batch a replica takes (default: planned)",
+    )
+    s.add_argument(
+        "--max-delay-ms",
+        type=float,
+        metavar="D",
+        help="fix how long a batch waits for more requests (default: planned)",
+    )
+    s.add_argument(
+        "--engine",
+        choices=("compiled", "eager"),
+        default="compiled",
+        help="how the GPUs run the model: a compiled engine (TensorRT, ONNX Runtime) or eager PyTorch",
+    )
+    s.add_argument(
+        "--no-cpu", action="store_true", help="do not measure the .onnx model on this machine's CPU"
+    )
+    add_list(
+        s,
+        "--measured",
+        metavar="FILE",
+        help="`modelpress bench --json` records of the model on the CPU option, instead of measuring it",
+    )
+    s.add_argument(
+        "--cpu-usd-hr",
+        type=float,
+        help="rent of this machine per hour (default: its vCPUs at a cloud price)",
+    )
+    s.add_argument("--cpu-own-usd-hr", type=float, help="cost of owning this machine per hour")
+    add_shapes(p)
     p.add_argument("--list-gpus", action="store_true", help="print the catalog and exit")
-    p.add_argument("--json", metavar="FILE", help="write the recommendation as JSON")
-    p.add_argument("--html", metavar="FILE", help="write an HTML page with the ranking and plots")
-    from modelpress.cli.options import add_report
-
+    add_record(p)
     add_report(p)
+    p.add_argument("--html", metavar="FILE", help="write an HTML page with the ranking and plots")
     p.set_defaults(func=run)
 
 
@@ -168,11 +219,13 @@ def _workload(args):
             cfg, seq=seq, gen_tokens=args.gen_tokens if args.task == "infer" else 0
         ), None
     if path.suffix.lower() == ".onnx":
-        from modelpress.ir import load
+        from modelpress.cli.options import open_model
         from modelpress.profile.workload import workload_from_onnx
 
-        model = load(path)
-        return workload_from_onnx(model, name=path.stem, seq=args.seq), model
+        model = open_model(path, args)
+        return workload_from_onnx(
+            model, name=path.stem, seq=args.seq, dims=dims(args), shapes=shapes(args)
+        ), model
     raise OptionError(f"{path}: expected an .onnx model or a config.json")
 
 
@@ -182,9 +235,8 @@ def run(args) -> int:
     from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY
     from modelpress.advisor.recommend import Request, recommend
 
+    recorder = Recorder("advise", args)
     args.task = {"training": "train", "inference": "infer"}.get(args.task, args.task)
-    if args.model is None and args.gpu and args.gpu[-1].lower().endswith((".onnx", ".json")):
-        args.model = args.gpu.pop()  # `--gpu A B model.onnx`: the greedy list took the model
     catalog = load_catalog(args.catalog)
     if args.list_gpus:
         _print_catalog(catalog)
@@ -193,13 +245,25 @@ def run(args) -> int:
         ("--batch", args.batch),
         ("--seq", args.seq),
         ("--num-gpus", args.num_gpus),
+        ("--max-batch", args.max_batch),
     ):
         if value is not None and value < 1:
             raise OptionError(f"{name} must be at least 1")
+    if (args.qps is None) != (args.p99_ms is None):
+        raise OptionError("service planning needs both --qps and --p99-ms")
     workload, model = _workload(args)
-    candidates = (
-        [catalog.find(n) for n in dict.fromkeys(args.gpu)] if args.gpu else list(catalog.gpus)
+    found = [catalog.lookup(n) for n in dict.fromkeys(listed(args.gpu))]
+    for f in found:
+        if f.note:
+            console.print(f"note: {f.note}", soft_wrap=True)
+    candidates = [f.gpu for f in found] or list(catalog.gpus)
+    pricing = Pricing(
+        life_years=args.life_years,
+        electricity_usd_kwh=args.electricity,
+        utilization=args.utilization,
     )
+    if args.qps is not None:
+        return _plan(args, recorder, workload, model, candidates, found, pricing)
     req = Request(
         task=args.task,
         precision=args.precision,
@@ -210,11 +274,6 @@ def run(args) -> int:
         amount=args.samples,
         optimizer=args.optimizer,
     )
-    pricing = Pricing(
-        life_years=args.life_years,
-        electricity_usd_kwh=args.electricity,
-        utilization=args.utilization,
-    )
     calibration = None
     if args.calibrate:
         from modelpress.advisor.calibrate import calibrate_cpu
@@ -223,27 +282,28 @@ def run(args) -> int:
             calibration = calibrate_cpu(workload, model=model, batch=args.batch or 1, seq=args.seq)
     rec = recommend(workload, candidates, req, eff=DEFAULT_EFFICIENCY, pricing=pricing)
     _print(rec, workload, calibration)
-    data = {
-        "workload": _workload_dict(workload),
-        "scenario": rec.scenario,
-        "request": dict(req.__dict__),
-        "pricing": dict(pricing.__dict__),
-        "efficiency": DEFAULT_EFFICIENCY.to_dict(),
-        "devices": [r.to_dict() for r in rec.rows],
-        "calibration": calibration.to_dict() if calibration else None,
-    }
-    if args.json:
-        write_json(args.json, data)
+    recorder.write(
+        {
+            "workload": _workload_dict(workload),
+            "scenario": rec.scenario,
+            "request": dict(req.__dict__),
+            "pricing": dict(pricing.__dict__),
+            "efficiency": DEFAULT_EFFICIENCY.to_dict(),
+            "devices": [r.to_dict() for r in rec.rows],
+            "gpu_notes": [f.note for f in found if f.note],
+            "calibration": calibration.to_dict() if calibration else None,
+        },
+        models={"model": model} if model is not None else None,
+        charts=_charts(rec, workload) if recorder.wanted else None,
+    )
     if args.html:
         _write_html(args.html, rec, workload, calibration)
-    if args.report:
-        _write_report(args, data, rec, workload, model)
     return 0
 
 
-def _write_report(args, data, rec, workload, model) -> None:
-    """``--report``: the page of this run, through the report's record (cards, charts)."""
-    from modelpress.cli.options import Recorder
+def _charts(rec, workload) -> dict:
+    """The record's charts (``--report``, ``--json``): the advisor's costs and the roofline on
+    the device ranked first."""
     from modelpress.report.cards import costs_data, roofline_of_workload
 
     charts = {"costs": costs_data(rec)}
@@ -252,7 +312,53 @@ def _write_report(args, data, rec, workload, model) -> None:
         charts["roofline"] = roofline_of_workload(
             workload, best.gpu, precision=rec.request.precision, batch=best.estimate.batch
         )
-    Recorder("advise", args).write_page(data, models={"model": model} if model is not None else None, charts=charts)
+    return charts
+
+
+def _plan(args, recorder, workload, model, candidates, found, pricing) -> int:
+    """``--qps``/``--p99-ms``: plan the service on every candidate and this machine's CPU."""
+    from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY
+    from modelpress.advisor.measured import measure_curve, record_curve, this_machine
+    from modelpress.advisor.service import plan_service
+
+    if args.task != "infer":
+        raise OptionError("--qps plans an inference service: drop --task train")
+    machine = None
+    measured = listed(args.measured)
+    if measured:
+        machine = this_machine(
+            record_curve(measured), cloud_usd_hr=args.cpu_usd_hr, own_usd_hr=args.cpu_own_usd_hr
+        )
+    elif model is not None and not args.no_cpu:
+        with console.status("measuring the model on this CPU (ONNX Runtime)"):
+            curve = measure_curve(
+                model,
+                target_s=args.p99_ms / 1e3,
+                dims=dims(args),
+                shapes=shapes(args),
+                limit=args.max_batch or 256,
+            )
+        machine = this_machine(curve, cloud_usd_hr=args.cpu_usd_hr, own_usd_hr=args.cpu_own_usd_hr)
+    with console.status(f"planning {len(candidates)} devices"):
+        plan = plan_service(
+            workload,
+            candidates,
+            qps=args.qps,
+            p99_ms=args.p99_ms,
+            precision=args.precision,
+            machine=machine,
+            eff=DEFAULT_EFFICIENCY,
+            pricing=pricing,
+            max_batch=args.max_batch,
+            max_delay_ms=args.max_delay_ms,
+            engine=args.engine,
+            gpu_notes={f.gpu.name: f.note for f in found if f.note},
+        )
+    _print_plan(plan, workload, args.model)
+    recorder.write({"workload": _workload_dict(workload), "service": plan.to_dict()})
+    if args.html:
+        _write_plan_html(args.html, plan, workload, args.model)
+    return 0
 
 
 def _workload_dict(w) -> dict:
@@ -331,6 +437,66 @@ def _print(rec, workload, calibration) -> None:
         )
 
 
+def _print_plan(plan, workload, model_path) -> None:
+    from rich.table import Table
+
+    console.print(
+        f"[bold]{workload.name}[/]: {plan.qps:g} requests/s at p99 {plan.p99_ms:g} ms ({plan.precision}); "
+        "each replica batches dynamically: it takes what waited while it was busy, up to --max-batch, "
+        "waiting at most --max-delay-ms for company"
+    )
+    t = Table(show_edge=False)
+    for c in (
+        "#",
+        "device",
+        "replicas",
+        "max batch",
+        "delay ms",
+        "mean batch",
+        "p50 ms",
+        "p99 ms",
+        "busy",
+        "$/M cloud",
+        "$/M own",
+    ):
+        t.add_column(c, justify="left" if c == "device" else "right")
+    for o in plan.options:
+        q = o.queue
+        t.add_row(
+            str(o.rank),
+            o.device.replace("NVIDIA ", "").replace("GeForce ", ""),
+            str(o.replicas),
+            str(o.max_batch),
+            f"{o.max_delay_ms:.3g}",
+            f"{q.mean_batch:.3g}",
+            f"{q.p50_ms:.3g}",
+            f"{q.p99_ms:.3g}",
+            f"{100 * q.utilisation:.0f}%",
+            _money(o.cloud_usd_per_million),
+            _money(o.own_usd_per_million),
+        )
+    console.print(t)
+    best = plan.options[0]
+    console.print(
+        f"cheapest: {best.replicas} x {best.device}, each serving with "
+        f"`modelpress serve {model_path or 'MODEL'} {best.serve_args}` "
+        f"(batches of {best.queue.mean_batch:.3g} on average, p99 {best.queue.p99_ms:.3g} ms)",
+        soft_wrap=True,
+    )
+    for o in plan.options:
+        if o.kind == "cpu":  # GPU notes (loose names) were printed above
+            for note in o.notes:
+                console.print(f"  {o.device}: {note}", soft_wrap=True)
+    for device, reason in plan.rejected:
+        console.print(f"  - {device}: {reason}", soft_wrap=True)
+    sources = sorted({o.curve.source for o in plan.options})
+    console.print(
+        "service times: " + "; ".join(sources) + ". Latency is device time plus queueing; network "
+        "and request decoding are not included.",
+        soft_wrap=True,
+    )
+
+
 def _print_catalog(catalog) -> None:
     from rich.table import Table
 
@@ -370,6 +536,57 @@ def _print_catalog(catalog) -> None:
             f(g.cloud_usd_hr),
         )
     console.print(t)
+
+
+def _write_plan_html(path, plan, workload, model_path) -> None:
+    from modelpress.report.html import Page
+
+    page = Page(f"modelpress advise: serving {workload.name}")
+    s = page.section("Traffic")
+    s.text(
+        f"{plan.qps:g} requests per second, p99 latency target {plan.p99_ms:g} ms, precision {plan.precision}. "
+        "Each replica batches dynamically (up to max batch, waiting at most the max delay); the batch sizes "
+        "and latencies come from a queueing analysis of that policy at the replica's share of the traffic."
+    )
+    s = page.section("Options")
+    s.table(
+        [
+            "#",
+            "device",
+            "replicas",
+            "serve",
+            "mean batch",
+            "p50 ms",
+            "p99 ms",
+            "busy",
+            "$/M cloud",
+            "$/M own",
+        ],
+        [
+            [
+                o.rank,
+                o.device,
+                o.replicas,
+                o.serve_args,
+                float(o.queue.mean_batch),
+                float(o.queue.p50_ms),
+                float(o.queue.p99_ms),
+                f"{100 * o.queue.utilisation:.0f}%",
+                "-" if o.cloud_usd_per_million is None else float(o.cloud_usd_per_million),
+                "-" if o.own_usd_per_million is None else float(o.own_usd_per_million),
+            ]
+            for o in plan.options
+        ],
+    )
+    if plan.rejected:
+        s.table(["device", "why not"], [list(r) for r in plan.rejected])
+    s.text(
+        "Service times: "
+        + "; ".join(sorted({o.curve.source for o in plan.options}))
+        + ". Prices are defaults, not quotes.",
+        note=True,
+    )
+    page.write(path)
 
 
 def _write_html(path, rec, workload, calibration) -> None:

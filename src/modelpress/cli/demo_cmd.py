@@ -88,17 +88,24 @@ def _print_quantize(r) -> None:
 
 
 def _print_advise(r) -> None:
-    t = Table(title=f"online inference, int8, latency ≤ {r.request.latency_ms:g} ms", show_edge=False)
-    for col in ("#", "gpu", "batch", "samples/s", "latency ms", "bound", "rank reason"):
-        t.add_column(col, justify="left" if col in ("gpu", "reason", "bound") else "right")
-    for row in r.rows:
-        e = row.estimate
+    plan = r.plan
+    t = Table(
+        title=f"{plan.qps:,.0f} requests/s at p99 ≤ {plan.p99_ms:g} ms, int8, dynamic batching",
+        show_edge=False,
+    )
+    for col in ("#", "device", "n", "batch", "p99 ms", "$/M rent", "$/M own", "max batch", "delay ms"):
+        t.add_column(col, justify="left" if col == "device" else "right")
+    money = lambda v: "-" if v is None else f"${v:.4f}"  # noqa: E731
+    for o in plan.options:
         t.add_row(
-            str(row.rank or "-"), row.gpu.name,
-            str(e.batch) if e else "-", f"{e.throughput:,.0f}" if e else "-",
-            f"{e.latency_ms:.2f}" if e else "-", e.bound if e else "-", row.reason.split(":")[0],
+            str(o.rank), o.device.replace("NVIDIA ", ""), str(o.replicas), f"{o.queue.mean_batch:.1f}",
+            f"{o.queue.p99_ms:.2f}", money(o.cloud_usd_per_million), money(o.own_usd_per_million),
+            str(o.max_batch), f"{o.max_delay_ms:g}",
         )
     console.print(t)
+    console.print("n: replicas; batch: the mean batch the server forms; serve with `modelpress serve --max-batch --max-delay-ms`")
+    for device, reason in plan.rejected:
+        console.print(f"not an option: {device}: {reason}")
 
 
 def _print_transformer(r) -> None:
@@ -200,6 +207,9 @@ def run(args) -> int:
             for label in state.models
         },
     }
+    adv = results.get("advise")
+    if adv is not None:
+        summary["service"] = adv.plan.to_dict()
     tr = results.get("transformer")
     if tr is not None:
         summary["transformer"] = {

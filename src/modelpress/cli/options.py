@@ -65,9 +65,12 @@ def speaks_flags(func=None, *, fields: dict[str, str] | None = None):
     return wrap(func) if func is not None else wrap
 
 
-def add_model(p: argparse.ArgumentParser, *, help: str | None = None) -> None:
+def add_model(p: argparse.ArgumentParser, *, help: str | None = None, required: bool = True) -> None:
     p.add_argument(
-        "model", metavar="MODEL", help=help or "an .onnx file (a protected .mpk with --key-file)"
+        "model",
+        metavar="MODEL",
+        nargs=None if required else "?",
+        help=help or "an .onnx file (a protected .mpk with --key-file)",
     )
 
 

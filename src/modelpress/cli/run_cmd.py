@@ -1,70 +1,182 @@
-"""modelpress run MODEL --inputs in.npz -o out.npz: batch inference on stored inputs."""
+"""modelpress run MODEL DATA -o predictions.jsonl: batch inference, resumable, in parallel."""
 
 from __future__ import annotations
 
-import numpy as np
+import argparse
 
 from modelpress.cli._common import console, err_console
+from modelpress.cli.options import (
+    Recorder,
+    add_device,
+    add_key,
+    add_model,
+    add_output,
+    add_record,
+    open_model,
+    require_positive,
+)
+
+EPILOG = """\
+DATA is a folder of images (or .wav files), a .jsonl of texts (a JSON string a line, or
+{"id": ..., "text": ...}) for a model that declares its processing (`modelpress pipeline`), or
+an .npz of arrays named after the model's inputs (then -o may be an .npz of outputs).
+
+A run that is stopped (Ctrl-C, a crash, SIGKILL) continues where it stopped when the same command
+is run again: its progress is kept in OUT.mp-journal until OUT is written whole.
+
+examples:
+  modelpress run model.onnx images/ -o predictions.jsonl --workers auto --batch-size 16
+  modelpress run encoder.onnx texts.jsonl -o embeddings.jsonl
+  modelpress run model.onnx inputs.npz -o outputs.npz --batch-size 4
+  modelpress run model.onnx images/ -o predictions.jsonl --ray            # local Ray cluster
+"""
 
 
 def add_parser(sub) -> None:
-    from modelpress.runtime.backend import backend_names
-
     p = sub.add_parser(
         "run",
-        help="run a model on inputs stored in an .npz file",
-        description="Run a model on stored inputs and write its outputs under their names.",
-        epilog="example: modelpress run model.onnx --inputs in.npz -o out.npz --device auto --log-placement",
+        help="run a model over a folder of images, a .jsonl of texts or an .npz (batch inference)",
+        description=(
+            "Run a model over a data set: pre-processing in parallel worker processes, the model "
+            "kept busy with batches, answers written one JSON line per item; resumable after a kill."
+        ),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("model", help="an .onnx file")
-    p.add_argument("--inputs", required=True, metavar="FILE.npz", help="arrays named after the model's inputs")
-    p.add_argument("-o", "--output", required=True, metavar="FILE.npz", help="where to write the outputs")
-    add_device_options(p, backend_names())
-    p.add_argument("--batch-size", type=int, help="split the inputs along axis 0 into batches of this size")
+    add_model(p)
+    p.add_argument("data_pos", nargs="?", metavar="DATA", help="a folder, a .jsonl or an .npz")
+    p.add_argument("--data", metavar="DATA", help="DATA given as an option (the same as the positional DATA)")
+    p.add_argument("--inputs", dest="data", help=argparse.SUPPRESS)  # the old name, kept for a release
+    add_output(p, help="predictions: a .jsonl file (an .npz for .npz data)")
+    p.add_argument("--batch-size", type=int, metavar="N", help="items per model run (default 8; an .npz runs whole)")
+    p.add_argument(
+        "--workers",
+        default="auto",
+        metavar="N|auto",
+        help="pre-processing worker processes (default auto: one per CPU; 0: none, inline)",
+    )
+    p.add_argument("--prefetch", type=int, metavar="N", help="prepared batches kept ready (default 2 per worker)")
+    p.add_argument("--restart", action="store_true", help="start over instead of resuming a stopped run")
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="ADDRESS",
+        help="run on Ray Data (a local cluster, or the one at ADDRESS); needs the ray extra",
+    )
+    p.add_argument("--ray-actors", type=int, metavar="N", help="model actors on Ray (default 1)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_device(p)
+    add_key(p)
+    add_record(p)
     p.set_defaults(func=run)
-
-
-def add_device_options(p, backends: list[str]) -> None:
-    p.add_argument("--backend", default="ort", choices=backends, help="execution backend (default ort)")
-    p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps, ...")
-    p.add_argument("--place", action="append", metavar="PATTERN=DEVICE", help="pin an op type or node-name glob to a device (repeatable)")
-    p.add_argument("--strict", action="store_true", help="fail instead of falling back to the CPU when a device is missing")
-    p.add_argument("--log-placement", action="store_true", help="print node → device and the copies between devices")
-
-
-def make_session(args):
-    from modelpress.runtime.session import Session
-
-    sess = Session(args.model, backend=args.backend, device=args.device, place=args.place, strict=args.strict)
-    for w in sess.warnings:
-        err_console.print(f"warning: {w}")
-    if args.log_placement:
-        for line in sess.plan.log_lines():
-            console.print(line)
-    return sess
 
 
 def run(args) -> int:
     from modelpress.errors import OptionError
-    from modelpress.ir.feeds import check_feeds, load_npz
-    from modelpress.ir.files import write_npz
+    from modelpress.runtime.batch import refuse_overwrite, run_batch
 
-    feeds = load_npz(args.inputs)
-    sess = make_session(args)
-    if args.batch_size is not None and args.batch_size < 1:
-        raise OptionError("--batch-size must be at least 1")
-    first = {k: v[: args.batch_size] for k, v in feeds.items()} if args.batch_size else feeds
-    check_feeds(sess.model, first, source=args.inputs)
-    if args.batch_size:
-        n = min(a.shape[0] for a in feeds.values() if a.ndim)
-        parts = [
-            sess.run({k: v[i : i + args.batch_size] for k, v in feeds.items()}, check=False)
-            for i in range(0, n, args.batch_size)
-        ]
-        outputs = {k: np.concatenate([p[k] for p in parts]) for k in sess.output_names}
-    else:
-        outputs = sess.run(feeds, check=False)
-    write_npz(args.output, outputs)
-    shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in outputs.items())
-    console.print(f"wrote {args.output}: {shapes} (device {sess.device})")
+    if args.data_pos and args.data and args.data_pos != args.data:
+        raise OptionError("give DATA once (as DATA or --data)")
+    data = args.data_pos or args.data
+    if not data:
+        raise OptionError("DATA: give a folder of images, a .jsonl of texts or an .npz of inputs")
+    require_positive(args.batch_size, "--batch-size")
+    require_positive(args.prefetch, "--prefetch")
+    require_positive(args.ray_actors, "--ray-actors")
+    workers = args.workers
+    if workers != "auto":
+        if not str(workers).isdigit():
+            raise OptionError(f"--workers {workers}: expected a number or auto")
+        workers = int(workers)
+    refuse_overwrite(args.output, args.model, data)  # before anything is read or written
+    recorder = Recorder("run", args)
+    model = open_model(args.model, args)
+    with _progress(args.quiet) as progress:
+        result = run_batch(
+            model,
+            data,
+            output=args.output,
+            batch_size=args.batch_size,
+            workers=workers,
+            prefetch=args.prefetch,
+            backend=args.backend,
+            device=args.device,
+            place=args.place,
+            strict=args.strict,
+            restart=args.restart,
+            ray=args.ray,
+            ray_actors=args.ray_actors,
+            progress=progress,
+        )
+    for w in result.warnings:
+        err_console.print(f"warning: {w}")
+    if args.log_placement:
+        for line in result.placement:
+            console.print(line)
+    if result.note:
+        err_console.print(f"note: {result.note}")
+    resumed = f", {result.resumed} done before" if result.resumed else ""
+    errors = f", {result.errors} unreadable (an error line each)" if result.errors else ""
+    console.print(
+        f"wrote {result.output}: {result.items} item(s){resumed}{errors}; "
+        f"{result.written} run in {result.elapsed_s:.1f} s ({result.items_per_s:.1f} items/s, "
+        f"batch {result.batch_size}, {result.workers} worker(s), device {result.device})"
+    )
+    console.print(
+        f"model busy {result.busy_s:.1f} s ({100 * result.busy_fraction:.0f}%), "
+        f"waited for input {result.wait_s:.1f} s, writing {result.emit_s:.1f} s"
+    )
+    recorder.write(result.to_dict())
     return 0
+
+
+class _progress:
+    """A rich progress bar on stderr (items/s), as the callback ``run_batch`` calls."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.bar = None
+        self.task = None
+
+    def __enter__(self):
+        if self.quiet:
+            return None
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TaskProgressColumn,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        self.bar = Progress(
+            TextColumn("run"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TaskProgressColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeRemainingColumn(),
+            console=err_console,
+            transient=True,
+        )
+        self.bar.start()
+        self.task = self.bar.add_task("run", total=None, rate="")
+        self.first: tuple[float, int] | None = None
+        return self.update
+
+    def update(self, done: int, total: int) -> None:
+        import time
+
+        now = time.perf_counter()
+        if self.first is None:
+            self.first = (now, done)
+        t0, d0 = self.first
+        rate = f"{(done - d0) / (now - t0):.1f} items/s" if now > t0 and done > d0 else ""
+        self.bar.update(self.task, completed=done, total=total, rate=rate)
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()

@@ -1,21 +1,9 @@
-"""Graph rewrites: one pass a file, a registry, pipelines by level.
+"""Graph rewrites: one pass a file, each a declared precondition and rewrite (``rule``), the order
+they run in as data (``pipeline.PIPELINE``), looked up by name (``registry``), run to a fixed point
+by level (``optimize``)."""
 
-Importing a pass module registers it; the import order below is the order passes run in each round.
-"""
-
-# ruff: noqa: F401, I001  (imports register the passes; their order matters)
-# --- clean-up ---
-from modelpress.passes import cleanup
-# --- no-op elimination, constant folding, replacements ---
-from modelpress.passes import constant_folding, noop
-# --- fusions ---
-from modelpress.passes import fuse_conv_bn, fuse_conv_scale, fuse_matmul_add, fuse_pad, fuse_layernorm, fuse_gelu
-# --- reordering and cancellation ---
-from modelpress.passes import reorder_crop, cancel_transpose, merge_reshape, cancel_squeeze, merge_slice, flatten_concat
-from modelpress.passes import batchnorm_to_scale, reducemean_to_pool, merge_scale_chains, guard_softmax
-# --- level 3: ONNX Runtime-specific ---
-from modelpress.passes import ort_fusions
 from modelpress.passes.optimize import OptimizeResult, PassStats, optimize
-from modelpress.passes.registry import REGISTRY, get, register
+from modelpress.passes.pipeline import PIPELINE
+from modelpress.passes.registry import REGISTRY, get
 
-__all__ = ["REGISTRY", "OptimizeResult", "PassStats", "get", "optimize", "register"]
+__all__ = ["PIPELINE", "REGISTRY", "OptimizeResult", "PassStats", "get", "optimize"]

@@ -6,13 +6,16 @@
 - ``Unsqueeze(Unsqueeze(x, a1), a2)`` → ``Unsqueeze(x, a)`` and ``Squeeze(Squeeze(x, a1), a2)`` →
   ``Squeeze(x, a)``, where ``a`` names the same axes in the outer (resp. inner) rank.
 
-Legal when the axes are known: given as constants (the attribute before opset 13, the input from
-13) and, when any is negative, the rank is known to normalize them. A Squeeze without axes (squeeze
-every size-1 axis) depends on the data's shape and is only cancelled when every dimension of ``x``
-is a known integer. The outer node is rewritten; the inner one goes once nothing else uses it.
+Precondition (``check``): the axes are known: given as constants (the attribute before opset 13,
+the input from 13) and, when any is negative, the rank is known to normalize them. A Squeeze
+without axes (squeeze every size-1 axis) depends on the data's shape and is only cancelled when
+every dimension of ``x`` is a known integer. The outer node is rewritten; the inner one goes once nothing else uses it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import onnx_ir as ir
@@ -24,9 +27,15 @@ from modelpress.ir.graph import (
     replace_value,
     replace_with_new,
 )
-from modelpress.ir.match import graph_opset, in_graph, ints_arg, known_rank, static_shape
-from modelpress.passes.base import GraphPass
-from modelpress.passes.registry import register
+from modelpress.ir.match import (
+    graph_opset,
+    in_graph,
+    ints_arg,
+    known_rank,
+    producer_of,
+    static_shape,
+)
+from modelpress.passes.rule import RewritePass
 
 _OPS = ("Squeeze", "Unsqueeze")
 
@@ -100,66 +109,62 @@ def _nth_free(taken: list[int], indices: list[int]) -> list[int]:
     return [free[i] for i in indices]
 
 
-@register
-class CancelSqueeze(GraphPass):
+@dataclass
+class _Match:
+    inner: ir.Node
+    outer: ir.Node
+    # derived by the check: the merged node's axes (None when the pair cancels)
+    axes: list[int] | None = None
+
+
+def _axes(node: ir.Node) -> list[int] | None:
+    return _unsqueeze_axes(node) if node.op_type == "Unsqueeze" else _squeeze_axes(node)
+
+
+class CancelSqueeze(RewritePass[_Match]):
     """Squeeze∘Unsqueeze and Unsqueeze∘Squeeze with the same axes cancel; runs of either merge."""
 
     name = "cancel-squeeze"
+    ops = _OPS
 
-    def rewrite_graph(self, graph: ir.Graph | ir.Function) -> int:
-        count = 0
-        for outer in list(graph):
-            if outer.op_type not in _OPS or outer.domain != "" or not in_graph(outer, graph):
-                continue
-            x = outer.inputs[0]
-            inner = x.producer() if x is not None else None
-            if (
-                inner is None
-                or inner.op_type not in _OPS
-                or inner.domain != ""
-                or not in_graph(inner, graph)
-            ):
-                continue
-            if self._rewrite(graph, inner, outer):
-                count += 1
-        return count
+    def matches(self, graph, outer: ir.Node) -> Iterator[_Match]:
+        inner = producer_of(outer.inputs[0], *_OPS)
+        if inner is not None:
+            yield _Match(inner, outer)
 
-    def _rewrite(self, graph, inner: ir.Node, outer: ir.Node) -> bool:
-        x = inner.inputs[0]
-        out = outer.outputs[0]
-        if inner.op_type != outer.op_type:
-            a_in = _unsqueeze_axes(inner) if inner.op_type == "Unsqueeze" else _squeeze_axes(inner)
-            a_out = _unsqueeze_axes(outer) if outer.op_type == "Unsqueeze" else _squeeze_axes(outer)
-            if a_in is None or a_out is None or a_in != a_out:
-                return False
+    def check(self, graph, m: _Match) -> str | None:
+        if not in_graph(m.inner, graph):
+            return f"the inner {m.inner.op_type} belongs to an enclosing graph"
+        inner_axes, outer_axes = _axes(m.inner), _axes(m.outer)
+        if inner_axes is None or outer_axes is None:
+            return "the axes are unknown: not constants, negative with an unknown rank, or all size-1 axes of a dynamic shape"
+        if m.inner.op_type != m.outer.op_type:
+            if inner_axes != outer_axes:
+                return f"{m.inner.op_type} axes {inner_axes} and {m.outer.op_type} axes {outer_axes} differ"
+        elif m.outer.op_type == "Unsqueeze":
+            # outer's axes index the final rank; inner's index the intermediate one, whose axes
+            # are the final positions that the outer did not take, in order.
+            m.axes = sorted(outer_axes + _nth_free(outer_axes, inner_axes))
+        else:
+            # inner's axes index x; outer's index what is left of x after them, i.e. x's other
+            # axes in order.
+            m.axes = sorted(inner_axes + _nth_free(inner_axes, outer_axes))
+        return None
+
+    def rewrite(self, graph, m: _Match) -> int:
+        x, out = m.inner.inputs[0], m.outer.outputs[0]
+        if m.axes is None:
             if not replace_value(out, x):
-                new = insert_node(graph, outer, "Identity", [x], like=out)
+                new = insert_node(graph, m.outer, "Identity", [x], like=out)
                 replace_with_new(out, new.outputs[0])
-        elif outer.op_type == "Unsqueeze":
-            a1, a2 = _unsqueeze_axes(inner), _unsqueeze_axes(outer)
-            if a1 is None or a2 is None:
-                return False
-            # a2 indexes the final rank; a1 indexes the intermediate one, whose axes are the final
-            # positions that a2 did not take, in order.
-            merged = sorted(a2 + _nth_free(a2, a1))
-            self._replace(graph, outer, "Unsqueeze", x, merged)
+        elif graph_opset(graph, self.model) >= 13:
+            axes_value = add_initializer(graph, np.array(m.axes, dtype=np.int64), f"{out.name}_axes")
+            new = insert_node(graph, m.outer, m.outer.op_type, [x, axes_value], like=out)
+            replace_with_new(out, new.outputs[0])
         else:
-            a1, a2 = _squeeze_axes(inner), _squeeze_axes(outer)
-            if a1 is None or a2 is None:
-                return False
-            # a1 indexes x; a2 indexes what is left of x after a1, i.e. x's other axes in order.
-            merged = sorted(a1 + _nth_free(a1, a2))
-            self._replace(graph, outer, "Squeeze", x, merged)
-        remove_node(graph, outer)
-        if not any(v.uses() or v.is_graph_output() for v in inner.outputs):
-            remove_node(graph, inner)
-        return True
-
-    def _replace(self, graph, outer: ir.Node, op: str, x: ir.Value, axes: list[int]) -> None:
-        out = outer.outputs[0]
-        if graph_opset(graph, self.model) >= 13:
-            axes_value = add_initializer(graph, np.array(axes, dtype=np.int64), f"{out.name}_axes")
-            new = insert_node(graph, outer, op, [x, axes_value], like=out)
-        else:
-            new = insert_node(graph, outer, op, [x], {"axes": axes}, like=out)
-        replace_with_new(out, new.outputs[0])
+            new = insert_node(graph, m.outer, m.outer.op_type, [x], {"axes": m.axes}, like=out)
+            replace_with_new(out, new.outputs[0])
+        remove_node(graph, m.outer)
+        if not any(v.uses() or v.is_graph_output() for v in m.inner.outputs):
+            remove_node(graph, m.inner)
+        return 1

@@ -3,20 +3,23 @@
 ``Transpose(Transpose(x, p1), p2)`` moves output axis ``j`` from axis ``p1[p2[j]]`` of ``x``, so it
 equals ``Transpose(x, p1∘p2)``; when that is the identity permutation the pair is ``x`` itself.
 
-Legal always: both are pure data movement. The outer Transpose is rewritten to read ``x``; the
-inner one is removed when nothing else uses it (when something does, it stays for that user and
-the rewrite still saves one pass over the data). A missing ``perm`` means "reverse the axes", which
+Legal always: both are pure data movement (the ``check`` refuses only a pair in two graphs, or
+permutations of unequal length). The outer Transpose is rewritten to read ``x``; the inner one is
+removed when nothing else uses it (when something does, it stays for that user and the rewrite
+still saves one pass over the data). A missing ``perm`` means "reverse the axes", which
 needs the rank; two reversals cancel whatever the rank, otherwise the rank must be known.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
+
 import onnx_ir as ir
 
 from modelpress.ir.graph import insert_node, remove_node, replace_value, replace_with_new
-from modelpress.ir.match import in_graph, known_rank
-from modelpress.passes.base import GraphPass
-from modelpress.passes.registry import register
+from modelpress.ir.match import in_graph, known_rank, producer_of
+from modelpress.passes.rule import RewritePass
 
 
 def _perm(node: ir.Node, rank: int | None) -> list[int] | None:
@@ -26,56 +29,54 @@ def _perm(node: ir.Node, rank: int | None) -> list[int] | None:
     return list(reversed(range(rank))) if rank is not None else None
 
 
-@register
-class CancelTranspose(GraphPass):
+@dataclass
+class _Match:
+    inner: ir.Node
+    outer: ir.Node
+    # derived by the check: the composed permutation (None: reverse∘reverse, the identity)
+    composed: list[int] | None = None
+
+
+class CancelTranspose(RewritePass[_Match]):
     """Transpose(Transpose(x, p1), p2) → Transpose(x, p1∘p2), or x when that is the identity."""
 
     name = "cancel-transpose"
+    ops = ("Transpose",)
 
-    def rewrite_graph(self, graph: ir.Graph | ir.Function) -> int:
-        count = 0
-        for outer in list(graph):
-            if outer.op_type != "Transpose" or outer.domain != "" or not in_graph(outer, graph):
-                continue
-            inner = outer.inputs[0].producer() if outer.inputs[0] is not None else None
-            if (
-                inner is None
-                or inner.op_type != "Transpose"
-                or inner.domain != ""
-                or not in_graph(inner, graph)
-            ):
-                continue
-            if self._fold(graph, inner, outer):
-                count += 1
-        return count
+    def matches(self, graph, outer: ir.Node) -> Iterator[_Match]:
+        inner = producer_of(outer.inputs[0], "Transpose")
+        if inner is not None:
+            yield _Match(inner, outer)
 
-    def _fold(self, graph, inner: ir.Node, outer: ir.Node) -> bool:
-        x = inner.inputs[0]
-        both_default = "perm" not in inner.attributes and "perm" not in outer.attributes
-        if both_default:
-            composed = None  # reverse∘reverse: the identity at any rank
-        else:
-            rank = known_rank(x)
-            if rank is None:
-                given = inner.attributes.get("perm") or outer.attributes.get("perm")
-                rank = len(given.as_ints())
-            p1, p2 = _perm(inner, rank), _perm(outer, rank)
-            if p1 is None or p2 is None or len(p1) != len(p2):
-                return False
-            composed = [p1[j] for j in p2]
-        out = outer.outputs[0]
-        identity = composed is None or composed == list(range(len(composed)))
+    def check(self, graph, m: _Match) -> str | None:
+        if not in_graph(m.inner, graph):
+            return "the inner Transpose belongs to an enclosing graph"
+        if "perm" not in m.inner.attributes and "perm" not in m.outer.attributes:
+            return None  # reverse∘reverse: the identity at any rank
+        rank = known_rank(m.inner.inputs[0])
+        if rank is None:
+            given = m.inner.attributes.get("perm") or m.outer.attributes.get("perm")
+            rank = len(given.as_ints())
+        p1, p2 = _perm(m.inner, rank), _perm(m.outer, rank)
+        if len(p1) != len(p2):
+            return f"the permutations {p1} and {p2} differ in length"
+        m.composed = [p1[j] for j in p2]
+        return None
+
+    def rewrite(self, graph, m: _Match) -> int:
+        x, out = m.inner.inputs[0], m.outer.outputs[0]
+        identity = m.composed is None or m.composed == list(range(len(m.composed)))
         if identity and replace_value(out, x):
-            remove_node(graph, outer)
+            remove_node(graph, m.outer)
         else:
             # Not the identity, or the identity of a graph input onto a graph output (whose names
             # are fixed): one Transpose (or Identity) reading x replaces the pair.
             if identity:
-                new = insert_node(graph, outer, "Identity", [x], like=out)
+                new = insert_node(graph, m.outer, "Identity", [x], like=out)
             else:
-                new = insert_node(graph, outer, "Transpose", [x], {"perm": composed}, like=out)
+                new = insert_node(graph, m.outer, "Transpose", [x], {"perm": m.composed}, like=out)
             replace_with_new(out, new.outputs[0])
-            remove_node(graph, outer)
-        if not any(v.uses() or v.is_graph_output() for v in inner.outputs):
-            remove_node(graph, inner)
-        return True
+            remove_node(graph, m.outer)
+        if not any(v.uses() or v.is_graph_output() for v in m.inner.outputs):
+            remove_node(graph, m.inner)
+        return 1

@@ -7,7 +7,8 @@ arithmetic is included: after ONNX shape inference, ``Shape(x)`` (and ``Size(x)`
 shape is static over the sliced range becomes a constant; dimensions that are dynamic stay dynamic,
 as does everything computed from them.
 
-Legal for deterministic nodes; never folded:
+Precondition: the node is deterministic. Never folded (``never_fold``, the size cap and the
+evaluators say why, in the debug log, for a node whose inputs are all constant):
 - random ops (RandomNormal, Bernoulli, ...) and Dropout (its result depends on a training flag);
 - nodes with a subgraph (If/Loop/Scan) that reads values of an outer scope, and nodes in custom
   domains or with attributes referring to a function's parameters;
@@ -20,7 +21,8 @@ Legal for deterministic nodes; never folded:
 
 An ``If`` whose condition is (or became) constant is replaced by the nodes of the branch it
 takes: the other branch can never run, and once its outer values are constants with static shapes
-ONNX Runtime's load-time checks may reject that dead branch.
+ONNX Runtime's load-time checks may reject that dead branch. Precondition (``_inline_refusal``):
+the branch fits the If's outputs, and its initializers can move to the enclosing graph.
 
 Evaluation uses ONNX Runtime (its graph optimizations disabled, so the folded value is exactly what
 the unoptimized model computes at run time), all foldable nodes of a graph in one session; when ORT
@@ -45,23 +47,32 @@ from modelpress.ir.match import can_become_output_of
 from modelpress.ir.reference import evaluate
 from modelpress.ir.shapes import infer_types
 from modelpress.passes.base import GraphPass
-from modelpress.passes.registry import register
+from modelpress.runtime.ort import session, session_options
 
 log = logging.getLogger(__name__)
 
 SIZE_CAP_BYTES = 1 << 20
 
+_RANDOM = "random: each run draws new values"
+# Op → why it is never folded, whatever its inputs.
 NEVER_FOLD = {
-    "RandomNormal",
-    "RandomUniform",
-    "RandomNormalLike",
-    "RandomUniformLike",
-    "Multinomial",
-    "Bernoulli",
-    "Dropout",
-    "DequantizeLinear",
-    "Constant",  # already a constant
+    "RandomNormal": _RANDOM,
+    "RandomUniform": _RANDOM,
+    "RandomNormalLike": _RANDOM,
+    "RandomUniformLike": _RANDOM,
+    "Multinomial": _RANDOM,
+    "Bernoulli": _RANDOM,
+    "Dropout": "its result depends on a training flag",
+    "DequantizeLinear": "it holds a quantized weight, which runtimes fuse into integer kernels",
 }
+
+
+def never_fold(node: ir.Node) -> str | None:
+    """Why ``node`` is never folded whatever its inputs, or None. (Constant nodes are constants
+    already: the caller skips them without a reason.)"""
+    if node.domain not in ("", "ai.onnx"):
+        return f"domain {node.domain!r}: no evaluator knows its ops"
+    return NEVER_FOLD.get(node.op_type)
 
 
 def _const_tensor(value: ir.Value) -> ir.TensorProtocol | None:
@@ -224,8 +235,6 @@ class _Evaluator:
 
     @staticmethod
     def _ort(model: ir.Model) -> list | None:
-        from modelpress.runtime.ort import session, session_options
-
         options = session_options(optimize="disabled")
         options.log_severity_level = 4  # a node that fails here is retried or left alone: no noise
         try:
@@ -254,25 +263,33 @@ def _usable(array: object, value: ir.Value) -> bool:
     return value.dtype is None or value.dtype == dtype
 
 
-def _inline_if(graph: ir.Graph | ir.Function, node: ir.Node) -> bool:
-    """Replace an If with a constant condition by the nodes of the branch it takes."""
+def _taken_branch(node: ir.Node) -> ir.Graph | None:
+    """The branch an If with a constant condition takes, or None."""
     cond = _const_tensor(node.inputs[0]) if node.inputs and node.inputs[0] is not None else None
     if cond is None or cond.size != 1:
-        return False
+        return None
     attr = node.attributes.get(
         "then_branch" if bool(cond.numpy().reshape(-1)[0]) else "else_branch"
     )
     if attr is None or attr.is_ref() or attr.type != ir.AttributeType.GRAPH:
-        return False
-    branch = attr.as_graph()
+        return None
+    return attr.as_graph()
+
+
+def _inline_refusal(graph: ir.Graph | ir.Function, node: ir.Node, branch: ir.Graph) -> str | None:
+    """Why the If ``node`` cannot be replaced by the nodes of ``branch``, or None."""
     if len(branch.outputs) != len(node.outputs) or branch.inputs:
-        return False
-    inits = list(branch.initializers.values())
-    if inits and (
-        isinstance(graph, ir.Function) or any(v.name in graph.initializers for v in inits)
+        return "the branch's inputs or outputs do not fit the If"
+    if branch.initializers and (
+        isinstance(graph, ir.Function) or any(name in graph.initializers for name in branch.initializers)
     ):
-        return False  # nowhere to put them (functions have none), or their names are taken
-    for value in inits:
+        return "the branch's initializers have nowhere to go (a function) or their names are taken"
+    return None
+
+
+def _inline(graph: ir.Graph | ir.Function, node: ir.Node, branch: ir.Graph) -> None:
+    """Replace the If ``node`` by the nodes of ``branch``, the one it takes."""
+    for value in list(branch.initializers.values()):
         branch.initializers.pop(value.name)
         graph.register_initializer(value)
     results = list(branch.outputs)
@@ -292,10 +309,8 @@ def _inline_if(graph: ir.Graph | ir.Function, node: ir.Node) -> bool:
             identity.outputs[0].type, identity.outputs[0].shape = out.type, out.shape
             replace_value(out, identity.outputs[0])
     graph.remove(node, safe=True)
-    return True
 
 
-@register
 class FoldConstants(GraphPass):
     """Replace every node computable from constants by its result (rules in the module doc)."""
 
@@ -336,7 +351,17 @@ class FoldConstants(GraphPass):
         partial: dict[ir.Value, list] = {}  # shape values with some dimensions known
         known_early: set[ir.Node] = set()
         for node in graph:
-            if node.domain not in ("", "ai.onnx") or node.op_type in NEVER_FOLD:
+            if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+                continue
+            reason = never_fold(node)
+            if reason is not None:
+                # Worth a word only when it was foldable otherwise (every input constant).
+                if log.isEnabledFor(logging.DEBUG) and all(
+                    v in consts or v in folded or _const_tensor(v) is not None
+                    for v in node.inputs
+                    if v is not None
+                ):
+                    self.refuse(node, reason)
                 continue
             if node.op_type in ("Shape", "Size", "Gather", "Slice"):
                 dims = _shape_dims(node, partial)
@@ -358,6 +383,7 @@ class FoldConstants(GraphPass):
             sizes = [nbytes(v) for v in ins]
             cap = max(SIZE_CAP_BYTES, sum(s for s in sizes if s is not None))
             if any((b := _static_bytes(o)) is not None and b > cap for o in node.outputs):
+                self.refuse(node, f"its result would be over the cap of {cap} bytes")
                 continue
             candidates.append(node)
             pending.update(node.outputs)
@@ -373,20 +399,32 @@ class FoldConstants(GraphPass):
                 continue
             ins = [v for v in node.inputs if v is not None]
             if not all(v in consts or v in folded for v in ins):
+                self.refuse(node, "an input it reads could not be folded")
                 continue
             cap = max(SIZE_CAP_BYTES, sum(nbytes(v) or 0 for v in ins))
             outs = [results.get(o) for o in node.outputs]
-            if not all(
-                _usable(a, o) and a.nbytes <= cap for a, o in zip(outs, node.outputs, strict=True)
-            ):
+            if not all(_usable(a, o) for a, o in zip(outs, node.outputs, strict=True)):
+                self.refuse(node, "neither ONNX Runtime nor onnx.reference computed a usable result")
+                continue
+            if any(a.nbytes > cap for a in outs):
+                self.refuse(node, f"its result is over the cap of {cap} bytes")
                 continue
             folded.update(zip(node.outputs, outs, strict=True))
             done.append(node)
 
         count = self._materialize(graph, done, folded)
         for node in list(graph):
-            if node.op_type == "If" and node.domain in ("", "ai.onnx") and _inline_if(graph, node):
-                count += 1
+            if node.op_type != "If" or node.domain not in ("", "ai.onnx"):
+                continue
+            branch = _taken_branch(node)
+            if branch is None:
+                continue
+            reason = _inline_refusal(graph, node, branch)
+            if reason is not None:
+                self.refuse(node, reason)
+                continue
+            _inline(graph, node, branch)
+            count += 1
         return count
 
     def _evaluate(

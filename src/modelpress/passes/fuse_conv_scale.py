@@ -8,23 +8,25 @@ output (N, M, spatial...), has size 1 everywhere except possibly M on the channe
 conv output as the *first* operand of Sub/Div is folded (``c - y`` would negate the weights as
 well: legal, but no exporter writes it).
 
-Legal only when: the Conv's weight and bias are constant floats; the constant has the conv's dtype
-and no more dimensions than the conv output (otherwise broadcasting would change the output
-shape); and the conv output has no other reader and is no graph output. ConvTranspose folds the
-same way (its output channels are laid out per group, see ``fuse_conv_bn``). Chains such as Conv →
-Mul → Add fold one op per step until the fixed point.
+Precondition (``check``): the Conv's weight and bias are constant floats; the constant is finite,
+has the conv's dtype and no more dimensions than the conv output (otherwise broadcasting would
+change the output shape); and the conv output has no other reader and is no graph output.
+ConvTranspose folds the same way (its output channels are laid out per group, see
+``fuse_conv_bn``). Chains such as Conv → Mul → Add fold one op per step until the fixed point.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import onnx_ir as ir
 
 from modelpress.ir.graph import replace_value
-from modelpress.ir.match import attr, const_array, is_single_use, producer_of
-from modelpress.passes.base import GraphPass
-from modelpress.passes.fuse_conv_bn import fold_channel_affine
-from modelpress.passes.registry import register
+from modelpress.ir.match import attr, const_array, in_graph, is_single_use, producer_of
+from modelpress.passes.fuse_conv_bn import channel_affine_refusal, fold_channel_affine
+from modelpress.passes.rule import RewritePass
 
 
 def per_channel(c: np.ndarray, channels: int, out_rank: int) -> np.ndarray | None:
@@ -37,55 +39,72 @@ def per_channel(c: np.ndarray, channels: int, out_rank: int) -> np.ndarray | Non
     return np.broadcast_to(c.astype(np.float64).reshape(-1), (channels,)).copy()
 
 
-@register
-class FuseConvScale(GraphPass):
+@dataclass
+class _Match:
+    node: ir.Node  # the Mul, Add, Sub or Div
+    conv: ir.Node
+    position: int  # the conv output's operand position
+    # derived by the check: the per-channel scale and shift to fold
+    s: np.ndarray | None = None
+    t: np.ndarray | None = None
+
+
+class FuseConvScale(RewritePass[_Match]):
     """Conv followed by a constant per-channel Mul/Add/Sub/Div → Conv with folded weights."""
 
     name = "fuse-conv-scale"
     level = 2
+    functions = False
+    ops = ("Mul", "Add", "Sub", "Div")
 
-    def rewrite_graph(self, graph: ir.Graph | ir.Function) -> int:
-        count = 0
-        for node in list(graph):
-            if node.graph is not graph or node.op_type not in ("Mul", "Add", "Sub", "Div") or node.domain not in ("", "ai.onnx"):
+    def matches(self, graph, node: ir.Node) -> Iterator[_Match]:
+        if len(node.inputs) != 2:
+            return
+        for position in (0, 1):
+            # y - c and y / c fold; c - y and c / y do not (see the module docstring).
+            if position == 1 and node.op_type in ("Sub", "Div"):
                 continue
-            if len(node.inputs) != 2:
-                continue
-            for pos in (0, 1):
-                y, other = node.inputs[pos], node.inputs[1 - pos]
-                # y - c and y / c fold; c - y and c / y do not (see the module docstring).
-                if pos == 1 and node.op_type in ("Sub", "Div"):
-                    continue
-                conv = producer_of(y, "Conv", "ConvTranspose")
-                if conv is None or conv.graph is not graph or y is other or not is_single_use(y):
-                    continue
-                if self._fold(graph, conv, node, other):
-                    count += 1
-                    break
-        return count
+            conv = producer_of(node.inputs[position], "Conv", "ConvTranspose")
+            if conv is not None:
+                yield _Match(node, conv, position)
 
-    def _fold(self, graph, conv: ir.Node, node: ir.Node, other: ir.Value) -> bool:
-        w = const_array(conv.inputs[1]) if len(conv.inputs) > 1 else None
+    def check(self, graph, m: _Match) -> str | None:
+        y, other = m.node.inputs[m.position], m.node.inputs[1 - m.position]
+        if not in_graph(m.conv, graph):
+            return f"the {m.conv.op_type} belongs to an enclosing graph"
+        if y is other:
+            return f"the {m.conv.op_type} output is both operands"
+        if not is_single_use(y):
+            return f"the {m.conv.op_type} output has other readers or is a graph output"
+        w = const_array(m.conv.inputs[1]) if len(m.conv.inputs) > 1 else None
+        if w is None or w.ndim < 3:
+            return f"the {m.conv.op_type} weight is not a constant of rank >= 3"
         c = const_array(other)
-        if w is None or c is None or c.dtype != w.dtype or w.ndim < 3:
-            return False
-        group = int(attr(conv, "group", 1))
-        channels = w.shape[0] if conv.op_type == "Conv" else w.shape[1] * group
+        if c is None:
+            return "the other operand is not a constant"
+        if c.dtype != w.dtype:
+            return f"the constant is {c.dtype}, the weight {w.dtype}"
+        group = int(attr(m.conv, "group", 1))
+        channels = w.shape[0] if m.conv.op_type == "Conv" else w.shape[1] * group
         vec = per_channel(c, channels, w.ndim)
         if vec is None:
-            return False
-        if node.op_type == "Mul":
+            return f"the constant, shaped {c.shape}, is not per output channel of a rank-{w.ndim} output"
+        # A division by zero must stay visible at run time (inf/nan), not be folded.
+        if not np.all(np.isfinite(vec)) or (m.node.op_type == "Div" and np.any(vec == 0)):
+            return "the constant is not finite, or divides by zero"
+        if m.node.op_type == "Mul":
             s, t = vec, None
-        elif node.op_type == "Div":
+        elif m.node.op_type == "Div":
             s, t = 1.0 / vec, None
-        elif node.op_type == "Add":
+        elif m.node.op_type == "Add":
             s, t = None, vec
         else:
             s, t = None, -vec
-        if not np.all(np.isfinite(vec)) or (s is not None and not np.all(np.isfinite(s))):
-            return False  # a division by zero must stay visible at run time (inf/nan), not be folded
-        if not fold_channel_affine(graph, conv, s, t):
-            return False
-        replace_value(node.outputs[0], conv.outputs[0])
-        graph.remove(node, safe=True)
-        return True
+        m.s, m.t = s, t
+        return channel_affine_refusal(m.conv, s, t)
+
+    def rewrite(self, graph, m: _Match) -> int:
+        fold_channel_affine(graph, m.conv, m.s, m.t)
+        replace_value(m.node.outputs[0], m.conv.outputs[0])
+        graph.remove(m.node, safe=True)
+        return 1

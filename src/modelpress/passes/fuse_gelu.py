@@ -17,17 +17,20 @@ The outer product is matched in each arrangement exporters write: ``(x·a)·0.5`
 
 ``x · Sigmoid(x)`` (swish/SiLU) is left as it is: ONNX has no standard op for it.
 
-Legal only when: the model's opset has the op (the pass never upgrades it; ``optimize(opset=20)``
-does); every constant matches its value within a relative 1e-5 (so 0.7071 and 1.4142 are accepted,
-their error is below fp32 tolerance of the result) and is a scalar or a one-element tensor that
-does not broadcast x to a higher rank; every intermediate is read only inside the pattern, once,
-and is no graph output. A GELU in float16 computed by ``Gelu`` rounds less often than the
-pattern did: the results agree within float16 tolerance.
+The pattern (``matches``) holds only when every constant matches its value within a relative 1e-5
+(so 0.7071 and 1.4142 are accepted, their error is below fp32 tolerance of the result) and is a
+scalar or a one-element tensor that does not broadcast x to a higher rank, and every intermediate
+is read only inside the pattern, once, and is no graph output. Precondition (``check``): the
+model's opset has the op (the pass never upgrades it; ``optimize(opset=20)`` does) and the whole
+pattern lives in the graph being rewritten. A GELU in float16 computed by ``Gelu`` rounds less
+often than the pattern did: the results agree within float16 tolerance.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import onnx_ir as ir
 
@@ -37,14 +40,14 @@ from modelpress.ir.match import (
     const_array,
     const_scalar,
     graph_opset,
+    in_graph,
     is_close,
     is_single_use,
     other_input,
     producer_of,
     sole_consumer,
 )
-from modelpress.passes.base import GraphPass
-from modelpress.passes.registry import register
+from modelpress.passes.rule import RewritePass
 
 SQRT2 = math.sqrt(2.0)
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -215,34 +218,43 @@ _RULES = {
 }
 
 
-@register
-class FuseGelu(GraphPass):
+@dataclass
+class _Match:
+    x: ir.Value
+    out: ir.Value  # the pattern's result
+    nodes: list[ir.Node]  # every node of the pattern
+    op_type: str  # the replacement
+    attributes: dict
+    since: int  # the first opset that has it
+
+
+class FuseGelu(RewritePass[_Match]):
     """Erf/Tanh GELU patterns → Gelu (opset >= 20); x·HardSigmoid(x), x·Relu6(x+3)/6 → HardSwish (>= 14)."""
 
     name = "fuse-gelu"
     level = 2
+    functions = False
+    ops = tuple(_RULES)
 
-    def rewrite_graph(self, graph: ir.Graph | ir.Function) -> int:
+    def matches(self, graph, node: ir.Node) -> Iterator[_Match]:
+        matcher, op_type, attributes, since = _RULES[node.op_type]
+        found = matcher(node)
+        if found is not None:
+            yield _Match(*found, op_type, attributes, since)
+
+    def check(self, graph, m: _Match) -> str | None:
         opset = graph_opset(graph, self.model)
-        count = 0
-        for node in list(graph):
-            rule = _RULES.get(node.op_type)
-            if node.graph is not graph or rule is None or node.domain not in ("", "ai.onnx"):
-                continue
-            matcher, op_type, attributes, since = rule
-            if opset < since:
-                continue
-            match = matcher(node)
-            if match is None:
-                continue
-            x, out, nodes = match
-            # Every node of the match must live in this graph (a subgraph may read outer values).
-            if any(n.graph is not graph for n in nodes):
-                continue
-            # Right before the node making the result: every other matched node feeds it, so x and
-            # the pattern's constants are all defined by then.
-            fused = insert_node(graph, out.producer(), op_type, [x], dict(attributes), like=out)
-            replace_with_new(out, fused.outputs[0])
-            graph.remove(nodes, safe=True)
-            count += 1
-        return count
+        if opset < m.since:
+            return f"opset {opset} has no {m.op_type} (from {m.since}; optimize(opset={m.since}) upgrades)"
+        # Every node of the match must live in this graph (a subgraph may read outer values).
+        if any(not in_graph(n, graph) for n in m.nodes):
+            return "part of the pattern belongs to an enclosing graph"
+        return None
+
+    def rewrite(self, graph, m: _Match) -> int:
+        # Right before the node making the result: every other matched node feeds it, so x and
+        # the pattern's constants are all defined by then.
+        fused = insert_node(graph, m.out.producer(), m.op_type, [m.x], dict(m.attributes), like=m.out)
+        replace_with_new(m.out, fused.outputs[0])
+        graph.remove(m.nodes, safe=True)
+        return 1

@@ -9,11 +9,13 @@ Old exporters (PyTorch at opset < 17, for instance) write ``nn.LayerNorm`` as::
 which is ``LayerNormalization(x, gamma, beta, axis=-k, epsilon=eps)`` when the ``axes`` are the k
 trailing axes. ReduceMean's axes may be an attribute (opset < 18) or a constant input (>= 18).
 
-Legal only when: the model's opset is >= 17 (the pass never upgrades it; ``optimize(opset=17)``
-does); both ReduceMeans reduce the same trailing axes with ``keepdims=1``; ``eps``, the exponent
-2, ``gamma`` and ``beta`` are constants; and every intermediate has exactly the readers the pattern
-gives it (``d`` is read by the square and the division, everything else once) and is no graph
-output. LayerNormalization needs a Scale of the normalized shape: it is taken from x's static
+The pattern (``matches``): both ReduceMeans reduce the same trailing axes with ``keepdims=1``, the
+exponent 2 is a constant, and every intermediate has exactly the readers the pattern gives it
+(``d`` is read by the square and the division, everything else once) and is no graph output.
+Precondition (``check``): the model's opset is >= 17 (the pass never upgrades it;
+``optimize(opset=17)`` does), ``eps`` is a non-negative constant and x is floating point; ``gamma``
+and ``beta`` are taken in when they are constants that fit (else their Mul/Add stays after the
+fusion). LayerNormalization needs a Scale of the normalized shape: it is taken from x's static
 trailing dimensions when shape information has them, else from gamma's shape (then gamma must name
 all k normalized dimensions; an x whose trailing size is 1 while gamma's is not would have been
 broadcast by the original Mul, a degenerate case no exporter writes). Without gamma and without
@@ -22,6 +24,9 @@ static trailing dimensions the pattern is left alone. LayerNormalization compute
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import onnx_ir as ir
@@ -37,8 +42,7 @@ from modelpress.ir.match import (
     other_input,
     sole_consumer,
 )
-from modelpress.passes.base import GraphPass
-from modelpress.passes.registry import register
+from modelpress.passes.rule import RewritePass
 
 
 def _one(value: ir.Value | None) -> float | None:
@@ -85,78 +89,96 @@ def _fit(array: np.ndarray, norm_shape: tuple[int, ...] | None, k: int, rank: in
     return np.ascontiguousarray(np.broadcast_to(tail.reshape(padded), norm_shape))
 
 
-@register
-class FuseLayerNorm(GraphPass):
+@dataclass
+class _Match:
+    x: ir.Value
+    k: int  # the number of trailing axes normalized
+    variance: ir.Value  # ReduceMean of the square
+    add_eps: ir.Node
+    nodes: list[ir.Node]  # mean, sub, square, var, add_eps, sqrt[, inverse], divide
+    # derived by the check: the LayerNormalization's constants, and what it replaces
+    eps: float = 0.0
+    scale: np.ndarray | None = None
+    bias: np.ndarray | None = None
+    out: ir.Value | None = None
+
+
+class FuseLayerNorm(RewritePass[_Match]):
     """ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div[/Mul/Add] → LayerNormalization."""
 
     name = "fuse-layernorm"
     level = 2
+    functions = False
+    ops = ("ReduceMean",)
 
-    def rewrite_graph(self, graph: ir.Graph | ir.Function) -> int:
-        if graph_opset(graph, self.model) < 17:
-            return 0
-        count = 0
-        for node in list(graph):
-            if node.graph is graph and node.op_type == "ReduceMean" and node.domain in ("", "ai.onnx"):
-                count += self._try(graph, node)
-        return count
-
-    def _try(self, graph, mean: ir.Node) -> int:
+    def matches(self, graph, mean: ir.Node) -> Iterator[_Match]:
+        """The normalization ``(x - mean) / sqrt(var + eps)``, every intermediate read only by it."""
         x = mean.inputs[0]
         rank = known_rank(x)
         k = _trailing_axes(mean, rank)
         if k is None:
-            return 0
+            return
         sub = sole_consumer(mean.outputs[0], "Sub")
         if sub is None or sub.inputs[0] is not x or sub.inputs[1] is not mean.outputs[0]:
-            return 0
+            return
         d = sub.outputs[0]
         if d.is_graph_output():
-            return 0
+            return
         readers = consumer_nodes(d)
         if len(readers) != 2:  # the square and the division, nothing else
-            return 0
+            return
         square = next((n for n in readers if self._is_square(n, d)), None)
         if square is None:
-            return 0
+            return
         (divide,) = readers - {square}
         var = sole_consumer(square.outputs[0], "ReduceMean")
         if var is None or _trailing_axes(var, rank) != k:
-            return 0
+            return
         add_eps = sole_consumer(var.outputs[0], "Add")
-        eps = _one(other_input(add_eps, var.outputs[0])) if add_eps is not None else None
-        if eps is None or eps < 0:
-            return 0
-        sqrt = sole_consumer(add_eps.outputs[0], "Sqrt")
+        sqrt = sole_consumer(add_eps.outputs[0], "Sqrt") if add_eps is not None else None
         if sqrt is None:
-            return 0
+            return
         nodes = [mean, sub, square, var, add_eps, sqrt]
         if divide.op_type == "Div" and divide.inputs[0] is d and divide.inputs[1] is sqrt.outputs[0]:
             if sole_consumer(sqrt.outputs[0], "Div") is not divide:
-                return 0
+                return
         elif divide.op_type == "Mul":
             inverse = sole_consumer(sqrt.outputs[0], "Reciprocal", "Div")
             if inverse is None or (inverse.op_type == "Div" and (_one(inverse.inputs[0]) != 1.0 or inverse.inputs[1] is not sqrt.outputs[0])):
-                return 0
+                return
             if sole_consumer(inverse.outputs[0], "Mul") is not divide or other_input(divide, d) is not inverse.outputs[0]:
-                return 0
+                return
             nodes.append(inverse)
         else:
-            return 0
+            return
         nodes.append(divide)
-        out = divide.outputs[0]
+        yield _Match(x, k, var.outputs[0], add_eps, nodes)
+
+    def check(self, graph, m: _Match) -> str | None:
+        opset = graph_opset(graph, self.model)
+        if opset < 17:
+            return f"opset {opset} has no LayerNormalization (from 17; optimize(opset=17) upgrades)"
+        epsilon = other_input(m.add_eps, m.variance)
+        eps = _one(epsilon)
+        if eps is None or eps < 0:
+            return "epsilon is not a non-negative one-element constant"
+        dtype = const_array(epsilon).dtype  # Add's operands share x's dtype
+        if dtype.kind != "f":
+            return "LayerNormalization is defined for floating types only"
+        x, k = m.x, m.k
+        rank = known_rank(x)
+        out = m.nodes[-1].outputs[0]
         norm_shape = None
         if x.shape is not None and len(x.shape) >= k:
             dims = tuple(x.shape)[-k:]
             norm_shape = dims if all(isinstance(v, int) for v in dims) else None
-        dtype = const_array(other_input(add_eps, var.outputs[0])).dtype  # Add's operands share x's dtype
-        if dtype.kind != "f":
-            return 0  # LayerNormalization is defined for floating types only
+        # gamma and beta are optional: a Mul or Add that does not fit stays after the fusion
         scale = bias = None
         mul = sole_consumer(out, "Mul")
         gamma = const_array(other_input(mul, out)) if mul is not None else None
         if gamma is not None and gamma.dtype == dtype:
             scale = _fit(gamma, norm_shape, k, rank)
+        nodes = list(m.nodes)
         if scale is not None:
             nodes.append(mul)
             out = mul.outputs[0]
@@ -170,17 +192,21 @@ class FuseLayerNorm(GraphPass):
             out = add.outputs[0]
         if scale is None:
             if norm_shape is None:
-                return 0
+                return "no gamma and no static normalized dimensions to shape LayerNormalization's Scale"
             scale = np.ones(norm_shape, dtype)
-        base = mean.name or "layernorm"
-        inputs = [x, add_initializer(graph, scale, f"{base}_scale")]
-        if bias is not None:
-            inputs.append(add_initializer(graph, bias, f"{base}_bias"))
+        m.eps, m.scale, m.bias, m.out, m.nodes = eps, scale, bias, out, nodes
+        return None
+
+    def rewrite(self, graph, m: _Match) -> int:
+        base = m.nodes[0].name or "layernorm"
+        inputs = [m.x, add_initializer(graph, m.scale, f"{base}_scale")]
+        if m.bias is not None:
+            inputs.append(add_initializer(graph, m.bias, f"{base}_bias"))
         ln = insert_node(
-            graph, nodes[-1], "LayerNormalization", inputs, {"axis": -k, "epsilon": eps}, like=out
+            graph, m.nodes[-1], "LayerNormalization", inputs, {"axis": -m.k, "epsilon": m.eps}, like=m.out
         )
-        replace_with_new(out, ln.outputs[0])
-        graph.remove(nodes, safe=True)
+        replace_with_new(m.out, ln.outputs[0])
+        graph.remove(m.nodes, safe=True)
         return 1
 
     @staticmethod
@@ -190,4 +216,3 @@ class FuseLayerNorm(GraphPass):
         if node.op_type == "Pow" and node.domain in ("", "ai.onnx"):
             return node.inputs[0] is d and _one(node.inputs[1]) == 2.0
         return False
-

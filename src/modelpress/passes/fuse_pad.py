@@ -1,10 +1,10 @@
 """Fold a zero constant Pad of the spatial axes into the Conv, AveragePool or MaxPool that reads it.
 
 ``Conv(Pad(x, p))`` = ``Conv(x)`` with ``pads += p``: Conv pads with zeros, so zero padding before it
-and its own padding are the same thing. Legal when the Pad is in constant mode with value 0, its
-pads are constant, non-negative and leave the batch and channel axes alone, the consumer has
-``auto_pad`` NOTSET (explicit ``pads``) and reads the padded value as its data input, and the
-padded value has no other reader and is no graph output.
+and its own padding are the same thing. Precondition (``check``): the Pad is in constant mode with
+value 0, its pads are constant, non-negative and leave the batch and channel axes alone, the
+consumer has ``auto_pad`` NOTSET (explicit ``pads``) and reads the padded value as its data input,
+and the padded value has no other reader and is no graph output.
 
 Pooling needs more care:
 
@@ -21,11 +21,13 @@ For both pools the combined pads must stay smaller than the kernel (ONNX Runtime
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
+
 import onnx_ir as ir
 
 from modelpress.ir.match import attr, const_array, const_scalar, ints_arg, is_single_use, known_rank
-from modelpress.passes.base import GraphPass
-from modelpress.passes.registry import register
+from modelpress.passes.rule import RewritePass
 
 _CONSUMERS = ("Conv", "AveragePool", "MaxPool")
 _NON_NEGATIVE = ("Relu", "Sigmoid", "Softplus", "Abs", "Exp")
@@ -77,45 +79,49 @@ def _non_negative(value: ir.Value) -> bool:
     return False
 
 
-@register
-class FusePad(GraphPass):
+@dataclass
+class _Match:
+    pad: ir.Node
+    consumer: ir.Node  # the Conv, AveragePool or MaxPool reading the padded value
+    # derived by the check
+    pads: list[int] | None = None  # the consumer's new pads
+
+
+class FusePad(RewritePass[_Match]):
     """Pad (constant 0, spatial axes) + Conv / AveragePool / MaxPool → the consumer with larger pads."""
 
     name = "fuse-pad"
     level = 2
+    functions = False
+    ops = ("Pad",)
 
-    def rewrite_graph(self, graph: ir.Graph | ir.Function) -> int:
-        count = 0
-        for pad in list(graph):
-            if pad.graph is not graph or pad.op_type != "Pad" or pad.domain not in ("", "ai.onnx"):
-                continue
-            padded = pad.outputs[0]
-            if not is_single_use(padded):
-                continue
-            use = padded.uses()[0]
+    def matches(self, graph, pad: ir.Node) -> Iterator[_Match]:
+        for use in pad.outputs[0].uses():
             node = use.node
-            if node.op_type not in _CONSUMERS or node.domain not in ("", "ai.onnx") or use.idx != 0:
-                continue
-            if self._fold(pad, node):
-                count += 1
-        return count
+            if node.op_type in _CONSUMERS and node.domain in ("", "ai.onnx") and use.idx == 0:
+                yield _Match(pad, node)
 
-    def _fold(self, pad: ir.Node, node: ir.Node) -> bool:
+    def check(self, graph, m: _Match) -> str | None:
+        pad, node = m.pad, m.consumer
+        if not is_single_use(pad.outputs[0]):
+            return "the padded value has other readers or is a graph output"
         if attr(node, "auto_pad", "NOTSET") != "NOTSET":
-            return False
+            return f"the {node.op_type} has auto_pad, not explicit pads"
         kernel = self._kernel(node)
         if kernel is None:
-            return False
+            return f"the {node.op_type}'s kernel shape is not known"
         rank = len(kernel) + 2
         x = pad.inputs[0]
         if known_rank(x) not in (None, rank):
-            return False
+            return f"the input has rank {known_rank(x)}, the {node.op_type} takes rank {rank}"
         pads = _pad_amounts(pad, rank)
-        if pads is None or len(pads) != 2 * rank or any(p < 0 for p in pads):
-            return False
+        if pads is None or len(pads) != 2 * rank:
+            return "the Pad is not a constant-mode zero padding with constant pads"
+        if any(p < 0 for p in pads):
+            return "the Pad crops (negative pads)"
         begin, end = pads[:rank], pads[rank:]
         if begin[:2] != [0, 0] or end[:2] != [0, 0]:
-            return False  # padding the batch or channel axis is no convolution padding
+            return "the Pad pads the batch or channel axis, which is no convolution padding"
         spatial = len(kernel)
         old = list(attr(node, "pads", [0] * (2 * spatial)))
         new = [old[i] + begin[2 + i] for i in range(spatial)] + [old[spatial + i] + end[2 + i] for i in range(spatial)]
@@ -123,20 +129,24 @@ class FusePad(GraphPass):
             # ceil_mode and dilation can make windows that start inside the padding, where -inf
             # (MaxPool) and 0 differ; keep the proof simple and decline them.
             if int(attr(node, "ceil_mode", 0)) != 0 or any(d != 1 for d in attr(node, "dilations", [1])):
-                return False
+                return f"the {node.op_type} has ceil_mode or dilations"
             if any(new[i] >= kernel[i] or new[spatial + i] >= kernel[i] for i in range(spatial)):
-                return False
+                return f"the combined pads would reach the {node.op_type}'s kernel size"
             if node.op_type == "AveragePool" and int(attr(node, "count_include_pad", 0)) != 1:
-                return False
+                return "the AveragePool does not count its own padding (count_include_pad=0)"
             if node.op_type == "MaxPool":
                 if len(node.outputs) > 1 and (node.outputs[1].uses() or node.outputs[1].is_graph_output()):
-                    return False
+                    return "the MaxPool's Indices output is used"
                 if not _non_negative(x):
-                    return False
-        node.attributes["pads"] = ir.AttrInt64s("pads", new)
-        node.replace_input_with(0, x)
-        pad.graph.remove(pad, safe=True)
-        return True
+                    return "the input is not known to be non-negative: MaxPool pads with -inf, not 0"
+        m.pads = new
+        return None
+
+    def rewrite(self, graph, m: _Match) -> int:
+        m.consumer.attributes["pads"] = ir.AttrInt64s("pads", m.pads)
+        m.consumer.replace_input_with(0, m.pad.inputs[0])
+        m.pad.graph.remove(m.pad, safe=True)
+        return 1
 
     @staticmethod
     def _kernel(node: ir.Node) -> list[int] | None:

@@ -3,23 +3,26 @@
 Attention adds a mask of huge negative numbers (``finfo.min``, ``-1e4``, ``-inf``) to the scores of
 padded positions. Softmax computes ``exp(x - max)``; for those positions that is far below the
 smallest normal float32, and x86 CPUs without flush-to-zero take a micro-code assist for every
-denormal produced and consumed. Measured with ONNX Runtime's CPU Softmax on ``[8, 12, 128, 128]``
-scores with 85% of the keys masked: 8.3 ms instead of 1.1 ms, the same kernel at seven times the cost.
+denormal produced and consumed, which makes a masked Softmax several times slower than an
+unmasked one.
 
-Rule: ``Softmax(x, axis)``, where ``x = Add(scores, mask)``, ``mask`` is computed from a constant
-of at most -1e4 and the probabilities are only read by MatMul/Einsum (they weight values, as in
-attention; a Log of them would see ``-80`` instead of ``-inf``), becomes
-``Softmax(Max(x, ReduceMax(x, axis) - 80), axis)``.
+Rule: ``Softmax(x, axis)``, where ``x = Add(scores, mask)`` and ``mask`` is computed from a
+constant of at most -1e4 (the pattern), becomes ``Softmax(Max(x, ReduceMax(x, axis) - 80), axis)``.
+Precondition (``check``): the probabilities are only read by MatMul/Einsum (they weight values, as
+in attention; a Log of them would see ``-80`` instead of ``-inf``), x is float32, and the softmax
+row is one axis (before opset 13 it is everything after ``axis``).
 
 Exact to float32 rounding: a clamped score gets weight ``e^-80 / Z`` with ``Z >= 1`` (the row's
 maximum contributes 1), and ``e^-80 ≈ 1.8e-35``: even a row of 10^20 clamped scores changes the sum
 by less than float32's resolution. Scores within 80 of the maximum are untouched, so unmasked rows
 are bit-identical. Only float32 Softmax is rewritten (float16's normal range is too short for the
-margin to be negligible). The extra ``ReduceMax``/``Sub``/``Max`` are element-wise and cost a third
-of what the denormals did.
+margin to be negligible). The extra ``ReduceMax``/``Sub``/``Max`` are cheap element-wise ops, far
+cheaper than the denormals they avoid.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 import numpy as np
 import onnx_ir as ir
@@ -27,8 +30,7 @@ import onnx_ir as ir
 from modelpress.ir.graph import add_initializer, insert_node
 from modelpress.ir.match import const_array, graph_opset, producer_of
 from modelpress.ir.shapes import ensure_types
-from modelpress.passes.base import GraphPass
-from modelpress.passes.registry import register
+from modelpress.passes.rule import RewritePass
 
 MASK_THRESHOLD = -1e4  # a constant this negative (or -inf) marks an additive attention mask
 MARGIN = 80.0  # e^-80 is normal in float32 (smallest normal ≈ e^-87.3)
@@ -69,39 +71,39 @@ def _softmax_axis(node: ir.Node, opset: int) -> int | None:
     return axis
 
 
-@register
-class GuardSoftmax(GraphPass):
+class GuardSoftmax(RewritePass[ir.Node]):
     """Clamp masked Softmax inputs to ``max - 80`` so that no denormal is computed."""
 
     name = "guard-softmax"
+    ops = ("Softmax",)
 
-    def rewrite_graph(self, graph: ir.Graph | ir.Function) -> int:
-        count = 0
-        opset = graph_opset(graph, self.model)
-        for node in list(graph):
-            if node.op_type != "Softmax" or node.domain not in ("", "ai.onnx"):
-                continue
-            x = node.inputs[0]
-            add = producer_of(x, "Add")
-            if add is None or not any(_is_mask(v) for v in add.inputs):
-                continue
-            if not _weights_values(node):
-                continue
-            if x.dtype is None:
-                ensure_types(self.model)  # files often leave intermediate values untyped
-            if x.dtype != ir.DataType.FLOAT:
-                continue
-            axis = _softmax_axis(node, opset)
-            if axis is None:
-                continue
-            if opset >= 18:
-                axes = add_initializer(graph, np.array([axis], np.int64), f"{node.name}_axes")
-                peak = insert_node(graph, node, "ReduceMax", [x, axes], {"keepdims": 1})
-            else:
-                peak = insert_node(graph, node, "ReduceMax", [x], {"axes": [axis], "keepdims": 1})
-            margin = add_initializer(graph, np.array(MARGIN, np.float32), f"{node.name}_margin")
-            floor = insert_node(graph, node, "Sub", [peak.outputs[0], margin])
-            clamped = insert_node(graph, node, "Max", [x, floor.outputs[0]], like=x)
-            node.replace_input_with(0, clamped.outputs[0])
-            count += 1
-        return count
+    def matches(self, graph, node: ir.Node) -> Iterator[ir.Node]:
+        add = producer_of(node.inputs[0], "Add")
+        if add is not None and any(_is_mask(v) for v in add.inputs):
+            yield node
+
+    def check(self, graph, node: ir.Node) -> str | None:
+        if not _weights_values(node):
+            return "the probabilities are read by more than MatMul/Einsum: e^-80 for 0 would show"
+        x = node.inputs[0]
+        if x.dtype is None:
+            ensure_types(self.model)  # files often leave intermediate values untyped
+        if x.dtype != ir.DataType.FLOAT:
+            return "not float32: float16's normal range is too short for the margin"
+        if _softmax_axis(node, graph_opset(graph, self.model)) is None:
+            return "before opset 13 the row is everything after axis, and axis is not the last one"
+        return None
+
+    def rewrite(self, graph, node: ir.Node) -> int:
+        x = node.inputs[0]
+        axis = _softmax_axis(node, graph_opset(graph, self.model))
+        if graph_opset(graph, self.model) >= 18:
+            axes = add_initializer(graph, np.array([axis], np.int64), f"{node.name}_axes")
+            peak = insert_node(graph, node, "ReduceMax", [x, axes], {"keepdims": 1})
+        else:
+            peak = insert_node(graph, node, "ReduceMax", [x], {"axes": [axis], "keepdims": 1})
+        margin = add_initializer(graph, np.array(MARGIN, np.float32), f"{node.name}_margin")
+        floor = insert_node(graph, node, "Sub", [peak.outputs[0], margin])
+        clamped = insert_node(graph, node, "Max", [x, floor.outputs[0]], like=x)
+        node.replace_input_with(0, clamped.outputs[0])
+        return 1

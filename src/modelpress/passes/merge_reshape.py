@@ -4,9 +4,9 @@
 elements (Reshape, Flatten, Squeeze, Unsqueeze, Identity): the elements in row-major order stay the
 same, and the last Reshape alone decides the final shape.
 
-Legal when the last Reshape's target shape ``s`` is a constant that does not look at its input's
-shape: no ``0`` entries (which copy the input's dimension) unless ``allowzero=1``, where a 0 is a
-literal zero. ``-1`` is fine: it is inferred from the element count, which ``f`` does not change.
+Precondition (``check``): the last Reshape's target shape ``s`` is a constant that does not look
+at its input's shape: no ``0`` entries (which copy the input's dimension) unless ``allowzero=1``,
+where a 0 is a literal zero. ``-1`` is fine: it is inferred from the element count, which ``f`` does not change.
 Also legal, from opset 14, when ``s`` is ``Shape(t)`` of some tensor (exporters write
 ``Reshape(x, Shape(t))`` for "reshape like t"): its entries are real dimensions, so there is no -1,
 and a 0 entry can only come from an empty dimension; the merged Reshape gets ``allowzero=1`` so a 0
@@ -18,12 +18,14 @@ pass's business, not this one's.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
+
 import onnx_ir as ir
 
 from modelpress.ir.graph import remove_node
 from modelpress.ir.match import const_array, in_graph
-from modelpress.passes.base import GraphPass
-from modelpress.passes.registry import register
+from modelpress.passes.rule import RewritePass
 
 # Ops whose output holds the input's elements in the same row-major order.
 _SHAPE_ONLY = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
@@ -43,39 +45,50 @@ def _shape_only(value: ir.Value | None, graph) -> ir.Node | None:
     return node
 
 
-@register
-class MergeReshape(GraphPass):
+@dataclass
+class _Match:
+    reshape: ir.Node
+    chain: list[ir.Node]  # the shape-only nodes between the source and the Reshape, last first
+    # derived by the check
+    like_tensor: bool = False  # the target is Shape(t)
+
+
+class MergeReshape(RewritePass[_Match]):
     """Reshape(Reshape|Flatten|Squeeze|Unsqueeze(x), s) → Reshape(x, s) when s is self-contained."""
 
     name = "merge-reshape"
+    ops = ("Reshape",)
 
-    def rewrite_graph(self, graph: ir.Graph | ir.Function) -> int:
-        count = 0
-        for node in list(graph):
-            if node.op_type != "Reshape" or node.domain != "" or not in_graph(node, graph):
-                continue
-            shape = const_array(node.inputs[1]) if len(node.inputs) > 1 else None
-            like_tensor = shape is None and self._is_full_shape(node.inputs[1] if len(node.inputs) > 1 else None)
-            if shape is None and not like_tensor:
-                continue
-            if shape is not None and not node.attributes.get_int("allowzero", 0) and (shape == 0).any():
-                continue  # a 0 copies a dimension of the intermediate tensor, which we bypass
-            chain = []  # the shape-only nodes between the source and this Reshape, last first
-            source = node.inputs[0]
-            while (inner := _shape_only(source, graph)) is not None:
-                chain.append(inner)
-                source = inner.inputs[0]
-            if not chain:
-                continue
-            node.replace_input_with(0, source)
-            if like_tensor:
-                node.attributes["allowzero"] = ir.AttrInt64("allowzero", 1)
-            for inner in chain:
-                if inner.outputs[0].uses() or inner.outputs[0].is_graph_output():
-                    break
-                remove_node(graph, inner)
-            count += 1
-        return count
+    def matches(self, graph, node: ir.Node) -> Iterator[_Match]:
+        chain = []
+        source = node.inputs[0]
+        while (inner := _shape_only(source, graph)) is not None:
+            chain.append(inner)
+            source = inner.inputs[0]
+        if chain:
+            yield _Match(node, chain)
+
+    def check(self, graph, m: _Match) -> str | None:
+        target = m.reshape.inputs[1] if len(m.reshape.inputs) > 1 else None
+        shape = const_array(target)
+        if shape is None:
+            if not self._is_full_shape(target):
+                return "the target shape is neither a constant nor Shape(t) (from opset 14)"
+            m.like_tensor = True
+        elif not m.reshape.attributes.get_int("allowzero", 0) and (shape == 0).any():
+            return "a 0 in the target copies a dimension of the intermediate tensor, which is bypassed"
+        return None
+
+    def rewrite(self, graph, m: _Match) -> int:
+        node = m.reshape
+        node.replace_input_with(0, m.chain[-1].inputs[0])
+        if m.like_tensor:
+            node.attributes["allowzero"] = ir.AttrInt64("allowzero", 1)
+        for inner in m.chain:
+            if inner.outputs[0].uses() or inner.outputs[0].is_graph_output():
+                break
+            remove_node(graph, inner)
+        return 1
 
     def _is_full_shape(self, value: ir.Value | None) -> bool:
         """``value`` is ``Shape(t)`` with no start/end, and allowzero exists (opset >= 14)."""

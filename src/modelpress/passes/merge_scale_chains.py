@@ -9,12 +9,14 @@ composition is again ``x·s + t``, which is written as at most two ops:
   chain merge expect);
 - ``(x·a) + b`` is already in that form and stays.
 
-Legal when: every intermediate value has exactly one reader and is no graph output (otherwise it is
-still needed as it was); the chain is floating point with one dtype (integer Div truncates and is
-not a multiplication); every constant is finite, and Div constants have no zero (``x/0`` and
-``x·(1/0)`` agree, but combined with other links NaN and inf would not); and the merged constants
-are no larger than the largest original one (two constants shaped ``(C,1)`` and ``(1,W)`` would
-merge into a ``(C,W)`` one). The output's shape is the broadcast of ``x`` with all constants in both
+The pattern (``matches``): the longest chain of links whose intermediate values have exactly one
+reader and are no graph output (otherwise they are still needed as they were), each link floating
+point with every constant finite, and Div constants without zero (``x/0`` and ``x·(1/0)`` agree,
+but combined with other links NaN and inf would not; integer Div truncates and is not a
+multiplication). Precondition (``check``): the chain has one dtype; the merged constants are no
+larger than the largest original one (two constants shaped ``(C,1)`` and ``(1,W)`` would merge into
+a ``(C,W)`` one); and the result saves an op, or puts an Add before a Mul into Mul-then-Add order.
+The output's shape is the broadcast of ``x`` with all constants in both
 forms, so it cannot change; a link whose merged constant is neutral (all ones, all zeros) is
 dropped only when its shape adds nothing to that broadcast. Constants are combined in float64 and
 cast back, so results differ only by float rounding.
@@ -22,14 +24,16 @@ cast back, so results differ only by float rounding.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
+
 import numpy as np
 import onnx_ir as ir
 
 from modelpress.ir.graph import add_initializer, insert_node, replace_with_new
 from modelpress.ir.match import const_array, is_single_use
 from modelpress.ir.shapes import ensure_types
-from modelpress.passes.base import GraphPass
-from modelpress.passes.registry import register
+from modelpress.passes.rule import RewritePass
 
 _OPS = ("Mul", "Add", "Sub", "Div", "Neg")
 
@@ -101,26 +105,33 @@ def _plan(s: np.ndarray, t: np.ndarray, s_used: bool, t_used: bool) -> list[str]
     return (["Mul"] if need_s else []) + (["Add"] if need_t else [])
 
 
-@register
-class MergeScaleChains(GraphPass):
+@dataclass
+class _Match:
+    chain: list[tuple[ir.Node, ir.Value, list[Step], np.dtype]]  # (node, x, steps, dtype), first first
+    # derived by the check: x·s + t, written as the ops of ``plan``
+    s: np.ndarray | None = None
+    t: np.ndarray | None = None
+    plan: list[str] | None = None
+
+
+class MergeScaleChains(RewritePass[_Match]):
     """Merge a chain of constant Mul/Add/Sub/Div/Neg into ``x·s + t`` (rules in the module doc)."""
 
     name = "merge-scale-chains"
     level = 2
+    functions = False
+    ops = _OPS
 
     def call(self, model: ir.Model):
         ensure_types(model)  # Neg links need their input's dtype
         return super().call(model)
 
-    def rewrite_graph(self, graph: ir.Graph | ir.Function) -> int:
-        count = 0
-        for tail in list(graph):
-            if tail.graph is not graph or _link(tail) is None:
-                continue
-            chain = self._chain_ending_at(tail)
-            if len(chain) >= 2 and self._rewrite(graph, chain):
-                count += 1
-        return count
+    def matches(self, graph, tail: ir.Node) -> Iterator[_Match]:
+        if _link(tail) is None:
+            return
+        chain = self._chain_ending_at(tail)
+        if len(chain) >= 2:
+            yield _Match(chain)
 
     @staticmethod
     def _chain_ending_at(tail: ir.Node) -> list[tuple[ir.Node, ir.Value, list[Step], np.dtype]]:
@@ -144,12 +155,11 @@ class MergeScaleChains(GraphPass):
             node = link[0].producer()
         return chain
 
-    @staticmethod
-    def _rewrite(graph, chain) -> bool:
+    def check(self, graph, m: _Match) -> str | None:
+        chain = m.chain
         dtype = chain[0][3]
         if any(d != dtype for *_, d in chain):
-            return False
-        x = chain[0][1]
+            return "the links differ in dtype"
         s, t = np.array(1.0), np.array(0.0)
         s_used = t_used = False
         kinds: list[str] = []
@@ -162,29 +172,34 @@ class MergeScaleChains(GraphPass):
                     t, t_used = t + c, True
         largest = max(c.size for _, _, steps, _ in chain for _, c in steps)
         if s.size > largest or t.size > largest:
-            return False
+            return "the merged constants would be larger than any of the originals"
         plan = _plan(s, t, s_used, t_used)
         ops = [node.op_type for node, *_ in chain]
         # Rewrite when it saves ops, or to put an Add before a Mul into Mul-then-Add order.
         reorders = "add" in kinds and "mul" in kinds[kinds.index("add") :]
         if not (len(plan) < len(ops) or (len(plan) == len(ops) and reorders and plan != ops)):
-            return False
-        last = chain[-1][0]
+            return f"{' → '.join(plan)} saves no op over {' → '.join(ops)} and reorders nothing"
+        m.s, m.t, m.plan = s, t, plan
+        return None
+
+    def rewrite(self, graph, m: _Match) -> int:
+        x, dtype = m.chain[0][1], m.chain[0][3]
+        last = m.chain[-1][0]
         y = last.outputs[0]
         value = x
-        for i, op in enumerate(plan):
+        for i, op in enumerate(m.plan):
             # Only the last op's output is known to have y's shape; earlier ones share its dtype.
-            like = y if i == len(plan) - 1 else None
+            like = y if i == len(m.plan) - 1 else None
             if op == "Neg":
                 node = insert_node(graph, last, "Neg", [value], like=like)
             elif op == "Sub":
-                shift = add_initializer(graph, t.astype(dtype), "merged_shift")
+                shift = add_initializer(graph, m.t.astype(dtype), "merged_shift")
                 node = insert_node(graph, last, "Sub", [shift, value], like=like)
             elif op == "Mul":
-                scale = add_initializer(graph, s.astype(dtype), "merged_scale")
+                scale = add_initializer(graph, m.s.astype(dtype), "merged_scale")
                 node = insert_node(graph, last, "Mul", [value, scale], like=like)
             else:
-                shift = add_initializer(graph, t.astype(dtype), "merged_shift")
+                shift = add_initializer(graph, m.t.astype(dtype), "merged_shift")
                 node = insert_node(graph, last, "Add", [value, shift], like=like)
             node.outputs[0].type = y.type
             # onnx_ir names new values per graph ("val_0"), which may clash with a name of an
@@ -193,6 +208,6 @@ class MergeScaleChains(GraphPass):
                 node.outputs[0].name = f"{y.name}_affine{i}"
             value = node.outputs[0]
         replace_with_new(y, value)
-        for node, *_ in reversed(chain):
+        for node, *_ in reversed(m.chain):
             graph.remove(node, safe=True)
-        return True
+        return 1

@@ -1,6 +1,7 @@
 """Consecutive Slices merge into one Slice.
 
-``Slice(Slice(x, p1), p2)`` → ``Slice(x, p)`` when every parameter is constant and, axis by axis:
+``Slice(Slice(x, p1), p2)`` → ``Slice(x, p)``. Precondition (``check``): both Slices are in the same
+graph, every parameter is constant and, axis by axis:
 
 - the axis is sliced by only one of the two: its parameters carry over unchanged (any step);
 - both slice it with step 1: on an axis of size ``d``, ``x[s1:e1][s2:e2]`` is ``x[s1+s2 :
@@ -14,12 +15,14 @@ axes of the same sign to be compared. The inner Slice goes once nothing else use
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass
+
 import onnx_ir as ir
 
 from modelpress.ir.graph import make_slice, remove_node, replace_with_new
-from modelpress.ir.match import graph_opset, in_graph, known_rank, slice_params
-from modelpress.passes.base import GraphPass
-from modelpress.passes.registry import register
+from modelpress.ir.match import graph_opset, in_graph, known_rank, producer_of, slice_params
+from modelpress.passes.rule import RewritePass
 
 _INT64_MAX = 2**63 - 1
 
@@ -40,58 +43,39 @@ def _compose(s1: int, e1: int, s2: int, e2: int, dim: int | None) -> tuple[int, 
     return min(s1 + s2, _INT64_MAX), min(e1, s1 + e2, _INT64_MAX)
 
 
-@register
-class MergeSlice(GraphPass):
+@dataclass
+class _Match:
+    inner: ir.Node
+    outer: ir.Node
+    # derived by the check: (starts, ends, axes, steps) of the merged Slice
+    merged: tuple[list[int], list[int], list[int], list[int]] | None = None
+
+
+class MergeSlice(RewritePass[_Match]):
     """Slice(Slice(x)) → one Slice, on disjoint axes or step-1 slices of the same axis."""
 
     name = "merge-slice"
+    ops = ("Slice",)
 
-    def rewrite_graph(self, graph: ir.Graph | ir.Function) -> int:
-        count = 0
-        for outer in list(graph):
-            if outer.op_type != "Slice" or outer.domain != "" or not in_graph(outer, graph):
-                continue
-            data = outer.inputs[0]
-            inner = data.producer() if data is not None else None
-            if (
-                inner is None
-                or inner.op_type != "Slice"
-                or inner.domain != ""
-                or not in_graph(inner, graph)
-            ):
-                continue
-            merged = self._merge(inner, outer)
-            if merged is None:
-                continue
-            out = outer.outputs[0]
-            new = make_slice(
-                graph,
-                outer,
-                inner.inputs[0],
-                merged,
-                opset=graph_opset(graph, self.model),
-                like=out,
-                name_hint=f"{out.name}_slice",
-            )
-            replace_with_new(out, new.outputs[0])
-            remove_node(graph, outer)
-            if not inner.outputs[0].uses() and not inner.outputs[0].is_graph_output():
-                remove_node(graph, inner)
-            count += 1
-        return count
+    def matches(self, graph, outer: ir.Node) -> Iterator[_Match]:
+        inner = producer_of(outer.inputs[0], "Slice")
+        if inner is not None:
+            yield _Match(inner, outer)
 
-    def _merge(self, inner: ir.Node, outer: ir.Node):
-        p1, p2 = slice_params(inner), slice_params(outer)
+    def check(self, graph, m: _Match) -> str | None:
+        if not in_graph(m.inner, graph):
+            return "the inner Slice belongs to an enclosing graph"
+        p1, p2 = slice_params(m.inner), slice_params(m.outer)
         if p1 is None or p2 is None:
-            return None
-        x = inner.inputs[0]
+            return "a Slice's parameters are not all constant"
+        x = m.inner.inputs[0]
         rank = known_rank(x)
         axes1, axes2 = p1[2], p2[2]
         if rank is not None:
             axes1 = [a + rank if a < 0 else a for a in axes1]
             axes2 = [a + rank if a < 0 else a for a in axes2]
         elif len({a < 0 for a in axes1 + axes2}) > 1:
-            return None  # -1 and 2 may or may not be the same axis
+            return "the rank is unknown and the axes mix signs (-1 and 2 may be one axis)"
         entries = {a: [s, e, st] for s, e, a, st in zip(p1[0], p1[1], axes1, p1[3], strict=True)}
         for s2, e2, a, st2 in zip(p2[0], p2[1], axes2, p2[3], strict=True):
             if a not in entries:
@@ -99,18 +83,36 @@ class MergeSlice(GraphPass):
                 continue
             s1, e1, st1 = entries[a]
             if st1 != 1 or st2 != 1:
-                return None
+                return f"both slice axis {a}, not both with step 1"
             dim = None
             if rank is not None and x.shape is not None and isinstance(x.shape[a], int):
                 dim = x.shape[a]
             bounds = _compose(s1, e1, s2, e2, dim)
             if bounds is None:
-                return None
+                return f"axis {a} has negative bounds and no known size to normalize them"
             entries[a] = [bounds[0], bounds[1], 1]
         axes = sorted(entries)
-        return (
+        m.merged = (
             [entries[a][0] for a in axes],
             [entries[a][1] for a in axes],
             axes,
             [entries[a][2] for a in axes],
         )
+        return None
+
+    def rewrite(self, graph, m: _Match) -> int:
+        out = m.outer.outputs[0]
+        new = make_slice(
+            graph,
+            m.outer,
+            m.inner.inputs[0],
+            m.merged,
+            opset=graph_opset(graph, self.model),
+            like=out,
+            name_hint=f"{out.name}_slice",
+        )
+        replace_with_new(out, new.outputs[0])
+        remove_node(graph, m.outer)
+        if not m.inner.outputs[0].uses() and not m.inner.outputs[0].is_graph_output():
+            remove_node(graph, m.inner)
+        return 1

@@ -2,7 +2,8 @@
 
 The rewrite is ``y = Op(x, ...)`` → ``x`` (consumers of ``y`` read ``x``; a graph output keeps its
 name). It is legal only when ``y`` equals ``x`` for *every* input the model accepts, dynamic
-dimensions included, so each rule below checks what is known statically:
+dimensions included, so each rule below (``RULES``, the precondition per op: it returns the input
+the node returns, or why that is not known) checks what is known statically:
 
 - Dropout in inference (``training_mode`` absent or constant false, not the old ``is_test=0``) whose
   mask output is unused: inference-mode Dropout is the identity.
@@ -21,20 +22,22 @@ dimensions included, so each rule below checks what is known statically:
   same type, so the dtype cannot change either. (``x+0`` turns ``-0.0`` into ``+0.0``; every
   optimizer accepts that, as no comparison or arithmetic downstream can tell them apart except
   division by zero.)
+
+A node writing a graph output is replaced only by a value that can take the output's name
+(``rule.output_refusal``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.ir.graph import replace_value
-from modelpress.ir.match import can_become_output_of, const_array
+from modelpress.ir.match import const_array
 from modelpress.ir.shapes import ensure_types
-from modelpress.passes.base import GraphPass
-from modelpress.passes.registry import register
+from modelpress.passes.rule import RewritePass, output_refusal, replace_all
 
 # Exporters write "until the end" as INT64_MAX (PyTorch) or INT32_MAX (TensorFlow); a dynamic axis
 # longer than 2**31 - 1 elements is not a case any model has, so either means "to the end".
@@ -60,32 +63,36 @@ def _unused(value: ir.Value) -> bool:
     return not value.uses() and not value.is_graph_output()
 
 
-def _dropout(node: ir.Node) -> ir.Value | None:
+# Each rule returns the input that ``node`` provably returns, or (a str) why that is not known.
+Rule = Callable[[ir.Node], "ir.Value | str"]
+
+
+def _dropout(node: ir.Node) -> ir.Value | str:
     if node.attributes.get_int("is_test", 1) == 0:  # opset < 7 training mode
-        return None
+        return "training mode (is_test=0)"
     if len(node.outputs) > 1 and not _unused(node.outputs[1]):
-        return None
+        return "its mask output is used"
     training = _input(node, 2)
     if training is not None:
         flag = const_array(training)
         if flag is None or bool(flag.reshape(-1)[0]):
-            return None
+            return "training_mode is not a constant false"
     return node.inputs[0]
 
 
-def _cast(node: ir.Node) -> ir.Value | None:
+def _cast(node: ir.Node) -> ir.Value | str:
     x = node.inputs[0]
-    if x is None or x.dtype is None:
-        return None
+    if x.dtype is None:
+        return "the input's dtype is not known"
     to = node.attributes.get_int("to", -1)
-    return x if x.dtype.value == to else None
+    return x if x.dtype.value == to else "it changes the dtype"
 
 
-def _cast_like(node: ir.Node) -> ir.Value | None:
+def _cast_like(node: ir.Node) -> ir.Value | str:
     x, like = node.inputs[0], _input(node, 1)
-    if x is None or like is None or x.dtype is None:
-        return None
-    return x if x.dtype == like.dtype else None
+    if like is None or x.dtype is None:
+        return "the input's dtype is not known"
+    return x if x.dtype == like.dtype else "it changes the dtype"
 
 
 def _is_shape_of(value: ir.Value | None, x: ir.Value) -> bool:
@@ -101,14 +108,14 @@ def _is_shape_of(value: ir.Value | None, x: ir.Value) -> bool:
     )
 
 
-def _reshape(node: ir.Node) -> ir.Value | None:
+def _reshape(node: ir.Node) -> ir.Value | str:
     x = node.inputs[0]
     if _is_shape_of(_input(node, 1), x):
         return x
     dims = _dims(x)
     target = const_array(_input(node, 1))
     if dims is None or target is None or target.ndim != 1 or len(target) != len(dims):
-        return None
+        return "the input's shape or the target shape is not known, or their ranks differ"
     allowzero = node.attributes.get_int("allowzero", 0) == 1
     minus_one = 0
     for want, dim in zip(target.tolist(), dims, strict=True):
@@ -117,52 +124,52 @@ def _reshape(node: ir.Node) -> ir.Value | None:
         if want == -1:
             minus_one += 1
         elif not (isinstance(dim, int) and dim == want):
-            return None
+            return f"the target {target.tolist()} is not known to equal the input's shape"
     # With every other dimension equal, a single -1 can only resolve to the input's own dimension,
     # unless a literal zero-size dimension (allowzero) makes it ambiguous.
     if minus_one > 1 or (minus_one and allowzero and 0 in target.tolist()):
-        return None
+        return "more than one -1, or a -1 beside a literal 0"
     return x
 
 
-def _expand(node: ir.Node) -> ir.Value | None:
+def _expand(node: ir.Node) -> ir.Value | str:
     x = node.inputs[0]
     if _is_shape_of(_input(node, 1), x):
         return x
     dims = _dims(x)
     shape = const_array(_input(node, 1))
     if dims is None or shape is None or shape.ndim != 1 or len(shape) > len(dims):
-        return None
+        return "the input's shape or the target shape is not known, or the target has a higher rank"
     for want, dim in zip(shape.tolist()[::-1], dims[::-1], strict=False):
         if want != 1 and not (isinstance(dim, int) and dim == want):
-            return None
+            return f"the target {shape.tolist()} may broadcast the input"
     return x
 
 
-def _transpose(node: ir.Node) -> ir.Value | None:
+def _transpose(node: ir.Node) -> ir.Value | str:
     x = node.inputs[0]
     perm = _ints(node, "perm")
     if perm is None:  # the default reverses the axes: the identity only up to rank 1
         dims = _dims(x)
-        return x if dims is not None and len(dims) <= 1 else None
-    return x if perm == list(range(len(perm))) else None
+        return x if dims is not None and len(dims) <= 1 else "it reverses the axes of a rank that is not known to be <= 1"
+    return x if perm == list(range(len(perm))) else "the permutation is not the identity"
 
 
-def _pad(node: ir.Node) -> ir.Value | None:
+def _pad(node: ir.Node) -> ir.Value | str:
     pads = _ints(node, "pads")  # opset < 11 keeps pads in an attribute
     if pads is None:
         arr = const_array(_input(node, 1))
         if arr is None:
-            return None
+            return "the pads are not a constant"
         pads = arr.reshape(-1).tolist()
-    return node.inputs[0] if not any(pads) else None
+    return node.inputs[0] if not any(pads) else "the pads are not all zero"
 
 
-def _slice(node: ir.Node) -> ir.Value | None:
+def _slice(node: ir.Node) -> ir.Value | str:
     x = node.inputs[0]
     dims = _dims(x)
     if dims is None:
-        return None
+        return "the input's shape is not known"
     if node.attributes.get("starts") is not None:  # opset < 10: attributes
         starts, ends = _ints(node, "starts"), _ints(node, "ends")
         axes, steps = _ints(node, "axes"), None
@@ -170,9 +177,9 @@ def _slice(node: ir.Node) -> ir.Value | None:
         arrays = [const_array(_input(node, i)) for i in range(1, 5)]
         for i, arr in enumerate(arrays):
             if arr is None and _input(node, i + 1) is not None:
-                return None  # a runtime value: unknown
+                return "a parameter is not a constant"
         if arrays[0] is None or arrays[1] is None:
-            return None
+            return "starts or ends are missing"
         starts, ends = arrays[0].tolist(), arrays[1].tolist()
         axes = arrays[2].tolist() if arrays[2] is not None else None
         steps = arrays[3].tolist() if arrays[3] is not None else None
@@ -180,13 +187,13 @@ def _slice(node: ir.Node) -> ir.Value | None:
     steps = steps if steps is not None else [1] * len(starts)
     for start, end, axis, step in zip(starts, ends, axes, steps, strict=False):
         if step != 1 or axis < -len(dims) or axis >= len(dims):
-            return None
+            return f"axis {axis}: a step other than 1, or no such axis"
         dim = dims[axis]
         static = isinstance(dim, int)
         starts_at_zero = start == 0 or (static and start <= -dim)
         ends_at_end = end >= _TO_THE_END or (static and end >= dim)
         if not (starts_at_zero and ends_at_end):
-            return None
+            return f"axis {axis}: [{start}:{end}] is not known to keep the whole axis"
     return x
 
 
@@ -202,22 +209,22 @@ def _axes(node: ir.Node) -> list[int] | None:
     return None if arr is None else arr.reshape(-1).tolist()
 
 
-def _squeeze(node: ir.Node) -> ir.Value | None:
+def _squeeze(node: ir.Node) -> ir.Value | str:
     dims = _dims(node.inputs[0])
     if _axes(node) != [] or dims is None:
-        return None
+        return "it has axes, or the input's shape is not known"
     # Without axes Squeeze drops every size-1 dimension found at run time.
     if all(isinstance(d, int) and d != 1 for d in dims):
         return node.inputs[0]
-    return None
+    return "the input may have a size-1 dimension"
 
 
-def _unsqueeze(node: ir.Node) -> ir.Value | None:
-    return node.inputs[0] if _axes(node) == [] else None
+def _unsqueeze(node: ir.Node) -> ir.Value | str:
+    return node.inputs[0] if _axes(node) == [] else "it has axes"
 
 
-def _concat(node: ir.Node) -> ir.Value | None:
-    return node.inputs[0] if len(node.inputs) == 1 else None
+def _concat(node: ir.Node) -> ir.Value | str:
+    return node.inputs[0] if len(node.inputs) == 1 else "more than one input"
 
 
 def _broadcast_keeps_shape(x: ir.Value, constant: np.ndarray) -> bool:
@@ -232,12 +239,12 @@ def _broadcast_keeps_shape(x: ir.Value, constant: np.ndarray) -> bool:
     )
 
 
-def _neutral(identity: float, *, commutative: bool) -> Callable[[ir.Node], ir.Value | None]:
+def _neutral(identity: float, *, commutative: bool) -> Rule:
     """A rule for a binary op whose constant operand ``identity`` leaves the other one unchanged."""
 
-    def rule(node: ir.Node) -> ir.Value | None:
+    def rule(node: ir.Node) -> ir.Value | str:
         if len(node.inputs) != 2:
-            return None
+            return "not a binary node"
         sides = [(0, 1), (1, 0)] if commutative else [(0, 1)]
         for keep, const in sides:
             x, c = node.inputs[keep], const_array(node.inputs[const])
@@ -245,12 +252,12 @@ def _neutral(identity: float, *, commutative: bool) -> Callable[[ir.Node], ir.Va
                 continue
             if np.all(c == identity) and _broadcast_keeps_shape(x, c):
                 return x
-        return None
+        return f"no operand is a constant {identity:g} that keeps the other's shape"
 
     return rule
 
 
-RULES: dict[str, Callable[[ir.Node], ir.Value | None]] = {
+RULES: dict[str, Rule] = {
     "Dropout": _dropout,
     "Cast": _cast,
     "CastLike": _cast_like,
@@ -269,31 +276,36 @@ RULES: dict[str, Callable[[ir.Node], ir.Value | None]] = {
 }
 
 
-@register
-class EliminateNoOps(GraphPass):
+@dataclass
+class _Match:
+    node: ir.Node
+    # derived by the check: the input the node returns
+    source: ir.Value | None = None
+
+
+class EliminateNoOps(RewritePass[_Match]):
     """Replace a node that provably returns its input by that input (rules in the module doc)."""
 
     name = "noop"
     level = 1
+    ops = tuple(RULES)
 
     def call(self, model: ir.Model):
         ensure_types(model)
         return super().call(model)
 
-    def rewrite_graph(self, graph: ir.Graph | ir.Function) -> int:
-        count = 0
-        for node in list(graph):
-            rule = RULES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
-            if rule is None or not node.inputs or node.inputs[0] is None:
-                continue
-            source = rule(node)
-            if source is None:
-                continue
-            if node.outputs[0].is_graph_output() and not can_become_output_of(source, graph):
-                continue  # e.g. a branch returning an outer value needs the node in between
-            # replace_value refuses when a graph output would have to take the name of a graph
-            # input or initializer; then the node stays, as the model's interface must not change.
-            if replace_value(node.outputs[0], source):
-                graph.remove(node, safe=True)
-                count += 1
-        return count
+    def matches(self, graph, node: ir.Node) -> Iterator[_Match]:
+        if node.inputs and node.inputs[0] is not None:
+            yield _Match(node)
+
+    def check(self, graph, m: _Match) -> str | None:
+        source = RULES[m.node.op_type](m.node)
+        if isinstance(source, str):
+            return source
+        m.source = source
+        return output_refusal(m.node.outputs[0], source, graph)
+
+    def rewrite(self, graph, m: _Match) -> int:
+        replace_all(m.node.outputs[0], m.source)
+        graph.remove(m.node, safe=True)
+        return 1

@@ -1,6 +1,6 @@
-"""``optimize()``: run the registered passes of a level to a fixed point and say what changed.
+"""``optimize()``: run the passes of a level to a fixed point and say what changed.
 
-Each round runs every selected pass once, in registry order; rounds repeat until a round changes
+Each round runs every selected pass once, in pipeline order (``pipeline.PIPELINE``); rounds repeat until a round changes
 nothing (or ``max_rounds``). Level 3 output is marked in the model's metadata as tied to a runtime.
 """
 
@@ -10,8 +10,11 @@ import time
 from dataclasses import dataclass, field
 
 import onnx_ir as ir
+import onnx_ir.passes.common as common
 
 from modelpress.errors import OptionError
+from modelpress.ir.opset import upgrade_opset
+from modelpress.ir.stats import iter_graphs
 from modelpress.passes import registry
 from modelpress.passes.base import GraphPass
 
@@ -48,8 +51,6 @@ class OptimizeResult:
 
 
 def _intermediate_values(model: ir.Model):
-    from modelpress.ir.stats import iter_graphs
-
     for graph in iter_graphs(model.graph):
         outputs = {id(v) for v in graph.outputs}
         for node in graph:
@@ -67,7 +68,7 @@ def _drop_new_annotations(model: ir.Model, annotated: set[str]) -> None:
 
     Passes infer them as working state; written out (as value_info) they change what a runtime
     does with the file: ONNX Runtime, seeing them, fuses Add + LayerNormalization into
-    SkipLayerNormalization, whose CPU kernel ran MiniLM 9% slower than the original's unfused pair.
+    SkipLayerNormalization, whose CPU kernel runs MiniLM slower than the original's unfused pair.
     The model leaves with the annotations it came with, and no new ones.
     """
     for value in _intermediate_values(model):
@@ -105,8 +106,6 @@ def optimize(
     if max_rounds < 1:
         raise OptionError("max_rounds must be at least 1")
     if opset is not None:
-        from modelpress.ir.opset import upgrade_opset
-
         model = upgrade_opset(model, opset)
     classes = select_passes(level, passes, skip)
     annotated = _annotated_values(model)
@@ -131,8 +130,6 @@ def optimize(
     _drop_new_annotations(model, annotated)
     # Rewrites inside subgraphs may mint a name an outer graph already uses; ONNX Runtime refuses
     # such models (the checker does not), so names are made unique once at the end.
-    import onnx_ir.passes.common as common
-
     common.NameFixPass()(model)
     if any(not p.standard and s.rewrites for p, s in zip(instances, stats)):
         model.metadata_props[RUNTIME_METADATA_KEY] = "onnxruntime"

@@ -1,18 +1,13 @@
-"""The pass registry: passes are looked up by name; the CLI's choices come from here."""
+"""The pass registry: passes by name, in pipeline order; the CLI's choices come from here."""
 
 from __future__ import annotations
 
 from modelpress.errors import OptionError
 from modelpress.passes.base import GraphPass
+from modelpress.passes.pipeline import PIPELINE
 
-REGISTRY: dict[str, type[GraphPass]] = {}
-
-
-def register(cls: type[GraphPass]) -> type[GraphPass]:
-    """Class decorator: add a pass to the registry under ``cls.name``."""
-    assert cls.name and cls.name not in REGISTRY, f"duplicate or empty pass name {cls.name!r}"
-    REGISTRY[cls.name] = cls
-    return cls
+REGISTRY: dict[str, type[GraphPass]] = {cls.name: cls for cls in PIPELINE}
+assert len(REGISTRY) == len(PIPELINE) and "" not in REGISTRY, "pass names must be unique and set"
 
 
 def get(name: str) -> type[GraphPass]:
@@ -25,7 +20,7 @@ def get(name: str) -> type[GraphPass]:
 
 
 def for_level(level: int) -> list[type[GraphPass]]:
-    """The passes that run at ``level``, in registration order (which is the intended order)."""
+    """The passes that run at ``level``, in pipeline order."""
     if level not in (0, 1, 2, 3):
         raise OptionError(f"--level {level}: levels are 0 (nothing), 1, 2 (default) and 3")
-    return [cls for cls in REGISTRY.values() if cls.level <= level]
+    return [cls for cls in PIPELINE if cls.level <= level]

@@ -6,7 +6,7 @@ values while ``f`` runs on fewer elements. ``crop'`` crops each constant operand
 along the axes it shares with ``x``; a constant of size 1 on a cropped axis broadcasts and stays as
 it is (a scalar Gather index removes that axis from it).
 
-Legal when:
+Precondition (``check``):
 
 - the crop's parameters are constants (Slice starts/ends/axes/steps, Gather indices) and ``f`` is
   element-wise with exactly one non-constant tensor operand ``x`` (Clip's min/max are scalars and
@@ -25,6 +25,7 @@ Legal when:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,8 +33,7 @@ import onnx_ir as ir
 
 from modelpress.ir.graph import add_initializer, remove_node, replace_with_new
 from modelpress.ir.match import const_array, in_graph, known_rank, slice_params, static_shape
-from modelpress.passes.base import GraphPass
-from modelpress.passes.registry import register
+from modelpress.passes.rule import RewritePass
 
 _UNARY = frozenset(
     "Abs Acos Acosh Asin Asinh Atan Atanh BitwiseNot Cast Ceil Celu Cos Cosh Elu Erf Exp Floor Gelu "
@@ -122,79 +122,91 @@ def _copy_attributes(node: ir.Node) -> list[ir.Attr]:
     return [ir.Attr(a.name, a.type, a.value) for a in node.attributes.values()]
 
 
-@register
-class ReorderCrop(GraphPass):
+@dataclass
+class _Match:
+    data: ir.Value  # f's result, which the crops read
+    elem: ir.Node  # the element-wise f
+    positions: list[int]  # f's inputs that broadcast against each other
+    # derived by the check
+    k: int = 0  # the position of x, f's one non-constant operand
+    consts: dict[int, np.ndarray] | None = None  # the constant operands by position
+    rank: int | None = None
+    crops: list[_Crop] | None = None  # every reader of f's result
+
+
+class ReorderCrop(RewritePass[_Match]):
     """crop(f(x, c)) → f(crop(x), crop(c)) for element-wise f, when it is legal and saves work."""
 
     name = "reorder-crop"
+    ops = ("Slice", "Gather")
 
     def rewrite_graph(self, graph: ir.Graph | ir.Function) -> int:
+        # A crop moves up a chain of element-wise ops one step per sweep.
         count = 0
-        changed = True
-        while changed:  # a crop moves up a chain of element-wise ops one step per sweep
-            changed = False
-            for node in list(graph):
-                if (
-                    not in_graph(node, graph)
-                    or node.op_type not in ("Slice", "Gather")
-                    or not node.inputs
-                ):
-                    continue
-                moved = self._try(graph, node)
-                count += moved
-                changed |= moved > 0
+        while moved := super().rewrite_graph(graph):
+            count += moved
         return count
 
-    def _try(self, graph, crop_node: ir.Node) -> int:
-        data = crop_node.inputs[0]
+    def matches(self, graph, crop_node: ir.Node) -> Iterator[_Match]:
+        data = crop_node.inputs[0] if crop_node.inputs else None
         elem = data.producer() if data is not None else None
-        if elem is None or not in_graph(elem, graph) or data.is_graph_output():
-            return 0
-        positions = _broadcast_positions(elem)
-        if positions is None:
-            return 0
-        inputs = list(elem.inputs)
-        varying = [i for i in positions if inputs[i] is not None and const_array(inputs[i]) is None]
+        positions = _broadcast_positions(elem) if elem is not None else None
+        if positions is not None:
+            yield _Match(data, elem, positions)
+
+    def check(self, graph, m: _Match) -> str | None:
+        if not in_graph(m.elem, graph):
+            return f"the {m.elem.op_type} belongs to an enclosing graph"
+        if m.data.is_graph_output():
+            return f"the {m.elem.op_type} result is a graph output"
+        inputs = list(m.elem.inputs)
+        varying = [i for i in m.positions if inputs[i] is not None and const_array(inputs[i]) is None]
         if len(varying) != 1:
-            return 0
+            return f"the {m.elem.op_type} has {len(varying)} non-constant operands, not one"
         k = varying[0]
         x = inputs[k]
-        consts = {i: const_array(inputs[i]) for i in positions if i != k and inputs[i] is not None}
+        consts = {i: const_array(inputs[i]) for i in m.positions if i != k and inputs[i] is not None}
         needs_rank = any(c.ndim > 0 for c in consts.values())
         rank = known_rank(x)
         if needs_rank and (rank is None or any(c.ndim > rank for c in consts.values())):
-            return 0
-        users = [use.node for use in data.uses()]
-        if any(use.idx != 0 for use in data.uses()):
-            return 0
-        crops = [_as_crop(u, rank) for u in users]
+            return "a constant operand would raise the rank, or the rank is unknown"
+        if any(use.idx != 0 for use in m.data.uses()):
+            return f"the {m.elem.op_type} result is read as something other than a crop's data"
+        crops = [_as_crop(use.node, rank) for use in m.data.uses()]
         if any(c is None for c in crops):
-            return 0
+            return f"a reader of the {m.elem.op_type} result is not a crop with constant parameters"
         for crop in crops:
-            if needs_rank and not self._constants_fit(crop, x, consts, rank):
-                return 0
-        if not self._saves_work(crops, x, elem, consts):
-            return 0
-        for crop in crops:
-            self._move(graph, crop, elem, k, consts, rank)
-        remove_node(graph, elem)
-        return len(crops)
+            reason = self._constants_refusal(crop, x, consts, rank) if needs_rank else None
+            if reason is not None:
+                return reason
+        if not self._saves_work(crops, x, m.elem, consts):
+            return "cropping first would not compute fewer elements"
+        m.k, m.consts, m.rank, m.crops = k, consts, rank, crops
+        return None
+
+    def rewrite(self, graph, m: _Match) -> int:
+        for crop in m.crops:
+            self._move(graph, crop, m.elem, m.k, m.consts, m.rank)
+        remove_node(graph, m.elem)
+        return len(m.crops)
 
     @staticmethod
-    def _constants_fit(crop: _Crop, x: ir.Value, consts: dict, rank: int) -> bool:
+    def _constants_refusal(crop: _Crop, x: ir.Value, consts: dict, rank: int) -> str | None:
+        """Why cropping the constants as ``crop`` crops x is not the same, or None."""
         for a in crop.axes:
             if not 0 <= a < rank:
-                return False
+                return f"the crop's axis {a} is not an axis of a rank-{rank} tensor"
             for c in consts.values():
                 ac = a - (rank - c.ndim)
                 if ac < 0 or c.shape[ac] == 1:
                     continue
                 if x.shape[a] != c.shape[ac]:
-                    return False  # x could broadcast along a (unknown or size 1): unsafe
+                    # x could broadcast along a (unknown or size 1): unsafe
+                    return f"a constant varies along axis {a}, where x is not known to have its size"
                 d = c.shape[ac]
                 if crop.index is not None and ((crop.index < -d) | (crop.index >= d)).any():
-                    return False  # out of range: the model fails at run time; leave it so
-        return True
+                    return "an index is out of range: the model fails at run time, and is left so"
+        return None
 
     @staticmethod
     def _saves_work(crops: list[_Crop], x: ir.Value, elem: ir.Node, consts: dict) -> bool:

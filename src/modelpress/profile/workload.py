@@ -195,13 +195,22 @@ def kind_of(op_type: str) -> str:
 
 
 def input_shapes(
-    model: ir.Model, batch: int, seq: int | None
+    model: ir.Model,
+    batch: int,
+    seq: int | None,
+    *,
+    dims: dict[str, int] | None = None,
+    shapes: dict[str, tuple[int, ...]] | None = None,
 ) -> tuple[dict[str, tuple[int, ...]], int | None]:
-    """Concrete input shapes at ``batch``: dim 0 is the batch, other symbolic dims the sequence.
+    """Concrete input shapes at ``batch``: dim 0 is the batch; another symbolic dim takes its
+    size from ``dims`` (by name), else ``seq``; an input named in ``shapes`` takes that shape
+    but for dim 0 when it is the (symbolic) batch.
 
     Returns the shapes and the model's own fixed batch (None when the batch is symbolic).
     """
-    shapes: dict[str, tuple[int, ...]] = {}
+    dims = dims or {}
+    shapes = shapes or {}
+    out: dict[str, tuple[int, ...]] = {}
     fixed_batch = None
     initializers = set(model.graph.initializers)
     for value in model.graph.inputs:
@@ -209,22 +218,32 @@ def input_shapes(
             continue
         if value.shape is None:
             raise OptionError(f"model input {value.name!r} has no shape: export it with shapes")
-        dims = []
+        given = shapes.get(value.name)
+        if given is not None and len(given) != len(value.shape):
+            raise OptionError(
+                f"--shape {value.name}: {len(given)} dimensions, the model input has {len(value.shape)}"
+            )
+        sizes = []
         for i, d in enumerate(value.shape):
             if isinstance(d, int):
-                dims.append(d)
+                sizes.append(d)
                 if i == 0:
                     fixed_batch = d
             elif i == 0:
-                dims.append(batch)
+                sizes.append(batch)
+            elif given is not None:
+                sizes.append(int(given[i]))
+            elif str(d) in dims:
+                sizes.append(dims[str(d)])
             elif seq is not None:
-                dims.append(seq)
+                sizes.append(seq)
             else:
                 raise OptionError(
-                    f"model input {value.name!r} has a symbolic dimension {d} besides the batch: give --seq"
+                    f"model input {value.name!r} has a symbolic dimension {d} besides the batch: "
+                    f"give --dim {d}=SIZE (or --seq)"
                 )
-        shapes[value.name] = tuple(dims)
-    return shapes, fixed_batch
+        out[value.name] = tuple(sizes)
+    return out, fixed_batch
 
 
 def _with_run_shapes(model: ir.Model, shapes: dict[str, tuple[int, ...]]) -> ir.Model:
@@ -264,16 +283,24 @@ def _profile(model: ir.Model, shapes: dict[str, tuple[int, ...]]):
     return cost
 
 
-def workload_from_onnx(model: ir.Model, *, name: str, seq: int | None = None) -> Workload:
-    """A workload from an ONNX graph (see the module docstring for the batch-1/batch-2 rule).
+def workload_from_onnx(
+    model: ir.Model,
+    *,
+    name: str,
+    seq: int | None = None,
+    dims: dict[str, int] | None = None,
+    shapes: dict[str, tuple[int, ...]] | None = None,
+) -> Workload:
+    """A workload from an ONNX graph (see the module docstring for the batch-1/batch-2 rule);
+    symbolic dimensions besides the batch from ``dims``/``shapes``/``seq`` (``input_shapes``).
 
     Shapes come from ONNX shape inference, or from a run under ONNX Runtime where inference
     leaves some unknown.
     """
-    shapes1, fixed = input_shapes(model, 1, seq)
+    shapes1, fixed = input_shapes(model, 1, seq, dims=dims, shapes=shapes)
     cost1 = _profile(model, shapes1)
     if fixed is None:
-        cost2 = _profile(model, input_shapes(model, 2, seq)[0])
+        cost2 = _profile(model, input_shapes(model, 2, seq, dims=dims, shapes=shapes)[0])
         pairs = list(zip(cost1.nodes, cost2.nodes, strict=True))
         divisor = 1.0
     else:

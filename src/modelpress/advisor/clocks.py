@@ -1,0 +1,59 @@
+"""The clock a card sustains under a dense tensor load: power-limited cards do not hold boost.
+
+Datasheet tensor peaks assume the boost clock. The base clock is the clock the vendor guarantees
+within the board's TDP under a worst-case load. Dynamic power grows about as the cube of the
+clock along the voltage-frequency curve (P ∝ C·V²·f with V roughly ∝ f in the boost range), so
+a load that draws a fraction p of the worst-case power at the same clock sustains
+
+    f = min(boost, base · p^(-1/3)) = min(boost, headroom · base)
+
+``headroom`` = p^(-1/3) is one number for all cards (``Efficiency.clock_headroom``), fitted with
+the eager-training factors on the published training rows (``benchmarks/bench_advisor.py``).
+Precondition: the catalog has both clocks for the card (``base_clock_mhz``, ``boost_clock_mhz``
+with ``src_clock``); without them the card is taken to hold its boost clock. A card whose GEMM
+ceiling was measured (``matmul_bf16_tflops_measured``) already ran at its sustained clock in that
+measurement, so the factor is not applied to its tensor peak a second time.
+
+A load is not always dense: a batch-1 pass spends much of its time between kernels (launch,
+ramp-up, tail), where the card idles and draws far less power. Its power scales with its activity
+a, the share of its time spent running kernels, compute-bound or streaming memory (``estimate``
+measures it on a first pass at the boost clock), so it sustains
+f = min(boost, headroom · base · a^(-1/3)).
+
+What it changes: a 70 W T4 (base 585, boost 1590 MHz) sustains about ``headroom`` × 0.37 of its
+boost clock; a 400 W A100 SXM4 (1095 / 1410 MHz) holds its boost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from modelpress.advisor.catalog import GPU
+
+
+@dataclass(frozen=True)
+class SustainedClock:
+    fraction: float  # of the boost clock (1.0: holds boost)
+    mhz: float | None
+    note: str = ""
+
+
+def sustained_clock(gpu: GPU, headroom: float, *, activity: float = 1.0) -> SustainedClock:
+    """Fraction of the boost clock ``gpu`` sustains under a load that keeps it busy a share
+    ``activity`` of the time (module rule; 0 or less: boost)."""
+    base, boost = gpu.base_clock_mhz, gpu.boost_clock_mhz
+    if not base or not boost or headroom <= 0 or activity <= 0:
+        return SustainedClock(1.0, boost)
+    mhz = min(boost, headroom * base * min(activity, 1.0) ** (-1 / 3))
+    if mhz >= boost:
+        return SustainedClock(1.0, boost)
+    note = (
+        f"power-limited ({gpu.tdp_w:g} W): sustains about {mhz:.0f} of its {boost:.0f} MHz boost "
+        f"clock under load ({headroom:.2f} x the {base:.0f} MHz base clock)"
+        if gpu.tdp_w
+        else f"sustains about {mhz:.0f} of its {boost:.0f} MHz boost clock under load"
+    )
+    return SustainedClock(mhz / boost, mhz, note)
+
+
+__all__ = ["SustainedClock", "sustained_clock"]

@@ -1,0 +1,338 @@
+"""Plan an online service: how many of each device serve ``qps`` requests at a p99 latency.
+
+For each candidate (catalog GPUs, and this machine's CPU when a service curve was measured):
+
+1. The service curve ``S(b)``: the time one replica takes for a batch of ``b`` (``curve.py``).
+   A device whose batch of one already misses the target is rejected.
+2. Replicas: ``c`` replicas each receive ``qps / c`` requests per second (a load balancer
+   spreading independent requests keeps each stream Poisson; round-robin would be smoother, so
+   the plan errs on the safe side). The batches a replica forms and the latency its requests see
+   come from the queue analysis of ``batching.py`` (dynamic batching with a max batch and a max
+   delay), not from the largest batch that fits. The plan takes the fewest replicas whose p99
+   meets the target without saturating (``batching.SATURATION``), first with no batching delay
+   (``max_delay = 0``: take whatever waited while the worker was busy), then tries one replica
+   fewer with a delay of ``DELAY_STEPS`` × S(1), which can pay off when a batch of one is slow.
+3. ``--max-batch``: the smallest power of two at or above the 99.9th percentile of the batch
+   sizes the replica forms (a cap that almost never binds, so memory stays bounded and the
+   queue behaves as analysed), at most the largest batch that fits; the stats are recomputed
+   with it.
+4. Cost: replicas × the hourly rate (cloud rental, or owned: the price spread over every hour
+   of the device's life, since a service's replicas are provisioned around the clock, plus power
+   at TDP, ``cost.py``) over the requests served in an hour.
+
+Options are ranked by their cheapest cost per million requests; unpriced ones follow, fewest
+replicas first; rejected devices are listed with the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from modelpress.advisor.batching import QueueStats, analyse
+from modelpress.advisor.catalog import GPU
+from modelpress.advisor.cost import Pricing, hourly_rates
+from modelpress.advisor.curve import ServiceCurve, estimate_curve
+from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from modelpress.errors import ModelpressError, OptionError
+from modelpress.profile.workload import Workload
+
+DELAY_STEPS = (0.5, 1.0, 2.0)  # batching delays tried, in units of a batch of one's service time
+MAX_REPLICAS = 100_000
+
+
+class NoServiceError(ModelpressError):
+    """No candidate can serve the traffic at the latency target."""
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A device option that is not in the catalog: this machine's CPU, with its measured curve
+    and its prices (None where unknown)."""
+
+    name: str
+    curve: ServiceCurve
+    cloud_usd_hr: float | None = None
+    own_usd_hr: float | None = None
+    price_source: str = ""
+
+
+@dataclass(frozen=True)
+class ServiceOption:
+    device: str
+    kind: str  # "gpu" or "cpu"
+    replicas: int
+    max_batch: int
+    max_delay_ms: float
+    queue: QueueStats  # one replica at qps / replicas
+    curve: ServiceCurve
+    cloud_usd_per_hour: float | None
+    own_usd_per_hour: float | None
+    cloud_usd_per_million: float | None
+    own_usd_per_million: float | None
+    rank: int = 0
+    notes: tuple[str, ...] = ()
+
+    @property
+    def best_per_million(self) -> float | None:
+        values = [
+            v for v in (self.cloud_usd_per_million, self.own_usd_per_million) if v is not None
+        ]
+        return min(values) if values else None
+
+    @property
+    def serve_args(self) -> str:
+        return f"--max-batch {self.max_batch} --max-delay-ms {_ms(self.max_delay_ms)}"
+
+    def to_dict(self) -> dict:
+        return {
+            "rank": self.rank,
+            "device": self.device,
+            "kind": self.kind,
+            "replicas": self.replicas,
+            "max_batch": self.max_batch,
+            "max_delay_ms": self.max_delay_ms,
+            "serve_args": self.serve_args,
+            "mean_batch": self.queue.mean_batch,
+            "p50_ms": self.queue.p50_ms,
+            "p99_ms": self.queue.p99_ms,
+            "mean_ms": self.queue.mean_ms,
+            "utilisation": self.queue.utilisation,
+            "queue": self.queue.to_dict(),
+            "service_curve": self.curve.to_dict(),
+            "cloud_usd_per_hour": self.cloud_usd_per_hour,
+            "own_usd_per_hour": self.own_usd_per_hour,
+            "cloud_usd_per_million": self.cloud_usd_per_million,
+            "own_usd_per_million": self.own_usd_per_million,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True)
+class ServicePlan:
+    workload: str
+    qps: float
+    p99_ms: float
+    precision: str
+    options: tuple[ServiceOption, ...]  # ranked
+    rejected: tuple[tuple[str, str], ...]  # (device, reason)
+    notes: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict:
+        return {
+            "workload": self.workload,
+            "qps": self.qps,
+            "p99_ms": self.p99_ms,
+            "precision": self.precision,
+            "options": [o.to_dict() for o in self.options],
+            "rejected": [{"device": d, "reason": r} for d, r in self.rejected],
+            "notes": list(self.notes),
+        }
+
+
+def _ms(value: float) -> str:
+    return f"{value:.3g}" if value else "0"
+
+
+def _feasible(q: QueueStats, target_ms: float) -> bool:
+    return not q.saturated and q.p99_ms <= target_ms
+
+
+def size_replicas(
+    curve: ServiceCurve,
+    *,
+    qps: float,
+    p99_ms: float,
+    max_batch: int | None = None,
+    max_delay_ms: float | None = None,
+) -> tuple[int, float, QueueStats] | str:
+    """The fewest replicas (and the batching delay) meeting ``p99_ms`` at ``qps``, with the
+    queue stats of one replica; or the reason none does. ``max_delay_ms`` given: only that."""
+    limit = min(curve.limit, max_batch) if max_batch else curve.limit
+    target_s = p99_ms / 1e3
+    one = float(curve(1))
+    if one >= target_s:
+        return f"a batch of one takes {one * 1e3:.3g} ms, over the {p99_ms:g} ms target"
+    delays = [max_delay_ms / 1e3] if max_delay_ms is not None else [0.0]
+
+    def at(replicas: int, delay: float) -> QueueStats:
+        return analyse(qps / replicas, curve, max_batch=limit, max_delay_s=delay)
+
+    # a replica serves at most its best throughput; start there and double until feasible
+    lo = fewest = max(1, math.ceil(qps / curve.peak_throughput))
+    hi = lo
+    while not _feasible(at(hi, delays[0]), p99_ms):
+        if hi >= MAX_REPLICAS:
+            return f"needs more than {MAX_REPLICAS} replicas"
+        lo, hi = hi + 1, min(MAX_REPLICAS, hi * 2)
+    while lo < hi:  # p99 falls as replicas are added: the fewest feasible
+        mid = (lo + hi) // 2
+        if _feasible(at(mid, delays[0]), p99_ms):
+            hi = mid
+        else:
+            lo = mid + 1
+    best = (hi, delays[0], at(hi, delays[0]))
+    # one replica fewer with a batching delay: only where it could carry the load (a delay
+    # lowers no queue's saturation: it only makes batches larger once the worker is free)
+    if max_delay_ms is None and hi - 1 >= fewest and not at(hi - 1, 0.0).saturated:
+        for step in DELAY_STEPS:
+            delay = step * one
+            if delay >= target_s / 2:
+                break
+            q = at(hi - 1, delay)
+            if _feasible(q, p99_ms):
+                best = (hi - 1, delay, q)
+                break
+    return best
+
+
+def _cap(curve: ServiceCurve, q: QueueStats, max_batch: int | None) -> int:
+    """The max batch to configure: the power of two at or above the 99.9th percentile batch."""
+    limit = min(curve.limit, max_batch) if max_batch else curve.limit
+    return min(limit, 1 << max(0, math.ceil(math.log2(max(q.batch_p999, 1)))))
+
+
+def plan_option(
+    name: str,
+    kind: str,
+    curve: ServiceCurve,
+    *,
+    qps: float,
+    p99_ms: float,
+    rates: tuple[float | None, float | None],
+    max_batch: int | None = None,
+    max_delay_ms: float | None = None,
+    notes: tuple[str, ...] = (),
+) -> ServiceOption | str:
+    """One device's plan (or the reason it cannot serve): replicas, batching, cost."""
+    sized = size_replicas(
+        curve, qps=qps, p99_ms=p99_ms, max_batch=max_batch, max_delay_ms=max_delay_ms
+    )
+    if isinstance(sized, str):
+        return sized
+    replicas, delay, q = sized
+    cap = _cap(curve, q, max_batch)
+    if cap != q.max_batch:
+        capped = analyse(qps / replicas, curve, max_batch=cap, max_delay_s=delay)
+        if _feasible(capped, p99_ms):
+            q = capped
+    cloud, own = (None if r is None else r * replicas for r in rates)
+    per_hour = qps * 3600.0
+
+    def per_million(rate):
+        return None if rate is None else rate / per_hour * 1e6
+
+    return ServiceOption(
+        device=name,
+        kind=kind,
+        replicas=replicas,
+        max_batch=q.max_batch,
+        max_delay_ms=delay * 1e3,
+        queue=q,
+        curve=curve,
+        cloud_usd_per_hour=cloud,
+        own_usd_per_hour=own,
+        cloud_usd_per_million=per_million(cloud),
+        own_usd_per_million=per_million(own),
+        notes=notes,
+    )
+
+
+def plan_service(
+    workload: Workload,
+    candidates: list[GPU],
+    *,
+    qps: float,
+    p99_ms: float,
+    precision: str,
+    machine: Machine | None = None,
+    eff: Efficiency = DEFAULT_EFFICIENCY,
+    pricing: Pricing | None = None,
+    max_batch: int | None = None,
+    max_delay_ms: float | None = None,
+    engine: str = "compiled",
+    gpu_notes: dict[str, str] | None = None,
+) -> ServicePlan:
+    """Plan the service on every candidate (see the module docstring); ranked options."""
+    if qps <= 0:
+        raise OptionError("--qps must be positive")
+    if p99_ms <= 0:
+        raise OptionError("--p99-ms must be positive")
+    if max_batch is not None and max_batch < 1:
+        raise OptionError("--max-batch must be at least 1")
+    if max_delay_ms is not None and max_delay_ms < 0:
+        raise OptionError("--max-delay-ms must be 0 or more")
+    pricing = pricing or Pricing()
+    # a service's replicas are provisioned all the time: an owned device's price is spread over
+    # every hour of its life
+    owned_around_the_clock = replace(pricing, utilization=1.0)
+    options: list[ServiceOption] = []
+    rejected: list[tuple[str, str]] = []
+    for gpu in candidates:
+        if gpu.peak_tflops(precision) is None:
+            rejected.append((gpu.name, f"no {precision} compute figure in the catalog"))
+            continue
+        curve = estimate_curve(
+            workload, gpu, precision=precision, target_s=p99_ms / 1e3, eff=eff, engine=engine
+        )
+        if curve is None:
+            rejected.append((gpu.name, "the model does not fit in its memory"))
+            continue
+        note = (gpu_notes or {}).get(gpu.name)
+        got = plan_option(
+            gpu.name,
+            "gpu",
+            curve,
+            qps=qps,
+            p99_ms=p99_ms,
+            rates=hourly_rates(gpu, 1, owned_around_the_clock),
+            max_batch=max_batch,
+            max_delay_ms=max_delay_ms,
+            notes=(note,) if note else (),
+        )
+        (rejected.append((gpu.name, got)) if isinstance(got, str) else options.append(got))
+    if machine is not None:
+        got = plan_option(
+            machine.name,
+            "cpu",
+            machine.curve,
+            qps=qps,
+            p99_ms=p99_ms,
+            rates=(machine.cloud_usd_hr, machine.own_usd_hr),
+            max_batch=max_batch,
+            max_delay_ms=max_delay_ms,
+            notes=(machine.price_source,) if machine.price_source else (),
+        )
+        (rejected.append((machine.name, got)) if isinstance(got, str) else options.append(got))
+    if not options:
+        why = "; ".join(f"{d}: {r}" for d, r in rejected[:4])
+        raise NoServiceError(
+            f"{workload.name}: no candidate serves {qps:g} requests/s at p99 {p99_ms:g} ms ({why}); "
+            "raise --p99-ms, lower the --precision, or add candidates"
+        )
+
+    def key(o: ServiceOption):
+        price = o.best_per_million
+        return (0, price, o.replicas) if price is not None else (1, o.replicas, o.queue.p99_ms)
+
+    ranked = tuple(replace(o, rank=i) for i, o in enumerate(sorted(options, key=key), start=1))
+    return ServicePlan(
+        workload=workload.name,
+        qps=qps,
+        p99_ms=p99_ms,
+        precision=precision,
+        options=ranked,
+        rejected=tuple(rejected),
+    )
+
+
+__all__ = [
+    "DELAY_STEPS",
+    "Machine",
+    "NoServiceError",
+    "ServiceOption",
+    "ServicePlan",
+    "plan_option",
+    "plan_service",
+    "size_replicas",
+]

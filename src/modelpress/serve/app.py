@@ -1,0 +1,275 @@
+"""The Open Inference Protocol (KServe v2) as a FastAPI app, with Triton's extensions.
+
+| route | answer |
+| --- | --- |
+| ``GET /v2/health/live``, ``/v2/health/ready`` | 200 (ready: 503 while draining at shutdown); no key needed |
+| ``GET /v2`` | server metadata and extensions |
+| ``GET /v2/models/{name}[/versions/{v}]`` | model metadata: inputs and outputs with datatypes and shapes |
+| ``GET /v2/models/{name}[/versions/{v}]/ready`` | 200, or 404 for an unknown model |
+| ``GET /v2/models/{name}[/versions/{v}]/config`` | Triton's model configuration |
+| ``POST /v2/models/{name}[/versions/{v}]/infer`` | inference: JSON or binary tensors, or raw items for a model that declares processing |
+| ``POST /v2/repository/index`` | the models served |
+| ``GET /metrics`` | Prometheus metrics |
+
+Statuses: 400 a malformed request or a wrong input name, datatype or shape (the message names the
+input and what the model expects); 401 a missing or wrong key; 404 an unknown model; 413 a body
+over the limit; 503 a full queue (with ``Retry-After``); 500 a model that failed on a request.
+Error bodies are ``{"error": message}``. Handlers read and write bytes themselves (no pydantic on
+the hot path): the server's own cost per request is what the batching must not eat.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from modelpress.serve import auth, raw
+from modelpress.serve.batcher import Batcher
+from modelpress.serve.errors import Overloaded, RequestError, model_failure
+from modelpress.serve.metrics import Metrics
+from modelpress.serve.options import ServeOptions
+from modelpress.serve.protocol import decode_request, decompress, encode_response, error_body
+from modelpress.serve.repository import Repository, ServedModel
+
+SERVER_NAME = "modelpress"
+EXTENSIONS = ["binary_tensor_data", "model_configuration", "model_repository"]
+
+
+class ServerState:
+    """What the routes share: the models, their batchers, the metrics, and the draining flag."""
+
+    def __init__(self, repository: Repository, options: ServeOptions, metrics: Metrics):
+        self.repository = repository
+        self.options = options
+        self.metrics = metrics
+        self.draining = False
+        self.receiving = 0  # infer requests being read or decoded (see Batcher: max_delay)
+        self.batchers = {
+            name: Batcher(
+                name,
+                model.run,
+                max_batch=options.max_batch,
+                max_delay_s=options.max_delay_ms / 1000,
+                max_queue=options.max_queue,
+                metrics=metrics,
+                arriving=lambda: self.receiving,
+            )
+            for name, model in repository.models.items()
+        }
+
+    async def close(self) -> None:
+        for batcher in self.batchers.values():
+            await batcher.close()
+
+    def summary(self) -> list[dict]:
+        """Per model: requests received, failed (by status), rows and runs of the model, busy time."""
+        value = self.metrics.registry.get_sample_value
+        out = []
+        for name in self.repository.models:
+            failures = {}
+            for metric in self.metrics.registry.collect():
+                if metric.name == "modelpress_request_failures":
+                    for sample in metric.samples:
+                        if sample.name.endswith("_total") and sample.labels.get("model") == name:
+                            failures[sample.labels["code"]] = int(sample.value)
+            out.append(
+                {
+                    "name": name,
+                    "requests": int(value("modelpress_requests_total", {"model": name}) or 0),
+                    "failures": failures,
+                    "rows": int(value("modelpress_inferences_total", {"model": name}) or 0),
+                    "runs": int(value("modelpress_batch_size_count", {"model": name}) or 0),
+                    "busy_s": round(value("modelpress_busy_seconds_total", {"model": name}) or 0.0, 3),
+                }
+            )
+        return out
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("modelpress")
+    except PackageNotFoundError:  # running from a source tree
+        return "unknown"
+
+
+def _json(data, status: int = 200, headers: dict | None = None) -> Response:
+    return Response(json.dumps(data), status_code=status, media_type="application/json", headers=headers)
+
+
+def _error(exc: RequestError) -> Response:
+    headers = {"retry-after": str(exc.retry_after_s)} if isinstance(exc, Overloaded) else None
+    if exc.status == 401:
+        headers = {"www-authenticate": "Bearer"}
+    return Response(error_body(exc.message), status_code=exc.status, media_type="application/json", headers=headers)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with 413 as soon as it is known to pass ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():
+            raise RequestError(400, "Content-Length is not a number")
+        if int(declared) > limit:
+            raise RequestError(413, f"the body has {declared} bytes, more than the limit of {limit}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(413, f"the body is larger than the limit of {limit} bytes")
+        chunks.append(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def build_app(repository: Repository, options: ServeOptions | None = None) -> FastAPI:
+    """The app serving ``repository``; its batchers start with the first request and stop when the
+    app's lifespan ends (after the server has answered every request it accepted)."""
+    options = options or ServeOptions()
+    state = ServerState(repository, options, Metrics(max_batch=options.max_batch))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        yield
+        await state.close()
+
+    app = FastAPI(
+        title=SERVER_NAME, docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan
+    )
+    app.state.server = state
+    if options.api_key:
+        app.add_middleware(KeyGuard, key=options.api_key)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        return _error(RequestError(exc.status_code, str(exc.detail)))
+
+    @app.get("/v2/health/live")
+    async def live() -> Response:
+        return _json({"live": True})
+
+    @app.get("/v2/health/ready")
+    async def ready() -> Response:
+        if state.draining:
+            return _json({"ready": False}, status=503)
+        return _json({"ready": True})
+
+    @app.get("/v2")
+    async def server_metadata() -> Response:
+        return _json({"name": SERVER_NAME, "version": _version(), "extensions": EXTENSIONS})
+
+    def _model(name: str, version: str | None) -> ServedModel:
+        return repository.get(name, version)
+
+    @app.get("/v2/models/{name}")
+    @app.get("/v2/models/{name}/versions/{version}")
+    async def model_metadata(name: str, version: str | None = None) -> Response:
+        try:
+            return _json(_model(name, version).metadata())
+        except RequestError as exc:
+            return _error(exc)
+
+    @app.get("/v2/models/{name}/ready")
+    @app.get("/v2/models/{name}/versions/{version}/ready")
+    async def model_ready(name: str, version: str | None = None) -> Response:
+        try:
+            _model(name, version)
+        except RequestError as exc:
+            return _error(exc)
+        return _json({"name": name, "ready": not state.draining}, status=503 if state.draining else 200)
+
+    @app.get("/v2/models/{name}/config")
+    @app.get("/v2/models/{name}/versions/{version}/config")
+    async def model_config(name: str, version: str | None = None) -> Response:
+        try:
+            return _json(_model(name, version).config(max_batch=options.max_batch))
+        except RequestError as exc:
+            return _error(exc)
+
+    @app.post("/v2/repository/index")
+    async def repository_index() -> Response:
+        return _json(repository.index())
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(state.metrics.render(), media_type=state.metrics.content_type)
+
+    @app.post("/v2/models/{name}/infer")
+    @app.post("/v2/models/{name}/versions/{version}/infer")
+    async def infer(name: str, request: Request, version: str | None = None) -> Response:
+        start = time.perf_counter()
+        m = state.metrics
+        label = name if name in repository.models else "_unknown"  # bounded label values
+        m.requests.labels(label).inc()
+        m.in_progress.inc()
+        try:
+            response = await _infer(state, _model(name, version), request)
+        except RequestError as exc:
+            m.failures.labels(label, str(exc.status)).inc()
+            response = _error(exc)
+        finally:
+            m.in_progress.dec()
+        m.latency.labels(label).observe(time.perf_counter() - start)
+        return response
+
+    return app
+
+
+async def _infer(state: ServerState, model: ServedModel, request: Request) -> Response:
+    """Read, decode and check one infer request, run it through the model's batcher, answer."""
+    options, batcher = state.options, state.batchers[model.name]
+    headers = request.headers
+    state.receiving += 1  # until the request is decoded: the batcher may wait for it
+    try:
+        body = await read_body(request, options.max_body_bytes)
+        body = decompress(body, headers.get("content-encoding"), limit=options.max_body_bytes)
+        header_length = headers.get("inference-header-content-length")
+        if raw.is_raw(headers.get("content-type"), header_length):
+            items = raw.items_from_body(model, body, headers.get("content-type"))
+            req = None
+        else:
+            if header_length is not None and not header_length.isdigit():
+                raise RequestError(400, "Inference-Header-Content-Length is not a number")
+            req = decode_request(body, header_length=int(header_length) if header_length else None)
+    finally:
+        state.receiving -= 1
+    if req is None:
+        answers = await raw.infer(model, batcher, items)
+        return _json(answers[0] if len(answers) == 1 else answers)
+    if raw.is_raw_request(model, req):
+        outputs = await raw.infer_tensor(model, batcher, req)
+    else:
+        feeds, rows, key = model.check(req.inputs)
+        wanted = model.output_names(o.name for o in req.outputs) if req.outputs else None
+        try:
+            result = await batcher.submit(feeds, rows, key)
+        except Exception as exc:
+            raise model_failure(model.name, exc) from None
+        outputs = {k: result[k] for k in wanted} if wanted else result
+    payload, response_headers = encode_response(
+        outputs, model_name=model.name, model_version=model.version, request=req
+    )
+    return Response(payload, headers=response_headers)
+
+
+class KeyGuard:
+    """ASGI middleware: refuse (401) every HTTP call but health without the bearer key, before
+    the body is read."""
+
+    def __init__(self, app, key: str):
+        self.app = app
+        self.key = key
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["path"] not in auth.OPEN_PATHS:
+            header = next((v for k, v in scope["headers"] if k == b"authorization"), None)
+            if not auth.authorized(header.decode("latin-1") if header is not None else None, self.key):
+                response = _error(RequestError(401, "this server needs 'Authorization: Bearer <key>'"))
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

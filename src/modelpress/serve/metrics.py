@@ -1,0 +1,64 @@
+"""Prometheus metrics of a server (``GET /metrics``), one registry per server.
+
+| metric | type | labels | what |
+| --- | --- | --- | --- |
+| ``modelpress_requests_total`` | counter | model | infer requests received |
+| ``modelpress_request_failures_total`` | counter | model, code | infer requests answered with an error status |
+| ``modelpress_request_duration_seconds`` | histogram | model | receipt of the request to its answer |
+| ``modelpress_requests_in_progress`` | gauge | | HTTP infer requests being read, queued or run |
+| ``modelpress_queue_depth`` | gauge | model | requests waiting for the model |
+| ``modelpress_batch_size`` | histogram | model | rows per model run |
+| ``modelpress_busy_seconds_total`` | counter | model | time the model spent running |
+| ``modelpress_inferences_total`` | counter | model | rows the model ran |
+
+A registry of its own (not the process-global one) lets several servers, and the tests, live in
+one process without clashing names.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+_LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0,
+)
+
+
+class Metrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self, *, max_batch: int = 64):
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter("modelpress_requests", "Infer requests received", ["model"], registry=r)
+        self.failures = Counter(
+            "modelpress_request_failures", "Infer requests answered with an error", ["model", "code"], registry=r
+        )
+        self.latency = Histogram(
+            "modelpress_request_duration_seconds",
+            "Time from receiving an infer request to answering it",
+            ["model"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.in_progress = Gauge(
+            "modelpress_requests_in_progress", "Infer requests being read, queued or run", registry=r
+        )
+        self.queue_depth = Gauge("modelpress_queue_depth", "Requests waiting for the model", ["model"], registry=r)
+        sizes, b = [], 1
+        while b < max_batch:
+            sizes.append(b)
+            b *= 2
+        self.batch_size = Histogram(
+            "modelpress_batch_size",
+            "Rows per model run",
+            ["model"],
+            buckets=(*sizes, max_batch),
+            registry=r,
+        )
+        self.busy = Counter("modelpress_busy_seconds", "Time the model spent running", ["model"], registry=r)
+        self.inferences = Counter("modelpress_inferences", "Rows the model ran", ["model"], registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,331 @@
+"""The Open Inference Protocol (KServe v2) over HTTP: tensors in and out of request bodies.
+
+An inference request is a JSON object (``{"id", "inputs": [{"name", "datatype", "shape", "data"}],
+"outputs": [{"name", "parameters"}], "parameters"}``). Triton's binary-tensor extension, which
+``tritonclient.http`` uses by default, puts the JSON first and the raw tensor bytes after it: the
+``Inference-Header-Content-Length`` header gives the JSON's length, and each input whose data is
+binary says how many bytes it has (``parameters.binary_data_size``), in the order of ``inputs``.
+Binary data is little-endian and row-major; a ``BYTES`` element is a 4-byte little-endian length
+followed by that many bytes. Responses follow the same rules: an output is binary when its requested
+output says ``binary_data``, or else when the request's ``binary_data_output`` parameter is set
+(``tritonclient`` sets it when the client names no outputs).
+
+Everything here is pure: bytes in, arrays out, and back. A malformed body raises ``RequestError``
+(400) naming the field; checking the arrays against the model is the repository's job.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from modelpress.serve.errors import RequestError
+
+# v2 datatype names and the numpy types they travel as (little-endian on the wire).
+DATATYPES: dict[str, np.dtype] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype("<u1"),
+    "UINT16": np.dtype("<u2"),
+    "UINT32": np.dtype("<u4"),
+    "UINT64": np.dtype("<u8"),
+    "INT8": np.dtype("<i1"),
+    "INT16": np.dtype("<i2"),
+    "INT32": np.dtype("<i4"),
+    "INT64": np.dtype("<i8"),
+    "FP16": np.dtype("<f2"),
+    "FP32": np.dtype("<f4"),
+    "FP64": np.dtype("<f8"),
+    "BYTES": np.dtype(object),
+}
+
+
+def _bfloat16() -> np.dtype | None:
+    try:
+        import ml_dtypes  # shipped with onnx; only BF16 tensors need it
+    except ImportError:  # pragma: no cover - onnx depends on it
+        return None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+_BF16 = _bfloat16()
+if _BF16 is not None:
+    DATATYPES["BF16"] = _BF16
+
+
+def datatype_name(dtype: np.dtype) -> str:
+    """The v2 name of a numpy dtype (``float32`` → ``FP32``); ``BYTES`` for strings and objects."""
+    if dtype.kind in "OSU":
+        return "BYTES"
+    for name, dt in DATATYPES.items():
+        if name != "BYTES" and dt == dtype.newbyteorder("<"):
+            return name
+    raise ValueError(f"no Open Inference Protocol datatype for {dtype}")
+
+
+@dataclass
+class RequestedOutput:
+    name: str
+    binary: bool | None  # None: the request's default
+
+
+@dataclass
+class InferRequest:
+    inputs: dict[str, np.ndarray]
+    id: str | None = None
+    outputs: list[RequestedOutput] | None = None  # None: every output of the model
+    binary_output: bool = False  # for outputs whose own parameters do not say
+    parameters: dict = field(default_factory=dict)
+
+
+def decompress(body: bytes, encoding: str | None, *, limit: int) -> bytes:
+    """The request body under its ``Content-Encoding`` (gzip or deflate, as tritonclient sends it),
+    refusing anything that inflates past ``limit`` bytes (413)."""
+    if not encoding or encoding == "identity":
+        return body
+    if encoding not in ("gzip", "deflate"):
+        raise RequestError(415, f"Content-Encoding {encoding!r} is not supported (use gzip or deflate)")
+    inflater = zlib.decompressobj(wbits=31 if encoding == "gzip" else 15)
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise RequestError(400, f"the {encoding} body cannot be decompressed: {exc}") from None
+    if len(out) > limit:
+        raise RequestError(413, f"the decompressed body is larger than the limit of {limit} bytes")
+    if not inflater.eof:
+        raise RequestError(400, f"the {encoding} body is truncated")
+    return out
+
+
+def decode_request(body: bytes, *, header_length: int | None = None) -> InferRequest:
+    """Parse an infer request body (JSON, or JSON followed by binary tensors)."""
+    if header_length is None:
+        header, binary = body, b""
+    else:
+        if header_length < 0 or header_length > len(body):
+            raise RequestError(
+                400,
+                f"Inference-Header-Content-Length is {header_length} but the body has only {len(body)} bytes",
+            )
+        header, binary = body[:header_length], memoryview(body)[header_length:]
+    try:
+        doc = json.loads(header)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestError(400, f"the request header is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise RequestError(400, "the request must be a JSON object")
+    inputs = doc.get("inputs")
+    if not isinstance(inputs, list) or not inputs:
+        raise RequestError(400, "the request has no 'inputs' list")
+    params = doc.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise RequestError(400, "'parameters' must be a JSON object")
+
+    arrays: dict[str, np.ndarray] = {}
+    offset = 0
+    for i, tensor in enumerate(inputs):
+        if not isinstance(tensor, dict) or not isinstance(tensor.get("name"), str):
+            raise RequestError(400, f"inputs[{i}] must be an object with a 'name'")
+        name = tensor["name"]
+        if name in arrays:
+            raise RequestError(400, f"input {name!r} is given twice")
+        tparams = tensor.get("parameters") or {}
+        if "shared_memory_region" in tparams:
+            raise RequestError(400, f"input {name!r}: shared-memory tensors are not supported")
+        dtype, shape = _datatype(tensor, name), _shape(tensor, name)
+        size = tparams.get("binary_data_size")
+        if size is not None:
+            if not isinstance(size, int) or size < 0:
+                raise RequestError(400, f"input {name!r}: binary_data_size must be a non-negative integer")
+            if offset + size > len(binary):
+                raise RequestError(
+                    400,
+                    f"input {name!r}: the body ends {offset + size - len(binary)} bytes before its binary data does (truncated request?)",
+                )
+            arrays[name] = _from_binary(binary[offset : offset + size], dtype, shape, name, tensor["datatype"])
+            offset += size
+        elif "data" in tensor:
+            arrays[name] = _from_json(tensor["data"], dtype, shape, name, tensor["datatype"])
+        else:
+            raise RequestError(400, f"input {name!r} has neither 'data' nor binary_data_size")
+    if offset != len(binary):
+        raise RequestError(
+            400, f"the body has {len(binary) - offset} bytes of binary data that no input declares"
+        )
+
+    outputs = None
+    if doc.get("outputs") is not None:
+        if not isinstance(doc["outputs"], list):
+            raise RequestError(400, "'outputs' must be a list")
+        outputs = []
+        for i, out in enumerate(doc["outputs"]):
+            if not isinstance(out, dict) or not isinstance(out.get("name"), str):
+                raise RequestError(400, f"outputs[{i}] must be an object with a 'name'")
+            oparams = out.get("parameters") or {}
+            if oparams.get("classification"):
+                raise RequestError(400, f"output {out['name']!r}: the classification extension is not supported")
+            if "shared_memory_region" in oparams:
+                raise RequestError(400, f"output {out['name']!r}: shared-memory tensors are not supported")
+            binary_flag = oparams.get("binary_data")
+            outputs.append(RequestedOutput(out["name"], None if binary_flag is None else bool(binary_flag)))
+    request_id = doc.get("id")
+    return InferRequest(
+        inputs=arrays,
+        id=str(request_id) if request_id is not None else None,
+        outputs=outputs,
+        binary_output=bool(params.get("binary_data_output", False)),
+        parameters=params,
+    )
+
+
+def _datatype(tensor: dict, name: str) -> np.dtype:
+    datatype = tensor.get("datatype")
+    if datatype not in DATATYPES:
+        raise RequestError(
+            400, f"input {name!r}: datatype {datatype!r} is not one of {', '.join(DATATYPES)}"
+        )
+    return DATATYPES[datatype]
+
+
+def _shape(tensor: dict, name: str) -> tuple[int, ...]:
+    shape = tensor.get("shape")
+    if not isinstance(shape, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
+        raise RequestError(400, f"input {name!r}: 'shape' must be a list of non-negative integers")
+    return tuple(shape)
+
+
+def _count(shape: tuple[int, ...]) -> int:
+    return int(np.prod(shape, dtype=np.int64)) if shape else 1
+
+
+def _from_binary(buf: memoryview, dtype: np.dtype, shape, name: str, datatype: str) -> np.ndarray:
+    count = _count(shape)
+    if datatype == "BYTES":
+        return _bytes_elements(buf, count, name).reshape(shape)
+    if len(buf) != count * dtype.itemsize:
+        raise RequestError(
+            400,
+            f"input {name!r}: shape {list(shape)} of {datatype} needs {count * dtype.itemsize} bytes, "
+            f"binary_data_size is {len(buf)}",
+        )
+    arr = np.frombuffer(buf, dtype=dtype).reshape(shape)
+    if not arr.flags.aligned:  # the header's length puts the data anywhere; kernels want alignment
+        arr = arr.copy()
+    return arr.astype(dtype.newbyteorder("="), copy=False)
+
+
+def _bytes_elements(buf: memoryview, count: int, name: str) -> np.ndarray:
+    out = np.empty(count, dtype=object)
+    pos, n = 0, len(buf)
+    for i in range(count):
+        if pos + 4 > n:
+            raise RequestError(400, f"input {name!r}: BYTES data ends after {i} of {count} elements")
+        size = int.from_bytes(buf[pos : pos + 4], "little")
+        pos += 4
+        if pos + size > n:
+            raise RequestError(400, f"input {name!r}: BYTES element {i} is cut short")
+        out[i] = bytes(buf[pos : pos + size])
+        pos += size
+    if pos != n:
+        raise RequestError(400, f"input {name!r}: {n - pos} bytes follow the last of {count} BYTES elements")
+    return out
+
+
+def _from_json(data, dtype: np.dtype, shape, name: str, datatype: str) -> np.ndarray:
+    count = _count(shape)
+    try:
+        if datatype == "BYTES":
+            flat = np.asarray(data, dtype=object).reshape(-1)
+            arr = np.array(
+                [v.encode() if isinstance(v, str) else _not_text(v) for v in flat], dtype=object
+            )
+        elif datatype == "BOOL":
+            arr = np.asarray(data)
+            if arr.size and arr.dtype != np.bool_:
+                raise ValueError("BOOL data must be true or false")
+            arr = arr.astype(np.bool_)
+        else:
+            arr = np.asarray(data, dtype=dtype.newbyteorder("="))
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise RequestError(400, f"input {name!r}: its data is not {datatype} ({exc})") from None
+    if arr.size != count:
+        raise RequestError(
+            400, f"input {name!r}: shape {list(shape)} has {count} elements, 'data' has {arr.size}"
+        )
+    return arr.reshape(shape)
+
+
+def _not_text(value):
+    raise ValueError(f"BYTES elements in JSON must be strings, not {type(value).__name__}")
+
+
+def encode_response(
+    outputs: dict[str, np.ndarray],
+    *,
+    model_name: str,
+    model_version: str = "1",
+    request: InferRequest,
+) -> tuple[bytes, dict[str, str]]:
+    """The response body and its headers for ``outputs`` (already restricted to what was asked)."""
+    binary_of = {o.name: o.binary for o in request.outputs or []}
+    tensors, chunks = [], []
+    for name, arr in outputs.items():
+        binary = binary_of.get(name)
+        if binary is None:
+            binary = request.binary_output
+        entry = {"name": name, "datatype": datatype_name(arr.dtype), "shape": list(arr.shape)}
+        if binary:
+            raw = _to_binary(arr)
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            chunks.append(raw)
+        else:
+            entry["data"] = _to_json(arr)
+        tensors.append(entry)
+    doc = {"model_name": model_name, "model_version": model_version, "outputs": tensors}
+    if request.id is not None:
+        doc["id"] = request.id
+    header = json.dumps(doc, separators=(",", ":")).encode()
+    if not chunks:
+        return header, {"content-type": "application/json"}
+    return b"".join([header, *chunks]), {
+        "content-type": "application/octet-stream",
+        "inference-header-content-length": str(len(header)),
+    }
+
+
+def _to_binary(arr: np.ndarray) -> bytes:
+    if arr.dtype.kind in "OSU":
+        parts = []
+        for v in arr.reshape(-1):
+            b = v if isinstance(v, bytes) else str(v).encode()
+            parts += [len(b).to_bytes(4, "little"), b]
+        return b"".join(parts)
+    return np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes()
+
+
+def _to_json(arr: np.ndarray) -> list:
+    if arr.dtype.kind in "OSU":
+        return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in arr.reshape(-1)]
+    if _BF16 is not None and arr.dtype == _BF16:
+        arr = arr.astype(np.float32)
+    return arr.reshape(-1).tolist()
+
+
+def error_body(message: str) -> bytes:
+    return json.dumps({"error": message}).encode()
+
+
+__all__ = [
+    "DATATYPES",
+    "InferRequest",
+    "RequestedOutput",
+    "datatype_name",
+    "decode_request",
+    "decompress",
+    "encode_response",
+    "error_body",
+]
