@@ -173,7 +173,7 @@ def test_commands_write_their_page_with_report(records, tmp_path, capsys):
         "optimize": ["optimize", model, "-o", str(tmp_path / "o.onnx")],
         "quantize": ["quantize", model, "-o", str(tmp_path / "q.onnx"), "--calib", data, "--no-latency"],
         "bench": ["bench", model, "--vs", str(folder / "best.onnx"), "--runs", "3", "--warmup", "1", "--dim", "N=2"],
-        "advise": ["advise", model, "--gpu", "L4", "A100 SXM4 80GB", "--precision", "fp16", "--batch", "4"],
+        "advise": ["advise", model, "--gpu", "L4", "--gpu", "A100 SXM4 80GB", "--precision", "fp16", "--batch", "4"],
     }
     for name, argv in runs.items():
         page = tmp_path / f"{name}.html"

@@ -101,7 +101,6 @@ FLAGS = {
 def run(args) -> int:
     from modelpress.ir import load, save
     from modelpress.ir.files import output_dir
-    from modelpress.runtime.ort import use_global_thread_pool
     from modelpress.search import auto
 
     output = Path(args.output)
@@ -121,8 +120,8 @@ def run(args) -> int:
         if not v.isdigit():
             raise OptionError(f"--levels {v}: a level is a number (0-3)")
         levels.append(int(v))
-    # several ONNX Runtime sessions are timed in this process: one shared pool, no fighting
-    use_global_thread_pool()
+    # (no process-wide ONNX Runtime pool here: the timing sessions do not spin between runs,
+    # and a global pool would bind every later session of a process that calls main() again)
     recorder = opt.Recorder("auto", args)
     with Progress(
         TextColumn("{task.description}"),
