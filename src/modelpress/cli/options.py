@@ -197,6 +197,10 @@ def open_model(path: str | os.PathLike, args: argparse.Namespace | None = None):
     p = Path(path)
     if p.suffix == ".mpk":
         raise OptionError(f"{p}: protected packages need the protect layer, which is not built yet")
+    if p.suffix == ".mpz":
+        from modelpress.compress.deep import open_mpz
+
+        return open_mpz(p)
     return load(p)
 
 
@@ -250,3 +254,41 @@ class Recorder:
 def require_positive(value: int | None, flag: str) -> None:
     if value is not None and value < 1:
         raise OptionError(f"{flag} must be at least 1")
+
+
+def add_training(p: argparse.ArgumentParser, *, teacher: bool = True) -> None:
+    """How a command that trains (prune, distill, compress, quantize --mode qat) trains."""
+    g = p.add_argument_group("training")
+    g.add_argument("--epochs", type=int, metavar="N", help="passes over the training data (default 2)")
+    g.add_argument("--steps", type=int, metavar="N", help="optimizer steps (instead of epochs)")
+    g.add_argument("--lr", type=float, metavar="X", help="learning rate (default 3e-3; qat 1e-4)")
+    g.add_argument("--optimizer", default="adam", choices=["adam", "adamw", "sgd"], help="default adam")
+    g.add_argument("--schedule", default="cosine", choices=["cosine", "linear", "constant"], help="learning-rate schedule after warm-up (default cosine)")
+    g.add_argument("--val-fraction", type=float, default=0.1, metavar="X", help="samples held out for early stopping and the check (default 0.1)")
+    g.add_argument("--patience", type=int, metavar="N", help="stop after N held-out evaluations without improvement")
+    g.add_argument("--seed", type=int, default=0, help="shuffling and split seed (default 0)")
+    g.add_argument("--no-train", action="store_true", help="no training: compress only")
+    if teacher:
+        g.add_argument("--alpha", type=float, metavar="X", help="weight of the teacher's soft loss when labels exist too (default 0.5; 0: labels only)")
+        g.add_argument("--temperature", type=float, default=1.0, metavar="T", help="softmax temperature of the soft loss (default 1)")
+        g.add_argument("--soft-loss", default="auto", choices=["auto", "kl", "mse", "cosine"], help="loss against the teacher's outputs (default auto: kl for class scores, mse otherwise)")
+
+
+def training_config(args: argparse.Namespace, *, batch_default: int = 32, lr_default: float = 3e-3):
+    """The ``TrainConfig`` of ``add_training``'s options, or False for ``--no-train``."""
+    if getattr(args, "no_train", False):
+        return False
+    from modelpress.compress.train import TrainConfig
+
+    epochs = args.epochs if args.epochs is not None else (None if args.steps is not None else 2)
+    return TrainConfig(
+        epochs=epochs,
+        steps=args.steps,
+        batch_size=getattr(args, "batch_size", None) or batch_default,
+        lr=args.lr if args.lr is not None else lr_default,
+        optimizer=args.optimizer,
+        schedule=args.schedule,
+        val_fraction=args.val_fraction,
+        patience=args.patience,
+        seed=args.seed,
+    )

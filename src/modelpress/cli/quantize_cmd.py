@@ -29,6 +29,7 @@ def add_parser(sub) -> None:
         "  modelpress quantize cnn.onnx -o int8.onnx --mode static --data calib.npz\n"
         "  modelpress quantize bert.onnx -o int8.onnx --mode dynamic --data sentences.npz\n"
         "  modelpress quantize bert.onnx -o int4.onnx --mode weight-only --bits 4 --block-size 32\n"
+        "  modelpress quantize cnn.onnx -o int8.onnx --mode qat --data train.npz --labels-key y --epochs 2\n"
         "  modelpress quantize cnn.onnx -o int8.onnx --data val.npz --labels-key label --max-accuracy-drop 0.003\n"
         "  modelpress quantize cnn.onnx -o int8.onnx --data calib.npz --target-cpu portable",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -116,6 +117,7 @@ def add_parser(sub) -> None:
         action="store_true",
         help="write the model even when the check fails (larger, slower or less exact than it should be)",
     )
+    options.add_training(p, teacher=False)  # qat mode
     options.add_record(p)
     p.add_argument(
         "--report",
@@ -207,6 +209,7 @@ def run(args) -> int:
             target_cpu=args.target_cpu,
             dims=options.dims(args),
             check_latency=not args.no_latency,
+            train=options.training_config(args, batch_default=args.batch_size or 16, lr_default=1e-4) if args.mode == "qat" else None,
             progress=progress,
         )
     _print_layers(result)

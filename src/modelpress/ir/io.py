@@ -244,6 +244,17 @@ def load(path: str | os.PathLike, *, check: bool = True) -> ir.Model:
         raise ModelLoadError(f"{path}: cannot be read into memory: {_first_line(cause)}") from None
 
 
+def from_bytes(data: bytes, *, source: str = "the model data") -> ir.Model:
+    """A model from its serialized bytes (a model decoded in memory: never written to disk)."""
+    try:
+        proto = onnx.load_from_string(bytes(data))
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise ModelLoadError(f"{source}: not a valid ONNX model ({_first_line(exc)})") from None
+    if not proto.HasField("graph"):
+        raise ModelLoadError(f"{source}: not an ONNX model (no graph)")
+    return from_proto(proto)
+
+
 def model_bytes(model: ir.Model | onnx.ModelProto) -> bytes:
     """The serialized model, for models under the protobuf limit (sessions, hashing, sizes)."""
     proto = model if isinstance(model, onnx.ModelProto) else to_proto(model)

@@ -137,7 +137,10 @@ class Space:
     def _candidate(self, level: int, mode: str, variant: dict, prune: dict | None = None) -> Candidate:
         steps = [Step.of("optimize", level=level)] if level else []
         if mode != FLOAT:
-            data = dict(self.train_options if mode in TRAINING_MODES else self.quantize_options)
+            if mode in TRAINING_MODES:  # the quantizer reads its training data as calibration
+                data = {("calibration" if k == "data" else k): v for k, v in self.train_options}
+            else:
+                data = dict(self.quantize_options)
             # the optimizer has run (or level 0 asked for the model as given)
             steps.append(Step.of("quantize", mode=mode, optimize=False, **data, **variant))
         if prune is not None:
@@ -170,6 +173,8 @@ def _variants(mode: str, methods: list[str] | None) -> tuple[dict, ...]:
     from modelpress.compress.quantize import MODES
     from modelpress.compress.quantize.observers import OBSERVERS, get_observer
 
+    if mode in TRAINING_MODES:
+        return ({},)  # training is the costly part: once, from the mode's default start
     if getattr(MODES.get(mode), "uses_observer", False):
         names = methods if methods else list(OBSERVERS)
         for name in names:

@@ -9,7 +9,7 @@ registries. Options that name files are resolved against the folder of the recip
 The kinds stand in this order in a recipe: ``convert`` (first, makes the model), the model steps
 (``optimize``, ``quantize``, ``prune``, in any order), ``protect`` (after every model step) and
 ``bench`` (last). ``prune`` and ``protect`` join when their layer provides the function
-(``modelpress.compress.prune.prune``, ``modelpress.protect.protect``); any later layer may
+(``modelpress.compress.prune.api.prune``, ``modelpress.protect.protect``); any later layer may
 ``register_step`` its own.
 """
 
@@ -308,7 +308,7 @@ def _optional(name: str, module: str, function: str, position: int, summary: str
     register_step(StepKind(name, position, options, apply, summary))
 
 
-_optional("prune", "modelpress.compress.prune", "prune", MODEL, "pruning with fine-tuning")
+_optional("prune", "modelpress.compress.prune.api", "prune", MODEL, "pruning with fine-tuning")
 _optional("protect", "modelpress.protect", "protect", PACKAGE, "encryption and obfuscation")
 register_step(StepKind("bench", LAST, _bench_options, _bench, "latency against the source model"))
 

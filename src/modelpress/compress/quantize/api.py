@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
+from modelpress.compress.qat import mode as _qat  # noqa: F401  (registers "qat"; torch on use)
+
 # (importing the mode modules registers them, in the order --help lists them)
 from modelpress.compress.quantize import dynamic, float16, sensitivity, static, weight_only  # noqa: F401
 from modelpress.compress.quantize.calibration import CalibrationSet, ImagePreprocess, Progress
@@ -40,7 +42,7 @@ Metric = Callable[[sensitivity.Runner], float]
 # DynamicQuantizeLinear in 11. An older model is upgraded first, and the result says so.
 INT8_OPSET = {"per-channel": 13, "per-tensor": 11}
 # Modes whose integer kernels multiply uint8 activations by int8 weights (the target matters).
-U8S8_MODES = ("static", "dynamic")
+U8S8_MODES = ("static", "dynamic", "qat")
 # The first calibration batches that the measured bias correction fits (``static.BIAS_BATCHES``):
 # the check runs on the ones after them.
 CHECK_FROM = static.BIAS_BATCHES
@@ -59,6 +61,7 @@ class QuantizeResult:
     accuracy: sensitivity.BudgetResult | None = None
     target: str | None = None  # the CPU its int8 formats are for (u8·s8 modes)
     check: Check | None = None  # the outputs as ONNX Runtime runs them here
+    training: object = None  # qat: the training run (``compress.train.TrainResult``: the loss curve)
 
     @property
     def output_error(self) -> float | None:
@@ -83,6 +86,7 @@ class QuantizeResult:
             "notes": self.notes,
             "accuracy": self.accuracy.to_dict() if self.accuracy else None,
             "layers": [layer.to_dict() for layer in self.layers],
+            "training": self.training.to_dict() if self.training is not None else None,
         }
 
 
@@ -139,6 +143,7 @@ def quantize(
     target_cpu: str = "auto",
     dims: dict[str, int] | None = None,
     check_latency: bool = False,
+    train=None,
     progress: Progress | None = None,
 ) -> QuantizeResult:
     """Quantize ``model`` (an ``onnx_ir.Model``, path or ``ModelProto``; not modified).
@@ -155,7 +160,8 @@ def quantize(
     instead of to nearest. ``target_cpu``: auto (this CPU) | vnni | avx2 | arm64 | portable, the
     int8 formats' CPU (``runtime.cpu``). ``dims``: sizes of dynamic dimensions for generated check
     inputs (without calibration data). ``check_latency``: time float and int8 here (static mode
-    must be faster). The result's ``failures`` say why it should not be used.
+    must be faster). ``train``: qat mode's ``compress.train.TrainConfig``. The result's
+    ``failures`` say why it should not be used.
     """
 
     mode_obj = get_mode(mode)
@@ -184,6 +190,7 @@ def quantize(
         gptq=gptq,
         exclude=frozenset(exclude or ()),
         target=target or "vnni",
+        train=train,
     )
     upgraded = []
     work = with_types(work)
@@ -250,6 +257,7 @@ def quantize(
         accuracy=accuracy,
         target=target,
         check=checked,
+        training=prepared.training,
     )
 
 

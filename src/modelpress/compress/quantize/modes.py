@@ -34,6 +34,7 @@ class Options:
     gptq: bool = True  # round weights by GPTQ on the calibration data
     exclude: frozenset[str] = frozenset()  # the user's float layers
     target: str = "vnni"  # the CPU the int8 formats are for (``runtime.cpu.TARGETS``), resolved
+    train: object = None  # qat: the ``compress.train.TrainConfig`` (None: the mode's default)
 
     @property
     def pair_safe(self) -> bool:
@@ -64,6 +65,7 @@ class Prepared:
     candidates: list[str]  # every layer the mode can quantize (the report's rows)
     notes: list[str] = field(default_factory=list)
     rank: Ranker | None = None
+    training: object = None  # a mode that trains (qat): its ``compress.train.TrainResult``
 
 
 class Mode:

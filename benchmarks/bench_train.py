@@ -1,0 +1,328 @@
+"""Compression with training: pruning, Deep Compression, QAT and distillation, against peers.
+
+    .venv/bin/python benchmarks/bench_train.py                   # everything (about half an hour on a quiet 2-core machine)
+    .venv/bin/python benchmarks/bench_train.py --only prune,qat   # some sections
+
+Sections (each writes its rows into ``benchmarks/results/train.json`` as it finishes; the page
+``train.md`` is written from that file, so sections may run separately):
+
+* ``prune``: resnet-digits and mobilenet-digits (``modelpress.zoo``), 50% of the channels of every
+  group, modelpress on the ONNX file with labels and without (the original as teacher), and
+  Torch-Pruning 1.6.1 (group L1 magnitude, DepGraph) on the PyTorch source of the same network,
+  fine-tuned for the same epochs with the same optimizer and learning rate (in train mode, as its
+  users do); test accuracy on the digits test split (median of 3 seeds, and each), parameters,
+  size, ONNX Runtime CPU latency at batch 1 and 8 (all variants in one process, interleaved, one
+  thread);
+* ``deep``: Deep Compression at 5 bits, 90% sparsity (mobilenet-digits: 80%): size after each
+  stage and test accuracy of the model decoded from the ``.mpz``;
+* ``qat``: post-training static int8 and w4a8 (4-bit weights rounded to nearest on static mode's
+  graph) against QAT of each, same calibration/training data;
+* ``distill``: a 0.5-width student of resnet-digits, distilled (labels + teacher) and trained on
+  labels alone for the same steps (median of 3 seeds);
+* ``minilm``: all-MiniLM-L6-v2, half of each FFN's neurons and a third of the heads pruned, then
+  distilled (outputs and hidden states) on sentences from Python's own docstrings; mean cosine of
+  the sentence embeddings to the original on held-out sentences, latency at batch 1 and 8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import io
+import json
+import platform
+import re
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from modelpress import zoo
+from modelpress.compress.prune.api import param_count, prune
+from modelpress.compress.train import TrainConfig
+from modelpress.ir import from_proto, load
+from modelpress.ir.io import model_bytes
+from modelpress.runtime.measure import time_interleaved
+from modelpress.runtime.ort import session, session_options, use_global_thread_pool
+from modelpress.verify import run_model
+
+ROOT = Path(__file__).resolve().parent
+WORK = ROOT / "_work"
+RESULTS = ROOT / "results"
+JSON = RESULTS / "train.json"
+CNNS = ("resnet-digits", "mobilenet-digits")
+EPOCHS, LR = 3, 3e-3
+
+
+def _load_results() -> dict:
+    return json.loads(JSON.read_text()) if JSON.exists() else {}
+
+
+def _save(section: str, rows) -> None:
+    data = _load_results()
+    data[section] = rows
+    data["machine"] = f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}, Python {platform.python_version()}"
+    data.setdefault("dates", {})[section] = time.strftime("%Y-%m-%d")
+    JSON.write_text(json.dumps(data, indent=1))
+
+
+def _digits():
+    d = zoo.digits_data()
+    return d, {"image": d.x_train, "y": d.y_train}
+
+
+def _accuracy(model, d) -> float:
+    out = run_model(model, {"image": d.x_test}, optimize="all")
+    return float((next(iter(out.values())).argmax(1) == d.y_test).mean())
+
+
+def _latency(models: dict, feeds_by_batch: dict, rounds: int = 40) -> dict:
+    out = {}
+    for batch, feeds in feeds_by_batch.items():
+        names = list(models)
+        runs = []
+        for n in names:
+            so = session_options()
+            sess = session(models[n], options=so)
+            runs.append(lambda s=sess, f=feeds: s.run(None, f))
+        timings = time_interleaved(runs, runs=rounds, warmup=5)
+        for n, t in zip(names, timings):
+            out.setdefault(n, {})[batch] = {"median": t.median_ms, "p25": t.p25_ms, "p75": t.p75_ms}
+    return out
+
+
+def _size(model) -> int:
+    return len(model_bytes(model))
+
+
+# ---------------------------------------------------------------------------------------------
+def _torch_pruning(name: str, d, seed: int = 0) -> tuple[object, float]:
+    import torch_pruning as tp
+
+    torch.manual_seed(seed)
+    module, (example,) = zoo.build_torch(name)
+    imp = tp.importance.MagnitudeImportance(p=1)  # group L1, as modelpress's default
+    pruner_cls = getattr(tp.pruner, "MetaPruner", None) or tp.pruner.BasePruner
+    pruner = pruner_cls(module, example, importance=imp, pruning_ratio=0.5, ignored_layers=[module.head])
+    pruner.step()
+    started = time.perf_counter()
+    x, y = torch.from_numpy(d.x_train), torch.from_numpy(d.y_train)
+    # the same budget as modelpress: EPOCHS passes, Adam, cosine after a 5% warm-up, batch 32
+    opt = torch.optim.Adam(module.parameters(), lr=LR)
+    steps = EPOCHS * -(-len(x) // 32)
+    warm = int(0.05 * steps)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + np.cos(np.pi * (s - warm) / max(1, steps - warm)))
+    )
+    gen = torch.Generator().manual_seed(seed)
+    module.train()
+    for _ in range(EPOCHS):
+        order = torch.randperm(len(x), generator=gen)
+        for i in range(0, len(x), 32):
+            idx = order[i : i + 32]
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(module(x[idx]), y[idx]).backward()
+            opt.step()
+            sched.step()
+    module.eval()
+    seconds = time.perf_counter() - started
+    buf = io.BytesIO()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module, (example,), buf, dynamo=False, input_names=["image"], output_names=["logits"],
+                          dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}}, opset_version=17)
+    import onnx
+
+    return from_proto(onnx.load_from_string(buf.getvalue())), seconds
+
+
+SEEDS = (0, 1, 2)
+
+
+def bench_prune() -> list[dict]:
+    d, data = _digits()
+    rows = []
+    for name in CNNS:
+        original = load(zoo.build(name, WORK / f"{name}.onnx"))
+        makers = {
+            "modelpress, labels": lambda seed, original=original: prune(original, data=data, labels_key="y", ratio=0.5, train=TrainConfig(epochs=EPOCHS, lr=LR, seed=seed)).model,
+            "modelpress, no labels (teacher)": lambda seed, original=original: prune(original, data={"image": d.x_train}, ratio=0.5, train=TrainConfig(epochs=EPOCHS, lr=LR, seed=seed)).model,
+            "Torch-Pruning (PyTorch source), labels": lambda seed, name=name: _torch_pruning(name, d, seed)[0],
+        }
+        variants = {"original": ([original], [_accuracy(original, d)], None)}
+        for label, make in makers.items():
+            models, accs = [], []
+            t = time.perf_counter()
+            for seed in SEEDS:
+                models.append(make(seed))
+                accs.append(_accuracy(models[-1], d))
+            variants[label] = (models, accs, (time.perf_counter() - t) / len(SEEDS))
+        feeds = {b: {"image": np.ascontiguousarray(np.resize(d.x_test, (b, 1, 32, 32)))} for b in (1, 8)}
+        lat = _latency({k: v[0][0] for k, v in variants.items()}, feeds)
+        for k, (models, accs, secs) in variants.items():
+            rows.append({
+                "model": name, "variant": k, "accuracy": float(np.median(accs)), "accuracies": accs,
+                "params": param_count(models[0]), "size": _size(models[0]), "latency": lat[k], "seconds": secs,
+            })
+            print(rows[-1], flush=True)
+    return rows
+
+
+def bench_deep() -> list[dict]:
+    from modelpress.compress.deep import deep_compress, open_mpz
+
+    d, data = _digits()
+    rows = []
+    # mobilenet-digits has 20k weights, a third of them in depthwise and 1x1 layers already lean:
+    # 90% of them is too much, so it is compressed at 80%
+    for name, sparsity in (("resnet-digits", 0.9), ("mobilenet-digits", 0.8)):
+        original = load(zoo.build(name, WORK / f"{name}.onnx"))
+        t = time.perf_counter()
+        r = deep_compress(original, data=data, labels_key="y", sparsity=sparsity, bits=5, train=TrainConfig(epochs=2, lr=LR))
+        path = WORK / f"{name}.mpz"
+        path.write_bytes(r.data)
+        rows.append({
+            "model": name, "accuracy_before": _accuracy(original, d), "accuracy_after": _accuracy(open_mpz(path), d),
+            "stages": r.stages, "parts": r.parts, "seconds": time.perf_counter() - t, "sparsity": r.sparsity,
+        })
+        print(rows[-1], flush=True)
+    return rows
+
+
+def bench_qat() -> list[dict]:
+    from modelpress.compress.qat.fakequant import TrainingGraph
+    from modelpress.compress.quantize import quantize
+
+    d, _ = _digits()
+    rng = np.random.default_rng(0)
+    idx = rng.permutation(len(d.x_train))[:512]
+    cal = [{"image": d.x_train[idx[i : i + 32]], "y": d.y_train[idx[i : i + 32]]} for i in range(0, 512, 32)]
+    rows = []
+    for name in CNNS:
+        original = load(zoo.build(name, WORK / f"{name}.onnx"))
+        row = {"model": name, "float": _accuracy(original, d)}
+        ptq = quantize(original, mode="static", calibration=cal, labels_key="y")
+        row["static int8"] = _accuracy(ptq.model, d)
+        # w4a8 after training: 4-bit weights rounded to nearest on static mode's graph
+        plain = quantize(original, mode="static", calibration=cal, labels_key="y", gptq=False, bias_correction=False)
+        tg = TrainingGraph(plain.model, bits=4)
+        row["w4a8 (round to nearest)"] = _accuracy(tg.export(tg.module()), d)
+        t = time.perf_counter()
+        q8 = quantize(original, mode="qat", calibration=cal, labels_key="y", train=TrainConfig(epochs=1, lr=1e-4))
+        row["QAT int8"] = _accuracy(q8.model, d)
+        q4 = quantize(original, mode="qat", calibration=cal, labels_key="y", bits=4, train=TrainConfig(epochs=2, lr=3e-4))
+        row["QAT w4a8"] = _accuracy(q4.model, d)
+        row["seconds"] = time.perf_counter() - t
+        row["same_structure"] = [n.op_type for n in q8.model.graph] == [n.op_type for n in plain.model.graph]
+        rows.append(row)
+        print(row, flush=True)
+    return rows
+
+
+def bench_distill() -> list[dict]:
+    from modelpress.compress.distill import distill
+
+    d, data = _digits()
+    teacher = load(zoo.build("resnet-digits", WORK / "resnet-digits.onnx"))
+    rows = [{"variant": "teacher", "accuracy": _accuracy(teacher, d), "accuracies": [], "params": param_count(teacher)}]
+    for label, alpha in (("0.5-width student, distilled (labels + teacher, T=4)", 0.5), ("0.5-width student, labels only", 0.0)):
+        accs, secs = [], 0.0
+        for seed in SEEDS:
+            r = distill(teacher, data=data, labels_key="y", width=0.5, alpha=alpha, temperature=4.0, train=TrainConfig(epochs=EPOCHS, lr=LR, seed=seed))
+            accs.append(_accuracy(r.model, d))
+            secs += r.seconds
+        rows.append({"variant": label, "accuracy": float(np.median(accs)), "accuracies": accs, "params": r.params_student, "seconds": secs / len(SEEDS)})
+        print(rows[-1], flush=True)
+    return rows
+
+
+def _sentences(n: int) -> list[str]:
+    """English sentences from the docstrings of Python's standard library (no download)."""
+    import importlib
+
+    mods = ["argparse", "asyncio", "collections", "concurrent.futures", "contextlib", "csv", "dataclasses", "datetime",
+            "decimal", "email", "fractions", "functools", "gzip", "heapq", "http.client", "inspect", "io", "ipaddress",
+            "itertools", "json", "logging", "mailbox", "multiprocessing", "os", "pathlib", "pickle", "pydoc", "random",
+            "re", "shutil", "socket", "sqlite3", "statistics", "string", "subprocess", "tarfile", "tempfile", "textwrap",
+            "threading", "typing", "unittest", "urllib.parse", "uuid", "wave", "xml.dom.minidom", "zipfile"]
+    found = set()
+    for name in mods:
+        mod = importlib.import_module(name)
+        docs = [mod.__doc__ or ""] + [inspect.getdoc(getattr(mod, a)) or "" for a in sorted(dir(mod)) if not a.startswith("_")]
+        for doc in docs:
+            for s in re.split(r"(?<=[.!?])\s+", " ".join(doc.split())):
+                words = s.split()
+                if 6 <= len(words) <= 40 and s[0].isupper() and not re.search(r"[>{}\[\]=`|]", s):
+                    found.add(s)
+    out = sorted(found)
+    np.random.default_rng(0).shuffle(out)
+    return out[:n]
+
+
+def bench_minilm(train_sentences: int = 640, held_sentences: int = 128, seq: int = 24) -> list[dict]:
+    from modelpress.compress.distill import distill
+    from modelpress.compress.train import TrainData
+    from modelpress.compress.train.metrics import compare
+    from modelpress.zoo.minilm import tokenize
+
+    original = load(zoo.build("minilm", WORK / "minilm.onnx"))
+    sents = _sentences(train_sentences + held_sentences)
+    train = tokenize(sents[:train_sentences], seq)
+    held = tokenize(sents[train_sentences:], seq)
+    t = time.perf_counter()
+    pruned = prune(original, data=train, ratio=0.5, head_ratio=1 / 3, train=False)
+    # distilled: the pruned model is the student, the original the teacher (outputs and hidden states)
+    r = distill(original, data=train, student=pruned.model, temperature=1.0,
+                train=TrainConfig(epochs=1, lr=1e-4, batch_size=16, val_fraction=0.1))
+    seconds = time.perf_counter() - t
+    held_data = TrainData.load(held, original)
+    before = compare(original, pruned.model, held_data).cosine
+    after = compare(original, r.model, held_data).cosine
+    feeds = {b: tokenize((sents[train_sentences:] * 2)[:b], seq) for b in (1, 8)}
+    lat = _latency({"original": original, "pruned + distilled": r.model}, feeds, rounds=20)
+    row = {
+        "sentences": [len(sents[:train_sentences]), held_sentences], "seq": seq,
+        "cosine_pruned_only": before, "cosine_distilled": after, "params": [param_count(original), param_count(r.model)],
+        "size": [_size(original), _size(r.model)], "latency": lat, "seconds": seconds,
+        "groups": pruned.steps[0]["groups"] if pruned.steps else [],
+    }
+    print({k: v for k, v in row.items() if k != "groups"}, flush=True)
+    return [row]
+
+
+SECTIONS = {"prune": bench_prune, "deep": bench_deep, "qat": bench_qat, "distill": bench_distill, "minilm": bench_minilm}
+
+
+def write_page() -> None:
+    from write_train_page import page  # noqa: E402  (the table layout lives beside this script)
+
+    (RESULTS / "train.md").write_text(page(_load_results()))
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--only", default=",".join(SECTIONS))
+    p.add_argument("--page-only", action="store_true")
+    args = p.parse_args(argv)
+    WORK.mkdir(exist_ok=True)
+    RESULTS.mkdir(exist_ok=True)
+    if not args.page_only:
+        use_global_thread_pool(intra_op_threads=1)
+        torch.set_num_threads(1)  # a shared 2-core machine: one thread each for ORT and torch
+        torch.manual_seed(0)
+        for name in args.only.split(","):
+            try:
+                _save(name, SECTIONS[name]())
+            except Exception:  # noqa: BLE001 - one failed section must not lose the others
+                import traceback
+
+                traceback.print_exc()
+    sys.path.insert(0, str(ROOT))
+    write_page()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""modelpress compress MODEL -o model.mpz: Deep Compression (prune, share weights, entropy code)."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.table import Table
+
+from modelpress.cli import options
+from modelpress.cli._common import console, human_bytes
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "compress",
+        help="Deep Compression to an .mpz file: pruning, shared weights, entropy coding, with retraining",
+        description="Deep Compression (Han et al.): prune the smallest weights and retrain, cluster each "
+        "layer's weights into 2^bits shared values and retrain the codebooks, entropy code the result "
+        "into an .mpz file. `run`, `bench` and `verify` read .mpz files (decoded in memory).",
+        epilog="example:\n  modelpress compress cnn.onnx -o tiny.mpz --sparsity 0.9 --bits 5 --data train.npz --labels-key y",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    options.add_model(p)
+    options.add_output(p, help="the .mpz file to write")
+    options.add_data(
+        p,
+        required=True,
+        help="training data: an .npz of arrays named after the model's inputs, or a folder of images in class subfolders",
+        labels=True,
+        batch=True,
+        limit=True,
+    )
+    p.add_argument("--sparsity", type=float, default=0.9, metavar="X", help="fraction of weights pruned (default 0.9)")
+    p.add_argument("--bits", type=int, default=5, metavar="N", help="bits per shared weight: 2^N values per layer (default 5)")
+    p.add_argument("--scope", default="global", choices=["global", "layer"], help="one pruning threshold for all layers (default) or per layer")
+    options.add_list(p, "--keep", metavar="NODE", help="layers left dense")
+    options.add_training(p)
+    options.add_record(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from modelpress.cli._training import print_check, print_training, training_bar
+    from modelpress.compress.deep import deep_compress
+    from modelpress.errors import OptionError
+    from modelpress.ir.files import output_dir, write_bytes
+
+    if not str(args.output).endswith(".mpz"):
+        raise OptionError(f"{args.output}: the output of compress is an .mpz file (name it *.mpz)")
+    output_dir(args.output)
+    recorder = options.Recorder("compress", args)
+    model = options.open_model(args.model, args)
+    with training_bar() as progress:
+        result = deep_compress(
+            model,
+            data=args.data,
+            labels_key=args.labels_key,
+            sparsity=args.sparsity,
+            bits=args.bits,
+            scope=args.scope,
+            keep=options.listed(args.keep),
+            train=options.training_config(args),
+            alpha=args.alpha,
+            temperature=args.temperature,
+            soft=args.soft_loss,
+            limit=args.limit,
+            progress=progress,
+        )
+    t = Table(title="compression by stage", show_edge=False)
+    t.add_column("stage")
+    t.add_column("size", justify="right")
+    t.add_column("ratio", justify="right")
+    for s in result.stages:
+        t.add_row(s["stage"], human_bytes(s["bytes"]), f"{s['ratio']:.1f}x")
+    console.print(t)
+    print_training(result.training)
+    print_check(result.check)
+    write_bytes(args.output, result.data)
+    console.print(f"wrote {args.output} ({human_bytes(len(result.data))}, {result.ratio:.1f}x smaller, sparsity {result.sparsity:.1%}, {result.bits} bits)")
+    recorder.write(result.to_dict())
+    return 0

@@ -1,0 +1,89 @@
+"""modelpress distill TEACHER -o OUT (--student S.onnx | --width 0.5): knowledge distillation."""
+
+from __future__ import annotations
+
+import argparse
+
+from modelpress.cli import options
+from modelpress.cli._common import console, human_bytes, human_count
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "distill",
+        help="train a smaller student on a teacher's outputs (student file, or the teacher made narrower)",
+        description="Knowledge distillation: the student learns the teacher's softened outputs "
+        "(KL at a temperature), the labels when the data has them, and the teacher's hidden states "
+        "where layers correspond (transformers). The student is a model file with the teacher's "
+        "inputs and outputs, or the teacher with a fraction of its channels, neurons and heads removed.",
+        epilog="examples:\n"
+        "  modelpress distill cnn.onnx --width 0.5 -o student.onnx --data train.npz --labels-key y\n"
+        "  modelpress distill bert.onnx --student small.onnx -o student.onnx --data text.npz",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    options.add_model(p, help="the teacher: an .onnx file")
+    options.add_output(p)
+    options.add_data(
+        p,
+        required=True,
+        help="training data: an .npz of arrays named after the model's inputs, or a folder of images in class subfolders",
+        labels=True,
+        batch=True,
+        limit=True,
+    )
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--student", metavar="FILE", help="the student model (same inputs and outputs as the teacher)")
+    who.add_argument("--width", type=float, metavar="X", help="make the student from the teacher: keep this fraction of its channels, neurons and heads")
+    p.add_argument("--no-features", action="store_true", help="do not match hidden states (transformers)")
+    p.add_argument("--feature-weight", type=float, default=1.0, metavar="X", help="weight of the hidden-state loss (default 1)")
+    options.add_training(p)
+    p.set_defaults(temperature=4.0)
+    options.add_record(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from modelpress.cli._training import print_check, print_training, training_bar
+    from modelpress.compress.distill import distill
+    from modelpress.ir import save
+    from modelpress.ir.files import output_dir
+
+    output_dir(args.output)
+    recorder = options.Recorder("distill", args)
+    teacher = options.open_model(args.model, args)
+    student = options.open_model(args.student, args) if args.student else None
+    config = options.training_config(args)
+    if config is False:
+        from modelpress.errors import OptionError
+
+        raise OptionError("distill trains the student: --no-train leaves nothing to do")
+    with training_bar() as progress:
+        result = distill(
+            teacher,
+            data=args.data,
+            student=student,
+            width=args.width,
+            labels_key=args.labels_key,
+            temperature=args.temperature,
+            alpha=args.alpha,
+            soft=args.soft_loss,
+            features="none" if args.no_features else "auto",
+            feature_weight=args.feature_weight,
+            train=config,
+            limit=args.limit,
+            progress=progress,
+        )
+    for note in result.notes:
+        console.print(f"note: {note}")
+    if result.features:
+        console.print(f"hidden states matched: {len(result.features)}")
+    print_training([result.training])
+    print_check(result.check)
+    console.print(
+        f"student ({result.student}): parameters {human_count(result.params_teacher)} → {human_count(result.params_student)}, "
+        f"size {human_bytes(result.size_teacher)} → {human_bytes(result.size_student)}"
+    )
+    save(result.model, args.output)
+    console.print(f"wrote {args.output}")
+    recorder.write(result.to_dict())
+    return 0

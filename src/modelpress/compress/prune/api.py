@@ -1,0 +1,244 @@
+"""``prune()``: structured, unstructured or 2:4 pruning of any ONNX model, fine-tuned on the data.
+
+Structured (``ratio``): the dependency groups of the graph are found (``depgraph``), their
+components scored (``importance``), the fraction ``ratio`` of each group removed physically
+(``surgery``), in one shot or in ``steps`` rounds with fine-tuning after each. Unstructured
+(``sparsity``, ``pattern``): magnitude masks, kept through fine-tuning. Fine-tuning trains on the
+labels when the data has them and against the original model as teacher (always, when it has
+none); ``train=None`` with data uses a short default schedule, ``train=False`` skips it.
+
+The result is checked: the pruned model must run under ONNX Runtime, and on the held-out samples
+its accuracy (with labels), its top-1 agreement and output cosine with the original are reported.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx_ir as ir
+
+from modelpress.compress.prune import structured
+from modelpress.compress.prune import unstructured as unstr
+from modelpress.compress.prune.importance import METHODS, taylor_terms
+from modelpress.compress.train import TrainConfig, TrainData, TrainResult
+from modelpress.compress.train.batchnorm import recalibrate
+from modelpress.compress.train.finetune import finetune
+from modelpress.compress.train.metrics import Comparison, compare
+from modelpress.errors import InputError, OptionError
+from modelpress.ir.feeds import as_model
+from modelpress.ir.graph import copy_model
+from modelpress.ir.io import model_bytes
+
+# stage, step, total, loss
+Progress = Callable[[str, int, int, float | None], None]
+DEFAULT_TRAINING = TrainConfig(epochs=2, lr=3e-3)
+METADATA_KEY = "modelpress.sparsity"
+
+
+@dataclass
+class PruneResult:
+    model: ir.Model
+    kind: str  # structured, unstructured, 2:4
+    importance: str | None
+    params_before: int
+    params_after: int
+    size_before: int
+    size_after: int
+    seconds: float
+    sparsity: float | None = None  # unstructured and 2:4: zeros among the prunable weights
+    steps: list[dict] = field(default_factory=list)
+    training: list[TrainResult] = field(default_factory=list)
+    check: Comparison | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": self.kind,
+            "importance": self.importance,
+            "params_before": self.params_before,
+            "params_after": self.params_after,
+            "size_before": self.size_before,
+            "size_after": self.size_after,
+            "sparsity": self.sparsity,
+            "seconds": round(self.seconds, 3),
+            "steps": self.steps,
+            "training": [t.to_dict() for t in self.training],
+            "check": self.check.to_dict() if self.check else None,
+            "notes": self.notes,
+        }
+
+
+def param_count(model: ir.Model) -> int:
+    return sum(int(np.prod(v.const_value.shape)) for v in model.graph.initializers.values() if v.const_value is not None)
+
+
+def _training_progress(progress: Progress | None, stage: str):
+    if progress is None:
+        return None
+    return lambda step, total, loss: progress(stage, step, total, loss)
+
+
+def prune(
+    model,
+    *,
+    data=None,
+    labels_key: str | None = None,
+    ratio: float | None = None,
+    head_ratio: float | None = None,
+    sparsity: float | None = None,
+    pattern: str = "unstructured",
+    scope: str = "global",
+    importance: str = "l1",
+    steps: int = 1,
+    keep: list[str] | tuple[str, ...] = (),
+    round_to: int = 1,
+    global_ranking: bool = False,
+    train: TrainConfig | bool | None = None,
+    alpha: float | None = None,
+    temperature: float = 1.0,
+    soft: str = "auto",
+    image=None,
+    limit: int | None = None,
+    recalibrate_bn: bool = True,
+    progress: Progress | None = None,
+) -> PruneResult:
+    """Prune ``model`` (see the module docstring). Give ``ratio`` (structured; ``head_ratio`` for
+    attention heads), or ``sparsity`` / ``pattern="2:4"`` (unstructured)."""
+    started = time.perf_counter()
+    original = as_model(model)
+    structured_mode = ratio is not None or head_ratio is not None
+    if structured_mode and (sparsity is not None or pattern == "2:4"):
+        raise OptionError("choose structured pruning (ratio) or unstructured (sparsity, 2:4), not both")
+    if not structured_mode and sparsity is None and pattern != "2:4":
+        raise OptionError("nothing to prune: give a ratio (structured), a sparsity, or the 2:4 pattern")
+    if importance not in METHODS:
+        raise OptionError(f"importance {importance!r}: choose one of {', '.join(METHODS)}")
+    if steps < 1:
+        raise OptionError(f"steps {steps}: at least 1")
+    keep_set = frozenset(keep)
+    names = {n.name for n in original.graph}
+    unknown = sorted(keep_set - names)
+    if unknown:
+        raise OptionError(f"keep: no node named {unknown[0]!r} in the model")
+    dataset = TrainData.load(data, original, labels_key=labels_key, image=image, limit=limit) if data is not None else None
+    config = _config(train, dataset, importance)
+    train_part, held = (dataset.split(config.val_fraction, seed=config.seed) if dataset is not None and config else (dataset, None))
+    if importance == "taylor" and dataset is None:
+        raise OptionError("taylor importance needs training data (the gradients of its loss)")
+    feeds = dataset.sample(2) if dataset is not None else _generated(original)
+    result = PruneResult(
+        model=original,
+        kind="structured" if structured_mode else ("2:4" if pattern == "2:4" else "unstructured"),
+        importance=importance if structured_mode else None,
+        params_before=param_count(original),
+        params_after=0,
+        size_before=len(model_bytes(original)),
+        size_after=0,
+        seconds=0.0,
+    )
+    current = original
+    if structured_mode:
+        r = ratio if ratio is not None else 0.0
+        hr = head_ratio
+        for i in range(1, steps + 1):
+            step_r = _step_ratio(r, i, steps)
+            step_h = _step_ratio(hr, i, steps) if hr is not None else None
+            taylor = None
+            if importance == "taylor":
+                taylor = _taylor(current, original, train_part, config or DEFAULT_TRAINING, alpha, temperature, soft)
+            if progress:
+                progress(f"pruning {i}/{steps}", 0, 0, None)
+            current, report = structured.prune_step(
+                current, feeds, ratio=step_r, head_ratio=step_h, method=importance, keep=list(keep_set),
+                round_to=round_to, global_ranking=global_ranking, taylor=taylor,
+            )
+            result.steps.append(report.to_dict())
+            _check_runs(current, feeds)
+            if recalibrate_bn and train_part is not None:
+                recalibrate(current, train_part)
+            if config:
+                current, tr = finetune(
+                    current, train_part, teacher=original, config=config, soft=soft, alpha=alpha,
+                    temperature=temperature, held_out=held, progress=_training_progress(progress, f"fine-tuning {i}/{steps}"),
+                )
+                result.training.append(tr)
+        if all(s["removed_units"] == 0 for s in result.steps):
+            result.notes.append("no unit could be removed: every group is blocked (outputs, unknown ops) or kept")
+    else:
+        current = copy_model(original)
+        masks, dense = unstr.masks(current, sparsity=sparsity or 0.0, pattern=pattern, scope=scope, keep=keep_set)
+        unstr.apply_masks(current, masks)
+        if dense:
+            result.notes.append(f"{len(dense)} weight(s) stay dense: their reduction length is not a multiple of 4 ({', '.join(dense[:3])}{'...' if len(dense) > 3 else ''})")
+        if config:
+            current, tr = finetune(
+                current, train_part, teacher=original, config=config, soft=soft, alpha=alpha,
+                temperature=temperature, held_out=held, prepare=lambda m: unstr.mask_module(m, masks),
+                progress=_training_progress(progress, "fine-tuning"),
+            )
+            result.training.append(tr)
+        result.sparsity = unstr.sparsity_of(current)
+        current.metadata_props[METADATA_KEY] = json.dumps(
+            {"pattern": pattern, "sparsity": round(result.sparsity, 4), "scope": scope if pattern != "2:4" else "2:4"}
+        )
+    _check_runs(current, feeds)
+    result.model = current
+    result.params_after = param_count(current)
+    result.size_after = len(model_bytes(current))
+    check_data = held if held is not None else dataset
+    if check_data is not None:
+        result.check = compare(original, current, check_data)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _config(train, dataset: TrainData | None, importance: str) -> TrainConfig | None:
+    if train is False or dataset is None:
+        if isinstance(train, TrainConfig) and dataset is None:
+            raise OptionError("fine-tuning needs training data")
+        return None
+    return train if isinstance(train, TrainConfig) else DEFAULT_TRAINING
+
+
+def _step_ratio(ratio: float, i: int, steps: int) -> float:
+    """The ratio of step ``i`` that takes the kept fraction linearly from 1 to ``1 - ratio``."""
+    keep_prev = 1 - ratio * (i - 1) / steps
+    keep_now = 1 - ratio * i / steps
+    return 1 - keep_now / keep_prev
+
+
+def _generated(model: ir.Model) -> dict[str, np.ndarray]:
+    from modelpress.verify import generate_inputs
+
+    return generate_inputs(model, dims={}, seed=0)
+
+
+def _check_runs(model: ir.Model, feeds: dict[str, np.ndarray]) -> None:
+    from modelpress.runtime.ort import session
+
+    try:
+        session(model, optimize="disabled").run(None, feeds)
+    except Exception as exc:  # noqa: BLE001 - ORT's own exception classes
+        raise InputError(
+            f"the pruned model does not run ({str(exc).strip().splitlines()[0][:200]}); "
+            "keep the layers involved whole (keep=...)"
+        ) from None
+
+
+def _taylor(model, original, data: TrainData, config: TrainConfig, alpha, temperature, soft, batches: int = 8):
+    from modelpress.compress.train import build_objective, teacher
+    from modelpress.compress.train.loop import batch_loss
+
+    frozen = teacher(original)
+    objective = build_objective(model, labels=data.has_labels, teacher=frozen, soft=soft, alpha=alpha, temperature=temperature)
+    rng = np.random.default_rng(config.seed)
+    chosen = []
+    for batch in data.batches(config.batch_size, rng=rng):
+        chosen.append(batch)
+        if len(chosen) >= batches:
+            break
+    return taylor_terms(model, chosen, lambda module, batch: batch_loss(module, objective, batch))

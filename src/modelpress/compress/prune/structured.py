@@ -1,0 +1,117 @@
+"""Structured pruning: which components go, and the one-shot or iterative schedule.
+
+``choose(dg, scores, ...)`` removes from each group the fraction ``ratio`` of its units (attention
+heads: ``head_ratio``) with the lowest scores, never more than its removable components and never
+its last unit; with ``round_to`` the units kept are a multiple of it (8 or 16 suit vectorized CPU
+kernels). ``global_ranking`` instead ranks components across groups by their score divided by their
+group's mean score (so layers of different sizes compare), removing the same total with at most
+``max_group_ratio`` of any one group.
+
+``prune_step(model, feeds, ...)`` analyzes the model, scores and removes once; the iterative
+schedule (``api.prune``) calls it ``steps`` times with the keep fraction falling linearly to
+``1 - ratio``, fine-tuning in between.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import onnx_ir as ir
+
+from modelpress.compress.prune import importance as imp
+from modelpress.compress.prune import surgery
+from modelpress.compress.prune.depgraph import DepGraph, analyze, probe_shapes
+from modelpress.errors import OptionError
+from modelpress.ir.graph import copy_model
+
+
+def _target_keep(size: int, ratio: float, round_to: int) -> int:
+    keep = max(1, size - int(round(ratio * size)))
+    if round_to > 1:
+        keep = min(size, math.ceil(keep / round_to) * round_to)
+    return keep
+
+
+def choose(
+    dg: DepGraph,
+    scores: dict,
+    *,
+    ratio: float,
+    head_ratio: float | None = None,
+    round_to: int = 1,
+    global_ranking: bool = False,
+    max_group_ratio: float = 0.9,
+) -> set:
+    """The components to remove (see the module docstring)."""
+    removed: set = set()
+    if global_ranking:
+        ranked = []
+        budget = 0
+        caps = {}
+        for g in dg.groups:
+            r = head_ratio if (g.kind == "heads" and head_ratio is not None) else ratio
+            budget += int(round(r * g.size))
+            caps[g.index] = min(len(g.components), g.size - _target_keep(g.size, max_group_ratio, round_to))
+            mean = float(np.mean([scores.get(c, 0.0) for c in g.components])) if g.components else 1.0
+            ranked += [(scores.get(c, 0.0) / (mean or 1.0), g.index, c) for c in g.components]
+        ranked.sort(key=lambda t: (t[0], t[1]))
+        taken = dict.fromkeys(caps, 0)
+        for _, gi, c in ranked:
+            if len(removed) >= budget:
+                break
+            if taken[gi] < caps[gi]:
+                removed.add(c)
+                taken[gi] += 1
+        return removed
+    for g in dg.groups:
+        r = head_ratio if (g.kind == "heads" and head_ratio is not None) else ratio
+        n = min(len(g.components), g.size - _target_keep(g.size, r, round_to))
+        if n <= 0:
+            continue
+        order = sorted(g.components, key=lambda c: scores.get(c, 0.0))
+        removed.update(order[:n])
+    return removed
+
+
+@dataclass
+class StepReport:
+    removed_units: int
+    removed_params: int
+    groups: list[dict]
+
+    def to_dict(self) -> dict:
+        return {"removed_units": self.removed_units, "removed_params": self.removed_params, "groups": self.groups}
+
+
+def prune_step(
+    model: ir.Model,
+    feeds: dict[str, np.ndarray],
+    *,
+    ratio: float,
+    head_ratio: float | None,
+    method: str,
+    keep: list[str],
+    round_to: int,
+    global_ranking: bool,
+    taylor: dict[str, np.ndarray] | None = None,
+) -> tuple[ir.Model, StepReport]:
+    """One analysis and removal on a copy of ``model``; ``feeds`` (a sample batch) sizes the graph."""
+    if not 0 <= ratio < 1 or (head_ratio is not None and not 0 <= head_ratio < 1):
+        raise OptionError(f"pruning ratio {ratio if not 0 <= ratio < 1 else head_ratio}: choose a fraction in [0, 1)")
+    shapes = probe_shapes(model, feeds)
+    dg = analyze(copy_model(model), shapes, keep=keep)
+    scores = imp.scores(dg, method, taylor=taylor)
+    removed = choose(dg, scores, ratio=ratio, head_ratio=head_ratio, round_to=round_to, global_ranking=global_ranking)
+    groups = []
+    for g in dg.groups:
+        gone = sum(1 for c in g.components if c in removed)
+        groups.append({**g.to_dict(), "removed": gone})
+    params = surgery.remove(dg, removed)
+    return dg.model, StepReport(len(removed), params, groups)
+
+
+def analyze_model(model: ir.Model, feeds: dict[str, np.ndarray], *, keep: list[str] = ()) -> DepGraph:
+    """The dependency groups of ``model`` (on a copy), sized by the sample ``feeds``."""
+    return analyze(copy_model(model), probe_shapes(model, feeds), keep=keep)
