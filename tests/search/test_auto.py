@@ -194,3 +194,19 @@ def test_bad_options_are_one_line(files, tmp_path, capsys, argv, message):
     err = capsys.readouterr().err.strip()
     assert code == 1 and err.startswith("error: ") and message in err and "\n" not in err
     assert not (tmp_path / "b.onnx").exists()
+
+
+def test_training_data_lets_pruning_and_qat_in(files, tmp_path):
+    folder, x, y = files
+    write_npz(tmp_path / "train.npz", {"x": x[:48], "y": y[:48]})
+    write_npz(tmp_path / "val.npz", {"x": x[48:], "y": y[48:]})
+    result = auto(folder / "cnn.onnx", data=tmp_path / "val.npz", labels_key="y", train_data=tmp_path / "train.npz",
+                  max_accuracy_drop=1.0, levels=[2], modes=["float", "qat"], timing_s=0.05)
+    labels = [t.label for t in result.trials]
+    assert labels == ["original", "O2", "O2 · qat", "O2 · prune(ratio=0.25)", "O2 · prune(ratio=0.5)"]
+    assert all(t.ok for t in result.trials), [t.error for t in result.trials]
+    # the pruned candidates are smaller: channels were removed, not zeroed
+    pruned = [t for t in result.trials if "prune" in t.label]
+    assert all(t.size_bytes < result.reference.size_bytes for t in pruned)
+    # calibration and training read the training data, scoring all of --data
+    assert result.trials[2].steps[1]["quantize"]["calibration"] == str(tmp_path / "train.npz")
