@@ -76,7 +76,8 @@ def records(tmp_path_factory):
     write_npz(folder / "val.npz", {"x": image_like(np.random.default_rng(7), (48, 4, 8, 8))})
     assert main([
         "auto", str(folder / "cnn.onnx"), "-o", str(folder / "best.onnx"), "--data", str(folder / "val.npz"),
-        "--levels", "2", "--modes", "float,static", "--methods", "minmax", "--timing", "0.05",
+        # (static only: a float winner, when int8 times slower on a busy machine, has no layer chart)
+        "--levels", "2", "--modes", "static", "--methods", "minmax", "--timing", "0.05",
         "--cache", str(folder / "cache"), "--json", str(folder / "auto.json"),
         "--report", str(folder / "auto.html"),
     ]) == 0
