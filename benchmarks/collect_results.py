@@ -24,6 +24,7 @@ ORDER = [
     "advisor",
     "serve",
     "protect",
+    "auto",
 ]
 TITLES = {
     "optimize": "graph optimizer (issue: foundation and optimizer)",
@@ -36,6 +37,7 @@ TITLES = {
     "batch": "batch inference (`modelpress run`): pipeline against its slower stage",
     "advisor": "hardware advisor",
     "serve": "serving under load (modelpress serve, Ray Serve, FastAPI)",
+    "auto": "auto: the search against optimize + static int8 by hand and an exhaustive run",
 }
 
 

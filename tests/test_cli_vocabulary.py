@@ -1,8 +1,9 @@
 """One vocabulary across commands: ``modelpress <cmd> --help`` uses the same option for the same idea.
 
 Read from each command's parser (what ``--help`` prints), the rules are: the old names of an idea
-are never visible (``--inputs``/``--calib`` are ``--data``, ``--report`` is ``--json``, ``--input``
-is ``--shape``, ``--model`` is the positional MODEL); every command that reads samples offers
+are never visible (``--inputs``/``--calib`` are ``--data``, ``--input`` is ``--shape``, ``--model``
+is the positional MODEL); ``--report``, where a command has it, is the HTML page (``--report
+FILE.html``), never the record; every command that reads samples offers
 ``--data``; every command writes its record with ``--json FILE``; an option of a known idea has
 that idea's one name; no option takes a variable number of values (it would swallow the model
 path that follows it). Commands not yet moved to the shared option groups are listed in
@@ -18,7 +19,7 @@ import pytest
 from modelpress.cli.main import build_parser
 
 # Old spellings that must not be visible in any --help.
-RETIRED = {"--inputs", "--calib", "--calib-limit", "--report", "--input", "--model"}
+RETIRED = {"--inputs", "--calib", "--calib-limit", "--input", "--model"}
 # Commands that run a model on samples.
 READS_SAMPLES = {"verify", "optimize", "bench", "quantize", "run"}
 # dest -> the one option string an idea goes by.
@@ -38,12 +39,20 @@ NOT_YET = {
 }
 
 
-def _commands() -> dict[str, argparse.ArgumentParser]:
-    parser = build_parser()
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     for action in parser._actions:  # argparse keeps its subparsers here and nowhere public
         if isinstance(action, argparse._SubParsersAction):
             return dict(action.choices)
     return {}
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    """Every command, and a command's own actions as ``command action`` (``recipe run``)."""
+    out = {}
+    for name, parser in _subparsers(build_parser()).items():
+        actions = _subparsers(parser)
+        out.update({f"{name} {a}": p for a, p in actions.items()} if actions else {name: parser})
+    return out
 
 
 COMMANDS = _commands()
@@ -64,6 +73,8 @@ def problems(name: str, parser: argparse.ArgumentParser) -> list[str]:
     if "--json" not in flags:
         out.append("has no --json FILE")
     for a in visible:
+        if "--report" in a.option_strings and (a.dest != "report" or a.metavar != "FILE.html"):
+            out.append("--report is the HTML page (--report FILE.html), not the record (--json)")
         want = IDEAS.get(a.dest)
         if want and want not in a.option_strings:
             out.append(f"calls {a.dest!r} {'/'.join(a.option_strings)}, not {want}")

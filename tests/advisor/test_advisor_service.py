@@ -23,6 +23,7 @@ from modelpress.errors import InputError, OptionError
 from modelpress.ir import load
 from modelpress.profile import get_workload
 from modelpress.profile.workload import workload_from_onnx
+from modelpress.report.record import SCHEMA
 
 
 def simulate(rate, service, *, max_batch, delay, n=100_000, seed=0):
@@ -217,7 +218,7 @@ def test_cli_plans_a_service(tmp_path, capsys):
     page = (tmp_path / "plan.html").read_text()
     assert "Options" in page and "--max-batch" in page and "http" not in page.split("<body>")[0]
     record = json.loads(out.read_text())
-    assert record["command"] == "advise" and record["schema"] == "modelpress.record/1"
+    assert record["command"] == "advise" and record["schema"] == SCHEMA
     plan = record["result"]["service"]
     assert plan["qps"] == 2000 and plan["p99_ms"] == 50
     devices = {o["device"]: o for o in plan["options"]}

@@ -11,6 +11,7 @@ from quant_models import mlp, small_cnn
 
 from modelpress.cli.main import main
 from modelpress.ir import save
+from modelpress.report.record import SCHEMA
 
 
 def test_help_lists_modes_and_methods(capsys):
@@ -60,7 +61,7 @@ def test_static_end_to_end_with_budget_and_report(tmp_path, capsys, rng):
     onnx.checker.check_model(str(out), full_check=True)
     assert "output error vs float model" in text and "within budget" in text
     record = json.loads(rep.read_text())
-    assert record["command"] == "quantize" and record["schema"] == "modelpress.record/1"
+    assert record["command"] == "quantize" and record["schema"] == SCHEMA
     data = record["result"]
     assert data["mode"] == "static" and data["method"] == "percentile"
     assert data["written"] == str(out)

@@ -12,6 +12,7 @@ from modelpress.cli.options import (
     add_list,
     add_model,
     add_record,
+    add_report,
     add_shapes,
     dims,
     listed,
@@ -188,6 +189,7 @@ def add_parser(sub) -> None:
     add_shapes(p)
     p.add_argument("--list-gpus", action="store_true", help="print the catalog and exit")
     add_record(p)
+    add_report(p)
     p.add_argument("--html", metavar="FILE", help="write an HTML page with the ranking and plots")
     p.set_defaults(func=run)
 
@@ -290,11 +292,27 @@ def run(args) -> int:
             "devices": [r.to_dict() for r in rec.rows],
             "gpu_notes": [f.note for f in found if f.note],
             "calibration": calibration.to_dict() if calibration else None,
-        }
+        },
+        models={"model": model} if model is not None else None,
+        charts=_charts(rec, workload) if recorder.wanted else None,
     )
     if args.html:
         _write_html(args.html, rec, workload, calibration)
     return 0
+
+
+def _charts(rec, workload) -> dict:
+    """The record's charts (``--report``, ``--json``): the advisor's costs and the roofline on
+    the device ranked first."""
+    from modelpress.report.cards import costs_data, roofline_of_workload
+
+    charts = {"costs": costs_data(rec)}
+    if rec.ranked:
+        best = rec.ranked[0]
+        charts["roofline"] = roofline_of_workload(
+            workload, best.gpu, precision=rec.request.precision, batch=best.estimate.batch
+        )
+    return charts
 
 
 def _plan(args, recorder, workload, model, candidates, found, pricing) -> int:

@@ -37,6 +37,7 @@ def add_parser(sub) -> None:
     p.add_argument("--warmup", type=int, default=5, metavar="N", help="untimed rounds first (default 5)")
     p.add_argument("--profile-ops", action="store_true", help="per-operator time from the runtime's profiler (ort)")
     options.add_record(p)
+    options.add_report(p)
     p.set_defaults(func=run)
 
 
@@ -101,5 +102,5 @@ def run(args) -> int:
         for op, ms, n in m.operators[:10]:
             pt.add_row(op, f"{ms:.2f}", f"{100 * ms / total:.0f}%", human_count(n))
         console.print(pt)
-    record.write(result.to_dict())
+    record.write(result.to_dict(), models={Path(p).name: m for p, m in zip(paths, models)})
     return 0

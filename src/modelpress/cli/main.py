@@ -31,6 +31,9 @@ COMMANDS = (
     "bench_cmd",
     "ops_cmd",
     "advise_cmd",
+    "auto_cmd",
+    "recipe_cmd",
+    "report_cmd",
 )
 
 

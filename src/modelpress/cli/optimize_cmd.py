@@ -32,6 +32,7 @@ def add_parser(sub) -> None:
     p.add_argument("--external-data", action="store_true", help="store weights in OUT.data beside the model")
     add_check_options(p)
     options.add_record(p)
+    options.add_report(p)
     p.set_defaults(func=run)
 
 
@@ -40,6 +41,8 @@ def run(args) -> int:
     from modelpress.passes.verified import optimize_verified
 
     record = options.Recorder("optimize", args)
+    # (the optimizer works in place: the record's card of the input is read from a copy)
+    original = options.open_model(args.model, args) if record.wanted else None
     kwargs = check_options(args)
     result = optimize_verified(
         options.open_model(args.model, args),
@@ -68,5 +71,5 @@ def run(args) -> int:
         print_verify(result.verify)
         result.verify.raise_if_failed("the optimized model and the original")
     console.print(f"wrote {result.output}")
-    record.write(result.to_dict())
+    record.write(result.to_dict(), models={"input": original, "output": result.optimized.model})
     return 0

@@ -5,6 +5,7 @@
 | the model | positional ``MODEL`` (.onnx; .mpk with a key; .mpz) |
 | where the result goes | ``-o/--output`` |
 | the command's record | ``--json FILE`` |
+| the command's page | ``--report FILE.html`` (model card and charts; ``modelpress report`` joins several) |
 | samples to run the model on | ``--data PATH`` (+ ``--labels-key``, ``--batch-size``, ``--limit``) |
 | shapes of dynamic inputs | ``--dim NAME=SIZE`` and ``--shape NAME=D1xD2...`` (repeatable) |
 | where the model runs | ``--backend``, ``--device``, ``--place``, ``--strict``, ``--log-placement`` |
@@ -84,6 +85,14 @@ def add_record(p: argparse.ArgumentParser) -> None:
         "--json",
         metavar="FILE",
         help="also write the command's record (what it did and measured) as JSON, for `modelpress report`",
+    )
+
+
+def add_report(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--report",
+        metavar="FILE.html",
+        help="also write a self-contained HTML page of this run (model card, charts)",
     )
 
 
@@ -216,20 +225,50 @@ def open_model(path: str | os.PathLike, args: argparse.Namespace | None = None, 
 
 
 class Recorder:
-    """The command's record, written through the report schema when ``--json`` was given."""
+    """The command's record, written through the report schema when ``--json`` was given, and its
+    page when ``--report`` was (``add_report``).
+
+    ``models`` (role → ``onnx_ir.Model``) become model cards; ``charts`` is data for charts the
+    result does not hold (``report.cards.advisor_charts``). Both are computed only when a record
+    or a page is asked for."""
 
     def __init__(self, command: str, args: argparse.Namespace) -> None:
         self.command = command
         self.args = args
         self.started = time.time()
 
-    def write(self, result: dict) -> None:
-        path = getattr(self.args, "json", None)
-        if not path:
-            return
+    @property
+    def wanted(self) -> bool:
+        return bool(getattr(self.args, "json", None) or getattr(self.args, "report", None))
+
+    def record(self, result: dict, *, models: dict | None = None, charts: dict | None = None):
+        from modelpress.report.cards import model_card
         from modelpress.report.record import Record
 
-        Record.of(self.command, self.args, result, started=self.started).write(path)
+        cards = {
+            role: m if isinstance(m, dict) else model_card(m, name=role)
+            for role, m in (models or {}).items()
+            if m is not None
+        }
+        return Record.of(
+            self.command, self.args, result, started=self.started, models=cards, charts=charts
+        )
+
+    def write(self, result: dict, *, models: dict | None = None, charts: dict | None = None) -> None:
+        path = getattr(self.args, "json", None)
+        if path:
+            self.record(result, models=models, charts=charts).write(path)
+        self.write_page(result, models=models, charts=charts)
+
+    def write_page(self, result: dict, *, models: dict | None = None, charts: dict | None = None) -> None:
+        """Only the page (``--report``): for a command whose ``--json`` still writes its own format."""
+        page = getattr(self.args, "report", None)
+        if not page:
+            return
+        from modelpress.report.page import write_report
+
+        record = self.record(result, models=models, charts=charts)
+        write_report([record], page, title=f"modelpress {self.command}")
 
 
 def require_positive(value: int | None, flag: str) -> None:

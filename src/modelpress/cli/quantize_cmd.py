@@ -119,7 +119,12 @@ def add_parser(sub) -> None:
     )
     options.add_training(p, teacher=False)  # qat mode
     options.add_record(p)
-    p.add_argument("--report", dest="json", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--report",
+        metavar="FILE.html",
+        help="also write a self-contained HTML page of this run (model cards, per-layer error "
+        "chart, latency); a name not ending in .html writes the record, as --json does (its old use)",
+    )
     p.set_defaults(func=run)
 
 
@@ -154,6 +159,8 @@ def run(args) -> int:
     from modelpress.ir import save
     from modelpress.ir.files import output_dir
 
+    if args.report and not str(args.report).lower().endswith((".html", ".htm")):
+        args.json, args.report = args.json or args.report, None  # `--report FILE.json`: the old name
     recorder = options.Recorder("quantize", args)
     output_dir(args.output)  # before minutes of calibration, not after
     original = options.open_model(args.model, args)
@@ -218,7 +225,7 @@ def run(args) -> int:
         )
     data = result.to_dict()
     if result.failures and not args.keep_anyway:
-        recorder.write({**data, "written": None})
+        recorder.write({**data, "written": None}, models={"input": original, "output": result.model})
         raise VerificationError(
             f"{args.output} not written: {'; '.join(result.failures)} (--keep-anyway writes it regardless)"
         )
@@ -228,7 +235,7 @@ def run(args) -> int:
         f"({result.size_after / max(result.size_before, 1):.2f}x) in {result.seconds:.1f} s"
         + ("" if result.check is None or result.check.verified else " [yellow](not verified)[/]")
     )
-    recorder.write({**data, "written": args.output})
+    recorder.write({**data, "written": args.output}, models={"input": original, "output": result.model})
     return 0
 
 

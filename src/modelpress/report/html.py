@@ -61,9 +61,15 @@ class Section:
 
     def figure(self, fig, *, caption: str = "") -> Section:
         """Embed a matplotlib figure as inline SVG (and close it)."""
-        buf = io.StringIO()
-        fig.savefig(buf, format="svg", bbox_inches="tight")
+        import matplotlib
         import matplotlib.pyplot as plt
+
+        buf = io.StringIO()
+        # text as paths: the page needs no font file and reads the same on every machine
+        with matplotlib.rc_context({"svg.fonttype": "path"}):
+            # (no metadata block: it carries the date, so the same chart would differ run to run)
+            metadata = {"Creator": None, "Date": None, "Format": None, "Type": None}
+            fig.savefig(buf, format="svg", bbox_inches="tight", metadata=metadata)
 
         plt.close(fig)
         svg = buf.getvalue()
@@ -101,8 +107,9 @@ class Page:
         return out
 
 
-def new_figure(width: float = 7.0, height: float = 4.5):
-    """A matplotlib figure on the non-interactive backend (the ``report`` extra)."""
+def new_figure(width: float = 7.0, height: float = 4.5, *, ncols: int = 1):
+    """A matplotlib figure on the non-interactive backend (the ``report`` extra), with ``ncols``
+    axes side by side. Text is drawn as paths in the SVG, so the page needs no font."""
     from modelpress.errors import require
 
     require("matplotlib", extra="report", purpose="plots in the HTML report")
@@ -111,7 +118,7 @@ def new_figure(width: float = 7.0, height: float = 4.5):
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    return plt.subplots(figsize=(width, height))
+    return plt.subplots(1, ncols, figsize=(width, height))
 
 
 __all__ = ["Page", "Section", "new_figure"]

@@ -4,6 +4,16 @@ Every command's ``--json FILE`` writes a ``Record``; ``modelpress report`` reads
 turns them into a page. The envelope is fixed (``schema``, ``command``, ``version``, ``started``,
 ``seconds``, ``options``, ``machine``); ``result`` is the command's own result, as its library
 function's ``to_dict()`` returns it.
+
+Format 2 adds what a page needs that a result does not hold, computed when the record is made
+(the models may be gone when the page is built):
+- ``models``: a card per model the command read or wrote, by role (``input``, ``output``, ...):
+  inputs, outputs, op counts, parameters, FLOPs and bytes moved at batch 1 (``report.cards``);
+- ``charts``: data for charts of things outside the result: ``roofline`` (a device's roofs and
+  the model's kernels on it) and ``costs`` (the advisor's devices: throughput against cost).
+A result with ``loss_curve`` (``{series: [values]}`` or ``[{"step": .., "loss": ..}, ...]``),
+from the commands that train, gets a loss chart. Format 1 records are read as format 2 with
+neither.
 """
 
 from __future__ import annotations
@@ -21,7 +31,8 @@ from pathlib import Path
 from modelpress.errors import InputError
 from modelpress.ir.files import write_json
 
-SCHEMA = "modelpress.record/1"
+SCHEMA = "modelpress.record/2"
+READABLE = ("modelpress.record/1", SCHEMA)
 
 
 def _options(args: argparse.Namespace | dict) -> dict:
@@ -56,10 +67,21 @@ class Record:
     seconds: float = 0.0
     version: str = ""
     machine: dict = field(default_factory=dict)
+    models: dict = field(default_factory=dict)  # role → model card
+    charts: dict = field(default_factory=dict)  # "roofline", "costs": data for their charts
     schema: str = SCHEMA
 
     @classmethod
-    def of(cls, command: str, args, result: dict, *, started: float) -> Record:
+    def of(
+        cls,
+        command: str,
+        args,
+        result: dict,
+        *,
+        started: float,
+        models: dict | None = None,
+        charts: dict | None = None,
+    ) -> Record:
         return cls(
             command=command,
             result=result,
@@ -68,6 +90,8 @@ class Record:
             seconds=round(time.time() - started, 3),
             version=_version(),
             machine=machine(),
+            models=models or {},
+            charts=charts or {},
         )
 
     def to_dict(self) -> dict:
@@ -86,12 +110,22 @@ class Record:
             raise InputError(f"{p}: no such file") from None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise InputError(f"{p}: not a JSON record ({str(exc).splitlines()[0][:120]})") from None
-        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-            raise InputError(f"{p}: not a modelpress record (field 'schema' is not {SCHEMA!r})")
+        if not isinstance(data, dict) or data.get("schema") not in READABLE:
+            found = data.get("schema") if isinstance(data, dict) else None
+            raise InputError(
+                f"{p}: not a modelpress record (field 'schema' is {found!r}, expected {SCHEMA!r})"
+            )
         for name in ("command", "result"):
             if name not in data:
                 raise InputError(f"{p}: record has no field {name!r}")
-        if not isinstance(data["result"], dict):
-            raise InputError(f"{p}: field 'result' is not an object")
+        kinds = {"command": str, "result": dict, "options": dict, "machine": dict, "models": dict, "charts": dict}
+        for name, kind in kinds.items():
+            if name in data and not isinstance(data[name], kind):
+                raise InputError(f"{p}: field {name!r} is not {'a string' if kind is str else 'an object'}")
+        for role, card in data.get("models", {}).items():
+            if not isinstance(card, dict):
+                raise InputError(f"{p}: field 'models.{role}' is not an object")
         known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in data.items() if k in known})
+        record = cls(**{k: v for k, v in data.items() if k in known})
+        record.schema = SCHEMA
+        return record
