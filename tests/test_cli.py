@@ -186,3 +186,17 @@ def test_console_script_bad_input_has_no_traceback(tmp_path):
     assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_help_loads_no_optional_extra():
+    """``modelpress --help`` and every command's parser load no heavy optional extra: the
+    frameworks, Ray, the server and the plotting stack are imported by the commands that use them."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from modelpress.cli.main import build_parser; build_parser(); "
+        "print(','.join(m for m in ('torch', 'tensorflow', 'ray', 'fastapi', 'matplotlib', 'cryptography') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == ""

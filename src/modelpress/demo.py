@@ -23,6 +23,23 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
+from modelpress import zoo
+from modelpress.advisor import load_catalog
+from modelpress.advisor.measured import measure_curve, this_machine
+from modelpress.advisor.service import plan_service
+from modelpress.compress import quantize as run_quantizer
+from modelpress.convert import convert as convert_model
+from modelpress.ir import from_proto, graph_stats, load, model_bytes, save, to_proto
+from modelpress.passes import optimize as run_optimizer
+from modelpress.profile import profile_model
+from modelpress.profile.workload import workload_from_onnx
+from modelpress.protect import keygen, load_key, open_package
+from modelpress.protect import protect as protect_model
+from modelpress.runtime.ort import session, use_global_thread_pool
+from modelpress.verify import verify
+from modelpress.zoo import accuracy, digits_data, sample_inputs
+from modelpress.zoo import build as build_zoo
+
 ZOO_MODEL = "resnet-digits"
 
 
@@ -96,7 +113,6 @@ class SummaryRow:
 def build(state: DemoState) -> BuildResult:
     import torch
 
-    from modelpress import zoo
 
     start = time.perf_counter()
     module, example = zoo.build_torch(ZOO_MODEL)
@@ -123,7 +139,6 @@ def convert(state: DemoState):
     (BatchNorm unfused), as most exporters and older toolchains write it: the optimize step then
     shows what modelpress's optimizer does with such a graph.
     """
-    from modelpress.convert import convert as convert_model
 
     path = state.out_dir / "model.onnx"
     result = convert_model(
@@ -140,8 +155,6 @@ def convert(state: DemoState):
 
 
 def inspect_model(state: DemoState) -> InspectResult:
-    from modelpress.ir import graph_stats
-    from modelpress.profile import profile_model
 
     model = state.models["original"]
     cost = profile_model(model, {state.input_name: (1, 1, 32, 32)})
@@ -149,9 +162,6 @@ def inspect_model(state: DemoState) -> InspectResult:
 
 
 def optimize(state: DemoState) -> OptimizeStepResult:
-    from modelpress.ir import from_proto, graph_stats, save, to_proto
-    from modelpress.passes import optimize as run_optimizer
-    from modelpress.verify import verify
 
     original = state.models["original"]
     result = run_optimizer(from_proto(to_proto(original)), level=2)
@@ -183,9 +193,6 @@ class QuantizeStepResult:
 
 def quantize(state: DemoState) -> QuantizeStepResult:
     """Static int8 (uint8 activations, int8 per-channel weights) calibrated on 256 training images."""
-    from modelpress.compress import quantize as run_quantizer
-    from modelpress.ir import save
-    from modelpress.zoo import digits_data
 
     x = digits_data().x_train[:256]
     calibration = [{state.input_name: x[i : i + 32]} for i in range(0, len(x), 32)]
@@ -214,10 +221,6 @@ def protect(state: DemoState) -> ProtectStepResult:
     """The int8 model obfuscated (runtime mode: anonymous op types, keyed weights whose inverse
     runs inside it) and encrypted with a new key; opened in memory and run, its outputs against
     the int8 model's on the test split."""
-    from modelpress.protect import keygen, load_key, open_package
-    from modelpress.protect import protect as protect_model
-    from modelpress.runtime.ort import session
-    from modelpress.zoo import digits_data
 
     key_file = state.out_dir / "demo.key"
     if not key_file.exists():
@@ -246,10 +249,6 @@ def advise(state: DemoState) -> AdviseStepResult:
     """How many of which GPU (or of this machine's CPU, measured on the int8 model) serve 2,000
     requests a second at a 5 ms p99 with dynamic batching, what it costs per million requests,
     and the ``serve --max-batch/--max-delay-ms`` to use."""
-    from modelpress.advisor import load_catalog
-    from modelpress.advisor.measured import measure_curve, this_machine
-    from modelpress.advisor.service import plan_service
-    from modelpress.profile.workload import workload_from_onnx
 
     catalog = load_catalog(None)
     candidates = [catalog.find(n) for n in ("NVIDIA L4", "NVIDIA A100 SXM4 80GB", "NVIDIA H100 SXM5 80GB", "RTX 4090")]
@@ -281,12 +280,6 @@ def transformer(state: DemoState) -> TransformerStepResult:
     and dynamically quantized with calibration (activation outliers moved into the weights); int8
     vs float32 outputs on padded sentences, and latency. The opset stays 12: ONNX Runtime fuses its
     primitive LayerNorms into a faster kernel than opset 17's LayerNormalization runs on."""
-    from modelpress.compress import quantize as run_quantizer
-    from modelpress.ir import load, model_bytes, save
-    from modelpress.passes import optimize as run_optimizer
-    from modelpress.runtime.ort import session
-    from modelpress.zoo import build as build_zoo
-    from modelpress.zoo import sample_inputs
 
     name = "bert-tiny"
     src = build_zoo(name, state.out_dir / f"{name}.onnx")
@@ -334,8 +327,6 @@ def latency(state: DemoState) -> dict[str, dict[str, LatencyStats]]:
     "disabled" stands for a runtime without a graph optimizer of its own; interleaving the models
     run by run spreads the noise of a shared machine evenly over them.
     """
-    from modelpress.runtime.ort import session, use_global_thread_pool
-    from modelpress.zoo import digits_data
 
     use_global_thread_pool(intra_op_threads=1)
     x = digits_data().x_test[:1]
@@ -366,8 +357,6 @@ def latency(state: DemoState) -> dict[str, dict[str, LatencyStats]]:
 
 def evaluate(state: DemoState) -> dict[str, float]:
     """Top-1 accuracy of every model on the digits test split, under ONNX Runtime."""
-    from modelpress.runtime.ort import session
-    from modelpress.zoo import accuracy, digits_data
 
     data = digits_data()
     for label, model in state.models.items():
@@ -377,7 +366,6 @@ def evaluate(state: DemoState) -> dict[str, float]:
 
 
 def summary(state: DemoState) -> list[SummaryRow]:
-    from modelpress.ir import graph_stats
 
     rows = []
     for label, model in state.models.items():

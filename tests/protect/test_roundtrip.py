@@ -123,8 +123,8 @@ def test_a_package_that_fails_its_check_is_never_written(zoo_paths, key, tmp_pat
     out = tmp_path / "m.mpk"
     out.write_bytes(b"the user's file")
     wrong = compare_arrays("y", np.ones(3, np.float32), np.zeros(3, np.float32))
-    verify_module = importlib.import_module("modelpress.verify")  # (the package façade's `verify` is the function)
-    monkeypatch.setattr(verify_module, "verify", lambda *a, **k: VerifyResult(outputs=[wrong], runs=1))
+    api = importlib.import_module("modelpress.protect.api")
+    monkeypatch.setattr(api, "verify", lambda *a, **k: VerifyResult(outputs=[wrong], runs=1))
     with pytest.raises(VerificationError, match="does not compute the original's outputs"):
         protect(zoo_paths["control-flow"], key=key, output=out, obfuscate=True)
     assert out.read_bytes() == b"the user's file"

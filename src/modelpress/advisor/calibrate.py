@@ -23,7 +23,10 @@ import numpy as np
 
 from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from modelpress.advisor.estimate import Roof, _kernel_rows, _time
-from modelpress.profile.workload import Workload
+from modelpress.profile.workload import Workload, input_shapes
+from modelpress.runtime.measure import machine_peak_gflops, time_interleaved
+from modelpress.runtime.ort import session
+from modelpress.verify.inputs import generate_inputs
 
 COPY_BYTES = 256 * 2**20
 CHAIN_NODES = 200
@@ -83,8 +86,6 @@ def measure_node_overhead_us(*, nodes: int = CHAIN_NODES, runs: int = 20) -> flo
     arithmetic is negligible, divided by its length."""
     import onnx_ir as ir
 
-    from modelpress.runtime.measure import time_interleaved
-    from modelpress.runtime.ort import session
 
     x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1, 16]))
     value, chain = x, []
@@ -131,12 +132,9 @@ def calibrate_cpu(
     workload: Workload, *, model=None, batch: int = 1, seq: int | None = None, runs: int = 10
 ) -> CpuCalibration:
     """Measure this CPU and, when ``model`` (an ONNX model) is given, time it against the prediction."""
-    from modelpress.runtime.measure import machine_peak_gflops, time_interleaved
 
     feeds = None
     if model is not None:
-        from modelpress.profile.workload import input_shapes
-        from modelpress.verify.inputs import generate_inputs
 
         shapes, fixed = input_shapes(model, batch, seq)
         batch = fixed or batch  # a graph with a fixed batch runs at that batch
@@ -148,7 +146,6 @@ def calibrate_cpu(
     predicted, bound = predict_cpu_ms(workload, roof, batch=batch, node_overhead_us=overhead)
     measured = p25 = p75 = None
     if feeds is not None:
-        from modelpress.runtime.ort import session
 
         sess = session(model, optimize="all")
         timing = time_interleaved([lambda: sess.run(None, feeds)], runs=runs, warmup=2)[0]

@@ -27,6 +27,9 @@ from modelpress.advisor.calibrate import cpu_name
 from modelpress.advisor.curve import CURVE_LIMIT, ServiceCurve, sample_batches
 from modelpress.advisor.service import Machine
 from modelpress.errors import InputError, OptionError
+from modelpress.runtime.measure import time_interleaved
+from modelpress.runtime.ort import session
+from modelpress.verify.inputs import generate_inputs
 
 
 def measure_curve(
@@ -40,9 +43,6 @@ def measure_curve(
     min_runs: int = 3,
 ) -> ServiceCurve:
     """The service curve of ``model`` (an ``onnx_ir.Model``) under ONNX Runtime on this CPU."""
-    from modelpress.runtime.measure import time_interleaved
-    from modelpress.runtime.ort import session
-    from modelpress.verify.inputs import generate_inputs
 
     batch_dim, fixed = _batch_dim(model)
     sess = session(model, optimize="all")

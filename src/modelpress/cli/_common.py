@@ -6,6 +6,8 @@ import os
 
 from rich.console import Console
 
+from modelpress.ir.files import write_json as write
+
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
 
@@ -26,6 +28,5 @@ def human_bytes(n: float) -> str:
 
 def write_json(path: str | os.PathLike, data: dict) -> None:
     """Write ``data`` as JSON atomically."""
-    from modelpress.ir.files import write_json as write
 
     write(path, data)

@@ -6,7 +6,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from modelpress.cli._common import console
+from modelpress.advisor.calibrate import calibrate_cpu
+from modelpress.advisor.catalog import load_catalog
+from modelpress.advisor.cost import Pricing
+from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY
+from modelpress.advisor.measured import measure_curve, record_curve, this_machine
+from modelpress.advisor.recommend import Request, recommend
+from modelpress.advisor.service import plan_service
+from modelpress.cli._common import console, human_count
 from modelpress.cli.options import (
     Recorder,
     add_list,
@@ -16,14 +23,20 @@ from modelpress.cli.options import (
     add_shapes,
     dims,
     listed,
+    open_model,
     shapes,
 )
 from modelpress.errors import OptionError
+from modelpress.profile.llm import llm_workload, load_config
+from modelpress.profile.training import OPTIMIZER_STATES, PRECISION_BYTES
+from modelpress.profile.workload import workload_from_onnx
+from modelpress.profile.workloads import WORKLOADS, get_workload
+from modelpress.report.advisor_plots import roofline, throughput_vs_cost
+from modelpress.report.cards import costs_data, roofline_of_workload
+from modelpress.report.html import Page
 
 
 def add_parser(sub) -> None:
-    from modelpress.profile.training import OPTIMIZER_STATES, PRECISION_BYTES
-    from modelpress.profile.workloads import WORKLOADS
 
     p = sub.add_parser(
         "advise",
@@ -195,8 +208,6 @@ def add_parser(sub) -> None:
 
 
 def _workload(args):
-    from modelpress.profile.llm import llm_workload, load_config
-    from modelpress.profile.workloads import get_workload
 
     if bool(args.model) == bool(args.workload):
         raise OptionError("give either a model file (.onnx or config.json) or --workload NAME")
@@ -219,8 +230,6 @@ def _workload(args):
             cfg, seq=seq, gen_tokens=args.gen_tokens if args.task == "infer" else 0
         ), None
     if path.suffix.lower() == ".onnx":
-        from modelpress.cli.options import open_model
-        from modelpress.profile.workload import workload_from_onnx
 
         model = open_model(path, args)
         return workload_from_onnx(
@@ -230,10 +239,6 @@ def _workload(args):
 
 
 def run(args) -> int:
-    from modelpress.advisor.catalog import load_catalog
-    from modelpress.advisor.cost import Pricing
-    from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY
-    from modelpress.advisor.recommend import Request, recommend
 
     recorder = Recorder("advise", args)
     args.task = {"training": "train", "inference": "infer"}.get(args.task, args.task)
@@ -276,7 +281,6 @@ def run(args) -> int:
     )
     calibration = None
     if args.calibrate:
-        from modelpress.advisor.calibrate import calibrate_cpu
 
         with console.status("measuring this CPU"):
             calibration = calibrate_cpu(workload, model=model, batch=args.batch or 1, seq=args.seq)
@@ -304,7 +308,6 @@ def run(args) -> int:
 def _charts(rec, workload) -> dict:
     """The record's charts (``--report``, ``--json``): the advisor's costs and the roofline on
     the device ranked first."""
-    from modelpress.report.cards import costs_data, roofline_of_workload
 
     charts = {"costs": costs_data(rec)}
     if rec.ranked:
@@ -317,9 +320,6 @@ def _charts(rec, workload) -> dict:
 
 def _plan(args, recorder, workload, model, candidates, found, pricing) -> int:
     """``--qps``/``--p99-ms``: plan the service on every candidate and this machine's CPU."""
-    from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY
-    from modelpress.advisor.measured import measure_curve, record_curve, this_machine
-    from modelpress.advisor.service import plan_service
 
     if args.task != "infer":
         raise OptionError("--qps plans an inference service: drop --task train")
@@ -380,7 +380,6 @@ def _money(v) -> str:
 def _print(rec, workload, calibration) -> None:
     from rich.table import Table
 
-    from modelpress.cli._common import human_count
 
     req = rec.request
     console.print(
@@ -539,7 +538,6 @@ def _print_catalog(catalog) -> None:
 
 
 def _write_plan_html(path, plan, workload, model_path) -> None:
-    from modelpress.report.html import Page
 
     page = Page(f"modelpress advise: serving {workload.name}")
     s = page.section("Traffic")
@@ -590,9 +588,6 @@ def _write_plan_html(path, plan, workload, model_path) -> None:
 
 
 def _write_html(path, rec, workload, calibration) -> None:
-    from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY
-    from modelpress.report.advisor_plots import roofline, throughput_vs_cost
-    from modelpress.report.html import Page
 
     req = rec.request
     page = Page(f"modelpress advise: {workload.name}")

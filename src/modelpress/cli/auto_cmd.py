@@ -13,7 +13,15 @@ from rich.table import Table
 
 from modelpress.cli import options as opt
 from modelpress.cli._common import console, human_bytes
+from modelpress.compress.quantize import MODES
 from modelpress.errors import OptionError
+from modelpress.ir import load, save
+from modelpress.ir.files import output_dir, write_bytes
+from modelpress.report.cards import advisor_charts
+from modelpress.search import auto
+from modelpress.search.metric import METRICS
+from modelpress.search.steps import Context, get_step
+from modelpress.search.target import precision_of, target_for
 
 _UNITS = {"s": 1, "m": 60, "h": 3600}
 
@@ -34,8 +42,6 @@ def parse_duration(text: str) -> float:
 
 
 def add_parser(sub) -> None:
-    from modelpress.compress.quantize import MODES
-    from modelpress.search.metric import METRICS
 
     p = sub.add_parser(
         "auto",
@@ -99,9 +105,6 @@ FLAGS = {
 
 @opt.speaks_flags(fields=FLAGS)
 def run(args) -> int:
-    from modelpress.ir import load, save
-    from modelpress.ir.files import output_dir
-    from modelpress.search import auto
 
     output = Path(args.output)
     recipe_path, cache = _default_paths(output)
@@ -174,7 +177,6 @@ def run(args) -> int:
         result.recipe.output = str(output)
     save(result.model, output)
     if protect is not None:
-        from modelpress.search.steps import Context, get_step
 
         applied = get_step("protect").apply(result.model, dict(protect), Context())
         write_package(applied.output, output.with_suffix(".mpk"))
@@ -187,7 +189,6 @@ def run(args) -> int:
 
 def write_package(package, path: Path) -> None:
     """Write what a protect step made: bytes, or an object that writes itself."""
-    from modelpress.ir.files import write_bytes
 
     if isinstance(package, (bytes, bytearray)):
         write_bytes(path, bytes(package))
@@ -199,8 +200,6 @@ def write_package(package, path: Path) -> None:
 
 
 def _record(recorder, result, original, args) -> None:
-    from modelpress.report.cards import advisor_charts
-    from modelpress.search.target import precision_of, target_for
 
     target = target_for(args.target)
     charts, notes = advisor_charts(

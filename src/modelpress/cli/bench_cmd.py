@@ -11,10 +11,13 @@ from rich.table import Table
 
 from modelpress.cli import options
 from modelpress.cli._common import console, err_console, human_count
+from modelpress.errors import OptionError
+from modelpress.ir.feeds import load_npz
+from modelpress.profile.bench import bench
+from modelpress.runtime.ort import OPT_LEVELS
 
 
 def add_parser(sub) -> None:
-    from modelpress.runtime.ort import OPT_LEVELS
 
     p = sub.add_parser(
         "bench",
@@ -43,9 +46,6 @@ def add_parser(sub) -> None:
 
 @options.speaks_flags(fields={"backend": "--backend", "profile_ops": "--profile-ops"})
 def run(args) -> int:
-    from modelpress.errors import OptionError
-    from modelpress.ir.feeds import load_npz
-    from modelpress.profile.bench import bench
 
     if args.old_optimize is not None:
         raise OptionError(

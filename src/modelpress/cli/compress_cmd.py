@@ -8,6 +8,9 @@ from rich.table import Table
 
 from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes
+from modelpress.cli._training import print_check, print_training, training_bar
+from modelpress.errors import OptionError
+from modelpress.ir.files import output_dir, write_bytes
 
 
 def add_parser(sub) -> None:
@@ -40,10 +43,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from modelpress.cli._training import print_check, print_training, training_bar
     from modelpress.compress.deep import deep_compress
-    from modelpress.errors import OptionError
-    from modelpress.ir.files import output_dir, write_bytes
 
     if not str(args.output).endswith(".mpz"):
         raise OptionError(f"{args.output}: the output of compress is an .mpz file (name it *.mpz)")

@@ -7,10 +7,13 @@ import argparse
 from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes
 from modelpress.cli.verify_cmd import print_verify
+from modelpress.convert import convert, parse_dynamic, parse_input_specs
+from modelpress.convert.base import SOURCE_KINDS, ensure_registered
+from modelpress.ir import graph_stats
+from modelpress.ir.io import model_bytes
 
 
 def add_parser(sub) -> None:
-    from modelpress.convert.base import SOURCE_KINDS, ensure_registered
 
     ensure_registered()  # the framework modules import their framework lazily: this stays cheap
     kinds = "\n".join(
@@ -66,9 +69,6 @@ def print_verify_table(title: str, result) -> None:
 
 @options.speaks_flags(fields={"inputs": "--shape", "dynamic": "--dynamic", "opset": "--opset"})
 def run(args) -> int:
-    from modelpress.convert import convert, parse_dynamic, parse_input_specs
-    from modelpress.ir import graph_stats
-    from modelpress.ir.io import model_bytes
 
     record = options.Recorder("convert", args)
     console.print(f"converting {args.source} …")

@@ -13,6 +13,8 @@ from rich.table import Table
 
 from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes, human_count, write_json
+from modelpress.cli.convert_cmd import print_verify_table
+from modelpress.demo import STEPS, DemoState
 from modelpress.errors import OptionError
 
 
@@ -49,7 +51,6 @@ def _print_build(r) -> None:
 
 
 def _print_convert(r) -> None:
-    from modelpress.cli.convert_cmd import print_verify_table
 
     console.print(f"exporter {r.exporter}, {r.nodes_converted} nodes, wrote {r.output}")
     for note in r.notes:
@@ -189,7 +190,6 @@ PRINTERS = {
 
 
 def run(args) -> int:
-    from modelpress.demo import STEPS, DemoState
 
     if args.rounds < 1:
         raise OptionError("--rounds must be at least 1")

@@ -6,6 +6,10 @@ import argparse
 
 from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes, human_count
+from modelpress.cli._training import print_check, print_training, training_bar
+from modelpress.errors import OptionError
+from modelpress.ir import save
+from modelpress.ir.files import output_dir
 
 
 def add_parser(sub) -> None:
@@ -43,10 +47,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from modelpress.cli._training import print_check, print_training, training_bar
     from modelpress.compress.distill import distill
-    from modelpress.ir import save
-    from modelpress.ir.files import output_dir
 
     output_dir(args.output)
     recorder = options.Recorder("distill", args)
@@ -54,7 +55,6 @@ def run(args) -> int:
     student = options.open_model(args.student, args) if args.student else None
     config = options.training_config(args)
     if config is False:
-        from modelpress.errors import OptionError
 
         raise OptionError("distill trains the student: --no-train leaves nothing to do")
     with training_bar() as progress:

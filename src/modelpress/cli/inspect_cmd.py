@@ -9,6 +9,7 @@ from rich.table import Table
 
 from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes, human_count
+from modelpress.profile.inspect import inspect_model
 
 
 def add_parser(sub) -> None:
@@ -30,7 +31,6 @@ def add_parser(sub) -> None:
 
 @options.speaks_flags
 def run(args) -> int:
-    from modelpress.profile.inspect import inspect_model
 
     record = options.Recorder("inspect", args)
     model = options.open_model(args.model, args, runnable=False)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from modelpress.cli import options
 from modelpress.cli._common import console
+from modelpress.protect import keygen
+from modelpress.protect.keys import key_id
 
 
 def add_parser(sub) -> None:
@@ -21,8 +23,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from modelpress.protect import keygen
-    from modelpress.protect.keys import key_id
 
     record = options.Recorder("keygen", args)
     path = keygen(args.output, overwrite=args.force)

@@ -10,6 +10,7 @@ import argparse
 import importlib
 import sys
 
+from modelpress import __version__
 from modelpress.errors import ModelpressError
 
 # Module names under modelpress.cli, in the order `--help` lists them.
@@ -38,7 +39,6 @@ COMMANDS = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from modelpress import __version__
 
     parser = argparse.ArgumentParser(
         prog="modelpress",

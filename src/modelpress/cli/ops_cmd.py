@@ -8,10 +8,10 @@ from rich.table import Table
 
 from modelpress.cli import options
 from modelpress.cli._common import console
+from modelpress.runtime.op_support import SUPPORT_LISTS, op_support
 
 
 def add_parser(sub) -> None:
-    from modelpress.runtime.op_support import SUPPORT_LISTS
 
     p = sub.add_parser(
         "ops",
@@ -30,7 +30,6 @@ def add_parser(sub) -> None:
 
 @options.speaks_flags
 def run(args) -> int:
-    from modelpress.runtime.op_support import op_support
 
     record = options.Recorder("ops", args)
     path = args.model or args.model_flag

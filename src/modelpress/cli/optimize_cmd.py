@@ -9,10 +9,11 @@ from rich.table import Table
 from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes
 from modelpress.cli.verify_cmd import add_check_options, check_options, print_verify
+from modelpress.passes import REGISTRY
+from modelpress.passes.verified import optimize_verified
 
 
 def add_parser(sub) -> None:
-    from modelpress.passes import REGISTRY
 
     names = "\n".join(f"  {n:<24} level {c.level}  {(c.__doc__ or '').strip().splitlines()[0]}" for n, c in REGISTRY.items())
     p = sub.add_parser(
@@ -38,7 +39,6 @@ def add_parser(sub) -> None:
 
 @options.speaks_flags
 def run(args) -> int:
-    from modelpress.passes.verified import optimize_verified
 
     record = options.Recorder("optimize", args)
     # (the optimizer works in place: the record's card of the input is read from a copy)

@@ -25,7 +25,16 @@ import re
 import time
 from pathlib import Path
 
+from modelpress.compress.deep import open_mpz
 from modelpress.errors import ModelpressError, OptionError
+from modelpress.ir import load
+from modelpress.ir.shapes import parse_dims, parse_shapes
+from modelpress.protect import is_obfuscated, load_key, open_package, unlock
+from modelpress.protect.package import has_magic
+from modelpress.report.cards import model_card
+from modelpress.report.page import write_report
+from modelpress.report.record import Record
+from modelpress.runtime.backend import backend_names
 
 # Library errors name the keyword (`inputs`); the command line says the flag (--data).
 FIELD_FLAGS = {
@@ -140,7 +149,6 @@ def add_shapes(p: argparse.ArgumentParser, *, full_shapes: bool = True) -> None:
 
 
 def add_device(p: argparse.ArgumentParser, *, default_backend: str = "ort") -> None:
-    from modelpress.runtime.backend import backend_names
 
     p.add_argument(
         "--backend", default=default_backend, choices=backend_names(), help=f"execution backend (default {default_backend})"
@@ -178,13 +186,11 @@ def listed(values: list[str] | None) -> list[str]:
 
 
 def dims(args: argparse.Namespace) -> dict[str, int]:
-    from modelpress.ir.shapes import parse_dims
 
     return parse_dims(getattr(args, "dim", None))
 
 
 def shapes(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
-    from modelpress.ir.shapes import parse_shapes
 
     return parse_shapes(getattr(args, "shape", None))
 
@@ -194,24 +200,19 @@ def open_model(path: str | os.PathLike, args: argparse.Namespace | None = None, 
     package, or an obfuscated ONNX file) opened in memory with the key options of ``args``. The
     one way every command reads its model. ``runnable=False`` (inspect) lets an obfuscated ONNX
     file without a key through as the file shows it."""
-    from modelpress.ir import load
-    from modelpress.protect.package import has_magic
 
     p = Path(path)
     if p.suffix == ".mpz":
-        from modelpress.compress.deep import open_mpz
 
         return open_mpz(p)
     key_file = getattr(args, "key_file", None)
     key_env = getattr(args, "key_env", None)
     if has_magic(p) or p.suffix == ".mpk":
-        from modelpress.protect import load_key, open_package
 
         if key_file is None and key_env is None:
             raise OptionError(f"{p}: a protected package: give its key with --key-file FILE or --key-env VAR")
         return open_package(p, load_key(key_file, key_env))
     model = load(p)
-    from modelpress.protect import is_obfuscated
 
     if not is_obfuscated(model):
         return model
@@ -219,7 +220,6 @@ def open_model(path: str | os.PathLike, args: argparse.Namespace | None = None, 
         if not runnable:
             return model
         raise OptionError(f"{p}: an obfuscated model: give its key with --key-file FILE or --key-env VAR")
-    from modelpress.protect import load_key, unlock
 
     return unlock(model, load_key(key_file, key_env), name=str(p))
 
@@ -242,8 +242,6 @@ class Recorder:
         return bool(getattr(self.args, "json", None) or getattr(self.args, "report", None))
 
     def record(self, result: dict, *, models: dict | None = None, charts: dict | None = None):
-        from modelpress.report.cards import model_card
-        from modelpress.report.record import Record
 
         cards = {
             role: m if isinstance(m, dict) else model_card(m, name=role)
@@ -265,7 +263,6 @@ class Recorder:
         page = getattr(self.args, "report", None)
         if not page:
             return
-        from modelpress.report.page import write_report
 
         record = self.record(result, models=models, charts=charts)
         write_report([record], page, title=f"modelpress {self.command}")

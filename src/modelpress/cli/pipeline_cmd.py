@@ -6,6 +6,10 @@ import argparse
 
 from modelpress.cli._common import console
 from modelpress.cli.options import Recorder, add_model, add_output, add_record, open_model
+from modelpress.errors import OptionError
+from modelpress.ir import save
+from modelpress.ir.files import output_dir
+from modelpress.runtime.processing import METADATA_KEY, Processing, read_spec
 
 EPILOG = """\
 pre-processing (--pre KIND:KEY=VALUE,...; lists continue after a comma: mean=0.485,0.456,0.406):
@@ -48,10 +52,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from modelpress.errors import OptionError
-    from modelpress.ir import save
-    from modelpress.ir.files import output_dir
-    from modelpress.runtime.processing import METADATA_KEY, Processing, read_spec
 
     declaring = args.pre or args.post or args.spec
     if args.output:

@@ -6,6 +6,10 @@ from rich.table import Table
 
 from modelpress.cli._common import console, human_bytes
 from modelpress.cli.options import Recorder, add_data, add_key, add_record
+from modelpress.errors import OptionError
+from modelpress.ir.feeds import load_npz
+from modelpress.protect import DEFAULT_RATIO, load_key, protect
+from modelpress.protect.package import DEFAULT_CHUNK, has_magic
 
 
 def add_parser(sub) -> None:
@@ -34,9 +38,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from modelpress.errors import OptionError
-    from modelpress.protect import DEFAULT_RATIO, load_key, protect
-    from modelpress.protect.package import DEFAULT_CHUNK, has_magic
 
     recorder = Recorder("protect", args)
     if has_magic(args.model):
@@ -44,7 +45,6 @@ def run(args) -> int:
     if args.ratio is not None and not args.obfuscate:
         raise OptionError("--ratio sets the obfuscation: it needs --obfuscate")
     key = load_key(args.key_file, args.key_env)
-    from modelpress.ir.feeds import load_npz
 
     inputs = load_npz(args.data) if args.data else None
     with console.status("protecting…"):

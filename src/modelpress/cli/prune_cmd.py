@@ -9,6 +9,11 @@ from rich.table import Table
 
 from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes, human_count
+from modelpress.cli._training import print_check, print_training, training_bar
+from modelpress.ir import save
+from modelpress.ir.files import output_dir
+from modelpress.runtime.measure import compare_latency
+from modelpress.verify import generate_inputs
 
 
 def add_parser(sub) -> None:
@@ -53,10 +58,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from modelpress.cli._training import print_check, print_training, training_bar
     from modelpress.compress.prune.api import prune
-    from modelpress.ir import save
-    from modelpress.ir.files import output_dir
 
     options.require_positive(args.iterations, "--iterations")
     output_dir(args.output)
@@ -122,8 +124,6 @@ def _print_groups(groups: list[dict], steps: list[dict]) -> None:
 
 def _latency(before, after, args) -> dict | None:
     """ONNX Runtime CPU latency of both models at batch 8 on generated inputs."""
-    from modelpress.runtime.measure import compare_latency
-    from modelpress.verify import generate_inputs
 
     try:
         feeds = generate_inputs(before, dims={d: 8 for d in _batch_dims(before)}, seed=0)

@@ -10,13 +10,16 @@ from rich.table import Table
 
 from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes
+from modelpress.compress.quantize import ImagePreprocess, quantize
+from modelpress.compress.quantize.modes import MODES, mode_names
+from modelpress.compress.quantize.observers import OBSERVERS
+from modelpress.errors import VerificationError
+from modelpress.ir import save
+from modelpress.ir.files import output_dir
+from modelpress.runtime.cpu import TARGETS
 
 
 def add_parser(sub) -> None:
-    from modelpress.compress.quantize import api  # noqa: F401 - registers the modes
-    from modelpress.compress.quantize.modes import MODES, mode_names
-    from modelpress.compress.quantize.observers import OBSERVERS
-    from modelpress.runtime.cpu import TARGETS
 
     modes = "\n".join(f"  {name:<12} {MODES[name].help}" for name in mode_names())
     p = sub.add_parser(
@@ -154,10 +157,6 @@ FLAGS = {
 
 @options.speaks_flags(fields=FLAGS)
 def run(args) -> int:
-    from modelpress.compress.quantize import ImagePreprocess, quantize
-    from modelpress.errors import VerificationError
-    from modelpress.ir import save
-    from modelpress.ir.files import output_dir
 
     if args.report and not str(args.report).lower().endswith((".html", ".htm")):
         args.json, args.report = args.json or args.report, None  # `--report FILE.json`: the old name

@@ -10,10 +10,15 @@ from rich.markup import escape
 
 from modelpress.cli import options as opt
 from modelpress.cli._common import console, human_bytes
+from modelpress.cli.auto_cmd import write_package
+from modelpress.errors import OptionError
+from modelpress.ir import model_bytes, save
+from modelpress.ir.files import output_dir
+from modelpress.search.recipe import load_recipe, run_recipe
+from modelpress.search.steps import STEPS
 
 
 def add_parser(sub) -> None:
-    from modelpress.search.steps import STEPS
 
     p = sub.add_parser(
         "recipe",
@@ -43,7 +48,6 @@ def add_parser(sub) -> None:
 
 
 def check(args) -> int:
-    from modelpress.search.recipe import load_recipe
 
     recipe = load_recipe(args.recipe)
     console.print(f"{escape(args.recipe)}: {len(recipe.steps)} step(s): {', '.join(next(iter(s)) for s in recipe.steps)}")
@@ -52,10 +56,6 @@ def check(args) -> int:
 
 
 def run(args) -> int:
-    from modelpress.errors import OptionError
-    from modelpress.ir import save
-    from modelpress.ir.files import output_dir
-    from modelpress.search.recipe import load_recipe, run_recipe
 
     recipe = load_recipe(args.recipe)
     output = args.output or (recipe.base_dir / recipe.output if recipe.output else None)
@@ -71,11 +71,9 @@ def run(args) -> int:
         console.print(f"{kind}: {escape(_summary(kind, res))}")
     if result.model is not None:
         save(result.model, output)
-        from modelpress.ir import model_bytes
 
         console.print(f"wrote {escape(str(output))} ({human_bytes(len(model_bytes(result.model)))}) in {result.seconds:.1f} s")
     if result.package is not None:
-        from modelpress.cli.auto_cmd import write_package
 
         write_package(result.package, output.with_suffix(".mpk"))
     recorder.write(result.to_dict(), models={"source": result.source, "result": result.model})

@@ -8,6 +8,8 @@ from rich.markup import escape
 
 from modelpress.cli import options as opt
 from modelpress.cli._common import console
+from modelpress.ir.files import output_dir
+from modelpress.report.page import read_records, write_report
 
 
 def add_parser(sub) -> None:
@@ -32,8 +34,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from modelpress.ir.files import output_dir
-    from modelpress.report.page import read_records, write_report
 
     output_dir(args.output)
     recorder = opt.Recorder("report", args)

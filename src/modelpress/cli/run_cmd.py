@@ -15,6 +15,8 @@ from modelpress.cli.options import (
     open_model,
     require_positive,
 )
+from modelpress.errors import OptionError
+from modelpress.runtime.batch import refuse_overwrite, run_batch
 
 EPILOG = """\
 DATA is a folder of images (or .wav files), a .jsonl of texts (a JSON string a line, or
@@ -74,8 +76,6 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from modelpress.errors import OptionError
-    from modelpress.runtime.batch import refuse_overwrite, run_batch
 
     if args.data_pos and args.data and args.data_pos != args.data:
         raise OptionError("give DATA once (as DATA or --data)")

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from modelpress.cli import options
 from modelpress.cli._common import console, err_console
+from modelpress.errors import OptionError, require
+from modelpress.serve.auth import read_key_file
+from modelpress.serve.options import ServeOptions
+from modelpress.serve.ray_serve import ModelSource, deploy
+from modelpress.serve.repository import Repository, model_name
 
 
 def add_parser(sub) -> None:
@@ -37,13 +42,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from modelpress.errors import OptionError, require
 
     require("fastapi", extra="serve", purpose="modelpress serve")
     require("uvicorn", extra="serve", purpose="modelpress serve")
-    from modelpress.serve.auth import read_key_file
-    from modelpress.serve.options import ServeOptions
-    from modelpress.serve.repository import model_name
 
     recorder = options.Recorder("serve", args)
     names = options.listed(args.name)
@@ -65,7 +66,6 @@ def run(args) -> int:
     if args.ray:
         return _run_ray(args, named, settings, recorder)
 
-    from modelpress.serve.repository import Repository
     from modelpress.serve.server import serve
 
     repo = Repository.open(
@@ -99,7 +99,6 @@ def run(args) -> int:
 
 
 def _run_ray(args, named, settings, recorder) -> int:
-    from modelpress.serve.ray_serve import ModelSource, deploy
 
     sources = [ModelSource(name, options.open_model(path, args)) for name, path in named]
     deployment = deploy(

@@ -9,6 +9,8 @@ from rich.table import Table
 
 from modelpress.cli import options
 from modelpress.cli._common import console, err_console
+from modelpress.ir.feeds import load_npz
+from modelpress.verify import verify
 
 
 def add_parser(sub) -> None:
@@ -39,7 +41,6 @@ def add_check_options(p: argparse.ArgumentParser) -> None:
 
 def check_options(args) -> dict:
     """The keyword arguments of ``modelpress.verify.verify`` that ``add_check_options`` sets."""
-    from modelpress.ir.feeds import load_npz
 
     options.require_positive(args.runs, "--runs")
     return {
@@ -65,7 +66,6 @@ def print_verify(result, title: str | None = None) -> None:
 
 @options.speaks_flags
 def run(args) -> int:
-    from modelpress.verify import verify
 
     record = options.Recorder("verify", args)
     result = verify(options.open_model(args.reference, args), options.open_model(args.candidate, args), **check_options(args))

@@ -23,6 +23,9 @@ import onnx_ir as ir
 
 from modelpress.convert.base import ConversionError, ConvertOptions, Exported, InputSpec, detect
 from modelpress.errors import OptionError, VerificationError
+from modelpress.ir import from_proto, graph_stats, save, to_proto
+from modelpress.passes import optimize as run_optimizer
+from modelpress.runtime.ort import session
 from modelpress.verify import OutputDiff, VerifyResult, compare_arrays, generate_inputs
 
 SOURCE_METADATA_KEY = "modelpress.converted_from"
@@ -110,7 +113,6 @@ def verify_against_source(
     atol: float | None = None,
 ) -> tuple[VerifyResult, list[str]]:
     """Compare ONNX Runtime's outputs of ``model`` with the original framework's, on each feed."""
-    from modelpress.runtime.ort import session
 
     sess = session(model, optimize="disabled")
     names = [o.name for o in sess.get_outputs()]
@@ -193,7 +195,6 @@ def convert(
     result = ConvertResult(
         model=model, source_kind=kind.name, exporter=exported.exporter, verify=None, notes=notes
     )
-    from modelpress.ir import graph_stats
 
     result.nodes_converted = graph_stats(model).node_count
     feeds = _verification_feeds(model, exported) if verify else []
@@ -202,8 +203,6 @@ def convert(
         notes += more
         result.verify.raise_if_failed("the ONNX model and the original")
     if optimize:
-        from modelpress.ir import from_proto, to_proto
-        from modelpress.passes import optimize as run_optimizer
 
         # optimize() rewrites in place; keep the converted model intact for the result and errors.
         opt = run_optimizer(from_proto(to_proto(model)), level=2)
@@ -215,7 +214,6 @@ def convert(
             result.optimized_verify.raise_if_failed("the optimized ONNX model and the original")
         result.model = opt.model
     if output is not None:
-        from modelpress.ir import save
 
         result.output = save(result.model, output)
     result.seconds = time.perf_counter() - start

@@ -31,6 +31,8 @@ from modelpress.convert.base import (
     register,
 )
 from modelpress.errors import OptionError, require
+from modelpress.ir import from_proto
+from modelpress.ir.stats import iter_nodes
 
 # tf2onnx 1.17 knows opsets up to 18; 17 is what most runtimes support.
 DEFAULT_OPSET = 17
@@ -73,7 +75,6 @@ def _is_saved_model(source: object) -> bool:
 
 
 def _to_ir(model_proto):
-    from modelpress.ir import from_proto
 
     return from_proto(model_proto)
 
@@ -82,7 +83,6 @@ def _check_ops(model, opset: int, source: str) -> None:
     """Raise ConversionError for a node tf2onnx left unconverted (a TF op type in the ONNX domain)."""
     import onnx.defs
 
-    from modelpress.ir.stats import iter_nodes
 
     for node in iter_nodes(model.graph):
         if node.domain in ("", "ai.onnx") and not onnx.defs.has(node.op_type, ""):

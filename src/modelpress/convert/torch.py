@@ -33,6 +33,8 @@ from modelpress.convert.base import (
     register,
 )
 from modelpress.errors import OptionError, require
+from modelpress.ir import from_proto
+from modelpress.ir.stats import iter_graphs
 
 # The TorchScript-based exporter's default: new enough for LayerNormalization, old enough for
 # every runtime; the dynamo exporter picks its own default (and needs at least 18).
@@ -168,7 +170,6 @@ def _graph_inputs(model) -> list[str]:
 def _from_proto_bytes(data: bytes):
     import onnx
 
-    from modelpress.ir import from_proto
 
     return from_proto(onnx.ModelProto.FromString(data))
 
@@ -195,7 +196,6 @@ def _name_dynamic_dims(model, dynamic: dict[str, tuple[int, ...]]) -> None:
     """
     import onnx_ir as ir
 
-    from modelpress.ir.stats import iter_graphs
 
     rename: dict[str, str] = {}
     for value in model.graph.inputs:

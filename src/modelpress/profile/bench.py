@@ -26,6 +26,7 @@ from modelpress.runtime.measure import (
     time_interleaved,
 )
 from modelpress.runtime.ort import OPT_LEVELS
+from modelpress.runtime.ort_backend import OrtBackend, OrtOptions
 from modelpress.runtime.session import Session
 from modelpress.verify.fit import fit_inputs
 
@@ -86,7 +87,6 @@ class BenchResult:
 
 def _backend(backend: str, threads: int | None, ort_level: str, profile: bool):
     if backend == "ort":
-        from modelpress.runtime.ort_backend import OrtBackend, OrtOptions
 
         return OrtBackend(OrtOptions(intra_op_threads=threads, optimize=ort_level, profile=profile))
     if threads:

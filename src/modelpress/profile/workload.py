@@ -18,6 +18,10 @@ from dataclasses import dataclass, field
 import onnx_ir as ir
 
 from modelpress.errors import OptionError
+from modelpress.ir import from_proto, to_proto
+from modelpress.profile.cost import profile_model
+from modelpress.runtime.ort import session
+from modelpress.verify.inputs import generate_inputs
 
 # What runs a kernel, and so which peak and which efficiency apply. Tensor kinds run on matrix
 # units; the others on vector units and are nearly always limited by memory bandwidth. "free"
@@ -253,9 +257,6 @@ def _with_run_shapes(model: ir.Model, shapes: dict[str, tuple[int, ...]]) -> ir.
     run under ONNX Runtime (optimizations off, every intermediate exposed as an output) on
     generated inputs gives the true shapes.
     """
-    from modelpress.ir import from_proto, to_proto
-    from modelpress.runtime.ort import session
-    from modelpress.verify.inputs import generate_inputs
 
     runner = from_proto(to_proto(model))
     graph = runner.graph
@@ -275,7 +276,6 @@ def _with_run_shapes(model: ir.Model, shapes: dict[str, tuple[int, ...]]) -> ir.
 
 
 def _profile(model: ir.Model, shapes: dict[str, tuple[int, ...]]):
-    from modelpress.profile.cost import profile_model
 
     cost = profile_model(model, shapes)
     if cost.unknown_shapes:

@@ -20,12 +20,15 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.errors import ModelLoadError, OptionError, VerificationError
+from modelpress.errors import ModelLoadError, ModelpressError, OptionError, VerificationError
+from modelpress.ir import from_bytes, load, model_bytes, save
 from modelpress.ir.files import atomic, output_dir
 from modelpress.protect import library as lib
 from modelpress.protect import package, payload
 from modelpress.protect.keys import check_key, key_id
 from modelpress.protect.metrics import ProtectionMetrics, measure
+from modelpress.protect.obfuscate import obfuscate as run_obfuscation
+from modelpress.verify import verify
 
 DEFAULT_RATIO = 0.1
 VERIFY_RTOL = 1e-5
@@ -123,14 +126,12 @@ def protect(
     if obfuscate:
         if big:
             raise OptionError("obfuscation holds the model in memory in one protobuf: models over 1.8 GB can be encrypted, not obfuscated")
-        from modelpress.protect.obfuscate import obfuscate as run_obfuscation
 
         done = run_obfuscation(original, key=key, ratio=ratio, seed=seed, mode=mode, rename_io=rename_io)
         content = done.model
         result.ratio, result.seed = ratio, done.seed
         result.groups, result.decoys = done.groups, done.decoys
         result.visible_weights, result.library_constants = done.visible_weights, done.library_constants
-        from modelpress.ir import model_bytes
 
         result.metrics = measure(original, model_bytes(content), interface_kept=not rename_io)
 
@@ -157,7 +158,6 @@ def protect(
         result.chunks = header.chunk_count
         result.bytes = header.file_size
     else:
-        from modelpress.ir import model_bytes, save
 
         data = model_bytes(content)
         if check:
@@ -174,8 +174,6 @@ def protect(
 
 def _verify(original: ir.Model, written, key: bytes, *, name: str | None = None, inputs=None) -> dict:
     """Open what was written and compare it with the original on generated inputs."""
-    from modelpress.errors import ModelpressError
-    from modelpress.verify import verify
 
     opened = open_package(written, key, name=name)
     try:
@@ -200,7 +198,6 @@ def is_package(source: str | os.PathLike | bytes) -> bool:
         return True
     try:
         if isinstance(source, (bytes, bytearray, memoryview)):
-            from modelpress.ir import from_bytes
 
             model = from_bytes(source)
         else:
@@ -219,11 +216,9 @@ def open_package(source: str | os.PathLike | bytes, key: bytes, *, name: str | N
     if package.has_magic(source) or (is_path and Path(source).suffix == ".mpk"):
         model = payload.read_model(package.decrypt_stream(source, key, name=label), name=label)
     elif isinstance(source, (bytes, bytearray, memoryview)):
-        from modelpress.ir import from_bytes
 
         model = from_bytes(source, source=label)
     else:
-        from modelpress.ir import load
 
         model = load(source)
     return unlock(model, key, name=label)

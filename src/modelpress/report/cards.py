@@ -15,13 +15,18 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from modelpress.advisor.catalog import GPU
+from modelpress.advisor.catalog import GPU, load_catalog
 from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY, Efficiency
-from modelpress.advisor.recommend import Recommendation
+from modelpress.advisor.estimate import kernel_points, roof_for
+from modelpress.advisor.recommend import Recommendation, Request, recommend
+from modelpress.errors import ModelpressError
+from modelpress.ir import graph_stats, model_bytes
+from modelpress.profile import profile_model
+from modelpress.profile.workload import workload_from_onnx
+from modelpress.verify.inputs import resolve_shape
 
 
 def _shapes(model: ir.Model, dims: dict[str, int] | None) -> tuple[dict, list[str]]:
-    from modelpress.verify.inputs import resolve_shape
 
     dims = dict(dims or {})
     shapes, defaulted = {}, []
@@ -34,8 +39,6 @@ def _shapes(model: ir.Model, dims: dict[str, int] | None) -> tuple[dict, list[st
 
 
 def model_card(model: ir.Model, *, name: str = "", dims: dict[str, int] | None = None) -> dict:
-    from modelpress.ir import graph_stats, model_bytes
-    from modelpress.profile import profile_model
 
     stats = graph_stats(model)
     shapes, defaulted = _shapes(model, dims)
@@ -77,10 +80,6 @@ def advisor_charts(
     """The advisor's view of ``model`` for inference at ``precision``: ``{"costs", "roofline"}``
     (the roofline on ``gpu``, or on the device the advisor ranks first), and notes on what could
     not be drawn."""
-    from modelpress.advisor.catalog import load_catalog
-    from modelpress.advisor.recommend import Request, recommend
-    from modelpress.errors import ModelpressError
-    from modelpress.profile.workload import workload_from_onnx
 
     charts: dict = {}
     try:
@@ -103,7 +102,6 @@ def advisor_charts(
 
 
 def roofline_of_workload(workload, gpu: GPU, *, precision: str, batch: int, eff: Efficiency = DEFAULT_EFFICIENCY) -> dict:
-    from modelpress.advisor.estimate import kernel_points, roof_for
 
     roof = roof_for(gpu, precision, eff)
     points = [

@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from modelpress.errors import require
 from modelpress.ir.files import atomic
 
 _STYLE = """
@@ -110,7 +111,6 @@ class Page:
 def new_figure(width: float = 7.0, height: float = 4.5, *, ncols: int = 1):
     """A matplotlib figure on the non-interactive backend (the ``report`` extra), with ``ncols``
     axes side by side. Text is drawn as paths in the SVG, so the page needs no font."""
-    from modelpress.errors import require
 
     require("matplotlib", extra="report", purpose="plots in the HTML report")
     import matplotlib

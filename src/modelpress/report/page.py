@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from modelpress.errors import InputError
 from modelpress.report import plots
 from modelpress.report.advisor_plots import costs_figure, roofline_figure
 from modelpress.report.html import Page, Section
@@ -314,7 +315,6 @@ def write_report(records: list[Record], path: str | os.PathLike, *, title: str =
 def read_records(paths: list[str | os.PathLike]) -> list[Record]:
     """Records from files and folders (every ``*.json`` inside, sorted); one ``InputError`` line
     for the first bad file."""
-    from modelpress.errors import InputError
 
     files: list[Path] = []
     for p in map(Path, paths):

@@ -13,6 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
+from modelpress.ir import parse
+from modelpress.runtime import ort as mp_ort
+from modelpress.runtime.ort import session
+
 
 @dataclass(frozen=True)
 class Timing:
@@ -53,7 +57,6 @@ def compare_latency(
     ``budget_s`` seconds (at least 5 runs each). Each session's pool does not spin between runs:
     idle spinning pools would steal the cores of the session being timed. The process's own
     ONNX Runtime settings (a global pool, if one was made) are left as they are."""
-    from modelpress.runtime import ort as mp_ort
 
     def options():
         so = mp_ort.session_options()
@@ -101,8 +104,6 @@ def peak_memory_mb(fn: Callable[[], object]) -> float | None:
 
 def machine_peak_gflops(*, n: int = 1024, runs: int = 10) -> float:
     """Measured fp32 matrix-product throughput of this machine under ONNX Runtime, in GFLOP/s."""
-    from modelpress.ir import parse
-    from modelpress.runtime.ort import session
 
     text = f"""<ir_version: 8, opset_import: ["" : 17]>
     mm (float[{n},{n}] a, float[{n},{n}] b) => (float[{n},{n}] c) {{ c = MatMul(a, b) }}"""
@@ -136,7 +137,6 @@ def top_ops(model, feeds: dict[str, np.ndarray], *, runs: int = 10, count: int =
     import os
     import tempfile
 
-    from modelpress.runtime import ort as mp_ort
 
     so = mp_ort.session_options(profile=True)
     so.profile_file_prefix = os.path.join(tempfile.gettempdir(), "modelpress_profile")

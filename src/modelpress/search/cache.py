@@ -18,6 +18,8 @@ from pathlib import Path
 
 import onnx_ir as ir
 
+from modelpress.ir import load, save
+from modelpress.ir.files import write_json
 from modelpress.search.space import Candidate
 from modelpress.search.trial import Trial
 
@@ -45,7 +47,6 @@ class TrialCache:
         self._memory: dict[str, Trial] = {}
         if self.folder is not None:
             (self.folder / "trials").mkdir(parents=True, exist_ok=True)
-            from modelpress.ir.files import write_json
 
             write_json(self.folder / "search.json", self.context)
 
@@ -69,7 +70,6 @@ class TrialCache:
     def put(self, trial: Trial) -> None:
         self._memory[trial.key] = trial
         if self.folder is not None:
-            from modelpress.ir.files import write_json
 
             data = trial.to_dict()
             data.pop("cached", None)
@@ -78,8 +78,6 @@ class TrialCache:
     def keep_model(self, key: str, model: ir.Model) -> None:
         if self.folder is None:
             return
-        from modelpress.ir import save
-        from modelpress.ir.files import write_json
 
         # the model first: best.json never names a model that is not there
         save(model, self.folder / "best.onnx")
@@ -91,7 +89,6 @@ class TrialCache:
         try:
             if json.loads((self.folder / "best.json").read_text()).get("key") != key:
                 return None
-            from modelpress.ir import load
 
             return load(self.folder / "best.onnx")
         except Exception:  # noqa: BLE001 - a damaged kept model is rebuilt from its steps

@@ -28,6 +28,9 @@ import numpy as np
 import onnx_ir as ir
 
 from modelpress.errors import InputError, OptionError
+from modelpress.ir import model_bytes
+from modelpress.ir.feeds import as_model, load_npz
+from modelpress.ir.files import write_npz
 from modelpress.search import pareto
 from modelpress.search.cache import TrialCache, bytes_digest, file_digest
 from modelpress.search.metric import Scorer, eval_data
@@ -45,8 +48,6 @@ CALIBRATION_BATCH = 16
 
 
 def _load_source(model) -> tuple[ir.Model, str | None, str]:
-    from modelpress.ir import model_bytes
-    from modelpress.ir.feeds import as_model
 
     if isinstance(model, (str, os.PathLike)):
         return as_model(model), str(model), file_digest(model)
@@ -56,12 +57,10 @@ def _load_source(model) -> tuple[ir.Model, str | None, str]:
 
 def _load_data(data, folder: Path) -> tuple[dict[str, np.ndarray], str]:
     """The arrays of ``data`` and a path that holds them (the recipe's calibration source)."""
-    from modelpress.ir.feeds import load_npz
 
     if isinstance(data, (str, os.PathLike)):
         return load_npz(data), str(data)
     if isinstance(data, dict):
-        from modelpress.ir.files import write_npz
 
         path = folder / "data.npz"
         write_npz(path, {k: np.asarray(v) for k, v in data.items()})
@@ -301,7 +300,6 @@ def auto(
         extra = set(arrays) - set(names) - {labels_key}
         if train_data is None and extra:
             # the quantizer takes every array of its data for an input: give it the inputs alone
-            from modelpress.ir.files import write_npz
 
             calib_path = str(work / "calibration.npz")
             write_npz(calib_path, {k: arrays[k] for k in names} | ({labels_key: arrays[labels_key]} if labels_key else {}))

@@ -25,6 +25,8 @@ import numpy as np
 import onnx_ir as ir
 
 from modelpress.errors import InputError, ModelLoadError, OptionError
+from modelpress.runtime import ort as mp_ort
+from modelpress.runtime.session import Session
 
 Run = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 METRICS = ("cosine", "mse", "top1")
@@ -33,7 +35,6 @@ METRICS = ("cosine", "mse", "top1")
 def runner(model: ir.Model) -> Run:
     """``feeds → outputs`` for ``model`` under ONNX Runtime (optimizations on), or on the PyTorch
     backend when ONNX Runtime's CPU has no kernel for it and torch is installed."""
-    from modelpress.runtime import ort as mp_ort
 
     try:
         sess = mp_ort.session(model, optimize="all")
@@ -56,7 +57,6 @@ def _torch_runner(model: ir.Model) -> Run:
         raise ModelLoadError(
             "ONNX Runtime's CPU cannot run this candidate and the PyTorch backend (the torch extra) is not installed"
         )
-    from modelpress.runtime.session import Session
 
     sess = Session(model, backend="torch", device="cpu")
     inputs = set(sess.input_names)

@@ -24,7 +24,9 @@ from pathlib import Path
 
 import onnx_ir as ir
 
-from modelpress.errors import InputError, ModelpressError
+from modelpress.errors import InputError, ModelpressError, require
+from modelpress.ir.feeds import as_model
+from modelpress.ir.files import atomic
 from modelpress.search.steps import FIRST, LAST, MODEL, PACKAGE, STEPS, Context, Option
 
 VERSION = 1
@@ -96,7 +98,6 @@ class Recipe:
         return header + yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=False, allow_unicode=True)
 
     def write(self, path: str | os.PathLike) -> Path:
-        from modelpress.ir.files import atomic
 
         p = Path(path)
         text = self.relative_to(p.parent).dump()
@@ -106,7 +107,6 @@ class Recipe:
 
 
 def _require_yaml():
-    from modelpress.errors import require
 
     return require("yaml", extra="search", purpose="recipes (YAML)")
 
@@ -261,7 +261,6 @@ def run_recipe(
     """Replay ``recipe`` on its model (or ``model``): each step in order."""
     import time
 
-    from modelpress.ir.feeds import as_model
 
     start = time.perf_counter()
     ctx = Context(base_dir=recipe.base_dir, progress=progress)

@@ -20,7 +20,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from modelpress.compress.quantize import MODES
+from modelpress.compress.quantize.modes import mode_names
+from modelpress.compress.quantize.observers import OBSERVERS, get_observer
 from modelpress.errors import OptionError
+from modelpress.passes import optimize
+from modelpress.passes.registry import REGISTRY
+from modelpress.profile.training import PRECISION_BYTES
 from modelpress.search.steps import STEPS
 
 FLOAT = "float"  # the mode name of "no quantization"
@@ -164,14 +170,11 @@ class Space:
 
 
 def _half_float(mode: str) -> bool:
-    from modelpress.profile.training import PRECISION_BYTES
 
     return PRECISION_BYTES.get(mode) == 2
 
 
 def _variants(mode: str, methods: list[str] | None) -> tuple[dict, ...]:
-    from modelpress.compress.quantize import MODES
-    from modelpress.compress.quantize.observers import OBSERVERS, get_observer
 
     if mode in TRAINING_MODES:
         return ({},)  # training is the costly part: once, from the mode's default start
@@ -203,9 +206,6 @@ def build_space(
     """
     import inspect
 
-    from modelpress.compress.quantize.modes import mode_names
-    from modelpress.passes import optimize
-    from modelpress.passes.registry import REGISTRY
 
     known_levels = sorted({0} | {cls.level for cls in REGISTRY.values()})
     default_level = inspect.signature(optimize).parameters["level"].default

@@ -8,7 +8,7 @@ registries. Options that name files are resolved against the folder of the recip
 
 The kinds stand in this order in a recipe: ``convert`` (first, makes the model), the model steps
 (``optimize``, ``quantize``, ``prune``, in any order), ``protect`` (after every model step) and
-``bench`` (last). ``prune`` and ``protect`` join when their layer provides the function
+``bench`` (last). ``prune`` and ``protect`` import their layer on first use
 (``modelpress.compress.prune.api.prune``, ``modelpress.protect.protect``); any later layer may
 ``register_step`` its own.
 """
@@ -26,7 +26,17 @@ from pathlib import Path
 
 import onnx_ir as ir
 
+from modelpress.compress.quantize import quantize
+from modelpress.compress.quantize.modes import mode_names
+from modelpress.compress.quantize.observers import ALIASES, OBSERVERS
+from modelpress.convert import convert
 from modelpress.errors import OptionError
+from modelpress.ir.feeds import load_npz
+from modelpress.ir.graph import copy_model
+from modelpress.passes import optimize
+from modelpress.passes.registry import REGISTRY
+from modelpress.runtime.measure import compare_latency
+from modelpress.verify import generate_inputs
 
 # Where a kind may stand: convert first, then model steps, protect, bench.
 FIRST, MODEL, PACKAGE, LAST = 0, 1, 2, 3
@@ -171,14 +181,12 @@ def _resolve_paths(opts: dict, kind: StepKind, ctx: Context) -> dict:
 
 
 def _convert_options() -> dict[str, Option]:
-    from modelpress.convert import convert
 
     opts = options_of(convert, skip=("output", "example_inputs"))
     return {"source": Option("source", (str,), path=True), **opts}
 
 
 def _convert(model, opts, ctx: Context) -> Applied:
-    from modelpress.convert import convert
 
     opts = _resolve_paths(opts, STEPS["convert"], ctx)
     source = opts.pop("source", None)
@@ -189,8 +197,6 @@ def _convert(model, opts, ctx: Context) -> Applied:
 
 
 def _optimize_options() -> dict[str, Option]:
-    from modelpress.passes import optimize
-    from modelpress.passes.registry import REGISTRY
 
     names = tuple(REGISTRY)
     return options_of(
@@ -204,17 +210,12 @@ def _optimize_options() -> dict[str, Option]:
 
 
 def _optimize(model, opts, ctx: Context) -> Applied:
-    from modelpress.ir.graph import copy_model
-    from modelpress.passes import optimize
 
     result = optimize(copy_model(model), **opts)
     return Applied(result.model, result.to_dict())
 
 
 def _quantize_options() -> dict[str, Option]:
-    from modelpress.compress.quantize import quantize
-    from modelpress.compress.quantize.modes import mode_names
-    from modelpress.compress.quantize.observers import ALIASES, OBSERVERS
 
     return options_of(
         quantize,
@@ -229,7 +230,6 @@ def _quantize_options() -> dict[str, Option]:
 
 
 def _quantize(model, opts, ctx: Context) -> Applied:
-    from modelpress.compress.quantize import quantize
 
     opts = _resolve_paths(opts, STEPS["quantize"], ctx)
     result = quantize(model, progress=ctx.progress, **opts)
@@ -247,8 +247,6 @@ def _bench_options() -> dict[str, Option]:
 def _bench(model, opts, ctx: Context) -> Applied:
     """Latency of the recipe's result against the model it started from (the runner passes the
     source model in ``opts['_reference']``), interleaved on this machine's CPU."""
-    from modelpress.runtime.measure import compare_latency
-    from modelpress.verify import generate_inputs
 
     opts = _resolve_paths(opts, STEPS["bench"], ctx)
     reference = opts.pop("_reference", None)
@@ -270,7 +268,6 @@ def _bench(model, opts, ctx: Context) -> Applied:
 def _bench_feeds(model: ir.Model, data: str | None, batch: int):
     if not data:
         return None
-    from modelpress.ir.feeds import load_npz
 
     arrays = load_npz(data)
     names = {v.name for v in model.graph.inputs}
@@ -288,18 +285,18 @@ register_step(StepKind("optimize", MODEL, _optimize_options, _optimize, "graph r
 register_step(StepKind("quantize", MODEL, _quantize_options, _quantize, "post-training quantization"))
 
 
-def _optional(name: str, module: str, function: str, position: int, summary: str) -> None:
-    """Register a kind whose function lives in a layer that may not be there yet."""
-    try:
-        fn = getattr(importlib.import_module(module), function)
-    except (ImportError, AttributeError):
-        return
+def _lazy(name: str, module: str, function: str, position: int, summary: str) -> None:
+    """Register a kind whose function is imported when the kind is first used: pruning needs the
+    torch extra, which a search or recipe without a prune step must not load."""
+
+    def fn():
+        return getattr(importlib.import_module(module), function)
 
     def options() -> dict[str, Option]:
-        return options_of(fn, skip=("progress",))
+        return options_of(fn(), skip=("progress",))
 
     def apply(model, opts, ctx: Context) -> Applied:
-        result = fn(model, **_resolve_paths(opts, STEPS[name], ctx))
+        result = fn()(model, **_resolve_paths(opts, STEPS[name], ctx))
         made = getattr(result, "model", None)
         if position == PACKAGE:
             return Applied(model, _to_dict(result), output=result)
@@ -308,8 +305,8 @@ def _optional(name: str, module: str, function: str, position: int, summary: str
     register_step(StepKind(name, position, options, apply, summary))
 
 
-_optional("prune", "modelpress.compress.prune.api", "prune", MODEL, "pruning with fine-tuning")
-_optional("protect", "modelpress.protect", "protect", PACKAGE, "encryption and obfuscation")
+_lazy("prune", "modelpress.compress.prune.api", "prune", MODEL, "pruning with fine-tuning")
+_lazy("protect", "modelpress.protect", "protect", PACKAGE, "encryption and obfuscation")
 register_step(StepKind("bench", LAST, _bench_options, _bench, "latency against the source model"))
 
 __all__ = [

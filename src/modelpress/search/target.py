@@ -15,7 +15,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.advisor.catalog import GPU
+from modelpress.advisor.catalog import GPU, load_catalog
+from modelpress.advisor.estimate import estimate
+from modelpress.ir.stats import iter_nodes
+from modelpress.profile.workload import workload_from_onnx
+from modelpress.runtime.measure import compare_latency
 
 # Ops whose presence makes a model's compute int8 (activations quantized, not only weights).
 INT8_OPS = frozenset(
@@ -37,7 +41,6 @@ def target_for(name: str) -> Target:
     """``cpu`` (this machine), or a GPU of the advisor's catalog by a loose name."""
     if name.strip().lower() in ("cpu", "this", "here"):
         return Target("cpu")
-    from modelpress.advisor.catalog import load_catalog
 
     gpu = load_catalog().find(name)
     return Target(gpu.name, gpu)
@@ -68,7 +71,6 @@ class Latency:
 def precision_of(model: ir.Model) -> str:
     """The precision a model computes in, for the advisor: int8 when its activations are
     quantized, else the float type most of its float weights have."""
-    from modelpress.ir.stats import iter_nodes
 
     if any(n.op_type in INT8_OPS for n in iter_nodes(model.graph)):
         return "int8"
@@ -84,7 +86,6 @@ def precision_of(model: ir.Model) -> str:
 def measure_cpu(
     candidate: ir.Model, reference: ir.Model, feeds: dict[str, np.ndarray], *, seconds: float
 ) -> Latency:
-    from modelpress.runtime.measure import compare_latency
 
     # (as many interleaved runs as ``seconds`` allows: a small model's runs are short and noisy)
     ref, cand = compare_latency([reference, candidate], feeds, budget_s=seconds, max_runs=100_000)
@@ -102,8 +103,6 @@ def estimate_gpu(
     candidate: ir.Model, reference_ms: float | None, gpu: GPU, *, batch: int, seq: int | None
 ) -> Latency:
     """The advisor's latency for one batch on ``gpu`` at the candidate's precision."""
-    from modelpress.advisor.estimate import estimate
-    from modelpress.profile.workload import workload_from_onnx
 
     precision = precision_of(candidate)
     workload = workload_from_onnx(candidate, name="candidate", seq=seq)

@@ -21,11 +21,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.errors import ModelpressError
+from modelpress.errors import ModelpressError, VerificationError
+from modelpress.ir import model_bytes
 from modelpress.search.metric import Scorer, runner
 from modelpress.search.space import Candidate
 from modelpress.search.steps import Context, get_step
 from modelpress.search.target import Latency, Target, estimate_gpu, measure_cpu
+from modelpress.verify import compare_arrays
 
 
 @dataclass
@@ -114,8 +116,6 @@ def _notes(results: list[dict]) -> list[str]:
 def _verify(source_out: list[dict], run, batches) -> tuple[bool, float]:
     """(lossless, largest relative difference); raises ModelpressError when outputs lost their
     names or shapes or are not finite."""
-    from modelpress.errors import VerificationError
-    from modelpress.verify import compare_arrays
 
     lossless, worst = True, 0.0
     for feeds, ref in zip(batches, source_out):
@@ -175,7 +175,6 @@ def evaluate(
     candidate: Candidate, key: str, bench: Bench, *, keep: Callable[[ir.Model], None] | None = None
 ) -> tuple[Trial, ir.Model | None]:
     """The trial of ``candidate`` and its model (None when it failed)."""
-    from modelpress.ir import model_bytes
 
     start = time.perf_counter()
     trial = Trial(key, candidate.label(), [s.to_dict() for s in candidate.steps], "ok")

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 import onnx_ir as ir
 
 from modelpress.errors import require
+from modelpress.ir import from_proto, to_proto
 from modelpress.serve.options import ServeOptions
+from modelpress.serve.repository import Repository
 
 APP_NAME = "modelpress"
 
@@ -37,8 +39,6 @@ class _Replica:
     def __init__(self, protos: list, options: ServeOptions, backend: str, device: str):
         import sys
 
-        from modelpress.ir import from_proto
-        from modelpress.serve.repository import Repository
         from modelpress.serve.server import SWITCH_INTERVAL_S
 
         sys.setswitchinterval(SWITCH_INTERVAL_S)  # the replica's process is ours: see server.py
@@ -107,7 +107,6 @@ def deploy(
     one. Returns once the replicas answer."""
     ray = require("ray", extra="ray", purpose="serving on Ray (--ray)")
     serve = require("ray.serve", extra="ray", purpose="serving on Ray (--ray)")
-    from modelpress.ir import to_proto
 
     started = False
     if not ray.is_initialized():

@@ -23,7 +23,10 @@ import numpy as np
 import onnx_ir as ir
 
 from modelpress.errors import OptionError
-from modelpress.ir.shapes import static_dim
+from modelpress.ir.shapes import infer_shapes, static_dim
+from modelpress.runtime.ort_backend import OrtBackend, OrtOptions
+from modelpress.runtime.processing import Processing
+from modelpress.runtime.session import Session
 from modelpress.serve.errors import RequestError
 from modelpress.serve.protocol import datatype_name
 
@@ -189,7 +192,6 @@ class ServedModel:
 
 def _inferred_outputs(model: ir.Model, outputs: list[TensorSpec]) -> list[TensorSpec]:
     """Output shapes from shape inference, where the file does not declare them."""
-    from modelpress.ir.shapes import infer_shapes
 
     try:
         inferred = {v.name: _spec(v) for v in infer_shapes(model).graph.outputs}
@@ -242,10 +244,8 @@ class Repository:
     ) -> Repository:
         """Sessions for ``(name, model)`` pairs on the given backend and device, each model with the
         processing it declares (``runtime.processing``), when it declares one."""
-        from modelpress.runtime.session import Session
 
         if backend == "ort":
-            from modelpress.runtime.ort_backend import OrtBackend, OrtOptions
 
             # idle runtime threads must not spin on the cores the event loop needs between runs
             backend = OrtBackend(OrtOptions(spin=False))
@@ -264,8 +264,4 @@ class Repository:
 
 
 def _processing(model: ir.Model):
-    try:
-        from modelpress.runtime.processing import Processing
-    except ImportError:  # built by the processing work; without it no model declares any
-        return None
     return Processing.from_model(model)

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 
 import uvicorn
 
+from modelpress.errors import OptionError
 from modelpress.serve.app import build_app
 from modelpress.serve.options import ServeOptions
 from modelpress.serve.repository import Repository
@@ -83,7 +84,6 @@ def bind(host: str, port: int) -> socket.socket:
     try:
         return socket.create_server((host, port), family=family, backlog=2048)
     except OSError as exc:
-        from modelpress.errors import OptionError
 
         raise OptionError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from modelpress.errors import InputError, VerificationError
 from modelpress.ir.feeds import as_model, check_feeds
+from modelpress.runtime.ort import session, session_options
 from modelpress.verify.fit import fit_inputs
 
 # (relative, absolute) tolerance per output dtype; integers and booleans must match exactly.
@@ -117,14 +118,12 @@ def _run(sess, feeds: dict[str, np.ndarray], *, what: str = "the model failed to
 
 
 def _session(model):
-    from modelpress.runtime.ort import session, session_options
 
     return session(model, options=session_options(optimize="disabled"))
 
 
 def run_model(model, feeds: dict[str, np.ndarray], *, optimize: str = "disabled") -> dict[str, np.ndarray]:
     """Outputs of ``model`` on ``feeds`` under ONNX Runtime, by output name."""
-    from modelpress.runtime.ort import session
 
     return _run(session(model, optimize=optimize), feeds)
 

@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from modelpress.errors import OptionError
+from modelpress.ir import save
+from modelpress.zoo.control_flow import build_proto
 from modelpress.zoo.digits import DigitsData, accuracy, digits_data
 
 # Bump when a builder changes, so files built by an older version are rebuilt rather than reused.
@@ -110,7 +112,6 @@ def _export_minilm():
 
 
 def _export_control_flow():
-    from modelpress.zoo.control_flow import build_proto
 
     return build_proto()
 
@@ -191,7 +192,6 @@ def build(name: str, path: str | os.PathLike, *, force: bool = False) -> Path:
     A file already at ``path`` that this version of the zoo built for ``name`` is reused as it is,
     so repeated builds (tests, benchmarks, the demo) cost one file read; ``force`` rebuilds.
     """
-    from modelpress.ir import save
 
     entry = get(name)
     p = Path(path)

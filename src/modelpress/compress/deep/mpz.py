@@ -30,6 +30,9 @@ import numpy as np
 import onnx_ir as ir
 
 from modelpress.errors import ModelLoadError, require
+from modelpress.ir import model_bytes
+from modelpress.ir.graph import copy_model
+from modelpress.ir.io import from_bytes
 
 MAGIC = b"MPZ1"
 VERSION = 1
@@ -75,8 +78,6 @@ def _streams(t: SharedTensor) -> tuple[bytes, bytes]:
 
 def encode(model: ir.Model, tensors: list[SharedTensor]) -> tuple[bytes, dict]:
     """The ``.mpz`` bytes of ``model`` with ``tensors`` shared, and the byte count of each part."""
-    from modelpress.ir import model_bytes
-    from modelpress.ir.graph import copy_model
 
     zstd = _zstd()
     cctx = zstd.ZstdCompressor(level=LEVEL)
@@ -117,7 +118,6 @@ def encode(model: ir.Model, tensors: list[SharedTensor]) -> tuple[bytes, dict]:
 
 def decode(data: bytes, *, source: str = "the .mpz data") -> ir.Model:
     """The standard ONNX model an ``.mpz`` holds (every shared weight rebuilt)."""
-    from modelpress.ir.io import from_bytes
 
     zstd = _zstd()
     if data[:4] != MAGIC:

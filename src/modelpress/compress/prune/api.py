@@ -32,6 +32,8 @@ from modelpress.errors import InputError, OptionError
 from modelpress.ir.feeds import as_model
 from modelpress.ir.graph import copy_model
 from modelpress.ir.io import model_bytes
+from modelpress.runtime.ort import session
+from modelpress.verify import generate_inputs
 
 # stage, step, total, loss
 Progress = Callable[[str, int, int, float | None], None]
@@ -212,13 +214,11 @@ def _step_ratio(ratio: float, i: int, steps: int) -> float:
 
 
 def _generated(model: ir.Model) -> dict[str, np.ndarray]:
-    from modelpress.verify import generate_inputs
 
     return generate_inputs(model, dims={}, seed=0)
 
 
 def _check_runs(model: ir.Model, feeds: dict[str, np.ndarray]) -> None:
-    from modelpress.runtime.ort import session
 
     try:
         session(model, optimize="disabled").run(None, feeds)

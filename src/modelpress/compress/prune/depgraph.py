@@ -35,7 +35,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
+from modelpress.ir.graph import copy_model
 from modelpress.ir.match import const_array
+from modelpress.ir.shapes import ensure_types
+from modelpress.runtime.ort import session
 
 
 @dataclass(frozen=True)
@@ -176,9 +179,6 @@ SMALL_INTS = "\0small-ints"  # key of the probed small integer values in the sha
 
 def probe_shapes(model: ir.Model, feeds: dict[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
     """The concrete shape of every value of the main graph on ``feeds`` (one ONNX Runtime run)."""
-    from modelpress.ir.graph import copy_model
-    from modelpress.ir.shapes import ensure_types
-    from modelpress.runtime.ort import session
 
     m = copy_model(model)
     ensure_types(m)

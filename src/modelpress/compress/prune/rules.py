@@ -15,7 +15,7 @@ import onnx_ir as ir
 
 from modelpress.compress.prune.analyzer import Analyzer, Refuse, rule
 from modelpress.compress.prune.depgraph import SMALL_INTS, Track, param
-from modelpress.ir.match import const_array
+from modelpress.ir.match import const_array, ints_arg, slice_params
 
 
 def _attr(node: ir.Node, name: str, default=None):
@@ -485,7 +485,6 @@ def _split(a: Analyzer, node: ir.Node) -> None:
 
 @rule("Slice")
 def _slice(a: Analyzer, node: ir.Node) -> None:
-    from modelpress.ir.match import slice_params
 
     x, y = node.inputs[0], node.outputs[0]
     t = a.track(x)
@@ -545,7 +544,6 @@ def _reduce(a: Analyzer, node: ir.Node) -> None:
 
 @rule("Pad")
 def _pad(a: Analyzer, node: ir.Node) -> None:
-    from modelpress.ir.match import ints_arg
 
     x, y = node.inputs[0], node.outputs[0]
     t = a.track(x)

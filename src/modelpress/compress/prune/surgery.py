@@ -16,7 +16,7 @@ import numpy as np
 import onnx_ir as ir
 
 from modelpress.compress.prune.depgraph import DepGraph, param
-from modelpress.ir.graph import add_initializer, remove_unused_initializers
+from modelpress.ir.graph import add_initializer, remove_unused_initializers, unique_name
 from modelpress.ir.match import const_array
 
 
@@ -130,7 +130,6 @@ def _rewrite_shape(graph: ir.Graph, node: ir.Node, index: int, element: int, siz
 
 
 def _fresh(graph: ir.Graph, hint: str) -> str:
-    from modelpress.ir.graph import unique_name
 
     return unique_name(graph, f"{hint}_pruned")
 

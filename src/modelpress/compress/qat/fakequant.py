@@ -23,6 +23,7 @@ from torch import nn
 from modelpress.compress.quantize import pairs
 from modelpress.ir.graph import add_initializer, copy_model
 from modelpress.ir.match import const_array
+from modelpress.runtime.torch_backend import to_torch
 
 _RANGE = {torch.uint8: (0, 255), torch.int8: (-128, 127), torch.int32: (-(2**31), 2**31 - 1)}
 
@@ -106,7 +107,6 @@ class TrainingGraph:
 
     def module(self) -> nn.Module:
         """The fake-quantized trainable module (weights and scales are parameters)."""
-        from modelpress.runtime.torch_backend import to_torch
 
         module = to_torch(self.model)
         weight_q = {f"{dq}_fakeQ" for dq in self.weights}

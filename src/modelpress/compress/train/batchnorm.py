@@ -16,6 +16,7 @@ import onnx_ir as ir
 from modelpress.compress.train.data import TrainData
 from modelpress.ir.graph import add_initializer, copy_model
 from modelpress.ir.match import const_array
+from modelpress.runtime.ort import session
 
 
 def recalibrate(model: ir.Model, data: TrainData, *, batches: int = 8, batch_size: int = 64, seed: int = 0) -> int:
@@ -26,7 +27,6 @@ def recalibrate(model: ir.Model, data: TrainData, *, batches: int = 8, batch_siz
     replaced: a node's input depends on them (as in a training-mode forward pass). The statistics
     are fed as inputs of one ONNX Runtime session, so the model is loaded once.
     """
-    from modelpress.runtime.ort import session
 
     nodes = [
         n for n in model.graph

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
+from modelpress.compress.quantize import ImagePreprocess
 from modelpress.errors import InputError, OptionError
 from modelpress.ir.feeds import check_feeds, load_npz
 
@@ -303,7 +304,6 @@ def _single_input(model: ir.Model, path: Path) -> ir.Value:
 def default_preprocess(value: ir.Value, source: Path):
     """The pre-processing an image input's shape declares: ``(N, C, H, W)`` or ``(N, H, W, C)``
     with C of 1 or 3 and fixed H and W; pixels scaled to 0..1, no normalisation."""
-    from modelpress.compress.quantize import ImagePreprocess
 
     dims = list(value.shape) if value.shape is not None else []
     if len(dims) == 4 and dims[1] in (1, 3) and all(isinstance(d, int) for d in dims[2:]):

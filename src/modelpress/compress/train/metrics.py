@@ -15,6 +15,7 @@ import onnx_ir as ir
 
 from modelpress.compress.train.data import TrainData
 from modelpress.compress.train.objective import output_is_logits
+from modelpress.runtime.ort import session
 
 
 @dataclass
@@ -45,7 +46,6 @@ class Comparison:
 def outputs(model: ir.Model, data: TrainData, *, batch_size: int = 64) -> tuple[np.ndarray, np.ndarray | None]:
     """The first output of ``model`` on every sample of ``data`` (samples of one shape joined)
     and the labels, in data order."""
-    from modelpress.runtime.ort import session
 
     sess = session(model, optimize="disabled")
     name = sess.get_outputs()[0].name

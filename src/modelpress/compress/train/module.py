@@ -15,6 +15,7 @@ from torch import nn
 from modelpress.errors import InputError
 from modelpress.ir.graph import copy_model
 from modelpress.ir.match import values_by_name
+from modelpress.runtime.torch_backend import to_onnx, to_torch
 
 
 def _with_outputs(model: ir.Model, features: list[str]) -> ir.Model:
@@ -40,7 +41,6 @@ def trainable(
     evaluation mode (and in the exported model) it uses the running statistics. Without it, the
     backend's inference semantics hold throughout (statistics frozen).
     """
-    from modelpress.runtime.torch_backend import to_torch
 
     module = to_torch(_with_outputs(model, list(features or [])), device=device)
     if batch_statistics:
@@ -75,7 +75,6 @@ def teacher(model: ir.Model, *, features: list[str] | None = None, device=None) 
 
 def export(module: nn.Module, model: ir.Model) -> ir.Model:
     """``model`` with the module's current weights (its extra outputs removed)."""
-    from modelpress.runtime.torch_backend import to_onnx
 
     out = to_onnx(module)
     keep = len(model.graph.outputs)

@@ -20,9 +20,11 @@ from pathlib import Path
 import numpy as np
 
 from modelpress.errors import InputError, OptionError, require
+from modelpress.ir import load
 from modelpress.runtime.batch import output as out
 from modelpress.runtime.batch.sources import Items
 from modelpress.runtime.batch.stream import Timing
+from modelpress.runtime.session import Session
 
 
 def _ray():
@@ -61,8 +63,6 @@ class _Model:
     def __init__(self, model: bytes, processing, backend: str, device: str):
         import tempfile
 
-        from modelpress.ir import load
-        from modelpress.runtime.session import Session
 
         # The driver sends the model's bytes (it may have no file a node can see); ir.load reads files.
         with tempfile.TemporaryDirectory(prefix="modelpress-ray-") as tmp:

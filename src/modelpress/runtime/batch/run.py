@@ -27,9 +27,13 @@ from modelpress.ir.files import output_dir
 from modelpress.ir.io import model_bytes
 from modelpress.runtime.batch import output as out
 from modelpress.runtime.batch.journal import Journal
+from modelpress.runtime.batch.ray_data import run_on_ray
 from modelpress.runtime.batch.sources import Arrays, Items, open_data
 from modelpress.runtime.batch.split import BatchRule, batch_rule
 from modelpress.runtime.batch.stream import Prepared, Timing, resolve_workers, start_pool, stream
+from modelpress.runtime.ort_backend import OrtBackend, OrtOptions
+from modelpress.runtime.processing import Processing
+from modelpress.runtime.session import Session
 
 DEFAULT_BATCH = 8
 
@@ -88,7 +92,6 @@ def run_batch(
     progress: Progress | None = None,
 ) -> BatchResult:
     """Run ``model`` (a path or ``onnx_ir.Model``) on every item of ``data`` into ``output``."""
-    from modelpress.runtime.processing import Processing
 
     fmt = out.output_format(output)
     refuse_overwrite(output, model, data)
@@ -123,7 +126,6 @@ def run_batch(
         if progress:
             progress(resumed, total)
         if ray:
-            from modelpress.runtime.batch.ray_data import run_on_ray
 
             if not isinstance(source, Items):
                 raise OptionError("--ray reads a folder of files or a .jsonl of texts; run an .npz without --ray")
@@ -134,7 +136,6 @@ def run_batch(
             )  # fmt: skip
             warnings, placement, dev = [], [], sess_info
         else:
-            from modelpress.runtime.session import Session
 
             # Workers start while the model loads: their start-up is not the model's idle time.
             items = isinstance(source, Items) and n_workers > 0 and len(journal.done) < len(source)
@@ -170,7 +171,6 @@ def _backend(name: str, workers: int):
     """The backend to run with: ONNX Runtime's threads do not spin while idle when workers
     share the CPU with it (an idle spinning pool takes the cores the workers need)."""
     if name == "ort" and workers > 0:
-        from modelpress.runtime.ort_backend import OrtBackend, OrtOptions
 
         return OrtBackend(OrtOptions(spin=False))
     return name

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
+from modelpress.ir.graph import copy_model
 from modelpress.ir.match import const_array
 from modelpress.ir.shapes import infer_shapes, static_dim
 
@@ -94,7 +95,6 @@ def batch_rule(model: ir.Model) -> BatchRule:
 
 def _mixing(model: ir.Model) -> str:
     """Why the batch axis is not per-sample through the graph ('' when it is)."""
-    from modelpress.ir.graph import copy_model
 
     probe = copy_model(model)
     g = probe.graph

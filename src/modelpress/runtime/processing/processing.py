@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.errors import ModelLoadError, OptionError
+from modelpress.errors import ModelLoadError, OptionError, require
 from modelpress.runtime.processing import audio, image, signature, text
 from modelpress.runtime.processing.audio import AudioPre
 from modelpress.runtime.processing.fields import check_keys, fail, split_items
@@ -196,7 +196,6 @@ def read_spec(path: str | Path) -> dict[str, Any]:
         raise OptionError(f"--spec {p}: cannot be read ({type(exc).__name__})") from None
     try:
         if p.suffix.lower() in (".yaml", ".yml"):
-            from modelpress.errors import require
 
             yaml = require("yaml", extra="pipeline", purpose="a YAML declaration")
             data = yaml.safe_load(text)

@@ -9,6 +9,7 @@ it on first use and a missing torch raises ``MissingExtraError`` naming the extr
 
 from __future__ import annotations
 
+from modelpress.errors import require
 from modelpress.runtime.backend import register_backend
 from modelpress.runtime.torch_backend.backend import TorchBackend, ops_by_family, supported_ops
 from modelpress.runtime.torch_backend.errors import NodeRunError, UnsupportedOpError
@@ -26,7 +27,6 @@ def __getattr__(name: str):
     if name in _LAZY:
         import importlib
 
-        from modelpress.errors import require
 
         require("torch", extra="torch", purpose="the PyTorch backend")
         return getattr(importlib.import_module(_LAZY[name]), name)

@@ -11,13 +11,13 @@ from __future__ import annotations
 import onnx_ir as ir
 import torch
 
+from modelpress.ir import from_proto, to_proto
 from modelpress.ir.stats import iter_graphs
 from modelpress.runtime.torch_backend.module import OnnxModule
 
 
 def to_onnx(module: OnnxModule) -> ir.Model:
     """A copy of ``module.model`` whose initializers hold the module's current values."""
-    from modelpress.ir import from_proto, to_proto
 
     model = from_proto(to_proto(module.model))  # a deep copy; the module's model stays untouched
     for index, graph in enumerate(iter_graphs(model.graph)):
