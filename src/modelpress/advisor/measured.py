@@ -17,7 +17,6 @@ overstate the time.
 from __future__ import annotations
 
 import csv
-import json
 import os
 import time
 from importlib import resources
@@ -27,6 +26,7 @@ from modelpress.advisor.calibrate import cpu_name
 from modelpress.advisor.curve import CURVE_LIMIT, ServiceCurve, sample_batches
 from modelpress.advisor.service import Machine
 from modelpress.errors import InputError, OptionError
+from modelpress.ir.files import read_json
 from modelpress.runtime.measure import time_interleaved
 from modelpress.runtime.ort import session
 from modelpress.verify.inputs import generate_inputs
@@ -104,14 +104,7 @@ def record_curve(paths: list[str | Path]) -> ServiceCurve:
     points: dict[int, float] = {}
     for path in paths:
         p = Path(path)
-        try:
-            data = json.loads(p.read_text())
-        except FileNotFoundError:
-            raise InputError(f"{p}: no such file") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InputError(
-                f"{p}: not a JSON bench record ({str(exc).splitlines()[0][:100]})"
-            ) from None
+        data = read_json(p, what="JSON bench record")
         result = data.get("result", data) if isinstance(data, dict) else None
         try:
             batch = int(result["batch"])

@@ -25,14 +25,7 @@ def add_parser(sub) -> None:
     )
     options.add_model(p)
     options.add_output(p, help="the .mpz file to write")
-    options.add_data(
-        p,
-        required=True,
-        help="training data: an .npz of arrays named after the model's inputs, or a folder of images in class subfolders",
-        labels=True,
-        batch=True,
-        limit=True,
-    )
+    options.add_training_data(p, required=True)
     p.add_argument("--sparsity", type=float, default=0.9, metavar="X", help="fraction of weights pruned (default 0.9)")
     p.add_argument("--bits", type=int, default=5, metavar="N", help="bits per shared weight: 2^N values per layer (default 5)")
     p.add_argument("--scope", default="global", choices=["global", "layer"], help="one pruning threshold for all layers (default) or per layer")

@@ -27,14 +27,7 @@ def add_parser(sub) -> None:
     )
     options.add_model(p, help="the teacher: an .onnx file")
     options.add_output(p)
-    options.add_data(
-        p,
-        required=True,
-        help="training data: an .npz of arrays named after the model's inputs, or a folder of images in class subfolders",
-        labels=True,
-        batch=True,
-        limit=True,
-    )
+    options.add_training_data(p, required=True)
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--student", metavar="FILE", help="the student model (same inputs and outputs as the teacher)")
     who.add_argument("--width", type=float, metavar="X", help="make the student from the teacher: keep this fraction of its channels, neurons and heads")

@@ -273,6 +273,18 @@ def require_positive(value: int | None, flag: str) -> None:
         raise OptionError(f"{flag} must be at least 1")
 
 
+def add_training_data(p: argparse.ArgumentParser, *, required: bool = False) -> None:
+    """``--data`` as the commands that train read it (with labels, a batch size and a limit)."""
+    add_data(
+        p,
+        required=required,
+        help="training data: an .npz of arrays named after the model's inputs, or a folder of images in class subfolders",
+        labels=True,
+        batch=True,
+        limit=True,
+    )
+
+
 def add_training(p: argparse.ArgumentParser, *, teacher: bool = True) -> None:
     """How a command that trains (prune, distill, compress, quantize --mode qat) trains."""
     g = p.add_argument_group("training")

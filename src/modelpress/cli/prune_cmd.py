@@ -33,13 +33,7 @@ def add_parser(sub) -> None:
     )
     options.add_model(p)
     options.add_output(p)
-    options.add_data(
-        p,
-        help="training data: an .npz of arrays named after the model's inputs, or a folder of images in class subfolders",
-        labels=True,
-        batch=True,
-        limit=True,
-    )
+    options.add_training_data(p)
     what = p.add_argument_group("what to prune")
     what.add_argument("--ratio", type=float, metavar="X", help="structured: fraction of each group's channels/neurons to remove")
     what.add_argument("--head-ratio", type=float, metavar="X", help="structured: fraction of attention heads to remove (default: --ratio)")

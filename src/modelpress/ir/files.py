@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from modelpress.errors import ModelSaveError
+from modelpress.errors import InputError, ModelSaveError
 
 
 def _first_line(exc: BaseException) -> str:
@@ -83,6 +83,18 @@ def write_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> Path:
     with atomic(path) as f:
         np.savez(f, **arrays)
     return Path(path)
+
+
+def read_json(path: str | os.PathLike, *, what: str = "JSON file"):
+    """The parsed content of a JSON file, or one ``InputError`` line naming the file and ``what``
+    it should have been."""
+    p = Path(path)
+    try:
+        return json.loads(p.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{p}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{p}: not a {what} ({_first_line(exc)[:120]})") from None
 
 
 def _json_default(obj):

@@ -31,7 +31,7 @@ import onnx_ir as ir
 
 from modelpress.ir import from_bytes
 from modelpress.protect.names import all_names
-from modelpress.protect.weights import standardized
+from modelpress.protect.weights import constant_arrays, standardized
 
 STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training")
 MIN_NAME_CHARS = 5
@@ -86,21 +86,6 @@ def histogram_distance(a: Counter, b: Counter) -> float:
     pa += [0.0] * (n - len(pa))
     pb += [0.0] * (n - len(pb))
     return 0.5 * float(sum(abs(x - y) for x, y in zip(pa, pb)))
-
-
-def _tensors(model: ir.Model) -> list[np.ndarray]:
-    out = []
-    for graph in model.graphs():
-        tensors = [v.const_value for v in graph.initializers.values() if v.const_value is not None]
-        tensors += [n.attributes["value"].value for n in graph if n.op_type == "Constant" and "value" in n.attributes]
-        for t in tensors:
-            try:
-                a = t.numpy()
-            except Exception:  # noqa: BLE001 - strings, exotic types: not weights
-                continue
-            if a.dtype.kind in "fiub" and a.size >= MIN_WEIGHT_ELEMENTS:
-                out.append(a)
-    return out
 
 
 def _standardized(arrays: list[np.ndarray]) -> np.ndarray:
@@ -161,7 +146,10 @@ def measure(original: ir.Model, obfuscated: bytes, *, interface_kept: bool = Tru
     orig_compute = _compute(orig_nodes)
     hist_o = Counter((n.domain, n.op_type) for n in orig_compute)
     hist_f = Counter((n.domain, n.op_type) for n in compute)
-    corr, pairs = max_correlation(_tensors(model), _tensors(original))
+    corr, pairs = max_correlation(
+        constant_arrays(model, kinds="fiub", min_size=MIN_WEIGHT_ELEMENTS),
+        constant_arrays(original, kinds="fiub", min_size=MIN_WEIGHT_ELEMENTS),
+    )
     names = all_names(original)
     # The interface stays in the file on purpose: its dimension names always, its value names
     # unless renamed. A name found only as part of one of those strings cannot be told apart.

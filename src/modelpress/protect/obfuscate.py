@@ -45,22 +45,6 @@ class Obfuscated:
     library_constants: int
 
 
-def _constant_arrays(model: ir.Model) -> list[np.ndarray]:
-    """The original model's weights (every constant tensor, any graph), for the correlation check."""
-    out = []
-    for graph in model.graphs():
-        tensors = [v.const_value for v in graph.initializers.values() if v.const_value is not None]
-        tensors += [n.attributes["value"].value for n in graph if n.op_type == "Constant" and "value" in n.attributes]
-        for t in tensors:
-            try:
-                a = t.numpy()
-            except Exception:  # noqa: BLE001 - strings and exotic types are not weights
-                continue
-            if a.dtype.kind in "fiu" and a.size >= weights.MIN_ELEMENTS:
-                out.append(a)
-    return out
-
-
 def _used_domains(functions: list[ir.Function]) -> set[str]:
     """The domains of the nodes in ``functions`` (their subgraphs included)."""
     found: set[str] = set()
@@ -124,7 +108,7 @@ def obfuscate(model: ir.Model, *, key: bytes, ratio: float, seed: int | None, mo
     opsets = {d: v for d, v in work.opset_imports.items()}
 
     by_size: dict[int, list[np.ndarray]] = {}
-    for a in _constant_arrays(model):
+    for a in weights.constant_arrays(model, kinds="fiu", min_size=weights.MIN_ELEMENTS):
         by_size.setdefault(a.size, []).append(a)
     targets: dict[int, np.ndarray] = {}  # standardized, once per size
     stored: dict[ir.Value, Visible] = {}

@@ -324,3 +324,21 @@ def decode_nodes(t: Transform, stored: ir.Value, opset: int) -> tuple[list[ir.No
         reshape = ir.node("Reshape", [gather.outputs[0]], attributes={"shape": ir.AttrInt64s("shape", list(shape))})
         nodes += [diff, cast, idx, gather, reshape]
     return nodes, reshape.outputs[0]
+
+
+def constant_arrays(model: ir.Model, *, kinds: str, min_size: int) -> list[np.ndarray]:
+    """Every constant tensor of ``model`` (initializers and Constant nodes, in every graph) of a
+    numeric ``kinds`` and at least ``min_size`` elements, as arrays: the weights the correlation
+    checks compare."""
+    out = []
+    for graph in model.graphs():
+        tensors = [v.const_value for v in graph.initializers.values() if v.const_value is not None]
+        tensors += [n.attributes["value"].value for n in graph if n.op_type == "Constant" and "value" in n.attributes]
+        for t in tensors:
+            try:
+                a = t.numpy()
+            except Exception:  # noqa: BLE001 - strings and exotic types are not weights
+                continue
+            if a.dtype.kind in kinds and a.size >= min_size:
+                out.append(a)
+    return out

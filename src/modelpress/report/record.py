@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import importlib.metadata
-import json
 import os
 import platform
 import time
@@ -29,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from modelpress.errors import InputError
-from modelpress.ir.files import write_json
+from modelpress.ir.files import read_json, write_json
 
 SCHEMA = "modelpress.record/2"
 READABLE = ("modelpress.record/1", SCHEMA)
@@ -104,12 +103,7 @@ class Record:
     def read(cls, path: str | os.PathLike) -> Record:
         """A record from a file, or one ``InputError`` line saying what is wrong with it."""
         p = Path(path)
-        try:
-            data = json.loads(p.read_text())
-        except FileNotFoundError:
-            raise InputError(f"{p}: no such file") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InputError(f"{p}: not a JSON record ({str(exc).splitlines()[0][:120]})") from None
+        data = read_json(p, what="JSON record")
         if not isinstance(data, dict) or data.get("schema") not in READABLE:
             found = data.get("schema") if isinstance(data, dict) else None
             raise InputError(
