@@ -145,6 +145,29 @@ def build_app(repository: Repository, options: ServeOptions | None = None) -> Fa
     if options.api_key:
         app.add_middleware(KeyGuard, key=options.api_key)
 
+    async def infer(request: Request) -> Response:
+        start = time.perf_counter()
+        m = state.metrics
+        name = request.path_params["name"]
+        label = name if name in repository.models else "_unknown"  # bounded label values
+        m.requests.labels(label).inc()
+        m.in_progress.inc()
+        try:
+            model = repository.get(name, request.path_params.get("version"))
+            response = await _infer(state, model, request)
+        except RequestError as exc:
+            m.failures.labels(label, str(exc.status)).inc()
+            response = _error(exc)
+        finally:
+            m.in_progress.dec()
+        m.latency.labels(label).observe(time.perf_counter() - start)
+        return response
+
+    # the hot path first, as plain Starlette routes: matched before the others, and no FastAPI
+    # parameter solving per request (measured: a fifth of the server's own time per request)
+    app.add_route("/v2/models/{name}/infer", infer, methods=["POST"], include_in_schema=False)
+    app.add_route("/v2/models/{name}/versions/{version}/infer", infer, methods=["POST"], include_in_schema=False)
+
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
         return _error(RequestError(exc.status_code, str(exc.detail)))
@@ -198,24 +221,6 @@ def build_app(repository: Repository, options: ServeOptions | None = None) -> Fa
     @app.get("/metrics")
     async def metrics() -> Response:
         return Response(state.metrics.render(), media_type=state.metrics.content_type)
-
-    @app.post("/v2/models/{name}/infer")
-    @app.post("/v2/models/{name}/versions/{version}/infer")
-    async def infer(name: str, request: Request, version: str | None = None) -> Response:
-        start = time.perf_counter()
-        m = state.metrics
-        label = name if name in repository.models else "_unknown"  # bounded label values
-        m.requests.labels(label).inc()
-        m.in_progress.inc()
-        try:
-            response = await _infer(state, _model(name, version), request)
-        except RequestError as exc:
-            m.failures.labels(label, str(exc.status)).inc()
-            response = _error(exc)
-        finally:
-            m.in_progress.dec()
-        m.latency.labels(label).observe(time.perf_counter() - start)
-        return response
 
     return app
 
