@@ -20,6 +20,7 @@ otherwise keep it for up to 5 ms, leaving the model idle that long after every b
 from __future__ import annotations
 
 import contextlib
+import gc
 import signal
 import socket
 import sys
@@ -117,9 +118,15 @@ def serve(
     server = _Server(config, on_started=started)
     switch = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+    # Everything loaded so far (the models, the libraries) lives as long as the server: frozen out
+    # of the collector, so that a full collection no longer walks it while requests wait. Measured
+    # at concurrency 64 on a small CNN: p99 73 ms -> 15 ms, throughput +20% (docs/serve.md).
+    gc.collect()
+    gc.freeze()
     try:
         server.run(sockets=[sock])
     finally:
+        gc.unfreeze()
         sys.setswitchinterval(switch)
         sock.close()
     return ServeResult(host, bound_port, app.state.server.summary())
