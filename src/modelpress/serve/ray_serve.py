@@ -37,6 +37,7 @@ class _Replica:
     """One Ray Serve replica: sessions for every model, and the app around them."""
 
     def __init__(self, protos: list, options: ServeOptions, backend: str, device: str):
+        import gc
         import sys
 
         from modelpress.serve.server import SWITCH_INTERVAL_S
@@ -47,6 +48,8 @@ class _Replica:
             [(name, from_proto(proto)) for name, proto in protos], backend=backend, device=device
         )
         self.options = options
+        gc.collect()  # the models live as long as the replica: out of the collector (see server.py)
+        gc.freeze()
 
     def __serve_build_asgi_app__(self):
         from modelpress.serve.app import build_app
