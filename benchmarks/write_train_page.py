@@ -38,7 +38,7 @@ def page(data: dict) -> str:
         out += ["", "Bytes of each part of the `.mpz` (`model`: the graph without its weights and the tensor table; `side`: biases and other unshared tensors in float16; `gaps`/`masks`: kept positions, per layer whichever is smaller).", "",
                 "| model | " + " | ".join(parts) + " | total |", "| --- |" + " ---: |" * (len(parts) + 1)]
         for r in data["deep"]:
-            out.append(f"| {r['model']} | " + " | ".join(f"{r['parts'].get(p, 0):,}" for p in parts) + f" | {sum(r['parts'].values()):,} |")
+            out.append(f"| {r['model']} ({r['sparsity']:.0%}) | " + " | ".join(f"{r['parts'].get(p, 0):,}" for p in parts) + f" | {sum(r['parts'].values()):,} |")
         out.append("")
     if "qat" in data:
         out += ["## Quantization-aware training against post-training quantization", "",
