@@ -13,8 +13,9 @@ Sections (each writes its rows into ``benchmarks/results/train.json`` as it fini
   users do); test accuracy on the digits test split (median of 3 seeds, and each), parameters,
   size, ONNX Runtime CPU latency at batch 1 and 8 (all variants in one process, interleaved, one
   thread);
-* ``deep``: Deep Compression at 5 bits, 90% sparsity (mobilenet-digits: 80%): size after each
-  stage and test accuracy of the model decoded from the ``.mpz``;
+* ``deep``: Deep Compression at 5 bits, 90% sparsity (mobilenet-digits: 80% and 90%), 4 epochs
+  for each retraining (Adam 1e-2, codebooks 1e-3): size after each stage, the bytes of each part of the ``.mpz``, and test
+  accuracy of the model decoded from it;
 * ``qat``: post-training static int8 and w4a8 (4-bit weights rounded to nearest on static mode's
   graph) against QAT of each, same calibration/training data;
 * ``distill``: a 0.5-width student of resnet-digits, distilled (labels + teacher) and trained on
@@ -55,6 +56,7 @@ RESULTS = ROOT / "results"
 JSON = RESULTS / "train.json"
 CNNS = ("resnet-digits", "mobilenet-digits")
 EPOCHS, LR = 3, 3e-3
+DEEP_LR = 1e-2  # Deep Compression's pruning retraining (its codebook retraining: a tenth of it)
 
 
 def _load_results() -> dict:
@@ -176,12 +178,12 @@ def bench_deep() -> list[dict]:
 
     d, data = _digits()
     rows = []
-    # mobilenet-digits has 20k weights, a third of them in depthwise and 1x1 layers already lean:
-    # 90% of them is too much, so it is compressed at 80%
-    for name, sparsity in (("resnet-digits", 0.9), ("mobilenet-digits", 0.8)):
+    # At the other sections' 3e-3, mobilenet-digits recovered from 80% pruning to only 96.4%; at
+    # the zoo's own training rate, 1e-2, it recovers fully. 90% is more than its 20k weights allow.
+    for name, sparsity in (("resnet-digits", 0.9), ("mobilenet-digits", 0.8), ("mobilenet-digits", 0.9)):
         original = load(zoo.build(name, WORK / f"{name}.onnx"))
         t = time.perf_counter()
-        r = deep_compress(original, data=data, labels_key="y", sparsity=sparsity, bits=5, train=TrainConfig(epochs=2, lr=LR))
+        r = deep_compress(original, data=data, labels_key="y", sparsity=sparsity, bits=5, train=TrainConfig(epochs=4, lr=DEEP_LR))
         path = WORK / f"{name}.mpz"
         path.write_bytes(r.data)
         rows.append({

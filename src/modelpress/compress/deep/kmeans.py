@@ -5,13 +5,16 @@
 al. found it keeps the rare large weights, which matter most, better than density-based starts),
 and returns the codebook and each weight's code. ``shared_module`` then trains the codebooks, not
 the weights: a weight is ``codebook[code] * mask``, so the gradient reaching a centroid is the sum
-of the gradients of the weights that share it, as in the paper.
+of the gradients of the weights that share it, as in the paper. With ``float16``, the forward
+pass rounds the codebooks to float16 (straight through, see ``half``), the precision the ``.mpz``
+stores them in.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from modelpress.compress.deep.half import straight_through
 from modelpress.errors import OptionError
 
 
@@ -42,7 +45,7 @@ def share(array: np.ndarray, mask: np.ndarray, bits: int, *, iterations: int = 3
     return centroids, codes
 
 
-def shared_module(module, layers: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> list:
+def shared_module(module, layers: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], *, float16: bool = False) -> list:
     """Reparametrize ``module``'s weights as ``codebook[codes] * mask``; ``layers`` maps an
     initializer name to ``(codebook, codes, mask)``. Returns the codebook parameters to train."""
     import torch
@@ -56,7 +59,8 @@ def shared_module(module, layers: dict[str, tuple[np.ndarray, np.ndarray, np.nda
             self.register_buffer("mask", torch.from_numpy(mask.astype(np.float32)))
 
         def forward(self, w):
-            return self.codebook[self.codes].to(w.dtype) * self.mask.to(w.dtype)
+            book = straight_through(self.codebook) if float16 else self.codebook
+            return book[self.codes].to(w.dtype) * self.mask.to(w.dtype)
 
     params = []
     for name, (codebook, codes, mask) in layers.items():
