@@ -185,11 +185,13 @@ def _weights(model: ir.Model) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return out
 
 
-@pytest.mark.parametrize(("target", "bias_correction"), [("auto", True), ("avx2", False)])
+@pytest.mark.parametrize(("target", "bias_correction"), [("vnni", True), ("avx2", False)])
 def test_static_mode_stores_gptq_codes_on_the_same_scales(rng, monkeypatch, target, bias_correction):
-    """On this CPU's grid, and on the pair-safe grid of CPUs without VNNI (whose codes any CPU
-    sums exactly, so the error measured here is theirs). On the pair grid this model's bias
-    correction alone takes most of rounding's error out, so GPTQ's own gain is measured without
+    """On the plain int8 grid of exact CPUs, and on the pair-safe grid of CPUs without VNNI. Each
+    target is named, not ``auto``: what is tested is the codes, the same on every machine, so they
+    run as DequantizeLinear + float ops (optimizations off), exact on any CPU; a saturating CPU's
+    int8 kernels would add their own error to the VNNI grid's codes. On the pair grid this model's
+    bias correction alone takes most of rounding's error out, so GPTQ's own gain is measured without
     it."""
     from modelpress.compress.quantize import static as static_mode
 
@@ -213,7 +215,7 @@ def test_static_mode_stores_gptq_codes_on_the_same_scales(rng, monkeypatch, targ
     # the saved model runs, and is no further from the float model than rounding to nearest
     ref = session(model).run(None, {"x": x[64:]})[0]
     err = {
-        name: np.abs(session(to_proto(r.model)).run(None, {"x": x[64:]})[0] - ref).mean()
+        name: np.abs(session(to_proto(r.model), optimize="disabled").run(None, {"x": x[64:]})[0] - ref).mean()
         for name, r in (("gptq", with_gptq), ("nearest", plain))
     }
     assert err["gptq"] < 0.9 * err["nearest"], err
