@@ -14,7 +14,7 @@ def page(data: dict) -> str:
     out += ["Command: `.venv/bin/python benchmarks/bench_train.py` (`make bench` installs the peer, torch-pruning 1.6.1).", ""]
     if "prune" in data:
         out += ["## Structured pruning, 50% of the channels (digits CNNs)", "",
-                "Accuracy on the digits test split (450 images; one image is 0.22 points): the median of 3 seeds (shuffling and split), each seed in brackets. Latency: ONNX Runtime, all optimizations, one thread, ms per call, median (p25-p75), every variant interleaved in one process. Fine-tuning: 3 epochs, Adam 3e-3, cosine, batch 32, for every variant (Torch-Pruning trains its PyTorch module in train mode).", "",
+                "Accuracy on the digits test split (450 images; one image is 0.22 points): the median of 3 seeds (shuffling and split), each seed in brackets. Latency: ONNX Runtime, all optimizations, one thread, ms per call, median (p25-p75), every variant interleaved in one process. Fine-tuning: 3 epochs, Adam 3e-3, cosine, batch 32, for every variant (Torch-Pruning trains its PyTorch module in train mode). Channels ranked by modelpress's default importance (`activation`: the weights that read a channel times its RMS on the data) and by Torch-Pruning's group L1 (filters, BatchNorm scales, reading columns).", "",
                 "| model | variant | accuracy | params | size KiB | ms batch 1 | ms batch 8 | b8 vs original | train s |",
                 "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         base = {}
