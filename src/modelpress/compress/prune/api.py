@@ -1,12 +1,12 @@
 """``prune()``: structured, unstructured or 2:4 pruning of any ONNX model, fine-tuned on the data.
 
 Structured (``ratio``): the dependency groups of the graph are found (``depgraph``), their
-components scored (``importance``; by default how much each adds to the layers that read it, on
-batches of the data, or of generated inputs without data), the fraction ``ratio`` of each group removed physically
-(``surgery``), in one shot or in ``steps`` rounds with fine-tuning after each. Unstructured
-(``sparsity``, ``pattern``): magnitude masks, kept through fine-tuning. Fine-tuning trains on the
-labels when the data has them and against the original model as teacher (always, when it has
-none); ``train=None`` with data uses a short default schedule, ``train=False`` skips it.
+components scored (``importance``; by default how much each adds to the layers that read it,
+measured on batches of the data, or on generated inputs without data), the fraction ``ratio`` of
+each group removed physically (``surgery``), in one shot or in ``steps`` rounds with fine-tuning
+after each. Unstructured (``sparsity``, ``pattern``): magnitude masks, kept through fine-tuning.
+Fine-tuning trains on the labels when the data has them and against the original model as teacher
+(always, when it has none); ``train=None`` with data uses a short default schedule, ``train=False`` skips it.
 
 The result is checked: the pruned model must run under ONNX Runtime, and on the held-out samples
 its accuracy (with labels), its top-1 agreement and output cosine with the original are reported.
