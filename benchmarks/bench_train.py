@@ -10,7 +10,7 @@ Sections (each writes its rows into ``benchmarks/results/train.json`` as it fini
   group, modelpress on the ONNX file with labels and without (the original as teacher), and
   Torch-Pruning 1.6.1 (group L1 magnitude, DepGraph) on the PyTorch source of the same network,
   fine-tuned for the same epochs with the same optimizer and learning rate (in train mode, as its
-  users do); test accuracy on the digits test split (median of 3 seeds, and each), parameters,
+  users do); test accuracy right after pruning (BatchNorm statistics measured again, no training) and on the digits test split (median of 3 seeds, and each), parameters,
   size, ONNX Runtime CPU latency at batch 1 and 8 (all variants in one process, interleaved, one
   thread);
 * ``deep``: Deep Compression at 5 bits, 90% sparsity (mobilenet-digits: 80% and 90%), 4 epochs
@@ -141,6 +141,28 @@ def _torch_pruning(name: str, d, seed: int = 0) -> tuple[object, float]:
     return from_proto(onnx.load_from_string(buf.getvalue())), seconds
 
 
+def _torch_pruning_selected(name: str, d, batches: int = 8, batch_size: int = 64) -> float:
+    """Test accuracy of Torch-Pruning's selection before any training, its BatchNorm statistics
+    measured again on the first ``batches`` shuffled training batches (as modelpress does)."""
+    import torch_pruning as tp
+
+    torch.manual_seed(0)
+    module, (example,) = zoo.build_torch(name)
+    tp.pruner.MetaPruner(module, example, importance=tp.importance.MagnitudeImportance(p=1), pruning_ratio=0.5,
+                         ignored_layers=[module.head]).step()
+    norms = [m for m in module.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None  # a plain average over the batches
+    order = np.random.default_rng(0).permutation(len(d.x_train))
+    module.train()
+    with torch.no_grad():
+        for k in range(batches):
+            module(torch.from_numpy(d.x_train[order[k * batch_size : (k + 1) * batch_size]]))
+        module.eval()
+        return float((module(torch.from_numpy(d.x_test)).argmax(1).numpy() == d.y_test).mean())
+
+
 SEEDS = (0, 1, 2)
 
 
@@ -153,6 +175,12 @@ def bench_prune() -> list[dict]:
             "modelpress, labels": lambda seed, original=original: prune(original, data=data, labels_key="y", ratio=0.5, train=TrainConfig(epochs=EPOCHS, lr=LR, seed=seed)).model,
             "modelpress, no labels (teacher)": lambda seed, original=original: prune(original, data={"image": d.x_train}, ratio=0.5, train=TrainConfig(epochs=EPOCHS, lr=LR, seed=seed)).model,
             "Torch-Pruning (PyTorch source), labels": lambda seed, name=name: _torch_pruning(name, d, seed)[0],
+        }
+        # the selection alone: accuracy right after pruning, before any fine-tuning
+        selected = {
+            "modelpress, labels": _accuracy(prune(original, data=data, labels_key="y", ratio=0.5, train=False).model, d),
+            "modelpress, no labels (teacher)": _accuracy(prune(original, data={"image": d.x_train}, ratio=0.5, train=False).model, d),
+            "Torch-Pruning (PyTorch source), labels": _torch_pruning_selected(name, d),
         }
         variants = {"original": ([original], [_accuracy(original, d)], None)}
         for label, make in makers.items():
@@ -168,6 +196,7 @@ def bench_prune() -> list[dict]:
             rows.append({
                 "model": name, "variant": k, "accuracy": float(np.median(accs)), "accuracies": accs,
                 "params": param_count(models[0]), "size": _size(models[0]), "latency": lat[k], "seconds": secs,
+                "before_training": selected.get(k),
             })
             print(rows[-1], flush=True)
     return rows

@@ -10,6 +10,7 @@ from rich.table import Table
 from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes, human_count
 from modelpress.cli._training import print_check, print_training, training_bar
+from modelpress.compress.prune.importance import METHODS
 from modelpress.ir import save
 from modelpress.ir.files import output_dir
 from modelpress.runtime.measure import compare_latency
@@ -40,7 +41,7 @@ def add_parser(sub) -> None:
     what.add_argument("--sparsity", type=float, metavar="X", help="unstructured: fraction of weights set to zero")
     what.add_argument("--pattern", default="unstructured", choices=["unstructured", "2:4"], help="unstructured: 2:4 keeps 2 of every 4 weights (sparse tensor cores)")
     what.add_argument("--scope", default="global", choices=["global", "layer"], help="unstructured: one threshold for all layers (default) or per layer")
-    what.add_argument("--importance", default="l1", choices=["l1", "l2", "bn", "taylor"], help="structured: what ranks channels (default l1)")
+    what.add_argument("--importance", default="activation", choices=METHODS, help="structured: what ranks channels (default activation: weights times the inputs they read)")
     what.add_argument("--iterations", type=int, default=1, metavar="N", help="structured: prune in N rounds, fine-tuning after each (default 1)")
     options.add_list(what, "--keep", metavar="NODE", help="layers that stay whole")
     what.add_argument("--round-to", type=int, default=1, metavar="N", help="structured: keep a multiple of N channels per group")

@@ -61,11 +61,14 @@ def _prune_zeroed(model, feeds, ratio, head_ratio=None):
     assert chosen
     _zero(dg, chosen)
     zeroed = copy_model(dg.model)
-    # a re-analysis of the zeroed model picks exactly those components as the least important
+    # a re-analysis of the zeroed model picks exactly those components as the least important,
+    # by their weights and by what they add to the layers that read them
     dg2 = analyze(copy_model(zeroed), probe_shapes(zeroed, feeds))
+    activation = importance.scores(dg2, "activation", activations=importance.input_rms(dg2, [feeds]))
+    assert choose(dg2, activation, ratio=ratio, head_ratio=head_ratio) == choose(dg2, importance.scores(dg2, "l1"), ratio=ratio, head_ratio=head_ratio)
     scores = importance.scores(dg2, "l1")
     picked = choose(dg2, scores, ratio=ratio, head_ratio=head_ratio)
-    assert all(scores[c] == 0.0 for c in picked)
+    assert all(scores[c] == 0.0 and activation[c] == 0.0 for c in picked)
     surgery.remove(dg2, picked)
     onnx.checker.check_model(to_proto(dg2.model), full_check=True)
     return zeroed, dg2.model

@@ -1,11 +1,12 @@
 """``prune()``: structured, unstructured or 2:4 pruning of any ONNX model, fine-tuned on the data.
 
 Structured (``ratio``): the dependency groups of the graph are found (``depgraph``), their
-components scored (``importance``), the fraction ``ratio`` of each group removed physically
-(``surgery``), in one shot or in ``steps`` rounds with fine-tuning after each. Unstructured
-(``sparsity``, ``pattern``): magnitude masks, kept through fine-tuning. Fine-tuning trains on the
-labels when the data has them and against the original model as teacher (always, when it has
-none); ``train=None`` with data uses a short default schedule, ``train=False`` skips it.
+components scored (``importance``; by default how much each adds to the layers that read it,
+measured on batches of the data, or on generated inputs without data), the fraction ``ratio`` of
+each group removed physically (``surgery``), in one shot or in ``steps`` rounds with fine-tuning
+after each. Unstructured (``sparsity``, ``pattern``): magnitude masks, kept through fine-tuning.
+Fine-tuning trains on the labels when the data has them and against the original model as teacher
+(always, when it has none); ``train=None`` with data uses a short default schedule, ``train=False`` skips it.
 
 The result is checked: the pruned model must run under ONNX Runtime, and on the held-out samples
 its accuracy (with labels), its top-1 agreement and output cosine with the original are reported.
@@ -94,7 +95,7 @@ def prune(
     sparsity: float | None = None,
     pattern: str = "unstructured",
     scope: str = "global",
-    importance: str = "l1",
+    importance: str = "activation",
     steps: int = 1,
     keep: list[str] | tuple[str, ...] = (),
     round_to: int = 1,
@@ -132,6 +133,7 @@ def prune(
     if importance == "taylor" and dataset is None:
         raise OptionError("taylor importance needs training data (the gradients of its loss)")
     feeds = dataset.sample(2) if dataset is not None else _generated(original)
+    samples = _sample_batches(train_part) if train_part is not None else [feeds]
     result = PruneResult(
         model=original,
         kind="structured" if structured_mode else ("2:4" if pattern == "2:4" else "unstructured"),
@@ -156,7 +158,7 @@ def prune(
                 progress(f"pruning {i}/{steps}", 0, 0, None)
             current, report = structured.prune_step(
                 current, feeds, ratio=step_r, head_ratio=step_h, method=importance, keep=list(keep_set),
-                round_to=round_to, global_ranking=global_ranking, taylor=taylor,
+                round_to=round_to, global_ranking=global_ranking, taylor=taylor, batches=samples,
             )
             result.steps.append(report.to_dict())
             _check_runs(current, feeds)
@@ -168,6 +170,8 @@ def prune(
                     temperature=temperature, held_out=held, progress=_training_progress(progress, f"fine-tuning {i}/{steps}"),
                 )
                 result.training.append(tr)
+        if importance == "activation" and dataset is None:
+            result.notes.append("activation importance was measured on generated inputs: give data for scores that follow real inputs")
         if all(s["removed_units"] == 0 for s in result.steps):
             result.notes.append("no unit could be removed: every group is blocked (outputs, unknown ops) or kept")
     else:
@@ -211,6 +215,16 @@ def _step_ratio(ratio: float, i: int, steps: int) -> float:
     keep_prev = 1 - ratio * (i - 1) / steps
     keep_now = 1 - ratio * i / steps
     return 1 - keep_now / keep_prev
+
+
+def _sample_batches(data: TrainData, batches: int = 8, batch_size: int = 64) -> list[dict[str, np.ndarray]]:
+    """The first ``batches`` shuffled batches of ``data`` (seed 0), inputs only."""
+    out = []
+    for batch in data.batches(batch_size, rng=np.random.default_rng(0)):
+        if len(out) >= batches:
+            break
+        out.append(batch.feeds)
+    return out
 
 
 def _generated(model: ir.Model) -> dict[str, np.ndarray]:

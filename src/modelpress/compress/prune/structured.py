@@ -96,13 +96,16 @@ def prune_step(
     round_to: int,
     global_ranking: bool,
     taylor: dict[str, np.ndarray] | None = None,
+    batches: list[dict[str, np.ndarray]] | None = None,
 ) -> tuple[ir.Model, StepReport]:
-    """One analysis and removal on a copy of ``model``; ``feeds`` (a sample batch) sizes the graph."""
+    """One analysis and removal on a copy of ``model``; ``feeds`` (a sample batch) sizes the graph,
+    ``batches`` (default: ``[feeds]``) are what ``activation`` importance measures inputs on."""
     if not 0 <= ratio < 1 or (head_ratio is not None and not 0 <= head_ratio < 1):
         raise OptionError(f"pruning ratio {ratio if not 0 <= ratio < 1 else head_ratio}: choose a fraction in [0, 1)")
     shapes = probe_shapes(model, feeds)
     dg = analyze(copy_model(model), shapes, keep=keep)
-    scores = imp.scores(dg, method, taylor=taylor)
+    activations = imp.input_rms(dg, batches or [feeds]) if method == "activation" else None
+    scores = imp.scores(dg, method, taylor=taylor, activations=activations)
     removed = choose(dg, scores, ratio=ratio, head_ratio=head_ratio, round_to=round_to, global_ranking=global_ranking)
     groups = []
     for g in dg.groups:
