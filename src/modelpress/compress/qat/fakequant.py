@@ -2,7 +2,8 @@
 
 ``TrainingGraph(qdq)`` turns static mode's QDQ model into a trainable one with the same Q/DQ
 pairs: each weight ``DequantizeLinear(int8 codes)`` becomes ``DequantizeLinear(QuantizeLinear(W))``
-of a float weight ``W`` (its dequantized value), each int32 bias a float bias. ``module()`` builds
+of a float weight ``W`` (its dequantized value), each int32 bias a float bias (rounded on the
+int32 grid ``scale_x · scale_w`` in the forward pass, as it will be exported). ``module()`` builds
 the PyTorch backend's module for it and swaps the QuantizeLinear/DequantizeLinear kernels for
 fake-quantization ones: ``q = clamp(round(x / s) + z)`` kept in float, rounding with a straight-
 through gradient, so gradients reach the weights and, through ``x / s``, the scales (learned step
@@ -122,8 +123,27 @@ class TrainingGraph:
             if attr is not None and attr in module._buffers:
                 tensor = module._buffers.pop(attr)
                 module.register_parameter(attr, nn.Parameter(tensor.float()))
+        self._round_biases(module)
         module.train()
         return module
+
+    def _round_biases(self, module: nn.Module) -> None:
+        """Each bias that ``export`` writes as int32 codes on ``scale_x · scale_w`` is rounded on
+        that grid in the forward pass too (straight through), so that training sees the biases
+        the exported model will run: a bias off its grid by half a step moves an output that
+        sits on a rounding boundary of the next QuantizeLinear by a whole step."""
+        by = {n.name: n for n in self.model.graph}
+        consumers = {consumer for _, consumer in self.weights.values()}
+        bias_of = {consumer: b for b, consumer in self.biases.values()}
+        for step in module.program.steps:
+            node = by.get(step.ctx.name)
+            if node is None or node.name not in bias_of or node.name not in consumers or len(step.inputs) != 3:
+                continue
+            x_dq, w_dq = (v.producer() for v in node.inputs[:2])
+            if x_dq is None or x_dq.op_type != "DequantizeLinear" or w_dq is None or w_dq.op_type != "DequantizeLinear":
+                continue
+            step.inputs = [*step.inputs, x_dq.inputs[1].name, w_dq.inputs[1].name]
+            step.fn = _with_int32_bias(step.fn)
 
     def export(self, module: nn.Module, *, pair_safe: bool = False) -> ir.Model:
         """The QDQ model with the module's trained weights, scales and biases."""
@@ -176,6 +196,15 @@ class TrainingGraph:
             put(dq, 1, bscale.astype(np.float32).reshape(old.shape) if old.size > 1 else bscale[:1].astype(np.float32).reshape(old.shape))
             put(dq, 0, np.clip(np.rint(b / bscale), -(2**31) + 1, 2**31 - 1).astype(np.int32).reshape(const_array(dq.inputs[0]).shape))
         return out
+
+
+def _with_int32_bias(fn):
+    def run(ctx, x, w, b, scale_x, scale_w):
+        s = (scale_x.abs().reshape(-1)[0] * scale_w.abs().reshape(-1)).clamp_min(1e-12)
+        v = b / s
+        return fn(ctx, x, w, (v + (torch.round(v) - v).detach()) * s)
+
+    return run
 
 
 def _bcast(p: np.ndarray, like: np.ndarray, axis: int) -> np.ndarray:
