@@ -40,7 +40,11 @@ def add_parser(sub) -> None:
     what.add_argument("--sparsity", type=float, metavar="X", help="unstructured: fraction of weights set to zero")
     what.add_argument("--pattern", default="unstructured", choices=["unstructured", "2:4"], help="unstructured: 2:4 keeps 2 of every 4 weights (sparse tensor cores)")
     what.add_argument("--scope", default="global", choices=["global", "layer"], help="unstructured: one threshold for all layers (default) or per layer")
-    what.add_argument("--importance", default="l1", choices=["l1", "l2", "bn", "taylor"], help="structured: what ranks channels (default l1)")
+    what.add_argument(
+        "--importance", default="l1", choices=["l1", "l2", "bn", "taylor", "fisher", "activation", "obs"],
+        help="structured: what ranks channels (default l1); fisher, activation and obs measure neurons and heads on the data",
+    )
+    what.add_argument("--refit", action="store_true", help="structured: refit the layers that read removed neurons and heads by least squares on the data")
     what.add_argument("--iterations", type=int, default=1, metavar="N", help="structured: prune in N rounds, fine-tuning after each (default 1)")
     options.add_list(what, "--keep", metavar="NODE", help="layers that stay whole")
     what.add_argument("--round-to", type=int, default=1, metavar="N", help="structured: keep a multiple of N channels per group")
@@ -73,6 +77,7 @@ def run(args) -> int:
             keep=options.listed(args.keep),
             round_to=args.round_to,
             global_ranking=args.global_ranking,
+            refit=args.refit,
             train=options.training_config(args) if args.data else False,
             alpha=args.alpha,
             temperature=args.temperature,
