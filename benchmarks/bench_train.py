@@ -265,7 +265,7 @@ def _sentences(n: int) -> list[str]:
     return out[:n]
 
 
-def bench_minilm(train_sentences: int = 640, held_sentences: int = 128, seq: int = 24, epochs: int = 4) -> list[dict]:
+def bench_minilm(train_sentences: int = 1920, held_sentences: int = 128, seq: int = 24, epochs: int = 3) -> list[dict]:
     from modelpress.compress.distill import distill
     from modelpress.compress.train import TrainData
     from modelpress.compress.train.metrics import compare
