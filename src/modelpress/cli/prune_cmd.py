@@ -10,6 +10,7 @@ from rich.table import Table
 from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes, human_count
 from modelpress.cli._training import print_check, print_training, training_bar
+from modelpress.compress.prune import calibration as calib
 from modelpress.compress.prune.importance import METHODS
 from modelpress.ir import save
 from modelpress.ir.files import output_dir
@@ -41,7 +42,11 @@ def add_parser(sub) -> None:
     what.add_argument("--sparsity", type=float, metavar="X", help="unstructured: fraction of weights set to zero")
     what.add_argument("--pattern", default="unstructured", choices=["unstructured", "2:4"], help="unstructured: 2:4 keeps 2 of every 4 weights (sparse tensor cores)")
     what.add_argument("--scope", default="global", choices=["global", "layer"], help="unstructured: one threshold for all layers (default) or per layer")
-    what.add_argument("--importance", default="activation", choices=METHODS, help="structured: what ranks channels (default activation: weights times the inputs they read)")
+    what.add_argument(
+        "--importance", default="activation", choices=METHODS + calib.METHODS,
+        help="structured: what ranks channels, neurons and heads (default activation: the weights that read them times their size on the data); fisher and obs measure neurons and heads",
+    )
+    what.add_argument("--refit", action="store_true", help="structured: refit the layers that read removed neurons and heads by least squares on the data")
     what.add_argument("--iterations", type=int, default=1, metavar="N", help="structured: prune in N rounds, fine-tuning after each (default 1)")
     options.add_list(what, "--keep", metavar="NODE", help="layers that stay whole")
     what.add_argument("--round-to", type=int, default=1, metavar="N", help="structured: keep a multiple of N channels per group")
@@ -74,6 +79,7 @@ def run(args) -> int:
             keep=options.listed(args.keep),
             round_to=args.round_to,
             global_ranking=args.global_ranking,
+            refit=args.refit,
             train=options.training_config(args) if args.data else False,
             alpha=args.alpha,
             temperature=args.temperature,

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
+from modelpress.compress.prune import calibration as calib
 from modelpress.compress.prune import structured
 from modelpress.compress.prune import unstructured as unstr
 from modelpress.compress.prune.importance import METHODS, taylor_terms
@@ -39,6 +40,7 @@ from modelpress.verify import generate_inputs
 # stage, step, total, loss
 Progress = Callable[[str, int, int, float | None], None]
 DEFAULT_TRAINING = TrainConfig(epochs=2, lr=3e-3)
+CALIBRATION = (1024, 16)  # at most this many samples, in batches of this size, for calibration
 METADATA_KEY = "modelpress.sparsity"
 
 
@@ -100,6 +102,7 @@ def prune(
     keep: list[str] | tuple[str, ...] = (),
     round_to: int = 1,
     global_ranking: bool = False,
+    refit: bool = False,
     train: TrainConfig | bool | None = None,
     alpha: float | None = None,
     temperature: float = 1.0,
@@ -110,7 +113,9 @@ def prune(
     progress: Progress | None = None,
 ) -> PruneResult:
     """Prune ``model`` (see the module docstring). Give ``ratio`` (structured; ``head_ratio`` for
-    attention heads), or ``sparsity`` / ``pattern="2:4"`` (unstructured)."""
+    attention heads), or ``sparsity`` / ``pattern="2:4"`` (unstructured). ``refit``: before the
+    removal, refit the layers that read removed neurons and heads by least squares on the data
+    (``refit.py``)."""
     started = time.perf_counter()
     original = as_model(model)
     structured_mode = ratio is not None or head_ratio is not None
@@ -118,8 +123,8 @@ def prune(
         raise OptionError("choose structured pruning (ratio) or unstructured (sparsity, 2:4), not both")
     if not structured_mode and sparsity is None and pattern != "2:4":
         raise OptionError("nothing to prune: give a ratio (structured), a sparsity, or the 2:4 pattern")
-    if importance not in METHODS:
-        raise OptionError(f"importance {importance!r}: choose one of {', '.join(METHODS)}")
+    if importance not in METHODS + calib.METHODS:
+        raise OptionError(f"importance {importance!r}: choose one of {', '.join(METHODS + calib.METHODS)}")
     if steps < 1:
         raise OptionError(f"steps {steps}: at least 1")
     keep_set = frozenset(keep)
@@ -132,8 +137,10 @@ def prune(
     train_part, held = (dataset.split(config.val_fraction, seed=config.seed) if dataset is not None and config else (dataset, None))
     if importance == "taylor" and dataset is None:
         raise OptionError("taylor importance needs training data (the gradients of its loss)")
+    if (importance in calib.METHODS or refit) and dataset is None:
+        raise OptionError(f"{'refit' if refit else importance + ' importance'} needs training data (samples to measure on)")
     feeds = dataset.sample(2) if dataset is not None else _generated(original)
-    samples = _sample_batches(train_part) if train_part is not None else [feeds]
+    calibration = _calibration(train_part) if train_part is not None else None
     result = PruneResult(
         model=original,
         kind="structured" if structured_mode else ("2:4" if pattern == "2:4" else "unstructured"),
@@ -158,7 +165,8 @@ def prune(
                 progress(f"pruning {i}/{steps}", 0, 0, None)
             current, report = structured.prune_step(
                 current, feeds, ratio=step_r, head_ratio=step_h, method=importance, keep=list(keep_set),
-                round_to=round_to, global_ranking=global_ranking, taylor=taylor, batches=samples,
+                round_to=round_to, global_ranking=global_ranking, taylor=taylor,
+                calibration=calibration, refit=refit,
             )
             result.steps.append(report.to_dict())
             _check_runs(current, feeds)
@@ -217,13 +225,15 @@ def _step_ratio(ratio: float, i: int, steps: int) -> float:
     return 1 - keep_now / keep_prev
 
 
-def _sample_batches(data: TrainData, batches: int = 8, batch_size: int = 64) -> list[dict[str, np.ndarray]]:
-    """The first ``batches`` shuffled batches of ``data`` (seed 0), inputs only."""
-    out = []
-    for batch in data.batches(batch_size, rng=np.random.default_rng(0)):
-        if len(out) >= batches:
+def _calibration(data: TrainData) -> list:
+    """Up to ``CALIBRATION`` samples of ``data``, shuffled (seed 0), in batches."""
+    n, size = CALIBRATION
+    out, seen = [], 0
+    for batch in data.batches(size, rng=np.random.default_rng(0)):
+        if seen >= n:
             break
-        out.append(batch.feeds)
+        out.append(batch)
+        seen += len(next(iter(batch.feeds.values())))
     return out
 
 

@@ -20,9 +20,12 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
+from modelpress.compress.prune import calibration as calib
 from modelpress.compress.prune import importance as imp
 from modelpress.compress.prune import surgery
 from modelpress.compress.prune.depgraph import DepGraph, analyze, probe_shapes
+from modelpress.compress.prune.refit import obs_scores
+from modelpress.compress.prune.refit import refit as refit_readers
 from modelpress.errors import OptionError
 from modelpress.ir.graph import copy_model
 
@@ -96,17 +99,34 @@ def prune_step(
     round_to: int,
     global_ranking: bool,
     taylor: dict[str, np.ndarray] | None = None,
-    batches: list[dict[str, np.ndarray]] | None = None,
+    calibration: list | None = None,
+    refit: bool = False,
 ) -> tuple[ir.Model, StepReport]:
-    """One analysis and removal on a copy of ``model``; ``feeds`` (a sample batch) sizes the graph,
-    ``batches`` (default: ``[feeds]``) are what ``activation`` importance measures inputs on."""
+    """One analysis and removal on a copy of ``model``; ``feeds`` (a sample batch) sizes the graph.
+
+    ``calibration`` (``Batch``es of samples; default: ``feeds``) is what the data-aware methods
+    measure on: ``activation`` the inputs of the layers that read each channel, ``fisher`` and
+    ``obs`` (``calibration.METHODS``) the neurons and heads through the layers that read them;
+    with ``refit``, the least-squares refit of those layers after the removal."""
     if not 0 <= ratio < 1 or (head_ratio is not None and not 0 <= head_ratio < 1):
         raise OptionError(f"pruning ratio {ratio if not 0 <= ratio < 1 else head_ratio}: choose a fraction in [0, 1)")
     shapes = probe_shapes(model, feeds)
     dg = analyze(copy_model(model), shapes, keep=keep)
-    activations = imp.input_rms(dg, batches or [feeds]) if method == "activation" else None
-    scores = imp.scores(dg, method, taylor=taylor, activations=activations)
+    readers = []
+    if calibration is not None and (method in calib.METHODS or refit):
+        readers = calib.readers(dg)
+        calib.observe(model, readers, calibration)
+    if method in calib.METHODS:
+        if calibration is None:
+            raise OptionError(f"{method} importance needs training data (samples to measure the units on)")
+        scores = obs_scores(dg, readers) if method == "obs" else calib.scores(dg, readers)
+    else:
+        batches = [b.feeds for b in calibration] if calibration is not None else [feeds]
+        activations = imp.input_rms(dg, batches) if method == "activation" else None
+        scores = imp.scores(dg, method, taylor=taylor, activations=activations)
     removed = choose(dg, scores, ratio=ratio, head_ratio=head_ratio, round_to=round_to, global_ranking=global_ranking)
+    if refit and readers:
+        refit_readers(dg, readers, removed)
     groups = []
     for g in dg.groups:
         gone = sum(1 for c in g.components if c in removed)
