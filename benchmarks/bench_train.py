@@ -18,12 +18,12 @@ Sections (each writes its rows into ``benchmarks/results/train.json`` as it fini
   accuracy of the model decoded from it;
 * ``qat``: post-training static int8 and w4a8 (4-bit weights rounded to nearest on static mode's
   graph) against QAT of each, same calibration/training data;
-* ``distill``: 0.5-width students of resnet-digits, distilled with ``distill``'s defaults (labels +
+* ``distill``: 0.5-width students of resnet-digits and mobilenet-digits, distilled with ``distill``'s defaults (labels +
   teacher at T=4, alpha 0.5, + the CNN's stage outputs) and trained on labels alone for the same
   steps, optimizer, learning rate, data and seed: made from the teacher by width reduction (3 and
   10 epochs) and the same graph with random weights given as a file (10 epochs); from the zoo's
-  teacher and from the same teacher trained 16 epochs more; 10 paired seeds, mean ± std and the
-  paired difference;
+  teacher and from the same teacher trained 16 epochs more; mobilenet-digits likewise (10 epochs);
+  10 paired seeds, mean ± std and the paired difference;
 * ``minilm``: all-MiniLM-L6-v2, half of each FFN's neurons and a third of the heads pruned (chosen
   by weight norms, for reference, and on the data with a least-squares refit of the layers that
   read them), then distilled (outputs and hidden states) on sentences from Python's own docstrings;
@@ -261,25 +261,31 @@ def bench_qat() -> list[dict]:
 
 
 DISTILL_SEEDS = tuple(range(10))
-# (teacher, student, epochs, variant, distill options): the same student, steps, optimizer, learning
+# (teacher, its training, student, epochs, variant, distill options): the same student, steps, optimizer, learning
 # rate, data and seed for every variant of a student; alpha 0 is the labels alone (no teacher)
 LABELS_ONLY = {"alpha": 0.0, "features": "none"}
 DISTILL_RUNS = (
-    ("zoo", "width", 3, "labels only", LABELS_ONLY),
-    ("zoo", "width", 3, "distilled", {}),
-    ("zoo", "width", 10, "labels only", LABELS_ONLY),
-    ("zoo", "width", 10, "distilled, outputs only (no features)", {"features": "none"}),
-    ("zoo", "width", 10, "distilled", {}),
-    ("zoo", "fresh", 10, "labels only", LABELS_ONLY),
-    ("zoo", "fresh", 10, "distilled", {}),
-    ("converged", "width", 10, "labels only", LABELS_ONLY),
-    ("converged", "width", 10, "distilled", {}),
-    ("converged", "fresh", 10, "labels only", LABELS_ONLY),
-    ("converged", "fresh", 10, "distilled", {}),
+    ("resnet-digits", "zoo", "width", 3, "labels only", LABELS_ONLY),
+    ("resnet-digits", "zoo", "width", 3, "distilled", {}),
+    ("resnet-digits", "zoo", "width", 10, "labels only", LABELS_ONLY),
+    ("resnet-digits", "zoo", "width", 10, "distilled, outputs only (no features)", {"features": "none"}),
+    ("resnet-digits", "zoo", "width", 10, "distilled", {}),
+    ("resnet-digits", "zoo", "fresh", 10, "labels only", LABELS_ONLY),
+    ("resnet-digits", "zoo", "fresh", 10, "distilled", {}),
+    ("resnet-digits", "converged", "width", 10, "labels only", LABELS_ONLY),
+    ("resnet-digits", "converged", "width", 10, "distilled", {}),
+    ("resnet-digits", "converged", "fresh", 10, "labels only", LABELS_ONLY),
+    ("resnet-digits", "converged", "fresh", 10, "distilled", {}),
+    *(
+        ("mobilenet-digits", teacher, student, 10, label, options)
+        for teacher in ("zoo", "converged")
+        for student in ("width", "fresh")
+        for label, options in (("labels only", LABELS_ONLY), ("distilled", {}))
+    ),
 )
 TEACHERS = {
-    "zoo": "resnet-digits (the zoo's: 4 epochs)",
-    "converged": "resnet-digits trained 16 epochs more",
+    "zoo": "{} (the zoo's: 4 epochs)",
+    "converged": "{} trained 16 epochs more",
 }
 STUDENTS = {
     "width": "0.5 width of the teacher (its weights)",
@@ -288,8 +294,8 @@ STUDENTS = {
 
 
 def _converged(teacher, data: dict):
-    """The zoo's resnet-digits (trained 4 epochs, OneCycle) trained on the labels until its
-    held-out loss stops falling: 16 more epochs, Adam 3e-3, cosine (the best weights kept)."""
+    """A zoo CNN (trained 4 epochs, OneCycle) trained on the labels until its held-out loss stops
+    falling: 16 more epochs, Adam 3e-3, cosine (the best weights kept)."""
     from modelpress.compress.train import TrainData
     from modelpress.compress.train.finetune import finetune
 
@@ -331,14 +337,15 @@ def bench_distill() -> list[dict]:
     from modelpress.compress.distill import distill
 
     d, data = _digits()
-    zoo_teacher = load(zoo.build("resnet-digits", WORK / "resnet-digits.onnx"))
-    teachers = {"zoo": zoo_teacher, "converged": _converged(zoo_teacher, data)}
-    rows = []
-    for key, teacher in teachers.items():
-        rows.append({"teacher": TEACHERS[key], "variant": "teacher", "accuracy": _accuracy(teacher, d), "accuracies": [], "params": param_count(teacher)})
-        print(rows[-1], flush=True)
-    for key, student, epochs, label, options in DISTILL_RUNS:
-        teacher = teachers[key]
+    teachers, rows = {}, []
+    for name in dict.fromkeys(run[0] for run in DISTILL_RUNS):
+        original = load(zoo.build(name, WORK / f"{name}.onnx"))
+        for key, model in (("zoo", original), ("converged", _converged(original, data))):
+            teachers[name, key] = model
+            rows.append({"teacher": TEACHERS[key].format(name), "variant": "teacher", "accuracy": _accuracy(model, d), "accuracies": [], "params": param_count(model)})
+            print(rows[-1], flush=True)
+    for name, key, student, epochs, label, options in DISTILL_RUNS:
+        teacher = teachers[name, key]
         accs, secs = [], 0.0
         for seed in DISTILL_SEEDS:
             given = {"width": 0.5} if student == "width" else {"student": _fresh_student(teacher, d, seed)}
@@ -346,7 +353,7 @@ def bench_distill() -> list[dict]:
             accs.append(_accuracy(r.model, d))
             secs += r.seconds
         row = {
-            "teacher": TEACHERS[key], "student": STUDENTS[student], "epochs": epochs, "variant": label,
+            "teacher": TEACHERS[key].format(name), "student": STUDENTS[student], "epochs": epochs, "variant": label,
             "accuracy": float(np.mean(accs)), "std": float(np.std(accs, ddof=1)), "accuracies": accs,
             "params": r.params_student, "features": len(r.features), "seconds": secs / len(DISTILL_SEEDS),
         }
