@@ -18,8 +18,12 @@ Sections (each writes its rows into ``benchmarks/results/train.json`` as it fini
   accuracy of the model decoded from it;
 * ``qat``: post-training static int8 and w4a8 (4-bit weights rounded to nearest on static mode's
   graph) against QAT of each, same calibration/training data;
-* ``distill``: a 0.5-width student of resnet-digits, distilled (labels + teacher) and trained on
-  labels alone for the same steps (median of 3 seeds);
+* ``distill``: 0.5-width students of resnet-digits and mobilenet-digits, distilled with ``distill``'s defaults (labels +
+  teacher at T=4, alpha 0.5, + the CNN's stage outputs) and trained on labels alone for the same
+  steps, optimizer, learning rate, data and seed: made from the teacher by width reduction (3 and
+  10 epochs) and the same graph with random weights given as a file (10 epochs); from the zoo's
+  teacher and from the same teacher trained 16 epochs more; mobilenet-digits likewise (10 epochs);
+  10 paired seeds, mean ± std and the paired difference;
 * ``minilm``: all-MiniLM-L6-v2, half of each FFN's neurons and a third of the heads pruned (chosen
   by weight norms, for reference, and on the data with a least-squares refit of the layers that
   read them), then distilled (outputs and hidden states) on sentences from Python's own docstrings;
@@ -256,19 +260,108 @@ def bench_qat() -> list[dict]:
     return rows
 
 
+DISTILL_SEEDS = tuple(range(10))
+# (teacher, its training, student, epochs, variant, distill options): the same student, steps, optimizer, learning
+# rate, data and seed for every variant of a student; alpha 0 is the labels alone (no teacher)
+LABELS_ONLY = {"alpha": 0.0, "features": "none"}
+DISTILL_RUNS = (
+    ("resnet-digits", "zoo", "width", 3, "labels only", LABELS_ONLY),
+    ("resnet-digits", "zoo", "width", 3, "distilled", {}),
+    ("resnet-digits", "zoo", "width", 10, "labels only", LABELS_ONLY),
+    ("resnet-digits", "zoo", "width", 10, "distilled, outputs only (no features)", {"features": "none"}),
+    ("resnet-digits", "zoo", "width", 10, "distilled", {}),
+    ("resnet-digits", "zoo", "fresh", 10, "labels only", LABELS_ONLY),
+    ("resnet-digits", "zoo", "fresh", 10, "distilled", {}),
+    ("resnet-digits", "converged", "width", 10, "labels only", LABELS_ONLY),
+    ("resnet-digits", "converged", "width", 10, "distilled", {}),
+    ("resnet-digits", "converged", "fresh", 10, "labels only", LABELS_ONLY),
+    ("resnet-digits", "converged", "fresh", 10, "distilled", {}),
+    *(
+        ("mobilenet-digits", teacher, student, 10, label, options)
+        for teacher in ("zoo", "converged")
+        for student in ("width", "fresh")
+        for label, options in (("labels only", LABELS_ONLY), ("distilled", {}))
+    ),
+)
+TEACHERS = {
+    "zoo": "{} (the zoo's: 4 epochs)",
+    "converged": "{} trained 16 epochs more",
+}
+STUDENTS = {
+    "width": "0.5 width of the teacher (its weights)",
+    "fresh": "0.5 width, random weights (a file)",
+}
+
+
+def _converged(teacher, data: dict):
+    """A zoo CNN (trained 4 epochs, OneCycle) trained on the labels until its held-out loss stops
+    falling: 16 more epochs, Adam 3e-3, cosine (the best weights kept)."""
+    from modelpress.compress.train import TrainData
+    from modelpress.compress.train.finetune import finetune
+
+    train = TrainData.load(data, teacher, labels_key="y")
+    return finetune(teacher, train, teacher=None, config=TrainConfig(epochs=16, lr=LR))[0]
+
+
+def _fresh_student(teacher, d, seed: int):
+    """The teacher's 0.5-width graph with every weight drawn again, as PyTorch initializes a new
+    layer (uniform within 1/sqrt(fan-in); BatchNorm scale 1, shift 0, statistics 0 and 1)."""
+    import onnx_ir as oir
+
+    student = prune(teacher, data={"image": d.x_train[:256]}, ratio=0.5, train=False).model
+    rng = np.random.default_rng(1000 + seed)
+    for node in student.graph:
+        ins = list(node.inputs)
+        if node.op_type in ("Conv", "Gemm"):
+            shape = ins[1].const_value.shape
+            bound = 1 / np.sqrt(np.prod(shape[1:]))  # Gemm's weight is (out, in): transB=1
+            for v in ins[1:3]:
+                if v is not None:
+                    v.const_value = oir.tensor(rng.uniform(-bound, bound, v.const_value.shape).astype(np.float32))
+        elif node.op_type == "BatchNormalization":
+            for v, fill in zip(ins[1:5], (1.0, 0.0, 0.0, 1.0)):
+                v.const_value = oir.tensor(np.full(v.const_value.shape, fill, np.float32))
+    return student
+
+
+def _paired(a: list[float], b: list[float]) -> dict:
+    """``b - a`` per seed, in points: mean, standard deviation, standard error, wins and losses."""
+    diff = (np.array(b) - np.array(a)) * 100
+    return {
+        "mean": float(diff.mean()), "std": float(diff.std(ddof=1)), "se": float(diff.std(ddof=1) / np.sqrt(len(diff))),
+        "better": int((diff > 0).sum()), "same": int((diff == 0).sum()), "worse": int((diff < 0).sum()),
+    }
+
+
 def bench_distill() -> list[dict]:
     from modelpress.compress.distill import distill
 
     d, data = _digits()
-    teacher = load(zoo.build("resnet-digits", WORK / "resnet-digits.onnx"))
-    rows = [{"variant": "teacher", "accuracy": _accuracy(teacher, d), "accuracies": [], "params": param_count(teacher)}]
-    for label, alpha in (("0.5-width student, distilled (labels + teacher, T=4)", 0.5), ("0.5-width student, labels only", 0.0)):
+    teachers, rows = {}, []
+    for name in dict.fromkeys(run[0] for run in DISTILL_RUNS):
+        original = load(zoo.build(name, WORK / f"{name}.onnx"))
+        for key, model in (("zoo", original), ("converged", _converged(original, data))):
+            teachers[name, key] = model
+            rows.append({"teacher": TEACHERS[key].format(name), "variant": "teacher", "accuracy": _accuracy(model, d), "accuracies": [], "params": param_count(model)})
+            print(rows[-1], flush=True)
+    for name, key, student, epochs, label, options in DISTILL_RUNS:
+        teacher = teachers[name, key]
         accs, secs = [], 0.0
-        for seed in SEEDS:
-            r = distill(teacher, data=data, labels_key="y", width=0.5, alpha=alpha, temperature=4.0, train=TrainConfig(epochs=EPOCHS, lr=LR, seed=seed))
+        for seed in DISTILL_SEEDS:
+            given = {"width": 0.5} if student == "width" else {"student": _fresh_student(teacher, d, seed)}
+            r = distill(teacher, data=data, labels_key="y", train=TrainConfig(epochs=epochs, lr=LR, seed=seed), **given, **options)
             accs.append(_accuracy(r.model, d))
             secs += r.seconds
-        rows.append({"variant": label, "accuracy": float(np.median(accs)), "accuracies": accs, "params": r.params_student, "seconds": secs / len(SEEDS)})
+        row = {
+            "teacher": TEACHERS[key].format(name), "student": STUDENTS[student], "epochs": epochs, "variant": label,
+            "accuracy": float(np.mean(accs)), "std": float(np.std(accs, ddof=1)), "accuracies": accs,
+            "params": r.params_student, "features": len(r.features), "seconds": secs / len(DISTILL_SEEDS),
+        }
+        same = [x for x in rows if (x.get("teacher"), x.get("student"), x.get("epochs")) == (row["teacher"], row["student"], epochs)]
+        base = next((x for x in same if x["variant"] == "labels only"), None)
+        if base is not None:
+            row["vs_labels"] = _paired(base["accuracies"], accs)
+        rows.append(row)
         print(rows[-1], flush=True)
     return rows
 

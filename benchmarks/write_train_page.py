@@ -50,10 +50,18 @@ def page(data: dict) -> str:
             out.append(f"| {r['model']} | {r['float']:.2%} | {r['static int8']:.2%} | {r['QAT int8']:.2%} | {r['w4a8 (round to nearest)']:.2%} | {r['QAT w4a8']:.2%} | {r['same_structure']} |")
         out.append("")
     if "distill" in data:
-        out += ["## Distillation (resnet-digits teacher, 0.5-width student made by width reduction)", "", "| variant | accuracy | params | train s |", "| --- | ---: | ---: | ---: |"]
+        out += ["## Distillation (resnet-digits teacher, 0.5-width students)", "",
+                "Accuracy on the digits test split (450 images; one image is 0.22 points): mean ± standard deviation over 10 seeds (shuffling, held-out split, and the random student's weights), each variant of a student with the same seeds, student, steps, Adam 3e-3 (cosine), batch 32 and data. "
+                "Distilled: `distill`'s defaults, labels + the teacher's outputs (KL at T=4, alpha 0.5) + the CNN's stage outputs through a 1x1 projection (least-squares start). "
+                "vs labels only: the paired difference in points (distilled minus labels only, seed by seed), mean ± standard error, and the seeds better / equal / worse.", "",
+                "| teacher | student | epochs | variant | accuracy | vs labels only | params | train s |", "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: |"]
         for r in data["distill"]:
-            seeds = " (" + ", ".join(f"{a:.1%}" for a in r["accuracies"]) + ")" if len(r.get("accuracies", [])) > 1 else ""
-            out.append(f"| {r['variant']} | {r['accuracy']:.2%}{seeds} | {r['params']:,} | {r.get('seconds', 0):.0f} |")
+            if r["variant"] == "teacher":
+                out.append(f"| {r.get('teacher', '')} | (the teacher itself) | | | {r['accuracy']:.2%} | | {r['params']:,} | |")
+                continue
+            p = r.get("vs_labels")
+            vs = f"{p['mean']:+.2f} ± {p['se']:.2f} ({p['better']}/{p['same']}/{p['worse']})" if p else ""
+            out.append(f"| {r.get('teacher', '')} | {r.get('student', '')} | {r.get('epochs', '')} | {r['variant']} | {r['accuracy']:.2%} ± {r.get('std', 0) * 100:.2f} | {vs} | {r['params']:,} | {r.get('seconds', 0):.0f} |")
         out.append("")
     if "minilm" in data:
         r = data["minilm"][0]
@@ -102,14 +110,19 @@ def _targets(data: dict) -> list[str]:
                     verdict = f"post-training loses {loss:.2f} points (under 1: nothing to recover), QAT {rec:+.2f} ({'never below post-training: met' if rec >= 0 else 'below post-training: not met'})"
                 lines.append(f"- QAT {fmt}, {r['model']}: {verdict}.")
     if "distill" in data:
-        rows = {r["variant"]: r for r in data["distill"]}
-        t = rows["teacher"]["accuracy"]
-        kd = next(r for k, r in rows.items() if k.startswith("0.5-width student, distilled"))
-        lo = next(r for k, r in rows.items() if k.startswith("0.5-width student, labels"))
-        lines.append(
-            f"- Distillation: the 0.5-width student is {(t - kd['accuracy']) * 100:+.2f} points from the teacher (within 2: {'met' if t - kd['accuracy'] <= 0.02 else 'not met'}); "
-            f"against the same student on labels alone {(kd['accuracy'] - lo['accuracy']) * 100:+.2f} points (better: {'met' if kd['accuracy'] > lo['accuracy'] else 'not met'})."
-        )
+        rows = data["distill"]
+        teachers = {r.get("teacher"): r["accuracy"] for r in rows if r["variant"] == "teacher"}
+        for r in rows:
+            p = r.get("vs_labels")
+            if r["variant"] != "distilled" or not p:
+                continue
+            t = teachers[r.get("teacher")]
+            shown = p["mean"] - 2 * p["se"] > 0
+            lines.append(
+                f"- Distillation, teacher {r.get('teacher')}, student {r['student']}, {r['epochs']} epochs: {(r['accuracy'] - t) * 100:+.2f} points against the teacher on average (within 2 of it: {'met' if t - r['accuracy'] <= 0.02 else 'not met'}); "
+                f"against the same student on labels alone {p['mean']:+.2f} ± {p['se']:.2f} points, paired over the seeds "
+                f"(better: {'met, by more than two standard errors' if shown else 'not shown' if p['mean'] > 0 else 'not met'})."
+            )
     if "minilm" in data:
         r = data["minilm"][0]
         ratio = r["latency"]["pruned + distilled"]["8"]["median"] / r["latency"]["original"]["8"]["median"]

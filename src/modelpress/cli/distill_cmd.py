@@ -18,7 +18,8 @@ def add_parser(sub) -> None:
         help="train a smaller student on a teacher's outputs (student file, or the teacher made narrower)",
         description="Knowledge distillation: the student learns the teacher's softened outputs "
         "(KL at a temperature), the labels when the data has them, and the teacher's hidden states "
-        "where layers correspond (transformers). The student is a model file with the teacher's "
+        "or feature maps where layers correspond (transformers, CNN stages). Default training: 10 epochs, "
+        "temperature 4. The student is a model file with the teacher's "
         "inputs and outputs, or the teacher with a fraction of its channels, neurons and heads removed.",
         epilog="examples:\n"
         "  modelpress distill cnn.onnx --width 0.5 -o student.onnx --data train.npz --labels-key y\n"
@@ -31,10 +32,12 @@ def add_parser(sub) -> None:
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--student", metavar="FILE", help="the student model (same inputs and outputs as the teacher)")
     who.add_argument("--width", type=float, metavar="X", help="make the student from the teacher: keep this fraction of its channels, neurons and heads")
-    p.add_argument("--no-features", action="store_true", help="do not match hidden states (transformers)")
-    p.add_argument("--feature-weight", type=float, default=1.0, metavar="X", help="weight of the hidden-state loss (default 1)")
+    p.add_argument("--no-features", action="store_true", help="do not match hidden states (transformers) or stage outputs (CNNs)")
+    p.add_argument("--feature-weight", type=float, default=1.0, metavar="X", help="weight of the hidden-state / feature-map loss (default 1)")
     options.add_training(p)
-    p.set_defaults(temperature=4.0)
+    # a student learns from a teacher more slowly than a pruned model recovers: 10 epochs, not 2
+    # (benchmarks/results/train.md, distillation)
+    p.set_defaults(temperature=4.0, epochs=10)
     options.add_record(p)
     p.set_defaults(func=run)
 
@@ -69,7 +72,7 @@ def run(args) -> int:
     for note in result.notes:
         console.print(f"note: {note}")
     if result.features:
-        console.print(f"hidden states matched: {len(result.features)}")
+        console.print(f"intermediate values matched: {len(result.features)}")
     print_training([result.training])
     print_check(result.check)
     console.print(
