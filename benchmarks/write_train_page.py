@@ -62,7 +62,8 @@ def page(data: dict) -> str:
                 "| | params | size MiB | cosine | ms batch 1 | ms batch 8 |", "| --- | ---: | ---: | ---: | ---: | ---: |",
                 f"| original | {r['params'][0]:,} | {r['size'][0] / 2**20:.1f} | 1 | {_ms(r['latency']['original'], 1)} | {_ms(r['latency']['original'], 8)} |",
                 *([f"| pruned, units chosen by weight norms (L1), before training | | | {r['cosine_pruned_l1']:.4f} | | |"] if "cosine_pruned_l1" in r else []),
-                f"| pruned{', units chosen by ' + r['importance'] + (' + least-squares refit' if r.get('refit') else '') if 'importance' in r else ''}, before training | | | {r['cosine_pruned_only']:.4f} | | |",
+                *([f"| pruned, units chosen by {r['importance']} + least-squares refit, a ratio per layer, before training | | | {r['cosine_pruned_per_layer']:.4f} | | |"] if "cosine_pruned_per_layer" in r else []),
+                f"| pruned{', units chosen by ' + r['importance'] + (' + least-squares refit' if r.get('refit') else '') + (', ranked across layers' if r.get('global_ranking') else '') if 'importance' in r else ''}, before training | | | {r['cosine_pruned_only']:.4f} | | |",
                 f"| pruned + distilled | {r['params'][1]:,} | {r['size'][1] / 2**20:.1f} | {r['cosine_distilled']:.4f} | {_ms(r['latency']['pruned + distilled'], 1)} | {_ms(r['latency']['pruned + distilled'], 8)} |", ""]
     out += _targets(data)
     return "\n".join(out) + "\n"
