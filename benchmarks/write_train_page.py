@@ -66,11 +66,12 @@ def page(data: dict) -> str:
     if "minilm" in data:
         r = data["minilm"][0]
         out += ["## MiniLM (all-MiniLM-L6-v2): 50% of FFN neurons and a third of the heads pruned, then distilled", "",
-                f"Training: {r['sentences'][0]} sentences from Python's standard-library docstrings, sequence {r['seq']}; held out: {r['sentences'][1]} other sentences. Cosine: mean cosine similarity of each held-out sentence embedding to the original model's.", "",
+                f"Training: {r['sentences'][0]} sentences from {r.get('text', 'the docstrings of Python standard library')}, sequence {r['seq']}, {r.get('epochs', 1)} epoch(s); held out: {r['sentences'][1]} other sentences of the standard library's. Cosine: mean cosine similarity of each held-out sentence embedding to the original model's.", "",
                 "| | params | size MiB | cosine | ms batch 1 | ms batch 8 |", "| --- | ---: | ---: | ---: | ---: | ---: |",
                 f"| original | {r['params'][0]:,} | {r['size'][0] / 2**20:.1f} | 1 | {_ms(r['latency']['original'], 1)} | {_ms(r['latency']['original'], 8)} |",
                 *([f"| pruned, units chosen by weight norms (L1), before training | | | {r['cosine_pruned_l1']:.4f} | | |"] if "cosine_pruned_l1" in r else []),
-                f"| pruned{', units chosen by ' + r['importance'] + (' + least-squares refit' if r.get('refit') else '') if 'importance' in r else ''}, before training | | | {r['cosine_pruned_only']:.4f} | | |",
+                *([f"| pruned, units chosen by {r['importance']} + least-squares refit, a ratio per layer, before training | | | {r['cosine_pruned_per_layer']:.4f} | | |"] if "cosine_pruned_per_layer" in r else []),
+                f"| pruned{', units chosen by ' + r['importance'] + (' + least-squares refit' if r.get('refit') else '') + (', ranked across layers' if r.get('global_ranking') else '') if 'importance' in r else ''}, before training | | | {r['cosine_pruned_only']:.4f} | | |",
                 f"| pruned + distilled | {r['params'][1]:,} | {r['size'][1] / 2**20:.1f} | {r['cosine_distilled']:.4f} | {_ms(r['latency']['pruned + distilled'], 1)} | {_ms(r['latency']['pruned + distilled'], 8)} |", ""]
     out += _targets(data)
     return "\n".join(out) + "\n"
@@ -128,7 +129,7 @@ def _targets(data: dict) -> list[str]:
         ratio = r["latency"]["pruned + distilled"]["8"]["median"] / r["latency"]["original"]["8"]["median"]
         lines.append(
             f"- MiniLM, half the FFN neurons and a third of the heads: latency {ratio:.2f}x at batch 8 (<= 0.7x: {'met' if ratio <= 0.7 else 'not met'}); "
-            f"mean cosine {r['cosine_distilled']:.3f} after distillation (>= 0.97: {'met' if r['cosine_distilled'] >= 0.97 else 'not met'}: "
-            f"{r['sentences'][0]} sentences and {r.get('epochs', 1)} epoch(s) were what the shared machine allowed in this run; the pruned model starts at {r['cosine_pruned_only']:.3f})."
+            f"mean cosine {r['cosine_distilled']:.3f} after distillation (>= 0.97: {'met' if r['cosine_distilled'] >= 0.97 else 'not met'}; "
+            f"the pruned model starts at {r['cosine_pruned_only']:.3f})."
         )
     return lines + [""]

@@ -50,7 +50,7 @@ def add_parser(sub) -> None:
     what.add_argument("--iterations", type=int, default=1, metavar="N", help="structured: prune in N rounds, fine-tuning after each (default 1)")
     options.add_list(what, "--keep", metavar="NODE", help="layers that stay whole")
     what.add_argument("--round-to", type=int, default=1, metavar="N", help="structured: keep a multiple of N channels per group")
-    what.add_argument("--global-ranking", action="store_true", help="structured: rank channels across groups instead of a ratio per group")
+    what.add_argument("--global-ranking", action="store_true", help="structured: rank the units of each kind across all groups (the ratio of the total, at most 90%% of one group) instead of a ratio per group")
     p.add_argument("--no-latency", action="store_true", help="skip the before/after latency check on this CPU")
     options.add_training(p)
     options.add_record(p)

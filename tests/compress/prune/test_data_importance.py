@@ -11,9 +11,9 @@ from train_models import transformer_block
 from modelpress.compress.prune import calibration as calib
 from modelpress.compress.prune import surgery
 from modelpress.compress.prune.api import prune
-from modelpress.compress.prune.depgraph import param
-from modelpress.compress.prune.refit import refit, removal_order
-from modelpress.compress.prune.structured import analyze_model
+from modelpress.compress.prune.depgraph import Group, param
+from modelpress.compress.prune.refit import obs_scores, refit, removal_order
+from modelpress.compress.prune.structured import analyze_model, choose
 from modelpress.compress.train import TrainData
 from modelpress.errors import OptionError
 from modelpress.verify import run_model
@@ -131,9 +131,54 @@ def test_greedy_order_takes_the_redundant_neurons_first(rng):
     """What the rest can stand in for goes first: the constant neuron and one of the twins."""
     _, found = _observed(_redundant(), _data(rng))
     ffn = next(r for r in found if r.track.units == FFN)
-    order = removal_order(ffn)
+    order, added = removal_order(ffn)
     assert sorted(order) == list(range(FFN))
     assert 20 in order[:2] and ({4, 9} & set(order[:2]))
+    # what greedy removal adds: nothing for those two, then the error of losing live neurons
+    assert max(added[:2]) < 1e-2 * min(added[2:-1]) and min(added[2:-1]) > 0 and added[-1] == np.inf
+
+
+def test_obs_scores_are_the_error_added_so_far(rng):
+    """``obs`` scores rise in removal order and are the summed output error of the removals so far;
+    the refit would recover the twin and the constant neuron: they score (about) nothing."""
+    model = _redundant()
+    dg, found = _observed(model, _data(rng))
+    ffn = next(r for r in found if r.track.units == FFN)
+    scores = obs_scores(dg, found)
+    order, added = removal_order(ffn)
+    by_order = [scores[dg.component(ffn.value, u)] for u in order]
+    np.testing.assert_allclose(by_order[:-1], np.cumsum(added[:-1]), rtol=1e-12)
+    assert by_order[1] < 1e-2 * by_order[2] and by_order[-1] == np.inf
+
+
+class _Groups:
+    """The part of a DepGraph that ``choose`` reads."""
+
+    def __init__(self, *groups: Group):
+        self.groups = list(groups)
+
+
+def _group(index: int, kind: str, units: int, blocked: int = 0) -> Group:
+    return Group(index, kind, [f"v{index}"], [(index, u) for u in range(units)], blocked, [f"n{index}"])
+
+
+def test_global_ranking_takes_units_where_the_error_is_smallest():
+    """Ranked together, the units of each kind go where they cost least, in the same total as a
+    ratio per group; a group with nothing removable does not add to the budget; heads keep theirs."""
+    a, b, blocked, h1, h2 = _group(0, "neurons", 8), _group(1, "neurons", 8), _group(2, "neurons", 0, blocked=16), _group(3, "heads", 6), _group(4, "heads", 6)
+    dg = _Groups(a, b, blocked, h1, h2)
+    scores = {c: 1e-3 * c[1] for c in a.components} | {c: 1.0 + c[1] for c in b.components}
+    scores |= {c: 5.0 + c[1] for c in h1.components} | {c: 0.1 * c[1] for c in h2.components}
+    uniform = choose(dg, scores, ratio=0.5, head_ratio=1 / 3)
+    ranked = choose(dg, scores, ratio=0.5, head_ratio=1 / 3, global_ranking=True, comparable=("neurons", "heads"))
+    assert len(ranked) == len(uniform) == 8 + 4
+    # at most 90% of a group: 7 of a's 8 neurons, then b's cheapest; all four heads from h2
+    assert {c for c in ranked if c[0] == 0} == set(a.components[:7])
+    assert {c for c in ranked if c[0] == 1} == {b.components[0]}
+    assert {c for c in ranked if c[0] in (3, 4)} == set(h2.components[:4])
+    # scores that do not compare across groups are ranked relative to their group's mean
+    relative = choose(dg, scores, ratio=0.5, head_ratio=1 / 3, global_ranking=True)
+    assert len(relative) == 12 and {c[0] for c in relative if c[0] in (0, 1)} == {0, 1}
 
 
 def test_data_methods_need_data():

@@ -57,18 +57,26 @@ def refit(dg: DepGraph, found: list[Reader], removed: set, *, damping: float = D
 
 
 def obs_scores(dg: DepGraph, found: list[Reader], *, damping: float = ORDER_DAMPING) -> dict:
-    """Component id → the step at which greedy removal takes it (first removed: 0), for the
-    components with a reader (a unit read by several layers: by the last of them); others keep
-    their ``l1`` score (see ``removal_order``)."""
+    """Component id → the squared error greedy removal has added to its reader's output (summed over
+    the calibration tokens) when it takes the component, for the components with a reader (a unit
+    read by several layers: the largest); others keep their ``l1`` score (see ``removal_order``).
+    Within a reader the scores rise in removal order. Across readers they compare where the
+    readers' outputs share a scale, as the sub-layers of a transformer adding into one normalized
+    residual stream do: so a global ranking takes more units where the refit recovers more."""
     out = imp.scores(dg, "l1")
+    measured: dict = {}
     for r in found:
-        for step, u in enumerate(removal_order(r, damping=damping)):
-            out[dg.uf.find((r.value, u))] = float(step)
+        order, errors = removal_order(r, damping=damping)
+        for u, e in zip(order, np.cumsum(errors)):
+            c = dg.uf.find((r.value, u))
+            measured[c] = max(measured.get(c, 0.0), float(e))
+    out.update(measured)
     return out
 
 
-def removal_order(r: Reader, *, damping: float = ORDER_DAMPING) -> list[int]:
-    """The reader's units in the order greedy removal takes them, each the one whose removal,
+def removal_order(r: Reader, *, damping: float = ORDER_DAMPING) -> tuple[list[int], list[float]]:
+    """The reader's units in the order greedy removal takes them, and the error each removal adds
+    (the last unit, never removed: infinite). Each is the one whose removal,
     with the refit of the rest, adds the least error (Optimal Brain Surgeon for a block of rows:
     the error of removing rows ``B`` is ``tr(W_Bᵀ (H⁻¹_BB)⁻¹ W_B)`` with ``H`` the damped Gram
     matrix; after each removal ``W`` takes the compensating update and ``H⁻¹`` loses the rows,
@@ -78,19 +86,21 @@ def removal_order(r: Reader, *, damping: float = ORDER_DAMPING) -> list[int]:
     hinv = np.linalg.inv(h)
     w = np.vstack([r.weight, np.zeros((1, r.weight.shape[1]))])
     left = list(range(r.track.units))
-    order = []
+    order, added = [], []
     while len(left) > 1:
         rows = np.asarray(left)[:, None] * block + np.arange(block)  # (units left, block)
         wb = w[rows]
         errors = np.einsum("kbo,kbo->k", wb, np.linalg.solve(hinv[rows[:, :, None], rows[:, None, :]], wb))
-        u = left.pop(int(np.argmin(errors)))
+        best = int(np.argmin(errors))
+        u = left.pop(best)
         order.append(u)
+        added.append(max(float(errors[best]), 0.0))
         b = slice(u * block, (u + 1) * block)
         step = hinv[:, b] @ np.linalg.inv(hinv[b, b])
         w -= step @ w[b]
         hinv -= step @ hinv[b, :]
         w[b] = 0.0
-    return order + left
+    return order + left, added + [np.inf] * len(left)
 
 
 def _sole_initializer(value: ir.Value | None) -> ir.Value | None:

@@ -3,9 +3,11 @@
 ``choose(dg, scores, ...)`` removes from each group the fraction ``ratio`` of its units (attention
 heads: ``head_ratio``) with the lowest scores, never more than its removable components and never
 its last unit; with ``round_to`` the units kept are a multiple of it (8 or 16 suit vectorized CPU
-kernels). ``global_ranking`` instead ranks components across groups by their score divided by their
-group's mean score (so layers of different sizes compare), removing the same total with at most
-``max_group_ratio`` of any one group.
+kernels). ``global_ranking`` instead ranks the components of all groups of a kind (channels,
+neurons, heads) together, removing the same total of each kind with at most ``max_group_ratio`` of
+any one group: by their score divided by their group's mean score (so layers of different sizes
+compare), or by the score itself where scores already compare across layers (``obs`` for neurons and heads:
+the error each removal adds to the output of the layer that reads the unit).
 
 ``prune_step(model, feeds, ...)`` analyzes the model, scores and removes once; the iterative
 schedule (``api.prune``) calls it ``steps`` times with the keep fraction falling linearly to
@@ -45,28 +47,15 @@ def choose(
     head_ratio: float | None = None,
     round_to: int = 1,
     global_ranking: bool = False,
+    comparable: tuple[str, ...] = (),
     max_group_ratio: float = 0.9,
 ) -> set:
     """The components to remove (see the module docstring)."""
     removed: set = set()
     if global_ranking:
-        ranked = []
-        budget = 0
-        caps = {}
-        for g in dg.groups:
-            r = head_ratio if (g.kind == "heads" and head_ratio is not None) else ratio
-            budget += int(round(r * g.size))
-            caps[g.index] = min(len(g.components), g.size - _target_keep(g.size, max_group_ratio, round_to))
-            mean = float(np.mean([scores.get(c, 0.0) for c in g.components])) if g.components else 1.0
-            ranked += [(scores.get(c, 0.0) / (mean or 1.0), g.index, c) for c in g.components]
-        ranked.sort(key=lambda t: (t[0], t[1]))
-        taken = dict.fromkeys(caps, 0)
-        for _, gi, c in ranked:
-            if len(removed) >= budget:
-                break
-            if taken[gi] < caps[gi]:
-                removed.add(c)
-                taken[gi] += 1
+        for kind in dict.fromkeys(g.kind for g in dg.groups):
+            removed |= _global(dg, scores, kind, head_ratio if (kind == "heads" and head_ratio is not None) else ratio,
+                               round_to=round_to, comparable=kind in comparable, max_group_ratio=max_group_ratio)
         return removed
     for g in dg.groups:
         r = head_ratio if (g.kind == "heads" and head_ratio is not None) else ratio
@@ -75,6 +64,29 @@ def choose(
             continue
         order = sorted(g.components, key=lambda c: scores.get(c, 0.0))
         removed.update(order[:n])
+    return removed
+
+
+def _global(dg: DepGraph, scores: dict, kind: str, ratio: float, *, round_to: int, comparable: bool,
+            max_group_ratio: float) -> set:
+    """The lowest-ranked ``ratio`` of the units of every group of ``kind``, ranked together."""
+    groups = [g for g in dg.groups if g.kind == kind]
+    # as many units as a ratio per group removes: groups that cannot lose any do not add to it
+    budget = sum(max(0, min(len(g.components), g.size - _target_keep(g.size, ratio, round_to))) for g in groups)
+    caps, ranked = {}, []
+    for g in groups:
+        caps[g.index] = min(len(g.components), g.size - _target_keep(g.size, max_group_ratio, round_to))
+        mean = 1.0 if comparable else float(np.mean([scores.get(c, 0.0) for c in g.components] or [1.0]))
+        ranked += [(scores.get(c, 0.0) / (mean or 1.0), g.index, c) for c in g.components]
+    ranked.sort(key=lambda t: (t[0], t[1]))
+    removed: set = set()
+    taken = dict.fromkeys(caps, 0)
+    for _, gi, c in ranked:
+        if len(removed) >= budget:
+            break
+        if taken[gi] < caps[gi]:
+            removed.add(c)
+            taken[gi] += 1
     return removed
 
 
@@ -124,7 +136,8 @@ def prune_step(
         batches = [b.feeds for b in calibration] if calibration is not None else [feeds]
         activations = imp.input_rms(dg, batches) if method == "activation" else None
         scores = imp.scores(dg, method, taylor=taylor, activations=activations)
-    removed = choose(dg, scores, ratio=ratio, head_ratio=head_ratio, round_to=round_to, global_ranking=global_ranking)
+    removed = choose(dg, scores, ratio=ratio, head_ratio=head_ratio, round_to=round_to, global_ranking=global_ranking,
+                     comparable=calib.KINDS if method == "obs" else ())
     if refit and readers:
         refit_readers(dg, readers, removed)
     groups = []
