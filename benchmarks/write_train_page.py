@@ -66,7 +66,7 @@ def page(data: dict) -> str:
     if "minilm" in data:
         r = data["minilm"][0]
         out += ["## MiniLM (all-MiniLM-L6-v2): 50% of FFN neurons and a third of the heads pruned, then distilled", "",
-                f"Training: {r['sentences'][0]} sentences from {r.get('text', 'the docstrings of Python standard library')}, sequence {r['seq']}, {r.get('epochs', 1)} epoch(s); held out: {r['sentences'][1]} other sentences of the standard library's. Cosine: mean cosine similarity of each held-out sentence embedding to the original model's.", "",
+                f"Training: {r['sentences'][0]} sentences from the docstrings of Python's standard library, sequence {r['seq']}, {r.get('epochs', 1)} epoch(s); held out: {r['sentences'][1]} other sentences. Cosine: mean cosine similarity of each held-out sentence embedding to the original model's.", "",
                 "| | params | size MiB | cosine | ms batch 1 | ms batch 8 |", "| --- | ---: | ---: | ---: | ---: | ---: |",
                 f"| original | {r['params'][0]:,} | {r['size'][0] / 2**20:.1f} | 1 | {_ms(r['latency']['original'], 1)} | {_ms(r['latency']['original'], 8)} |",
                 *([f"| pruned, units chosen by weight norms (L1), before training | | | {r['cosine_pruned_l1']:.4f} | | |"] if "cosine_pruned_l1" in r else []),
