@@ -39,6 +39,11 @@ def _target_keep(size: int, ratio: float, round_to: int) -> int:
     return keep
 
 
+def _removable(g, ratio: float, round_to: int) -> int:
+    """How many of group ``g``'s units a ratio of ``ratio`` removes (never a blocked one)."""
+    return max(0, min(len(g.components), g.size - _target_keep(g.size, ratio, round_to)))
+
+
 def choose(
     dg: DepGraph,
     scores: dict,
@@ -51,19 +56,18 @@ def choose(
     max_group_ratio: float = 0.9,
 ) -> set:
     """The components to remove (see the module docstring)."""
+    def ratio_of(kind: str) -> float:
+        return head_ratio if (kind == "heads" and head_ratio is not None) else ratio
+
     removed: set = set()
     if global_ranking:
         for kind in dict.fromkeys(g.kind for g in dg.groups):
-            removed |= _global(dg, scores, kind, head_ratio if (kind == "heads" and head_ratio is not None) else ratio,
-                               round_to=round_to, comparable=kind in comparable, max_group_ratio=max_group_ratio)
+            removed |= _global(dg, scores, kind, ratio_of(kind), round_to=round_to, comparable=kind in comparable,
+                               max_group_ratio=max_group_ratio)
         return removed
     for g in dg.groups:
-        r = head_ratio if (g.kind == "heads" and head_ratio is not None) else ratio
-        n = min(len(g.components), g.size - _target_keep(g.size, r, round_to))
-        if n <= 0:
-            continue
-        order = sorted(g.components, key=lambda c: scores.get(c, 0.0))
-        removed.update(order[:n])
+        n = _removable(g, ratio_of(g.kind), round_to)
+        removed.update(sorted(g.components, key=lambda c: scores.get(c, 0.0))[:n])
     return removed
 
 
@@ -72,10 +76,10 @@ def _global(dg: DepGraph, scores: dict, kind: str, ratio: float, *, round_to: in
     """The lowest-ranked ``ratio`` of the units of every group of ``kind``, ranked together."""
     groups = [g for g in dg.groups if g.kind == kind]
     # as many units as a ratio per group removes: groups that cannot lose any do not add to it
-    budget = sum(max(0, min(len(g.components), g.size - _target_keep(g.size, ratio, round_to))) for g in groups)
+    budget = sum(_removable(g, ratio, round_to) for g in groups)
     caps, ranked = {}, []
     for g in groups:
-        caps[g.index] = min(len(g.components), g.size - _target_keep(g.size, max_group_ratio, round_to))
+        caps[g.index] = _removable(g, max_group_ratio, round_to)
         mean = 1.0 if comparable else float(np.mean([scores.get(c, 0.0) for c in g.components] or [1.0]))
         ranked += [(scores.get(c, 0.0) / (mean or 1.0), g.index, c) for c in g.components]
     ranked.sort(key=lambda t: (t[0], t[1]))
