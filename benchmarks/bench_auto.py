@@ -45,7 +45,14 @@ SETTINGS = {
 }
 QUICK = {k: (m, b, 20.0, 0.2, 2.0) for k, (m, b, *_rest) in SETTINGS.items()}
 
-SUBJECTS = ("The model", "A small network", "Our service", "The quantized graph", "This GPU", "The batch job")
+SUBJECTS = (
+    "The model",
+    "A small network",
+    "Our service",
+    "The quantized graph",
+    "This GPU",
+    "The batch job",
+)
 VERBS = ("runs", "answers", "fails", "scales", "waits", "improves", "costs", "measures")
 ENDINGS = (
     "on the CPU at night.",
@@ -83,7 +90,9 @@ def by_hand(model_path: Path, data: Path, calib_n: int, labels: str | None):
     from modelpress.passes import optimize
 
     fast = optimize(load(model_path)).model
-    return fast, quantize(fast, calibration=str(data), labels_key=labels, calibration_limit=calib_n).model
+    return fast, quantize(
+        fast, calibration=str(data), labels_key=labels, calibration_limit=calib_n
+    ).model
 
 
 def main() -> None:
@@ -115,15 +124,37 @@ def main() -> None:
         shutil.rmtree(cache, ignore_errors=True)
         print(f"== {name}: auto, {time_budget:.0f} s budget", flush=True)
         t0 = time.perf_counter()
-        budgeted = auto(path, data=data, labels_key=labels, metric=metric, max_accuracy_drop=budget,
-                        time_budget_s=time_budget, timing_s=timing, cache_dir=cache)
+        budgeted = auto(
+            path,
+            data=data,
+            labels_key=labels,
+            metric=metric,
+            max_accuracy_drop=budget,
+            time_budget_s=time_budget,
+            timing_s=timing,
+            cache_dir=cache,
+        )
         search_s = time.perf_counter() - t0
-        print(f"   picked {budgeted.winner.label} in {search_s:.0f} s ({budgeted.stopped})", flush=True)
+        print(
+            f"   picked {budgeted.winner.label} in {search_s:.0f} s ({budgeted.stopped})",
+            flush=True,
+        )
         t0 = time.perf_counter()
-        full = auto(path, data=data, labels_key=labels, metric=metric, max_accuracy_drop=budget,
-                    time_budget_s=1e9, timing_s=timing, cache_dir=cache)
+        full = auto(
+            path,
+            data=data,
+            labels_key=labels,
+            metric=metric,
+            max_accuracy_drop=budget,
+            time_budget_s=1e9,
+            timing_s=timing,
+            cache_dir=cache,
+        )
         full_s = time.perf_counter() - t0
-        print(f"   exhaustive: {len(full.trials)} trials, picked {full.winner.label} (+{full_s:.0f} s)", flush=True)
+        print(
+            f"   exhaustive: {len(full.trials)} trials, picked {full.winner.label} (+{full_s:.0f} s)",
+            flush=True,
+        )
 
         arrays = load_npz(data)
         original = load(path)
@@ -131,7 +162,9 @@ def main() -> None:
         n = min(arrays[k].shape[0] for k in names)
         calib_n = max(1, min(CALIBRATION_SAMPLES, n // 4))
         fast, int8 = by_hand(path, data, calib_n, labels)
-        scorer = Scorer(original, eval_data(arrays, names, labels_key=labels, start=calib_n), metric)
+        scorer = Scorer(
+            original, eval_data(arrays, names, labels_key=labels, start=calib_n), metric
+        )
         variants = {
             "original": original,
             "optimize (defaults)": fast,
@@ -147,24 +180,44 @@ def main() -> None:
         base = timings[0].median_ms
         table = []
         for (label, _m), t in zip(variants.items(), timings):
-            table.append({
-                "variant": label,
-                "median_ms": t.median_ms, "p25_ms": t.p25_ms, "p75_ms": t.p75_ms, "runs": t.runs,
-                "ratio": t.median_ms / base, "score": scores[label], "drop": scorer.reference_score - scores[label],
-            })
+            table.append(
+                {
+                    "variant": label,
+                    "median_ms": t.median_ms,
+                    "p25_ms": t.p25_ms,
+                    "p75_ms": t.p75_ms,
+                    "runs": t.runs,
+                    "ratio": t.median_ms / base,
+                    "score": scores[label],
+                    "drop": scorer.reference_score - scores[label],
+                }
+            )
         hand, pick, best = table[2], table[3], table[4]
-        rows.append({
-            "model": name, "metric": metric, "budget": budget, "time_budget_s": time_budget,
-            "search_s": search_s, "stopped": budgeted.stopped, "trials": len(budgeted.trials),
-            "met": budgeted.met, "exhaustive_trials": len(full.trials), "exhaustive_s": search_s + full_s,
-            "table": table,
-            "pick_vs_hand": pick["median_ms"] / hand["median_ms"],
-            "pick_vs_exhaustive": pick["median_ms"] / best["median_ms"],
-            "same_pick": budgeted.winner.key == full.winner.key,
-            "search_ratio_pick": budgeted.winner.ratio, "search_ratio_exhaustive": full.winner.ratio,
-            "hand_within_budget": hand["drop"] <= budget,
-        })
-        print(f"   pick {pick['median_ms']:.3g} ms vs by hand {hand['median_ms']:.3g} ms vs exhaustive {best['median_ms']:.3g} ms", flush=True)
+        rows.append(
+            {
+                "model": name,
+                "metric": metric,
+                "budget": budget,
+                "time_budget_s": time_budget,
+                "search_s": search_s,
+                "stopped": budgeted.stopped,
+                "trials": len(budgeted.trials),
+                "met": budgeted.met,
+                "exhaustive_trials": len(full.trials),
+                "exhaustive_s": search_s + full_s,
+                "table": table,
+                "pick_vs_hand": pick["median_ms"] / hand["median_ms"],
+                "pick_vs_exhaustive": pick["median_ms"] / best["median_ms"],
+                "same_pick": budgeted.winner.key == full.winner.key,
+                "search_ratio_pick": budgeted.winner.ratio,
+                "search_ratio_exhaustive": full.winner.ratio,
+                "hand_within_budget": hand["drop"] <= budget,
+            }
+        )
+        print(
+            f"   pick {pick['median_ms']:.3g} ms vs by hand {hand['median_ms']:.3g} ms vs exhaustive {best['median_ms']:.3g} ms",
+            flush=True,
+        )
     write(rows, time.time() - started, args.quick)
 
 
@@ -230,7 +283,11 @@ def _cpu_flags() -> str:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return "?"
-    flags = set(next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []))
+    flags = set(
+        next(
+            (ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []
+        )
+    )
     wanted = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")
     return ", ".join(f for f in wanted if f in flags) or "none of avx2/avx512/vnni/amx"
 

@@ -55,12 +55,17 @@ def make_images(folder: Path, n: int) -> None:
         a, b, c = rng.uniform(0.002, 0.02, 3)
         if path.exists():  # made by an earlier run (the generator is seeded)
             continue
-        base = np.stack([np.sin(xx * a + i) * 80 + 120, np.cos(yy * b) * 80 + 120, (xx + yy) * c % 255], axis=2)
+        base = np.stack(
+            [np.sin(xx * a + i) * 80 + 120, np.cos(yy * b) * 80 + 120, (xx + yy) * c % 255], axis=2
+        )
         img = Image.fromarray(base.clip(0, 255).astype(np.uint8))
         draw = ImageDraw.Draw(img)
         for _ in range(6):
             x0, y0 = rng.integers(0, 700), rng.integers(0, 500)
-            draw.ellipse([x0, y0, x0 + rng.integers(20, 100), y0 + rng.integers(20, 100)], fill=tuple(int(v) for v in rng.integers(0, 255, 3)))
+            draw.ellipse(
+                [x0, y0, x0 + rng.integers(20, 100), y0 + rng.integers(20, 100)],
+                fill=tuple(int(v) for v in rng.integers(0, 255, 3)),
+            )
         img.save(path, quality=88)
 
 
@@ -76,7 +81,9 @@ def make_model(path: Path) -> Path:
             helper.make_node("Relu", [f"c{i}"], [f"r{i}"]),
         ]
         src, cin = f"r{i}", cout
-    inits.append(numpy_helper.from_array(rng.standard_normal((64, 10)).astype(np.float32) * 0.1, "fc"))
+    inits.append(
+        numpy_helper.from_array(rng.standard_normal((64, 10)).astype(np.float32) * 0.1, "fc")
+    )
     nodes += [
         helper.make_node("GlobalAveragePool", [src], ["p"]),
         helper.make_node("Flatten", ["p"], ["f"]),
@@ -88,7 +95,9 @@ def make_model(path: Path) -> Path:
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
         inits,
     )  # fmt: skip
-    model = from_proto(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+    model = from_proto(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    )
     Processing.declare(model, pre=PRE, post="softmax,topk=5").store(model)
     return save(model, path)
 
@@ -102,7 +111,14 @@ def pre_alone(proc, source, workers: int) -> float:
     ]
     pool = start_pool(proc, workers)
     time.sleep(0.5)  # about what loading the model gives the pool in run_batch
-    timing = stream(batches, processing=proc, infer=lambda feeds: {}, emit=lambda p, o: None, workers=workers, pool=pool)
+    timing = stream(
+        batches,
+        processing=proc,
+        infer=lambda feeds: {},
+        emit=lambda p, o: None,
+        workers=workers,
+        pool=pool,
+    )
     return len(source) / timing.elapsed_s
 
 
@@ -119,7 +135,12 @@ def model_alone(sess, feeds, n: int) -> float:
 def pipeline(model, folder, out: Path, workers: int) -> dict:
     out.unlink(missing_ok=True)
     r = run_batch(model, folder, output=out, batch_size=BATCH, workers=workers, restart=True)
-    return {"items_per_s": r.items_per_s, "busy": r.busy_fraction, "wait_s": r.wait_s, "elapsed_s": r.elapsed_s}
+    return {
+        "items_per_s": r.items_per_s,
+        "busy": r.busy_fraction,
+        "wait_s": r.wait_s,
+        "elapsed_s": r.elapsed_s,
+    }
 
 
 def med(xs):
@@ -147,7 +168,9 @@ def subsets(folder: Path, images: int, size: int) -> list[Path]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--images", type=int, default=2000)
-    ap.add_argument("--per-round", type=int, default=500, help="images each variant runs in a round")
+    ap.add_argument(
+        "--per-round", type=int, default=500, help="images each variant runs in a round"
+    )
     ap.add_argument("--rounds", type=int, default=8)
     args = ap.parse_args()
     folder = WORK / "images"
@@ -158,7 +181,9 @@ def main() -> None:
     parts = subsets(folder, args.images, args.per_round)
     sess = Session(cnn, device="cpu")
     first = open_data(parts[0], kind="image")
-    feeds = prepare_batch([(i, first.ids[i], first.payloads[i]) for i in range(BATCH)], processing=proc).feeds
+    feeds = prepare_batch(
+        [(i, first.ids[i], first.payloads[i]) for i in range(BATCH)], processing=proc
+    ).feeds
     auto = resolve_workers("auto")
     counts = sorted({1, auto})
     # Start the worker machinery once (the forkserver imports the processing code), so that no
@@ -177,7 +202,9 @@ def main() -> None:
             pipe = pipeline(model_path, part, WORK / "predictions.jsonl", w)
             rows.setdefault(f"pre{w}", []).append(pre)
             rows.setdefault(f"pipe{w}", []).append(pipe)
-            rows.setdefault(f"ratio{w}", []).append(pipe["items_per_s"] / min(pre, rows["model"][-1]))
+            rows.setdefault(f"ratio{w}", []).append(
+                pipe["items_per_s"] / min(pre, rows["model"][-1])
+            )
         print(f"round {r + 1}/{args.rounds} done", flush=True)
     load_after = os.getloadavg()
     model_rate = med(rows["model"])
@@ -242,7 +269,19 @@ def write(table, args, auto, load) -> None:
         "(on a GPU they would not).",
     ]
     (RESULTS / "batch.md").write_text("\n".join(lines) + "\n")
-    (RESULTS / "batch.json").write_text(json.dumps({"rows": table, "images": args.images, "per_round": args.per_round, "rounds": args.rounds, "load": load}, indent=2) + "\n")
+    (RESULTS / "batch.json").write_text(
+        json.dumps(
+            {
+                "rows": table,
+                "images": args.images,
+                "per_round": args.per_round,
+                "rounds": args.rounds,
+                "load": load,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print("\n".join(lines))
 
 
@@ -251,7 +290,16 @@ def _cpu_flags() -> str:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return "unknown"
-    flags = set(next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []))
+    flags = set(
+        next(
+            (
+                line.split(":", 1)[1].split()
+                for line in text.splitlines()
+                if line.startswith("flags")
+            ),
+            [],
+        )
+    )
     wanted = ["avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8"]
     return " ".join(f for f in wanted if f in flags) or "none of avx2/avx512"
 

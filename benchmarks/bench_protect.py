@@ -56,7 +56,19 @@ def _cpu() -> dict:
                 info["model"] = line.split(":", 1)[1].strip()
             if line.startswith("flags"):
                 flags = set(line.split(":", 1)[1].split())
-                info["flags"] = sorted(flags & {"aes", "vaes", "pclmulqdq", "vpclmulqdq", "avx2", "avx512f", "avx512_vnni", "avx_vnni"})
+                info["flags"] = sorted(
+                    flags
+                    & {
+                        "aes",
+                        "vaes",
+                        "pclmulqdq",
+                        "vpclmulqdq",
+                        "avx2",
+                        "avx512f",
+                        "avx512_vnni",
+                        "avx_vnni",
+                    }
+                )
                 break
     except OSError:
         pass
@@ -92,7 +104,11 @@ def bench_throughput(key: bytes, repeats: int) -> dict:
         for _ in package.decrypt_stream(sealed, key):
             pass
 
-    fns = {"AES-256-GCM alone (peer)": raw_gcm, "seal (.mpk format)": seal, "open (.mpk format)": unseal}
+    fns = {
+        "AES-256-GCM alone (peer)": raw_gcm,
+        "seal (.mpk format)": seal,
+        "open (.mpk format)": unseal,
+    }
     times: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
@@ -139,7 +155,16 @@ def _packages(name: str, path: Path, key: bytes) -> tuple[dict, dict]:
     files["encrypted"] = WORK / f"{name}.enc.mpk"
     protect(path, key=key, output=files["encrypted"], verify=False)
     files["storage"] = WORK / f"{name}.storage.mpk"
-    protect(path, key=key, output=files["storage"], obfuscate=True, mode="storage", ratio=0.3, seed=0, verify=False)
+    protect(
+        path,
+        key=key,
+        output=files["storage"],
+        obfuscate=True,
+        mode="storage",
+        ratio=0.3,
+        seed=0,
+        verify=False,
+    )
     for ratio in RATIOS:
         f = WORK / f"{name}.runtime{ratio}.mpk"
         t0 = time.perf_counter()
@@ -153,7 +178,9 @@ def _open(path: Path, key: bytes):
     return load(path) if path.suffix == ".onnx" else open_package(path, key)
 
 
-def bench_latency(name: str, files: dict, key: bytes, batches, rounds: int, blocks: int = 5) -> list[dict]:
+def bench_latency(
+    name: str, files: dict, key: bytes, batches, rounds: int, blocks: int = 5
+) -> list[dict]:
     """Interleaved timings in ``blocks`` separate blocks: a burst of load from other jobs on the
     shared machine then spoils one block's ratios, not the result (ratios are medians over blocks)."""
     sessions = {label: session(_open(f, key)) for label, f in files.items() if label != "encrypted"}
@@ -161,15 +188,26 @@ def bench_latency(name: str, files: dict, key: bytes, batches, rounds: int, bloc
     for batch in batches:
         feeds = zoo.sample_inputs(name, batch=batch, seq=SEQ.get(name))
         fns = [lambda s=s, f=feeds: s.run(None, f) for s in sessions.values()]
-        per_block = [time_interleaved(fns, runs=max(rounds // blocks, 3), warmup=3) for _ in range(blocks)]
+        per_block = [
+            time_interleaved(fns, runs=max(rounds // blocks, 3), warmup=3) for _ in range(blocks)
+        ]
         for i, label in enumerate(sessions):
             medians = [b[i].median_ms for b in per_block]
             ratios = [b[i].median_ms / b[0].median_ms for b in per_block]
-            rows.append({
-                "model": name, "batch": batch, "variant": label, "median_ms": float(np.median(medians)),
-                "min_ms": min(medians), "max_ms": max(medians), "ratio": float(np.median(ratios)),
-                "ratio_min": min(ratios), "ratio_max": max(ratios), "runs": sum(b[i].runs for b in per_block),
-            })
+            rows.append(
+                {
+                    "model": name,
+                    "batch": batch,
+                    "variant": label,
+                    "median_ms": float(np.median(medians)),
+                    "min_ms": min(medians),
+                    "max_ms": max(medians),
+                    "ratio": float(np.median(ratios)),
+                    "ratio_min": min(ratios),
+                    "ratio_max": max(ratios),
+                    "runs": sum(b[i].runs for b in per_block),
+                }
+            )
     return rows
 
 
@@ -185,13 +223,21 @@ def bench_load(name: str, files: dict, key: bytes, repeats: int) -> list[dict]:
             times[label].append(time.perf_counter() - t0)
     base = float(np.median(times["original"]))
     return [
-        {"model": name, "variant": k, **{f"{q}_s": v for q, v in _quantiles(ts).items()}, "ratio": float(np.median(ts)) / base}
+        {
+            "model": name,
+            "variant": k,
+            **{f"{q}_s": v for q, v in _quantiles(ts).items()},
+            "ratio": float(np.median(ts)) / base,
+        }
         for k, ts in times.items()
     ]
 
 
 def _md_table(header: list[str], rows: list[list]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(["---"] + ["---:"] * (len(header) - 1)) + " |"]
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "| " + " | ".join(["---"] + ["---:"] * (len(header) - 1)) + " |",
+    ]
     lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return lines
 
@@ -215,7 +261,15 @@ def write_report(report: dict) -> None:
     ]
     lines += _md_table(
         ["step", "MB/s", "p25-p75", "vs AES-GCM alone"],
-        [[k, f"{v['median']:.0f}", f"{v['p25']:.0f}-{v['p75']:.0f}", f"{v['ratio_to_peer']:.2f}x"] for k, v in t["rows"].items()],
+        [
+            [
+                k,
+                f"{v['median']:.0f}",
+                f"{v['p25']:.0f}-{v['p75']:.0f}",
+                f"{v['ratio_to_peer']:.2f}x",
+            ]
+            for k, v in t["rows"].items()
+        ],
     )
     d = report["disk"]
     lines += [
@@ -236,15 +290,37 @@ def write_report(report: dict) -> None:
     lines += _md_table(
         ["model", "batch", "variant", "ms", "range", "vs original", "range"],
         [
-            [r["model"], r["batch"], r["variant"], f"{r['median_ms']:.3f}", f"{r['min_ms']:.3f}-{r['max_ms']:.3f}",
-             f"{r['ratio']:.3f}x", f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}"]
+            [
+                r["model"],
+                r["batch"],
+                r["variant"],
+                f"{r['median_ms']:.3f}",
+                f"{r['min_ms']:.3f}-{r['max_ms']:.3f}",
+                f"{r['ratio']:.3f}x",
+                f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}",
+            ]
             for r in report["latency"]
         ],
     )
-    lines += ["", "## Load time", "", "From the file to a session that has run once; seconds, median (p25-p75) of interleaved repeats.", ""]
+    lines += [
+        "",
+        "## Load time",
+        "",
+        "From the file to a session that has run once; seconds, median (p25-p75) of interleaved repeats.",
+        "",
+    ]
     lines += _md_table(
         ["model", "variant", "s", "p25-p75", "vs original"],
-        [[r["model"], r["variant"], f"{r['median_s']:.3f}", f"{r['p25_s']:.3f}-{r['p75_s']:.3f}", f"{r['ratio']:.2f}x"] for r in report["load"]],
+        [
+            [
+                r["model"],
+                r["variant"],
+                f"{r['median_s']:.3f}",
+                f"{r['p25_s']:.3f}-{r['p75_s']:.3f}",
+                f"{r['ratio']:.2f}x",
+            ]
+            for r in report["load"]
+        ],
     )
     lines += [
         "",
@@ -258,13 +334,27 @@ def write_report(report: dict) -> None:
         "",
     ]
     lines += _md_table(
-        ["model", "ratio", "anonymous", "hist. distance", "nodes", "edges", "max corr (pairs)", "names found", "protect s"],
+        [
+            "model",
+            "ratio",
+            "anonymous",
+            "hist. distance",
+            "nodes",
+            "edges",
+            "max corr (pairs)",
+            "names found",
+            "protect s",
+        ],
         [
             [
-                r["model"], r["ratio"], f"{100 * r['anonymous_share']:.0f}%", f"{r['op_histogram_distance']:.2f}",
+                r["model"],
+                r["ratio"],
+                f"{100 * r['anonymous_share']:.0f}%",
+                f"{r['op_histogram_distance']:.2f}",
                 f"{r['nodes']} / {r['original_nodes']} ({100 * r['node_change']:+.0f}%)",
                 f"{r['edges']} / {r['original_edges']} ({100 * r['edge_change']:+.0f}%)",
-                f"{r['max_weight_correlation']:.4f} ({r['weight_pairs']})", f"{len(r['names_found'])} of {r['names_checked']}",
+                f"{r['max_weight_correlation']:.4f} ({r['weight_pairs']})",
+                f"{len(r['names_found'])} of {r['names_checked']}",
                 f"{r['seconds']:.1f}",
             ]
             for r in report["metrics"]
@@ -279,7 +369,9 @@ def summarize(report: dict) -> list[str]:
     t = report["throughput"]["rows"]
     worst = min(t["seal (.mpk format)"]["median"], t["open (.mpk format)"]["median"])
     lines = ["**Targets.**", ""]
-    lines.append(f"- Throughput >= 500 MB/s for sealing and opening: {'met' if worst >= 500 else 'NOT met'} (slower of the two: {worst:.0f} MB/s in memory).")
+    lines.append(
+        f"- Throughput >= 500 MB/s for sealing and opening: {'met' if worst >= 500 else 'NOT met'} (slower of the two: {worst:.0f} MB/s in memory)."
+    )
     storage = [r for r in report["latency"] if r["variant"] == "storage"]
     clean = [r for r in storage if r["ratio_max"] - r["ratio_min"] <= 0.1]  # blocks that agree
     noisy = [r for r in storage if r["ratio_max"] - r["ratio_min"] > 0.1]
@@ -290,18 +382,27 @@ def summarize(report: dict) -> list[str]:
     )
     if noisy:
         spread = ", ".join(
-            "{} b{} {:.3f}x, blocks {:.2f}-{:.2f}".format(r["model"], r["batch"], r["ratio"], r["ratio_min"], r["ratio_max"]) for r in noisy
+            "{} b{} {:.3f}x, blocks {:.2f}-{:.2f}".format(
+                r["model"], r["batch"], r["ratio"], r["ratio_min"], r["ratio_max"]
+            )
+            for r in noisy
         )
         line += f"; where they do not, the spread is the machine's ({spread})"
     lines.append(line + ". Storage mode runs the original graph itself.")
     for ratio in RATIOS:
-        b8 = [r for r in report["latency"] if r["variant"] == f"runtime {ratio}" and r["batch"] == 8]
+        b8 = [
+            r for r in report["latency"] if r["variant"] == f"runtime {ratio}" and r["batch"] == 8
+        ]
         within = [f"{r['model']} {r['ratio']:.3f}x" for r in b8]
         ok = all(r["ratio"] <= 1.10 for r in b8)
-        lines.append(f"- Runtime mode <= 10% at batch 8, ratio {ratio}: {'met' if ok else 'not met on every model'} ({', '.join(within)}).")
+        lines.append(
+            f"- Runtime mode <= 10% at batch 8, ratio {ratio}: {'met' if ok else 'not met on every model'} ({', '.join(within)})."
+        )
     load = {(r["model"], r["variant"]): r for r in report["load"]}
     runtime_load = ", ".join(
-        "{} {:.2f} s vs {:.2f} s".format(m, load[(m, "runtime 0.3")]["median_s"], load[(m, "original")]["median_s"])
+        "{} {:.2f} s vs {:.2f} s".format(
+            m, load[(m, "runtime 0.3")]["median_s"], load[(m, "original")]["median_s"]
+        )
         for m in dict.fromkeys(r["model"] for r in report["load"])
     )
     lines.append(
@@ -310,17 +411,26 @@ def summarize(report: dict) -> list[str]:
     )
     big = [r for r in report["metrics"] if r["ratio"] == 0.6]
     ok = all(
-        r["anonymous_share"] >= 0.9 and abs(r["node_change"]) >= 0.3 and r["max_weight_correlation"] < 0.05 and not r["names_found"]
+        r["anonymous_share"] >= 0.9
+        and abs(r["node_change"]) >= 0.3
+        and r["max_weight_correlation"] < 0.05
+        and not r["names_found"]
         for r in big
     )
-    lines.append(f"- Ratio 0.6 on CNNs and transformers (>= 90% anonymous, node count +-30%, correlation < 0.05, no name): {'met on every model' if ok else 'NOT met'}.")
+    lines.append(
+        f"- Ratio 0.6 on CNNs and transformers (>= 90% anonymous, node count +-30%, correlation < 0.05, no name): {'met on every model' if ok else 'NOT met'}."
+    )
     return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds, no MiniLM")
-    parser.add_argument("--rewrite", action="store_true", help="rewrite protect.md from protect.json, measuring nothing")
+    parser.add_argument(
+        "--rewrite",
+        action="store_true",
+        help="rewrite protect.md from protect.json, measuring nothing",
+    )
     args = parser.parse_args()
     if args.rewrite:
         report = json.loads((RESULTS / "protect.json").read_text())
@@ -339,8 +449,11 @@ def main() -> None:
         "date": dt.date.today().isoformat(),
         "quick": args.quick,
         "machine": {
-            "cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version(),
-            "onnxruntime": onnxruntime.__version__, "cryptography": cryptography.__version__,
+            "cpu": _cpu(),
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+            "onnxruntime": onnxruntime.__version__,
+            "cryptography": cryptography.__version__,
         },
     }
     print("throughput…", flush=True)
@@ -352,7 +465,14 @@ def main() -> None:
         print(f"{name}: protecting…", flush=True)
         files, results = _packages(name, paths[name], key)
         for ratio, r in results.items():
-            report["metrics"].append({"model": name, "ratio": ratio, "seconds": r["seconds"], **r["result"].metrics.to_dict()})
+            report["metrics"].append(
+                {
+                    "model": name,
+                    "ratio": ratio,
+                    "seconds": r["seconds"],
+                    **r["result"].metrics.to_dict(),
+                }
+            )
         print(f"{name}: latency…", flush=True)
         heavy = name == "minilm"
         rounds = (15 if heavy else 60) if args.quick else (40 if heavy else 300)

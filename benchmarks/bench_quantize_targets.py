@@ -61,7 +61,10 @@ def outputs(path: Path, feeds: dict, batch: int = 32) -> np.ndarray:
     s = session(str(path))
     n = len(next(iter(feeds.values())))
     return np.concatenate(
-        [s.run(None, {k: v[i : i + batch] for k, v in feeds.items()})[0] for i in range(0, n, batch)]
+        [
+            s.run(None, {k: v[i : i + batch] for k, v in feeds.items()})[0]
+            for i in range(0, n, batch)
+        ]
     )
 
 
@@ -83,7 +86,9 @@ def evaluate(spec_path: str, result_path: str) -> None:
     name = spec["model"]
     d = data(name)
     ref = outputs(Path(spec["paths"]["float32"]), d["test"])
-    got = {k: score(outputs(Path(p), d["test"]), d["labels"], ref) for k, p in spec["paths"].items()}
+    got = {
+        k: score(outputs(Path(p), d["test"]), d["labels"], ref) for k, p in spec["paths"].items()
+    }
     from modelpress.runtime.cpu import int8_capability
 
     got["_cpu"] = int8_capability().to_dict()
@@ -144,7 +149,14 @@ def bench(name: str, mode: str) -> dict:
     f1 = {k: v[:1] for k, v in d["test"].items()}
     f8 = {k: v[:8] for k, v in d["test"].items()}
     lat = latency(paths, {1: f1, 8: f8}, reps=100 if name == "minilm" else 300)
-    return {"model": name, "mode": mode, "here": here, "emulated": emulated, "latency": lat, "notes": notes}
+    return {
+        "model": name,
+        "mode": mode,
+        "here": here,
+        "emulated": emulated,
+        "latency": lat,
+        "notes": notes,
+    }
 
 
 def cpu_flags() -> list[str]:
@@ -212,7 +224,12 @@ def main() -> None:
     WORK.mkdir(parents=True, exist_ok=True)
     RESULTS.mkdir(exist_ok=True)
     t0 = time.perf_counter()
-    cases = [("resnet-digits", "static"), ("mobilenet-digits", "static"), ("minilm", "dynamic"), ("minilm", "static")]
+    cases = [
+        ("resnet-digits", "static"),
+        ("mobilenet-digits", "static"),
+        ("minilm", "dynamic"),
+        ("minilm", "static"),
+    ]
     results = []
     for name, mode in cases:
         print(f"{name} {mode} ...", flush=True)

@@ -25,7 +25,6 @@ model's own p50 at batch 1 in-process.
     .venv/bin/python benchmarks/bench_serve.py [--reps 3] [--duration 3]
 """
 
-
 import argparse
 import asyncio
 import datetime
@@ -92,7 +91,15 @@ def peer_fastapi(model: str, port: int, shapes: dict) -> None:
         out = sess.run(None, _decode(body, specs, shapes))
         return Response(out[0].tobytes(), media_type="application/octet-stream")
 
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, http="httptools", loop="uvloop")
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        access_log=False,
+        http="httptools",
+        loop="uvloop",
+    )
 
 
 def peer_ray(model: str, port: int, shapes: dict) -> None:
@@ -118,7 +125,10 @@ def peer_ray(model: str, port: int, shapes: dict) -> None:
 
         async def __call__(self, request: Request) -> Response:
             body = await request.body()
-            return Response(await self.run(_decode(body, self.specs, shapes)), media_type="application/octet-stream")
+            return Response(
+                await self.run(_decode(body, self.specs, shapes)),
+                media_type="application/octet-stream",
+            )
 
     serve.run(Peer.bind(), name="peer", route_prefix="/infer")
     print("ready", flush=True)
@@ -133,7 +143,16 @@ def peer_ray(model: str, port: int, shapes: dict) -> None:
 # --- the load generator (its own process) ---------------------------------------------------------
 
 
-async def _client(port: int, request: bytes, start: float, warm: float, stop: float, lat: list, errors: list, total: list):
+async def _client(
+    port: int,
+    request: bytes,
+    start: float,
+    warm: float,
+    stop: float,
+    lat: list,
+    errors: list,
+    total: list,
+):
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         while True:
@@ -163,13 +182,23 @@ async def _client(port: int, request: bytes, start: float, warm: float, stop: fl
         writer.close()
 
 
-async def _load(port: int, request: bytes, concurrency: int, warmup: float, duration: float) -> dict:
+async def _load(
+    port: int, request: bytes, concurrency: int, warmup: float, duration: float
+) -> dict:
     start = time.perf_counter()
     warm, stop = start + warmup, start + warmup + duration
     lat, errors, total = [], [], [0]
-    await asyncio.gather(*[_client(port, request, start, warm, stop, lat, errors, total) for _ in range(concurrency)])
+    await asyncio.gather(
+        *[_client(port, request, start, warm, stop, lat, errors, total) for _ in range(concurrency)]
+    )
     end = time.perf_counter()
-    return {"count": len(lat), "errors": len(errors), "total": total[0], "seconds": end - warm, "lat": lat}
+    return {
+        "count": len(lat),
+        "errors": len(errors),
+        "total": total[0],
+        "seconds": end - warm,
+        "lat": lat,
+    }
 
 
 def loadgen(port: int, request_file: str, concurrency: int, warmup: float, duration: float) -> None:
@@ -203,14 +232,23 @@ def _requests(name: str, feeds: dict[str, np.ndarray]) -> tuple[bytes, bytes]:
     header = json.dumps(
         {
             "inputs": [
-                {"name": k, "datatype": datatype[v.dtype], "shape": list(v.shape), "parameters": {"binary_data_size": v.nbytes}}
+                {
+                    "name": k,
+                    "datatype": datatype[v.dtype],
+                    "shape": list(v.shape),
+                    "parameters": {"binary_data_size": v.nbytes},
+                }
                 for k, v in feeds.items()
             ],
             "parameters": {"binary_data_output": True},
         }
     ).encode()
     raw = b"".join(v.tobytes() for v in feeds.values())
-    v2 = _http_request(f"/v2/models/{name}/infer", header + raw, {"Inference-Header-Content-Length": str(len(header))})
+    v2 = _http_request(
+        f"/v2/models/{name}/infer",
+        header + raw,
+        {"Inference-Header-Content-Length": str(len(header))},
+    )
     return v2, _http_request("/infer", raw, {"Content-Type": "application/octet-stream"})
 
 
@@ -231,12 +269,40 @@ def _start(variant: str, model: str, name: str, port: int, shapes: dict) -> subp
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     if variant.startswith("modelpress"):
         batch = "1" if variant == "modelpress b1" else "32"
-        cmd = [sys.executable, "-m", "modelpress.cli.main", "serve", model, "--name", name, "--port", str(port),
-               "--max-batch", batch, "--max-delay-ms", "2", "--max-queue", "1024"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "modelpress.cli.main",
+            "serve",
+            model,
+            "--name",
+            name,
+            "--port",
+            str(port),
+            "--max-batch",
+            batch,
+            "--max-delay-ms",
+            "2",
+            "--max-queue",
+            "1024",
+        ]
     else:
         peer = "ray" if variant.startswith("ray") else "fastapi"
-        cmd = [sys.executable, __file__, "--peer", peer, "--model", model, "--port", str(port), "--shapes", json.dumps(shapes)]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        cmd = [
+            sys.executable,
+            __file__,
+            "--peer",
+            peer,
+            "--model",
+            model,
+            "--port",
+            str(port),
+            "--shapes",
+            json.dumps(shapes),
+        ]
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     if variant.startswith("modelpress"):
         _wait_ready(port, "/v2/health/ready", proc)
     return proc
@@ -272,11 +338,28 @@ def _counters(port: int) -> tuple[float, float, float]:
     )
 
 
-def _run_load(port: int, request_file: Path, concurrency: int, warmup: float, duration: float) -> dict:
+def _run_load(
+    port: int, request_file: Path, concurrency: int, warmup: float, duration: float
+) -> dict:
     out = subprocess.run(
-        [sys.executable, __file__, "--loadgen", "--port", str(port), "--request", str(request_file),
-         "--concurrency", str(concurrency), "--warmup", str(warmup), "--duration", str(duration)],
-        capture_output=True, text=True, timeout=warmup + duration + 120,
+        [
+            sys.executable,
+            __file__,
+            "--loadgen",
+            "--port",
+            str(port),
+            "--request",
+            str(request_file),
+            "--concurrency",
+            str(concurrency),
+            "--warmup",
+            str(warmup),
+            "--duration",
+            str(duration),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=warmup + duration + 120,
     )
     if out.returncode:
         raise RuntimeError(out.stderr[-2000:])
@@ -366,19 +449,34 @@ def bench(reps: int, warmup: float, duration: float) -> dict:
                         cpu0 = None if v.startswith("ray") else _cpu_seconds(procs[v].pid)
                         res = _run_load(ports[v], req, c, warmup, duration)
                         if cpu0 is not None:
-                            res["cpu_ms"] = (_cpu_seconds(procs[v].pid) - cpu0) / max(res["total"], 1) * 1000
+                            res["cpu_ms"] = (
+                                (_cpu_seconds(procs[v].pid) - cpu0) / max(res["total"], 1) * 1000
+                            )
                         if before:
-                            rows, n_runs, busy = (b - a for a, b in zip(before, _counters(ports[v])))
+                            rows, n_runs, busy = (
+                                b - a for a, b in zip(before, _counters(ports[v]))
+                            )
                             res["mean_batch"] = rows / max(n_runs, 1)
-                            res["busy"] = busy / (res["seconds"] + warmup)  # the counters span warm-up too
+                            res["busy"] = busy / (
+                                res["seconds"] + warmup
+                            )  # the counters span warm-up too
                             res["ms_per_row"] = busy / max(rows, 1) * 1000
                             if v == "modelpress":
                                 batches[c].append(res["mean_batch"])
                         runs[(v, c)].append(res)
-                        print(f"{zname} rep {r} c={c:>2} {v:<16} {res['rps']:8.1f} req/s  p50 {res['p50_ms']:7.2f}  p99 {res['p99_ms']:7.2f}  errors {res['errors']}", flush=True)
+                        print(
+                            f"{zname} rep {r} c={c:>2} {v:<16} {res['rps']:8.1f} req/s  p50 {res['p50_ms']:7.2f}  p99 {res['p99_ms']:7.2f}  errors {res['errors']}",
+                            flush=True,
+                        )
                     # the ceiling in the same minute: ORT alone at the mean batch this round formed
                     b = max(1, round(batches[c][-1]))
-                    ceilings[c].append({"batch": b, "mean_batch": batches[c][-1], "rps": _ort_rate(sess, feeds_for, b)[0]})
+                    ceilings[c].append(
+                        {
+                            "batch": b,
+                            "mean_batch": batches[c][-1],
+                            "rps": _ort_rate(sess, feeds_for, b)[0],
+                        }
+                    )
                     if c == 1:
                         own.append(_ort_rate(sess, feeds_for, 1)[1])
         finally:
@@ -469,7 +567,9 @@ def write(results: dict, reps: int, warmup: float, duration: float) -> None:
         def per_round(a: str, b: str, key: str = "rps", r: dict = r) -> float:
             return statistics.median(x[key] / y[key] for x, y in zip(r["runs"][a], r["runs"][b]))
 
-        to_ceiling = statistics.median(x["rps"] / y["rps"] for x, y in zip(r["runs"]["modelpress|64"], r["ceiling"]["64"]))
+        to_ceiling = statistics.median(
+            x["rps"] / y["rps"] for x, y in zip(r["runs"]["modelpress|64"], r["ceiling"]["64"])
+        )
         own = statistics.median(r["own_p50_ms"])
         c1 = _med(r["runs"]["modelpress|1"], "p50_ms")[0]
         lines += [

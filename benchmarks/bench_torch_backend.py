@@ -42,7 +42,13 @@ from modelpress.verify import run_model
 ROOT = Path(__file__).resolve().parent
 WORK = ROOT / "_work"
 RESULTS = ROOT / "results"
-CASES = [("resnet-digits", 1, None), ("resnet-digits", 32, None), ("bert-tiny", 1, 32), ("bert-tiny", 8, 64), ("minilm", 1, 32)]
+CASES = [
+    ("resnet-digits", 1, None),
+    ("resnet-digits", 32, None),
+    ("bert-tiny", 1, 32),
+    ("bert-tiny", 8, 64),
+    ("minilm", 1, 32),
+]
 
 
 def _percentiles(xs):
@@ -84,9 +90,17 @@ def bench_case(name, batch, seq, *, rounds, compile_):
         compiled = to_torch(model)
         compiled.compile(dynamic=False)
         t0 = time.perf_counter()
-        comp_out = dict(zip(compiled.output_names, (o.numpy() for o in run_torch(compiled)), strict=False))
+        comp_out = dict(
+            zip(compiled.output_names, (o.numpy() for o in run_torch(compiled)), strict=False)
+        )
         compile_s = time.perf_counter() - t0
-        errors.update({f"{n} (compiled)": _rel_err(comp_out[n], ref[n]) for n in ref if ref[n].dtype.kind == "f"})
+        errors.update(
+            {
+                f"{n} (compiled)": _rel_err(comp_out[n], ref[n])
+                for n in ref
+                if ref[n].dtype.kind == "f"
+            }
+        )
         variants["torch compile"] = lambda: run_torch(compiled)
     for fn in variants.values():  # warm-up
         for _ in range(3):
@@ -98,8 +112,11 @@ def bench_case(name, batch, seq, *, rounds, compile_):
             fn()
             times[k].append((time.perf_counter() - t0) * 1e3)
     return {
-        "model": name, "batch": batch, "seq": seq,
-        "max_rel_err": max(errors.values()), "rel_err": errors,
+        "model": name,
+        "batch": batch,
+        "seq": seq,
+        "max_rel_err": max(errors.values()),
+        "rel_err": errors,
         "latency_ms": {k: _percentiles(v) for k, v in times.items()},
         "compile_s": compile_s,
     }
@@ -116,7 +133,9 @@ def bench_training(steps=30, batch=64, lr=0.003):
     def evaluate():
         with torch.no_grad():
             logits = module(xte)
-        return float(torch.nn.functional.cross_entropy(logits, yte)), float((logits.argmax(1) == yte).float().mean())
+        return float(torch.nn.functional.cross_entropy(logits, yte)), float(
+            (logits.argmax(1) == yte).float().mean()
+        )
 
     # Fine-tune from a perturbed start so that there is something to recover: the zoo model is
     # already trained, so noise on the weights stands in for what pruning or quantization does.
@@ -144,15 +163,24 @@ def bench_training(steps=30, batch=64, lr=0.003):
     got = run_model(exported, {"image": data.x_test[:64]})
     export_err = _rel_err(next(iter(got.values())), expected)
     return {
-        "steps": steps, "batch": batch, "lr": lr,
-        "loss_before": loss0, "loss_after_one_step": first_step, "loss_after": loss1,
-        "acc_before": acc0, "acc_after": acc1, "train_s": train_s, "export_rel_err": export_err,
+        "steps": steps,
+        "batch": batch,
+        "lr": lr,
+        "loss_before": loss0,
+        "loss_after_one_step": first_step,
+        "loss_after": loss1,
+        "acc_before": acc0,
+        "acc_after": acc1,
+        "train_s": train_s,
+        "export_rel_err": export_err,
     }
 
 
 def node_tests():
     script = ROOT.parent / "tests" / "runtime" / "test_torch_node_tests.py"
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=ROOT.parent)
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, cwd=ROOT.parent
+    )
     return out.stdout.strip().splitlines()
 
 
@@ -164,7 +192,9 @@ def write_report(data):
         f"torch {torch.__version__}, onnxruntime {data['ort_version']}, Python {platform.python_version()}. "
         "No GPU: this task was not lent the GPU machine, so CUDA/MPS and a CPU-GPU split are not measured here.",
         "",
-        "Command: `.venv/bin/python benchmarks/bench_torch_backend.py" + (" --no-compile" if not data["compile"] else "") + "`",
+        "Command: `.venv/bin/python benchmarks/bench_torch_backend.py"
+        + (" --no-compile" if not data["compile"] else "")
+        + "`",
         "",
         "## Accuracy and CPU latency",
         "",
@@ -193,9 +223,17 @@ def write_report(data):
             f"{fmt(lat, 'torch eager')} | {fmt(lat, 'torch compile')} | {lat['torch eager']['median'] / ort:.2f}x | {comp} |"
         )
     worst_err = max(r["max_rel_err"] for r in data["cases"])
-    within = [f"{r['model']} b{r['batch']}" for r in data["cases"]
-              if min(v["median"] for k, v in r["latency_ms"].items() if k.startswith("torch")) <= 2 * r["latency_ms"]["ort"]["median"]]
-    outside = [f"{r['model']} b{r['batch']}" for r in data["cases"] if f"{r['model']} b{r['batch']}" not in within]
+    within = [
+        f"{r['model']} b{r['batch']}"
+        for r in data["cases"]
+        if min(v["median"] for k, v in r["latency_ms"].items() if k.startswith("torch"))
+        <= 2 * r["latency_ms"]["ort"]["median"]
+    ]
+    outside = [
+        f"{r['model']} b{r['batch']}"
+        for r in data["cases"]
+        if f"{r['model']} b{r['batch']}" not in within
+    ]
     lines += [
         "",
         f"**Targets.** Relative error <= 1e-4: met on every case (worst {worst_err:.1e}). "
@@ -245,8 +283,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--no-compile", action="store_true")
-    ap.add_argument("--threads", type=int, default=1, help="intra-op threads for both ORT and torch (default 1)")
-    ap.add_argument("--report-only", action="store_true", help="rewrite the .md from the last .json")
+    ap.add_argument(
+        "--threads", type=int, default=1, help="intra-op threads for both ORT and torch (default 1)"
+    )
+    ap.add_argument(
+        "--report-only", action="store_true", help="rewrite the .md from the last .json"
+    )
     args = ap.parse_args()
     if args.report_only:
         write_report(json.loads((RESULTS / "torch_backend.json").read_text()))
@@ -261,13 +303,22 @@ def main():
     cases = []
     for name, batch, seq in CASES:
         r = bench_case(name, batch, seq, rounds=args.rounds, compile_=not args.no_compile)
-        print(json.dumps({k: r[k] for k in ("model", "batch", "seq", "max_rel_err")}), {k: round(v["median"], 3) for k, v in r["latency_ms"].items()}, flush=True)
+        print(
+            json.dumps({k: r[k] for k in ("model", "batch", "seq", "max_rel_err")}),
+            {k: round(v["median"], 3) for k, v in r["latency_ms"].items()},
+            flush=True,
+        )
         cases.append(r)
     training = bench_training()
     print("training", training, flush=True)
     data = {
-        "compile": not args.no_compile, "rounds": args.rounds, "threads": args.threads, "ort_version": onnxruntime.__version__,
-        "cases": cases, "training": training, "node_tests": node_tests(),
+        "compile": not args.no_compile,
+        "rounds": args.rounds,
+        "threads": args.threads,
+        "ort_version": onnxruntime.__version__,
+        "cases": cases,
+        "training": training,
+        "node_tests": node_tests(),
     }
     write_report(data)
     print(f"wrote {RESULTS / 'torch_backend.md'}")

@@ -74,7 +74,9 @@ def _load_results() -> dict:
 def _save(section: str, rows) -> None:
     data = _load_results()
     data[section] = rows
-    data["machine"] = f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}, Python {platform.python_version()}"
+    data["machine"] = (
+        f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}, Python {platform.python_version()}"
+    )
     data.setdefault("dates", {})[section] = time.strftime("%Y-%m-%d")
     JSON.write_text(json.dumps(data, indent=1))
 
@@ -116,7 +118,9 @@ def _torch_pruning(name: str, d, seed: int = 0) -> tuple[object, float]:
     module, (example,) = zoo.build_torch(name)
     imp = tp.importance.MagnitudeImportance(p=1)  # group L1, as modelpress's default
     pruner_cls = getattr(tp.pruner, "MetaPruner", None) or tp.pruner.BasePruner
-    pruner = pruner_cls(module, example, importance=imp, pruning_ratio=0.5, ignored_layers=[module.head])
+    pruner = pruner_cls(
+        module, example, importance=imp, pruning_ratio=0.5, ignored_layers=[module.head]
+    )
     pruner.step()
     started = time.perf_counter()
     x, y = torch.from_numpy(d.x_train), torch.from_numpy(d.y_train)
@@ -125,7 +129,12 @@ def _torch_pruning(name: str, d, seed: int = 0) -> tuple[object, float]:
     steps = EPOCHS * -(-len(x) // 32)
     warm = int(0.05 * steps)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + np.cos(np.pi * (s - warm) / max(1, steps - warm)))
+        opt,
+        lambda s: (
+            (s + 1) / warm
+            if s < warm
+            else 0.5 * (1 + np.cos(np.pi * (s - warm) / max(1, steps - warm)))
+        ),
     )
     gen = torch.Generator().manual_seed(seed)
     module.train()
@@ -142,8 +151,16 @@ def _torch_pruning(name: str, d, seed: int = 0) -> tuple[object, float]:
     buf = io.BytesIO()
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
-        torch.onnx.export(module, (example,), buf, dynamo=False, input_names=["image"], output_names=["logits"],
-                          dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}}, opset_version=17)
+        torch.onnx.export(
+            module,
+            (example,),
+            buf,
+            dynamo=False,
+            input_names=["image"],
+            output_names=["logits"],
+            dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}},
+            opset_version=17,
+        )
     import onnx
 
     return from_proto(onnx.load_from_string(buf.getvalue())), seconds
@@ -156,8 +173,13 @@ def _torch_pruning_selected(name: str, d, batches: int = 8, batch_size: int = 64
 
     torch.manual_seed(0)
     module, (example,) = zoo.build_torch(name)
-    tp.pruner.MetaPruner(module, example, importance=tp.importance.MagnitudeImportance(p=1), pruning_ratio=0.5,
-                         ignored_layers=[module.head]).step()
+    tp.pruner.MetaPruner(
+        module,
+        example,
+        importance=tp.importance.MagnitudeImportance(p=1),
+        pruning_ratio=0.5,
+        ignored_layers=[module.head],
+    ).step()
     norms = [m for m in module.modules() if isinstance(m, torch.nn.BatchNorm2d)]
     for m in norms:
         m.reset_running_stats()
@@ -180,14 +202,35 @@ def bench_prune() -> list[dict]:
     for name in CNNS:
         original = load(zoo.build(name, WORK / f"{name}.onnx"))
         makers = {
-            "modelpress, labels": lambda seed, original=original: prune(original, data=data, labels_key="y", ratio=0.5, train=TrainConfig(epochs=EPOCHS, lr=LR, seed=seed)).model,
-            "modelpress, no labels (teacher)": lambda seed, original=original: prune(original, data={"image": d.x_train}, ratio=0.5, train=TrainConfig(epochs=EPOCHS, lr=LR, seed=seed)).model,
-            "Torch-Pruning (PyTorch source), labels": lambda seed, name=name: _torch_pruning(name, d, seed)[0],
+            "modelpress, labels": lambda seed, original=original: (
+                prune(
+                    original,
+                    data=data,
+                    labels_key="y",
+                    ratio=0.5,
+                    train=TrainConfig(epochs=EPOCHS, lr=LR, seed=seed),
+                ).model
+            ),
+            "modelpress, no labels (teacher)": lambda seed, original=original: (
+                prune(
+                    original,
+                    data={"image": d.x_train},
+                    ratio=0.5,
+                    train=TrainConfig(epochs=EPOCHS, lr=LR, seed=seed),
+                ).model
+            ),
+            "Torch-Pruning (PyTorch source), labels": lambda seed, name=name: _torch_pruning(
+                name, d, seed
+            )[0],
         }
         # the selection alone: accuracy right after pruning, before any fine-tuning
         selected = {
-            "modelpress, labels": _accuracy(prune(original, data=data, labels_key="y", ratio=0.5, train=False).model, d),
-            "modelpress, no labels (teacher)": _accuracy(prune(original, data={"image": d.x_train}, ratio=0.5, train=False).model, d),
+            "modelpress, labels": _accuracy(
+                prune(original, data=data, labels_key="y", ratio=0.5, train=False).model, d
+            ),
+            "modelpress, no labels (teacher)": _accuracy(
+                prune(original, data={"image": d.x_train}, ratio=0.5, train=False).model, d
+            ),
             "Torch-Pruning (PyTorch source), labels": _torch_pruning_selected(name, d),
         }
         variants = {"original": ([original], [_accuracy(original, d)], None)}
@@ -198,14 +241,24 @@ def bench_prune() -> list[dict]:
                 models.append(make(seed))
                 accs.append(_accuracy(models[-1], d))
             variants[label] = (models, accs, (time.perf_counter() - t) / len(SEEDS))
-        feeds = {b: {"image": np.ascontiguousarray(np.resize(d.x_test, (b, 1, 32, 32)))} for b in (1, 8)}
+        feeds = {
+            b: {"image": np.ascontiguousarray(np.resize(d.x_test, (b, 1, 32, 32)))} for b in (1, 8)
+        }
         lat = _latency({k: v[0][0] for k, v in variants.items()}, feeds)
         for k, (models, accs, secs) in variants.items():
-            rows.append({
-                "model": name, "variant": k, "accuracy": float(np.median(accs)), "accuracies": accs,
-                "params": param_count(models[0]), "size": _size(models[0]), "latency": lat[k], "seconds": secs,
-                "before_training": selected.get(k),
-            })
+            rows.append(
+                {
+                    "model": name,
+                    "variant": k,
+                    "accuracy": float(np.median(accs)),
+                    "accuracies": accs,
+                    "params": param_count(models[0]),
+                    "size": _size(models[0]),
+                    "latency": lat[k],
+                    "seconds": secs,
+                    "before_training": selected.get(k),
+                }
+            )
             print(rows[-1], flush=True)
     return rows
 
@@ -217,16 +270,34 @@ def bench_deep() -> list[dict]:
     rows = []
     # At the other sections' 3e-3, mobilenet-digits recovered from 80% pruning to only 96.4%; at
     # the zoo's own training rate, 1e-2, it recovers fully. 90% is more than its 20k weights allow.
-    for name, sparsity in (("resnet-digits", 0.9), ("mobilenet-digits", 0.8), ("mobilenet-digits", 0.9)):
+    for name, sparsity in (
+        ("resnet-digits", 0.9),
+        ("mobilenet-digits", 0.8),
+        ("mobilenet-digits", 0.9),
+    ):
         original = load(zoo.build(name, WORK / f"{name}.onnx"))
         t = time.perf_counter()
-        r = deep_compress(original, data=data, labels_key="y", sparsity=sparsity, bits=5, train=TrainConfig(epochs=4, lr=DEEP_LR))
+        r = deep_compress(
+            original,
+            data=data,
+            labels_key="y",
+            sparsity=sparsity,
+            bits=5,
+            train=TrainConfig(epochs=4, lr=DEEP_LR),
+        )
         path = WORK / f"{name}.mpz"
         path.write_bytes(r.data)
-        rows.append({
-            "model": name, "accuracy_before": _accuracy(original, d), "accuracy_after": _accuracy(open_mpz(path), d),
-            "stages": r.stages, "parts": r.parts, "seconds": time.perf_counter() - t, "sparsity": r.sparsity,
-        })
+        rows.append(
+            {
+                "model": name,
+                "accuracy_before": _accuracy(original, d),
+                "accuracy_after": _accuracy(open_mpz(path), d),
+                "stages": r.stages,
+                "parts": r.parts,
+                "seconds": time.perf_counter() - t,
+                "sparsity": r.sparsity,
+            }
+        )
         print(rows[-1], flush=True)
     return rows
 
@@ -238,7 +309,10 @@ def bench_qat() -> list[dict]:
     d, _ = _digits()
     rng = np.random.default_rng(0)
     idx = rng.permutation(len(d.x_train))[:512]
-    cal = [{"image": d.x_train[idx[i : i + 32]], "y": d.y_train[idx[i : i + 32]]} for i in range(0, 512, 32)]
+    cal = [
+        {"image": d.x_train[idx[i : i + 32]], "y": d.y_train[idx[i : i + 32]]}
+        for i in range(0, 512, 32)
+    ]
     rows = []
     for name in CNNS:
         original = load(zoo.build(name, WORK / f"{name}.onnx"))
@@ -246,16 +320,38 @@ def bench_qat() -> list[dict]:
         ptq = quantize(original, mode="static", calibration=cal, labels_key="y")
         row["static int8"] = _accuracy(ptq.model, d)
         # w4a8 after training: 4-bit weights rounded to nearest on static mode's graph
-        plain = quantize(original, mode="static", calibration=cal, labels_key="y", gptq=False, bias_correction=False)
+        plain = quantize(
+            original,
+            mode="static",
+            calibration=cal,
+            labels_key="y",
+            gptq=False,
+            bias_correction=False,
+        )
         tg = TrainingGraph(plain.model, bits=4)
         row["w4a8 (round to nearest)"] = _accuracy(tg.export(tg.module()), d)
         t = time.perf_counter()
-        q8 = quantize(original, mode="qat", calibration=cal, labels_key="y", train=TrainConfig(epochs=1, lr=1e-4))
+        q8 = quantize(
+            original,
+            mode="qat",
+            calibration=cal,
+            labels_key="y",
+            train=TrainConfig(epochs=1, lr=1e-4),
+        )
         row["QAT int8"] = _accuracy(q8.model, d)
-        q4 = quantize(original, mode="qat", calibration=cal, labels_key="y", bits=4, train=TrainConfig(epochs=2, lr=3e-4))
+        q4 = quantize(
+            original,
+            mode="qat",
+            calibration=cal,
+            labels_key="y",
+            bits=4,
+            train=TrainConfig(epochs=2, lr=3e-4),
+        )
         row["QAT w4a8"] = _accuracy(q4.model, d)
         row["seconds"] = time.perf_counter() - t
-        row["same_structure"] = [n.op_type for n in q8.model.graph] == [n.op_type for n in plain.model.graph]
+        row["same_structure"] = [n.op_type for n in q8.model.graph] == [
+            n.op_type for n in plain.model.graph
+        ]
         rows.append(row)
         print(row, flush=True)
     return rows
@@ -269,7 +365,14 @@ DISTILL_RUNS = (
     ("resnet-digits", "zoo", "width", 3, "labels only", LABELS_ONLY),
     ("resnet-digits", "zoo", "width", 3, "distilled", {}),
     ("resnet-digits", "zoo", "width", 10, "labels only", LABELS_ONLY),
-    ("resnet-digits", "zoo", "width", 10, "distilled, outputs only (no features)", {"features": "none"}),
+    (
+        "resnet-digits",
+        "zoo",
+        "width",
+        10,
+        "distilled, outputs only (no features)",
+        {"features": "none"},
+    ),
     ("resnet-digits", "zoo", "width", 10, "distilled", {}),
     ("resnet-digits", "zoo", "fresh", 10, "labels only", LABELS_ONLY),
     ("resnet-digits", "zoo", "fresh", 10, "distilled", {}),
@@ -318,7 +421,9 @@ def _fresh_student(teacher, d, seed: int):
             bound = 1 / np.sqrt(np.prod(shape[1:]))  # Gemm's weight is (out, in): transB=1
             for v in ins[1:3]:
                 if v is not None:
-                    v.const_value = oir.tensor(rng.uniform(-bound, bound, v.const_value.shape).astype(np.float32))
+                    v.const_value = oir.tensor(
+                        rng.uniform(-bound, bound, v.const_value.shape).astype(np.float32)
+                    )
         elif node.op_type == "BatchNormalization":
             for v, fill in zip(ins[1:5], (1.0, 0.0, 0.0, 1.0)):
                 v.const_value = oir.tensor(np.full(v.const_value.shape, fill, np.float32))
@@ -329,8 +434,12 @@ def _paired(a: list[float], b: list[float]) -> dict:
     """``b - a`` per seed, in points: mean, standard deviation, standard error, wins and losses."""
     diff = (np.array(b) - np.array(a)) * 100
     return {
-        "mean": float(diff.mean()), "std": float(diff.std(ddof=1)), "se": float(diff.std(ddof=1) / np.sqrt(len(diff))),
-        "better": int((diff > 0).sum()), "same": int((diff == 0).sum()), "worse": int((diff < 0).sum()),
+        "mean": float(diff.mean()),
+        "std": float(diff.std(ddof=1)),
+        "se": float(diff.std(ddof=1) / np.sqrt(len(diff))),
+        "better": int((diff > 0).sum()),
+        "same": int((diff == 0).sum()),
+        "worse": int((diff < 0).sum()),
     }
 
 
@@ -343,22 +452,53 @@ def bench_distill() -> list[dict]:
         original = load(zoo.build(name, WORK / f"{name}.onnx"))
         for key, model in (("zoo", original), ("converged", _converged(original, data))):
             teachers[name, key] = model
-            rows.append({"teacher": TEACHERS[key].format(name), "variant": "teacher", "accuracy": _accuracy(model, d), "accuracies": [], "params": param_count(model)})
+            rows.append(
+                {
+                    "teacher": TEACHERS[key].format(name),
+                    "variant": "teacher",
+                    "accuracy": _accuracy(model, d),
+                    "accuracies": [],
+                    "params": param_count(model),
+                }
+            )
             print(rows[-1], flush=True)
     for name, key, student, epochs, label, options in DISTILL_RUNS:
         teacher = teachers[name, key]
         accs, secs = [], 0.0
         for seed in DISTILL_SEEDS:
-            given = {"width": 0.5} if student == "width" else {"student": _fresh_student(teacher, d, seed)}
-            r = distill(teacher, data=data, labels_key="y", train=TrainConfig(epochs=epochs, lr=LR, seed=seed), **given, **options)
+            given = (
+                {"width": 0.5}
+                if student == "width"
+                else {"student": _fresh_student(teacher, d, seed)}
+            )
+            r = distill(
+                teacher,
+                data=data,
+                labels_key="y",
+                train=TrainConfig(epochs=epochs, lr=LR, seed=seed),
+                **given,
+                **options,
+            )
             accs.append(_accuracy(r.model, d))
             secs += r.seconds
         row = {
-            "teacher": TEACHERS[key].format(name), "student": STUDENTS[student], "epochs": epochs, "variant": label,
-            "accuracy": float(np.mean(accs)), "std": float(np.std(accs, ddof=1)), "accuracies": accs,
-            "params": r.params_student, "features": len(r.features), "seconds": secs / len(DISTILL_SEEDS),
+            "teacher": TEACHERS[key].format(name),
+            "student": STUDENTS[student],
+            "epochs": epochs,
+            "variant": label,
+            "accuracy": float(np.mean(accs)),
+            "std": float(np.std(accs, ddof=1)),
+            "accuracies": accs,
+            "params": r.params_student,
+            "features": len(r.features),
+            "seconds": secs / len(DISTILL_SEEDS),
         }
-        same = [x for x in rows if (x.get("teacher"), x.get("student"), x.get("epochs")) == (row["teacher"], row["student"], epochs)]
+        same = [
+            x
+            for x in rows
+            if (x.get("teacher"), x.get("student"), x.get("epochs"))
+            == (row["teacher"], row["student"], epochs)
+        ]
         base = next((x for x in same if x["variant"] == "labels only"), None)
         if base is not None:
             row["vs_labels"] = _paired(base["accuracies"], accs)
@@ -367,7 +507,18 @@ def bench_distill() -> list[dict]:
     return rows
 
 
-STDLIB_SKIP = {"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "lib2to3", "ensurepip", "venv", "test"}
+STDLIB_SKIP = {
+    "antigravity",
+    "this",
+    "idlelib",
+    "tkinter",
+    "turtle",
+    "turtledemo",
+    "lib2to3",
+    "ensurepip",
+    "venv",
+    "test",
+}
 
 
 def _docstrings():
@@ -380,7 +531,10 @@ def _docstrings():
         if name.startswith("_") or name in STDLIB_SKIP:
             continue
         try:
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            with (
+                contextlib.redirect_stdout(io.StringIO()),
+                contextlib.redirect_stderr(io.StringIO()),
+            ):
                 mod = importlib.import_module(name)
         except Exception:  # noqa: BLE001 - modules this platform lacks (winreg, ...)
             continue
@@ -391,7 +545,11 @@ def _docstrings():
                 continue
             yield inspect.getdoc(obj) or ""
             if inspect.isclass(obj):
-                yield from (inspect.getdoc(getattr(obj, m, None)) or "" for m in sorted(vars(obj)) if not m.startswith("_"))
+                yield from (
+                    inspect.getdoc(getattr(obj, m, None)) or ""
+                    for m in sorted(vars(obj))
+                    if not m.startswith("_")
+                )
 
 
 def _sentences(n: int) -> list[str]:
@@ -410,7 +568,9 @@ def _sentences(n: int) -> list[str]:
     return out[:n]
 
 
-def bench_minilm(train_sentences: int = 6800, held_sentences: int = 128, seq: int = 24, epochs: int = 5) -> list[dict]:
+def bench_minilm(
+    train_sentences: int = 6800, held_sentences: int = 128, seq: int = 24, epochs: int = 5
+) -> list[dict]:
     from modelpress.compress.distill import distill
     from modelpress.compress.train import TrainData
     from modelpress.compress.train.metrics import compare
@@ -424,13 +584,29 @@ def bench_minilm(train_sentences: int = 6800, held_sentences: int = 128, seq: in
     shape = {"ratio": 0.5, "head_ratio": 1 / 3}
     # the units chosen by their weights' L1 norm (the default), and on the data a ratio per layer, for reference
     by_weights = prune(original, data=train, importance="l1", train=False, **shape)
-    per_layer = prune(original, data=train, importance=MINILM_IMPORTANCE, refit=True, train=False, **shape)
+    per_layer = prune(
+        original, data=train, importance=MINILM_IMPORTANCE, refit=True, train=False, **shape
+    )
     t = time.perf_counter()
     # chosen on the data across all layers (the error each removal adds), the layers that read them refit
-    pruned = prune(original, data=train, importance=MINILM_IMPORTANCE, refit=True, global_ranking=True, train=False, **shape)
+    pruned = prune(
+        original,
+        data=train,
+        importance=MINILM_IMPORTANCE,
+        refit=True,
+        global_ranking=True,
+        train=False,
+        **shape,
+    )
     # distilled: the pruned model is the student, the original the teacher (outputs and hidden states)
-    r = distill(original, data=train, student=pruned.model, temperature=1.0, soft="cosine",
-                train=TrainConfig(epochs=epochs, lr=1e-4, batch_size=16, val_fraction=0.1))
+    r = distill(
+        original,
+        data=train,
+        student=pruned.model,
+        temperature=1.0,
+        soft="cosine",
+        train=TrainConfig(epochs=epochs, lr=1e-4, batch_size=16, val_fraction=0.1),
+    )
     seconds = time.perf_counter() - t
     cosines = {
         "pruned_l1": compare(original, by_weights.model, held_data).cosine,
@@ -441,20 +617,34 @@ def bench_minilm(train_sentences: int = 6800, held_sentences: int = 128, seq: in
     feeds = {b: tokenize((sents[train_sentences:] * 2)[:b], seq) for b in (1, 8)}
     lat = _latency({"original": original, "pruned + distilled": r.model}, feeds, rounds=20)
     row = {
-        "sentences": [train_sentences, held_sentences], "seq": seq, "epochs": epochs,
-        "importance": MINILM_IMPORTANCE, "refit": True, "global_ranking": True,
-        "cosine_pruned_l1": cosines["pruned_l1"], "cosine_pruned_per_layer": cosines["pruned_per_layer"],
-        "cosine_pruned_only": cosines["pruned_only"], "cosine_distilled": cosines["distilled"],
+        "sentences": [train_sentences, held_sentences],
+        "seq": seq,
+        "epochs": epochs,
+        "importance": MINILM_IMPORTANCE,
+        "refit": True,
+        "global_ranking": True,
+        "cosine_pruned_l1": cosines["pruned_l1"],
+        "cosine_pruned_per_layer": cosines["pruned_per_layer"],
+        "cosine_pruned_only": cosines["pruned_only"],
+        "cosine_distilled": cosines["distilled"],
         "curve": r.training.val if r.training else [],
         "params": [param_count(original), param_count(r.model)],
-        "size": [_size(original), _size(r.model)], "latency": lat, "seconds": seconds,
+        "size": [_size(original), _size(r.model)],
+        "latency": lat,
+        "seconds": seconds,
         "groups": pruned.steps[0]["groups"] if pruned.steps else [],
     }
     print({k: v for k, v in row.items() if k != "groups"}, flush=True)
     return [row]
 
 
-SECTIONS = {"prune": bench_prune, "deep": bench_deep, "qat": bench_qat, "distill": bench_distill, "minilm": bench_minilm}
+SECTIONS = {
+    "prune": bench_prune,
+    "deep": bench_deep,
+    "qat": bench_qat,
+    "distill": bench_distill,
+    "minilm": bench_minilm,
+}
 
 
 def write_page() -> None:

@@ -165,8 +165,15 @@ class _Compare:
                 self.fail(where, f"{len(xs)} graph {kind}s, expected {len(ys)}")
             if interface:
                 for x, y in zip(xs, ys):
-                    if x.name != y.name or str(x.type) != str(y.type) or str(x.shape) != str(y.shape):
-                        self.fail(where, f"graph {kind} {x.name}: {x.type} {x.shape}, expected {y.name}: {y.type} {y.shape}")
+                    if (
+                        x.name != y.name
+                        or str(x.type) != str(y.type)
+                        or str(x.shape) != str(y.shape)
+                    ):
+                        self.fail(
+                            where,
+                            f"graph {kind} {x.name}: {x.type} {x.shape}, expected {y.name}: {y.type} {y.shape}",
+                        )
         if len(a.initializers) != len(e.initializers):
             self.fail(where, f"{len(a.initializers)} initializers, expected {len(e.initializers)}")
         self.values.update(zip(a.inputs, e.inputs))
@@ -187,7 +194,10 @@ class _Compare:
         for name in a.attributes:
             self.attribute(a.attributes[name], e.attributes[name], f"{where}, attribute {name}")
         if len(a.inputs) != len(e.inputs) or len(a.outputs) != len(e.outputs):
-            self.fail(where, f"{len(a.inputs)} inputs and {len(a.outputs)} outputs, expected {len(e.inputs)} and {len(e.outputs)}")
+            self.fail(
+                where,
+                f"{len(a.inputs)} inputs and {len(a.outputs)} outputs, expected {len(e.inputs)} and {len(e.outputs)}",
+            )
         for i, (x, y) in enumerate(zip(a.inputs, e.inputs)):
             self.value(x, y, f"{where}, input {i}")
         self.values.update(zip(a.outputs, e.outputs))
@@ -217,11 +227,17 @@ class _Compare:
     def value(self, a: ir.Value | None, e: ir.Value | None, where: str) -> None:
         if a is None or e is None:
             if a is not e:
-                self.fail(where, f"{'no value' if a is None else a.name}, expected {'none' if e is None else e.name}")
+                self.fail(
+                    where,
+                    f"{'no value' if a is None else a.name}, expected {'none' if e is None else e.name}",
+                )
             return
         if a in self.values:
             if self.values[a] is not e:
-                self.fail(where, f"reads {a.name}, which stands for {self.values[a].name}, expected {e.name}")
+                self.fail(
+                    where,
+                    f"reads {a.name}, which stands for {self.values[a].name}, expected {e.name}",
+                )
             return
         if a.const_value is not None and a.producer() is None and not a.is_graph_input():
             if e.const_value is None or e.producer() is not None or e.is_graph_input():
@@ -240,7 +256,9 @@ class _Compare:
             self.fail(where, f"values {a.ravel()[:8]}..., expected {e.ravel()[:8]}...")
 
 
-def assert_graph_equal(actual: ir.Model, expected: str | ir.Model, *, rtol: float = 1e-6, atol: float = 1e-7) -> None:
+def assert_graph_equal(
+    actual: ir.Model, expected: str | ir.Model, *, rtol: float = 1e-6, atol: float = 1e-7
+) -> None:
     """Assert that ``actual`` is the graph ``expected`` (ONNX text, read by ``modelpress.ir.parse``).
 
     Compared: the opset imports; the graph's inputs and outputs (names, types, shapes); how many
@@ -253,12 +271,19 @@ def assert_graph_equal(actual: ir.Model, expected: str | ir.Model, *, rtol: floa
     compare = _Compare(rtol, atol)
     try:
         if dict(actual.opset_imports) != dict(want.opset_imports):
-            compare.fail("model", f"opset imports {dict(actual.opset_imports)}, expected {dict(want.opset_imports)}")
+            compare.fail(
+                "model",
+                f"opset imports {dict(actual.opset_imports)}, expected {dict(want.opset_imports)}",
+            )
         compare.graph(actual.graph, want.graph, "graph", interface=True)
         if sorted(actual.functions) != sorted(want.functions):
-            compare.fail("model", f"functions {sorted(actual.functions)}, expected {sorted(want.functions)}")
+            compare.fail(
+                "model", f"functions {sorted(actual.functions)}, expected {sorted(want.functions)}"
+            )
         for key, function in actual.functions.items():
-            compare.graph(function.graph, want.functions[key].graph, f"function {key}", interface=False)
+            compare.graph(
+                function.graph, want.functions[key].graph, f"function {key}", interface=False
+            )
     except AssertionError as exc:
         got = re.sub(r"\{[^{}]{60,}\}", "{...}", onnx.printer.to_text(to_proto(actual).graph))
         raise AssertionError(f"{exc}\n--- got:\n{got}") from None

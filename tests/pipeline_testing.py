@@ -20,7 +20,14 @@ from modelpress.ir import from_proto
 IMAGE_W = np.arange(12, dtype=np.float32).reshape(3, 4) / 10 - 0.5
 
 
-def image_model(*, channels: int = 3, size: int | str = 8, batch="N", dtype=TensorProto.FLOAT, layout: str = "nchw"):
+def image_model(
+    *,
+    channels: int = 3,
+    size: int | str = 8,
+    batch="N",
+    dtype=TensorProto.FLOAT,
+    layout: str = "nchw",
+):
     dims = [batch, channels, size, size] if layout == "nchw" else [batch, size, size, channels]
     x = helper.make_tensor_value_info("x", dtype, dims)
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4])
@@ -47,7 +54,10 @@ def text_model(*, vocab: int = 30522, dim: int = 4, seq="S"):
     emb = numpy_helper.from_array(rng.standard_normal((vocab, dim)).astype(np.float32), "emb")
     typ = numpy_helper.from_array(rng.standard_normal((2, dim)).astype(np.float32), "typ")
     axis = numpy_helper.from_array(np.array([1], np.int64), "axis")
-    inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, ["N", seq]) for n in ("input_ids", "attention_mask", "token_type_ids")]
+    inputs = [
+        helper.make_tensor_value_info(n, TensorProto.INT64, ["N", seq])
+        for n in ("input_ids", "attention_mask", "token_type_ids")
+    ]
     out = helper.make_tensor_value_info("embedding", TensorProto.FLOAT, ["N", dim])
     nodes = [
         helper.make_node("Gather", ["emb", "input_ids"], ["e"]),
@@ -91,7 +101,9 @@ def encode(img: Image.Image, fmt: str = "PNG") -> bytes:
     return buf.getvalue()
 
 
-def image_folder(root: Path, n: int, *, seed: int = 0, size: tuple[int, int] = (12, 16)) -> list[Path]:
+def image_folder(
+    root: Path, n: int, *, seed: int = 0, size: tuple[int, int] = (12, 16)
+) -> list[Path]:
     """``n`` PNG and JPEG files of random pixels, in nested folders, sized around ``size``."""
     rng = np.random.default_rng(seed)
     files = []

@@ -35,8 +35,7 @@ IDEAS = {
     "ort_level": "--ort-level",
 }
 # Commands whose parser has not moved to cli/options.py yet (owner in the reason).
-NOT_YET = {
-}
+NOT_YET = {}
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -88,7 +87,9 @@ def problems(name: str, parser: argparse.ArgumentParser) -> list[str]:
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=NOT_YET[n])) if n in NOT_YET else n
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=NOT_YET[n]))
+        if n in NOT_YET
+        else n
         for n in COMMANDS
     ],
 )

@@ -52,13 +52,17 @@ def test_demo_end_to_end(tmp_path):
     # the protected package runs with the int8 model's outputs and hides its names and op types
     protected = summary["protect"]
     assert protected["max_rel"] <= 1e-5 and Path(protected["path"]).is_file()
-    assert protected["metrics"]["anonymous_share"] == 1.0 and protected["metrics"]["names_found"] == []
+    assert (
+        protected["metrics"]["anonymous_share"] == 1.0 and protected["metrics"]["names_found"] == []
+    )
     assert protected["metrics"]["max_weight_correlation"] < 0.05
     # the service plan: every option meets the tail latency with a batch a server would form
     service = summary["service"]
     assert service["qps"] == 2000 and service["options"]
     for option in service["options"]:
-        assert option["p99_ms"] <= 5.0 and 1 <= option["max_batch"] <= 256 and option["replicas"] >= 1
+        assert (
+            option["p99_ms"] <= 5.0 and 1 <= option["max_batch"] <= 256 and option["replicas"] >= 1
+        )
     # the transformer step: dynamic int8 close to float32 on padded sentences, and smaller
     tr = summary["transformer"]
     assert tr["cosine"] > 0.99 and tr["size_ratio"] < 0.5

@@ -41,10 +41,16 @@ def paddle_like(dim0) -> onnx.ModelProto:
     """x[dim0, 3, 4, 4] -> Identity -> Relu, the batch written as Paddle and others write it."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [dim0, 3, 4, 4])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [dim0, 3, 4, 4])
-    return _model([helper.make_node("Identity", ["x"], ["t"]), helper.make_node("Relu", ["t"], ["y"])], [x], [y])
+    return _model(
+        [helper.make_node("Identity", ["x"], ["t"]), helper.make_node("Relu", ["t"], ["y"])],
+        [x],
+        [y],
+    )
 
 
-@pytest.mark.parametrize("dim0", [-1, 0, None, "batch"], ids=["minus-one", "zero", "empty", "named"])
+@pytest.mark.parametrize(
+    "dim0", [-1, 0, None, "batch"], ids=["minus-one", "zero", "empty", "named"]
+)
 def test_every_spelling_of_a_dynamic_dim_is_dynamic(dim0, tmp_path, capsys):
     proto = paddle_like(dim0)
     if dim0 is None:
@@ -172,13 +178,34 @@ def test_bench_on_dynamic_height_and_width_picks_sizes_that_run(tmp_path, capsys
     src = tmp_path / "det.onnx"
     src.write_bytes(detector().SerializeToString())
     # before: "the model failed to run" (2x2 images: the Add's shapes disagree), as a traceback
-    assert main(["bench", str(src), "--runs", "2", "--warmup", "0", "--json", str(tmp_path / "b.json")]) == 0
+    assert (
+        main(
+            ["bench", str(src), "--runs", "2", "--warmup", "0", "--json", str(tmp_path / "b.json")]
+        )
+        == 0
+    )
     import json
 
     result = json.loads((tmp_path / "b.json").read_text())["result"]
     assert result["shapes"] == {"images": [1, 3, 8, 8]} and "fails at 2" in result["notes"][0]
     # the same sizes, given by the user, are taken as they are
-    assert main(["bench", str(src), "--runs", "2", "--warmup", "0", "--dim", "height=16", "--dim", "width=16"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                str(src),
+                "--runs",
+                "2",
+                "--warmup",
+                "0",
+                "--dim",
+                "height=16",
+                "--dim",
+                "width=16",
+            ]
+        )
+        == 0
+    )
     assert "1 interleaved" not in capsys.readouterr().out
 
 
@@ -188,10 +215,16 @@ def test_absurd_declared_dims_are_refused_before_allocating(tmp_path, capsys):
     src = tmp_path / "huge.onnx"
     src.write_bytes(_model([helper.make_node("Relu", ["x"], ["y"])], [x], [y]).SerializeToString())
     # before: MemoryError("Unable to allocate 1.86 TiB ...") as a traceback
-    for argv in (["optimize", str(src), "-o", str(tmp_path / "o.onnx")], ["verify", str(src), str(src)], ["bench", str(src)]):
+    for argv in (
+        ["optimize", str(src), "-o", str(tmp_path / "o.onnx")],
+        ["verify", str(src), str(src)],
+        ["bench", str(src)],
+    ):
         assert main(argv) == 1
         err = _one_error_line(capsys)
-        assert "input 'x' would take 953.7 GiB at shape [1000000000, 256]" in err and "--data" in err
+        assert (
+            "input 'x' would take 953.7 GiB at shape [1000000000, 256]" in err and "--data" in err
+        )
 
 
 def test_verify_on_an_empty_input_set_is_an_error_not_a_pass(tmp_path, capsys):
@@ -218,7 +251,11 @@ def test_bad_data_files_are_one_line(kind, tmp_path, capsys):
     else:
         data = tmp_path
     # before: BadZipFile / TypeError tracebacks
-    for argv in (["verify", str(src), str(src)], ["optimize", str(src), "-o", str(tmp_path / "o.onnx")], ["bench", str(src)]):
+    for argv in (
+        ["verify", str(src), str(src)],
+        ["optimize", str(src), "-o", str(tmp_path / "o.onnx")],
+        ["bench", str(src)],
+    ):
         assert main([*argv, "--data", str(data)]) == 1
         assert str(data.name) in _one_error_line(capsys)
 

@@ -50,7 +50,9 @@ def matmul_model(name: str = "w") -> onnx.ModelProto:
 def _external(folder: Path, location: str = "m.data") -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "m.onnx"
-    onnx.save_model(matmul_model(), str(path), save_as_external_data=True, location="m.data", size_threshold=0)
+    onnx.save_model(
+        matmul_model(), str(path), save_as_external_data=True, location="m.data", size_threshold=0
+    )
     if location != "m.data":
         proto = onnx.load(str(path), load_external_data=False)
         for t in proto.graph.initializer:
@@ -123,7 +125,9 @@ def test_an_initializer_with_more_data_than_its_shape_is_refused(tmp_path, capsy
     typed.graph.initializer[0].ClearField("raw_data")
     typed.graph.initializer[0].float_data.extend([0.5] * 1025)
     onnx.save(typed, str(path))
-    with pytest.raises(ModelLoadError, match="holds 1025 values, its shape \\[256, 4\\] needs 1024"):
+    with pytest.raises(
+        ModelLoadError, match="holds 1025 values, its shape \\[256, 4\\] needs 1024"
+    ):
         load(path)
 
 

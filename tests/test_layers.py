@@ -107,7 +107,11 @@ def _planted(tmp_path: Path, rel: str, text: str) -> Path:
     ("rel", "text", "reason"),
     [
         ("ir/planted.py", "from modelpress.runtime import ort\n", "a later layer"),
-        ("runtime/planted.py", "def f():\n    from modelpress.verify import verify\n", "a later layer"),
+        (
+            "runtime/planted.py",
+            "def f():\n    from modelpress.verify import verify\n",
+            "a later layer",
+        ),
         ("compress/planted.py", "from modelpress.convert import api\n", "a sibling layer"),
         ("compress/planted.py", "from modelpress.passes import _private\n", "private module"),
         ("advisor/planted.py", "from modelpress.zoo import cnn\n", "use the zoo"),
@@ -120,7 +124,9 @@ def test_a_planted_violation_is_reported(tmp_path, rel, text, reason):
 
 
 def test_imports_within_a_layer_and_of_earlier_layers_are_allowed(tmp_path):
-    text = "from modelpress.compress.quantize import api\nfrom modelpress.ir.graph import copy_model\n"
+    text = (
+        "from modelpress.compress.quantize import api\nfrom modelpress.ir.graph import copy_model\n"
+    )
     assert violations(_planted(tmp_path, "compress/planted.py", text)) == []
 
 

@@ -52,7 +52,9 @@ def test_same_model_passes_and_a_changed_weight_fails():
 
 
 def test_relative_error_is_relative_to_the_output_scale():
-    d = compare_arrays("o", np.array([100.0, 0.0], np.float32), np.array([100.0, 0.001], np.float32))
+    d = compare_arrays(
+        "o", np.array([100.0, 0.0], np.float32), np.array([100.0, 0.001], np.float32)
+    )
     assert d.max_rel == pytest.approx(1e-5) and d.passed
     d = compare_arrays("o", np.array([1.0, np.nan], np.float32), np.array([1.0, 2.0], np.float32))
     assert not d.passed
@@ -71,4 +73,6 @@ def test_cli_verify_exit_codes(tmp_path, capsys):
     np.savez(tmp_path / "in.npz", ids=np.array([[1, 9]], np.int64), mask=np.ones((1, 2), np.int64))
     # index 9 is outside the 7-row table: the model cannot run on these inputs
     assert main(["verify", str(a), str(a), "--inputs", str(tmp_path / "in.npz")]) == 1
-    assert capsys.readouterr().err.startswith("error: the original model failed to run on the given inputs")
+    assert capsys.readouterr().err.startswith(
+        "error: the original model failed to run on the given inputs"
+    )

@@ -113,7 +113,6 @@ class SummaryRow:
 def build(state: DemoState) -> BuildResult:
     import torch
 
-
     start = time.perf_counter()
     module, example = zoo.build_torch(ZOO_MODEL)
     state.module, state.example = module, example
@@ -205,7 +204,14 @@ def quantize(state: DemoState) -> QuantizeStepResult:
     # it "verifies" when ONNX Runtime's kernels here compute what its scales imply (the check).
     state.verified["int8"] = result.check is not None and result.check.verified
     notes = [*result.notes, f"int8 formats for {result.target} CPUs (this one)", *result.failures]
-    return QuantizeStepResult(result.mode, result.size_before, result.size_after, result.output_error, result.seconds, notes)
+    return QuantizeStepResult(
+        result.mode,
+        result.size_before,
+        result.size_after,
+        result.output_error,
+        result.seconds,
+        notes,
+    )
 
 
 @dataclass(frozen=True)
@@ -227,7 +233,9 @@ def protect(state: DemoState) -> ProtectStepResult:
         keygen(key_file)
     key = load_key(key_file=key_file)
     path = state.out_dir / "model.int8.mpk"
-    result = protect_model(state.models["int8"], key=key, output=path, obfuscate=True, ratio=0.3, seed=0)
+    result = protect_model(
+        state.models["int8"], key=key, output=path, obfuscate=True, ratio=0.3, seed=0
+    )
     x = digits_data().x_test[:64]
     want = session(state.models["int8"]).run(None, {state.input_name: x})[0]
     got = session(open_package(path, key)).run(None, {state.input_name: x})[0]
@@ -251,9 +259,14 @@ def advise(state: DemoState) -> AdviseStepResult:
     and the ``serve --max-batch/--max-delay-ms`` to use."""
 
     catalog = load_catalog(None)
-    candidates = [catalog.find(n) for n in ("NVIDIA L4", "NVIDIA A100 SXM4 80GB", "NVIDIA H100 SXM5 80GB", "RTX 4090")]
+    candidates = [
+        catalog.find(n)
+        for n in ("NVIDIA L4", "NVIDIA A100 SXM4 80GB", "NVIDIA H100 SXM5 80GB", "RTX 4090")
+    ]
     workload = workload_from_onnx(state.models["optimized"], name=ZOO_MODEL)
-    curve = measure_curve(state.models["int8"], target_s=SERVICE_P99_MS / 1e3, limit=64, budget_s=5.0)
+    curve = measure_curve(
+        state.models["int8"], target_s=SERVICE_P99_MS / 1e3, limit=64, budget_s=5.0
+    )
     plan = plan_service(
         workload,
         candidates,
@@ -398,7 +411,9 @@ STEPS: list[Step] = [
     Step("latency", "latency under ONNX Runtime, before and after", latency),
     Step("evaluate", "accuracy on the digits test split", evaluate),
     Step("summary", "before and after", summary),
-    Step("protect", "protect: obfuscate and encrypt the int8 model, run it from the package", protect),
+    Step(
+        "protect", "protect: obfuscate and encrypt the int8 model, run it from the package", protect
+    ),
     Step("advise", "what serves 2,000 requests/s at a 5 ms p99 (advisor)", advise),
     Step("transformer", "a transformer: optimize and dynamic int8", transformer),
 ]

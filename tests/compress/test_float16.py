@@ -290,7 +290,10 @@ def test_inputs_the_spec_types_as_float32_stay_float32():
     assert all(v.dtype in (ir.DataType.FLOAT, ir.DataType.INT64) for v in nms.inputs)
     assert result.check.verified and result.failures == []
     rng = np.random.default_rng(0)
-    feeds = {"boxes": rng.random((1, 8, 4), dtype=np.float32), "logits": rng.standard_normal((1, 2, 8)).astype(np.float32)}
+    feeds = {
+        "boxes": rng.random((1, 8, 4), dtype=np.float32),
+        "logits": rng.standard_normal((1, 2, 8)).astype(np.float32),
+    }
     want, got = run_model(model, feeds), run_model(result.model, feeds)
     np.testing.assert_array_equal(got["idx"], want["idx"])
 
@@ -321,4 +324,7 @@ def test_sequences_stay_float32_around_converted_ops():
     )
     result = quantize(model, mode="fp16")
     assert result.failures == [] and result.check.deployed_error < 1e-2
-    assert any(n.op_type == "MatMul" and n.outputs[0].dtype == ir.DataType.FLOAT16 for n in result.model.graph)
+    assert any(
+        n.op_type == "MatMul" and n.outputs[0].dtype == ir.DataType.FLOAT16
+        for n in result.model.graph
+    )

@@ -186,7 +186,9 @@ def _weights(model: ir.Model) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 
 
 @pytest.mark.parametrize(("target", "bias_correction"), [("vnni", True), ("avx2", False)])
-def test_static_mode_stores_gptq_codes_on_the_same_scales(rng, monkeypatch, target, bias_correction):
+def test_static_mode_stores_gptq_codes_on_the_same_scales(
+    rng, monkeypatch, target, bias_correction
+):
     """On the plain int8 grid of exact CPUs, and on the pair-safe grid of CPUs without VNNI. Each
     target is named, not ``auto``: what is tested is the codes, the same on every machine, so they
     run as DequantizeLinear + float ops (optimizations off), exact on any CPU; a saturating CPU's
@@ -215,7 +217,9 @@ def test_static_mode_stores_gptq_codes_on_the_same_scales(rng, monkeypatch, targ
     # the saved model runs, and is no further from the float model than rounding to nearest
     ref = session(model).run(None, {"x": x[64:]})[0]
     err = {
-        name: np.abs(session(to_proto(r.model), optimize="disabled").run(None, {"x": x[64:]})[0] - ref).mean()
+        name: np.abs(
+            session(to_proto(r.model), optimize="disabled").run(None, {"x": x[64:]})[0] - ref
+        ).mean()
         for name, r in (("gptq", with_gptq), ("nearest", plain))
     }
     assert err["gptq"] < 0.9 * err["nearest"], err

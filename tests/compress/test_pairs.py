@@ -46,7 +46,11 @@ def _weights(model: ir.Model) -> dict[str, tuple[ir.Node, np.ndarray]]:
             continue
         w = node.inputs[1]
         dq = w.producer()
-        codes = const_array(dq.inputs[0]) if dq is not None and dq.op_type == "DequantizeLinear" else const_array(w)
+        codes = (
+            const_array(dq.inputs[0])
+            if dq is not None and dq.op_type == "DequantizeLinear"
+            else const_array(w)
+        )
         if codes is not None and codes.dtype == np.int8:
             out[node.name] = (node, codes)
     return out
@@ -54,7 +58,12 @@ def _weights(model: ir.Model) -> dict[str, tuple[ir.Node, np.ndarray]]:
 
 @pytest.mark.parametrize(
     ("op", "shape", "attrs"),
-    [("Conv", (8, 3, 3, 3), {}), ("Conv", (8, 2, 3, 3), {"group": 2}), ("MatMul", (12, 5), {}), ("Gemm", (5, 12), {"transB": 1})],
+    [
+        ("Conv", (8, 3, 3, 3), {}),
+        ("Conv", (8, 2, 3, 3), {"group": 2}),
+        ("MatMul", (12, 5), {}),
+        ("Gemm", (5, 12), {"transB": 1}),
+    ],
 )
 def test_kernel_rows_round_trip_and_order(op, shape, attrs, rng):
     w = rng.standard_normal(shape).astype(np.float32)
@@ -101,7 +110,10 @@ def test_limit_brings_any_codes_within_the_limit_with_the_least_change(rng):
     codes = rng.integers(-127, 128, (4, 6, 3, 3)).astype(np.int8)
     fixed = pairs.limit(node, codes)
     assert pairs.worst_pair(node, fixed) <= pairs.PAIR_LIMIT
-    rows, fixed_rows = pairs.kernel_rows(node, codes).astype(int), pairs.kernel_rows(node, fixed).astype(int)
+    rows, fixed_rows = (
+        pairs.kernel_rows(node, codes).astype(int),
+        pairs.kernel_rows(node, fixed).astype(int),
+    )
     a, b = rows[:, 0::2], rows[:, 1::2]
     excess = np.maximum(np.abs(a + b) - pairs.PAIR_LIMIT, 0)
     assert np.abs(fixed_rows - rows).sum() == excess.sum()  # exactly the excess is taken off
@@ -177,4 +189,6 @@ def test_gptq_clips_the_second_of_each_pair_as_it_solves(rng):
     assert sums(free) > pairs.PAIR_LIMIT and sums(paired) <= pairs.PAIR_LIMIT
     node = ir.node("MatMul", [ir.Value(name="x"), ir.Value(name="w")])
     clipped = pairs.limit(node, np.clip(np.rint(w / grid.scale), -127, 127).astype(np.int8))
-    assert output_error(w, dequantize(paired, grid), h) < output_error(w, dequantize(clipped, grid), h)
+    assert output_error(w, dequantize(paired, grid), h) < output_error(
+        w, dequantize(clipped, grid), h
+    )

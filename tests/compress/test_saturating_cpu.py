@@ -20,10 +20,13 @@ from pathlib import Path
 import pytest
 
 QEMU = shutil.which("qemu-x86_64")
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(
-    QEMU is None or platform.machine() != "x86_64",
-    reason="needs qemu-user on x86_64 (make test installs it)",
-)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        QEMU is None or platform.machine() != "x86_64",
+        reason="needs qemu-user on x86_64 (make test installs it)",
+    ),
+]
 
 SCRIPT = r"""
 import json, numpy as np

@@ -37,8 +37,12 @@ class _Builder:
         self.nodes.append(helper.make_node(op, inputs, outs, name=name, **attrs))
         return outs[0] if n_out == 1 else outs
 
-    def conv(self, x: str, cin: int, cout: int, k: int = 3, group: int = 1, bias: bool = True) -> str:
-        w = self.const((self.rng.standard_normal((cout, cin // group, k, k)) * 0.3).astype(np.float32))
+    def conv(
+        self, x: str, cin: int, cout: int, k: int = 3, group: int = 1, bias: bool = True
+    ) -> str:
+        w = self.const(
+            (self.rng.standard_normal((cout, cin // group, k, k)) * 0.3).astype(np.float32)
+        )
         ins = [x, w]
         if bias:
             ins.append(self.const((self.rng.standard_normal(cout) * 0.1).astype(np.float32), "b"))
@@ -58,7 +62,9 @@ class _Builder:
         w = self.const((self.rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32))
         y = self.node("MatMul", [x, w])
         if bias:
-            y = self.node("Add", [y, self.const((self.rng.standard_normal(n) * 0.1).astype(np.float32), "b")])
+            y = self.node(
+                "Add", [y, self.const((self.rng.standard_normal(n) * 0.1).astype(np.float32), "b")]
+            )
         return y
 
     def model(self, inputs, outputs, opset: int = 17):
@@ -129,7 +135,9 @@ def depthwise_cnn(seed: int = 0):
     return b.model([_image_input(3, 8)], [_logits(4)])
 
 
-def transformer_block(seed: int = 0, *, hidden: int = 16, heads: int = 4, ffn: int = 32, exported: bool = False):
+def transformer_block(
+    seed: int = 0, *, hidden: int = 16, heads: int = 4, ffn: int = 32, exported: bool = False
+):
     """One post-norm encoder block: Q/K/V projections split into heads by Reshapes with constant
     targets (the head count written in them), scaled dot-product attention, an output projection
     with a residual and LayerNormalization, an FFN (GELU as Erf), a residual and LayerNorm.
@@ -142,8 +150,22 @@ def transformer_block(seed: int = 0, *, hidden: int = 16, heads: int = 4, ffn: i
     if exported:
         shape = b.node("Shape", ["x"])
         axes = b.const(np.array([0], np.int64), "axes")
-        dims = [b.node("Unsqueeze", [b.node("Gather", [shape, b.const(np.array(i, np.int64), "i")], axis=0), axes]) for i in (0, 1)]
-        split = b.node("Concat", [*dims, b.const(np.array([heads], np.int64), "h"), b.const(np.array([d], np.int64), "d")], axis=0)
+        dims = [
+            b.node(
+                "Unsqueeze",
+                [b.node("Gather", [shape, b.const(np.array(i, np.int64), "i")], axis=0), axes],
+            )
+            for i in (0, 1)
+        ]
+        split = b.node(
+            "Concat",
+            [
+                *dims,
+                b.const(np.array([heads], np.int64), "h"),
+                b.const(np.array([d], np.int64), "d"),
+            ],
+            axis=0,
+        )
         merge = b.node("Concat", [*dims, b.const(np.array([hidden], np.int64), "m")], axis=0)
     else:
         split = b.const(np.array([0, 0, heads, d], np.int64), "shape")
@@ -155,7 +177,9 @@ def transformer_block(seed: int = 0, *, hidden: int = 16, heads: int = 4, ffn: i
     q = heads_of(b.matmul("x", hidden, hidden), [0, 2, 1, 3])
     k = heads_of(b.matmul("x", hidden, hidden), [0, 2, 3, 1])
     v = heads_of(b.matmul("x", hidden, hidden), [0, 2, 1, 3])
-    scores = b.node("Mul", [b.node("MatMul", [q, k]), b.const(np.array(1 / np.sqrt(d), np.float32), "scale")])
+    scores = b.node(
+        "Mul", [b.node("MatMul", [q, k]), b.const(np.array(1 / np.sqrt(d), np.float32), "scale")]
+    )
     probs = b.node("Softmax", [scores], axis=-1)
     ctx = b.node("Transpose", [b.node("MatMul", [probs, v])], perm=[0, 2, 1, 3])
     ctx = b.node("Reshape", [ctx, merge])
@@ -164,18 +188,48 @@ def transformer_block(seed: int = 0, *, hidden: int = 16, heads: int = 4, ffn: i
     beta = b.const(np.zeros(hidden, np.float32), "ln")
     h = b.node("LayerNormalization", [h, gamma, beta], axis=-1)
     f = b.matmul(h, hidden, ffn)
-    gelu = b.node("Mul", [f, b.node("Add", [b.node("Erf", [b.node("Div", [f, b.const(np.array(1.4142135, np.float32), "c")])]), b.const(np.array(1.0, np.float32), "c")])])
+    gelu = b.node(
+        "Mul",
+        [
+            f,
+            b.node(
+                "Add",
+                [
+                    b.node(
+                        "Erf", [b.node("Div", [f, b.const(np.array(1.4142135, np.float32), "c")])]
+                    ),
+                    b.const(np.array(1.0, np.float32), "c"),
+                ],
+            ),
+        ],
+    )
     f = b.matmul(gelu, ffn, hidden)
     out = b.node("Add", [f, h])
-    b.nodes.append(helper.make_node("LayerNormalization", [out, b.const(np.ones(hidden, np.float32), "ln"), b.const(np.zeros(hidden, np.float32), "ln")], ["y"], name="final_ln", axis=-1))
+    b.nodes.append(
+        helper.make_node(
+            "LayerNormalization",
+            [
+                out,
+                b.const(np.ones(hidden, np.float32), "ln"),
+                b.const(np.zeros(hidden, np.float32), "ln"),
+            ],
+            ["y"],
+            name="final_ln",
+            axis=-1,
+        )
+    )
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", hidden])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "S", hidden])
     return b.model([x], [y])
 
 
-def image_batch(rng: np.random.Generator, n: int = 4, c: int = 3, hw: int = 8) -> dict[str, np.ndarray]:
+def image_batch(
+    rng: np.random.Generator, n: int = 4, c: int = 3, hw: int = 8
+) -> dict[str, np.ndarray]:
     return {"x": rng.standard_normal((n, c, hw, hw)).astype(np.float32)}
 
 
-def token_batch(rng: np.random.Generator, n: int = 2, s: int = 5, hidden: int = 16) -> dict[str, np.ndarray]:
+def token_batch(
+    rng: np.random.Generator, n: int = 2, s: int = 5, hidden: int = 16
+) -> dict[str, np.ndarray]:
     return {"x": rng.standard_normal((n, s, hidden)).astype(np.float32)}

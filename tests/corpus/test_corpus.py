@@ -59,11 +59,17 @@ CORPUS = {
         {"x": ((1, 3, 64, 96), "float32", "image")},
         quantize={"dynamic": "refused: larger than the float one", "static": "either"},
     ),
-    "magika": Export("magika", "models/standard_v3_3/model.onnx", {"bytes": ((2, 2048), "int32", "bytes")}),
+    "magika": Export(
+        "magika", "models/standard_v3_3/model.onnx", {"bytes": ((2, 2048), "int32", "bytes")}
+    ),
     "silero-vad": Export(
         "silero_vad",
         "data/silero_vad.onnx",
-        {"input": ((1, 512), "float32", "audio"), "state": ((2, 1, 128), "float32", "zeros"), "sr": ((), "int64", "16000")},
+        {
+            "input": ((1, 512), "float32", "audio"),
+            "state": ((2, 1, 128), "float32", "zeros"),
+            "sr": ((), "int64", "16000"),
+        },
         generated_ok=False,
     ),
     "nudenet": Export("nudenet", "320n.onnx", {"images": ((1, 3, 32, 32), "float32", "image")}),
@@ -99,7 +105,10 @@ def sample(key: str) -> dict[str, np.ndarray]:
                 top, left = rng.integers(0, h - 4), rng.integers(0, w - 12)
                 arr[..., top : top + 3, left : left + rng.integers(6, 12)] = -0.8
         elif kind == "audio":
-            arr = (np.sin(np.arange(np.prod(shape)) / 5.0) * 0.3 + rng.standard_normal(np.prod(shape)) * 0.05).reshape(shape)
+            arr = (
+                np.sin(np.arange(np.prod(shape)) / 5.0) * 0.3
+                + rng.standard_normal(np.prod(shape)) * 0.05
+            ).reshape(shape)
         elif kind == "bytes":
             arr = rng.integers(0, 256, shape)
         elif kind == "zeros":
@@ -135,7 +144,9 @@ def _close(got: dict, want: dict, rtol: float, atol: float = 1e-5) -> None:
         g = got[name]
         assert g.shape == w.shape and g.dtype == w.dtype, name
         scale = max(float(np.abs(w).max()), 1e-6) if w.size else 1.0
-        assert float(np.abs(g.astype(np.float64) - w).max(initial=0.0)) <= max(rtol * scale, atol), name
+        assert float(np.abs(g.astype(np.float64) - w).max(initial=0.0)) <= max(
+            rtol * scale, atol
+        ), name
 
 
 @pytest.mark.parametrize("key", CORPUS)
@@ -159,9 +170,15 @@ def test_optimize_then_verify(key, work, capsys):
     code, _, err = run_cli(["optimize", path, "-o", "fast.onnx"], capsys)
     if not CORPUS[key].generated_ok:
         # the original cannot run on generated inputs: said so, and how to fix it; nothing written
-        assert code == 1 and "the original model cannot run on generated inputs" in err and "--data" in err
+        assert (
+            code == 1
+            and "the original model cannot run on generated inputs" in err
+            and "--data" in err
+        )
         assert not Path("fast.onnx").exists()
-        code, _, err = run_cli(["optimize", path, "-o", "fast.onnx", "--data", "sample.npz"], capsys)
+        code, _, err = run_cli(
+            ["optimize", path, "-o", "fast.onnx", "--data", "sample.npz"], capsys
+        )
     assert code == 0, err
     # the written model computes what the original does, on a realistic sample
     _close(run_model(load("fast.onnx"), feeds), run_model(load(path), feeds), rtol=1e-4)
@@ -178,7 +195,9 @@ def test_run(key, work, capsys):
     code, _, err = run_cli(["run", path, "--inputs", "sample.npz", "-o", "out.npz"], capsys)
     assert code == 0, err
     with np.load("out.npz") as got:
-        _close({k: got[k] for k in got.files}, run_model(load(path), feeds, optimize="all"), rtol=1e-4)
+        _close(
+            {k: got[k] for k in got.files}, run_model(load(path), feeds, optimize="all"), rtol=1e-4
+        )
 
 
 @pytest.mark.parametrize("mode", ["dynamic", "static"])
@@ -189,7 +208,10 @@ def test_quantize(key, mode, work, capsys, request):
     path = model_path(key)
     feeds = sample(key)
     np.savez("calib.npz", **feeds)
-    code, _, err = run_cli(["quantize", path, "-o", "q.onnx", "--mode", mode, "--data", "calib.npz", "--no-latency"], capsys)
+    code, _, err = run_cli(
+        ["quantize", path, "-o", "q.onnx", "--mode", mode, "--data", "calib.npz", "--no-latency"],
+        capsys,
+    )
     expect = CORPUS[key].quantize.get(mode, "ok")
     if expect.startswith("refused: "):
         assert code == 1 and expect.removeprefix("refused: ") in err, err

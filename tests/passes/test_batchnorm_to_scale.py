@@ -29,8 +29,12 @@ def affine(seed: int, c: int, eps: float = 1e-5):
     rng = np.random.default_rng(seed)
     scale, bias, mean = rng.standard_normal((3, c))
     var = rng.uniform(0.2, 2.0, c)
-    k = scale.astype(np.float32).astype(np.float64) / np.sqrt(var.astype(np.float32).astype(np.float64) + eps)
-    return k, bias.astype(np.float32).astype(np.float64) - mean.astype(np.float32).astype(np.float64) * k
+    k = scale.astype(np.float32).astype(np.float64) / np.sqrt(
+        var.astype(np.float32).astype(np.float64) + eps
+    )
+    return k, bias.astype(np.float32).astype(np.float64) - mean.astype(np.float32).astype(
+        np.float64
+    ) * k
 
 
 def run(text: str):

@@ -116,7 +116,10 @@ def test_squeeze_all_with_static_shape_cancels():
     }
     """
     before, after, _ = run(text)
-    assert_graph_equal(after, text.replace("u = Unsqueeze(x, a)\n      s = Squeeze(u)\n      y = Neg(s)", "y = Neg(x)"))
+    assert_graph_equal(
+        after,
+        text.replace("u = Unsqueeze(x, a)\n      s = Squeeze(u)\n      y = Neg(s)", "y = Neg(x)"),
+    )
     assert verify(before, after, rtol=0.0, atol=0.0).passed
 
 

@@ -74,7 +74,12 @@ def test_two_default_perms_cancel_without_known_rank():
     model = model_from_text(text)
     model.graph.inputs[0].shape = None  # rank unknown: reverse∘reverse is still the identity
     CancelTranspose()(model)
-    expected = model_from_text(text.replace("t = Transpose(x)\n      u = Transpose(t)\n      y = ReduceSum<keepdims = 0>(u)", "y = ReduceSum<keepdims = 0>(x)"))
+    expected = model_from_text(
+        text.replace(
+            "t = Transpose(x)\n      u = Transpose(t)\n      y = ReduceSum<keepdims = 0>(u)",
+            "y = ReduceSum<keepdims = 0>(x)",
+        )
+    )
     expected.graph.inputs[0].shape = None
     assert_graph_equal(model, expected)
 
@@ -88,7 +93,13 @@ def test_graph_input_to_graph_output_becomes_identity_keeping_names():
     }
     """
     before, after, _ = run(text)
-    assert_graph_equal(after, text.replace("t = Transpose<perm = [1, 0]>(x)\n      y = Transpose<perm = [1, 0]>(t)", "y = Identity(x)"))
+    assert_graph_equal(
+        after,
+        text.replace(
+            "t = Transpose<perm = [1, 0]>(x)\n      y = Transpose<perm = [1, 0]>(t)",
+            "y = Identity(x)",
+        ),
+    )
     assert verify(before, after, rtol=0.0, atol=0.0).passed
 
 
@@ -103,7 +114,10 @@ def test_shared_inner_transpose_stays_for_its_other_user():
     """
     before, after, rewrites = run(text)
     assert rewrites == 1
-    assert_graph_equal(after, text.replace("y = Transpose<perm = [1, 0, 2]>(t)", "y = Transpose<perm = [2, 0, 1]>(x)"))
+    assert_graph_equal(
+        after,
+        text.replace("y = Transpose<perm = [1, 0, 2]>(t)", "y = Transpose<perm = [2, 0, 1]>(x)"),
+    )
     assert verify(before, after, rtol=0.0, atol=0.0).passed
 
 
@@ -130,7 +144,9 @@ def test_pair_across_a_subgraph_boundary_is_refused():
     }
     """
     model = model_from_text(text)
-    assert refusals(model, "cancel-transpose") == ["the inner Transpose belongs to an enclosing graph"]
+    assert refusals(model, "cancel-transpose") == [
+        "the inner Transpose belongs to an enclosing graph"
+    ]
     assert_graph_equal(model, text)
 
 
@@ -152,7 +168,10 @@ def test_pairs_inside_a_local_function_cancel():
     assert rewrites == 1
     assert_graph_equal(
         after,
-        text.replace("t = Transpose<perm = [1, 0]>(r)\n      u = Transpose<perm = [1, 0]>(t)\n      b = Transpose<perm = [1, 0]>(u)", "b = Transpose<perm = [1, 0]>(r)"),
+        text.replace(
+            "t = Transpose<perm = [1, 0]>(r)\n      u = Transpose<perm = [1, 0]>(t)\n      b = Transpose<perm = [1, 0]>(u)",
+            "b = Transpose<perm = [1, 0]>(r)",
+        ),
     )
     assert [v.name for v in next(iter(after.functions.values())).outputs] == ["b"]
     assert verify(before, after, rtol=0.0, atol=0.0).passed

@@ -118,7 +118,9 @@ def test_size_cap(body, out, folds):
         )
     else:
         model = model_from_text(text)
-        assert refusals(model, "constant-folding") == ["its result would be over the cap of 1048576 bytes"]
+        assert refusals(model, "constant-folding") == [
+            "its result would be over the cap of 1048576 bytes"
+        ]
         assert_graph_equal(model, text)
 
 

@@ -24,5 +24,7 @@ def test_equal_constants_are_stored_once():
     before = model_from_text(text)
     result = optimize(model_from_text(text), passes=["dedup-initializers"])
     assert result.passes[0].rewrites == 1  # b is a; c differs in a byte, d in dtype
-    assert_graph_equal(result.model, text.replace("float[3] b = {1, 2, 3}, ", "").replace("Add(p, b)", "Add(p, a)"))
+    assert_graph_equal(
+        result.model, text.replace("float[3] b = {1, 2, 3}, ", "").replace("Add(p, b)", "Add(p, a)")
+    )
     assert verify(before, result.model, dims={"N": 2}, rtol=0.0, atol=0.0).passed

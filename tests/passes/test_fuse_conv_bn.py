@@ -68,10 +68,16 @@ def test_conv_bn_folds_and_matches(rng, op, group, cin, cout, bias):
     before, result = fused(conv_bn(rng, op=op, group=group, cin=cin, cout=cout, bias=bias))
     assert result.passes[0].rewrites == 1
     w = before.graph.initializers["Wt"].const_value.numpy().astype(np.float64)
-    b = before.graph.initializers["B"].const_value.numpy().astype(np.float64) if bias else np.zeros(cout)
+    b = (
+        before.graph.initializers["B"].const_value.numpy().astype(np.float64)
+        if bias
+        else np.zeros(cout)
+    )
     k, t = bn_affine(before)
     folded = w.copy()
-    for m in range(cout):  # output channel m: W[m] (Conv); its group's rows, column j (ConvTranspose)
+    for m in range(
+        cout
+    ):  # output channel m: W[m] (Conv); its group's rows, column j (ConvTranspose)
         if op == "Conv":
             folded[m] *= k[m]
         else:
@@ -95,7 +101,9 @@ def test_conv_bn_folds_and_matches(rng, op, group, cin, cout, bias):
 def bn_affine(model, name_eps=1e-3):
     """The BatchNormalization's scale and shift by its formula, from the model's constants."""
     g = model.graph
-    scale, bias, mean, var = (g.initializers[n].const_value.numpy().astype(np.float64) for n in ("s", "b", "mu", "var"))
+    scale, bias, mean, var = (
+        g.initializers[n].const_value.numpy().astype(np.float64) for n in ("s", "b", "mu", "var")
+    )
     k = scale / np.sqrt(var + name_eps)
     return k, bias - mean * k
 
@@ -140,10 +148,26 @@ def test_float16_keeps_dtype(rng):
 @pytest.mark.parametrize(
     "reason, edit",
     [
-        ("the Conv output has other readers or is a graph output", lambda t: t.replace("=> (float[2, 6, H, W] y)", "=> (float[2, 6, H, W] y, float[2, 6, H, W] c)")),
-        ("training mode: it normalizes with the batch's own statistics", lambda t: t.replace("epsilon = 0.001", "epsilon = 0.001, training_mode = 1").replace(
-            "float[2, 6, H, W] y)", "float[2, 6, H, W] y, float[6] rm, float[6] rv)").replace("y = Batch", "y, rm, rv = Batch")),
-        ("scale, bias, mean and variance are not all constant 1-D floats", lambda t: t.replace("(float[2, 4, 7, 7] x)", "(float[2, 4, 7, 7] x, float[6] v2)").replace("mu, var)", "mu, v2)")),
+        (
+            "the Conv output has other readers or is a graph output",
+            lambda t: t.replace(
+                "=> (float[2, 6, H, W] y)", "=> (float[2, 6, H, W] y, float[2, 6, H, W] c)"
+            ),
+        ),
+        (
+            "training mode: it normalizes with the batch's own statistics",
+            lambda t: (
+                t.replace("epsilon = 0.001", "epsilon = 0.001, training_mode = 1")
+                .replace("float[2, 6, H, W] y)", "float[2, 6, H, W] y, float[6] rm, float[6] rv)")
+                .replace("y = Batch", "y, rm, rv = Batch")
+            ),
+        ),
+        (
+            "scale, bias, mean and variance are not all constant 1-D floats",
+            lambda t: t.replace(
+                "(float[2, 4, 7, 7] x)", "(float[2, 4, 7, 7] x, float[6] v2)"
+            ).replace("mu, var)", "mu, v2)"),
+        ),
     ],
 )
 def test_must_not_fire(rng, reason, edit):
@@ -207,7 +231,9 @@ g (float[{xs}] x) => (float[{ys}] y) <float[3, 5] Wt = {w}, {bn}> {{
 
 
 def test_matmul_bn_rank2_becomes_gemm(rng):
-    text = MATMUL_BN.format(xs="N, 3", ys="N, 5", w=lit(rng.standard_normal((3, 5))), bn=bn_params(rng, 5))
+    text = MATMUL_BN.format(
+        xs="N, 3", ys="N, 5", w=lit(rng.standard_normal((3, 5))), bn=bn_params(rng, 5)
+    )
     before, result = fused(text)
     w = before.graph.initializers["Wt"].const_value.numpy().astype(np.float64)
     k, t = bn_affine(before, 1e-5)
@@ -226,7 +252,9 @@ def test_matmul_bn_rank2_becomes_gemm(rng):
 
 def test_matmul_bn_rank3_is_left_alone(rng):
     # BatchNormalization normalizes axis 1 of (N, 5, 5): that axis is not W's column axis.
-    text = MATMUL_BN.format(xs="2, 5, 3", ys="2, 5, 5", w=lit(rng.standard_normal((3, 5))), bn=bn_params(rng, 5))
+    text = MATMUL_BN.format(
+        xs="2, 5, 3", ys="2, 5, 5", w=lit(rng.standard_normal((3, 5))), bn=bn_params(rng, 5)
+    )
     model = model_from_text(text)
     assert refusals(model, "fuse-conv-bn") == [
         "the MatMul's input is not known to be 2-D: channel axis 1 is not W's column axis"
@@ -251,5 +279,7 @@ def test_bn_in_if_branch_is_fused(rng):
     then = result.model.graph.node(0).attributes["then_branch"].value
     assert [n.op_type for n in then] == ["Conv"]
     x = rng.standard_normal((1, 2, 3, 3)).astype(np.float32)
-    check = verify(before, result.model, inputs={"cond": np.array(True), "x": x}, rtol=1e-5, atol=1e-6)
+    check = verify(
+        before, result.model, inputs={"cond": np.array(True), "x": x}, rtol=1e-5, atol=1e-6
+    )
     assert check.passed, check.to_dict()

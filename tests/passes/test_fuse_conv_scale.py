@@ -16,7 +16,9 @@ def lit(a) -> str:
     return "{" + ",".join(repr(float(v)) for v in np.ravel(a)) + "}"
 
 
-def conv_then(rng, body: str, consts: dict[str, tuple[int, ...]], *, op="Conv", group=1, bias=True) -> str:
+def conv_then(
+    rng, body: str, consts: dict[str, tuple[int, ...]], *, op="Conv", group=1, bias=True
+) -> str:
     wshape = (4, 3, 3, 3) if op == "Conv" else (4, 4 // group, 3, 3)
     cout = 4
     inits = [f"float[{','.join(map(str, wshape))}] Wt = {lit(rng.standard_normal(wshape))}"]
@@ -71,7 +73,9 @@ def expected_conv(before, body: str, *, op="Conv", group=1, bias=True) -> str:
     for line in body.split("\n"):
         kind, operands = line.split("=")[1].strip().rstrip(")").split("(")
         name = next(n.strip() for n in operands.split(",") if n.strip() in g.initializers)
-        k = np.broadcast_to(g.initializers[name].const_value.numpy().astype(np.float64).reshape(-1), (4,))
+        k = np.broadcast_to(
+            g.initializers[name].const_value.numpy().astype(np.float64).reshape(-1), (4,)
+        )
         if kind == "Mul":
             s, t = s * k, t * k
         elif kind == "Div":
@@ -97,9 +101,13 @@ def expected_conv(before, body: str, *, op="Conv", group=1, bias=True) -> str:
 def test_conv_without_bias_and_convtranspose_groups(rng):
     body = "m = Mul(c, k)\n y = Add(m, a)"
     for op, group in (("Conv", 1), ("ConvTranspose", 2)):
-        text = conv_then(rng, body, {"k": (4, 1, 1), "a": (4, 1, 1)}, op=op, group=group, bias=False)
+        text = conv_then(
+            rng, body, {"k": (4, 1, 1), "a": (4, 1, 1)}, op=op, group=group, bias=False
+        )
         before, result = run(text)
-        assert_graph_equal(result.model, expected_conv(before, body, op=op, group=group, bias=False), atol=1e-6)
+        assert_graph_equal(
+            result.model, expected_conv(before, body, op=op, group=group, bias=False), atol=1e-6
+        )
         check = verify(before, result.model, rtol=1e-5, atol=1e-6)
         assert check.passed, check.to_dict()
 
@@ -107,9 +115,24 @@ def test_conv_without_bias_and_convtranspose_groups(rng):
 @pytest.mark.parametrize(
     "reason, body, consts, extra_out",
     [
-        ("the constant, shaped (4, 4, 4), is not per output channel of a rank-4 output", "y = Mul(c, k)", {"k": (4, 4, 4)}, ""),
-        ("the constant, shaped (1, 1, 4, 1, 1), is not per output channel of a rank-4 output", "y = Add(c, k)", {"k": (1, 1, 4, 1, 1)}, ""),
-        ("the Conv output has other readers or is a graph output", "y = Mul(c, k)", {"k": (4, 1, 1)}, ", float[2, 4, 4, 4] c"),
+        (
+            "the constant, shaped (4, 4, 4), is not per output channel of a rank-4 output",
+            "y = Mul(c, k)",
+            {"k": (4, 4, 4)},
+            "",
+        ),
+        (
+            "the constant, shaped (1, 1, 4, 1, 1), is not per output channel of a rank-4 output",
+            "y = Add(c, k)",
+            {"k": (1, 1, 4, 1, 1)},
+            "",
+        ),
+        (
+            "the Conv output has other readers or is a graph output",
+            "y = Mul(c, k)",
+            {"k": (4, 1, 1)},
+            ", float[2, 4, 4, 4] c",
+        ),
         (None, "y = Sub(k, c)", {"k": (4, 1, 1)}, ""),  # c - y is not the pattern
     ],
 )
@@ -123,15 +146,22 @@ def test_must_not_fire(rng, reason, body, consts, extra_out):
 
 
 def test_non_constant_operand_is_left(rng):
-    text = conv_then(rng, "y = Mul(c, k)", {}).replace("(float[2, 3, 6, 6] x)", "(float[2, 3, 6, 6] x, float[4, 1, 1] k)")
+    text = conv_then(rng, "y = Mul(c, k)", {}).replace(
+        "(float[2, 3, 6, 6] x)", "(float[2, 3, 6, 6] x, float[4, 1, 1] k)"
+    )
     _, result = run(text)
     assert node_ops(result.model) == ["Conv", "Mul"]
-    assert refusals(model_from_text(text), "fuse-conv-scale") == ["the other operand is not a constant"]
+    assert refusals(model_from_text(text), "fuse-conv-scale") == [
+        "the other operand is not a constant"
+    ]
 
 
 def test_division_by_zero_is_left_to_run_time(rng):
     text = conv_then(rng, "y = Div(c, k)", {"k": (4, 1, 1)})
-    text = text.replace(text[text.index("float[4,1,1] k"):text.index("}", text.index("float[4,1,1] k")) + 1], "float[4,1,1] k = {1.0, 0.0, 2.0, 1.0}")
+    text = text.replace(
+        text[text.index("float[4,1,1] k") : text.index("}", text.index("float[4,1,1] k")) + 1],
+        "float[4,1,1] k = {1.0, 0.0, 2.0, 1.0}",
+    )
     model = model_from_text(text)
     assert refusals(model, "fuse-conv-scale") == ["the constant is not finite, or divides by zero"]
     assert_graph_equal(model, text)

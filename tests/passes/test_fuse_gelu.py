@@ -98,13 +98,33 @@ def test_hardswish(body):
 @pytest.mark.parametrize(
     "why, body, opset, reasons",
     [
-        ("Gelu needs opset 20", ERF_FORMS[0], 19, ["opset 19 has no Gelu (from 20; optimize(opset=20) upgrades)"]),
-        ("HardSwish needs opset 14", HARDSWISH_FORMS[0], 13, ["opset 13 has no HardSwish (from 14; optimize(opset=14) upgrades)"]),
+        (
+            "Gelu needs opset 20",
+            ERF_FORMS[0],
+            19,
+            ["opset 19 has no Gelu (from 20; optimize(opset=20) upgrades)"],
+        ),
+        (
+            "HardSwish needs opset 14",
+            HARDSWISH_FORMS[0],
+            13,
+            ["opset 13 has no HardSwish (from 14; optimize(opset=14) upgrades)"],
+        ),
         # not the pattern: nothing is refused, there is nothing to rewrite
-        ("wrong constant (1/2 vs 1/√2)", ERF_FORMS[0].replace("Div(x, sqrt2)", "Div(x, two)"), 20, []),
+        (
+            "wrong constant (1/2 vs 1/√2)",
+            ERF_FORMS[0].replace("Div(x, sqrt2)", "Div(x, two)"),
+            20,
+            [],
+        ),
         ("wrong cube coefficient", TANH_FORMS[0].replace("Mul(a, c)", "Mul(half, c)"), 20, []),
         ("HardSigmoid with the default alpha 0.2", "h = HardSigmoid(x)\n y = Mul(x, h)", 14, []),
-        ("Clip to 0..6 without the shift by 3", "c = Clip(x, zero, six)\n d = Div(c, six)\n y = Mul(x, d)", 14, []),
+        (
+            "Clip to 0..6 without the shift by 3",
+            "c = Clip(x, zero, six)\n d = Div(c, six)\n y = Mul(x, d)",
+            14,
+            [],
+        ),
         ("swish stays", "s = Sigmoid(x)\n y = Mul(x, s)", 20, []),
     ],
 )
@@ -117,7 +137,9 @@ def test_must_not_fire(why, body, opset, reasons):
 
 def test_intermediate_read_twice_blocks_fusion():
     body = ERF_FORMS[0] + "\n z = Identity(e)"
-    text = HEADER.format(opset=20, body=body).replace("=> (float[N, 16] y)", "=> (float[N, 16] y, float[N, 16] z)")
+    text = HEADER.format(opset=20, body=body).replace(
+        "=> (float[N, 16] y)", "=> (float[N, 16] y, float[N, 16] z)"
+    )
     model = model_from_text(text)
     assert refusals(model, "fuse-gelu") == []
     assert_graph_equal(model, text)
@@ -126,8 +148,16 @@ def test_intermediate_read_twice_blocks_fusion():
 def _export(module, opset: int) -> bytes:
     torch = pytest.importorskip("torch")
     buf = io.BytesIO()
-    torch.onnx.export(module.eval(), (torch.randn(3, 16),), buf, opset_version=opset, dynamo=False,
-                      input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "n"}})
+    torch.onnx.export(
+        module.eval(),
+        (torch.randn(3, 16),),
+        buf,
+        opset_version=opset,
+        dynamo=False,
+        input_names=["x"],
+        output_names=["y"],
+        dynamic_axes={"x": {0: "n"}},
+    )
     return buf.getvalue()
 
 
@@ -137,8 +167,12 @@ def test_torch_exported_gelu_and_hardswish():
     torch = pytest.importorskip("torch")
     torch.manual_seed(0)
     model = torch.nn.Sequential(
-        torch.nn.Linear(16, 16), torch.nn.GELU(), torch.nn.Linear(16, 16), torch.nn.GELU(approximate="tanh"),
-        torch.nn.Linear(16, 16), torch.nn.Hardswish(),
+        torch.nn.Linear(16, 16),
+        torch.nn.GELU(),
+        torch.nn.Linear(16, 16),
+        torch.nn.GELU(approximate="tanh"),
+        torch.nn.Linear(16, 16),
+        torch.nn.Hardswish(),
     )
     data = _export(model, 11)
     original = from_proto(onnx.load_from_string(data))
@@ -151,7 +185,12 @@ def test_torch_exported_gelu_and_hardswish():
     assert out.passed, out.to_dict()
     # At the exported opset 11 nothing fires; at 14 only hard-swish does.
     assert optimize(from_proto(onnx.load_from_string(data)), passes=PASSES).rewrites == 0
-    assert optimize(from_proto(onnx.load_from_string(data)), opset=14, passes=PASSES).passes[0].rewrites == 1
+    assert (
+        optimize(from_proto(onnx.load_from_string(data)), opset=14, passes=PASSES)
+        .passes[0]
+        .rewrites
+        == 1
+    )
 
 
 def test_integer_relu6_pattern_is_not_hardswish():

@@ -78,9 +78,18 @@ def expected(body: str, inits: str, *, opset: int = 17, x: str = "B, S, 8") -> s
     """
 
 
-WITH_BOTH = (f"float[{H}] gamma = {GAMMA}, float[{H}] beta = {BETA}", "y = LayerNormalization<axis = -1, epsilon = 1e-5>(x, gamma, beta)")
-WITH_GAMMA = (f"float[{H}] gamma = {GAMMA}", "y = LayerNormalization<axis = -1, epsilon = 1e-5>(x, gamma)")
-WITH_ONES = (f"float[{H}] ones = {lit(np.ones(H))}", "n = LayerNormalization<axis = -1, epsilon = 1e-5>(x, ones)\n y = Identity(n)")
+WITH_BOTH = (
+    f"float[{H}] gamma = {GAMMA}, float[{H}] beta = {BETA}",
+    "y = LayerNormalization<axis = -1, epsilon = 1e-5>(x, gamma, beta)",
+)
+WITH_GAMMA = (
+    f"float[{H}] gamma = {GAMMA}",
+    "y = LayerNormalization<axis = -1, epsilon = 1e-5>(x, gamma)",
+)
+WITH_ONES = (
+    f"float[{H}] ones = {lit(np.ones(H))}",
+    "n = LayerNormalization<axis = -1, epsilon = 1e-5>(x, ones)\n y = Identity(n)",
+)
 
 
 @pytest.mark.parametrize(
@@ -89,7 +98,10 @@ WITH_ONES = (f"float[{H}] ones = {lit(np.ones(H))}", "n = LayerNormalization<axi
         ({}, WITH_BOTH),
         ({"square": "q = Mul(d, d)"}, WITH_BOTH),
         ({"norm": "r = Reciprocal(s)\n  n = Mul(d, r)"}, WITH_BOTH),
-        ({"norm": "one = Constant <value = float {1}> ()\n  r = Div(one, s)\n  n = Mul(r, d)"}, WITH_BOTH),
+        (
+            {"norm": "one = Constant <value = float {1}> ()\n  r = Div(one, s)\n  n = Mul(r, d)"},
+            WITH_BOTH,
+        ),
         ({"tail": "gm = Mul(gamma, n)\n  y = Add(beta, gm)"}, WITH_BOTH),
         ({"tail": "y = Mul(n, gamma)"}, WITH_GAMMA),  # no beta
         ({"tail": "y = Identity(n)"}, WITH_ONES),  # neither: a Scale of ones
@@ -104,7 +116,11 @@ def test_fuses(kw, want):
 
 
 def test_two_trailing_axes():
-    text = pattern(axes="<axes = [-2, -1]>").replace("float[B, S, 8] x", "float[B, 3, 8] x").replace("float[B, S, 8] y", "float[B, 3, 8] y")
+    text = (
+        pattern(axes="<axes = [-2, -1]>")
+        .replace("float[B, S, 8] x", "float[B, 3, 8] x")
+        .replace("float[B, S, 8] y", "float[B, 3, 8] y")
+    )
     text = text.replace(f"float[{H}] gamma", "float[1, 8] gamma")
     before, result = run(text)
     gamma, beta = (np.broadcast_to(v, (3, 8)) for v in (GAMMA_VALUES, BETA_VALUES))
@@ -120,7 +136,11 @@ def test_two_trailing_axes():
 
 
 def test_opset18_axes_input():
-    text = pattern(opset=18, axes="", inits=", int64[1] ax = {-1}").replace("ReduceMean  (x)", "ReduceMean(x, ax)").replace("ReduceMean  (q)", "ReduceMean(q, ax)")
+    text = (
+        pattern(opset=18, axes="", inits=", int64[1] ax = {-1}")
+        .replace("ReduceMean  (x)", "ReduceMean(x, ax)")
+        .replace("ReduceMean  (q)", "ReduceMean(q, ax)")
+    )
     before, result = run(text)
     assert_graph_equal(result.model, expected(WITH_BOTH[1], WITH_BOTH[0], opset=18))
     check(before, result.model)
@@ -129,13 +149,22 @@ def test_opset18_axes_input():
 @pytest.mark.parametrize(
     "kw, reasons",
     [
-        ({"opset": 16}, ["opset 16 has no LayerNormalization (from 17; optimize(opset=17) upgrades)"]),
-        ({"inits": ", float minus = {-1}", "tail": "gm = Mul(n, gamma)\n  y = Add(gm, beta)"}, None),
+        (
+            {"opset": 16},
+            ["opset 16 has no LayerNormalization (from 17; optimize(opset=17) upgrades)"],
+        ),
+        (
+            {"inits": ", float minus = {-1}", "tail": "gm = Mul(n, gamma)\n  y = Add(gm, beta)"},
+            None,
+        ),
         # not the pattern: nothing is refused, there is nothing to rewrite
         ({"axes": "<axes = [1]>"}, []),  # not the trailing axis
         ({"axes": "<axes = [-1], keepdims = 0>"}, []),
         ({"inits": ", float three = {3}", "square": "q = Pow(d, three)"}, []),  # a cube
-        ({"tail": "gm = Mul(n, gamma)\n  y0 = Add(gm, beta)\n  y = Add(y0, d)"}, []),  # d read a third time
+        (
+            {"tail": "gm = Mul(n, gamma)\n  y0 = Add(gm, beta)\n  y = Add(y0, d)"},
+            [],
+        ),  # d read a third time
     ],
 )
 def test_must_not_fire(kw, reasons):
@@ -149,7 +178,11 @@ def test_must_not_fire(kw, reasons):
 
 
 def test_without_gamma_the_normalized_shape_must_be_static():
-    text = pattern(tail="y = Identity(n)").replace("float[B, S, 8] x", "float[B, S, F] x").replace("float[B, S, 8] y", "float[B, S, F] y")
+    text = (
+        pattern(tail="y = Identity(n)")
+        .replace("float[B, S, 8] x", "float[B, S, F] x")
+        .replace("float[B, S, 8] y", "float[B, S, F] y")
+    )
     model = model_from_text(text)
     assert refusals(model, "fuse-layernorm") == [
         "no gamma and no static normalized dimensions to shape LayerNormalization's Scale"
@@ -166,7 +199,11 @@ def test_variance_as_graph_output_blocks_fusion():
 
 def test_gamma_that_is_not_per_feature_is_left_unfused():
     # gamma of shape (S, 1) scales per position, not per feature: the Mul must stay.
-    text = pattern().replace("float[B, S, 8] x", "float[B, 5, 8] x").replace(f"float[{H}] gamma = {GAMMA}", f"float[5, 1] gamma = {lit(np.arange(5))}")
+    text = (
+        pattern()
+        .replace("float[B, S, 8] x", "float[B, 5, 8] x")
+        .replace(f"float[{H}] gamma = {GAMMA}", f"float[5, 1] gamma = {lit(np.arange(5))}")
+    )
     before, result = run(text)
     assert_graph_equal(
         result.model,
@@ -204,12 +241,20 @@ def test_torch_exported_layernorm(export_opset, target):
 
     buf = io.BytesIO()
     torch.onnx.export(
-        Block().eval(), (torch.randn(2, 5, 16),), buf, opset_version=export_opset, dynamo=False,
-        input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "b", 1: "s"}},
+        Block().eval(),
+        (torch.randn(2, 5, 16),),
+        buf,
+        opset_version=export_opset,
+        dynamo=False,
+        input_names=["x"],
+        output_names=["y"],
+        dynamic_axes={"x": {0: "b", 1: "s"}},
     )
     original = from_proto(onnx.load_from_string(buf.getvalue()))
     assert "LayerNormalization" not in node_ops(original)
-    result = optimize(from_proto(onnx.load_from_string(buf.getvalue())), opset=target, passes=PASSES)
+    result = optimize(
+        from_proto(onnx.load_from_string(buf.getvalue())), opset=target, passes=PASSES
+    )
     assert node_ops(result.model).count("LayerNormalization") == 1
     assert not {"ReduceMean", "Sqrt", "Pow"} & set(node_ops(result.model))
     out = verify(original, result.model, dims={"b": 2, "s": 7}, rtol=1e-5, atol=1e-5)

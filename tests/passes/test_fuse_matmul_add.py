@@ -16,7 +16,16 @@ def lit(a) -> str:
     return "{" + ",".join(repr(float(v)) for v in np.ravel(a)) + "}"
 
 
-def text(rng, *, x="N, 6", y="N, 4", bias_shape=(4,), body="m = MatMul(x, W)\n y = Add(m, b)", wshape=(6, 4), opset=13):
+def text(
+    rng,
+    *,
+    x="N, 6",
+    y="N, 4",
+    bias_shape=(4,),
+    body="m = MatMul(x, W)\n y = Add(m, b)",
+    wshape=(6, 4),
+    opset=13,
+):
     btype = f"float[{','.join(map(str, bias_shape))}]" if bias_shape else "float"
     return f"""
     <ir_version: 8, opset_import: ["" : {opset}]>
@@ -38,14 +47,21 @@ def run(t: str):
         ((4,), "m = MatMul(x, W)\n y = Add(m, b)"),
         ((1, 4), "m = MatMul(x, W)\n y = Add(b, m)"),
         ((), "m = MatMul(x, W)\n y = Add(m, b)"),
-        ((4,), "m = MatMul(x, W)\n c = Constant <value = float[4] {1, 2, 3, 4}> ()\n y = Add(m, c)"),
+        (
+            (4,),
+            "m = MatMul(x, W)\n c = Constant <value = float[4] {1, 2, 3, 4}> ()\n y = Add(m, c)",
+        ),
     ],
 )
 def test_becomes_gemm(rng, bias_shape, body):
     before, result = run(text(rng, bias_shape=bias_shape, body=body))
     g = before.graph
     w = g.initializers["W"].const_value.numpy()
-    bias = np.array([1, 2, 3, 4], np.float32) if "Constant" in body else g.initializers["b"].const_value.numpy()
+    bias = (
+        np.array([1, 2, 3, 4], np.float32)
+        if "Constant" in body
+        else g.initializers["b"].const_value.numpy()
+    )
     gemm_bias = f"b = Constant <value = {init('v', bias)}> ()\n" if "Constant" in body else ""
     assert_graph_equal(
         result.model,
@@ -77,8 +93,14 @@ def test_transposed_weight_becomes_trans_b(rng):
     "reason, kwargs",
     [
         ("the input is not known to be 2-D: Gemm takes a 2-D A", {"x": "2, 3, 6", "y": "2, 3, 4"}),
-        ("the bias, shaped (5, 1), does not broadcast along the last axis only", {"bias_shape": (5, 1), "x": "5, 6", "y": "5, 4"}),
-        ("the product has other readers or is a graph output: Gemm yields only product + bias", {"body": "m = MatMul(x, W)\n y = Add(m, b)\n m2 = Identity(m)"}),
+        (
+            "the bias, shaped (5, 1), does not broadcast along the last axis only",
+            {"bias_shape": (5, 1), "x": "5, 6", "y": "5, 4"},
+        ),
+        (
+            "the product has other readers or is a graph output: Gemm yields only product + bias",
+            {"body": "m = MatMul(x, W)\n y = Add(m, b)\n m2 = Identity(m)"},
+        ),
     ],
 )
 def test_must_not_fire(rng, reason, kwargs):
@@ -91,7 +113,11 @@ def test_must_not_fire(rng, reason, kwargs):
 
 
 def test_non_constant_bias_is_kept(rng):
-    t = text(rng).replace("(float[N, 6] x)", "(float[N, 6] x, float[4] b)").replace(", float[4] b = ", ", float[4] unused = ")
+    t = (
+        text(rng)
+        .replace("(float[N, 6] x)", "(float[N, 6] x, float[4] b)")
+        .replace(", float[4] b = ", ", float[4] unused = ")
+    )
     _, result = run(t)
     assert node_ops(result.model) == ["MatMul", "Add"]
     assert refusals(model_from_text(t), "fuse-matmul-add") == ["the bias is not a constant"]
@@ -100,7 +126,9 @@ def test_non_constant_bias_is_kept(rng):
 def test_before_opset_7_nothing_is_fused(rng):
     t = text(rng, opset=6)
     model = model_from_text(t)
-    assert refusals(model, "fuse-matmul-add") == ["opset < 7: Gemm's broadcast of C starts at opset 7"]
+    assert refusals(model, "fuse-matmul-add") == [
+        "opset < 7: Gemm's broadcast of C starts at opset 7"
+    ]
     assert_graph_equal(model, t)
 
 
@@ -129,5 +157,7 @@ def test_inside_if_branch_keeps_names_unique(rng):
     )
     x = rng.standard_normal((3, 6)).astype(np.float32)
     for cond in (True, False):
-        check = verify(before, result.model, inputs={"cond": np.array(cond), "x": x}, rtol=1e-6, atol=1e-6)
+        check = verify(
+            before, result.model, inputs={"cond": np.array(cond), "x": x}, rtol=1e-6, atol=1e-6
+        )
         assert check.passed, check.to_dict()

@@ -35,7 +35,11 @@ def attention(
 
 def guarded(opset: int, mask_value: str) -> str:
     """``attention()`` with the Softmax input clamped to ``ReduceMax(x) - 80``."""
-    axes = ("<keepdims = 1>(x, axes)", ", int64[1] axes = {-1}") if opset >= 18 else ("<axes = [-1], keepdims = 1>(x)", "")
+    axes = (
+        ("<keepdims = 1>(x, axes)", ", int64[1] axes = {-1}")
+        if opset >= 18
+        else ("<axes = [-1], keepdims = 1>(x)", "")
+    )
     return f"""
     <ir_version: 10, opset_import: ["" : {opset}]>
     g (float[B, 2, 5, 6] scores, bool[B, 1, 1, 6] keep, float[B, 2, 6, 6] v) => (float[B, 2, 5, 6] y)
@@ -93,8 +97,14 @@ def attention_float16() -> str:
     """``attention()`` in float16. Its constants are cast from float32: ONNX text reads a float16
     literal as the raw bits, not as a number."""
     text = attention(dtype="float16", mask_value="-60000")
-    text = text.replace("<float16 zero = {0}, float16 big = {-60000}>", "<float zero32 = {0}, float big32 = {-60000}>")
-    return text.replace("mask = Where", "zero = Cast<to = 10>(zero32)\n      big = Cast<to = 10>(big32)\n      mask = Where")
+    text = text.replace(
+        "<float16 zero = {0}, float16 big = {-60000}>",
+        "<float zero32 = {0}, float big32 = {-60000}>",
+    )
+    return text.replace(
+        "mask = Where",
+        "zero = Cast<to = 10>(zero32)\n      big = Cast<to = 10>(big32)\n      mask = Where",
+    )
 
 
 NOT_ONLY_MATMUL = "the probabilities are read by more than MatMul/Einsum: e^-80 for 0 would show"
@@ -105,8 +115,14 @@ NOT_ONLY_MATMUL = "the probabilities are read by more than MatMul/Einsum: e^-80 
     [
         (attention(mask_value="-5"), []),  # an ordinary bias, not a mask: not the pattern
         (attention_float16(), ["not float32: float16's normal range is too short for the margin"]),
-        (attention(opset=11, axis=1), ["before opset 13 the row is everything after axis, and axis is not the last one"]),
-        (attention(reader="y = Log(p)"), [NOT_ONLY_MATMUL]),  # log-probabilities: -inf would become -80
+        (
+            attention(opset=11, axis=1),
+            ["before opset 13 the row is everything after axis, and axis is not the last one"],
+        ),
+        (
+            attention(reader="y = Log(p)"),
+            [NOT_ONLY_MATMUL],
+        ),  # log-probabilities: -inf would become -80
         (attention(reader="y = Identity(p)"), [NOT_ONLY_MATMUL]),  # the probabilities are an output
     ],
     ids=["small-bias", "float16", "opset11-axis1", "log-reader", "output"],

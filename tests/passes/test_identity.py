@@ -64,5 +64,7 @@ def test_two_outputs_of_one_value_keep_one_identity():
     }
     """
     model = model_from_text(text)
-    assert refusals(model, "identity") == ["the result is a graph output, and what would replace it has a fixed name"]
+    assert refusals(model, "identity") == [
+        "the result is a graph output, and what would replace it has a fixed name"
+    ]
     assert_graph_equal(model, text)

@@ -29,7 +29,13 @@ def test_reshape_chain_collapses_with_dynamic_batch():
     before, after, rewrites = run(text)
     assert rewrites == 1
     # the merged-away nodes' constants stay for dead-code elimination
-    assert_graph_equal(after, text.replace("a = Reshape(x, s1)\n      b = Unsqueeze(a, ax)\n      c = Flatten<axis = 1>(b)\n      y = Reshape(c, s2)", "y = Reshape(x, s2)"))
+    assert_graph_equal(
+        after,
+        text.replace(
+            "a = Reshape(x, s1)\n      b = Unsqueeze(a, ax)\n      c = Flatten<axis = 1>(b)\n      y = Reshape(c, s2)",
+            "y = Reshape(x, s2)",
+        ),
+    )
     assert after.graph.node(0).inputs[1].name == "s2"
     assert verify(before, after, dims={"N": 3}, rtol=0.0, atol=0.0).passed
 
@@ -45,7 +51,13 @@ def test_each_reshape_of_a_chain_reads_the_source():
     """
     before, after, rewrites = run(text)
     assert rewrites == 2
-    assert_graph_equal(after, text.replace("a = Reshape(x, s1)\n      b = Reshape(a, s2)\n      y = Reshape(b, s3)", "y = Reshape(x, s3)"))
+    assert_graph_equal(
+        after,
+        text.replace(
+            "a = Reshape(x, s1)\n      b = Reshape(a, s2)\n      y = Reshape(b, s3)",
+            "y = Reshape(x, s3)",
+        ),
+    )
     assert verify(before, after, rtol=0.0, atol=0.0).passed
 
 
@@ -59,7 +71,13 @@ def test_allowzero_zero_is_a_literal_and_merges():
     """
     before, after, rewrites = run(text)
     assert rewrites == 1
-    assert_graph_equal(after, text.replace("a = Flatten<axis = 0>(x)\n      y = Reshape<allowzero = 1>(a, s2)", "y = Reshape<allowzero = 1>(x, s2)"))
+    assert_graph_equal(
+        after,
+        text.replace(
+            "a = Flatten<axis = 0>(x)\n      y = Reshape<allowzero = 1>(a, s2)",
+            "y = Reshape<allowzero = 1>(x, s2)",
+        ),
+    )
     assert verify(before, after, rtol=0.0, atol=0.0).passed
 
 
@@ -116,10 +134,15 @@ def test_reshape_like_a_tensor_merges_with_allowzero_from_opset_14():
     assert count == 1
     assert_graph_equal(
         after,
-        text.replace("OPSET", "17").replace("r1 = Reshape(x, flat)\n      s = Shape(t)\n      y = Reshape(r1, s)", "s = Shape(t)\n      y = Reshape<allowzero = 1>(x, s)"),
+        text.replace("OPSET", "17").replace(
+            "r1 = Reshape(x, flat)\n      s = Shape(t)\n      y = Reshape(r1, s)",
+            "s = Shape(t)\n      y = Reshape<allowzero = 1>(x, s)",
+        ),
     )
     assert verify(before, after, dims={"B": 3}, rtol=0.0, atol=0.0).passed
     # opset 13 has no allowzero: the pair stays
     model = model_from_text(text.replace("OPSET", "13"))
-    assert refusals(model, "merge-reshape") == ["the target shape is neither a constant nor Shape(t) (from opset 14)"]
+    assert refusals(model, "merge-reshape") == [
+        "the target shape is neither a constant nor Shape(t) (from opset 14)"
+    ]
     assert_graph_equal(model, text.replace("OPSET", "13"))

@@ -29,7 +29,11 @@ def run(body: str, *, inputs: str = "float[N, 3, 4] x", outputs: str = "float[N,
     return before, optimize(after, passes=["merge-scale-chains", "dead-code"])
 
 
-COL, ROW, COL2 = np.array([[1.0], [-2.0], [4.0]]), np.array([[0.5, 1.0, 2.0, -1.0]]), np.array([[3.0], [0.25], [-1.0]])
+COL, ROW, COL2 = (
+    np.array([[1.0], [-2.0], [4.0]]),
+    np.array([[0.5, 1.0, 2.0, -1.0]]),
+    np.array([[3.0], [0.25], [-1.0]]),
+)
 
 
 def expected(body: str, inits: list[str]) -> str:
@@ -52,7 +56,10 @@ def test_long_chain_becomes_one_mul_and_one_add():
     """)
     after = result.model
     # ((x·2·3 + 0.5 + 1.5) / 2) + col = x·3 + (1 + col)
-    assert_graph_equal(after, expected("m = Mul(x, s)\n y = Add(m, t)", [init("s", np.array(3.0)), init("t", 1 + COL)]))
+    assert_graph_equal(
+        after,
+        expected("m = Mul(x, s)\n y = Add(m, t)", [init("s", np.array(3.0)), init("t", 1 + COL)]),
+    )
     assert verify(before, after, dims={"N": 2}, rtol=1e-6, atol=1e-6).passed
 
 
@@ -60,13 +67,22 @@ def test_long_chain_becomes_one_mul_and_one_add():
     "body, want",
     [
         # (x+a)·b → x·b + a·b
-        ("t = Add(x, col)\n y = Mul(t, col2)", ("m = Mul(x, s)\n y = Add(m, t)", [init("s", COL2), init("t", COL * COL2)])),
+        (
+            "t = Add(x, col)\n y = Mul(t, col2)",
+            ("m = Mul(x, s)\n y = Add(m, t)", [init("s", COL2), init("t", COL * COL2)]),
+        ),
         # -(x + c) → (-c) - x
         ("t = Add(x, c)\n y = Neg(t)", ("y = Sub(t, x)", [init("t", np.array(-0.5))])),
         # cancels out; one Mul keeps the shape rule simple
         ("t = Neg(x)\n y = Neg(t)", ("y = Mul(x, s)", [init("s", np.array(1.0))])),
         # (c - x)·a → x·(-a) + c·a
-        ("t = Sub(c, x)\n y = Mul(t, a)", ("m = Mul(x, s)\n y = Add(m, t)", [init("s", np.array(-2.0)), init("t", np.array(1.0))])),
+        (
+            "t = Sub(c, x)\n y = Mul(t, a)",
+            (
+                "m = Mul(x, s)\n y = Add(m, t)",
+                [init("s", np.array(-2.0)), init("t", np.array(1.0))],
+            ),
+        ),
         ("t = Div(x, col)\n y = Div(t, col2)", ("y = Mul(x, s)", [init("s", 1 / (COL * COL2))])),
         ("t = Add(x, row)\n y = Add(t, c)", ("y = Add(x, t)", [init("t", ROW + 0.5)])),
     ],
@@ -80,14 +96,30 @@ def test_shapes_of_chains(body, want):
 @pytest.mark.parametrize(
     "body, outputs, reasons",
     [
-        ("m = Mul(x, a)\n y = Add(m, c)", "float[N, 3, 4] y", ["Mul → Add saves no op over Mul → Add and reorders nothing"]),
+        (
+            "m = Mul(x, a)\n y = Add(m, c)",
+            "float[N, 3, 4] y",
+            ["Mul → Add saves no op over Mul → Add and reorders nothing"],
+        ),
         # not the pattern (a chain whose intermediate has one reader): nothing to refuse
         ("m = Mul(x, a)\n y = Mul(m, b)\n z = Relu(m)", "float[N, 3, 4] y, float[N, 3, 4] z", []),
-        ("m = Mul(x, a)\n y = Mul(m, b)\n z = Identity(m)", "float[N, 3, 4] y, float[N, 3, 4] z", []),
-        ("m = Mul(x, a)\n y = Mul(m, b)", "float[N, 3, 4] y, float[N, 3, 4] m", []),  # m is an output
+        (
+            "m = Mul(x, a)\n y = Mul(m, b)\n z = Identity(m)",
+            "float[N, 3, 4] y, float[N, 3, 4] z",
+            [],
+        ),
+        (
+            "m = Mul(x, a)\n y = Mul(m, b)",
+            "float[N, 3, 4] y, float[N, 3, 4] m",
+            [],
+        ),  # m is an output
         ("m = Div(x, a)\n y = Div(c, m)", "float[N, 3, 4] y", []),  # c / v is not affine
         # (3,1)·(1,4) would make a bigger constant
-        ("m = Mul(x, col)\n y = Mul(m, row)", "float[N, 3, 4] y", ["the merged constants would be larger than any of the originals"]),
+        (
+            "m = Mul(x, col)\n y = Mul(m, row)",
+            "float[N, 3, 4] y",
+            ["the merged constants would be larger than any of the originals"],
+        ),
     ],
 )
 def test_left_alone(body, outputs, reasons):

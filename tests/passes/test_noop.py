@@ -64,15 +64,35 @@ SHAPE_UNKNOWN = "the input's shape or the target shape is not known"
 @pytest.mark.parametrize(
     "body, out, reason",
     [
-        ("y = Mul(x, ones23)", "float[2, 2, 3]", NOT_ONE),  # the constant broadcasts x to a larger shape
+        (
+            "y = Mul(x, ones23)",
+            "float[2, 2, 3]",
+            NOT_ONE,
+        ),  # the constant broadcasts x to a larger shape
         ("y = Add(x, half)", "float[N, 2, 3]", NOT_ZERO),  # adding 0.5 is no no-op
         ("y = Sub(zero, x)", "float[N, 2, 3]", NOT_ZERO),  # 0 - x is a negation
         ("y = Div(ones23, x)", "float[2, 2, 3]", NOT_ONE),  # 1 / x is a reciprocal
         ("y = Reshape(x, flat)", "float[N, 6]", SHAPE_UNKNOWN + ", or their ranks differ"),
-        ("y = Expand(x, big)", "float[1, N, 2, 3]", SHAPE_UNKNOWN + ", or the target has a higher rank"),
-        ("y = Transpose<perm = [1, 0, 2]>(x)", "float[2, N, 3]", "the permutation is not the identity"),
-        ("y = Slice(x, s1, e, ax0)", "float[M, 2, 3]", "axis 0: [1:9223372036854775807] is not known to keep the whole axis"),
-        ("y = Slice(x, m1, bigneg, ax1, m1)", "float[N, 2, 3]", "axis 1: a step other than 1, or no such axis"),  # reverses
+        (
+            "y = Expand(x, big)",
+            "float[1, N, 2, 3]",
+            SHAPE_UNKNOWN + ", or the target has a higher rank",
+        ),
+        (
+            "y = Transpose<perm = [1, 0, 2]>(x)",
+            "float[2, N, 3]",
+            "the permutation is not the identity",
+        ),
+        (
+            "y = Slice(x, s1, e, ax0)",
+            "float[M, 2, 3]",
+            "axis 0: [1:9223372036854775807] is not known to keep the whole axis",
+        ),
+        (
+            "y = Slice(x, m1, bigneg, ax1, m1)",
+            "float[N, 2, 3]",
+            "axis 1: a step other than 1, or no such axis",
+        ),  # reverses
         # N may be 1 at run time, and Squeeze would drop it
         ("y = Squeeze(x)", "float[N, 2, 3]", "the input may have a size-1 dimension"),
         ("y = Cast<to = 11>(x)", "double[N, 2, 3]", "it changes the dtype"),
@@ -104,7 +124,10 @@ def test_dropout_in_training_mode_or_with_a_used_mask_stays():
     }}
     """
     model = model_from_text(text)
-    assert refusals(model, "noop") == ["training_mode is not a constant false", "its mask output is used"]
+    assert refusals(model, "noop") == [
+        "training_mode is not a constant false",
+        "its mask output is used",
+    ]
     assert_graph_equal(model, text)
 
 
@@ -140,7 +163,9 @@ def test_if_branches_are_cleaned_too():
     assert result.rewrites == 2
     assert_graph_equal(
         result.model,
-        text.replace("t = Mul(x, one)  a = Relu(t)", "a = Relu(x)").replace("u = Dropout(x)  b = Neg(u)", "b = Neg(x)"),
+        text.replace("t = Mul(x, one)  a = Relu(t)", "a = Relu(x)").replace(
+            "u = Dropout(x)  b = Neg(u)", "b = Neg(x)"
+        ),
     )
     x = np.random.default_rng(0).standard_normal((3, 2)).astype(np.float32)
     for c in (True, False):
@@ -169,7 +194,10 @@ def test_old_opsets_keep_their_arguments_in_attributes():
             "u = Unsqueeze<axes = [0]>(x)",
         ),
     )
-    assert refusals(model_from_text(text), "noop") == ["it has axes", "it has axes, or the input's shape is not known"]
+    assert refusals(model_from_text(text), "noop") == [
+        "it has axes",
+        "it has axes, or the input's shape is not known",
+    ]
     assert verify(before, result.model, dims={"N": 4}, rtol=0.0, atol=0.0).passed
 
 
@@ -185,7 +213,10 @@ def test_reshape_and_expand_to_the_inputs_own_dynamic_shape_go():
     """
     before, result = run(text)
     # the Shape stays for dead-code elimination
-    assert_graph_equal(result.model, text.replace("r = Reshape(x, s)\n      e = Expand(r, s)\n      y = Relu(e)", "y = Relu(x)"))
+    assert_graph_equal(
+        result.model,
+        text.replace("r = Reshape(x, s)\n      e = Expand(r, s)\n      y = Relu(e)", "y = Relu(x)"),
+    )
     assert verify(before, result.model, dims={"N": 3, "M": 5}, rtol=0.0, atol=0.0).passed
 
 
@@ -202,9 +233,11 @@ def test_a_branch_returning_an_outer_value_keeps_the_node_in_between():
     before, result = run(text)
     assert result.rewrites == 0
     assert_graph_equal(result.model, text)
-    assert refusals(model_from_text(text), "noop") == [
-        "the result is a graph output, and what would replace it is not computed in this graph"
-    ] * 2
+    assert (
+        refusals(model_from_text(text), "noop")
+        == ["the result is a graph output, and what would replace it is not computed in this graph"]
+        * 2
+    )
     x = np.random.default_rng(0).standard_normal((3, 2)).astype(np.float32)
     for c in (True, False):
         feeds = {"c": np.array(c), "x": x}

@@ -112,6 +112,11 @@ def test_every_pass_class_is_in_the_pipeline():
     for info in pkgutil.iter_modules(modelpress.passes.__path__):
         module = importlib.import_module(f"modelpress.passes.{info.name}")
         for obj in vars(module).values():
-            if isinstance(obj, type) and issubclass(obj, GraphPass) and obj.name and obj.__module__ == module.__name__:
+            if (
+                isinstance(obj, type)
+                and issubclass(obj, GraphPass)
+                and obj.name
+                and obj.__module__ == module.__name__
+            ):
                 found.add(obj)
     assert found == set(PIPELINE)

@@ -126,10 +126,14 @@ def test_extended_level_fuses_conv_and_relu_into_one_contrib_op():
     p = OrtFusions()
     p.ort_level = "extended"  # portable: "all" picks an NCHWc block size for this CPU
     p(model)
-    expected = from_proto(onnx.parser.parse_model(text.replace(
-        "c = Conv<pads = [0, 0, 0, 0]>(x, w, b)\n      y = Relu(c)",
-        'y = com.microsoft.FusedConv<activation = "Relu", auto_pad = "NOTSET", group = 1, pads = [0, 0, 0, 0]>(x, w, b)',
-    ).replace('["" : 17]', '["" : 17, "com.microsoft" : 1]')))
+    expected = from_proto(
+        onnx.parser.parse_model(
+            text.replace(
+                "c = Conv<pads = [0, 0, 0, 0]>(x, w, b)\n      y = Relu(c)",
+                'y = com.microsoft.FusedConv<activation = "Relu", auto_pad = "NOTSET", group = 1, pads = [0, 0, 0, 0]>(x, w, b)',
+            ).replace('["" : 17]', '["" : 17, "com.microsoft" : 1]')
+        )
+    )
     # ORT imports every domain it knows; which ones depends on its version
     assert {"": 17, "com.microsoft": 1}.items() <= dict(model.opset_imports).items()
     expected.opset_imports.update(model.opset_imports)

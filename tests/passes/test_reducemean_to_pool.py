@@ -41,7 +41,11 @@ def test_spatial_mean_becomes_pool_with_same_values(rng, opset, axes, keep, shap
     src = text(opset, axes, keep, shape)
     before = model_from_text(src)
     after = optimize(model_from_text(src), passes=PASSES + ["dead-code"]).model
-    body = "y = GlobalAveragePool(x)" if want == ["GlobalAveragePool"] else "p = GlobalAveragePool(x)\n y = Flatten<axis = 1>(p)"
+    body = (
+        "y = GlobalAveragePool(x)"
+        if want == ["GlobalAveragePool"]
+        else "p = GlobalAveragePool(x)\n y = Flatten<axis = 1>(p)"
+    )
     assert_graph_equal(
         after,
         f"""
@@ -82,7 +86,9 @@ def test_other_reductions_left_alone(axes, shape, reason):
 
 def test_layernorm_mean_over_last_axis_of_rank3_left_alone():
     """[B, T, D] with a mean over D is a LayerNorm's: ONNX Runtime fuses it only as ReduceMean."""
-    assert left_alone(text(13, [2], 1, "N, 3, 7")) == ["rank 3: only [N, C, spatial...] of rank >= 4 is pooled"]
+    assert left_alone(text(13, [2], 1, "N, 3, 7")) == [
+        "rank 3: only [N, C, spatial...] of rank >= 4 is pooled"
+    ]
 
 
 def test_mean_subtracted_from_its_input_left_alone():

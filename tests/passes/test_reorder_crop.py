@@ -39,7 +39,11 @@ def test_slice_moves_ahead_of_unary_chain_with_dynamic_batch():
     assert rewrites == 2
     assert_graph_equal(
         after,
-        moved(text, "r = Relu(x)\n      g = Sigmoid(r)\n      y = Slice(g, s, e, a)", "c = Slice(x, s, e, a)\n r = Relu(c)\n y = Sigmoid(r)"),
+        moved(
+            text,
+            "r = Relu(x)\n      g = Sigmoid(r)\n      y = Slice(g, s, e, a)",
+            "c = Slice(x, s, e, a)\n r = Relu(c)\n y = Sigmoid(r)",
+        ),
     )
     assert verify(before, after, dims={"N": 5}, rtol=1e-6, atol=0.0).passed
 
@@ -57,7 +61,12 @@ def test_bias_is_sliced_along_with_the_data():
     assert rewrites == 1
     assert_graph_equal(
         after,
-        moved(text, "t = Add(x, b)\n      y = Slice(t, s, e, a)", "c = Slice(x, s, e, a)\n y = Add(c, bc)", "float[4] bc = {2, 3, 4, 5}"),
+        moved(
+            text,
+            "t = Add(x, b)\n      y = Slice(t, s, e, a)",
+            "c = Slice(x, s, e, a)\n y = Add(c, bc)",
+            "float[4] bc = {2, 3, 4, 5}",
+        ),
     )
     assert verify(before, after, dims={"N": 3}, rtol=0.0, atol=0.0).passed
 
@@ -76,7 +85,12 @@ def test_gather_scalar_index_drops_the_axis_from_the_constant():
     # operand order kept (c first)
     assert_graph_equal(
         after,
-        moved(text, "t = Mul(c, x)\n      y = Gather<axis = 1>(t, i)", "g = Gather<axis = 1>(x, i)\n y = Mul(cc, g)", "float[1] cc = {30}"),
+        moved(
+            text,
+            "t = Mul(c, x)\n      y = Gather<axis = 1>(t, i)",
+            "g = Gather<axis = 1>(x, i)\n y = Mul(cc, g)",
+            "float[1] cc = {30}",
+        ),
     )
     assert verify(before, after, dims={"N": 2}, rtol=0.0, atol=0.0).passed
 
@@ -136,7 +150,11 @@ def test_clip_with_scalar_inputs_and_step():
     before, after, _ = run(text)
     assert_graph_equal(
         after,
-        moved(text, "t = Clip(x, lo, hi)\n      y = Slice(t, s, e, a, st)", "c = Slice(x, s, e, a, st)\n y = Clip(c, lo, hi)"),
+        moved(
+            text,
+            "t = Clip(x, lo, hi)\n      y = Slice(t, s, e, a, st)",
+            "c = Slice(x, s, e, a, st)\n y = Clip(c, lo, hi)",
+        ),
     )
     assert verify(before, after, dims={"N": 4}, rtol=0.0, atol=0.0).passed
 
@@ -147,42 +165,60 @@ NOT_A_CROP = "a reader of the Relu result is not a crop with constant parameters
 def test_must_not_fire():
     cases = {
         # the element-wise result has another, non-crop user
-        "other use": ([NOT_A_CROP], """
+        "other use": (
+            [NOT_A_CROP],
+            """
         agraph (float[2, 8] x) => (float[2, 4] y, float[2, 8] z) <int64[1] s = {0}, int64[1] e = {4}, int64[1] a = {1}> {
           t = Relu(x)
           y = Slice(t, s, e, a)
           z = Neg(t)
-        }"""),
+        }""",
+        ),
         # x may be 1 along the cropped axis and broadcast against the constant
-        "broadcast": (["a constant varies along axis 1, where x is not known to have its size"], """
+        "broadcast": (
+            ["a constant varies along axis 1, where x is not known to have its size"],
+            """
         agraph (float[2, M] x) => (float[2, 4] y) <float[8] b = {0, 1, 2, 3, 4, 5, 6, 7}, int64[1] s = {0}, int64[1] e = {4}, int64[1] a = {1}> {
           t = Add(x, b)
           y = Slice(t, s, e, a)
-        }"""),
+        }""",
+        ),
         # slice bounds computed at run time
-        "dynamic bounds": ([NOT_A_CROP], """
+        "dynamic bounds": (
+            [NOT_A_CROP],
+            """
         agraph (float[2, 8] x, int64[1] e) => (float[2, M] y) <int64[1] s = {0}, int64[1] a = {1}> {
           t = Relu(x)
           y = Slice(t, s, e, a)
-        }"""),
+        }""",
+        ),
         # not element-wise: not the pattern, nothing to refuse
-        "softmax": ([], """
+        "softmax": (
+            [],
+            """
         agraph (float[2, 8] x) => (float[2, 4] y) <int64[1] s = {0}, int64[1] e = {4}, int64[1] a = {1}> {
           t = Softmax<axis = 1>(x)
           y = Slice(t, s, e, a)
-        }"""),
+        }""",
+        ),
         # overlapping crops keep more than the op computes: duplicating it would add work
-        "overlap": (["cropping first would not compute fewer elements"] * 2, """
+        "overlap": (
+            ["cropping first would not compute fewer elements"] * 2,
+            """
         agraph (float[2, 8] x) => (float[2, 6] y, float[2, 6] z) <int64[1] s0 = {0}, int64[1] e0 = {6}, int64[1] s1 = {2}, int64[1] e1 = {8}, int64[1] a = {1}> {
           t = Exp(x)
           y = Slice(t, s0, e0, a)
           z = Slice(t, s1, e1, a)
-        }"""),
-        "two inputs": (["the Add has 2 non-constant operands, not one"], """
+        }""",
+        ),
+        "two inputs": (
+            ["the Add has 2 non-constant operands, not one"],
+            """
         agraph (float[2, 8] x, float[2, 8] w) => (float[2, 4] y) <int64[1] s = {0}, int64[1] e = {4}, int64[1] a = {1}> {
           t = Add(x, w)
           y = Slice(t, s, e, a)
-        }"""),
+        }""",
+        ),
     }
     for why, (reasons, body) in cases.items():
         text = '<ir_version: 8, opset_import: ["" : 17]>' + body
@@ -203,7 +239,12 @@ def test_reversing_slice_reverses_the_constant_too():
     before, after, _ = run(text)
     assert_graph_equal(
         after,
-        moved(text, "m = Mul(x, b)\n      y = Slice(m, s, e, a, t)", "c = Slice(x, s, e, a, t)\n y = Mul(c, bc)", "float[4] bc = {4, 3, 2, 1}"),
+        moved(
+            text,
+            "m = Mul(x, b)\n      y = Slice(m, s, e, a, t)",
+            "c = Slice(x, s, e, a, t)\n y = Mul(c, bc)",
+            "float[4] bc = {4, 3, 2, 1}",
+        ),
     )
     assert verify(before, after, dims={"N": 2}, rtol=0.0, atol=0.0).passed
 
@@ -219,11 +260,18 @@ def test_gather_1d_index_and_out_of_range_index():
     before, after, _ = run(text)
     assert_graph_equal(
         after,
-        moved(text, "m = Sub(x, b)\n      y = Gather<axis = 1>(m, i)", "g = Gather<axis = 1>(x, i)\n y = Sub(g, bc)", "float[2] bc = {5, 1}"),
+        moved(
+            text,
+            "m = Sub(x, b)\n      y = Gather<axis = 1>(m, i)",
+            "g = Gather<axis = 1>(x, i)\n y = Sub(g, bc)",
+            "float[2] bc = {5, 1}",
+        ),
     )
     assert verify(before, after, rtol=0.0, atol=0.0).passed
     bad = text.replace("{4, 0}", "{7, 0}")
     model = model_from_text(bad)
     # must not raise; the model keeps failing where it failed before
-    assert refusals(model, "reorder-crop") == ["an index is out of range: the model fails at run time, and is left so"]
+    assert refusals(model, "reorder-crop") == [
+        "an index is out of range: the model fails at run time, and is left so"
+    ]
     assert_graph_equal(model, bad)

@@ -29,7 +29,16 @@ def lstm_proto(seq: int = 5, features: int = 8, hidden: int = 16) -> onnx.ModelP
         "lstm_classifier",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [seq, "batch", features])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 3])],
-        [numpy_helper.from_array(a, n) for a, n in ((w, "W"), (r, "R"), (b, "B"), (head, "head"), (np.array([0], np.int64), "axes0"))],
+        [
+            numpy_helper.from_array(a, n)
+            for a, n in (
+                (w, "W"),
+                (r, "R"),
+                (b, "B"),
+                (head, "head"),
+                (np.array([0], np.int64), "axes0"),
+            )
+        ],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     onnx.checker.check_model(model)

@@ -42,7 +42,9 @@ def _big_model(folder) -> str:
         [weight],
     )
     path = folder / "big.onnx"
-    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    path.write_bytes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    )
     return path
 
 
@@ -62,7 +64,9 @@ def test_over_2gb_in_and_out_with_bounded_memory(tmp_path, key):
     try:
         tracemalloc.start()
         holder = {}
-        rss = peak_memory_mb(lambda: holder.setdefault("r", protect(source, key=key, output=out, chunk_size=CHUNK)))
+        rss = peak_memory_mb(
+            lambda: holder.setdefault("r", protect(source, key=key, output=out, chunk_size=CHUNK))
+        )
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         result = holder["r"]
@@ -98,7 +102,11 @@ def test_over_2gb_in_and_out_with_bounded_memory(tmp_path, key):
         assert peak < LIMIT_BYTES, f"decryption allocated {peak / 2**20:.0f} MiB"
         assert position == ELEMENTS * 4
         (table,) = proto.graph.initializer
-        assert {e.key: e.value for e in table.external_data} == {"location": LOCATION, "offset": "0", "length": str(ELEMENTS * 4)}
+        assert {e.key: e.value for e in table.external_data} == {
+            "location": LOCATION,
+            "offset": "0",
+            "length": str(ELEMENTS * 4),
+        }
         want = {o + i: b for o, mark in MARKS.items() for i, b in enumerate(mark)}
         assert nonzero == want
     finally:  # 4.3 GB of files: do not leave them to pytest's retention
@@ -126,5 +134,7 @@ def test_a_model_in_memory_opens_with_memory_bounded_by_its_tensors(tmp_path, ke
     opened = open_package(out, key)
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    assert peak < table.nbytes + 4 * CHUNK + (1 << 20), f"{(peak - table.nbytes) / 2**20:.1f} MiB over the tensor"
+    assert peak < table.nbytes + 4 * CHUNK + (1 << 20), (
+        f"{(peak - table.nbytes) / 2**20:.1f} MiB over the tensor"
+    )
     assert opened.graph.initializers["table"].const_value.numpy().tobytes() == table.tobytes()

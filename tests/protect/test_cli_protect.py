@@ -38,12 +38,63 @@ def packaged(zoo_paths, tmp_path_factory):
     key = folder / "key.bin"
     assert main(["keygen", "-o", str(key)]) == 0
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
-    paths = {"plain": folder / "plain.mpk", "runtime": folder / "runtime.mpk", "storage": folder / "storage.mpk", "onnx": folder / "obf.onnx"}
+    paths = {
+        "plain": folder / "plain.mpk",
+        "runtime": folder / "runtime.mpk",
+        "storage": folder / "storage.mpk",
+        "onnx": folder / "obf.onnx",
+    }
     src = str(zoo_paths["resnet-digits"])
     assert main(["protect", src, "-o", str(paths["plain"]), "--key-file", str(key)]) == 0
-    assert main(["protect", src, "-o", str(paths["runtime"]), "--key-file", str(key), "--obfuscate", "--json", str(folder / "rec.json")]) == 0
-    assert main(["protect", src, "-o", str(paths["storage"]), "--key-file", str(key), "--obfuscate", "--mode", "storage"]) == 0
-    assert main(["protect", src, "-o", str(paths["onnx"]), "--key-file", str(key), "--obfuscate", "--no-encrypt", "--ratio", "0.6"]) == 0
+    assert (
+        main(
+            [
+                "protect",
+                src,
+                "-o",
+                str(paths["runtime"]),
+                "--key-file",
+                str(key),
+                "--obfuscate",
+                "--json",
+                str(folder / "rec.json"),
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "protect",
+                src,
+                "-o",
+                str(paths["storage"]),
+                "--key-file",
+                str(key),
+                "--obfuscate",
+                "--mode",
+                "storage",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "protect",
+                src,
+                "-o",
+                str(paths["onnx"]),
+                "--key-file",
+                str(key),
+                "--obfuscate",
+                "--no-encrypt",
+                "--ratio",
+                "0.6",
+            ]
+        )
+        == 0
+    )
     inputs = folder / "in.npz"
     np.savez(inputs, **sample_inputs("resnet-digits", batch=4))
     return folder, key, paths, inputs
@@ -52,9 +103,13 @@ def packaged(zoo_paths, tmp_path_factory):
 @pytest.mark.parametrize("kind", ["plain", "runtime", "storage", "onnx"])
 def test_run_opens_every_kind_with_the_key(packaged, zoo_paths, capsys, kind):
     folder, key, paths, inputs = packaged
-    code, _, err = _cli(capsys, "run", zoo_paths["resnet-digits"], inputs, "-o", folder / "want.npz")
+    code, _, err = _cli(
+        capsys, "run", zoo_paths["resnet-digits"], inputs, "-o", folder / "want.npz"
+    )
     assert code == 0, err
-    code, out, err = _cli(capsys, "run", paths[kind], inputs, "-o", folder / f"{kind}.npz", "--key-file", key)
+    code, out, err = _cli(
+        capsys, "run", paths[kind], inputs, "-o", folder / f"{kind}.npz", "--key-file", key
+    )
     assert code == 0, err
     want, got = np.load(folder / "want.npz"), np.load(folder / f"{kind}.npz")
     for name in want.files:
@@ -64,22 +119,40 @@ def test_run_opens_every_kind_with_the_key(packaged, zoo_paths, capsys, kind):
 def test_the_key_from_the_environment(packaged, capsys, monkeypatch):
     folder, key, paths, inputs = packaged
     monkeypatch.setenv("MP_CLI_KEY", key.read_bytes().hex())
-    code, _, err = _cli(capsys, "run", paths["runtime"], inputs, "-o", folder / "env.npz", "--key-env", "MP_CLI_KEY")
+    code, _, err = _cli(
+        capsys, "run", paths["runtime"], inputs, "-o", folder / "env.npz", "--key-env", "MP_CLI_KEY"
+    )
     assert code == 0, err
 
 
 def test_verify_inspect_and_bench_accept_packages(packaged, zoo_paths, capsys):
     folder, key, paths, _ = packaged
-    code, out, _ = _cli(capsys, "verify", zoo_paths["resnet-digits"], paths["storage"], "--key-file", key)
+    code, out, _ = _cli(
+        capsys, "verify", zoo_paths["resnet-digits"], paths["storage"], "--key-file", key
+    )
     assert code == 0 and "PASS" in out
     code, out, _ = _cli(capsys, "verify", paths["plain"], paths["runtime"], "--key-file", key)
     assert code == 0 and "PASS" in out
-    code, out, _ = _cli(capsys, "inspect", paths["storage"], "--key-file", key, "--json", folder / "inspect.json")
+    code, out, _ = _cli(
+        capsys, "inspect", paths["storage"], "--key-file", key, "--json", folder / "inspect.json"
+    )
     assert code == 0 and "Conv" in out  # storage mode: the original, in memory
     assert json.loads((folder / "inspect.json").read_text())["result"]["op_counts"]["Conv"] == 9
     code, out, _ = _cli(capsys, "inspect", paths["onnx"])  # no key: what the file shows
     assert code == 0 and "Conv" not in out
-    code, out, err = _cli(capsys, "bench", paths["runtime"], "--vs", zoo_paths["resnet-digits"], "--key-file", key, "--runs", "3", "--json", folder / "bench.json")
+    code, out, err = _cli(
+        capsys,
+        "bench",
+        paths["runtime"],
+        "--vs",
+        zoo_paths["resnet-digits"],
+        "--key-file",
+        key,
+        "--runs",
+        "3",
+        "--json",
+        folder / "bench.json",
+    )
     assert code == 0, err
     models = json.loads((folder / "bench.json").read_text())["result"]["models"]
     assert [m["model"] for m in models] == [str(paths["runtime"]), str(zoo_paths["resnet-digits"])]
@@ -148,8 +221,13 @@ def test_protect_refusals_write_nothing(zoo_paths, tmp_path, capsys):
         ["--no-encrypt"],
         ["--mode", "runtime"],
     ):
-        code, _, err = _cli(capsys, "protect", zoo_paths["resnet-digits"], "-o", out, "--key-file", key, *argv)
-        assert code == 1 and err.startswith("error: ") and len(err.strip().splitlines()) == 1, (argv, err)
+        code, _, err = _cli(
+            capsys, "protect", zoo_paths["resnet-digits"], "-o", out, "--key-file", key, *argv
+        )
+        assert code == 1 and err.startswith("error: ") and len(err.strip().splitlines()) == 1, (
+            argv,
+            err,
+        )
     code, _, err = _cli(capsys, "protect", zoo_paths["resnet-digits"], "-o", out)
     assert code == 1 and "needs a key" in err
     assert out.read_bytes() == b"keep me"
@@ -191,7 +269,12 @@ def test_no_plaintext_reaches_the_disk(packaged, zoo_paths, tmp_path, capsys, mo
     out_dir = tmp_path / "outputs"
     out_dir.mkdir()
     for kind in ("plain", "runtime", "storage"):
-        assert _cli(capsys, "run", paths[kind], inputs, "-o", out_dir / f"{kind}.npz", "--key-file", key)[0] == 0
+        assert (
+            _cli(
+                capsys, "run", paths[kind], inputs, "-o", out_dir / f"{kind}.npz", "--key-file", key
+            )[0]
+            == 0
+        )
         assert _cli(capsys, "inspect", paths[kind], "--key-file", key)[0] == 0
     monkeypatch.setattr(builtins, "open", real_open)
     monkeypatch.setattr(os, "open", real_os_open)
@@ -215,8 +298,14 @@ def test_no_plaintext_reaches_the_disk(packaged, zoo_paths, tmp_path, capsys, mo
 def test_an_obfuscated_onnx_file_needs_its_key_to_run(packaged, tmp_path, capsys):
     folder, key, paths, inputs = packaged
     code, _, err = _cli(capsys, "run", paths["onnx"], inputs, "-o", tmp_path / "o.npz")
-    assert code == 1 and "an obfuscated model: give its key" in err and len(err.strip().splitlines()) == 1
+    assert (
+        code == 1
+        and "an obfuscated model: give its key" in err
+        and len(err.strip().splitlines()) == 1
+    )
     other = tmp_path / "other.bin"
     other.write_bytes(os.urandom(32))
-    code, _, err = _cli(capsys, "run", paths["onnx"], inputs, "-o", tmp_path / "o.npz", "--key-file", other)
+    code, _, err = _cli(
+        capsys, "run", paths["onnx"], inputs, "-o", tmp_path / "o.npz", "--key-file", other
+    )
     assert code == 1 and "wrong key or the file was modified" in err

@@ -32,7 +32,10 @@ def test_a_residual_block_groups_by_layer():
         }""".replace("WEIGHTS", ", ".join(["0.1"] * 144))
     )
     groups = find_groups(model.graph, np.random.default_rng(0))
-    assert _ops(groups) == [["Conv", "BatchNormalization", "Relu"], ["Conv", "BatchNormalization", "Add", "Relu"]]
+    assert _ops(groups) == [
+        ["Conv", "BatchNormalization", "Relu"],
+        ["Conv", "BatchNormalization", "Add", "Relu"],
+    ]
 
 
 def test_matmul_bias_and_gelu_primitives_form_one_group():
@@ -46,7 +49,9 @@ def test_matmul_bias_and_gelu_primitives_form_one_group():
             p = Add(e, one)
             q = Mul(h, p)
             y = Mul(q, half)
-        }""".replace("{W}", "{" + ", ".join(["0.1"] * 64) + "}").replace("{B}", "{" + ", ".join(["0.0"] * 8) + "}")
+        }""".replace("{W}", "{" + ", ".join(["0.1"] * 64) + "}").replace(
+            "{B}", "{" + ", ".join(["0.0"] * 8) + "}"
+        )
     )
     groups = find_groups(model.graph, np.random.default_rng(0))
     assert _ops(groups) == [["MatMul", "Add", "Div", "Erf", "Add", "Mul", "Mul"]]
@@ -61,7 +66,9 @@ def test_attention_scores_form_one_node(zoo_paths):
     assert len(softmax_groups) == 2  # two layers
     for g in softmax_groups:
         ops = [n.op_type for n in g]
-        scores = [n for n in g if n.op_type == "MatMul" and all(v.const_value is None for v in n.inputs)]
+        scores = [
+            n for n in g if n.op_type == "MatMul" and all(v.const_value is None for v in n.inputs)
+        ]
         assert scores and ops.index("Softmax") > g.index(scores[0])
         assert {"Div", "Add"} <= set(ops)
     assert sum(len(g) for g in groups) == sum(1 for n in model.graph if n.op_type != "Constant")

@@ -44,7 +44,9 @@ g (float[batch, 300] x, int64[batch, 300] k) => (float[batch, 300] y, int64[batc
 
 
 def _model():
-    return model_from_text(MODEL.replace("{W}", "{" + ", ".join(str(v) for v in np.linspace(-2, 2, 300)) + "}"))
+    return model_from_text(
+        MODEL.replace("{W}", "{" + ", ".join(str(v) for v in np.linspace(-2, 2, 300)) + "}")
+    )
 
 
 def test_outputs_are_untouched_bit_for_bit(key):
@@ -72,7 +74,9 @@ def test_decoys_read_tensors_the_real_computation_does_not(key):
     """Every decoy has an edge from a value its site does not read: the visible dependencies are
     not the real ones."""
     model = _model()
-    protected = protect(model, key=key, obfuscate=True, ratio=1.0, seed=1, verify=False, encrypt=False)
+    protected = protect(
+        model, key=key, obfuscate=True, ratio=1.0, seed=1, verify=False, encrypt=False
+    )
     import onnx
 
     obf = onnx.ModelProto.FromString(protected.data)
@@ -80,5 +84,9 @@ def test_decoys_read_tensors_the_real_computation_does_not(key):
     for node in obf.graph.node:
         for name in node.input:
             consumers.setdefault(name, []).append(node)
-    chained = [n for n in obf.graph.node if len(n.output) == 1 and any(len(c.output) > 1 for c in consumers.get(n.output[0], []))]
+    chained = [
+        n
+        for n in obf.graph.node
+        if len(n.output) == 1 and any(len(c.output) > 1 for c in consumers.get(n.output[0], []))
+    ]
     assert chained, "no decoy feeds a protected node"

@@ -22,7 +22,15 @@ def obfuscated(zoo_paths, tmp_path_factory):
     paths = {}
     for mode in ("runtime", "storage"):
         paths[mode] = folder / f"{mode}.onnx"
-        protect(zoo_paths["resnet-digits"], key=key, output=paths[mode], obfuscate=True, encrypt=False, mode=mode, verify=False)
+        protect(
+            zoo_paths["resnet-digits"],
+            key=key,
+            output=paths[mode],
+            obfuscate=True,
+            encrypt=False,
+            mode=mode,
+            verify=False,
+        )
     return key, paths
 
 
@@ -49,8 +57,17 @@ def test_the_library_opens_only_with_its_key(obfuscated, mode):
 def test_every_changed_library_byte_is_refused(obfuscated, tmp_path):
     key, paths = obfuscated
     rng = np.random.default_rng(0)
-    size = len(numpy_helper.to_array(next(t for t in onnx.load(str(paths["runtime"])).graph.initializer if t.name == LIBRARY_INIT)))
+    size = len(
+        numpy_helper.to_array(
+            next(
+                t
+                for t in onnx.load(str(paths["runtime"])).graph.initializer
+                if t.name == LIBRARY_INIT
+            )
+        )
+    )
     for offset in rng.integers(0, size, size=40):
+
         def flip(b, o=int(offset)):
             b[o] ^= 1 << int(rng.integers(8))
             return b
@@ -64,9 +81,15 @@ def test_a_truncated_or_swapped_library_is_refused(obfuscated, tmp_path):
     key, paths = obfuscated
     with pytest.raises(PackageError, match="truncated"):
         open_package(_with_library(paths["runtime"], tmp_path, lambda b: b[:-10]), key)
-    other = numpy_helper.to_array(next(t for t in onnx.load(str(paths["storage"])).graph.initializer if t.name == LIBRARY_INIT))
+    other = numpy_helper.to_array(
+        next(
+            t for t in onnx.load(str(paths["storage"])).graph.initializer if t.name == LIBRARY_INIT
+        )
+    )
     swapped = _with_library(paths["runtime"], tmp_path, lambda b: other)
-    with pytest.raises(ModelLoadError):  # storage skeleton over a runtime graph: its weights are not there
+    with pytest.raises(
+        ModelLoadError
+    ):  # storage skeleton over a runtime graph: its weights are not there
         open_package(swapped, key)
 
 

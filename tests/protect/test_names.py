@@ -24,15 +24,24 @@ def _model():
 
 
 def _obfuscated(model, key, **options) -> onnx.ModelProto:
-    return onnx.ModelProto.FromString(protect(model, key=key, obfuscate=True, encrypt=False, verify=False, **options).data)
+    return onnx.ModelProto.FromString(
+        protect(model, key=key, obfuscate=True, encrypt=False, verify=False, **options).data
+    )
 
 
 def test_nothing_of_the_original_names_survives(key):
     model = _model()
     obf = _obfuscated(model, key, ratio=1.0)
     g = obf.graph
-    assert [v.name for v in g.input] == ["image_in"] and [v.name for v in g.output] == ["scores_out"]
-    names = {g.name} | {n.name for n in g.node} | {o for n in g.node for o in n.output} | {t.name for t in g.initializer}
+    assert [v.name for v in g.input] == ["image_in"] and [v.name for v in g.output] == [
+        "scores_out"
+    ]
+    names = (
+        {g.name}
+        | {n.name for n in g.node}
+        | {o for n in g.node for o in n.output}
+        | {t.name for t in g.initializer}
+    )
     assert len(names) == len(set(names))
     internal = all_names(model) - {"image_in", "scores_out"}
     assert not names & internal
@@ -40,14 +49,24 @@ def test_nothing_of_the_original_names_survives(key):
     assert not obf.doc_string and obf.producer_name == "modelpress"
     assert {p.key for p in obf.metadata_props} == {"modelpress.protect"}
     data = obf.SerializeToString()
-    for secret in [b"secret-trainer", b"proprietary", b"customer_dataset", b"layer1", b"the_secret_graph", b"Relu", b"Sigmoid"]:
+    for secret in [
+        b"secret-trainer",
+        b"proprietary",
+        b"customer_dataset",
+        b"layer1",
+        b"the_secret_graph",
+        b"Relu",
+        b"Sigmoid",
+    ]:
         assert secret not in data
 
 
 def test_renamed_interface_comes_back_when_opened(key):
     model = _model()
     obf = _obfuscated(model, key, rename_io=True)
-    assert {v.name for v in [*obf.graph.input, *obf.graph.output]}.isdisjoint({"image_in", "scores_out"})
+    assert {v.name for v in [*obf.graph.input, *obf.graph.output]}.isdisjoint(
+        {"image_in", "scores_out"}
+    )
     for mode in ("runtime", "storage"):
         result = protect(model, key=key, obfuscate=True, rename_io=True, mode=mode, verify=False)
         opened = open_package(result.data, key)

@@ -27,13 +27,20 @@ def _graphs(graph: onnx.GraphProto):
 
 
 def _compute_nodes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
-    return [n for g in _graphs(model.graph) for n in g.node if not (n.op_type == "Constant" and n.domain in STANDARD)]
+    return [
+        n
+        for g in _graphs(model.graph)
+        for n in g.node
+        if not (n.op_type == "Constant" and n.domain in STANDARD)
+    ]
 
 
 def _tensors(model: onnx.ModelProto) -> list[np.ndarray]:
     found = []
     for g in _graphs(model.graph):
-        protos = list(g.initializer) + [a.t for n in g.node if n.op_type == "Constant" for a in n.attribute if a.name == "value"]
+        protos = list(g.initializer) + [
+            a.t for n in g.node if n.op_type == "Constant" for a in n.attribute if a.name == "value"
+        ]
         for t in protos:
             a = numpy_helper.to_array(t)
             if a.dtype.kind in "fiub" and a.size >= 16:
@@ -64,12 +71,16 @@ def _names(model: onnx.ModelProto) -> set[str]:
 def test_ratio_0_6_hides_what_the_issue_asks(zoo_paths, key, tmp_path, name):
     original = onnx.load(str(zoo_paths[name]))
     out = tmp_path / "obfuscated.onnx"
-    result = protect(zoo_paths[name], key=key, output=out, obfuscate=True, encrypt=False, ratio=0.6, verify=False)
+    result = protect(
+        zoo_paths[name], key=key, output=out, obfuscate=True, encrypt=False, ratio=0.6, verify=False
+    )
     data = out.read_bytes()
     obf = onnx.load(str(out))
 
     compute = _compute_nodes(obf)
-    anonymous = [n for n in compute if n.domain not in STANDARD and not n.domain.startswith("com.microsoft")]
+    anonymous = [
+        n for n in compute if n.domain not in STANDARD and not n.domain.startswith("com.microsoft")
+    ]
     share = len(anonymous) / len(compute)
     assert share >= 0.9
 
@@ -101,15 +112,39 @@ def test_ratio_0_6_hides_what_the_issue_asks(zoo_paths, key, tmp_path, name):
 
 
 def test_a_lower_ratio_adds_less_and_the_report_tracks_it(zoo_paths, key):
-    small = protect(zoo_paths["bert-tiny"], key=key, obfuscate=True, ratio=0.1, seed=3, verify=False, encrypt=False)
-    large = protect(zoo_paths["bert-tiny"], key=key, obfuscate=True, ratio=0.6, seed=3, verify=False, encrypt=False)
+    small = protect(
+        zoo_paths["bert-tiny"],
+        key=key,
+        obfuscate=True,
+        ratio=0.1,
+        seed=3,
+        verify=False,
+        encrypt=False,
+    )
+    large = protect(
+        zoo_paths["bert-tiny"],
+        key=key,
+        obfuscate=True,
+        ratio=0.6,
+        seed=3,
+        verify=False,
+        encrypt=False,
+    )
     assert small.decoys < large.decoys
     assert small.metrics.nodes < large.metrics.nodes and small.metrics.edges < large.metrics.edges
 
 
 def test_renamed_interface_names_are_gone_from_the_file(zoo_paths, key, tmp_path):
     out = tmp_path / "o.onnx"
-    protect(zoo_paths["bert-tiny"], key=key, output=out, obfuscate=True, encrypt=False, rename_io=True, verify=False)
+    protect(
+        zoo_paths["bert-tiny"],
+        key=key,
+        output=out,
+        obfuscate=True,
+        encrypt=False,
+        rename_io=True,
+        verify=False,
+    )
     obf = onnx.load(str(out))
     assert {"input_ids", "attention_mask"}.isdisjoint({v.name for v in obf.graph.input})
     assert b"input_ids" not in out.read_bytes()
@@ -120,7 +155,9 @@ def test_the_obfuscated_file_alone_does_not_run(zoo_paths, key, tmp_path):
     import onnxruntime as ort
 
     out = tmp_path / "o.onnx"
-    protect(zoo_paths["resnet-digits"], key=key, output=out, obfuscate=True, encrypt=False, verify=False)
+    protect(
+        zoo_paths["resnet-digits"], key=key, output=out, obfuscate=True, encrypt=False, verify=False
+    )
     onnx.checker.check_model(str(out))  # still a valid ONNX file
     with pytest.raises(Exception, match="not a registered function"):
         ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])

@@ -20,7 +20,9 @@ KIND = package.KIND_MODEL
 @pytest.fixture(scope="module")
 def sealed():
     key = os.urandom(32)
-    data = np.random.default_rng(0).integers(0, 256, size=CHUNK * 23 + 1234, dtype=np.uint8).tobytes()
+    data = (
+        np.random.default_rng(0).integers(0, 256, size=CHUNK * 23 + 1234, dtype=np.uint8).tobytes()
+    )
     return key, data, encrypt_bytes(data, key, kind=KIND, chunk_size=CHUNK)
 
 
@@ -117,7 +119,9 @@ def test_a_consistent_but_forged_header_is_refused(sealed):
     key, data, blob = sealed
     fields = list(HEADER.unpack(blob[: HEADER.size]))
     fields[6] = os.urandom(16)  # the salt
-    assert "wrong key or the file was modified" in _refused(HEADER.pack(*fields) + blob[HEADER.size :], key)
+    assert "wrong key or the file was modified" in _refused(
+        HEADER.pack(*fields) + blob[HEADER.size :], key
+    )
 
 
 def test_wrong_key_and_wrong_kind(sealed):
@@ -134,7 +138,9 @@ def test_a_newer_format_version_is_named(sealed):
     assert "version 9 is not supported" in _refused(HEADER.pack(*fields) + blob[HEADER.size :], key)
 
 
-@pytest.mark.parametrize("content", [b"", b"hello world" * 10, b"\x08\x07\x12\x04onnx", os.urandom(4096)])
+@pytest.mark.parametrize(
+    "content", [b"", b"hello world" * 10, b"\x08\x07\x12\x04onnx", os.urandom(4096)]
+)
 def test_files_that_are_not_packages(tmp_path, content):
     path = tmp_path / "model.mpk"
     path.write_bytes(content)

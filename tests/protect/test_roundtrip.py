@@ -40,7 +40,9 @@ def _check_outputs(original: ir.Model, opened: ir.Model, feeds: dict[str, np.nda
 
 @pytest.mark.parametrize("name", MODELS)
 @pytest.mark.parametrize(("mode", "options"), MODES, ids=[m for m, _ in MODES])
-def test_protected_models_compute_the_originals_outputs(zoo_paths, key, tmp_path, name, mode, options):
+def test_protected_models_compute_the_originals_outputs(
+    zoo_paths, key, tmp_path, name, mode, options
+):
     original = load(zoo_paths[name])
     out = tmp_path / "model.mpk"
     result = protect(zoo_paths[name], key=key, output=out, verify=False, seed=5, **options)
@@ -74,7 +76,9 @@ def _assert_obfuscated_at_run_time(original: ir.Model, opened: ir.Model) -> None
     original_ops = sum(1 for g in original.graphs() for _ in g)
     for f in opened.functions.values():
         real = [n for n in f if n.op_type not in ("Constant",)]
-        assert len(real) < max(MAX_CAP + 40, original_ops // 2), "a function holds too much of the original"
+        assert len(real) < max(MAX_CAP + 40, original_ops // 2), (
+            "a function holds too much of the original"
+        )
     # the interface (inputs, outputs, the model's metadata) is given back on purpose
     interface = {v.name for v in [*original.graph.inputs, *original.graph.outputs]}
     interface |= set(original.metadata_props) | set(original.metadata_props.values())
@@ -89,7 +93,9 @@ def test_an_in_memory_package_and_an_obfuscated_onnx_file(zoo_paths, key, tmp_pa
     assert in_memory.output is None and in_memory.data[:4] == b"\x89MPK"
     _check_outputs(original, open_package(in_memory.data, key), feeds)
     onnx_path = tmp_path / "obfuscated.onnx"
-    written = protect(original, key=key, output=onnx_path, obfuscate=True, encrypt=False, verify=False)
+    written = protect(
+        original, key=key, output=onnx_path, obfuscate=True, encrypt=False, verify=False
+    )
     assert not written.encrypted
     _check_outputs(original, open_package(onnx_path, key), feeds)
 
@@ -107,9 +113,17 @@ def test_the_seed_repeats_the_structure_but_never_the_secrets(zoo_paths, key):
     a = protect(model, key=key, obfuscate=True, seed=11, verify=False, encrypt=False)
     b = protect(model, key=key, obfuscate=True, seed=11, verify=False, encrypt=False)
     c = protect(model, key=key, obfuscate=True, seed=12, verify=False, encrypt=False)
-    va, vb, vc = (ir.from_proto(__import__("onnx").ModelProto.FromString(r.data)) for r in (a, b, c))
-    assert [n.op_type for n in va.graph] == [n.op_type for n in vb.graph] != [n.op_type for n in vc.graph]
-    sa = next(v for v in va.graph.initializers.values() if v.const_value.dtype == ir.DataType.DOUBLE)
+    va, vb, vc = (
+        ir.from_proto(__import__("onnx").ModelProto.FromString(r.data)) for r in (a, b, c)
+    )
+    assert (
+        [n.op_type for n in va.graph]
+        == [n.op_type for n in vb.graph]
+        != [n.op_type for n in vc.graph]
+    )
+    sa = next(
+        v for v in va.graph.initializers.values() if v.const_value.dtype == ir.DataType.DOUBLE
+    )
     sb = vb.graph.initializers[sa.name]
     assert sa.const_value.numpy().tobytes() != sb.const_value.numpy().tobytes()  # fresh noise keys
 
@@ -135,7 +149,14 @@ def test_an_already_protected_model_is_refused(zoo_paths, key, tmp_path):
     from modelpress.errors import OptionError
 
     onnx_path = tmp_path / "o.onnx"
-    protect(zoo_paths["control-flow"], key=key, output=onnx_path, obfuscate=True, encrypt=False, verify=False)
+    protect(
+        zoo_paths["control-flow"],
+        key=key,
+        output=onnx_path,
+        obfuscate=True,
+        encrypt=False,
+        verify=False,
+    )
     with pytest.raises(OptionError, match="already protected"):
         protect(onnx_path, key=key, output=tmp_path / "again.mpk")
 
@@ -149,19 +170,34 @@ def test_a_model_with_its_own_local_functions(key):
     from modelpress.ir import from_proto
 
     fn = helper.make_function(
-        "custom.layers", "ScaledTanhBlock", ["a", "w"], ["out"],
+        "custom.layers",
+        "ScaledTanhBlock",
+        ["a", "w"],
+        ["out"],
         [helper.make_node("MatMul", ["a", "w"], ["m"]), helper.make_node("Tanh", ["m"], ["out"])],
         opset_imports=[helper.make_opsetid("", 17)],
     )
-    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32), "block_weight")
+    w = numpy_helper.from_array(
+        np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32), "block_weight"
+    )
     graph = helper.make_graph(
-        [helper.make_node("ScaledTanhBlock", ["x", "block_weight"], ["h"], domain="custom.layers"), helper.make_node("Relu", ["h"], ["y"])],
+        [
+            helper.make_node(
+                "ScaledTanhBlock", ["x", "block_weight"], ["h"], domain="custom.layers"
+            ),
+            helper.make_node("Relu", ["h"], ["y"]),
+        ],
         "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 64])],
         [w],
     )
-    proto = helper.make_model(graph, functions=[fn], opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("custom.layers", 1)], ir_version=8)
+    proto = helper.make_model(
+        graph,
+        functions=[fn],
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("custom.layers", 1)],
+        ir_version=8,
+    )
     model = from_proto(proto)
     feeds = {"x": np.random.default_rng(1).standard_normal((3, 64)).astype(np.float32)}
     for options in (dict(obfuscate=True, ratio=1.0), dict(obfuscate=True, mode="storage")):

@@ -23,12 +23,25 @@ def test_a_protected_model_is_served_with_the_originals_outputs(tmp_path):
     package = tmp_path / "cnn.mpk"
     protect(source, key=load_key(key_file=key), output=package, obfuscate=True, ratio=0.6)
     x = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype(np.float32)
-    want = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    want = ort.InferenceSession(str(source), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x}
+    )[0]
     server = ServerProcess([str(package), "--name", "cnn", "--key-file", str(key)])
     try:
-        body = {"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32", "data": x.reshape(-1).tolist()}]}
+        body = {
+            "inputs": [
+                {
+                    "name": "x",
+                    "shape": list(x.shape),
+                    "datatype": "FP32",
+                    "data": x.reshape(-1).tolist(),
+                }
+            ]
+        }
         request = urllib.request.Request(
-            f"http://{server.url}/v2/models/cnn/infer", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+            f"http://{server.url}/v2/models/cnn/infer",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
         )
         answer = json.loads(urllib.request.urlopen(request, timeout=30).read())
     finally:
@@ -41,11 +54,26 @@ def test_a_protected_model_is_served_with_the_originals_outputs(tmp_path):
 def test_a_wrong_key_stops_the_server_with_one_line(tmp_path):
     source = cnn(tmp_path / "cnn.onnx")
     package = tmp_path / "cnn.mpk"
-    protect(source, key=load_key(key_file=keygen(tmp_path / "key.bin")), output=package, verify=False)
+    protect(
+        source, key=load_key(key_file=keygen(tmp_path / "key.bin")), output=package, verify=False
+    )
     other = keygen(tmp_path / "other.bin")
     done = subprocess.run(
-        [sys.executable, "-m", "modelpress.cli.main", "serve", str(package), "--key-file", str(other), "--port", "0"],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "modelpress.cli.main",
+            "serve",
+            str(package),
+            "--key-file",
+            str(other),
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
         env={**__import__("os").environ, "PYTHONPATH": str(ROOT / "src")},
     )
     assert done.returncode == 1

@@ -22,9 +22,17 @@ pytestmark = pytest.mark.corpus
 
 UNSEEN = {
     "magika": ("magika", "models/standard_v3_3/model.onnx", {"bytes": ((2, 2048), np.int32)}),
-    "silero-vad": ("silero_vad", "data/silero_vad.onnx", {"input": ((1, 512), np.float32), "state": ((2, 1, 128), np.float32), "sr": ((), np.int64)}),
+    "silero-vad": (
+        "silero_vad",
+        "data/silero_vad.onnx",
+        {"input": ((1, 512), np.float32), "state": ((2, 1, 128), np.float32), "sr": ((), np.int64)},
+    ),
     "ddddocr-old": ("ddddocr", "common_old.onnx", {"input1": ((1, 1, 64, 96), np.float32)}),
-    "paddle-cls": ("rapidocr_onnxruntime", "models/ch_ppocr_mobile_v2.0_cls_infer.onnx", {"x": ((1, 3, 48, 192), np.float32)}),
+    "paddle-cls": (
+        "rapidocr_onnxruntime",
+        "models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+        {"x": ((1, 3, 48, 192), np.float32)},
+    ),
 }
 
 
@@ -32,7 +40,9 @@ def _path(name: str) -> Path:
     package, rel, _ = UNSEEN[name]
     spec = importlib.util.find_spec(package)  # the package's files, without importing it
     if spec is None or not spec.submodule_search_locations:
-        pytest.fail(f"the corpus package {package!r} is missing: `make test` installs the `corpus` extra")
+        pytest.fail(
+            f"the corpus package {package!r} is missing: `make test` installs the `corpus` extra"
+        )
     return Path(list(spec.submodule_search_locations)[0]) / rel
 
 
@@ -59,17 +69,41 @@ def test_unseen_models_run_protected_with_the_originals_outputs(name, tmp_path, 
     np.savez(tmp_path / "in.npz", **feeds)
     key = tmp_path / "key.bin"
     assert main(["keygen", "-o", str(key)]) == 0
-    for label, extra in (("plain", []), ("obfuscated", ["--obfuscate", "--json", str(tmp_path / "rec.json")])):
+    for label, extra in (
+        ("plain", []),
+        ("obfuscated", ["--obfuscate", "--json", str(tmp_path / "rec.json")]),
+    ):
         package = tmp_path / f"{label}.mpk"
         check = ["--data", str(tmp_path / "in.npz")]  # silero-vad runs only at a real sample rate
-        assert main(["protect", str(source), "-o", str(package), "--key-file", str(key), *check, *extra]) == 0
+        assert (
+            main(
+                ["protect", str(source), "-o", str(package), "--key-file", str(key), *check, *extra]
+            )
+            == 0
+        )
         out = tmp_path / f"{label}.npz"
-        assert main(["run", str(package), str(tmp_path / "in.npz"), "-o", str(out), "--key-file", str(key)]) == 0
+        assert (
+            main(
+                [
+                    "run",
+                    str(package),
+                    str(tmp_path / "in.npz"),
+                    "-o",
+                    str(out),
+                    "--key-file",
+                    str(key),
+                ]
+            )
+            == 0
+        )
         got = np.load(out)
         for k, w in want.items():
             scale = max(float(np.abs(w).max()), 1e-6) if w.size else 1.0
             assert got[k].dtype == w.dtype and got[k].shape == w.shape
-            assert float(np.abs(got[k].astype(np.float64) - w).max(initial=0.0)) <= 1e-5 * scale, (label, k)
+            assert float(np.abs(got[k].astype(np.float64) - w).max(initial=0.0)) <= 1e-5 * scale, (
+                label,
+                k,
+            )
     import json
 
     metrics = json.loads((tmp_path / "rec.json").read_text())["result"]["metrics"]

@@ -15,13 +15,26 @@ from modelpress.runtime.ort import session
 
 def _awkward_float32(rng, n=3000) -> np.ndarray:
     w = (rng.standard_normal(n) * 0.05).astype(np.float32)
-    w[:8] = [-0.0, 0.0, np.inf, -np.inf, np.nan, 1e-42, -3e-39, 1e-30]  # zeros, specials, subnormals, tiny
+    w[:8] = [
+        -0.0,
+        0.0,
+        np.inf,
+        -np.inf,
+        np.nan,
+        1e-42,
+        -3e-39,
+        1e-30,
+    ]  # zeros, specials, subnormals, tiny
     w[8] = np.float32(np.finfo(np.float32).max) / 1e6
     return w.reshape(30, 100)
 
 
 def _decode_with_ort(stored: np.ndarray, t: weights.Transform, opset: int = 17) -> np.ndarray:
-    s_in = ir.Value(name="s", type=ir.TensorType(ir.DataType.from_numpy(stored.dtype)), shape=ir.Shape(stored.shape))
+    s_in = ir.Value(
+        name="s",
+        type=ir.TensorType(ir.DataType.from_numpy(stored.dtype)),
+        shape=ir.Shape(stored.shape),
+    )
     nodes, out = weights.decode_nodes(t, s_in, opset)
     if t.dtype == ir.DataType.BFLOAT16:  # ORT's Python API has no bfloat16 arrays: widen (exactly)
         nodes.append(ir.node("Cast", [out], attributes={"to": ir.DataType.FLOAT}))
@@ -75,7 +88,10 @@ def test_no_correlation_with_any_target_of_the_same_size():
     X = weights.standardized(targets)
     for w in targets:
         stored, _ = weights.encode(w, rng=rng, targets=X)
-        assert max(weights.correlation(stored, x) for x in targets) <= weights.TARGET_CORRELATION + 1e-9
+        assert (
+            max(weights.correlation(stored, x) for x in targets)
+            <= weights.TARGET_CORRELATION + 1e-9
+        )
 
 
 def test_a_wrong_transform_does_not_give_the_weight_back():

@@ -35,10 +35,24 @@ def test_images_on_ray_equal_the_local_run(tmp_path, cluster, capsys):
     image_folder(tmp_path / "images", 17, seed=3)
     (tmp_path / "images" / "bad.png").write_bytes(b"nope")
     model = image_model()
-    Processing.declare(model, pre="image:resize=9,crop=8,mean=0.5,std=0.2", post="softmax,topk=2").store(model)
+    Processing.declare(
+        model, pre="image:resize=9,crop=8,mean=0.5,std=0.2", post="softmax,topk=2"
+    ).store(model)
     path = save(model, tmp_path / "m.onnx")
     run_batch(path, tmp_path / "images", output=tmp_path / "local.jsonl", batch_size=4, workers=0)
-    code = main(["run", str(path), str(tmp_path / "images"), "-o", str(tmp_path / "ray.jsonl"), "--ray", "--batch-size", "4", "--quiet"])
+    code = main(
+        [
+            "run",
+            str(path),
+            str(tmp_path / "images"),
+            "-o",
+            str(tmp_path / "ray.jsonl"),
+            "--ray",
+            "--batch-size",
+            "4",
+            "--quiet",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 0, captured.err
     assert "18 item(s), 1 unreadable" in captured.out
@@ -49,7 +63,9 @@ def test_images_on_ray_equal_the_local_run(tmp_path, cluster, capsys):
             assert g == w
             continue
         assert [c["index"] for c in g["classes"]] == [c["index"] for c in w["classes"]]
-        np.testing.assert_allclose([c["score"] for c in g["classes"]], [c["score"] for c in w["classes"]], rtol=1e-5)
+        np.testing.assert_allclose(
+            [c["score"] for c in g["classes"]], [c["score"] for c in w["classes"]], rtol=1e-5
+        )
     assert not journal_path(tmp_path / "ray.jsonl").exists()
 
 
@@ -77,7 +93,9 @@ def test_texts_on_ray_resume_from_a_stopped_run(tmp_path, cluster):
     assert (result.resumed, result.written) == (3, 8)
     got, want = _lines(out), _lines(tmp_path / "local.jsonl")
     assert [g["id"] for g in got] == [w["id"] for w in want]
-    np.testing.assert_allclose([g["embedding"] for g in got], [w["embedding"] for w in want], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        [g["embedding"] for g in got], [w["embedding"] for w in want], rtol=1e-5, atol=1e-6
+    )
 
 
 def test_missing_ray_names_the_extra(tmp_path, monkeypatch):
@@ -86,5 +104,8 @@ def test_missing_ray_names_the_extra(tmp_path, monkeypatch):
     Processing.declare(model, pre="image:crop=8").store(model)
     path = save(model, tmp_path / "m.onnx")
     monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
-    with pytest.raises(MissingExtraError, match=r"--ray .* needs the 'ray' package: install it with `pip install 'modelpress\[ray\]'`"):
+    with pytest.raises(
+        MissingExtraError,
+        match=r"--ray .* needs the 'ray' package: install it with `pip install 'modelpress\[ray\]'`",
+    ):
         run_batch(path, tmp_path / "images", output=tmp_path / "p.jsonl", ray=True)

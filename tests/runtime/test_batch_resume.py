@@ -47,7 +47,9 @@ def setup(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("resume")
     image_folder(tmp / "images", 40, seed=5)
     model = image_model()
-    Processing.declare(model, pre="image:resize=10,crop=8,mean=0.5,std=0.25", post="softmax,topk=2").store(model)
+    Processing.declare(
+        model, pre="image:resize=10,crop=8,mean=0.5,std=0.25", post="softmax,topk=2"
+    ).store(model)
     path = save(model, tmp / "m.onnx")
     run_batch(path, tmp / "images", output=tmp / "reference.jsonl", batch_size=3, workers=0)
     (tmp / "driver.py").write_text(DRIVER)
@@ -67,16 +69,35 @@ def test_sigkill_at_random_points_then_restart_writes_each_item_once(setup):
     kills = 0
     for attempt in range(4):
         workers = 2 if attempt == 1 else 0  # one run with worker processes killed under it too
-        cmd = [sys.executable, str(tmp / "driver.py"), str(model), str(tmp / "images"), str(out), "2", str(workers)]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), start_new_session=True)
-        target = done_before + rng.randrange(0, max(1, (total - done_before) // 3))  # several kills before the end
+        cmd = [
+            sys.executable,
+            str(tmp / "driver.py"),
+            str(model),
+            str(tmp / "images"),
+            str(out),
+            "2",
+            str(workers),
+        ]
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
+            start_new_session=True,
+        )
+        target = done_before + rng.randrange(
+            0, max(1, (total - done_before) // 3)
+        )  # several kills before the end
         finished = False
         for line in proc.stdout:
             if line.startswith("finished"):
                 finished = True
                 break
             if int(line.split()[0]) >= target:
-                time.sleep(rng.uniform(0, 0.01))  # land inside inference, a journal write, or the final rename
+                time.sleep(
+                    rng.uniform(0, 0.01)
+                )  # land inside inference, a journal write, or the final rename
                 break
         if not finished:
             os.killpg(proc.pid, signal.SIGKILL)  # the run and its workers, as a crash would
@@ -99,7 +120,9 @@ def test_sigkill_at_random_points_then_restart_writes_each_item_once(setup):
     assert len({g["id"] for g in got}) == total
     for g, w in zip(got, want):
         assert [c["index"] for c in g["classes"]] == [c["index"] for c in w["classes"]]
-        np.testing.assert_allclose([c["score"] for c in g["classes"]], [c["score"] for c in w["classes"]], rtol=1e-5)
+        np.testing.assert_allclose(
+            [c["score"] for c in g["classes"]], [c["score"] for c in w["classes"]], rtol=1e-5
+        )
     assert not journal_path(out).exists()
 
 
@@ -136,7 +159,10 @@ def test_journal_of_another_run_is_refused_and_one_writer_at_a_time(tmp_path):
         j.append([0], b"{}\n")
         with pytest.raises(InputError, match="another run is writing o.jsonl"):
             Journal(out, "first")
-    with pytest.raises(InputError, match="left by a run with another model, data or output format; remove it, or pass --restart"):
+    with pytest.raises(
+        InputError,
+        match="left by a run with another model, data or output format; remove it, or pass --restart",
+    ):
         Journal(out, "second")
     with Journal(out, "second", restart=True) as j:
         assert j.done == set()

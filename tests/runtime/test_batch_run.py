@@ -51,7 +51,12 @@ def test_folder_of_images_equals_onnx_runtime(tmp_path, images, workers):
     path = declared(model, tmp_path, pre=PRE, post="softmax,topk=3")
     seen = []
     result = run_batch(
-        path, root, output=tmp_path / "p.jsonl", batch_size=4, workers=workers, progress=lambda d, t: seen.append((d, t))
+        path,
+        root,
+        output=tmp_path / "p.jsonl",
+        batch_size=4,
+        workers=workers,
+        progress=lambda d, t: seen.append((d, t)),
     )
     lines = read_lines(tmp_path / "p.jsonl")
     ids = sorted([f.relative_to(root).as_posix() for f in files] + ["part1/broken.png"])
@@ -62,9 +67,21 @@ def test_folder_of_images_equals_onnx_runtime(tmp_path, images, workers):
     for f, answer in zip(files, want):
         got = by_id[f.relative_to(root).as_posix()]["classes"]
         assert [c["index"] for c in got] == [c["index"] for c in answer["classes"]]
-        np.testing.assert_allclose([c["score"] for c in got], [c["score"] for c in answer["classes"]], rtol=1e-5)
-    assert (result.items, result.written, result.errors, result.batch_size, result.workers) == (24, 24, 1, 4, workers)
-    assert seen[0] == (0, 24) and seen[-1] == (24, 24) and [d for d, _ in seen] == sorted(d for d, _ in seen)
+        np.testing.assert_allclose(
+            [c["score"] for c in got], [c["score"] for c in answer["classes"]], rtol=1e-5
+        )
+    assert (result.items, result.written, result.errors, result.batch_size, result.workers) == (
+        24,
+        24,
+        1,
+        4,
+        workers,
+    )
+    assert (
+        seen[0] == (0, 24)
+        and seen[-1] == (24, 24)
+        and [d for d, _ in seen] == sorted(d for d, _ in seen)
+    )
     assert result.busy_s > 0 and result.busy_s + result.wait_s <= result.elapsed_s
     assert not (tmp_path / "p.jsonl.mp-journal").exists()
 
@@ -72,10 +89,42 @@ def test_folder_of_images_equals_onnx_runtime(tmp_path, images, workers):
 def test_jsonl_texts_equal_onnx_runtime(tmp_path):
     model, _, _ = text_model()
     path = declared(model, tmp_path, pre=f"text:tokenizer={tokenizer_path()},max_length=24")
-    texts = ["a short one", "The cat sat on the mat, and then it sat somewhere else entirely.", "ünïcode ✓", ""]
+    texts = [
+        "a short one",
+        "The cat sat on the mat, and then it sat somewhere else entirely.",
+        "ünïcode ✓",
+        "",
+    ]
     data = tmp_path / "texts.jsonl"
-    data.write_text("\n".join([json.dumps(texts[0]), json.dumps({"id": "b", "text": texts[1]}), "", json.dumps(texts[2]), json.dumps(texts[3])]) + "\n")
-    assert main(["run", str(path), str(data), "-o", str(tmp_path / "e.jsonl"), "--batch-size", "3", "--workers", "1", "--quiet"]) == 0
+    data.write_text(
+        "\n".join(
+            [
+                json.dumps(texts[0]),
+                json.dumps({"id": "b", "text": texts[1]}),
+                "",
+                json.dumps(texts[2]),
+                json.dumps(texts[3]),
+            ]
+        )
+        + "\n"
+    )
+    assert (
+        main(
+            [
+                "run",
+                str(path),
+                str(data),
+                "-o",
+                str(tmp_path / "e.jsonl"),
+                "--batch-size",
+                "3",
+                "--workers",
+                "1",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     lines = read_lines(tmp_path / "e.jsonl")
     assert [line["id"] for line in lines] == ["1", "b", "4", "5"]  # line numbers unless given
     proc = Processing.from_model(model)
@@ -91,9 +140,36 @@ def test_npz_in_npz_out_and_jsonl_out(tmp_path, capsys):
     x = np.random.default_rng(0).standard_normal((5, 3, 4, 4)).astype(np.float32)
     np.savez(tmp_path / "in.npz", x=x)
     want = ort.InferenceSession(model_bytes(model)).run(None, {"x": x})[0]
-    assert main(["run", str(path), "--inputs", str(tmp_path / "in.npz"), "-o", str(tmp_path / "o.npz"), "--batch-size", "2"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(path),
+                "--inputs",
+                str(tmp_path / "in.npz"),
+                "-o",
+                str(tmp_path / "o.npz"),
+                "--batch-size",
+                "2",
+            ]
+        )
+        == 0
+    )
     np.testing.assert_allclose(np.load(tmp_path / "o.npz")["y"], want, rtol=1e-6)
-    assert main(["run", str(path), str(tmp_path / "in.npz"), "-o", str(tmp_path / "o.jsonl"), "--batch-size", "2"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(path),
+                str(tmp_path / "in.npz"),
+                "-o",
+                str(tmp_path / "o.jsonl"),
+                "--batch-size",
+                "2",
+            ]
+        )
+        == 0
+    )
     lines = read_lines(tmp_path / "o.jsonl")
     assert [line["id"] for line in lines] == ["0", "1", "2", "3", "4"]
     np.testing.assert_allclose([line["y"] for line in lines], want, rtol=1e-6)
@@ -108,7 +184,9 @@ def test_static_batch_of_one_runs_items_one_at_a_time(tmp_path, images):
     assert result.batch_size == 1 and "fixes its batch size" in result.note
     lines = {line["id"]: line for line in read_lines(tmp_path / "p.jsonl")}
     want = reference_answers(image_model(), Processing.from_model(model), files)
-    assert [lines[f.relative_to(root).as_posix()]["classes"][0]["index"] for f in files] == [a["classes"][0]["index"] for a in want]
+    assert [lines[f.relative_to(root).as_posix()]["classes"][0]["index"] for f in files] == [
+        a["classes"][0]["index"] for a in want
+    ]
 
 
 def test_never_overwrites_the_model_or_the_data(tmp_path, images, capsys):
@@ -126,9 +204,34 @@ def test_never_overwrites_the_model_or_the_data(tmp_path, images, capsys):
         run_batch(path, root, output=tmp_path / "p.npz")
     with pytest.raises(OptionError, match=r"-o .*\.csv: write predictions to a .jsonl"):
         run_batch(path, root, output=tmp_path / "p.csv")
-    assert main(["run", str(save(image_model(), tmp_path / "raw.onnx")), str(root), "-o", str(tmp_path / "p.jsonl")]) == 1
+    assert (
+        main(
+            [
+                "run",
+                str(save(image_model(), tmp_path / "raw.onnx")),
+                str(root),
+                "-o",
+                str(tmp_path / "p.jsonl"),
+            ]
+        )
+        == 1
+    )
     assert "raw data needs a model that declares its pre-processing" in capsys.readouterr().err
     # a run that fails before any item is done leaves nothing behind
-    assert main(["run", str(path), str(root), "-o", str(tmp_path / "p.jsonl"), "--device", "tpu", "--strict"]) == 1
+    assert (
+        main(
+            [
+                "run",
+                str(path),
+                str(root),
+                "-o",
+                str(tmp_path / "p.jsonl"),
+                "--device",
+                "tpu",
+                "--strict",
+            ]
+        )
+        == 1
+    )
     assert "error:" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.npz", "m.onnx", "raw.onnx"]

@@ -43,7 +43,12 @@ class DeclaredGpuBackend(OrtBackend):
 
 
 def test_graph_split_in_two_with_the_right_copies():
-    p = plan(named_model(), device="cuda:0", available=["cuda:0", "cpu"], pins=parse_pins(["Sigmoid=cpu"]))
+    p = plan(
+        named_model(),
+        device="cuda:0",
+        available=["cuda:0", "cpu"],
+        pins=parse_pins(["Sigmoid=cpu"]),
+    )
     assert [(s.device, s.nodes) for s in p.segments] == [
         ("cuda:0", ["/enc/relu", "/enc/add"]),
         ("cpu", ["/head/sigmoid"]),
@@ -66,7 +71,9 @@ def test_soft_fallback_when_cuda_is_missing():
     assert sess.device == "cpu"
     assert len(sess.warnings) == 1 and "'cuda' is not available" in sess.warnings[0]
     x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
-    np.testing.assert_allclose(sess.run({"x": x})["y"], 1 / (1 + np.exp(-(np.maximum(x, 0) + [1, 2, 3]))), rtol=1e-6)
+    np.testing.assert_allclose(
+        sess.run({"x": x})["y"], 1 / (1 + np.exp(-(np.maximum(x, 0) + [1, 2, 3]))), rtol=1e-6
+    )
 
 
 def test_strict_placement_is_an_error():

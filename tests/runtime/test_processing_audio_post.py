@@ -38,7 +38,9 @@ def test_wav_to_float_samples_padded_and_mixed_down():
     np.testing.assert_allclose(x[0], want0, atol=1e-7)
     np.testing.assert_allclose(x[1], want1, atol=1e-6)
     u8 = rng.integers(0, 256, (16, 1))
-    np.testing.assert_allclose(proc.preprocess([wav_bytes(u8, width=1)])["x"][0], (u8[:, 0] - 128) / 128, atol=1e-7)
+    np.testing.assert_allclose(
+        proc.preprocess([wav_bytes(u8, width=1)])["x"][0], (u8[:, 0] - 128) / 128, atol=1e-7
+    )
     with pytest.raises(InputError, match=r"^item 0: sampled at 16000 Hz, .*pre\.rate"):
         proc.preprocess([wav_bytes(short, rate=16000)])
     with pytest.raises(InputError, match=r"^item 0: WAV file without a data chunk"):
@@ -94,7 +96,9 @@ def test_softmax_topk_labels_threshold_equal_numpy(tmp_path):
     for row, answer in zip(p, got):
         order = np.argsort(-row, kind="stable")[:3]
         assert [c["index"] for c in answer["classes"]] == order.tolist()
-        assert [c["label"] for c in answer["classes"]] == [["cat", "dog", "bird", "fish"][i] for i in order]
+        assert [c["label"] for c in answer["classes"]] == [
+            ["cat", "dog", "bird", "fish"][i] for i in order
+        ]
         np.testing.assert_allclose([c["score"] for c in answer["classes"]], row[order], rtol=1e-12)
     assert got[1]["classes"][:2] == [  # a tie keeps the lower index first
         {"index": 2, "score": pytest.approx(p[1, 2]), "label": "bird"},
@@ -102,7 +106,9 @@ def test_softmax_topk_labels_threshold_equal_numpy(tmp_path):
     ]
     sig = Processing.declare(image_model(), post="sigmoid,threshold=0.7").postprocess({"y": logits})
     s = 1 / (1 + np.exp(-logits.astype(np.float64)))
-    assert [[c["index"] for c in a["classes"]] for a in sig] == [np.flatnonzero(r >= 0.7)[np.argsort(-r[r >= 0.7], kind="stable")].tolist() for r in s]
+    assert [[c["index"] for c in a["classes"]] for a in sig] == [
+        np.flatnonzero(r >= 0.7)[np.argsort(-r[r >= 0.7], kind="stable")].tolist() for r in s
+    ]
     top1 = Processing.declare(image_model(), post="argmax").postprocess({"y": logits})
     assert [a["classes"][0]["index"] for a in top1] == logits.argmax(1).tolist()
     plain = Processing.declare(image_model(), post="softmax").postprocess({"y": logits})

@@ -43,7 +43,10 @@ def test_spec_file_with_paths_relative_to_it(tmp_path, model_path, suffix):
     spec_dir = tmp_path / "spec"
     spec_dir.mkdir()
     (spec_dir / "labels.txt").write_text("w\nx\ny\nz\n")
-    spec = {"pre": {"kind": "image", "resize": [9, 9], "crop": 8, "mean": [0.5], "std": [0.5]}, "post": {"topk": 1, "labels": "labels.txt"}}
+    spec = {
+        "pre": {"kind": "image", "resize": [9, 9], "crop": 8, "mean": [0.5], "std": [0.5]},
+        "post": {"topk": 1, "labels": "labels.txt"},
+    }
     if suffix == ".json":
         (spec_dir / "p.json").write_text(json.dumps(spec))
     else:
@@ -52,10 +55,31 @@ def test_spec_file_with_paths_relative_to_it(tmp_path, model_path, suffix):
         (spec_dir / "p.yaml").write_text(yaml.safe_dump(spec))
     out = tmp_path / "out.onnx"
     # --post on the command line overrides the file's
-    assert main(["pipeline", str(model_path), "-o", str(out), "--spec", str(spec_dir / f"p{suffix}")]) == 0
+    assert (
+        main(["pipeline", str(model_path), "-o", str(out), "--spec", str(spec_dir / f"p{suffix}")])
+        == 0
+    )
     proc = Processing.from_model(load(out))
-    assert proc.pre.resize == (9, 9) and proc.post.labels == ("w", "x", "y", "z") and proc.post.topk == 1
-    assert main(["pipeline", str(model_path), "-o", str(out), "--spec", str(spec_dir / f"p{suffix}"), "--post", "argmax"]) == 0
+    assert (
+        proc.pre.resize == (9, 9)
+        and proc.post.labels == ("w", "x", "y", "z")
+        and proc.post.topk == 1
+    )
+    assert (
+        main(
+            [
+                "pipeline",
+                str(model_path),
+                "-o",
+                str(out),
+                "--spec",
+                str(spec_dir / f"p{suffix}"),
+                "--post",
+                "argmax",
+            ]
+        )
+        == 0
+    )
     assert Processing.from_model(load(out)).post.labels is None
 
 
@@ -63,13 +87,18 @@ def test_spec_file_with_paths_relative_to_it(tmp_path, model_path, suffix):
     ("args", "message"),
     [
         (["--pre", "image:crop=8,mean=1,2"], "error: pre.mean: 2 values given"),
-        (["--pre", "image:crop=8", "--post", "labels=nowhere.txt"], "error: post.labels: nowhere.txt: no such file"),
+        (
+            ["--pre", "image:crop=8", "--post", "labels=nowhere.txt"],
+            "error: post.labels: nowhere.txt: no such file",
+        ),
         (["--pre", "image:crop=8,colour=rgb"], "error: pre.colour: unknown key"),
         (["--post", "topk=9"], "error: post.topk: 9 asked"),
         (["--spec", "missing.json"], "error: --spec missing.json: no such file"),
     ],
 )
-def test_bad_declarations_one_line_and_nothing_written(tmp_path, model_path, capsys, args, message, monkeypatch):
+def test_bad_declarations_one_line_and_nothing_written(
+    tmp_path, model_path, capsys, args, message, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     before = model_path.read_bytes()
     out = tmp_path / "out.onnx"
@@ -83,6 +112,22 @@ def test_bad_spec_files(tmp_path, model_path, capsys):
     (tmp_path / "bad.json").write_text("{oops")
     (tmp_path / "extra.json").write_text(json.dumps({"pre": "image:crop=8", "postprocess": {}}))
     (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
-    for name, message in (("bad.json", "not valid JSON"), ("extra.json", "spec.postprocess: unknown key"), ("list.yaml", "expected a mapping")):
-        assert main(["pipeline", str(model_path), "-o", str(tmp_path / "o.onnx"), "--spec", str(tmp_path / name)]) == 1
+    for name, message in (
+        ("bad.json", "not valid JSON"),
+        ("extra.json", "spec.postprocess: unknown key"),
+        ("list.yaml", "expected a mapping"),
+    ):
+        assert (
+            main(
+                [
+                    "pipeline",
+                    str(model_path),
+                    "-o",
+                    str(tmp_path / "o.onnx"),
+                    "--spec",
+                    str(tmp_path / name),
+                ]
+            )
+            == 1
+        )
         assert message in capsys.readouterr().err

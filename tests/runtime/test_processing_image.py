@@ -18,7 +18,9 @@ MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
 
 
-def reference(data: bytes, *, resize, crop, mode="RGB", scale=1 / 255, mean=(0.0,), std=(1.0,), layout="nchw"):
+def reference(
+    data: bytes, *, resize, crop, mode="RGB", scale=1 / 255, mean=(0.0,), std=(1.0,), layout="nchw"
+):
     img = Image.open(io.BytesIO(data)).convert(mode)
     w, h = img.size
     if len(resize) == 1:  # the shorter side to N, the longer truncated
@@ -39,11 +41,16 @@ def reference(data: bytes, *, resize, crop, mode="RGB", scale=1 / 255, mean=(0.0
 @pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
 def test_resize_crop_normalise_equal_the_formula(fmt):
     model = image_model()
-    proc = Processing.declare(model, pre=f"image:resize=10,crop=8,mean={','.join(map(str, MEAN))},std={','.join(map(str, STD))}")
+    proc = Processing.declare(
+        model,
+        pre=f"image:resize=10,crop=8,mean={','.join(map(str, MEAN))},std={','.join(map(str, STD))}",
+    )
     rng = np.random.default_rng(1)
     items = [encode(random_image(rng, 13, 17), fmt), encode(random_image(rng, 20, 11), fmt)]
     feeds = proc.preprocess(items)
-    assert list(feeds) == ["x"] and feeds["x"].shape == (2, 3, 8, 8) and feeds["x"].dtype == np.float32
+    assert (
+        list(feeds) == ["x"] and feeds["x"].shape == (2, 3, 8, 8) and feeds["x"].dtype == np.float32
+    )
     for row, data in zip(feeds["x"], items):
         want = reference(data, resize=(10,), crop=(8, 8), mean=MEAN, std=STD)
         np.testing.assert_allclose(row, want, rtol=1e-5, atol=1e-5)
@@ -52,14 +59,24 @@ def test_resize_crop_normalise_equal_the_formula(fmt):
 def test_gray_bgr_nhwc_exact_resize_and_defaults():
     rng = np.random.default_rng(2)
     data = encode(random_image(rng, 9, 14, "RGBA"))
-    gray = Processing.declare(image_model(channels=1), pre="image:resize=8x8")  # color follows the model
+    gray = Processing.declare(
+        image_model(channels=1), pre="image:resize=8x8"
+    )  # color follows the model
     assert gray.pre.color == "gray" and gray.pre.scale == pytest.approx(1 / 255)
-    np.testing.assert_allclose(gray.preprocess([data])["x"][0], reference(data, resize=(8, 8), crop=(8, 8), mode="L"), atol=1e-6)
+    np.testing.assert_allclose(
+        gray.preprocess([data])["x"][0],
+        reference(data, resize=(8, 8), crop=(8, 8), mode="L"),
+        atol=1e-6,
+    )
 
-    nhwc = Processing.declare(image_model(layout="nhwc", size=6), pre="image:color=bgr,scale=1,mean=100")
+    nhwc = Processing.declare(
+        image_model(layout="nhwc", size=6), pre="image:color=bgr,scale=1,mean=100"
+    )
     assert nhwc.pre.layout == "nhwc" and nhwc.pre.size == (6, 6)  # the model's own size
     got = nhwc.preprocess([data])["x"][0]
-    want = reference(data, resize=(6, 6), crop=(6, 6), scale=1, mean=(100,), layout="nhwc")[:, :, ::-1]
+    want = reference(data, resize=(6, 6), crop=(6, 6), scale=1, mean=(100,), layout="nhwc")[
+        :, :, ::-1
+    ]
     np.testing.assert_allclose(got, want, atol=1e-4)
 
 
@@ -78,7 +95,9 @@ def test_uint8_model_gets_pixels_as_they_are_and_small_images_are_padded():
 
 def test_declaration_is_stored_and_read_back_complete():
     model = image_model()
-    proc = Processing.declare(model, pre="image:resize=10,crop=8,mean=0.5,std=0.25", post="softmax,topk=2")
+    proc = Processing.declare(
+        model, pre="image:resize=10,crop=8,mean=0.5,std=0.25", post="softmax,topk=2"
+    )
     proc.store(model)
     assert METADATA_KEY in model.metadata_props
     again = Processing.from_model(model)

@@ -36,7 +36,12 @@ def library_encoding(texts, *, max_length, length=None):
 def test_longest_padding_equals_the_library_and_the_model_runs(tmp_path):
     model, emb, typ = text_model()
     proc = Processing.declare(model, pre=f"text:tokenizer={tokenizer_path()},max_length=16")
-    assert (proc.pre.padding, proc.pre.ids, proc.pre.mask, proc.pre.types) == ("longest", "input_ids", "attention_mask", "token_type_ids")
+    assert (proc.pre.padding, proc.pre.ids, proc.pre.mask, proc.pre.types) == (
+        "longest",
+        "input_ids",
+        "attention_mask",
+        "token_type_ids",
+    )
     feeds = proc.preprocess(TEXTS)
     want = library_encoding(TEXTS, max_length=16)
     assert feeds.keys() == want.keys()
@@ -66,7 +71,9 @@ def test_fixed_sequence_forces_max_length_and_tokenizer_travels_with_the_model(t
     want = library_encoding(TEXTS[:2], max_length=12, length=12)
     for k in want:
         np.testing.assert_array_equal(feeds[k], want[k])
-    with pytest.raises(OptionError, match=r"^pre\.max_length: 20 given, the model takes sequences of exactly 12"):
+    with pytest.raises(
+        OptionError, match=r"^pre\.max_length: 20 given, the model takes sequences of exactly 12"
+    ):
         Processing.declare(model, pre=f"text:tokenizer={tokenizer_path()},max_length=20")
     with pytest.raises(OptionError, match=r"^pre\.padding: "):
         Processing.declare(model, pre=f"text:tokenizer={tokenizer_path()},padding=longest")
@@ -74,7 +81,9 @@ def test_fixed_sequence_forces_max_length_and_tokenizer_travels_with_the_model(t
 
 def test_no_truncation_refuses_a_long_text_naming_it():
     model, _, _ = text_model()
-    proc = Processing.declare(model, pre=f"text:tokenizer={tokenizer_path()},max_length=10,truncation=false")
+    proc = Processing.declare(
+        model, pre=f"text:tokenizer={tokenizer_path()},max_length=10,truncation=false"
+    )
     with pytest.raises(InputError, match=r"^item 1: \d+ tokens, the model takes at most 10"):
         proc.preprocess(TEXTS[:2])
     with pytest.raises(InputError, match=r"^item 0: text is not valid UTF-8"):

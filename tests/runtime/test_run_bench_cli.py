@@ -22,7 +22,22 @@ def test_run_writes_outputs_under_their_names(tmp_path, capsys):
     x = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
     np.savez(tmp_path / "in.npz", x=x)
     w = np.arange(1, 7, dtype=np.float32).reshape(3, 2)
-    assert main(["run", str(model), "--inputs", str(tmp_path / "in.npz"), "-o", str(tmp_path / "out.npz"), "--batch-size", "2", "--log-placement"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                str(model),
+                "--inputs",
+                str(tmp_path / "in.npz"),
+                "-o",
+                str(tmp_path / "out.npz"),
+                "--batch-size",
+                "2",
+                "--log-placement",
+            ]
+        )
+        == 0
+    )
     out = np.load(tmp_path / "out.npz")
     np.testing.assert_allclose(out["y"], np.maximum(x @ w, 0), rtol=1e-5)
     assert "-> cpu" in capsys.readouterr().out
@@ -31,12 +46,28 @@ def test_run_writes_outputs_under_their_names(tmp_path, capsys):
 def test_run_bad_inputs_one_error_line_no_output(tmp_path, capsys):
     model = save(model_from_text(TEXT), tmp_path / "m.onnx")
     np.savez(tmp_path / "in.npz", x=np.zeros((2, 3), np.int32))
-    code = main(["run", str(model), "--inputs", str(tmp_path / "in.npz"), "-o", str(tmp_path / "out.npz")])
+    code = main(
+        ["run", str(model), "--inputs", str(tmp_path / "in.npz"), "-o", str(tmp_path / "out.npz")]
+    )
     err = capsys.readouterr().err.strip()
-    assert code == 1 and err.startswith("error:") and "'x' has dtype int32" in err and "\n" not in err
+    assert (
+        code == 1 and err.startswith("error:") and "'x' has dtype int32" in err and "\n" not in err
+    )
     assert not (tmp_path / "out.npz").exists()
     (tmp_path / "bad.npz").write_bytes(b"not a zip")
-    assert main(["run", str(model), "--inputs", str(tmp_path / "bad.npz"), "-o", str(tmp_path / "out.npz")]) == 1
+    assert (
+        main(
+            [
+                "run",
+                str(model),
+                "--inputs",
+                str(tmp_path / "bad.npz"),
+                "-o",
+                str(tmp_path / "out.npz"),
+            ]
+        )
+        == 1
+    )
     assert "not a readable .npz" in capsys.readouterr().err
 
 
@@ -44,7 +75,23 @@ def test_bench_compares_models_and_writes_json(tmp_path):
     import json
 
     model = save(model_from_text(TEXT), tmp_path / "m.onnx")
-    code = main(["bench", str(model), "--vs", str(model), "--runs", "3", "--warmup", "1", "--dim", "N=4", "--profile-ops", "--json", str(tmp_path / "b.json")])
+    code = main(
+        [
+            "bench",
+            str(model),
+            "--vs",
+            str(model),
+            "--runs",
+            "3",
+            "--warmup",
+            "1",
+            "--dim",
+            "N=4",
+            "--profile-ops",
+            "--json",
+            str(tmp_path / "b.json"),
+        ]
+    )
     assert code == 0
     record = json.loads((tmp_path / "b.json").read_text())
     assert record["command"] == "bench"

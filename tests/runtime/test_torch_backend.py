@@ -36,7 +36,9 @@ I64 = onnx.TensorProto.INT64
 
 
 def _model(nodes, inputs, outputs, inits, opset=17):
-    graph = oh.make_graph(nodes, "g", inputs, outputs, [onh.from_array(v, k) for k, v in inits.items()])
+    graph = oh.make_graph(
+        nodes, "g", inputs, outputs, [onh.from_array(v, k) for k, v in inits.items()]
+    )
     proto = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
     proto.ir_version = 8
     onnx.checker.check_model(proto, full_check=True)
@@ -73,21 +75,57 @@ def _assert_matches_ort(model, feeds, rtol=1e-5):
 def cnn_model(rng):
     w = lambda *s: (rng.standard_normal(s) * 0.3).astype(np.float32)  # noqa: E731
     inits = {
-        "c1.w": w(8, 3, 3, 3), "c1.b": w(8),
-        "bn.scale": (1 + w(8)), "bn.bias": w(8), "bn.mean": w(8), "bn.var": np.abs(w(8)) + 0.5,
+        "c1.w": w(8, 3, 3, 3),
+        "c1.b": w(8),
+        "bn.scale": (1 + w(8)),
+        "bn.bias": w(8),
+        "bn.mean": w(8),
+        "bn.var": np.abs(w(8)) + 0.5,
         "dw.w": w(8, 1, 3, 3),
         "c2.w": w(16, 8, 1, 1),
-        "fc.w": w(10, 16), "fc.b": w(10),
+        "fc.w": w(10, 16),
+        "fc.b": w(10),
     }
     nodes = [
-        oh.make_node("Conv", ["x", "c1.w", "c1.b"], ["c1"], pads=[1, 1, 1, 1], strides=[1, 1], name="conv1"),
-        oh.make_node("BatchNormalization", ["c1", "bn.scale", "bn.bias", "bn.mean", "bn.var"], ["bn"], epsilon=1e-3),
+        oh.make_node(
+            "Conv", ["x", "c1.w", "c1.b"], ["c1"], pads=[1, 1, 1, 1], strides=[1, 1], name="conv1"
+        ),
+        oh.make_node(
+            "BatchNormalization",
+            ["c1", "bn.scale", "bn.bias", "bn.mean", "bn.var"],
+            ["bn"],
+            epsilon=1e-3,
+        ),
         oh.make_node("Relu", ["bn"], ["r1"]),
-        oh.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 1, 1], ceil_mode=1),
-        oh.make_node("Conv", ["p1", "dw.w"], ["dw"], group=8, auto_pad="SAME_UPPER", strides=[2, 2], dilations=[1, 1]),
+        oh.make_node(
+            "MaxPool",
+            ["r1"],
+            ["p1"],
+            kernel_shape=[3, 3],
+            strides=[2, 2],
+            pads=[0, 0, 1, 1],
+            ceil_mode=1,
+        ),
+        oh.make_node(
+            "Conv",
+            ["p1", "dw.w"],
+            ["dw"],
+            group=8,
+            auto_pad="SAME_UPPER",
+            strides=[2, 2],
+            dilations=[1, 1],
+        ),
         oh.make_node("Clip", ["dw", "", "six"], ["relu6"]),
         oh.make_node("Conv", ["relu6", "c2.w"], ["c2"]),
-        oh.make_node("AveragePool", ["c2"], ["ap"], kernel_shape=[2, 2], strides=[1, 1], pads=[1, 0, 0, 1], count_include_pad=0),
+        oh.make_node(
+            "AveragePool",
+            ["c2"],
+            ["ap"],
+            kernel_shape=[2, 2],
+            strides=[1, 1],
+            pads=[1, 0, 0, 1],
+            count_include_pad=0,
+        ),
         oh.make_node("GlobalAveragePool", ["ap"], ["gap"]),
         oh.make_node("Flatten", ["gap"], ["flat"]),
         oh.make_node("Gemm", ["flat", "fc.w", "fc.b"], ["logits"], transB=1),
@@ -100,14 +138,32 @@ def transformer_model(rng, vocab=50, seq=7, dim=16, heads=2):
     w = lambda *s: (rng.standard_normal(s) * 0.2).astype(np.float32)  # noqa: E731
     hd = dim // heads
     inits = {
-        "tok": w(vocab, dim), "pos": w(seq, dim),
-        "ln1.g": 1 + w(dim), "ln1.b": w(dim), "ln2.g": 1 + w(dim), "ln2.b": w(dim),
-        "q.w": w(dim, dim), "q.b": w(dim), "k.w": w(dim, dim), "k.b": w(dim), "v.w": w(dim, dim), "v.b": w(dim),
-        "o.w": w(dim, dim), "o.b": w(dim), "f1.w": w(dim, 4 * dim), "f1.b": w(4 * dim), "f2.w": w(4 * dim, dim), "f2.b": w(dim),
-        "heads_shape": np.array([0, 0, heads, hd], np.int64), "merge_shape": np.array([0, 0, dim], np.int64),
-        "axes12": np.array([1, 2], np.int64), "sqrt_hd": np.array(np.sqrt(hd), np.float32),
-        "one": np.array(1.0, np.float32), "neg": np.array(-1e4, np.float32),
-        "half": np.array(0.5, np.float32), "sqrt2": np.array(np.sqrt(2.0), np.float32),
+        "tok": w(vocab, dim),
+        "pos": w(seq, dim),
+        "ln1.g": 1 + w(dim),
+        "ln1.b": w(dim),
+        "ln2.g": 1 + w(dim),
+        "ln2.b": w(dim),
+        "q.w": w(dim, dim),
+        "q.b": w(dim),
+        "k.w": w(dim, dim),
+        "k.b": w(dim),
+        "v.w": w(dim, dim),
+        "v.b": w(dim),
+        "o.w": w(dim, dim),
+        "o.b": w(dim),
+        "f1.w": w(dim, 4 * dim),
+        "f1.b": w(4 * dim),
+        "f2.w": w(4 * dim, dim),
+        "f2.b": w(dim),
+        "heads_shape": np.array([0, 0, heads, hd], np.int64),
+        "merge_shape": np.array([0, 0, dim], np.int64),
+        "axes12": np.array([1, 2], np.int64),
+        "sqrt_hd": np.array(np.sqrt(hd), np.float32),
+        "one": np.array(1.0, np.float32),
+        "neg": np.array(-1e4, np.float32),
+        "half": np.array(0.5, np.float32),
+        "sqrt2": np.array(np.sqrt(2.0), np.float32),
     }
     n = oh.make_node
     nodes = [
@@ -117,25 +173,39 @@ def transformer_model(rng, vocab=50, seq=7, dim=16, heads=2):
     ]
     for p in "qkv":
         nodes += [
-            n("MatMul", ["h1", f"{p}.w"], [f"{p}m"]), n("Add", [f"{p}m", f"{p}.b"], [f"{p}a"]),
+            n("MatMul", ["h1", f"{p}.w"], [f"{p}m"]),
+            n("Add", [f"{p}m", f"{p}.b"], [f"{p}a"]),
             n("Reshape", [f"{p}a", "heads_shape"], [f"{p}r"]),
             n("Transpose", [f"{p}r"], [f"{p}t"], perm=[0, 2, 3, 1] if p == "k" else [0, 2, 1, 3]),
         ]
     nodes += [
-        n("MatMul", ["qt", "kt"], ["scores"]), n("Div", ["scores", "sqrt_hd"], ["scaled"]),
+        n("MatMul", ["qt", "kt"], ["scores"]),
+        n("Div", ["scores", "sqrt_hd"], ["scaled"]),
         # the padding mask: (1 - mask) * -1e4 added to the scores of padded keys
-        n("Cast", ["mask"], ["maskf"], to=F32), n("Sub", ["one", "maskf"], ["inv"]), n("Mul", ["inv", "neg"], ["bias"]),
-        n("Unsqueeze", ["bias", "axes12"], ["bias4"]), n("Add", ["scaled", "bias4"], ["masked"]),
+        n("Cast", ["mask"], ["maskf"], to=F32),
+        n("Sub", ["one", "maskf"], ["inv"]),
+        n("Mul", ["inv", "neg"], ["bias"]),
+        n("Unsqueeze", ["bias", "axes12"], ["bias4"]),
+        n("Add", ["scaled", "bias4"], ["masked"]),
         n("Softmax", ["masked"], ["probs"], axis=-1),
-        n("MatMul", ["probs", "vt"], ["ctx"]), n("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3]),
+        n("MatMul", ["probs", "vt"], ["ctx"]),
+        n("Transpose", ["ctx"], ["ctx_t"], perm=[0, 2, 1, 3]),
         n("Reshape", ["ctx_t", "merge_shape"], ["merged"]),
-        n("MatMul", ["merged", "o.w"], ["om"]), n("Add", ["om", "o.b"], ["oa"]), n("Add", ["oa", "h0"], ["res1"]),
+        n("MatMul", ["merged", "o.w"], ["om"]),
+        n("Add", ["om", "o.b"], ["oa"]),
+        n("Add", ["oa", "h0"], ["res1"]),
         n("LayerNormalization", ["res1", "ln2.g", "ln2.b"], ["h2"], axis=-1),
-        n("MatMul", ["h2", "f1.w"], ["f1m"]), n("Add", ["f1m", "f1.b"], ["f1a"]),
+        n("MatMul", ["h2", "f1.w"], ["f1m"]),
+        n("Add", ["f1m", "f1.b"], ["f1a"]),
         # GELU written out: 0.5 * x * (1 + erf(x / sqrt 2)), as exporters emit it
-        n("Div", ["f1a", "sqrt2"], ["gd"]), n("Erf", ["gd"], ["ge"]), n("Add", ["ge", "one"], ["g1"]),
-        n("Mul", ["f1a", "g1"], ["gm"]), n("Mul", ["gm", "half"], ["gelu"]),
-        n("MatMul", ["gelu", "f2.w"], ["f2m"]), n("Add", ["f2m", "f2.b"], ["f2a"]), n("Add", ["f2a", "res1"], ["out"]),
+        n("Div", ["f1a", "sqrt2"], ["gd"]),
+        n("Erf", ["gd"], ["ge"]),
+        n("Add", ["ge", "one"], ["g1"]),
+        n("Mul", ["f1a", "g1"], ["gm"]),
+        n("Mul", ["gm", "half"], ["gelu"]),
+        n("MatMul", ["gelu", "f2.w"], ["f2m"]),
+        n("Add", ["f2m", "f2.b"], ["f2a"]),
+        n("Add", ["f2a", "res1"], ["out"]),
     ]
     return _model(
         nodes,
@@ -156,17 +226,38 @@ def transformer_feeds(rng, batch=3, seq=7, vocab=50):
 def rnn_model(rng, seq=6, batch=4, inp=5, hidden=7):
     w = lambda *s: (rng.standard_normal(s) * 0.4).astype(np.float32)  # noqa: E731
     inits = {
-        "lstm.W": w(2, 4 * hidden, inp), "lstm.R": w(2, 4 * hidden, hidden), "lstm.B": w(2, 8 * hidden),
-        "gru.W": w(1, 3 * hidden, 2 * hidden), "gru.R": w(1, 3 * hidden, hidden), "gru.B": w(1, 6 * hidden),
-        "rnn.W": w(1, hidden, hidden), "rnn.R": w(1, hidden, hidden),
-        "merge": np.array([0, 0, -1], np.int64), "perm_shape": np.array([seq, batch, 2 * hidden], np.int64),
+        "lstm.W": w(2, 4 * hidden, inp),
+        "lstm.R": w(2, 4 * hidden, hidden),
+        "lstm.B": w(2, 8 * hidden),
+        "gru.W": w(1, 3 * hidden, 2 * hidden),
+        "gru.R": w(1, 3 * hidden, hidden),
+        "gru.B": w(1, 6 * hidden),
+        "rnn.W": w(1, hidden, hidden),
+        "rnn.R": w(1, hidden, hidden),
+        "merge": np.array([0, 0, -1], np.int64),
+        "perm_shape": np.array([seq, batch, 2 * hidden], np.int64),
     }
     n = oh.make_node
     nodes = [
-        n("LSTM", ["x", "lstm.W", "lstm.R", "lstm.B", "lens", "h0", ""], ["ly", "lh", "lc"], hidden_size=hidden, direction="bidirectional", name="lstm"),
+        n(
+            "LSTM",
+            ["x", "lstm.W", "lstm.R", "lstm.B", "lens", "h0", ""],
+            ["ly", "lh", "lc"],
+            hidden_size=hidden,
+            direction="bidirectional",
+            name="lstm",
+        ),
         n("Transpose", ["ly"], ["lyt"], perm=[0, 2, 1, 3]),
         n("Reshape", ["lyt", "perm_shape"], ["lyr"]),
-        n("GRU", ["lyr", "gru.W", "gru.R", "gru.B"], ["gy", "gh"], hidden_size=hidden, linear_before_reset=1, direction="reverse", name="gru"),
+        n(
+            "GRU",
+            ["lyr", "gru.W", "gru.R", "gru.B"],
+            ["gy", "gh"],
+            hidden_size=hidden,
+            linear_before_reset=1,
+            direction="reverse",
+            name="gru",
+        ),
         n("Squeeze", ["gy", "one_axis"], ["gys"]),
         n("RNN", ["gys", "rnn.W", "rnn.R"], ["", "rh"], hidden_size=hidden, name="rnn"),
     ]
@@ -175,7 +266,11 @@ def rnn_model(rng, seq=6, batch=4, inp=5, hidden=7):
     return _model(
         nodes,
         [_vi("x", F32, [seq, batch, inp]), _vi("lens", onnx.TensorProto.INT32, [batch])],
-        [_vi("lh", F32, [2, batch, hidden]), _vi("lc", F32, [2, batch, hidden]), _vi("rh", F32, [1, batch, hidden])],
+        [
+            _vi("lh", F32, [2, batch, hidden]),
+            _vi("lc", F32, [2, batch, hidden]),
+            _vi("rh", F32, [1, batch, hidden]),
+        ],
         inits,
     )
 
@@ -218,7 +313,13 @@ def test_scan_matches_ort():
         }>
     }
     """)
-    _assert_matches_ort(model, {"init": np.array([1, -1], np.float32), "xs": np.arange(10, dtype=np.float32).reshape(5, 2)})
+    _assert_matches_ort(
+        model,
+        {
+            "init": np.array([1, -1], np.float32),
+            "xs": np.arange(10, dtype=np.float32).reshape(5, 2),
+        },
+    )
 
 
 def test_integer_ops_match_ort_exactly():
@@ -255,10 +356,17 @@ def test_integer_ops_match_ort_exactly():
 
 def test_initializers_become_parameters_and_buffers(rng):
     module = to_torch(cnn_model(rng))
-    params = {module.onnx_names[k] for k in ("c1.w", "c1.b", "bn.scale", "bn.bias", "dw.w", "c2.w", "fc.w", "fc.b")}
+    params = {
+        module.onnx_names[k]
+        for k in ("c1.w", "c1.b", "bn.scale", "bn.bias", "dw.w", "c2.w", "fc.w", "fc.b")
+    }
     assert {n for n, _ in module.named_parameters()} == params
     buffers = {n for n, _ in module.named_buffers()}
-    assert {module.onnx_names["bn.mean"], module.onnx_names["bn.var"], module.onnx_names["six"]} <= buffers
+    assert {
+        module.onnx_names["bn.mean"],
+        module.onnx_names["bn.var"],
+        module.onnx_names["six"],
+    } <= buffers
     # moving the module moves every tensor the graph reads
     assert all(t.dtype == torch.float64 for t in module.to(torch.float64).parameters())
 
@@ -268,7 +376,10 @@ def test_gradients_reach_every_weight(rng, which):
     if which == "cnn":
         model, feeds = cnn_model(rng), {"x": torch.randn(2, 3, 15, 15)}
     elif which == "transformer":
-        model, feeds = transformer_model(rng), {k: torch.from_numpy(v) for k, v in transformer_feeds(rng).items()}
+        model, feeds = (
+            transformer_model(rng),
+            {k: torch.from_numpy(v) for k, v in transformer_feeds(rng).items()},
+        )
     else:
         model = rnn_model(rng)
         feeds = {"x": torch.randn(6, 4, 5), "lens": torch.tensor([6, 3, 1, 5], dtype=torch.int32)}
@@ -303,7 +414,10 @@ def test_training_step_lowers_loss_and_export_matches(rng):
     w_before = model.graph.initializers["fc.w"].const_value.numpy()
     w_after = exported.graph.initializers["fc.w"].const_value.numpy()
     assert not np.allclose(w_before, w_after)  # the original model is untouched, the export changed
-    assert exported.graph.initializers["fc.w"].const_value.dtype == model.graph.initializers["fc.w"].const_value.dtype
+    assert (
+        exported.graph.initializers["fc.w"].const_value.dtype
+        == model.graph.initializers["fc.w"].const_value.dtype
+    )
     with torch.no_grad():
         expected = module(x).numpy()
     got = run_model(exported, {"x": x.numpy()})["logits"]
@@ -345,7 +459,9 @@ def test_backend_contract(rng):
     prepared = backend.prepare(model, device="cpu")
     assert prepared.input_names == ["ids", "mask"] and prepared.output_names == ["out"]
     feeds = transformer_feeds(rng)
-    np.testing.assert_allclose(prepared.run(feeds)["out"], run_model(model, feeds)["out"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        prepared.run(feeds)["out"], run_model(model, feeds)["out"], rtol=1e-5, atol=1e-6
+    )
     with pytest.raises(InputError, match="'mask'"):
         prepared.run({"ids": feeds["ids"]})
     with pytest.raises(OptionError, match="'cuda:7'"):
@@ -361,7 +477,17 @@ def test_bad_shape_names_the_node(rng):
 def test_supported_ops_lists_the_families():
     ops = supported_ops()
     assert ops == sorted(ops)
-    for name in ("Conv", "MatMul", "LayerNormalization", "LSTM", "GRU", "If", "Loop", "Resize", "QuantizeLinear"):
+    for name in (
+        "Conv",
+        "MatMul",
+        "LayerNormalization",
+        "LSTM",
+        "GRU",
+        "If",
+        "Loop",
+        "Resize",
+        "QuantizeLinear",
+    ):
         assert name in ops
 
 
@@ -378,7 +504,9 @@ def test_import_does_not_load_torch_and_missing_torch_is_one_error():
         "except MissingExtraError as e:\n"
         "    print('ERR', e)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert "ERR" in out and "modelpress[torch]" in out
     assert MissingExtraError  # the class the subprocess raised
 
@@ -387,7 +515,8 @@ def shape_chain_model():
     """Reshape targets computed from Shape at run time, the way exporters write them."""
     from mp_testing import model_from_text
 
-    return model_from_text("""
+    return model_from_text(
+        """
     <ir_version: 8, opset_import: ["" : 17]>
     g (float[B, T, 8] x) => (float[B, T, 2, 4] heads, float[B, 8, T] back, int64[3] dims) {
         shp = Shape(x)
@@ -405,8 +534,12 @@ def shape_chain_model():
         back = Reshape(flat, target2)
         dims = Shape <start = -3> (heads)
     }
-    """.replace("{\n        shp", "<int64 i0 = {0}, int64 im2 = {-2}, int64[1] ax0 = {0}, int64[1] two = {2}, "
-                "int64[1] minus1 = {-1}, int64 one = {1}, int64[1] sixteen = {16}> {\n        shp"))
+    """.replace(
+            "{\n        shp",
+            "<int64 i0 = {0}, int64 im2 = {-2}, int64[1] ax0 = {0}, int64[1] two = {2}, "
+            "int64[1] minus1 = {-1}, int64 one = {1}, int64[1] sixteen = {16}> {\n        shp",
+        )
+    )
 
 
 def test_runtime_shape_chains_match_ort():
@@ -436,9 +569,13 @@ def test_static_graphs_trace_without_graph_breaks(rng, which):
 def test_compiled_backend_matches_ort(rng):
     model = cnn_model(rng)
     prepared = get_backend("torch").prepare(model, compile=True)
-    assert prepared.module._compiled_call_impl is not None  # run() goes through the compiled forward
+    assert (
+        prepared.module._compiled_call_impl is not None
+    )  # run() goes through the compiled forward
     x = rng.standard_normal((2, 3, 15, 15)).astype(np.float32)
-    np.testing.assert_allclose(prepared.run({"x": x})["logits"], run_model(model, {"x": x})["logits"], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        prepared.run({"x": x})["logits"], run_model(model, {"x": x})["logits"], rtol=1e-5, atol=1e-5
+    )
 
 
 def test_export_after_training_with_subgraphs_matches_module():
@@ -470,17 +607,24 @@ def test_ops_command_lists_ops_and_a_models_missing_ones(tmp_path, capsys):
 
     record = json.loads((tmp_path / "ops.json").read_text())
     assert record["command"] == "ops" and record["result"]["ops"] == supported_ops()
-    path = save(model_from_text("""
+    path = save(
+        model_from_text("""
     <ir_version: 8, opset_import: ["" : 17]>
     g (float[4] x) => (float[M] y) {
         a = Relu(x)
         y = Unique(a)
     }
-    """), tmp_path / "m.onnx")
+    """),
+        tmp_path / "m.onnx",
+    )
     assert main(["ops", str(path)]) == 0
-    assert "1 of 2 op types not supported by torch: Unique" in " ".join(capsys.readouterr().out.split())
+    assert "1 of 2 op types not supported by torch: Unique" in " ".join(
+        capsys.readouterr().out.split()
+    )
     assert main(["ops", "--model", str(path)]) == 0  # the old spelling, hidden
-    assert "1 of 2 op types not supported by torch: Unique" in " ".join(capsys.readouterr().out.split())
+    assert "1 of 2 op types not supported by torch: Unique" in " ".join(
+        capsys.readouterr().out.split()
+    )
     assert main(["ops", str(tmp_path / "missing.onnx")]) == 1
     assert "missing.onnx" in capsys.readouterr().err
 
@@ -491,7 +635,10 @@ def test_concurrent_runs_with_different_shapes_do_not_interfere():
 
     model = shape_chain_model()
     prepared = get_backend("torch").prepare(model)
-    feeds = [{"x": np.random.default_rng(b).standard_normal((b, 2 + b, 8)).astype(np.float32)} for b in (1, 2, 3, 4) * 5]
+    feeds = [
+        {"x": np.random.default_rng(b).standard_normal((b, 2 + b, 8)).astype(np.float32)}
+        for b in (1, 2, 3, 4) * 5
+    ]
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(prepared.run, feeds))
     for f, got in zip(feeds, results, strict=True):

@@ -38,7 +38,9 @@ class NodeTestSummary:
     passed: list[str] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)  # (case, first line of the error)
     unrepresentable: list[str] = field(default_factory=list)  # dtypes torch lacks, also failing
-    per_op: dict[str, list[int]] = field(default_factory=lambda: collections.defaultdict(lambda: [0, 0]))
+    per_op: dict[str, list[int]] = field(
+        default_factory=lambda: collections.defaultdict(lambda: [0, 0])
+    )
 
     @property
     def rate(self) -> float:
@@ -102,7 +104,9 @@ def run_node_tests() -> NodeTestSummary:
         ops = set(_graph_ops(case.model.graph))
         if not ops <= claimed:
             continue
-        op_name = case.model.graph.node[0].op_type if len(case.model.graph.node) == 1 else "(expanded)"
+        op_name = (
+            case.model.graph.node[0].op_type if len(case.model.graph.node) == 1 else "(expanded)"
+        )
         if not set(_elem_types(case.model)) <= _REPRESENTABLE:
             summary.unrepresentable.append(case.name)
             continue
@@ -110,7 +114,9 @@ def run_node_tests() -> NodeTestSummary:
             _check_case(case)
         except Exception as exc:  # any failure is a failed case; the message says which
             text = str(exc).strip().splitlines()
-            summary.failed.append((case.name, f"{type(exc).__name__}: {text[0][:160] if text else ''}"))
+            summary.failed.append(
+                (case.name, f"{type(exc).__name__}: {text[0][:160] if text else ''}")
+            )
             summary.per_op[op_name][1] += 1
         else:
             summary.passed.append(case.name)
@@ -130,9 +136,30 @@ def test_node_tests_pass_rate_over_claimed_ops():
 def test_core_ops_pass_every_node_test():
     # the ops of common CNN, transformer and recurrent models have no failing case at all
     s = run_node_tests()
-    core = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "BatchNormalization", "Gemm", "MatMul",
-            "Softmax", "LayerNormalization", "Gather", "Reshape", "Transpose", "Slice", "Concat",
-            "LSTM", "GRU", "RNN", "If", "Loop", "Where", "Expand", "Pad"}
+    core = {
+        "Conv",
+        "ConvTranspose",
+        "MaxPool",
+        "AveragePool",
+        "BatchNormalization",
+        "Gemm",
+        "MatMul",
+        "Softmax",
+        "LayerNormalization",
+        "Gather",
+        "Reshape",
+        "Transpose",
+        "Slice",
+        "Concat",
+        "LSTM",
+        "GRU",
+        "RNN",
+        "If",
+        "Loop",
+        "Where",
+        "Expand",
+        "Pad",
+    }
     bad = {op: counts for op, counts in s.per_op.items() if op in core and counts[1]}
     assert bad == {}
 
@@ -142,7 +169,9 @@ if __name__ == "__main__":
     total = len(s.passed) + len(s.failed)
     print(f"claimed ops: {len(supported_ops())}")
     print(f"representable cases: {len(s.passed)}/{total} passed ({s.rate:.1%})")
-    print(f"all claimed cases:   {len(s.passed)}/{total + len(s.unrepresentable)} passed ({s.rate_all:.1%}); "
-          f"{len(s.unrepresentable)} use element types torch lacks")
+    print(
+        f"all claimed cases:   {len(s.passed)}/{total + len(s.unrepresentable)} passed ({s.rate_all:.1%}); "
+        f"{len(s.unrepresentable)} use element types torch lacks"
+    )
     for name, why in s.failed:
         print(f"FAIL {name}: {why}")

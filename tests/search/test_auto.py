@@ -20,7 +20,12 @@ from modelpress.search.metric import runner
 from modelpress.search.space import FLOAT, TRAINING_MODES, build_space
 from modelpress.search.trial import build
 
-FAST = {"timing_s": 0.05, "levels": [1, 2], "modes": ["float", "static"], "methods": ["minmax", "percentile"]}
+FAST = {
+    "timing_s": 0.05,
+    "levels": [1, 2],
+    "modes": ["float", "static"],
+    "methods": ["minmax", "percentile"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +49,15 @@ def _top1(model, x, y) -> float:
 
 def test_a_search_returns_its_front_and_a_winner_within_the_budget(files, tmp_path):
     folder, x, y = files
-    result = auto(folder / "cnn.onnx", data=folder / "val.npz", labels_key="y", max_accuracy_drop=0.05,
-                  time_budget_s=120, cache_dir=tmp_path / "cache", **FAST)
+    result = auto(
+        folder / "cnn.onnx",
+        data=folder / "val.npz",
+        labels_key="y",
+        max_accuracy_drop=0.05,
+        time_budget_s=120,
+        cache_dir=tmp_path / "cache",
+        **FAST,
+    )
     ok = [t for t in result.trials if t.ok and t.steps]
     # 2 levels x (float + 2 observers), no refinement needed: everything was within the budget
     assert len(ok) == 6 and result.met and result.evaluated == 7 and result.cached == 0
@@ -61,8 +73,12 @@ def test_a_search_returns_its_front_and_a_winner_within_the_budget(files, tmp_pa
     # the front: nothing on it is dominated, everything off it is
     front = result.front
     assert front and all(not pareto.dominates(a, b) for a in front for b in front)
-    assert all(any(pareto.dominates(f, t) for f in front) or t in front or
-               any(pareto._objectives(f) == pareto._objectives(t) for f in front) for t in ok)
+    assert all(
+        any(pareto.dominates(f, t) for f in front)
+        or t in front
+        or any(pareto._objectives(f) == pareto._objectives(t) for f in front)
+        for t in ok
+    )
     # the written model is the winner's steps replayed
     rebuilt, _ = build(_candidate(w), small_cnn(), _ctx())
     a, b = runner(rebuilt)({"x": x}), runner(result.model)({"x": x})
@@ -87,14 +103,22 @@ def test_a_stopped_search_resumes_from_its_cached_trials(files, tmp_path, monkey
     folder, _, _ = files
     calls = []
     real = search_auto.evaluate
-    monkeypatch.setattr(search_auto, "evaluate", lambda *a, **k: calls.append(a[0].label()) or real(*a, **k))
+    monkeypatch.setattr(
+        search_auto, "evaluate", lambda *a, **k: calls.append(a[0].label()) or real(*a, **k)
+    )
 
     def stop_after_three(event):
         if event.kind == "trial" and len(calls) == 3:
             raise KeyboardInterrupt
 
-    kw = dict(data=folder / "val.npz", labels_key="y", max_accuracy_drop=0.05, time_budget_s=120,
-              cache_dir=tmp_path / "cache", **FAST)
+    kw = dict(
+        data=folder / "val.npz",
+        labels_key="y",
+        max_accuracy_drop=0.05,
+        time_budget_s=120,
+        cache_dir=tmp_path / "cache",
+        **FAST,
+    )
     with pytest.raises(KeyboardInterrupt):
         auto(folder / "cnn.onnx", progress=stop_after_three, **kw)
     first = list(calls)
@@ -106,7 +130,9 @@ def test_a_stopped_search_resumes_from_its_cached_trials(files, tmp_path, monkey
     assert not set(first) & set(calls)
     calls.clear()
     third = auto(folder / "cnn.onnx", **kw)
-    assert calls == [] and third.cached == len(third.trials) and third.winner.key == again.winner.key
+    assert (
+        calls == [] and third.cached == len(third.trials) and third.winner.key == again.winner.key
+    )
     # a different metric is a different search: nothing reused
     other = auto(folder / "cnn.onnx", **{**kw, "labels_key": None})
     assert other.cached == 0
@@ -115,12 +141,34 @@ def test_a_stopped_search_resumes_from_its_cached_trials(files, tmp_path, monkey
 def test_an_impossible_budget_writes_the_best_found_and_says_so(files, tmp_path, capsys):
     folder, _, _ = files
     out = tmp_path / "best.onnx"
-    code = main([
-        "auto", str(folder / "cnn.onnx"), "-o", str(out), "--data", str(folder / "val.npz"),
-        "--metric", "mse", "--max-accuracy-drop", "0", "--levels", "2", "--modes", "static",
-        "--methods", "minmax,percentile", "--timing", "0.05", "--cache", str(tmp_path / "c"),
-        "--max-float-layers", "0", "--json", str(tmp_path / "auto.json"),
-    ])
+    code = main(
+        [
+            "auto",
+            str(folder / "cnn.onnx"),
+            "-o",
+            str(out),
+            "--data",
+            str(folder / "val.npz"),
+            "--metric",
+            "mse",
+            "--max-accuracy-drop",
+            "0",
+            "--levels",
+            "2",
+            "--modes",
+            "static",
+            "--methods",
+            "minmax,percentile",
+            "--timing",
+            "0.05",
+            "--cache",
+            str(tmp_path / "c"),
+            "--max-float-layers",
+            "0",
+            "--json",
+            str(tmp_path / "auto.json"),
+        ]
+    )
     text = capsys.readouterr().out
     assert code == 0 and out.is_file() and (tmp_path / "best.recipe.yaml").is_file()
     assert "budget not met" in text and "written anyway" in text
@@ -135,8 +183,14 @@ def test_an_impossible_budget_writes_the_best_found_and_says_so(files, tmp_path,
 
 def test_a_time_budget_shorter_than_a_trial_still_ends_with_a_model(files, tmp_path):
     folder, _, _ = files
-    result = auto(folder / "cnn.onnx", data=folder / "val.npz", labels_key="y", time_budget_s=1e-3,
-                  cache_dir=None, **FAST)
+    result = auto(
+        folder / "cnn.onnx",
+        data=folder / "val.npz",
+        labels_key="y",
+        time_budget_s=1e-3,
+        cache_dir=None,
+        **FAST,
+    )
     assert result.stopped.startswith("time budget reached") and result.model is not None
     assert [t.label for t in result.trials] == ["original", "O2"] and result.met
 
@@ -158,7 +212,10 @@ def test_the_space_comes_from_the_registries(monkeypatch):
     later = build_space(gpu=False, quantize_options={"calibration": "d.npz"})
     toy = [c for c in later.candidates() if c.mode == "toy"]
     assert len(toy) == len(later.levels) and toy[0].step("quantize").opts == {
-        "mode": "toy", "optimize": False, "calibration": "d.npz"}
+        "mode": "toy",
+        "optimize": False,
+        "calibration": "d.npz",
+    }
 
 
 def test_a_catalog_gpu_is_estimated_by_the_advisor(files):
@@ -166,13 +223,22 @@ def test_a_catalog_gpu_is_estimated_by_the_advisor(files):
     from modelpress.profile.workload import workload_from_onnx
 
     folder, _, _ = files
-    result = auto(folder / "cnn.onnx", data=folder / "val.npz", labels_key="y", target="A100 SXM4 80GB",
-                  levels=[2], modes=["float", "fp16"], timing_s=0.05)
+    result = auto(
+        folder / "cnn.onnx",
+        data=folder / "val.npz",
+        labels_key="y",
+        target="A100 SXM4 80GB",
+        levels=[2],
+        modes=["float", "fp16"],
+        timing_s=0.05,
+    )
     assert result.estimated and all(t.latency["estimated"] for t in result.trials)
     gpu = load_catalog().find("A100 SXM4 80GB")
     fp16 = next(t for t in result.trials if "fp16" in t.label)
     model, _ = build(_candidate(fp16), small_cnn(), _ctx())
-    want = estimate(workload_from_onnx(model, name="candidate"), gpu, task="infer", precision="fp16", batch=1)
+    want = estimate(
+        workload_from_onnx(model, name="candidate"), gpu, task="infer", precision="fp16", batch=1
+    )
     assert fp16.latency["median_ms"] == pytest.approx(want.latency_ms, rel=1e-9)
     assert fp16.latency["precision"] == "fp16"
 
@@ -189,8 +255,21 @@ def test_a_catalog_gpu_is_estimated_by_the_advisor(files):
 )
 def test_bad_options_are_one_line(files, tmp_path, capsys, argv, message):
     folder, _, _ = files
-    code = main(["auto", str(folder / "cnn.onnx"), "-o", str(tmp_path / "b.onnx"), "--data",
-                 str(folder / "val.npz"), "--timing", "0.05", "--cache", str(tmp_path / "c"), *argv])
+    code = main(
+        [
+            "auto",
+            str(folder / "cnn.onnx"),
+            "-o",
+            str(tmp_path / "b.onnx"),
+            "--data",
+            str(folder / "val.npz"),
+            "--timing",
+            "0.05",
+            "--cache",
+            str(tmp_path / "c"),
+            *argv,
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 1 and err.startswith("error: ") and message in err and "\n" not in err
     assert not (tmp_path / "b.onnx").exists()
@@ -200,10 +279,24 @@ def test_training_data_lets_pruning_and_qat_in(files, tmp_path):
     folder, x, y = files
     write_npz(tmp_path / "train.npz", {"x": x[:48], "y": y[:48]})
     write_npz(tmp_path / "val.npz", {"x": x[48:], "y": y[48:]})
-    result = auto(folder / "cnn.onnx", data=tmp_path / "val.npz", labels_key="y", train_data=tmp_path / "train.npz",
-                  max_accuracy_drop=1.0, levels=[2], modes=["float", "qat"], timing_s=0.05)
+    result = auto(
+        folder / "cnn.onnx",
+        data=tmp_path / "val.npz",
+        labels_key="y",
+        train_data=tmp_path / "train.npz",
+        max_accuracy_drop=1.0,
+        levels=[2],
+        modes=["float", "qat"],
+        timing_s=0.05,
+    )
     labels = [t.label for t in result.trials]
-    assert labels == ["original", "O2", "O2 · qat", "O2 · prune(ratio=0.25)", "O2 · prune(ratio=0.5)"]
+    assert labels == [
+        "original",
+        "O2",
+        "O2 · qat",
+        "O2 · prune(ratio=0.25)",
+        "O2 · prune(ratio=0.5)",
+    ]
     assert all(t.ok for t in result.trials), [t.error for t in result.trials]
     # the pruned candidates are smaller: channels were removed, not zeroed
     pruned = [t for t in result.trials if "prune" in t.label]

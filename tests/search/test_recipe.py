@@ -23,11 +23,28 @@ def files(tmp_path_factory):
 
 def test_a_recipe_from_auto_replays_to_the_same_model_bit_for_bit(files, tmp_path, capsys):
     out = tmp_path / "best.onnx"
-    code = main([
-        "auto", str(files / "cnn.onnx"), "-o", str(out), "--data", str(files / "val.npz"),
-        "--max-accuracy-drop", "0.02", "--levels", "2", "--modes", "static", "--methods", "minmax",
-        "--timing", "0.05", "--cache", str(tmp_path / "cache"),
-    ])
+    code = main(
+        [
+            "auto",
+            str(files / "cnn.onnx"),
+            "-o",
+            str(out),
+            "--data",
+            str(files / "val.npz"),
+            "--max-accuracy-drop",
+            "0.02",
+            "--levels",
+            "2",
+            "--modes",
+            "static",
+            "--methods",
+            "minmax",
+            "--timing",
+            "0.05",
+            "--cache",
+            str(tmp_path / "cache"),
+        ]
+    )
     assert code == 0
     recipe = load_recipe(tmp_path / "best.recipe.yaml")
     assert [next(iter(s)) for s in recipe.steps] == ["optimize", "quantize"]
@@ -42,7 +59,7 @@ def test_a_recipe_from_auto_replays_to_the_same_model_bit_for_bit(files, tmp_pat
 def test_a_written_recipe_runs_with_a_bench_step(files, tmp_path):
     text = f"""
 recipe: 1
-model: {files / 'cnn.onnx'}
+model: {files / "cnn.onnx"}
 steps:
   - optimize: {{level: 1}}
   - quantize:
@@ -59,26 +76,50 @@ steps:
 
 
 BAD = [
-    ("steps:\n  - optimize: {level: 2}\n  - quantize:\n      mode: statik\n",
-     "r.yaml:4: steps[1].quantize.mode: 'statik' is not one of static"),
-    ("model: m.onnx\nsteps:\n  - optimise: {level: 2}\n",
-     "r.yaml:3: steps[0].optimise: unknown step 'optimise'; steps: convert, optimize, quantize"),
-    ("steps:\n  - optimize:\n      level: two\n",
-     "r.yaml:3: steps[0].optimize.level: expected int, got str 'two'"),
-    ("steps:\n  - optimize:\n      level: 2\n      speed: max\n",
-     "r.yaml:4: steps[0].optimize.speed: unknown option of optimize; options: level, passes"),
-    ("steps:\n  - optimize:\n      passes: [dead-code, warp-drive]\n",
-     "r.yaml:3: steps[0].optimize.passes[1]: 'warp-drive' is not one of"),
-    ("steps:\n  - bench: {}\n  - optimize: {}\n",
-     "r.yaml:2: steps[0].bench: bench measures the result: it can only be the last step"),
-    ("model: m.onnx\nstep:\n  - optimize: {}\n", "r.yaml:2: step: unknown field; fields: recipe, model"),
-    ("recipe: 3\nsteps:\n  - optimize: {}\n", "r.yaml:1: recipe: recipe format 3: this modelpress reads format 1"),
+    (
+        "steps:\n  - optimize: {level: 2}\n  - quantize:\n      mode: statik\n",
+        "r.yaml:4: steps[1].quantize.mode: 'statik' is not one of static",
+    ),
+    (
+        "model: m.onnx\nsteps:\n  - optimise: {level: 2}\n",
+        "r.yaml:3: steps[0].optimise: unknown step 'optimise'; steps: convert, optimize, quantize",
+    ),
+    (
+        "steps:\n  - optimize:\n      level: two\n",
+        "r.yaml:3: steps[0].optimize.level: expected int, got str 'two'",
+    ),
+    (
+        "steps:\n  - optimize:\n      level: 2\n      speed: max\n",
+        "r.yaml:4: steps[0].optimize.speed: unknown option of optimize; options: level, passes",
+    ),
+    (
+        "steps:\n  - optimize:\n      passes: [dead-code, warp-drive]\n",
+        "r.yaml:3: steps[0].optimize.passes[1]: 'warp-drive' is not one of",
+    ),
+    (
+        "steps:\n  - bench: {}\n  - optimize: {}\n",
+        "r.yaml:2: steps[0].bench: bench measures the result: it can only be the last step",
+    ),
+    (
+        "model: m.onnx\nstep:\n  - optimize: {}\n",
+        "r.yaml:2: step: unknown field; fields: recipe, model",
+    ),
+    (
+        "recipe: 3\nsteps:\n  - optimize: {}\n",
+        "r.yaml:1: recipe: recipe format 3: this modelpress reads format 1",
+    ),
     ("steps: []\n", "r.yaml:1: steps: expected a list of steps"),
-    ("steps:\n  - optimize: {level: 2}\n    quantize: {}\n", "r.yaml:2: steps[0]: a step is a mapping with one key"),
+    (
+        "steps:\n  - optimize: {level: 2}\n    quantize: {}\n",
+        "r.yaml:2: steps[0]: a step is a mapping with one key",
+    ),
     ("steps:\n  - optimize: [1, 2\n", "r.yaml:3: not valid YAML"),
     ("- just\n- a list\n", "r.yaml:1: a recipe is a mapping with `steps:`"),
     ("model: 3\nsteps:\n  - optimize: {}\n", "r.yaml:1: model: expected a file path, got 3"),
-    ("steps:\n  - quantize:\n      per_channel: 1\n", "r.yaml:3: steps[0].quantize.per_channel: expected bool, got int 1"),
+    (
+        "steps:\n  - quantize:\n      per_channel: 1\n",
+        "r.yaml:3: steps[0].quantize.per_channel: expected bool, got int 1",
+    ),
 ]
 
 
@@ -94,10 +135,18 @@ def test_the_cli_reports_a_bad_recipe_in_one_line_and_writes_nothing(tmp_path, c
     bad.write_text(BAD[0][0])
     code = main(["recipe", "run", str(bad), "-o", str(tmp_path / "out.onnx")])
     err = capsys.readouterr().err.strip()
-    assert code == 1 and err.startswith("error: " + str(bad) + BAD[0][1][len("r.yaml"):]) and "\n" not in err
+    assert (
+        code == 1
+        and err.startswith("error: " + str(bad) + BAD[0][1][len("r.yaml") :])
+        and "\n" not in err
+    )
     assert not (tmp_path / "out.onnx").exists()
-    assert main(["recipe", "run", str(tmp_path / "missing.yaml"), "-o", str(tmp_path / "o.onnx")]) == 1
+    assert (
+        main(["recipe", "run", str(tmp_path / "missing.yaml"), "-o", str(tmp_path / "o.onnx")]) == 1
+    )
     assert capsys.readouterr().err.strip() == f"error: {tmp_path / 'missing.yaml'}: no such file"
     (tmp_path / "nomodel.yaml").write_text("steps:\n  - optimize: {}\n")
-    assert main(["recipe", "run", str(tmp_path / "nomodel.yaml"), "-o", str(tmp_path / "o.onnx")]) == 1
+    assert (
+        main(["recipe", "run", str(tmp_path / "nomodel.yaml"), "-o", str(tmp_path / "o.onnx")]) == 1
+    )
     assert "no `model:` to start from" in capsys.readouterr().err

@@ -127,7 +127,17 @@ class ServerProcess:
     def __init__(self, args: list[str], *, timeout: float = 60.0):
         env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), PYTHONUNBUFFERED="1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "modelpress.cli.main", "serve", *args, "--host", "127.0.0.1", "--port", "0"],
+            [
+                sys.executable,
+                "-m",
+                "modelpress.cli.main",
+                "serve",
+                *args,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -141,7 +151,9 @@ class ServerProcess:
             line = self.proc.stdout.readline()
             if not line:
                 err = self.proc.stderr.read()
-                raise RuntimeError(f"the server did not start (exit {self.proc.wait()}): {err[-2000:]}")
+                raise RuntimeError(
+                    f"the server did not start (exit {self.proc.wait()}): {err[-2000:]}"
+                )
             self.lines.append(line)
             found = re.search(r"serving on http://127\.0\.0\.1:(\d+)", line)
             if found:

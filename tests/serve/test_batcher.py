@@ -44,7 +44,8 @@ async def _submit_all(batcher, model, requests, keys):
     first = asyncio.ensure_future(batcher.submit({"x": requests[0]}, len(requests[0]), keys[0]))
     await asyncio.sleep(0.05)  # the first request is running, held by the gate
     rest = [
-        asyncio.ensure_future(batcher.submit({"x": x}, len(x), k)) for x, k in zip(requests[1:], keys[1:])
+        asyncio.ensure_future(batcher.submit({"x": x}, len(x), k))
+        for x, k in zip(requests[1:], keys[1:])
     ]
     await asyncio.sleep(0)
     model.gate.set()
@@ -109,7 +110,12 @@ def test_requests_with_no_key_run_alone():
 
 def test_a_request_that_breaks_its_batch_fails_alone():
     model = Model()
-    requests = [np.ones((1, 2), np.float32), np.ones((2, 2), np.float32), -np.ones((1, 2), np.float32), np.full((1, 2), 3, np.float32)]
+    requests = [
+        np.ones((1, 2), np.float32),
+        np.ones((2, 2), np.float32),
+        -np.ones((1, 2), np.float32),
+        np.full((1, 2), 3, np.float32),
+    ]
 
     async def main():
         b = Batcher("m", model, max_batch=8, max_delay_s=0)
@@ -136,7 +142,9 @@ def test_outputs_that_are_not_one_row_per_input_row_are_rerun_alone():
     async def main():
         b = Batcher("m", pooled, max_batch=8, max_delay_s=0.2, arriving=lambda: 1)
         try:
-            futures = [b.submit({"x": np.full((1, 2), i, np.float32)}, 1, ((2,),)) for i in range(3)]
+            futures = [
+                b.submit({"x": np.full((1, 2), i, np.float32)}, 1, ((2,),)) for i in range(3)
+            ]
             return await asyncio.gather(*futures)
         finally:
             await b.close()
@@ -155,7 +163,10 @@ def test_a_full_queue_refuses_at_once_and_drops_nothing_accepted():
         try:
             first = asyncio.ensure_future(b.submit({"x": np.zeros((1, 1), np.float32)}, 1, ((1,),)))
             await asyncio.sleep(0.05)  # running (held): the queue is empty again
-            queued = [asyncio.ensure_future(b.submit({"x": np.full((1, 1), i, np.float32)}, 1, ((1,),))) for i in (1, 2)]
+            queued = [
+                asyncio.ensure_future(b.submit({"x": np.full((1, 1), i, np.float32)}, 1, ((1,),)))
+                for i in (1, 2)
+            ]
             await asyncio.sleep(0)
             with pytest.raises(Overloaded) as info:
                 await b.submit({"x": np.zeros((1, 1), np.float32)}, 1, ((1,),))

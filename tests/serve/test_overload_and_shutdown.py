@@ -46,7 +46,18 @@ SHAPE = (1, 256, 512)
 
 def _binary_request(x: np.ndarray) -> tuple[bytes, bytes]:
     """A v2 request with one binary FP32 input ``x``: (HTTP head, body)."""
-    header = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": list(x.shape), "parameters": {"binary_data_size": x.nbytes}}]}).encode()
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "x",
+                    "datatype": "FP32",
+                    "shape": list(x.shape),
+                    "parameters": {"binary_data_size": x.nbytes},
+                }
+            ]
+        }
+    ).encode()
     body = header + x.tobytes()
     head = (
         "POST /v2/models/slow/infer HTTP/1.1\r\nHost: test\r\n"
@@ -78,7 +89,12 @@ def test_queue_overflow_gives_503_with_retry_after_and_drops_nothing_accepted(sl
         def plain(x):
             conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=120)
             head, body = _binary_request(x)
-            conn.request("POST", "/v2/models/slow/infer", body=body, headers={"Inference-Header-Content-Length": str(len(body) - x.nbytes)})
+            conn.request(
+                "POST",
+                "/v2/models/slow/infer",
+                body=body,
+                headers={"Inference-Header-Content-Length": str(len(body) - x.nbytes)},
+            )
             r = conn.getresponse()
             return r.status, r.getheader("Retry-After"), r.read()
 
@@ -91,19 +107,31 @@ def test_queue_overflow_gives_503_with_retry_after_and_drops_nothing_accepted(sl
             else:
                 assert status == 200
                 got = json.loads(body)["outputs"][0]
-                np.testing.assert_allclose(np.array(got["data"], np.float32).reshape(got["shape"]), sess.run(None, {"x": x})[0], rtol=RTOL, atol=ATOL)
+                np.testing.assert_allclose(
+                    np.array(got["data"], np.float32).reshape(got["shape"]),
+                    sess.run(None, {"x": x})[0],
+                    rtol=RTOL,
+                    atol=ATOL,
+                )
                 ok += 1
         assert srv.metric('modelpress_request_failures_total{code="503"') == refused
         assert srv.metric("modelpress_inferences_total") == ok  # every accepted request ran once
         # and once the burst is over, the server takes requests again
-        np.testing.assert_allclose(client.infer("slow", [_input(xs[1])]).as_numpy("y"), sess.run(None, {"x": xs[1]})[0], rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(
+            client.infer("slow", [_input(xs[1])]).as_numpy("y"),
+            sess.run(None, {"x": xs[1]})[0],
+            rtol=RTOL,
+            atol=ATOL,
+        )
     finally:
         assert srv.stop() == 0
 
 
 def test_sigterm_answers_every_accepted_request_then_exits_0(slow_model, tmp_path):
     record = tmp_path / "serve.json"
-    srv = ServerProcess([str(slow_model), "--max-batch", "1", "--max-queue", "64", "--json", str(record)])
+    srv = ServerProcess(
+        [str(slow_model), "--max-batch", "1", "--max-queue", "64", "--json", str(record)]
+    )
     client = th.InferenceServerClient(srv.url, concurrency=16, network_timeout=120)
     # a request whose body is still arriving when the signal comes
     x9 = np.full(SHAPE, 0.05, np.float32)
@@ -114,7 +142,10 @@ def test_sigterm_answers_every_accepted_request_then_exits_0(slow_model, tmp_pat
     jobs = [client.async_infer("slow", [_input(x)]) for x in xs]
     # all 17 inside the server, and some besides the half-sent one still waiting or running
     _wait_for(
-        lambda: srv.metric("modelpress_requests_total") == 17 and srv.metric("modelpress_requests_in_progress") >= 3,
+        lambda: (
+            srv.metric("modelpress_requests_total") == 17
+            and srv.metric("modelpress_requests_in_progress") >= 3
+        ),
         "requests inside the server",
     )
     srv.terminate()
@@ -129,9 +160,16 @@ def test_sigterm_answers_every_accepted_request_then_exits_0(slow_model, tmp_pat
     assert response.startswith(b"HTTP/1.1 200")
     sess = ort.InferenceSession(str(slow_model))
     answer = json.loads(response.split(b"\r\n\r\n", 1)[1])["outputs"][0]
-    np.testing.assert_allclose(np.array(answer["data"], np.float32).reshape(answer["shape"]), sess.run(None, {"x": x9})[0], rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(
+        np.array(answer["data"], np.float32).reshape(answer["shape"]),
+        sess.run(None, {"x": x9})[0],
+        rtol=RTOL,
+        atol=ATOL,
+    )
     for x, job in zip(xs, jobs):
-        np.testing.assert_allclose(job.get_result().as_numpy("y"), sess.run(None, {"x": x})[0], rtol=RTOL, atol=ATOL)
+        np.testing.assert_allclose(
+            job.get_result().as_numpy("y"), sess.run(None, {"x": x})[0], rtol=RTOL, atol=ATOL
+        )
     assert srv.proc.wait(timeout=60) == 0
     assert "every accepted request was answered" in srv.proc.stdout.read()
     (served,) = json.loads(record.read_text())["result"]["models"]
@@ -146,7 +184,11 @@ def test_api_key_guards_everything_but_health(tmp_path):
         client = th.InferenceServerClient(srv.url)
         assert client.is_server_live() and client.is_server_ready()  # open
         x = np.ones((1, 3, 8, 8), np.float32)
-        for headers in (None, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic s3cret-token"}):
+        for headers in (
+            None,
+            {"Authorization": "Bearer wrong"},
+            {"Authorization": "Basic s3cret-token"},
+        ):
             with pytest.raises(InferenceServerException) as info:
                 client.infer("cnn", [_input(x)], headers=headers)
             assert info.value.status() == "401"

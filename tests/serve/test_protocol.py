@@ -28,7 +28,7 @@ def _client_body(arrays: dict[str, np.ndarray], *, binary: bool, outputs=None):
 ARRAYS = {
     "f32": np.arange(24, dtype=np.float32).reshape(2, 3, 4) / 7,
     "f16": np.linspace(-2, 2, 6, dtype=np.float16).reshape(2, 3),
-    "i64": np.array([[1, -2**40], [3, 2**62]], dtype=np.int64),
+    "i64": np.array([[1, -(2**40)], [3, 2**62]], dtype=np.int64),
     "u8": np.arange(10, dtype=np.uint8),
     "b": np.array([True, False, True]),
     "s": np.array([b"caf\xc3\xa9", b"", b"text"], dtype=object),
@@ -61,14 +61,18 @@ def test_responses_decode_in_tritonclient_to_the_same_arrays(binary):
         got = result.as_numpy(name)
         assert got.shape == arr.shape, name
         if arr.dtype == object:
-            assert [bytes(v) if isinstance(v, bytes) else v.encode() for v in got.reshape(-1)] == list(arr.reshape(-1))
+            assert [
+                bytes(v) if isinstance(v, bytes) else v.encode() for v in got.reshape(-1)
+            ] == list(arr.reshape(-1))
         else:
             assert got.dtype == arr.dtype
             np.testing.assert_array_equal(got, arr)
 
 
 def test_per_output_binary_flag_overrides_the_request_default():
-    body, size = _client_body({"x": ARRAYS["f32"]}, binary=True, outputs=[th.InferRequestedOutput("y", binary_data=False)])
+    body, size = _client_body(
+        {"x": ARRAYS["f32"]}, binary=True, outputs=[th.InferRequestedOutput("y", binary_data=False)]
+    )
     req = decode_request(body, header_length=size)
     body, headers = encode_response({"y": ARRAYS["f32"]}, model_name="m", request=req)
     assert "inference-header-content-length" not in headers
@@ -98,13 +102,26 @@ def test_malformed_bodies_are_400_naming_the_problem():
     assert "non-negative integers" in _status(json.dumps(doc).encode())[1]
     doc["inputs"][0].update(datatype="BYTES", shape=[1], data=[7])
     assert "must be strings" in _status(json.dumps(doc).encode())[1]
-    bad_bytes = json.dumps({"inputs": [{"name": "s", "datatype": "BYTES", "shape": [2], "parameters": {"binary_data_size": 6}}]}).encode()
+    bad_bytes = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "s",
+                    "datatype": "BYTES",
+                    "shape": [2],
+                    "parameters": {"binary_data_size": 6},
+                }
+            ]
+        }
+    ).encode()
     status, msg = _status(bad_bytes + (3).to_bytes(4, "little") + b"ab", len(bad_bytes))
     assert status == 400 and "cut short" in msg
 
 
 def test_compressed_requests_inflate_within_the_limit():
-    body = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1.5]}]}).encode()
+    body = json.dumps(
+        {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1.5]}]}
+    ).encode()
     assert decompress(gzip.compress(body), "gzip", limit=1000) == body
     assert decompress(zlib.compress(body), "deflate", limit=1000) == body
     bomb = gzip.compress(b"\0" * 100_000)

@@ -31,7 +31,9 @@ def _png(seed: int, size=(12, 10)) -> bytes:
 def declared(tmp_path_factory):
     d = tmp_path_factory.mktemp("raw")
     model = load(cnn(d / "plain.onnx"))
-    proc = Processing.declare(model, pre="image:resize=10,crop=8,layout=nchw", post="softmax,topk=3")
+    proc = Processing.declare(
+        model, pre="image:resize=10,crop=8,layout=nchw", post="softmax,topk=3"
+    )
     proc.store(model)
     save(model, d / "classifier.onnx")
     return d / "classifier.onnx", proc, d / "plain.onnx"
@@ -56,14 +58,21 @@ def _close(got, want):
     """Same classes in the same order, scores equal to float rounding (a batched run may round
     differently from the reference's single run)."""
     assert [c["index"] for c in got["classes"]] == [c["index"] for c in want["classes"]]
-    np.testing.assert_allclose([c["score"] for c in got["classes"]], [c["score"] for c in want["classes"]], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(
+        [c["score"] for c in got["classes"]],
+        [c["score"] for c in want["classes"]],
+        rtol=1e-5,
+        atol=1e-7,
+    )
 
 
 def test_an_image_body_gets_the_post_processed_answer(server, declared):
     assert "raw items" in "".join(server.lines)
     for seed in range(3):
         png = _png(seed)
-        status, _, body = _post(server, "/v2/models/classifier/infer", png, {"Content-Type": "image/png"})
+        status, _, body = _post(
+            server, "/v2/models/classifier/infer", png, {"Content-Type": "image/png"}
+        )
         assert status == 200, body
         _close(json.loads(body), expected(declared, [png])[0])
 
@@ -85,9 +94,13 @@ def test_a_bytes_tensor_of_items_through_tritonclient(server, declared):
 
 
 def test_raw_items_are_refused_where_they_cannot_be_used(server):
-    status, _, body = _post(server, "/v2/models/classifier/infer", b"not an image", {"Content-Type": "image/png"})
+    status, _, body = _post(
+        server, "/v2/models/classifier/infer", b"not an image", {"Content-Type": "image/png"}
+    )
     assert status == 400 and "cannot pre-process this item: item 0" in json.loads(body)["error"]
-    status, _, body = _post(server, "/v2/models/plain/infer", _png(1), {"Content-Type": "image/png"})
+    status, _, body = _post(
+        server, "/v2/models/plain/infer", _png(1), {"Content-Type": "image/png"}
+    )
     assert status == 400 and "declares no pre-processing" in json.loads(body)["error"]
     client = th.InferenceServerClient(server.url)
     raw = th.InferInput("raw", [1], "BYTES")

@@ -42,7 +42,10 @@ def test_ray_serve_answers_tritonclient_like_the_local_server(tmp_path):
         client = th.InferenceServerClient(dep.url, concurrency=8, network_timeout=120)
         assert client.get_model_metadata("cnn")["inputs"][0]["shape"] == [-1, 3, -1, -1]
         rng = np.random.default_rng(7)
-        xs = [rng.standard_normal(s).astype(np.float32) for s in [(1, 3, 8, 8), (2, 3, 8, 8), (1, 3, 5, 5)] * 2]
+        xs = [
+            rng.standard_normal(s).astype(np.float32)
+            for s in [(1, 3, 8, 8), (2, 3, 8, 8), (1, 3, 5, 5)] * 2
+        ]
         jobs = []
         for x in xs:
             i = th.InferInput("x", list(x.shape), "FP32")
@@ -50,7 +53,12 @@ def test_ray_serve_answers_tritonclient_like_the_local_server(tmp_path):
             jobs.append(client.async_infer("cnn", [i]))
         sess = ort.InferenceSession(str(path))
         for x, job in zip(xs, jobs):
-            np.testing.assert_allclose(job.get_result().as_numpy("logits"), sess.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(
+                job.get_result().as_numpy("logits"),
+                sess.run(None, {"x": x})[0],
+                rtol=1e-5,
+                atol=1e-6,
+            )
         bad = th.InferInput("x", [1, 2, 8, 8], "FP32")
         bad.set_data_from_numpy(np.zeros((1, 2, 8, 8), np.float32))
         with pytest.raises(InferenceServerException) as info:
@@ -63,7 +71,12 @@ def test_ray_serve_answers_tritonclient_like_the_local_server(tmp_path):
 
 def test_serve_ray_without_ray_names_the_extra(tmp_path, monkeypatch, capsys):
     path = cnn(tmp_path / "cnn.onnx")
-    monkeypatch.setitem(sys.modules, "ray", None)  # an import of ray now fails, as when it is missing
+    monkeypatch.setitem(
+        sys.modules, "ray", None
+    )  # an import of ray now fails, as when it is missing
     assert main(["serve", str(path), "--ray"]) == 1
     err = capsys.readouterr().err.strip()
-    assert err == "error: serving on Ray (--ray) needs the 'ray' package: install it with `pip install 'modelpress[ray]'`"
+    assert (
+        err
+        == "error: serving on Ray (--ray) needs the 'ray' package: install it with `pip install 'modelpress[ray]'`"
+    )

@@ -28,7 +28,10 @@ def _served(graph: str) -> ServedModel:
         # inputs that do not share their first axis
         ("g (float[N, 3] x, float[M, 3] y) => (float[N, 3] z) { z = Relu(x) }", None),
         # a reduction over the batch
-        ("g (float[N, 3] x) => (float[3] z) <int64[1] axes = {0}> { z = ReduceSum<keepdims=0>(x, axes) }", None),
+        (
+            "g (float[N, 3] x) => (float[3] z) <int64[1] axes = {0}> { z = ReduceSum<keepdims=0>(x, axes) }",
+            None,
+        ),
     ],
 )
 def test_batch_dimension_is_one_named_axis_0_of_every_input_and_output(graph, batch_dim):
@@ -58,7 +61,10 @@ def test_cli_refusals_are_one_line(tmp_path, capsys):
         (["serve", path, "--api-key-file", str(tmp_path / "absent")], "error: --api-key-file"),
         (["serve", path, "--name", "a,b"], "error: --name gives 2 names for 1 models"),
         (["serve", path, "--max-batch", "0"], "error: --max-batch must be at least 1"),
-        (["serve", path, path], "error: two models are named 'cnn': give them different --name values"),
+        (
+            ["serve", path, path],
+            "error: two models are named 'cnn': give them different --name values",
+        ),
     ]
     empty = tmp_path / "empty.key"
     empty.write_text("\n")

@@ -23,14 +23,29 @@ RTOL, ATOL = 1e-5, 1e-6
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     d = tmp_path_factory.mktemp("models")
-    return {"cnn": cnn(d / "cnn.onnx"), "encoder": encoder(d / "encoder.onnx"), "nonzero": nonzero(d / "nz.onnx")}
+    return {
+        "cnn": cnn(d / "cnn.onnx"),
+        "encoder": encoder(d / "encoder.onnx"),
+        "nonzero": nonzero(d / "nz.onnx"),
+    }
 
 
 @pytest.fixture(scope="module")
 def server(models):
     srv = ServerProcess(
-        [str(models["cnn"]), str(models["encoder"]), str(models["nonzero"]), "--name", "cnn,enc,nz",
-         "--max-batch", "8", "--max-delay-ms", "20", "--max-body-mb", "1"]
+        [
+            str(models["cnn"]),
+            str(models["encoder"]),
+            str(models["nonzero"]),
+            "--name",
+            "cnn,enc,nz",
+            "--max-batch",
+            "8",
+            "--max-delay-ms",
+            "20",
+            "--max-body-mb",
+            "1",
+        ]
     )
     yield srv
     assert srv.stop() == 0
@@ -85,15 +100,26 @@ def test_infer_binary_and_json_tensors_equal_onnxruntime(client, models, binary)
     out = th.InferRequestedOutput("logits", binary_data=binary)
     result = client.infer("cnn", [_input("x", x, binary)], outputs=[out], request_id="abc")
     assert result.get_response()["id"] == "abc"
-    np.testing.assert_allclose(result.as_numpy("logits"), ref(models["cnn"], {"x": x}), rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(
+        result.as_numpy("logits"), ref(models["cnn"], {"x": x}), rtol=RTOL, atol=ATOL
+    )
     # the default of tritonclient: no outputs named, binary inputs and outputs
     default = client.infer("cnn", [_input("x", x)])
-    np.testing.assert_allclose(default.as_numpy("logits"), ref(models["cnn"], {"x": x}), rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(
+        default.as_numpy("logits"), ref(models["cnn"], {"x": x}), rtol=RTOL, atol=ATOL
+    )
 
 
 def test_concurrent_requests_of_mixed_shapes_each_get_their_own_answer(client, models, server):
     rng = np.random.default_rng(4)
-    cnn_shapes = [(1, 3, 8, 8), (2, 3, 8, 8), (1, 3, 6, 6), (3, 3, 8, 8), (1, 3, 6, 9), (2, 3, 6, 6)] * 3
+    cnn_shapes = [
+        (1, 3, 8, 8),
+        (2, 3, 8, 8),
+        (1, 3, 6, 6),
+        (3, 3, 8, 8),
+        (1, 3, 6, 9),
+        (2, 3, 6, 6),
+    ] * 3
     jobs = []
     for shape in cnn_shapes:
         x = rng.standard_normal(shape).astype(np.float32)
@@ -103,7 +129,9 @@ def test_concurrent_requests_of_mixed_shapes_each_get_their_own_answer(client, m
         mask = (rng.random((rows, seq)) < 0.8).astype(np.int64)
         mask[:, 0] = 1
         feeds = {"ids": ids, "mask": mask}
-        jobs.append(("enc", feeds, client.async_infer("enc", [_input(k, v) for k, v in feeds.items()])))
+        jobs.append(
+            ("enc", feeds, client.async_infer("enc", [_input(k, v) for k, v in feeds.items()]))
+        )
     for rows in (1, 2, 1, 3) * 3:
         x = rng.standard_normal((rows, 4)).astype(np.float32)
         jobs.append(("nz", {"x": x}, client.async_infer("nz", [_input("x", x)])))
@@ -115,7 +143,7 @@ def test_concurrent_requests_of_mixed_shapes_each_get_their_own_answer(client, m
         got = result.as_numpy(output)
         assert got.shape == expected.shape, name
         np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL)
-    assert server.metric('modelpress_request_failures_total') == 0
+    assert server.metric("modelpress_request_failures_total") == 0
 
 
 def _error(excinfo) -> tuple[str, str]:
@@ -127,7 +155,10 @@ def test_wrong_name_dtype_or_shape_is_400_naming_the_input(client):
     cases = [
         ([_input("image", x)], "model 'cnn' has no input 'image' (inputs: x)"),
         ([_input("x", x.astype(np.float64))], "input 'x' is FP64, model 'cnn' expects FP32"),
-        ([_input("x", x[:, :2])], "input 'x' has shape [1, 2, 8, 8], model 'cnn' expects [-1, 3, -1, -1]"),
+        (
+            [_input("x", x[:, :2])],
+            "input 'x' has shape [1, 2, 8, 8], model 'cnn' expects [-1, 3, -1, -1]",
+        ),
         ([_input("x", x[0])], "input 'x' has shape [3, 8, 8], model 'cnn' expects [-1, 3, -1, -1]"),
     ]
     for inputs, message in cases:
@@ -152,9 +183,22 @@ def test_wrong_name_dtype_or_shape_is_400_naming_the_input(client):
     assert info.value.status() == "404"
 
 
-def test_truncated_oversize_and_garbled_bodies_get_their_status_and_the_server_goes_on(client, server, models):
+def test_truncated_oversize_and_garbled_bodies_get_their_status_and_the_server_goes_on(
+    client, server, models
+):
     x = np.ones((1, 3, 8, 8), np.float32)
-    header = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 3, 8, 8], "parameters": {"binary_data_size": x.nbytes}}]}).encode()
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "x",
+                    "datatype": "FP32",
+                    "shape": [1, 3, 8, 8],
+                    "parameters": {"binary_data_size": x.nbytes},
+                }
+            ]
+        }
+    ).encode()
     hdr = {"Inference-Header-Content-Length": str(len(header))}
     status, _, body = _post(server, "/v2/models/cnn/infer", header + x.tobytes()[:-7], hdr)
     assert status == 400 and "before its binary data does" in json.loads(body)["error"]
@@ -162,13 +206,19 @@ def test_truncated_oversize_and_garbled_bodies_get_their_status_and_the_server_g
     with pytest.raises(InferenceServerException) as info:
         client.infer("cnn", [_input("x", big)])
     assert info.value.status() == "413"
-    status, _, body = _post(server, "/v2/models/cnn/infer", b"{not json", {"Content-Type": "application/json"})
+    status, _, body = _post(
+        server, "/v2/models/cnn/infer", b"{not json", {"Content-Type": "application/json"}
+    )
     assert status == 400 and "not valid JSON" in json.loads(body)["error"]
-    status, _, _ = _post(server, "/v2/models/cnn/infer", b"\x00" * 64, {"Inference-Header-Content-Length": "9999"})
+    status, _, _ = _post(
+        server, "/v2/models/cnn/infer", b"\x00" * 64, {"Inference-Header-Content-Length": "9999"}
+    )
     assert status == 400
     # and it still answers correctly
     result = client.infer("cnn", [_input("x", x)])
-    np.testing.assert_allclose(result.as_numpy("logits"), ref(models["cnn"], {"x": x}), rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(
+        result.as_numpy("logits"), ref(models["cnn"], {"x": x}), rtol=RTOL, atol=ATOL
+    )
 
 
 def test_a_request_the_model_fails_on_does_not_harm_its_batch(client, models, server):
@@ -188,13 +238,22 @@ def test_a_request_the_model_fails_on_does_not_harm_its_batch(client, models, se
                 job.get_result()
             assert info.value.status() == "400" and "failed on this request" in info.value.message()
         else:
-            np.testing.assert_allclose(job.get_result().as_numpy("pooled"), ref(models["encoder"], feeds), rtol=RTOL, atol=ATOL)
+            np.testing.assert_allclose(
+                job.get_result().as_numpy("pooled"),
+                ref(models["encoder"], feeds),
+                rtol=RTOL,
+                atol=ATOL,
+            )
 
 
 def test_metrics_count_requests_failures_batches_and_busy_time(server):
     assert server.metric('modelpress_requests_total{model="cnn"}') > 0
     assert server.metric('modelpress_request_failures_total{code="400"') > 0
-    assert server.metric('modelpress_request_duration_seconds_count{model="cnn"}') == server.metric('modelpress_requests_total{model="cnn"}')
+    assert server.metric('modelpress_request_duration_seconds_count{model="cnn"}') == server.metric(
+        'modelpress_requests_total{model="cnn"}'
+    )
     assert server.metric('modelpress_busy_seconds_total{model="cnn"}') > 0
-    assert server.metric('modelpress_batch_size_sum{model="cnn"}') == server.metric('modelpress_inferences_total{model="cnn"}')
+    assert server.metric('modelpress_batch_size_sum{model="cnn"}') == server.metric(
+        'modelpress_inferences_total{model="cnn"}'
+    )
     assert server.metric("modelpress_queue_depth") == 0

@@ -86,7 +86,6 @@ def measure_node_overhead_us(*, nodes: int = CHAIN_NODES, runs: int = 20) -> flo
     arithmetic is negligible, divided by its length."""
     import onnx_ir as ir
 
-
     x = ir.Value(name="x", type=ir.TensorType(ir.DataType.FLOAT), shape=ir.Shape([1, 16]))
     value, chain = x, []
     for i in range(nodes):
@@ -135,7 +134,6 @@ def calibrate_cpu(
 
     feeds = None
     if model is not None:
-
         shapes, fixed = input_shapes(model, batch, seq)
         batch = fixed or batch  # a graph with a fixed batch runs at that batch
         feeds = generate_inputs(model, shapes=shapes)
@@ -146,7 +144,6 @@ def calibrate_cpu(
     predicted, bound = predict_cpu_ms(workload, roof, batch=batch, node_overhead_us=overhead)
     measured = p25 = p75 = None
     if feeds is not None:
-
         sess = session(model, optimize="all")
         timing = time_interleaved([lambda: sess.run(None, feeds)], runs=runs, warmup=2)[0]
         measured, p25, p75 = timing.median_ms, timing.p25_ms, timing.p75_ms

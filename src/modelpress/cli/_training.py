@@ -42,7 +42,9 @@ def print_training(results) -> None:
             else "no loss measured"
         )
         stop = ", stopped early" if t.stopped_early else ""
-        console.print(f"training{where}: {t.steps} steps on {t.samples} samples, {loss} (held out: {t.held_out}){stop}, {t.seconds:.1f} s")
+        console.print(
+            f"training{where}: {t.steps} steps on {t.samples} samples, {loss} (held out: {t.held_out}){stop}, {t.seconds:.1f} s"
+        )
 
 
 def print_check(check) -> None:

@@ -230,7 +230,6 @@ def _workload(args):
             cfg, seq=seq, gen_tokens=args.gen_tokens if args.task == "infer" else 0
         ), None
     if path.suffix.lower() == ".onnx":
-
         model = open_model(path, args)
         return workload_from_onnx(
             model, name=path.stem, seq=args.seq, dims=dims(args), shapes=shapes(args)
@@ -281,7 +280,6 @@ def run(args) -> int:
     )
     calibration = None
     if args.calibrate:
-
         with console.status("measuring this CPU"):
             calibration = calibrate_cpu(workload, model=model, batch=args.batch or 1, seq=args.seq)
     rec = recommend(workload, candidates, req, eff=DEFAULT_EFFICIENCY, pricing=pricing)
@@ -379,7 +377,6 @@ def _money(v) -> str:
 
 def _print(rec, workload, calibration) -> None:
     from rich.table import Table
-
 
     req = rec.request
     console.print(

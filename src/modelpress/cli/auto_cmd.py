@@ -63,22 +63,90 @@ def add_parser(sub) -> None:
     )
     opt.add_model(p, help="an .onnx file")
     opt.add_output(p, help="where to write the chosen model")
-    opt.add_data(p, required=True, labels=True, help="validation samples: an .npz of arrays named after the model's inputs (the first ones calibrate, the rest score)")
-    p.add_argument("--metric", choices=METRICS, help="what to keep: top1 (default with --labels-key), cosine (default without) or mse against the original's outputs")
-    p.add_argument("--max-accuracy-drop", type=float, default=0.01, metavar="X", help="largest drop of the metric allowed (a fraction: 0.01 is one point of top-1; default 0.01)")
-    p.add_argument("--target", default="cpu", metavar="cpu|GPU", help="cpu (timed here, default) or a GPU of the advisor's catalog (latency estimated)")
-    p.add_argument("--time-budget", default="10m", metavar="DURATION", help="stop starting trials past this (90s, 10m, 1h; default 10m)")
-    p.add_argument("--train-data", metavar="PATH", help="training samples: lets pruning and training modes into the search, and calibrates")
-    p.add_argument("--batch-size", type=int, default=1, metavar="N", help="batch the latency is measured (or estimated) at (default 1)")
-    p.add_argument("--seq", type=int, metavar="N", help="sequence length for the GPU estimate of a text model")
+    opt.add_data(
+        p,
+        required=True,
+        labels=True,
+        help="validation samples: an .npz of arrays named after the model's inputs (the first ones calibrate, the rest score)",
+    )
+    p.add_argument(
+        "--metric",
+        choices=METRICS,
+        help="what to keep: top1 (default with --labels-key), cosine (default without) or mse against the original's outputs",
+    )
+    p.add_argument(
+        "--max-accuracy-drop",
+        type=float,
+        default=0.01,
+        metavar="X",
+        help="largest drop of the metric allowed (a fraction: 0.01 is one point of top-1; default 0.01)",
+    )
+    p.add_argument(
+        "--target",
+        default="cpu",
+        metavar="cpu|GPU",
+        help="cpu (timed here, default) or a GPU of the advisor's catalog (latency estimated)",
+    )
+    p.add_argument(
+        "--time-budget",
+        default="10m",
+        metavar="DURATION",
+        help="stop starting trials past this (90s, 10m, 1h; default 10m)",
+    )
+    p.add_argument(
+        "--train-data",
+        metavar="PATH",
+        help="training samples: lets pruning and training modes into the search, and calibrates",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=1,
+        metavar="N",
+        help="batch the latency is measured (or estimated) at (default 1)",
+    )
+    p.add_argument(
+        "--seq", type=int, metavar="N", help="sequence length for the GPU estimate of a text model"
+    )
     opt.add_list(p, "--levels", metavar="N", help="optimizer levels to try (default: all)")
-    opt.add_list(p, "--modes", metavar="MODE", help=f"float and quantization modes to try ({', '.join(['float', *MODES])}; default: those that suit the target)")
-    opt.add_list(p, "--methods", metavar="OBSERVER", help="static mode's calibration observers to try (default: all)")
-    p.add_argument("--max-float-layers", type=int, metavar="N", help="keep at most N layers of a quantized candidate in float (default: as many as the budget needs; 0: none)")
-    p.add_argument("--timing", type=float, default=1.0, metavar="SECONDS", help="time spent timing each candidate (default 1)")
-    p.add_argument("--recipe", metavar="FILE.yaml", help="where to write the winner's recipe (default: OUTPUT with .recipe.yaml)")
-    p.add_argument("--cache", metavar="DIR", help="where trials are kept (default: OUTPUT with .auto/ beside it)")
-    p.add_argument("--protect", action="store_true", help="protect the chosen model last (needs --key-file)")
+    opt.add_list(
+        p,
+        "--modes",
+        metavar="MODE",
+        help=f"float and quantization modes to try ({', '.join(['float', *MODES])}; default: those that suit the target)",
+    )
+    opt.add_list(
+        p,
+        "--methods",
+        metavar="OBSERVER",
+        help="static mode's calibration observers to try (default: all)",
+    )
+    p.add_argument(
+        "--max-float-layers",
+        type=int,
+        metavar="N",
+        help="keep at most N layers of a quantized candidate in float (default: as many as the budget needs; 0: none)",
+    )
+    p.add_argument(
+        "--timing",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="time spent timing each candidate (default 1)",
+    )
+    p.add_argument(
+        "--recipe",
+        metavar="FILE.yaml",
+        help="where to write the winner's recipe (default: OUTPUT with .recipe.yaml)",
+    )
+    p.add_argument(
+        "--cache",
+        metavar="DIR",
+        help="where trials are kept (default: OUTPUT with .auto/ beside it)",
+    )
+    p.add_argument(
+        "--protect", action="store_true", help="protect the chosen model last (needs --key-file)"
+    )
     opt.add_key(p)
     opt.add_report(p)
     opt.add_record(p)
@@ -148,7 +216,11 @@ def run(args) -> int:
                 f"  {event.trials:>3} {'(cached) ' if event.kind == 'cached' else ''}{escape(t.label)}: {escape(what)}",
                 highlight=False,
             )
-            bar.update(task, completed=min(event.elapsed_s, budget_s), description=f"trial {event.trials}{escape(best)}")
+            bar.update(
+                task,
+                completed=min(event.elapsed_s, budget_s),
+                description=f"trial {event.trials}{escape(best)}",
+            )
 
         result = auto(
             args.model,
@@ -177,11 +249,12 @@ def run(args) -> int:
         result.recipe.output = str(output)
     save(result.model, output)
     if protect is not None:
-
         applied = get_step("protect").apply(result.model, dict(protect), Context())
         write_package(applied.output, output.with_suffix(".mpk"))
     result.recipe.write(recipe_path)
-    console.print(f"wrote {escape(str(output))} and its recipe {escape(str(recipe_path))}; trials kept in {escape(str(cache))}")
+    console.print(
+        f"wrote {escape(str(output))} and its recipe {escape(str(recipe_path))}; trials kept in {escape(str(cache))}"
+    )
     if recorder.wanted:
         _record(recorder, result, load(args.model), args)
     return 0
@@ -203,8 +276,12 @@ def _record(recorder, result, original, args) -> None:
 
     target = target_for(args.target)
     charts, notes = advisor_charts(
-        result.model, name=Path(args.model).stem, precision=precision_of(result.model),
-        gpu=target.gpu, batch=args.batch_size, seq=args.seq,
+        result.model,
+        name=Path(args.model).stem,
+        precision=precision_of(result.model),
+        gpu=target.gpu,
+        batch=args.batch_size,
+        seq=args.seq,
     )
     data = result.to_dict()
     data["notes"] = data["notes"] + notes
@@ -231,7 +308,9 @@ def _print(result) -> None:
     console.print(t)
     default = result.default
     if default is not None and default.ok:
-        console.print(f"optimize + static int8 (defaults): {result.latency_ms(default):.3g} {ms}, drop {max(default.drop, 0):.4g}")
+        console.print(
+            f"optimize + static int8 (defaults): {result.latency_ms(default):.3g} {ms}, drop {max(default.drop, 0):.4g}"
+        )
     w = result.winner
     if w is None:
         return
@@ -245,6 +324,8 @@ def _print(result) -> None:
             f"[red]budget not met[/]: the best found, {escape(w.label)}, drops {result.metric} by {w.drop:.4g}, "
             f"{result.shortfall:.4g} over the budget of {result.max_accuracy_drop:g}; written anyway"
         )
-    console.print(f"{result.stopped}; {result.evaluated} trial(s) run, {result.cached} from the cache, {result.seconds:.0f} s")
+    console.print(
+        f"{result.stopped}; {result.evaluated} trial(s) run, {result.cached} from the cache, {result.seconds:.0f} s"
+    )
     for n in result.notes:
         console.print(f"note: {escape(n)}")

@@ -31,14 +31,32 @@ def add_parser(sub) -> None:
     options.add_key(p)
     options.add_list(p, "--vs", metavar="MODEL", help="other models to time in the same runs")
     options.add_device(p)
-    p.add_argument("--threads", type=int, metavar="N", help="intra-op threads (default: the runtime's choice)")
-    p.add_argument("--ort-level", default="all", choices=list(OPT_LEVELS), help="ONNX Runtime's own graph optimization level (ort backend; default all)")
+    p.add_argument(
+        "--threads", type=int, metavar="N", help="intra-op threads (default: the runtime's choice)"
+    )
+    p.add_argument(
+        "--ort-level",
+        default="all",
+        choices=list(OPT_LEVELS),
+        help="ONNX Runtime's own graph optimization level (ort backend; default all)",
+    )
     p.add_argument("--optimize", dest="old_optimize", help=argparse.SUPPRESS)  # now --ort-level
-    options.add_data(p, help="inputs to time on (an .npz of arrays named after the model's inputs) instead of generated ones")
+    options.add_data(
+        p,
+        help="inputs to time on (an .npz of arrays named after the model's inputs) instead of generated ones",
+    )
     options.add_shapes(p)
-    p.add_argument("--runs", type=int, default=50, metavar="N", help="timed runs per model (default 50)")
-    p.add_argument("--warmup", type=int, default=5, metavar="N", help="untimed rounds first (default 5)")
-    p.add_argument("--profile-ops", action="store_true", help="per-operator time from the runtime's profiler (ort)")
+    p.add_argument(
+        "--runs", type=int, default=50, metavar="N", help="timed runs per model (default 50)"
+    )
+    p.add_argument(
+        "--warmup", type=int, default=5, metavar="N", help="untimed rounds first (default 5)"
+    )
+    p.add_argument(
+        "--profile-ops",
+        action="store_true",
+        help="per-operator time from the runtime's profiler (ort)",
+    )
     options.add_record(p)
     options.add_report(p)
     p.set_defaults(func=run)
@@ -81,17 +99,36 @@ def run(args) -> int:
             for line in m.placement:
                 console.print(f"{escape(m.name)}: {escape(line)}")
     shapes = ", ".join(f"{k} {v}" for k, v in result.shapes.items())
-    t = Table(title=f"{args.backend} on {result.device}, batch {result.batch}, {result.runs} interleaved runs ({escape(shapes)})", show_edge=False)
-    for col in ("model", "median ms", "p25–p75 ms", "vs first", "samples/s", "GFLOP/s", "% peak", "MiB"):
+    t = Table(
+        title=f"{args.backend} on {result.device}, batch {result.batch}, {result.runs} interleaved runs ({escape(shapes)})",
+        show_edge=False,
+    )
+    for col in (
+        "model",
+        "median ms",
+        "p25–p75 ms",
+        "vs first",
+        "samples/s",
+        "GFLOP/s",
+        "% peak",
+        "MiB",
+    ):
         t.add_column(col, justify="left" if col == "model" else "right")
     for m in result.models:
         t.add_row(
-            escape(Path(m.name).name), f"{m.timing.median_ms:.3f}", f"{m.timing.p25_ms:.3f}–{m.timing.p75_ms:.3f}", f"{m.ratio_vs_first:.2f}×",
-            f"{m.samples_per_s:.1f}", f"{m.gflops:.2f}", f"{100 * m.gflops / result.machine_peak_gflops:.1f}%",
+            escape(Path(m.name).name),
+            f"{m.timing.median_ms:.3f}",
+            f"{m.timing.p25_ms:.3f}–{m.timing.p75_ms:.3f}",
+            f"{m.ratio_vs_first:.2f}×",
+            f"{m.samples_per_s:.1f}",
+            f"{m.gflops:.2f}",
+            f"{100 * m.gflops / result.machine_peak_gflops:.1f}%",
             "?" if m.peak_memory_mb is None else f"{m.peak_memory_mb:.1f}",
         )
     console.print(t)
-    console.print(f"machine peak (fp32 MatMul under ONNX Runtime): {result.machine_peak_gflops:.1f} GFLOP/s")
+    console.print(
+        f"machine peak (fp32 MatMul under ONNX Runtime): {result.machine_peak_gflops:.1f} GFLOP/s"
+    )
     for m in result.models:
         if m.operators is None:
             continue

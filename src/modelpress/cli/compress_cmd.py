@@ -26,9 +26,26 @@ def add_parser(sub) -> None:
     options.add_model(p)
     options.add_output(p, help="the .mpz file to write")
     options.add_training_data(p, required=True)
-    p.add_argument("--sparsity", type=float, default=0.9, metavar="X", help="fraction of weights pruned (default 0.9)")
-    p.add_argument("--bits", type=int, default=5, metavar="N", help="bits per shared weight: 2^N values per layer (default 5)")
-    p.add_argument("--scope", default="global", choices=["global", "layer"], help="one pruning threshold for all layers (default) or per layer")
+    p.add_argument(
+        "--sparsity",
+        type=float,
+        default=0.9,
+        metavar="X",
+        help="fraction of weights pruned (default 0.9)",
+    )
+    p.add_argument(
+        "--bits",
+        type=int,
+        default=5,
+        metavar="N",
+        help="bits per shared weight: 2^N values per layer (default 5)",
+    )
+    p.add_argument(
+        "--scope",
+        default="global",
+        choices=["global", "layer"],
+        help="one pruning threshold for all layers (default) or per layer",
+    )
     options.add_list(p, "--keep", metavar="NODE", help="layers left dense")
     options.add_training(p)
     options.add_record(p)
@@ -69,6 +86,8 @@ def run(args) -> int:
     print_training(result.training)
     print_check(result.check)
     write_bytes(args.output, result.data)
-    console.print(f"wrote {args.output} ({human_bytes(len(result.data))}, {result.ratio:.1f}x smaller, sparsity {result.sparsity:.1%}, {result.bits} bits)")
+    console.print(
+        f"wrote {args.output} ({human_bytes(len(result.data))}, {result.ratio:.1f}x smaller, sparsity {result.sparsity:.1%}, {result.bits} bits)"
+    )
     recorder.write(result.to_dict())
     return 0

@@ -32,7 +32,9 @@ def add_parser(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "source", metavar="SOURCE", help="a .pt2, .pt, .keras, .h5 or .tflite file, or a SavedModel directory"
+        "source",
+        metavar="SOURCE",
+        help="a .pt2, .pt, .keras, .h5 or .tflite file, or a SavedModel directory",
     )
     options.add_output(p, help="where to write the ONNX model")
     p.add_argument("--opset", type=int, help="ONNX opset to target (default: the exporter's)")
@@ -50,7 +52,9 @@ def add_parser(sub) -> None:
         help="keep this axis of an input dynamic (repeatable)",
     )
     p.add_argument(
-        "--optimize", action="store_true", help="then run modelpress's optimizer (level 2) and verify again"
+        "--optimize",
+        action="store_true",
+        help="then run modelpress's optimizer (level 2) and verify again",
     )
     p.add_argument(
         "--no-verify", action="store_true", help="do not compare the ONNX model with the original"

@@ -107,17 +107,35 @@ def _print_advise(r) -> None:
         title=f"{plan.qps:,.0f} requests/s at p99 ≤ {plan.p99_ms:g} ms, int8, dynamic batching",
         show_edge=False,
     )
-    for col in ("#", "device", "n", "batch", "p99 ms", "$/M rent", "$/M own", "max batch", "delay ms"):
+    for col in (
+        "#",
+        "device",
+        "n",
+        "batch",
+        "p99 ms",
+        "$/M rent",
+        "$/M own",
+        "max batch",
+        "delay ms",
+    ):
         t.add_column(col, justify="left" if col == "device" else "right")
     money = lambda v: "-" if v is None else f"${v:.4f}"  # noqa: E731
     for o in plan.options:
         t.add_row(
-            str(o.rank), o.device.replace("NVIDIA ", ""), str(o.replicas), f"{o.queue.mean_batch:.1f}",
-            f"{o.queue.p99_ms:.2f}", money(o.cloud_usd_per_million), money(o.own_usd_per_million),
-            str(o.max_batch), f"{o.max_delay_ms:g}",
+            str(o.rank),
+            o.device.replace("NVIDIA ", ""),
+            str(o.replicas),
+            f"{o.queue.mean_batch:.1f}",
+            f"{o.queue.p99_ms:.2f}",
+            money(o.cloud_usd_per_million),
+            money(o.own_usd_per_million),
+            str(o.max_batch),
+            f"{o.max_delay_ms:g}",
         )
     console.print(t)
-    console.print("n: replicas; batch: the mean batch the server forms; serve with `modelpress serve --max-batch --max-delay-ms`")
+    console.print(
+        "n: replicas; batch: the mean batch the server forms; serve with `modelpress serve --max-batch --max-delay-ms`"
+    )
     for device, reason in plan.rejected:
         console.print(f"not an option: {device}: {reason}")
 
@@ -223,7 +241,11 @@ def run(args) -> int:
     }
     prot = results.get("protect")
     if prot is not None:
-        summary["protect"] = {"path": str(prot.path), "max_rel": prot.max_rel, "metrics": prot.metrics.to_dict()}
+        summary["protect"] = {
+            "path": str(prot.path),
+            "max_rel": prot.max_rel,
+            "metrics": prot.metrics.to_dict(),
+        }
     adv = results.get("advise")
     if adv is not None:
         summary["service"] = adv.plan.to_dict()

@@ -30,10 +30,29 @@ def add_parser(sub) -> None:
     options.add_output(p)
     options.add_training_data(p, required=True)
     who = p.add_mutually_exclusive_group(required=True)
-    who.add_argument("--student", metavar="FILE", help="the student model (same inputs and outputs as the teacher)")
-    who.add_argument("--width", type=float, metavar="X", help="make the student from the teacher: keep this fraction of its channels, neurons and heads")
-    p.add_argument("--no-features", action="store_true", help="do not match hidden states (transformers) or stage outputs (CNNs)")
-    p.add_argument("--feature-weight", type=float, default=1.0, metavar="X", help="weight of the hidden-state / feature-map loss (default 1)")
+    who.add_argument(
+        "--student",
+        metavar="FILE",
+        help="the student model (same inputs and outputs as the teacher)",
+    )
+    who.add_argument(
+        "--width",
+        type=float,
+        metavar="X",
+        help="make the student from the teacher: keep this fraction of its channels, neurons and heads",
+    )
+    p.add_argument(
+        "--no-features",
+        action="store_true",
+        help="do not match hidden states (transformers) or stage outputs (CNNs)",
+    )
+    p.add_argument(
+        "--feature-weight",
+        type=float,
+        default=1.0,
+        metavar="X",
+        help="weight of the hidden-state / feature-map loss (default 1)",
+    )
     options.add_training(p)
     # a student learns from a teacher more slowly than a pruned model recovers: 10 epochs, not 2
     # (benchmarks/results/train.md, distillation)
@@ -51,7 +70,6 @@ def run(args) -> int:
     student = options.open_model(args.student, args) if args.student else None
     config = options.training_config(args)
     if config is False:
-
         raise OptionError("distill trains the student: --no-train leaves nothing to do")
     with training_bar() as progress:
         result = distill(

@@ -17,7 +17,11 @@ def add_parser(sub) -> None:
         epilog="example: modelpress keygen -o key.bin && modelpress protect model.onnx -o model.mpk --key-file key.bin",
     )
     options.add_output(p, help="where to write the key (refused if a file is there)")
-    p.add_argument("--force", action="store_true", help="replace an existing file (packages made with the old key stay locked)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing file (packages made with the old key stay locked)",
+    )
     options.add_record(p)
     p.set_defaults(func=run)
 

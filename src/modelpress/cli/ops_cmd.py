@@ -21,9 +21,16 @@ def add_parser(sub) -> None:
         epilog="examples:\n  modelpress ops --backend torch\n  modelpress ops model.onnx --backend torch",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("model", metavar="MODEL", nargs="?", help="an .onnx file: report which of its ops are not supported")
+    p.add_argument(
+        "model",
+        metavar="MODEL",
+        nargs="?",
+        help="an .onnx file: report which of its ops are not supported",
+    )
     p.add_argument("--model", dest="model_flag", help=argparse.SUPPRESS)  # the old spelling
-    p.add_argument("--backend", default="torch", choices=sorted(SUPPORT_LISTS), help="backend (default torch)")
+    p.add_argument(
+        "--backend", default="torch", choices=sorted(SUPPORT_LISTS), help="backend (default torch)"
+    )
     options.add_record(p)
     p.set_defaults(func=run)
 
@@ -36,11 +43,18 @@ def run(args) -> int:
     report = op_support(args.backend, options.open_model(path, args) if path else None)
     if path:
         if report.missing:
-            console.print(f"{path}: {len(report.missing)} of {len(report.model_ops)} op types not supported by {args.backend}: {', '.join(report.missing)}")
+            console.print(
+                f"{path}: {len(report.missing)} of {len(report.model_ops)} op types not supported by {args.backend}: {', '.join(report.missing)}"
+            )
         else:
-            console.print(f"{path}: all {len(report.model_ops)} op types are supported by {args.backend}")
+            console.print(
+                f"{path}: all {len(report.model_ops)} op types are supported by {args.backend}"
+            )
     else:
-        t = Table(title=f"ops supported by the {args.backend} backend ({len(report.ops)})", show_edge=False)
+        t = Table(
+            title=f"ops supported by the {args.backend} backend ({len(report.ops)})",
+            show_edge=False,
+        )
         t.add_column("family")
         t.add_column("ops")
         for family, names in report.families.items():

@@ -15,7 +15,10 @@ from modelpress.passes.verified import optimize_verified
 
 def add_parser(sub) -> None:
 
-    names = "\n".join(f"  {n:<24} level {c.level}  {(c.__doc__ or '').strip().splitlines()[0]}" for n, c in REGISTRY.items())
+    names = "\n".join(
+        f"  {n:<24} level {c.level}  {(c.__doc__ or '').strip().splitlines()[0]}"
+        for n, c in REGISTRY.items()
+    )
     p = sub.add_parser(
         "optimize",
         help="rewrite a model's graph to run faster, verified against the original",
@@ -25,12 +28,26 @@ def add_parser(sub) -> None:
     )
     options.add_model(p)
     options.add_output(p, help="where to write the optimized model")
-    p.add_argument("--level", type=int, default=2, choices=[0, 1, 2, 3], help="1: clean-up, 2: standard ONNX rewrites (default), 3: ONNX Runtime-specific")
+    p.add_argument(
+        "--level",
+        type=int,
+        default=2,
+        choices=[0, 1, 2, 3],
+        help="1: clean-up, 2: standard ONNX rewrites (default), 3: ONNX Runtime-specific",
+    )
     options.add_list(p, "--passes", metavar="PASS", help="run exactly these passes")
     options.add_list(p, "--skip", metavar="PASS", help="passes not to run")
-    p.add_argument("--opset", type=int, help="upgrade to this opset first (lets fusions use newer standard ops)")
-    p.add_argument("--no-verify", action="store_true", help="do not compare the result with the input")
-    p.add_argument("--external-data", action="store_true", help="store weights in OUT.data beside the model")
+    p.add_argument(
+        "--opset",
+        type=int,
+        help="upgrade to this opset first (lets fusions use newer standard ops)",
+    )
+    p.add_argument(
+        "--no-verify", action="store_true", help="do not compare the result with the input"
+    )
+    p.add_argument(
+        "--external-data", action="store_true", help="store weights in OUT.data beside the model"
+    )
     add_check_options(p)
     options.add_record(p)
     options.add_report(p)

@@ -74,7 +74,9 @@ def speaks_flags(func=None, *, fields: dict[str, str] | None = None):
     return wrap(func) if func is not None else wrap
 
 
-def add_model(p: argparse.ArgumentParser, *, help: str | None = None, required: bool = True) -> None:
+def add_model(
+    p: argparse.ArgumentParser, *, help: str | None = None, required: bool = True
+) -> None:
     p.add_argument(
         "model",
         metavar="MODEL",
@@ -83,9 +85,15 @@ def add_model(p: argparse.ArgumentParser, *, help: str | None = None, required: 
     )
 
 
-def add_output(p: argparse.ArgumentParser, *, required: bool = True, help: str | None = None) -> None:
+def add_output(
+    p: argparse.ArgumentParser, *, required: bool = True, help: str | None = None
+) -> None:
     p.add_argument(
-        "-o", "--output", required=required, metavar="FILE", help=help or "where to write the result"
+        "-o",
+        "--output",
+        required=required,
+        metavar="FILE",
+        help=help or "where to write the result",
     )
 
 
@@ -124,9 +132,7 @@ def add_data(
     if labels:
         p.add_argument("--labels-key", metavar="KEY", help="the array of labels in the --data .npz")
     if batch:
-        p.add_argument(
-            "--batch-size", type=int, metavar="N", help="samples per model run"
-        )
+        p.add_argument("--batch-size", type=int, metavar="N", help="samples per model run")
     if limit:
         p.add_argument("--limit", type=int, metavar="N", help="use at most N samples of --data")
         p.add_argument("--calib-limit", dest="limit", type=int, help=argparse.SUPPRESS)
@@ -151,7 +157,10 @@ def add_shapes(p: argparse.ArgumentParser, *, full_shapes: bool = True) -> None:
 def add_device(p: argparse.ArgumentParser, *, default_backend: str = "ort") -> None:
 
     p.add_argument(
-        "--backend", default=default_backend, choices=backend_names(), help=f"execution backend (default {default_backend})"
+        "--backend",
+        default=default_backend,
+        choices=backend_names(),
+        help=f"execution backend (default {default_backend})",
     )
     p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps, ...")
     p.add_argument(
@@ -166,7 +175,9 @@ def add_device(p: argparse.ArgumentParser, *, default_backend: str = "ort") -> N
         help="fail instead of falling back to the CPU when a device is missing",
     )
     p.add_argument(
-        "--log-placement", action="store_true", help="print node → device and the copies between devices"
+        "--log-placement",
+        action="store_true",
+        help="print node → device and the copies between devices",
     )
 
 
@@ -177,7 +188,13 @@ def add_key(p: argparse.ArgumentParser) -> None:
 
 def add_list(p: argparse.ArgumentParser, flag: str, *, metavar: str, help: str) -> None:
     """A repeatable option whose values may also be comma-separated: ``--exclude a,b --exclude c``."""
-    p.add_argument(flag, action="append", default=[], metavar=metavar, help=f"{help} (repeatable, or comma-separated)")
+    p.add_argument(
+        flag,
+        action="append",
+        default=[],
+        metavar=metavar,
+        help=f"{help} (repeatable, or comma-separated)",
+    )
 
 
 def listed(values: list[str] | None) -> list[str]:
@@ -195,7 +212,9 @@ def shapes(args: argparse.Namespace) -> dict[str, tuple[int, ...]]:
     return parse_shapes(getattr(args, "shape", None))
 
 
-def open_model(path: str | os.PathLike, args: argparse.Namespace | None = None, *, runnable: bool = True):
+def open_model(
+    path: str | os.PathLike, args: argparse.Namespace | None = None, *, runnable: bool = True
+):
     """The model at ``path`` in memory: an ONNX file loaded, or a protected model (an ``.mpk``
     package, or an obfuscated ONNX file) opened in memory with the key options of ``args``. The
     one way every command reads its model. ``runnable=False`` (inspect) lets an obfuscated ONNX
@@ -203,14 +222,14 @@ def open_model(path: str | os.PathLike, args: argparse.Namespace | None = None, 
 
     p = Path(path)
     if p.suffix == ".mpz":
-
         return open_mpz(p)
     key_file = getattr(args, "key_file", None)
     key_env = getattr(args, "key_env", None)
     if has_magic(p) or p.suffix == ".mpk":
-
         if key_file is None and key_env is None:
-            raise OptionError(f"{p}: a protected package: give its key with --key-file FILE or --key-env VAR")
+            raise OptionError(
+                f"{p}: a protected package: give its key with --key-file FILE or --key-env VAR"
+            )
         return open_package(p, load_key(key_file, key_env))
     model = load(p)
 
@@ -219,7 +238,9 @@ def open_model(path: str | os.PathLike, args: argparse.Namespace | None = None, 
     if key_file is None and key_env is None:
         if not runnable:
             return model
-        raise OptionError(f"{p}: an obfuscated model: give its key with --key-file FILE or --key-env VAR")
+        raise OptionError(
+            f"{p}: an obfuscated model: give its key with --key-file FILE or --key-env VAR"
+        )
 
     return unlock(model, load_key(key_file, key_env), name=str(p))
 
@@ -252,13 +273,17 @@ class Recorder:
             self.command, self.args, result, started=self.started, models=cards, charts=charts
         )
 
-    def write(self, result: dict, *, models: dict | None = None, charts: dict | None = None) -> None:
+    def write(
+        self, result: dict, *, models: dict | None = None, charts: dict | None = None
+    ) -> None:
         path = getattr(self.args, "json", None)
         if path:
             self.record(result, models=models, charts=charts).write(path)
         self.write_page(result, models=models, charts=charts)
 
-    def write_page(self, result: dict, *, models: dict | None = None, charts: dict | None = None) -> None:
+    def write_page(
+        self, result: dict, *, models: dict | None = None, charts: dict | None = None
+    ) -> None:
         """Only the page (``--report``): for a command whose ``--json`` still writes its own format."""
         page = getattr(self.args, "report", None)
         if not page:
@@ -288,19 +313,55 @@ def add_training_data(p: argparse.ArgumentParser, *, required: bool = False) -> 
 def add_training(p: argparse.ArgumentParser, *, teacher: bool = True) -> None:
     """How a command that trains (prune, distill, compress, quantize --mode qat) trains."""
     g = p.add_argument_group("training")
-    g.add_argument("--epochs", type=int, metavar="N", help="passes over the training data (default 2)")
+    g.add_argument(
+        "--epochs", type=int, metavar="N", help="passes over the training data (default 2)"
+    )
     g.add_argument("--steps", type=int, metavar="N", help="optimizer steps (instead of epochs)")
     g.add_argument("--lr", type=float, metavar="X", help="learning rate (default 3e-3; qat 1e-4)")
-    g.add_argument("--optimizer", default="adam", choices=["adam", "adamw", "sgd"], help="default adam")
-    g.add_argument("--schedule", default="cosine", choices=["cosine", "linear", "constant"], help="learning-rate schedule after warm-up (default cosine)")
-    g.add_argument("--val-fraction", type=float, default=0.1, metavar="X", help="samples held out for early stopping and the check (default 0.1)")
-    g.add_argument("--patience", type=int, metavar="N", help="stop after N held-out evaluations without improvement")
+    g.add_argument(
+        "--optimizer", default="adam", choices=["adam", "adamw", "sgd"], help="default adam"
+    )
+    g.add_argument(
+        "--schedule",
+        default="cosine",
+        choices=["cosine", "linear", "constant"],
+        help="learning-rate schedule after warm-up (default cosine)",
+    )
+    g.add_argument(
+        "--val-fraction",
+        type=float,
+        default=0.1,
+        metavar="X",
+        help="samples held out for early stopping and the check (default 0.1)",
+    )
+    g.add_argument(
+        "--patience",
+        type=int,
+        metavar="N",
+        help="stop after N held-out evaluations without improvement",
+    )
     g.add_argument("--seed", type=int, default=0, help="shuffling and split seed (default 0)")
     g.add_argument("--no-train", action="store_true", help="no training: compress only")
     if teacher:
-        g.add_argument("--alpha", type=float, metavar="X", help="weight of the teacher's soft loss when labels exist too (default 0.5; 0: labels only)")
-        g.add_argument("--temperature", type=float, default=1.0, metavar="T", help="softmax temperature of the soft loss (default 1)")
-        g.add_argument("--soft-loss", default="auto", choices=["auto", "kl", "mse", "cosine"], help="loss against the teacher's outputs (default auto: kl for class scores, mse otherwise)")
+        g.add_argument(
+            "--alpha",
+            type=float,
+            metavar="X",
+            help="weight of the teacher's soft loss when labels exist too (default 0.5; 0: labels only)",
+        )
+        g.add_argument(
+            "--temperature",
+            type=float,
+            default=1.0,
+            metavar="T",
+            help="softmax temperature of the soft loss (default 1)",
+        )
+        g.add_argument(
+            "--soft-loss",
+            default="auto",
+            choices=["auto", "kl", "mse", "cosine"],
+            help="loss against the teacher's outputs (default auto: kl for class scores, mse otherwise)",
+        )
 
 
 def training_config(args: argparse.Namespace, *, batch_default: int = 32, lr_default: float = 3e-3):

@@ -42,10 +42,26 @@ def add_parser(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model(p, help="an .onnx file")
-    add_output(p, required=False, help="where to write the model with its declaration (may be MODEL itself)")
-    p.add_argument("--pre", metavar="KIND:KEY=VALUE,...", help="pre-processing: image:..., text:... or audio:...")
-    p.add_argument("--post", metavar="KEY[=VALUE],...", help="post-processing, e.g. softmax,topk=5,labels=labels.txt")
-    p.add_argument("--spec", metavar="FILE", help="a JSON or YAML file with pre and/or post (--pre/--post override it)")
+    add_output(
+        p,
+        required=False,
+        help="where to write the model with its declaration (may be MODEL itself)",
+    )
+    p.add_argument(
+        "--pre",
+        metavar="KIND:KEY=VALUE,...",
+        help="pre-processing: image:..., text:... or audio:...",
+    )
+    p.add_argument(
+        "--post",
+        metavar="KEY[=VALUE],...",
+        help="post-processing, e.g. softmax,topk=5,labels=labels.txt",
+    )
+    p.add_argument(
+        "--spec",
+        metavar="FILE",
+        help="a JSON or YAML file with pre and/or post (--pre/--post override it)",
+    )
     p.add_argument("--remove", action="store_true", help="remove the model's declaration")
     add_record(p)
     p.set_defaults(func=run)
@@ -78,7 +94,9 @@ def run(args) -> int:
     # Files named in the spec are relative to its folder (read_spec resolves them), the others
     # to the current one.
     spec = read_spec(args.spec) if args.spec else {}
-    proc = Processing.declare(model, pre=args.pre or spec.get("pre"), post=args.post or spec.get("post"))
+    proc = Processing.declare(
+        model, pre=args.pre or spec.get("pre"), post=args.post or spec.get("post")
+    )
     proc.store(model)
     save(model, args.output)
     for line in proc.describe():

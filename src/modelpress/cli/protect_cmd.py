@@ -22,17 +22,63 @@ def add_parser(sub) -> None:
         epilog="example: modelpress protect model.onnx -o model.mpk --key-file key.bin --obfuscate --ratio 0.3",
     )
     p.add_argument("model", metavar="MODEL", help="the .onnx model to protect")
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the package (.mpk), or with --no-encrypt the obfuscated .onnx")
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="FILE",
+        help="the package (.mpk), or with --no-encrypt the obfuscated .onnx",
+    )
     add_key(p)
-    p.add_argument("--obfuscate", action="store_true", help="obfuscate the graph (see --mode, --ratio)")
-    p.add_argument("--ratio", type=float, default=None, metavar="R", help="obfuscation strength in (0, 1]: the share of anonymous nodes that get decoys and opaque predicates (0.1 small, the default; 0.3 medium; 0.6 large: each site costs a few scalar kernels at run time)")
-    p.add_argument("--seed", type=int, metavar="N", help="draws the obfuscated structure (groups, names, decoy sites) reproducibly; keys are always fresh")
-    p.add_argument("--mode", choices=["runtime", "storage"], help="runtime (default with --obfuscate): the obfuscated graph is what runs; storage: the original is restored in memory and runs at full speed")
-    p.add_argument("--no-encrypt", dest="encrypt", action="store_false", help="write the obfuscated graph as .onnx (its operator library stays encrypted inside)")
-    p.add_argument("--rename-io", action="store_true", help="rename the graph's inputs and outputs too (restored when the model is opened)")
-    p.add_argument("--chunk-size", type=int, default=None, metavar="BYTES", help="bytes per encrypted chunk (default 1 MiB)")
-    p.add_argument("--no-verify", dest="verify", action="store_false", help="skip opening the result and comparing it with the original")
-    add_data(p, help="inputs to check the protected model on (an .npz of arrays named after the model's inputs) instead of generated ones")
+    p.add_argument(
+        "--obfuscate", action="store_true", help="obfuscate the graph (see --mode, --ratio)"
+    )
+    p.add_argument(
+        "--ratio",
+        type=float,
+        default=None,
+        metavar="R",
+        help="obfuscation strength in (0, 1]: the share of anonymous nodes that get decoys and opaque predicates (0.1 small, the default; 0.3 medium; 0.6 large: each site costs a few scalar kernels at run time)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help="draws the obfuscated structure (groups, names, decoy sites) reproducibly; keys are always fresh",
+    )
+    p.add_argument(
+        "--mode",
+        choices=["runtime", "storage"],
+        help="runtime (default with --obfuscate): the obfuscated graph is what runs; storage: the original is restored in memory and runs at full speed",
+    )
+    p.add_argument(
+        "--no-encrypt",
+        dest="encrypt",
+        action="store_false",
+        help="write the obfuscated graph as .onnx (its operator library stays encrypted inside)",
+    )
+    p.add_argument(
+        "--rename-io",
+        action="store_true",
+        help="rename the graph's inputs and outputs too (restored when the model is opened)",
+    )
+    p.add_argument(
+        "--chunk-size",
+        type=int,
+        default=None,
+        metavar="BYTES",
+        help="bytes per encrypted chunk (default 1 MiB)",
+    )
+    p.add_argument(
+        "--no-verify",
+        dest="verify",
+        action="store_false",
+        help="skip opening the result and comparing it with the original",
+    )
+    add_data(
+        p,
+        help="inputs to check the protected model on (an .npz of arrays named after the model's inputs) instead of generated ones",
+    )
     add_record(p)
     p.set_defaults(func=run)
 
@@ -68,7 +114,9 @@ def run(args) -> int:
     line = f"wrote {result.output}: {what}, {result.mode} mode, {human_bytes(result.bytes)} in {result.seconds:.1f} s (key id {result.key_id[:16]})"
     console.print(line)
     if result.verification:
-        console.print(f"verified: outputs equal the original's (max relative error {result.verification['max_rel']:.2g})")
+        console.print(
+            f"verified: outputs equal the original's (max relative error {result.verification['max_rel']:.2g})"
+        )
     for note in result.notes:
         console.print(f"note: {note}")
     if result.metrics:
@@ -79,15 +127,25 @@ def run(args) -> int:
 
 def _metrics_table(result) -> Table:
     m = result.metrics
-    t = Table(title=f"what the file shows (ratio {result.ratio}, seed {result.seed})", show_edge=False)
+    t = Table(
+        title=f"what the file shows (ratio {result.ratio}, seed {result.seed})", show_edge=False
+    )
     t.add_column("measure")
     t.add_column("value", justify="right")
     t.add_column("original", justify="right")
-    t.add_row("anonymous compute nodes", f"{m.anonymous_nodes}/{m.compute_nodes} ({100 * m.anonymous_share:.0f}%)", "")
+    t.add_row(
+        "anonymous compute nodes",
+        f"{m.anonymous_nodes}/{m.compute_nodes} ({100 * m.anonymous_share:.0f}%)",
+        "",
+    )
     t.add_row("op-type histogram distance (best matching)", f"{m.op_histogram_distance:.2f}", "0")
     t.add_row("nodes", f"{m.nodes} ({100 * m.node_change:+.0f}%)", str(m.original_nodes))
     t.add_row("edges", f"{m.edges} ({100 * m.edge_change:+.0f}%)", str(m.original_edges))
-    t.add_row("max |correlation| stored vs original weights", f"{m.max_weight_correlation:.3f} ({m.weight_pairs} pairs)", "1")
+    t.add_row(
+        "max |correlation| stored vs original weights",
+        f"{m.max_weight_correlation:.3f} ({m.weight_pairs} pairs)",
+        "1",
+    )
     found = f"{len(m.names_found)} of {m.names_checked}"
     t.add_row("original names found in the file", found, "")
     return t

@@ -37,21 +37,67 @@ def add_parser(sub) -> None:
     options.add_output(p)
     options.add_training_data(p)
     what = p.add_argument_group("what to prune")
-    what.add_argument("--ratio", type=float, metavar="X", help="structured: fraction of each group's channels/neurons to remove")
-    what.add_argument("--head-ratio", type=float, metavar="X", help="structured: fraction of attention heads to remove (default: --ratio)")
-    what.add_argument("--sparsity", type=float, metavar="X", help="unstructured: fraction of weights set to zero")
-    what.add_argument("--pattern", default="unstructured", choices=["unstructured", "2:4"], help="unstructured: 2:4 keeps 2 of every 4 weights (sparse tensor cores)")
-    what.add_argument("--scope", default="global", choices=["global", "layer"], help="unstructured: one threshold for all layers (default) or per layer")
     what.add_argument(
-        "--importance", default="activation", choices=METHODS + calib.METHODS,
+        "--ratio",
+        type=float,
+        metavar="X",
+        help="structured: fraction of each group's channels/neurons to remove",
+    )
+    what.add_argument(
+        "--head-ratio",
+        type=float,
+        metavar="X",
+        help="structured: fraction of attention heads to remove (default: --ratio)",
+    )
+    what.add_argument(
+        "--sparsity", type=float, metavar="X", help="unstructured: fraction of weights set to zero"
+    )
+    what.add_argument(
+        "--pattern",
+        default="unstructured",
+        choices=["unstructured", "2:4"],
+        help="unstructured: 2:4 keeps 2 of every 4 weights (sparse tensor cores)",
+    )
+    what.add_argument(
+        "--scope",
+        default="global",
+        choices=["global", "layer"],
+        help="unstructured: one threshold for all layers (default) or per layer",
+    )
+    what.add_argument(
+        "--importance",
+        default="activation",
+        choices=METHODS + calib.METHODS,
         help="structured: what ranks channels, neurons and heads (default activation: the weights that read them times their size on the data); fisher and obs measure neurons and heads",
     )
-    what.add_argument("--refit", action="store_true", help="structured: refit the layers that read removed neurons and heads by least squares on the data")
-    what.add_argument("--iterations", type=int, default=1, metavar="N", help="structured: prune in N rounds, fine-tuning after each (default 1)")
+    what.add_argument(
+        "--refit",
+        action="store_true",
+        help="structured: refit the layers that read removed neurons and heads by least squares on the data",
+    )
+    what.add_argument(
+        "--iterations",
+        type=int,
+        default=1,
+        metavar="N",
+        help="structured: prune in N rounds, fine-tuning after each (default 1)",
+    )
     options.add_list(what, "--keep", metavar="NODE", help="layers that stay whole")
-    what.add_argument("--round-to", type=int, default=1, metavar="N", help="structured: keep a multiple of N channels per group")
-    what.add_argument("--global-ranking", action="store_true", help="structured: rank the units of each kind across all groups (the ratio of the total, at most 90%% of one group) instead of a ratio per group")
-    p.add_argument("--no-latency", action="store_true", help="skip the before/after latency check on this CPU")
+    what.add_argument(
+        "--round-to",
+        type=int,
+        default=1,
+        metavar="N",
+        help="structured: keep a multiple of N channels per group",
+    )
+    what.add_argument(
+        "--global-ranking",
+        action="store_true",
+        help="structured: rank the units of each kind across all groups (the ratio of the total, at most 90%% of one group) instead of a ratio per group",
+    )
+    p.add_argument(
+        "--no-latency", action="store_true", help="skip the before/after latency check on this CPU"
+    )
     options.add_training(p)
     options.add_record(p)
     p.set_defaults(func=run)
@@ -116,11 +162,15 @@ def _print_groups(groups: list[dict], steps: list[dict]) -> None:
     t.add_column("layers that write them")
     for i, g in enumerate(groups):
         removed = g["removed"] if g["prunable"] else "blocked"
-        src = ", ".join(g["sources"][:3]) + (f" (+{len(g['sources']) - 3})" if len(g["sources"]) > 3 else "")
+        src = ", ".join(g["sources"][:3]) + (
+            f" (+{len(g['sources']) - 3})" if len(g["sources"]) > 3 else ""
+        )
         t.add_row(str(i), g["kind"], str(g["units"]), str(removed), src)
     console.print(t)
     total = sum(s["removed_units"] for s in steps)
-    console.print(f"removed {total} units in {len(steps)} round(s), {human_count(sum(s['removed_params'] for s in steps))} parameters")
+    console.print(
+        f"removed {total} units in {len(steps)} round(s), {human_count(sum(s['removed_params'] for s in steps))} parameters"
+    )
 
 
 def _latency(before, after, args) -> dict | None:
@@ -132,7 +182,9 @@ def _latency(before, after, args) -> dict | None:
     except Exception as exc:  # noqa: BLE001 - a check, not the command's work
         console.print(f"note: latency not measured ({str(exc).splitlines()[0][:120]})")
         return None
-    console.print(f"latency (ONNX Runtime, this CPU, batch 8): {a.median_ms:.3f} ms → {b.median_ms:.3f} ms ({b.median_ms / a.median_ms:.2f}x)")
+    console.print(
+        f"latency (ONNX Runtime, this CPU, batch 8): {a.median_ms:.3f} ms → {b.median_ms:.3f} ms ({b.median_ms / a.median_ms:.2f}x)"
+    )
     return {"batch": 8, "before_ms": a.median_ms, "after_ms": b.median_ms}
 
 

@@ -47,7 +47,11 @@ def add_parser(sub) -> None:
         limit=True,
     )
     p.add_argument(
-        "--batch-size", type=int, default=16, metavar="N", help="samples per model run in calibration (default 16)"
+        "--batch-size",
+        type=int,
+        default=16,
+        metavar="N",
+        help="samples per model run in calibration (default 16)",
     )
     options.add_shapes(p, full_shapes=False)
     p.add_argument(
@@ -63,7 +67,11 @@ def add_parser(sub) -> None:
         choices=sorted(set(OBSERVERS) | {"kl"}),
         help="calibration observer for static mode (default minmax)",
     )
-    p.add_argument("--per-tensor", action="store_true", help="one weight scale per tensor instead of per channel")
+    p.add_argument(
+        "--per-tensor",
+        action="store_true",
+        help="one weight scale per tensor instead of per channel",
+    )
     p.add_argument(
         "--bits",
         type=int,
@@ -72,7 +80,12 @@ def add_parser(sub) -> None:
         help="weight-only: bits per weight (default 8); 4 bits are rounded by GPTQ on the --data "
         "(on generated inputs without it: give --data for the best accuracy)",
     )
-    p.add_argument("--block-size", type=int, default=32, help="weight-only 4-bit: elements per scale (default 32)")
+    p.add_argument(
+        "--block-size",
+        type=int,
+        default=32,
+        help="weight-only 4-bit: elements per scale (default 32)",
+    )
     p.add_argument(
         "--activation-type",
         default="uint8",
@@ -81,7 +94,9 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--no-bias-correction", action="store_true", help="static: skip bias correction")
     p.add_argument(
-        "--no-gptq", action="store_true", help="static and weight-only: round weights to nearest instead of by GPTQ"
+        "--no-gptq",
+        action="store_true",
+        help="static and weight-only: round weights to nearest instead of by GPTQ",
     )
     p.add_argument(
         "--no-smooth",
@@ -95,8 +110,12 @@ def add_parser(sub) -> None:
         metavar="X",
         help="keep sensitive layers in float until the metric drops by at most X (a fraction: 0.01 is one point)",
     )
-    p.add_argument("--image-size", type=int, nargs=2, metavar=("H", "W"), help="image folders: resize to H W")
-    p.add_argument("--crop", type=int, nargs=2, metavar=("H", "W"), help="image folders: centre crop")
+    p.add_argument(
+        "--image-size", type=int, nargs=2, metavar=("H", "W"), help="image folders: resize to H W"
+    )
+    p.add_argument(
+        "--crop", type=int, nargs=2, metavar=("H", "W"), help="image folders: centre crop"
+    )
     p.add_argument(
         "--mean",
         type=_floats,
@@ -105,11 +124,19 @@ def add_parser(sub) -> None:
         help="image folders: per-channel mean after scaling to 0..1 (comma-separated)",
     )
     p.add_argument(
-        "--std", type=_floats, default=(1.0,), metavar="S[,S,S]", help="image folders: per-channel std (comma-separated)"
+        "--std",
+        type=_floats,
+        default=(1.0,),
+        metavar="S[,S,S]",
+        help="image folders: per-channel std (comma-separated)",
     )
-    p.add_argument("--layout", default="NCHW", choices=["NCHW", "NHWC"], help="image folders: layout")
+    p.add_argument(
+        "--layout", default="NCHW", choices=["NCHW", "NHWC"], help="image folders: layout"
+    )
     p.add_argument("--grayscale", action="store_true", help="image folders: one channel")
-    p.add_argument("--no-optimize", action="store_true", help="do not run the optimizer (level 2) first")
+    p.add_argument(
+        "--no-optimize", action="store_true", help="do not run the optimizer (level 2) first"
+    )
     p.add_argument(
         "--no-latency",
         action="store_true",
@@ -135,7 +162,9 @@ def _floats(text: str) -> tuple[float, ...]:
     try:
         return tuple(float(v) for v in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected numbers separated by commas") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected numbers separated by commas"
+        ) from None
 
 
 # The library's field names → this command's flags, in its error messages.
@@ -159,7 +188,10 @@ FLAGS = {
 def run(args) -> int:
 
     if args.report and not str(args.report).lower().endswith((".html", ".htm")):
-        args.json, args.report = args.json or args.report, None  # `--report FILE.json`: the old name
+        args.json, args.report = (
+            args.json or args.report,
+            None,
+        )  # `--report FILE.json`: the old name
     recorder = options.Recorder("quantize", args)
     output_dir(args.output)  # before minutes of calibration, not after
     original = options.open_model(args.model, args)
@@ -208,7 +240,11 @@ def run(args) -> int:
             target_cpu=args.target_cpu,
             dims=options.dims(args),
             check_latency=not args.no_latency,
-            train=options.training_config(args, batch_default=args.batch_size or 16, lr_default=1e-4) if args.mode == "qat" else None,
+            train=options.training_config(
+                args, batch_default=args.batch_size or 16, lr_default=1e-4
+            )
+            if args.mode == "qat"
+            else None,
             progress=progress,
         )
     _print_layers(result)
@@ -217,14 +253,18 @@ def run(args) -> int:
     _print_check(result)
     if result.accuracy is not None:
         a = result.accuracy
-        status = "[green]within budget[/]" if a.met else "[red]budget not met[/] (best model found kept)"
+        status = (
+            "[green]within budget[/]" if a.met else "[red]budget not met[/] (best model found kept)"
+        )
         console.print(
             f"metric float {a.metric_float:.4f} → quantized {a.metric_quantized:.4f} (drop {a.drop:.4f}, budget {a.budget:g}): "
             f"{status}; kept in float: {', '.join(a.kept_float) or 'none'}"
         )
     data = result.to_dict()
     if result.failures and not args.keep_anyway:
-        recorder.write({**data, "written": None}, models={"input": original, "output": result.model})
+        recorder.write(
+            {**data, "written": None}, models={"input": original, "output": result.model}
+        )
         raise VerificationError(
             f"{args.output} not written: {'; '.join(result.failures)} (--keep-anyway writes it regardless)"
         )
@@ -234,7 +274,9 @@ def run(args) -> int:
         f"({result.size_after / max(result.size_before, 1):.2f}x) in {result.seconds:.1f} s"
         + ("" if result.check is None or result.check.verified else " [yellow](not verified)[/]")
     )
-    recorder.write({**data, "written": args.output}, models={"input": original, "output": result.model})
+    recorder.write(
+        {**data, "written": args.output}, models={"input": original, "output": result.model}
+    )
     return 0
 
 
@@ -260,7 +302,9 @@ def _print_check(result) -> None:
 def _print_layers(result) -> None:
     if not result.layers:
         return
-    t = Table(title=f"{result.mode} quantization (per layer: reference arithmetic)", show_edge=False)
+    t = Table(
+        title=f"{result.mode} quantization (per layer: reference arithmetic)", show_edge=False
+    )
     for col in ("layer", "op", "quantized", "SQNR dB", "rel. error"):
         t.add_column(col, justify="right" if col in ("SQNR dB", "rel. error") else "left")
     for layer in result.layers:

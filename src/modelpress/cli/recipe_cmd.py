@@ -36,8 +36,15 @@ def add_parser(sub) -> None:
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     r = actions.add_parser("run", help="replay a recipe")
     r.add_argument("recipe", metavar="RECIPE", help="a recipe .yaml file")
-    r.add_argument("model", nargs="?", metavar="MODEL", help="start from this model instead of the recipe's `model:`")
-    opt.add_output(r, required=False, help="where to write the result (default: the recipe's `output:`)")
+    r.add_argument(
+        "model",
+        nargs="?",
+        metavar="MODEL",
+        help="start from this model instead of the recipe's `model:`",
+    )
+    opt.add_output(
+        r, required=False, help="where to write the result (default: the recipe's `output:`)"
+    )
     opt.add_report(r)
     opt.add_record(r)
     r.set_defaults(func=run)
@@ -50,7 +57,9 @@ def add_parser(sub) -> None:
 def check(args) -> int:
 
     recipe = load_recipe(args.recipe)
-    console.print(f"{escape(args.recipe)}: {len(recipe.steps)} step(s): {', '.join(next(iter(s)) for s in recipe.steps)}")
+    console.print(
+        f"{escape(args.recipe)}: {len(recipe.steps)} step(s): {', '.join(next(iter(s)) for s in recipe.steps)}"
+    )
     opt.Recorder("recipe", args).write({"valid": True, "recipe": recipe.to_dict()})
     return 0
 
@@ -72,9 +81,10 @@ def run(args) -> int:
     if result.model is not None:
         save(result.model, output)
 
-        console.print(f"wrote {escape(str(output))} ({human_bytes(len(model_bytes(result.model)))}) in {result.seconds:.1f} s")
+        console.print(
+            f"wrote {escape(str(output))} ({human_bytes(len(model_bytes(result.model)))}) in {result.seconds:.1f} s"
+        )
     if result.package is not None:
-
         write_package(result.package, output.with_suffix(".mpk"))
     recorder.write(result.to_dict(), models={"source": result.source, "result": result.model})
     return 0

@@ -39,6 +39,12 @@ def run(args) -> int:
     recorder = opt.Recorder("report", args)
     records = read_records(args.runs)
     write_report(records, args.output, title=args.title)
-    recorder.write({"records": [str(r) for r in args.runs], "commands": [r.command for r in records], "page": args.output})
+    recorder.write(
+        {
+            "records": [str(r) for r in args.runs],
+            "commands": [r.command for r in records],
+            "page": args.output,
+        }
+    )
     console.print(f"wrote {escape(args.output)} ({len(records)} record(s))")
     return 0

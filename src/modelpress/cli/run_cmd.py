@@ -47,18 +47,34 @@ def add_parser(sub) -> None:
     )
     add_model(p)
     p.add_argument("data_pos", nargs="?", metavar="DATA", help="a folder, a .jsonl or an .npz")
-    p.add_argument("--data", metavar="DATA", help="DATA given as an option (the same as the positional DATA)")
-    p.add_argument("--inputs", dest="data", help=argparse.SUPPRESS)  # the old name, kept for a release
+    p.add_argument(
+        "--data", metavar="DATA", help="DATA given as an option (the same as the positional DATA)"
+    )
+    p.add_argument(
+        "--inputs", dest="data", help=argparse.SUPPRESS
+    )  # the old name, kept for a release
     add_output(p, help="predictions: a .jsonl file (an .npz for .npz data)")
-    p.add_argument("--batch-size", type=int, metavar="N", help="items per model run (default 8; an .npz runs whole)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        metavar="N",
+        help="items per model run (default 8; an .npz runs whole)",
+    )
     p.add_argument(
         "--workers",
         default="auto",
         metavar="N|auto",
         help="pre-processing worker processes (default auto: one per CPU; 0: none, inline)",
     )
-    p.add_argument("--prefetch", type=int, metavar="N", help="prepared batches kept ready (default 2 per worker)")
-    p.add_argument("--restart", action="store_true", help="start over instead of resuming a stopped run")
+    p.add_argument(
+        "--prefetch",
+        type=int,
+        metavar="N",
+        help="prepared batches kept ready (default 2 per worker)",
+    )
+    p.add_argument(
+        "--restart", action="store_true", help="start over instead of resuming a stopped run"
+    )
     p.add_argument(
         "--ray",
         nargs="?",

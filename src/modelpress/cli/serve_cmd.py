@@ -22,19 +22,78 @@ def add_parser(sub) -> None:
         ),
         epilog="example: modelpress serve resnet.onnx bert.onnx --port 8000 --max-batch 32 --max-delay-ms 2",
     )
-    p.add_argument("models", nargs="+", metavar="MODEL", help=".onnx files (a protected .mpk with --key-file)")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
-    p.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000; 0: any free port)")
-    options.add_list(p, "--name", metavar="NAME", help="the names to serve the models under, in order (default: file name without suffix)")
-    p.add_argument("--max-batch", type=int, default=32, metavar="N", help="rows per model run (default 32; 1 turns batching off)")
-    p.add_argument("--max-delay-ms", type=float, default=2.0, metavar="MS", help="how long an idle model waits for a batch to fill while requests are arriving (default 2)")
-    p.add_argument("--max-queue", type=int, default=256, metavar="N", help="requests that may wait per model; past it 503 with Retry-After (default 256)")
-    p.add_argument("--max-body-mb", type=float, default=64.0, metavar="MB", help="largest request body; past it 413 (default 64)")
-    p.add_argument("--drain-timeout", type=float, default=30.0, metavar="S", help="on SIGTERM, how long to wait for accepted requests (default 30)")
-    p.add_argument("--api-key-file", metavar="FILE", help="require 'Authorization: Bearer KEY' (KEY read from FILE) on every call but health")
-    p.add_argument("--ray", action="store_true", help="deploy on Ray Serve (a local cluster unless --ray-address)")
-    p.add_argument("--ray-address", metavar="ADDRESS", help="the Ray cluster to deploy on (with --ray)")
-    p.add_argument("--replicas", type=int, default=1, metavar="N", help="Ray Serve replicas per model (with --ray)")
+    p.add_argument(
+        "models", nargs="+", metavar="MODEL", help=".onnx files (a protected .mpk with --key-file)"
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)",
+    )
+    p.add_argument(
+        "--port", type=int, default=8000, help="port to listen on (default 8000; 0: any free port)"
+    )
+    options.add_list(
+        p,
+        "--name",
+        metavar="NAME",
+        help="the names to serve the models under, in order (default: file name without suffix)",
+    )
+    p.add_argument(
+        "--max-batch",
+        type=int,
+        default=32,
+        metavar="N",
+        help="rows per model run (default 32; 1 turns batching off)",
+    )
+    p.add_argument(
+        "--max-delay-ms",
+        type=float,
+        default=2.0,
+        metavar="MS",
+        help="how long an idle model waits for a batch to fill while requests are arriving (default 2)",
+    )
+    p.add_argument(
+        "--max-queue",
+        type=int,
+        default=256,
+        metavar="N",
+        help="requests that may wait per model; past it 503 with Retry-After (default 256)",
+    )
+    p.add_argument(
+        "--max-body-mb",
+        type=float,
+        default=64.0,
+        metavar="MB",
+        help="largest request body; past it 413 (default 64)",
+    )
+    p.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="on SIGTERM, how long to wait for accepted requests (default 30)",
+    )
+    p.add_argument(
+        "--api-key-file",
+        metavar="FILE",
+        help="require 'Authorization: Bearer KEY' (KEY read from FILE) on every call but health",
+    )
+    p.add_argument(
+        "--ray",
+        action="store_true",
+        help="deploy on Ray Serve (a local cluster unless --ray-address)",
+    )
+    p.add_argument(
+        "--ray-address", metavar="ADDRESS", help="the Ray cluster to deploy on (with --ray)"
+    )
+    p.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        metavar="N",
+        help="Ray Serve replicas per model (with --ray)",
+    )
     options.add_device(p)
     options.add_key(p)
     options.add_record(p)
@@ -59,7 +118,8 @@ def run(args) -> int:
         drain_timeout_s=args.drain_timeout,
     )
     named = [
-        (model_name(path, names[i] if i < len(names) else None), path) for i, path in enumerate(args.models)
+        (model_name(path, names[i] if i < len(names) else None), path)
+        for i, path in enumerate(args.models)
     ]
     if args.ray_address and not args.ray:
         raise OptionError("--ray-address needs --ray")
@@ -86,13 +146,19 @@ def run(args) -> int:
         for m in repo.models.values():
             batching = "batched" if m.batchable and settings.max_batch > 1 else "one request a run"
             extra = ", raw items" if m.processing is not None else ""
-            console.print(f"model {m.name}: {', '.join(s.name for s in m.inputs)} ({batching}{extra}) on {m.session.device}")
-        console.print(f"serving on http://{host}:{port} (SIGTERM or Ctrl+C drains and stops)", soft_wrap=True)
+            console.print(
+                f"model {m.name}: {', '.join(s.name for s in m.inputs)} ({batching}{extra}) on {m.session.device}"
+            )
+        console.print(
+            f"serving on http://{host}:{port} (SIGTERM or Ctrl+C drains and stops)", soft_wrap=True
+        )
 
     result = serve(repo, settings, host=args.host, port=args.port, on_started=started)
     for m in result.models:
         failed = sum(m["failures"].values())
-        console.print(f"{m['name']}: {m['requests']} requests ({failed} refused or failed), {m['rows']} rows in {m['runs']} runs, busy {m['busy_s']:.1f} s")
+        console.print(
+            f"{m['name']}: {m['requests']} requests ({failed} refused or failed), {m['rows']} rows in {m['runs']} runs, busy {m['busy_s']:.1f} s"
+        )
     console.print("stopped: every accepted request was answered")
     recorder.write(result.to_dict())
     return 0
@@ -111,8 +177,17 @@ def _run_ray(args, named, settings, recorder) -> int:
         backend=args.backend,
         device=args.device,
     )
-    console.print(f"serving on Ray Serve at http://{args.host}:{deployment.port} (SIGTERM or Ctrl+C stops)")
+    console.print(
+        f"serving on Ray Serve at http://{args.host}:{deployment.port} (SIGTERM or Ctrl+C stops)"
+    )
     deployment.wait()
     console.print("stopped")
-    recorder.write({"host": args.host, "port": deployment.port, "ray": True, "models": [s.name for s in sources]})
+    recorder.write(
+        {
+            "host": args.host,
+            "port": deployment.port,
+            "ray": True,
+            "models": [s.name for s in sources],
+        }
+    )
     return 0

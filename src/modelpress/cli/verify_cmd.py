@@ -22,8 +22,16 @@ def add_parser(sub) -> None:
         epilog="example: modelpress verify model.onnx fast.onnx --dim batch=4 --runs 3",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("reference", metavar="REFERENCE", help="the model to compare against (.onnx; a protected .mpk with --key-file)")
-    p.add_argument("candidate", metavar="CANDIDATE", help="the model to check (.onnx; a protected .mpk with --key-file)")
+    p.add_argument(
+        "reference",
+        metavar="REFERENCE",
+        help="the model to compare against (.onnx; a protected .mpk with --key-file)",
+    )
+    p.add_argument(
+        "candidate",
+        metavar="CANDIDATE",
+        help="the model to check (.onnx; a protected .mpk with --key-file)",
+    )
     options.add_key(p)
     add_check_options(p)
     options.add_record(p)
@@ -32,10 +40,21 @@ def add_parser(sub) -> None:
 
 def add_check_options(p: argparse.ArgumentParser) -> None:
     """The options of a numeric check: which inputs, how many sets, which tolerance."""
-    options.add_data(p, help="inputs to compare on (an .npz of arrays named after the model's inputs) instead of generated ones")
+    options.add_data(
+        p,
+        help="inputs to compare on (an .npz of arrays named after the model's inputs) instead of generated ones",
+    )
     options.add_shapes(p)
-    p.add_argument("--runs", type=int, default=2, metavar="N", help="number of generated input sets (default 2)")
-    p.add_argument("--rtol", type=float, help="relative tolerance (default per dtype: 1e-4 for float32)")
+    p.add_argument(
+        "--runs",
+        type=int,
+        default=2,
+        metavar="N",
+        help="number of generated input sets (default 2)",
+    )
+    p.add_argument(
+        "--rtol", type=float, help="relative tolerance (default per dtype: 1e-4 for float32)"
+    )
     p.add_argument("--atol", type=float, help="absolute tolerance (default per dtype)")
 
 
@@ -60,7 +79,15 @@ def print_verify(result, title: str | None = None) -> None:
     for col in ("output", "dtype", "shape", "max abs", "max rel", "tolerance", ""):
         t.add_column(col)
     for o in result.outputs:
-        t.add_row(escape(o.name), o.dtype, str(list(o.shape)), f"{o.max_abs:.3g}", f"{o.max_rel:.3g}", f"rel {o.rtol:g}", "[green]ok[/]" if o.passed else "[red]FAIL[/]")
+        t.add_row(
+            escape(o.name),
+            o.dtype,
+            str(list(o.shape)),
+            f"{o.max_abs:.3g}",
+            f"{o.max_rel:.3g}",
+            f"rel {o.rtol:g}",
+            "[green]ok[/]" if o.passed else "[red]FAIL[/]",
+        )
     console.print(t)
 
 
@@ -68,8 +95,14 @@ def print_verify(result, title: str | None = None) -> None:
 def run(args) -> int:
 
     record = options.Recorder("verify", args)
-    result = verify(options.open_model(args.reference, args), options.open_model(args.candidate, args), **check_options(args))
+    result = verify(
+        options.open_model(args.reference, args),
+        options.open_model(args.candidate, args),
+        **check_options(args),
+    )
     print_verify(result)
-    console.print(f"{'[green]PASS[/]' if result.passed else '[red]FAIL[/]'} over {result.runs} input set(s)")
+    console.print(
+        f"{'[green]PASS[/]' if result.passed else '[red]FAIL[/]'} over {result.runs} input set(s)"
+    )
     record.write(result.to_dict())
     return 0 if result.passed else 1

@@ -203,7 +203,6 @@ def convert(
         notes += more
         result.verify.raise_if_failed("the ONNX model and the original")
     if optimize:
-
         # optimize() rewrites in place; keep the converted model intact for the result and errors.
         opt = run_optimizer(from_proto(to_proto(model)), level=2)
         result.optimized = opt
@@ -214,7 +213,6 @@ def convert(
             result.optimized_verify.raise_if_failed("the optimized ONNX model and the original")
         result.model = opt.model
     if output is not None:
-
         result.output = save(result.model, output)
     result.seconds = time.perf_counter() - start
     return result

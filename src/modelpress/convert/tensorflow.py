@@ -83,7 +83,6 @@ def _check_ops(model, opset: int, source: str) -> None:
     """Raise ConversionError for a node tf2onnx left unconverted (a TF op type in the ONNX domain)."""
     import onnx.defs
 
-
     for node in iter_nodes(model.graph):
         if node.domain in ("", "ai.onnx") and not onnx.defs.has(node.op_type, ""):
             raise ConversionError(

@@ -85,7 +85,14 @@ def _convert_isolated(path: Path, opset: int):
         out = Path(tmp) / "model.onnx"
         try:
             proc = subprocess.run(
-                [sys.executable, "-m", "modelpress.convert.tflite", str(path.resolve()), str(out), str(opset)],
+                [
+                    sys.executable,
+                    "-m",
+                    "modelpress.convert.tflite",
+                    str(path.resolve()),
+                    str(out),
+                    str(opset),
+                ],
                 env=env,
                 cwd=tmp,
                 capture_output=True,

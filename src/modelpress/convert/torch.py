@@ -170,7 +170,6 @@ def _graph_inputs(model) -> list[str]:
 def _from_proto_bytes(data: bytes):
     import onnx
 
-
     return from_proto(onnx.ModelProto.FromString(data))
 
 
@@ -195,7 +194,6 @@ def _name_dynamic_dims(model, dynamic: dict[str, tuple[int, ...]]) -> None:
     the same whichever exporter ran. A symbol shared by several inputs takes the first one's name.
     """
     import onnx_ir as ir
-
 
     rename: dict[str, str] = {}
     for value in model.graph.inputs:
@@ -393,7 +391,13 @@ def convert_module(module, options: ConvertOptions) -> Exported:
 
     def legacy():
         return _legacy(
-            module, args, kwargs, names, options.dynamic, options.opset, options.exporter_optimizations
+            module,
+            args,
+            kwargs,
+            names,
+            options.dynamic,
+            options.opset,
+            options.exporter_optimizations,
         )
 
     if isinstance(module, torch.jit.ScriptModule):

@@ -66,7 +66,9 @@ def check_feeds(model: ir.Model, feeds: dict[str, np.ndarray], *, source: str = 
         arr = feeds[name]
         want = numpy_dtype(value)
         if arr.dtype != want:
-            raise InputError(f"{source}: input {name!r} has dtype {arr.dtype}, the model expects {want}")
+            raise InputError(
+                f"{source}: input {name!r} has dtype {arr.dtype}, the model expects {want}"
+            )
         if value.shape is not None and arr.ndim != len(value.shape):
             raise InputError(
                 f"{source}: input {name!r} has rank {arr.ndim} (shape {list(arr.shape)}), "

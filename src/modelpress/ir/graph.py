@@ -23,7 +23,12 @@ def add_initializer(graph: ir.Graph | ir.Function, array: np.ndarray, name_hint:
         node.outputs[0].name = unique_name(graph, name_hint)
         return node.outputs[0]
     name = unique_name(graph, name_hint)
-    value = ir.Value(name=name, shape=ir.Shape(array.shape), type=ir.TensorType(ir.DataType.from_numpy(array.dtype)), const_value=ir.tensor(array, name=name))
+    value = ir.Value(
+        name=name,
+        shape=ir.Shape(array.shape),
+        type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
+        const_value=ir.tensor(array, name=name),
+    )
     graph.register_initializer(value)
     return value
 
@@ -94,7 +99,13 @@ def replace_value(old: ir.Value, new: ir.Value) -> bool:
         producer = new.producer()
         # The new value must be computed inside the same graph: a subgraph may not return an outer
         # value directly (ONNX Runtime rejects it), and renaming an outer value would break it.
-        if new.is_graph_input() or new.is_graph_output() or new.is_initializer() or producer is None or producer.graph is not graph:
+        if (
+            new.is_graph_input()
+            or new.is_graph_output()
+            or new.is_initializer()
+            or producer is None
+            or producer.graph is not graph
+        ):
             return False
         name = old.name
         for i, out in enumerate(graph.outputs):
@@ -165,7 +176,14 @@ def make_slice(
     starts, ends, axes, steps = params
     if opset < 10:
         assert all(s == 1 for s in steps), "Slice before opset 10 has no steps"
-        return insert_node(graph, before, "Slice", [data], {"starts": starts, "ends": ends, "axes": axes}, like=like)
+        return insert_node(
+            graph,
+            before,
+            "Slice",
+            [data],
+            {"starts": starts, "ends": ends, "axes": axes},
+            like=like,
+        )
     arrays = [np.array(v, dtype=np.int64) for v in (starts, ends, axes, steps)]
     names = [f"{name_hint}_{part}" for part in ("starts", "ends", "axes", "steps")]
     inputs = [add_initializer(graph, a, n) for a, n in zip(arrays, names)]

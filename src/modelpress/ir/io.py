@@ -146,7 +146,9 @@ def _load_external_data(proto: onnx.ModelProto, p: Path) -> None:
     try:
         onnx.external_data_helper.load_external_data_for_model(proto, str(folder))
     except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"{p}: its external data could not be read: {_first_line(exc)}") from None
+        raise ModelLoadError(
+            f"{p}: its external data could not be read: {_first_line(exc)}"
+        ) from None
 
 
 # Values each typed field stores per element (complex numbers take two).
@@ -161,9 +163,14 @@ _TYPED_FIELDS = {
     onnx.TensorProto.STRING: ("string_data", 1),
 }
 _INT32_FIELD = {
-    onnx.TensorProto.INT32, onnx.TensorProto.INT16, onnx.TensorProto.INT8,
-    onnx.TensorProto.UINT16, onnx.TensorProto.UINT8, onnx.TensorProto.BOOL,
-    onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
+    onnx.TensorProto.INT32,
+    onnx.TensorProto.INT16,
+    onnx.TensorProto.INT8,
+    onnx.TensorProto.UINT16,
+    onnx.TensorProto.UINT8,
+    onnx.TensorProto.BOOL,
+    onnx.TensorProto.FLOAT16,
+    onnx.TensorProto.BFLOAT16,
 }
 
 _SUB_BYTE = {
@@ -179,7 +186,9 @@ def _check_tensor_sizes(proto: onnx.ModelProto, p: Path) -> None:
         if tensor.data_type == onnx.TensorProto.UNDEFINED:
             continue
         if any(d < 0 for d in tensor.dims):
-            raise ModelLoadError(f"{p}: initializer {tensor.name!r} has a negative dimension {list(tensor.dims)}")
+            raise ModelLoadError(
+                f"{p}: initializer {tensor.name!r} has a negative dimension {list(tensor.dims)}"
+            )
         want = math.prod(tensor.dims)
         if tensor.HasField("raw_data"):
             if tensor.data_type in _SUB_BYTE:
@@ -284,7 +293,9 @@ def save(
     return p
 
 
-def _save_staged(proto, p: Path, tmpdir: Path, data_name: str, external_data: bool, size_threshold: int) -> None:
+def _save_staged(
+    proto, p: Path, tmpdir: Path, data_name: str, external_data: bool, size_threshold: int
+) -> None:
     parent = p.parent if str(p.parent) else Path(".")
     try:
         tmp_model = tmpdir / p.name

@@ -17,12 +17,20 @@ def const_array(value: ir.Value | None) -> np.ndarray | None:
     tensor = value.const_value
     if tensor is None:
         producer = value.producer()
-        if producer is None or producer.op_type != "Constant" or producer.domain not in ("", "ai.onnx"):
+        if (
+            producer is None
+            or producer.op_type != "Constant"
+            or producer.domain not in ("", "ai.onnx")
+        ):
             return None
         # Read the common `value` attribute directly: get_const_tensor's protocol isinstance checks
         # cost ~4x more and dominated pattern-matching passes on models with many Constant nodes.
         attr = producer.attributes.get("value")
-        tensor = attr.value if attr is not None and attr.type == ir.AttributeType.TENSOR else ir.convenience.get_const_tensor(value)
+        tensor = (
+            attr.value
+            if attr is not None and attr.type == ir.AttributeType.TENSOR
+            else ir.convenience.get_const_tensor(value)
+        )
         if tensor is None:
             return None
     try:
@@ -151,7 +159,9 @@ def slice_params(node: ir.Node) -> tuple[list[int], list[int], list[int], list[i
         for i in (2, 3):  # an optional input that is given but not constant
             if arrays[i] is None and len(node.inputs) > i + 1 and node.inputs[i + 1] is not None:
                 return None
-        starts, ends, axes, steps = (None if a is None else [int(v) for v in a.reshape(-1)] for a in arrays)
+        starts, ends, axes, steps = (
+            None if a is None else [int(v) for v in a.reshape(-1)] for a in arrays
+        )
     axes = list(range(len(starts))) if axes is None else [int(a) for a in axes]
     steps = [1] * len(starts) if steps is None else steps
     if not (len(starts) == len(ends) == len(axes) == len(steps)) or 0 in steps:

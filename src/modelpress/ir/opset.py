@@ -18,7 +18,9 @@ def upgrade_opset(model: ir.Model, version: int, *, purpose: str | None = None) 
     the ``--opset`` option)."""
     current = model.opset_imports.get("", 0)
     if version < current:
-        raise OptionError(f"--opset {version}: the model already uses opset {current}; downgrading is not supported")
+        raise OptionError(
+            f"--opset {version}: the model already uses opset {current}; downgrading is not supported"
+        )
     if version == current:
         return model
     source = to_proto(model)

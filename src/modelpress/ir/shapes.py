@@ -44,7 +44,9 @@ def parse_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
         try:
             shape = tuple(int(d) for d in dims.lower().split("x")) if dims else ()
         except ValueError:
-            raise OptionError(f"--shape {spec!r}: dimensions must be integers joined by 'x'") from None
+            raise OptionError(
+                f"--shape {spec!r}: dimensions must be integers joined by 'x'"
+            ) from None
         if any(d < 0 for d in shape):
             raise OptionError(f"--shape {spec!r}: dimensions must not be negative")
         shapes[name] = shape
@@ -62,7 +64,9 @@ def parse_dims(specs: list[str] | None) -> dict[str, int]:
     return dims
 
 
-def infer_shapes(model: ir.Model, input_shapes: dict[str, tuple[int, ...]] | None = None) -> ir.Model:
+def infer_shapes(
+    model: ir.Model, input_shapes: dict[str, tuple[int, ...]] | None = None
+) -> ir.Model:
     """Run ONNX shape inference (with data propagation), optionally with concrete input shapes.
 
     Returns a new model; the one given is not changed.
@@ -143,7 +147,9 @@ def _infer(proto: onnx.ModelProto) -> onnx.ModelProto:
     except MemoryError:
         raise
     except Exception as exc:  # noqa: BLE001
-        log.debug("ONNX shape inference failed too (%s): shapes stay as declared", str(exc).strip()[:200])
+        log.debug(
+            "ONNX shape inference failed too (%s): shapes stay as declared", str(exc).strip()[:200]
+        )
         return proto
 
 
@@ -152,7 +158,9 @@ def ensure_types(model: ir.Model) -> None:
 
     Rules that compare dtypes or shapes need them on intermediate values, which files often omit.
     """
-    if any(out.type is None for node in iter_nodes(model.graph) for out in node.outputs if out.name):
+    if any(
+        out.type is None for node in iter_nodes(model.graph) for out in node.outputs if out.name
+    ):
         infer_types(model)
 
 

@@ -66,7 +66,11 @@ class GraphPass(InPlacePass):
             return
         where = "" if node is None else f" {node.op_type} {node.name or '(unnamed)'}"
         self.log.debug(
-            "%s:%s refused: %s", self.name, where, reason, extra={"pass_name": self.name, "reason": reason}
+            "%s:%s refused: %s",
+            self.name,
+            where,
+            reason,
+            extra={"pass_name": self.name, "reason": reason},
         )
 
     def rewrite_graph(self, graph: ir.Graph | ir.Function) -> int:  # pragma: no cover - abstract

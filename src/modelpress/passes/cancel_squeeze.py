@@ -158,7 +158,9 @@ class CancelSqueeze(RewritePass[_Match]):
                 new = insert_node(graph, m.outer, "Identity", [x], like=out)
                 replace_with_new(out, new.outputs[0])
         elif graph_opset(graph, self.model) >= 13:
-            axes_value = add_initializer(graph, np.array(m.axes, dtype=np.int64), f"{out.name}_axes")
+            axes_value = add_initializer(
+                graph, np.array(m.axes, dtype=np.int64), f"{out.name}_axes"
+            )
             new = insert_node(graph, m.outer, m.outer.op_type, [x, axes_value], like=out)
             replace_with_new(out, new.outputs[0])
         else:

@@ -281,7 +281,8 @@ def _inline_refusal(graph: ir.Graph | ir.Function, node: ir.Node, branch: ir.Gra
     if len(branch.outputs) != len(node.outputs) or branch.inputs:
         return "the branch's inputs or outputs do not fit the If"
     if branch.initializers and (
-        isinstance(graph, ir.Function) or any(name in graph.initializers for name in branch.initializers)
+        isinstance(graph, ir.Function)
+        or any(name in graph.initializers for name in branch.initializers)
     ):
         return "the branch's initializers have nowhere to go (a function) or their names are taken"
     return None
@@ -404,7 +405,9 @@ class FoldConstants(GraphPass):
             cap = max(SIZE_CAP_BYTES, sum(nbytes(v) or 0 for v in ins))
             outs = [results.get(o) for o in node.outputs]
             if not all(_usable(a, o) for a, o in zip(outs, node.outputs, strict=True)):
-                self.refuse(node, "neither ONNX Runtime nor onnx.reference computed a usable result")
+                self.refuse(
+                    node, "neither ONNX Runtime nor onnx.reference computed a usable result"
+                )
                 continue
             if any(a.nbytes > cap for a in outs):
                 self.refuse(node, f"its result is over the cap of {cap} bytes")

@@ -20,5 +20,7 @@ class RemoveDeadCode(WrappedPass):
 
     def make(self) -> ir.passes.PassBase:
         return ir.passes.Sequential(
-            common.RemoveUnusedNodesPass(), common.RemoveUnusedFunctionsPass(), common.RemoveUnusedOpsetsPass()
+            common.RemoveUnusedNodesPass(),
+            common.RemoveUnusedFunctionsPass(),
+            common.RemoveUnusedOpsetsPass(),
         )

@@ -44,7 +44,11 @@ from modelpress.passes.rule import RewritePass
 
 def bn_refusal(bn: ir.Node, opset: int) -> str | None:
     """Why ``bn`` is not an inference-mode BatchNormalization with constant parameters, or None."""
-    if bn.domain not in ("", "ai.onnx") or bn.op_type != "BatchNormalization" or len(bn.inputs) != 5:
+    if (
+        bn.domain not in ("", "ai.onnx")
+        or bn.op_type != "BatchNormalization"
+        or len(bn.inputs) != 5
+    ):
         return "not a BatchNormalization with its five inputs"
     # Extra outputs (running mean/var, saved statistics) exist only in training mode, where Y is
     # normalized with the batch's own statistics: nothing constant to fold.
@@ -52,7 +56,9 @@ def bn_refusal(bn: ir.Node, opset: int) -> str | None:
         return "training mode: it normalizes with the batch's own statistics"
     if opset < 7 and attr(bn, "is_test", 0) != 1:
         return "training mode (is_test=0): it normalizes with the batch's own statistics"
-    if attr(bn, "spatial", 1) != 1:  # spatial=0 (before opset 9) normalizes per element, not per channel
+    if (
+        attr(bn, "spatial", 1) != 1
+    ):  # spatial=0 (before opset 9) normalizes per element, not per channel
         return "spatial=0: it normalizes per element, not per channel"
     params = [const_array(v) for v in bn.inputs[1:]]
     if any(p is None or p.ndim != 1 or p.dtype.kind != "f" for p in params):
@@ -177,7 +183,9 @@ def _matmul_to_gemm(graph, mm: ir.Node, bn: ir.Node, s: np.ndarray, t: np.ndarra
     x, w_value = mm.inputs
     w = const_array(w_value)
     base = mm.name or "matmul"
-    w_new = add_initializer(graph, (w.astype(np.float64) * s[None, :]).astype(w.dtype), f"{base}_B_folded")
+    w_new = add_initializer(
+        graph, (w.astype(np.float64) * s[None, :]).astype(w.dtype), f"{base}_B_folded"
+    )
     c_new = add_initializer(graph, t.astype(w.dtype), f"{base}_C_folded")
     return insert_node(graph, mm, "Gemm", [x, w_new, c_new], like=bn.outputs[0])
 

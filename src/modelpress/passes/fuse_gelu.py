@@ -62,7 +62,11 @@ def _const_operand(node: ir.Node, value: ir.Value, expected: float, x: ir.Value)
     Float only: with integer operands Div truncates and Gelu/HardSwish are not defined."""
     other = other_input(node, value)
     array = const_array(other)
-    return array is not None and array.dtype.kind == "f" and is_close(const_scalar(other, other=x), expected)
+    return (
+        array is not None
+        and array.dtype.kind == "f"
+        and is_close(const_scalar(other, other=x), expected)
+    )
 
 
 def _scaled_by(node: ir.Node | None, value: ir.Value, factor: float, x: ir.Value) -> bool:
@@ -121,7 +125,11 @@ def _cube_of(value: ir.Value, x: ir.Value) -> list[ir.Node] | None:
         return None
     pow_node = producer_of(value, "Pow")
     if pow_node is not None:
-        return [pow_node] if pow_node.inputs[0] is x and is_close(const_scalar(pow_node.inputs[1], other=x), 3.0) else None
+        return (
+            [pow_node]
+            if pow_node.inputs[0] is x and is_close(const_scalar(pow_node.inputs[1], other=x), 3.0)
+            else None
+        )
     mul = producer_of(value, "Mul")
     if mul is None:
         return None
@@ -150,7 +158,12 @@ def _match_tanh(tanh: ir.Node) -> tuple[ir.Value, ir.Value, list[ir.Node]] | Non
         return None
     for inner in outer.inputs:
         add_in = producer_of(inner, *_ADD)
-        if add_in is None or len(add_in.inputs) != 2 or not is_single_use(inner) or not _const_operand(outer, inner, SQRT_2_OVER_PI, inner):
+        if (
+            add_in is None
+            or len(add_in.inputs) != 2
+            or not is_single_use(inner)
+            or not _const_operand(outer, inner, SQRT_2_OVER_PI, inner)
+        ):
             continue
         for x, term in (tuple(add_in.inputs), tuple(reversed(add_in.inputs))):
             coef = producer_of(term, "Mul")
@@ -170,7 +183,12 @@ def _match_tanh(tanh: ir.Node) -> tuple[ir.Value, ir.Value, list[ir.Node]] | Non
 def _clip_bounds(clip: ir.Node) -> tuple[float | None, float | None]:
     if clip.attributes.get("min") is not None or clip.attributes.get("max") is not None:
         return attr(clip, "min"), attr(clip, "max")  # opset < 11
-    bounds = [const_scalar(clip.inputs[i]) if len(clip.inputs) > i and clip.inputs[i] is not None else None for i in (1, 2)]
+    bounds = [
+        const_scalar(clip.inputs[i])
+        if len(clip.inputs) > i and clip.inputs[i] is not None
+        else None
+        for i in (1, 2)
+    ]
     return bounds[0], bounds[1]
 
 
@@ -200,7 +218,10 @@ def _match_relu6_swish(clip: ir.Node) -> tuple[ir.Value, ir.Value, list[ir.Node]
 
 
 def _match_hardsigmoid_swish(hs: ir.Node) -> tuple[ir.Value, ir.Value, list[ir.Node]] | None:
-    if not (is_close(float(attr(hs, "alpha", 0.2)), 1.0 / 6.0) and is_close(float(attr(hs, "beta", 0.5)), 0.5)):
+    if not (
+        is_close(float(attr(hs, "alpha", 0.2)), 1.0 / 6.0)
+        and is_close(float(attr(hs, "beta", 0.5)), 0.5)
+    ):
         return None
     x = hs.inputs[0]
     mul = sole_consumer(hs.outputs[0], "Mul")
@@ -254,7 +275,9 @@ class FuseGelu(RewritePass[_Match]):
     def rewrite(self, graph, m: _Match) -> int:
         # Right before the node making the result: every other matched node feeds it, so x and
         # the pattern's constants are all defined by then.
-        fused = insert_node(graph, m.out.producer(), m.op_type, [m.x], dict(m.attributes), like=m.out)
+        fused = insert_node(
+            graph, m.out.producer(), m.op_type, [m.x], dict(m.attributes), like=m.out
+        )
         replace_with_new(m.out, fused.outputs[0])
         graph.remove(m.nodes, safe=True)
         return 1

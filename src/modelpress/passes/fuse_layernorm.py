@@ -139,14 +139,24 @@ class FuseLayerNorm(RewritePass[_Match]):
         if sqrt is None:
             return
         nodes = [mean, sub, square, var, add_eps, sqrt]
-        if divide.op_type == "Div" and divide.inputs[0] is d and divide.inputs[1] is sqrt.outputs[0]:
+        if (
+            divide.op_type == "Div"
+            and divide.inputs[0] is d
+            and divide.inputs[1] is sqrt.outputs[0]
+        ):
             if sole_consumer(sqrt.outputs[0], "Div") is not divide:
                 return
         elif divide.op_type == "Mul":
             inverse = sole_consumer(sqrt.outputs[0], "Reciprocal", "Div")
-            if inverse is None or (inverse.op_type == "Div" and (_one(inverse.inputs[0]) != 1.0 or inverse.inputs[1] is not sqrt.outputs[0])):
+            if inverse is None or (
+                inverse.op_type == "Div"
+                and (_one(inverse.inputs[0]) != 1.0 or inverse.inputs[1] is not sqrt.outputs[0])
+            ):
                 return
-            if sole_consumer(inverse.outputs[0], "Mul") is not divide or other_input(divide, d) is not inverse.outputs[0]:
+            if (
+                sole_consumer(inverse.outputs[0], "Mul") is not divide
+                or other_input(divide, d) is not inverse.outputs[0]
+            ):
                 return
             nodes.append(inverse)
         else:
@@ -203,7 +213,12 @@ class FuseLayerNorm(RewritePass[_Match]):
         if m.bias is not None:
             inputs.append(add_initializer(graph, m.bias, f"{base}_bias"))
         ln = insert_node(
-            graph, m.nodes[-1], "LayerNormalization", inputs, {"axis": -m.k, "epsilon": m.eps}, like=m.out
+            graph,
+            m.nodes[-1],
+            "LayerNormalization",
+            inputs,
+            {"axis": -m.k, "epsilon": m.eps},
+            like=m.out,
         )
         replace_with_new(m.out, ln.outputs[0])
         graph.remove(m.nodes, safe=True)

@@ -124,21 +124,29 @@ class FusePad(RewritePass[_Match]):
             return "the Pad pads the batch or channel axis, which is no convolution padding"
         spatial = len(kernel)
         old = list(attr(node, "pads", [0] * (2 * spatial)))
-        new = [old[i] + begin[2 + i] for i in range(spatial)] + [old[spatial + i] + end[2 + i] for i in range(spatial)]
+        new = [old[i] + begin[2 + i] for i in range(spatial)] + [
+            old[spatial + i] + end[2 + i] for i in range(spatial)
+        ]
         if node.op_type != "Conv":
             # ceil_mode and dilation can make windows that start inside the padding, where -inf
             # (MaxPool) and 0 differ; keep the proof simple and decline them.
-            if int(attr(node, "ceil_mode", 0)) != 0 or any(d != 1 for d in attr(node, "dilations", [1])):
+            if int(attr(node, "ceil_mode", 0)) != 0 or any(
+                d != 1 for d in attr(node, "dilations", [1])
+            ):
                 return f"the {node.op_type} has ceil_mode or dilations"
             if any(new[i] >= kernel[i] or new[spatial + i] >= kernel[i] for i in range(spatial)):
                 return f"the combined pads would reach the {node.op_type}'s kernel size"
             if node.op_type == "AveragePool" and int(attr(node, "count_include_pad", 0)) != 1:
                 return "the AveragePool does not count its own padding (count_include_pad=0)"
             if node.op_type == "MaxPool":
-                if len(node.outputs) > 1 and (node.outputs[1].uses() or node.outputs[1].is_graph_output()):
+                if len(node.outputs) > 1 and (
+                    node.outputs[1].uses() or node.outputs[1].is_graph_output()
+                ):
                     return "the MaxPool's Indices output is used"
                 if not _non_negative(x):
-                    return "the input is not known to be non-negative: MaxPool pads with -inf, not 0"
+                    return (
+                        "the input is not known to be non-negative: MaxPool pads with -inf, not 0"
+                    )
         m.pads = new
         return None
 
@@ -157,6 +165,8 @@ class FusePad(RewritePass[_Match]):
             w = const_array(node.inputs[1])
             if w is not None:
                 return list(w.shape[2:])
-            if node.inputs[1].shape is not None and all(isinstance(d, int) for d in node.inputs[1].shape):
+            if node.inputs[1].shape is not None and all(
+                isinstance(d, int) for d in node.inputs[1].shape
+            ):
                 return list(node.inputs[1].shape)[2:]
         return None

@@ -76,7 +76,9 @@ class MergeReshape(RewritePass[_Match]):
                 return "the target shape is neither a constant nor Shape(t) (from opset 14)"
             m.like_tensor = True
         elif not m.reshape.attributes.get_int("allowzero", 0) and (shape == 0).any():
-            return "a 0 in the target copies a dimension of the intermediate tensor, which is bypassed"
+            return (
+                "a 0 in the target copies a dimension of the intermediate tensor, which is bypassed"
+            )
         return None
 
     def rewrite(self, graph, m: _Match) -> int:

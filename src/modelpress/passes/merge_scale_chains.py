@@ -107,7 +107,9 @@ def _plan(s: np.ndarray, t: np.ndarray, s_used: bool, t_used: bool) -> list[str]
 
 @dataclass
 class _Match:
-    chain: list[tuple[ir.Node, ir.Value, list[Step], np.dtype]]  # (node, x, steps, dtype), first first
+    chain: list[
+        tuple[ir.Node, ir.Value, list[Step], np.dtype]
+    ]  # (node, x, steps, dtype), first first
     # derived by the check: x·s + t, written as the ops of ``plan``
     s: np.ndarray | None = None
     t: np.ndarray | None = None

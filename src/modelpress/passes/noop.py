@@ -151,7 +151,11 @@ def _transpose(node: ir.Node) -> ir.Value | str:
     perm = _ints(node, "perm")
     if perm is None:  # the default reverses the axes: the identity only up to rank 1
         dims = _dims(x)
-        return x if dims is not None and len(dims) <= 1 else "it reverses the axes of a rank that is not known to be <= 1"
+        return (
+            x
+            if dims is not None and len(dims) <= 1
+            else "it reverses the axes of a rank that is not known to be <= 1"
+        )
     return x if perm == list(range(len(perm))) else "the permutation is not the identity"
 
 

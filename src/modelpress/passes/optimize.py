@@ -77,7 +77,9 @@ def _drop_new_annotations(model: ir.Model, annotated: set[str]) -> None:
             value.shape = None
 
 
-def select_passes(level: int, passes: list[str] | None, skip: list[str] | None) -> list[type[GraphPass]]:
+def select_passes(
+    level: int, passes: list[str] | None, skip: list[str] | None
+) -> list[type[GraphPass]]:
     if passes:
         chosen = [registry.get(n) for n in passes]
     else:

@@ -160,12 +160,16 @@ class ReorderCrop(RewritePass[_Match]):
         if m.data.is_graph_output():
             return f"the {m.elem.op_type} result is a graph output"
         inputs = list(m.elem.inputs)
-        varying = [i for i in m.positions if inputs[i] is not None and const_array(inputs[i]) is None]
+        varying = [
+            i for i in m.positions if inputs[i] is not None and const_array(inputs[i]) is None
+        ]
         if len(varying) != 1:
             return f"the {m.elem.op_type} has {len(varying)} non-constant operands, not one"
         k = varying[0]
         x = inputs[k]
-        consts = {i: const_array(inputs[i]) for i in m.positions if i != k and inputs[i] is not None}
+        consts = {
+            i: const_array(inputs[i]) for i in m.positions if i != k and inputs[i] is not None
+        }
         needs_rank = any(c.ndim > 0 for c in consts.values())
         rank = known_rank(x)
         if needs_rank and (rank is None or any(c.ndim > rank for c in consts.values())):
@@ -202,7 +206,9 @@ class ReorderCrop(RewritePass[_Match]):
                     continue
                 if x.shape[a] != c.shape[ac]:
                     # x could broadcast along a (unknown or size 1): unsafe
-                    return f"a constant varies along axis {a}, where x is not known to have its size"
+                    return (
+                        f"a constant varies along axis {a}, where x is not known to have its size"
+                    )
                 d = c.shape[ac]
                 if crop.index is not None and ((crop.index < -d) | (crop.index >= d)).any():
                     return "an index is out of range: the model fails at run time, and is left so"

@@ -46,7 +46,9 @@ class RewritePass(GraphPass, Generic[M]):
         """Why no rewrite can apply anywhere in ``graph`` (e.g. its opset is too old), or None."""
         return None
 
-    def matches(self, graph: ir.Graph | ir.Function, node: ir.Node) -> Iterable[M]:  # pragma: no cover
+    def matches(
+        self, graph: ir.Graph | ir.Function, node: ir.Node
+    ) -> Iterable[M]:  # pragma: no cover
         raise NotImplementedError
 
     def check(self, graph: ir.Graph | ir.Function, match: M) -> str | None:  # pragma: no cover
@@ -63,7 +65,11 @@ class RewritePass(GraphPass, Generic[M]):
         count = 0
         for node in list(graph):
             # An earlier rewrite of this sweep may have removed the node.
-            if node.op_type not in self.ops or node.domain not in STANDARD_DOMAINS or not in_graph(node, graph):
+            if (
+                node.op_type not in self.ops
+                or node.domain not in STANDARD_DOMAINS
+                or not in_graph(node, graph)
+            ):
                 continue
             count += self.rewrite_at(graph, node)
         return count
@@ -90,7 +96,9 @@ def output_refusal(old: ir.Value, new: ir.Value, graph: ir.Graph | ir.Function) 
     if not old.is_graph_output():
         return None
     if not can_become_output_of(new, graph):
-        return "the result is a graph output, and what would replace it is not computed in this graph"
+        return (
+            "the result is a graph output, and what would replace it is not computed in this graph"
+        )
     if new.is_graph_input() or new.is_graph_output() or new.is_initializer():
         return "the result is a graph output, and what would replace it has a fixed name"
     return None

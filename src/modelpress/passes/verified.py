@@ -57,7 +57,11 @@ def _size(model: ir.Model) -> int:
     try:
         return len(model_bytes(model))
     except ValueError:  # past protobuf's 2 GiB: count the initializers instead
-        return sum(v.const_value.nbytes for v in model.graph.initializers.values() if v.const_value is not None)
+        return sum(
+            v.const_value.nbytes
+            for v in model.graph.initializers.values()
+            if v.const_value is not None
+        )
 
 
 def optimize_verified(
@@ -91,7 +95,14 @@ def optimize_verified(
     checked = None
     if check:
         checked = verify(
-            model, result.model, inputs=inputs, dims=dims, shapes=shapes, runs=runs, rtol=rtol, atol=atol
+            model,
+            result.model,
+            inputs=inputs,
+            dims=dims,
+            shapes=shapes,
+            runs=runs,
+            rtol=rtol,
+            atol=atol,
         )
     report = VerifiedOptimize(
         optimized=result,

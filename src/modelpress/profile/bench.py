@@ -55,9 +55,9 @@ class ModelBench:
             "peak_memory_mb": self.peak_memory_mb,
             "warnings": self.warnings,
             "placement": self.placement,
-            "operators": None if self.operators is None else [
-                {"op": op, "ms": ms, "calls": n} for op, ms, n in self.operators
-            ],
+            "operators": None
+            if self.operators is None
+            else [{"op": op, "ms": ms, "calls": n} for op, ms, n in self.operators],
         }
 
 
@@ -87,7 +87,6 @@ class BenchResult:
 
 def _backend(backend: str, threads: int | None, ort_level: str, profile: bool):
     if backend == "ort":
-
         return OrtBackend(OrtOptions(intra_op_threads=threads, optimize=ort_level, profile=profile))
     if threads:
         import torch  # the torch backend is in use, so the extra is installed
@@ -132,7 +131,11 @@ def bench(
 
     def session(model: ir.Model, profile: bool = False) -> Session:
         return Session(
-            model, backend=_backend(backend, threads, ort_level, profile), device=device, place=place, strict=strict
+            model,
+            backend=_backend(backend, threads, ort_level, profile),
+            device=device,
+            place=place,
+            strict=strict,
         )
 
     # The first session in a process pays for loading the runtime's libraries; it also finds the
@@ -140,7 +143,9 @@ def bench(
     first = session(models[0])
     notes: list[str] = []
     if inputs is None:
-        fitted = fit_inputs(models[0], lambda f: first.run(f, check=False), dims=dims, shapes=shapes, runs=1)
+        fitted = fit_inputs(
+            models[0], lambda f: first.run(f, check=False), dims=dims, shapes=shapes, runs=1
+        )
         feeds = fitted.feeds[0]
         if fitted.note:
             notes.append(fitted.note)
@@ -159,7 +164,9 @@ def bench(
                 holder["s"].run(feeds, check=False)
             except Exception as exc:  # noqa: BLE001 - any backend's error
                 msg = (str(exc).strip() or type(exc).__name__).splitlines()[0][:200]
-                raise InputError(f"{name} fails on the inputs the first model runs on: {msg}") from None
+                raise InputError(
+                    f"{name} fails on the inputs the first model runs on: {msg}"
+                ) from None
 
         memory.append(peak_memory_mb(make))
         sessions.append(holder["s"])
@@ -194,7 +201,9 @@ def bench(
     if profile_ops:
         for result, model, sess in zip(results, models, sessions):
             progress(f"profiling {result.name}")
-            prepared = _backend(backend, threads, ort_level, True).prepare(model, device=sess.plan.devices[0] if sess.plan.devices else "cpu")
+            prepared = _backend(backend, threads, ort_level, True).prepare(
+                model, device=sess.plan.devices[0] if sess.plan.devices else "cpu"
+            )
             for _ in range(max(runs // 5, 3)):
                 prepared.run(feeds)
             result.operators = op_profile(prepared.end_profiling())

@@ -116,22 +116,36 @@ def protect(
         output_dir(output)
     original = _as_model(model)
     if lib.is_obfuscated(original):
-        raise OptionError("the model is already protected (an obfuscated graph): protect the original")
+        raise OptionError(
+            "the model is already protected (an obfuscated graph): protect the original"
+        )
     big = _is_big(original)
     result = ProtectResult(
-        output=str(output) if output is not None else None, mode=mode, encrypted=encrypt, obfuscated=obfuscate,
-        key_id=key_id(key).hex(), bytes=0, seconds=0.0,
+        output=str(output) if output is not None else None,
+        mode=mode,
+        encrypted=encrypt,
+        obfuscated=obfuscate,
+        key_id=key_id(key).hex(),
+        bytes=0,
+        seconds=0.0,
     )
     content = original
     if obfuscate:
         if big:
-            raise OptionError("obfuscation holds the model in memory in one protobuf: models over 1.8 GB can be encrypted, not obfuscated")
+            raise OptionError(
+                "obfuscation holds the model in memory in one protobuf: models over 1.8 GB can be encrypted, not obfuscated"
+            )
 
-        done = run_obfuscation(original, key=key, ratio=ratio, seed=seed, mode=mode, rename_io=rename_io)
+        done = run_obfuscation(
+            original, key=key, ratio=ratio, seed=seed, mode=mode, rename_io=rename_io
+        )
         content = done.model
         result.ratio, result.seed = ratio, done.seed
         result.groups, result.decoys = done.groups, done.decoys
-        result.visible_weights, result.library_constants = done.visible_weights, done.library_constants
+        result.visible_weights, result.library_constants = (
+            done.visible_weights,
+            done.library_constants,
+        )
 
         result.metrics = measure(original, model_bytes(content), interface_kept=not rename_io)
 
@@ -154,14 +168,17 @@ def protect(
                 header = package.encrypt_stream(segments, size, key, f.write, chunk_size=chunk_size)
                 f.flush()
                 if check:
-                    result.verification = _verify(original, f.name, key, name=str(output), inputs=inputs)
+                    result.verification = _verify(
+                        original, f.name, key, name=str(output), inputs=inputs
+                    )
         result.chunks = header.chunk_count
         result.bytes = header.file_size
     else:
-
         data = model_bytes(content)
         if check:
-            result.verification = _verify(original, data, key, name=str(output or "model"), inputs=inputs)
+            result.verification = _verify(
+                original, data, key, name=str(output or "model"), inputs=inputs
+            )
         if output is None:
             result.data = data
             result.bytes = len(data)
@@ -172,7 +189,9 @@ def protect(
     return result
 
 
-def _verify(original: ir.Model, written, key: bytes, *, name: str | None = None, inputs=None) -> dict:
+def _verify(
+    original: ir.Model, written, key: bytes, *, name: str | None = None, inputs=None
+) -> dict:
     """Open what was written and compare it with the original on generated inputs."""
 
     opened = open_package(written, key, name=name)
@@ -198,7 +217,6 @@ def is_package(source: str | os.PathLike | bytes) -> bool:
         return True
     try:
         if isinstance(source, (bytes, bytearray, memoryview)):
-
             model = from_bytes(source)
         else:
             model = payload.load_lazily(source)
@@ -207,7 +225,9 @@ def is_package(source: str | os.PathLike | bytes) -> bool:
     return lib.is_obfuscated(model)
 
 
-def open_package(source: str | os.PathLike | bytes, key: bytes, *, name: str | None = None) -> ir.Model:
+def open_package(
+    source: str | os.PathLike | bytes, key: bytes, *, name: str | None = None
+) -> ir.Model:
     """The model that runs, in memory: storage mode gives the original model; runtime mode the
     obfuscated graph with its decrypted operator library as local functions."""
     key = check_key(key)
@@ -216,10 +236,8 @@ def open_package(source: str | os.PathLike | bytes, key: bytes, *, name: str | N
     if package.has_magic(source) or (is_path and Path(source).suffix == ".mpk"):
         model = payload.read_model(package.decrypt_stream(source, key, name=label), name=label)
     elif isinstance(source, (bytes, bytearray, memoryview)):
-
         model = from_bytes(source, source=label)
     else:
-
         model = load(source)
     return unlock(model, key, name=label)
 

@@ -25,9 +25,25 @@ import onnx_ir as ir
 MIN_CAP = 6
 MAX_CAP = 24
 _WEIGHTED = {
-    "Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "MatMul", "Gemm", "MatMulInteger",
-    "QLinearMatMul", "Gather", "Einsum", "DeformConv", "FusedConv", "FusedMatMul", "FusedGemm",
-    "MatMulNBits", "QAttention", "Attention", "MultiHeadAttention", "EmbedLayerNormalization",
+    "Conv",
+    "ConvTranspose",
+    "ConvInteger",
+    "QLinearConv",
+    "MatMul",
+    "Gemm",
+    "MatMulInteger",
+    "QLinearMatMul",
+    "Gather",
+    "Einsum",
+    "DeformConv",
+    "FusedConv",
+    "FusedMatMul",
+    "FusedGemm",
+    "MatMulNBits",
+    "QAttention",
+    "Attention",
+    "MultiHeadAttention",
+    "EmbedLayerNormalization",
 }
 _ALWAYS_ANCHOR = {"LSTM", "GRU", "RNN", "If", "Loop", "Scan"}
 
@@ -38,7 +54,11 @@ def is_constant(value: ir.Value | None) -> bool:
     if value.is_initializer() and not value.is_graph_input():
         return True
     producer = value.producer()
-    return producer is not None and producer.op_type == "Constant" and producer.domain in ("", "ai.onnx")
+    return (
+        producer is not None
+        and producer.op_type == "Constant"
+        and producer.domain in ("", "ai.onnx")
+    )
 
 
 def is_anchor(node: ir.Node) -> bool:

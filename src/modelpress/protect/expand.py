@@ -34,11 +34,21 @@ import onnx_ir as ir
 from modelpress.protect.optypes import Anonymous
 
 _SUBTRACTABLE = {
-    ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.INT32, ir.DataType.INT64,
+    ir.DataType.FLOAT,
+    ir.DataType.DOUBLE,
+    ir.DataType.FLOAT16,
+    ir.DataType.INT32,
+    ir.DataType.INT64,
 }
 _READABLE = _SUBTRACTABLE | {
-    ir.DataType.BOOL, ir.DataType.INT8, ir.DataType.UINT8, ir.DataType.INT16, ir.DataType.UINT16,
-    ir.DataType.UINT32, ir.DataType.UINT64, ir.DataType.BFLOAT16,
+    ir.DataType.BOOL,
+    ir.DataType.INT8,
+    ir.DataType.UINT8,
+    ir.DataType.INT16,
+    ir.DataType.UINT16,
+    ir.DataType.UINT32,
+    ir.DataType.UINT64,
+    ir.DataType.BFLOAT16,
 }
 
 
@@ -49,8 +59,10 @@ _COMPARABLE = {ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.INT32, ir.Data
 def _readable(value: ir.Value) -> bool:
     """A tensor of known rank (at least 1) and a numeric or boolean type: a decoy can read it."""
     return (
-        isinstance(value.type, ir.TensorType) and value.dtype in _READABLE
-        and value.shape is not None and len(value.shape) >= 1
+        isinstance(value.type, ir.TensorType)
+        and value.dtype in _READABLE
+        and value.shape is not None
+        and len(value.shape) >= 1
     )
 
 
@@ -87,7 +99,9 @@ def _cubic(b: _Body, n: ir.Value) -> ir.Value:  # n^3 - n = (n-1) n (n+1) is a m
     return b.op("Mod", b.op("Sub", b.op("Mul", b.op("Mul", n, n), n), n), b.const(3))
 
 
-def _square(b: _Body, n: ir.Value) -> ir.Value:  # n^2 mod 4 is 0 or 1, never 2: a branch never taken
+def _square(
+    b: _Body, n: ir.Value
+) -> ir.Value:  # n^2 mod 4 is 0 or 1, never 2: a branch never taken
     sq = b.op("Mul", n, n)
     never = b.op("Equal", b.op("Mod", sq, b.const(4)), b.const(2))
     return b.op("Where", never, b.op("Add", sq, b.const(5)), b.const(0))
@@ -102,7 +116,9 @@ def _templates(opset: int) -> list[Callable[[_Body, ir.Value], ir.Value]]:
     return [_parity, _cubic, _square, _cancel] if opset >= 10 else [_cancel]
 
 
-def _decoy(domain: str, op_type: str, u: ir.Value, previous: ir.Value | None, opset: int, opsets: dict) -> Anonymous:
+def _decoy(
+    domain: str, op_type: str, u: ir.Value, previous: ir.Value | None, opset: int, opsets: dict
+) -> Anonymous:
     """``t = previous + [u.flat[0] > 0]`` (int64, shape [1, ..., 1]) as an anonymous node."""
     formals = [ir.Value(name="u")] + ([ir.Value(name="s")] if previous is not None else [])
     graph = ir.Graph(formals, [], nodes=[], opset_imports=dict(opsets), name=op_type)
@@ -113,13 +129,21 @@ def _decoy(domain: str, op_type: str, u: ir.Value, previous: ir.Value | None, op
     if opset >= 10:
         first = b.op("Slice", formals[0], b.add(_c(zeros)), b.add(_c(ones)))
     else:
-        first = b.add(ir.node("Slice", [formals[0]], attributes={"starts": zeros.tolist(), "ends": ones.tolist()}))
+        first = b.add(
+            ir.node(
+                "Slice", [formals[0]], attributes={"starts": zeros.tolist(), "ends": ones.tolist()}
+            )
+        )
     scalar = first  # shape [1, ..., 1]: the chain broadcasts to the largest rank; F reduces it
     if u.dtype in _COMPARABLE:
         zero = b.add(_c(np.zeros((), dtype=u.dtype.numpy())))
         positive = b.op("Greater", scalar, zero)
     else:
-        positive = b.op("Greater", b.op("Cast", scalar, to=ir.DataType.FLOAT), b.add(_c(np.array(0.0, dtype=np.float32))))
+        positive = b.op(
+            "Greater",
+            b.op("Cast", scalar, to=ir.DataType.FLOAT),
+            b.add(_c(np.array(0.0, dtype=np.float32))),
+        )
     t = b.op("Cast", positive, to=ir.DataType.INT64)
     if previous is not None:
         t = b.op("Add", formals[1], t)
@@ -188,7 +212,11 @@ def expand(
         for earlier in calls[:index]:
             # Intermediate values of rank 4 and up are left alone: ONNX Runtime keeps convolution
             # activations in a blocked layout, and one more reader costs a full reordering copy.
-            candidates += [o for o in earlier.outputs if _readable(o) and len(o.uses()) >= 2 and len(o.shape) <= 3]
+            candidates += [
+                o
+                for o in earlier.outputs
+                if _readable(o) and len(o.uses()) >= 2 and len(o.shape) <= 3
+            ]
         candidates = [v for v in candidates if v not in own] or graph_inputs
         if not candidates:
             continue
@@ -201,7 +229,11 @@ def expand(
     if previous is None:
         return added
     for i, y in enumerate(list(graph.outputs)):
-        if y.producer() is None or not isinstance(y.type, ir.TensorType) or y.dtype not in _FINAL_TYPES:
+        if (
+            y.producer() is None
+            or not isinstance(y.type, ir.TensorType)
+            or y.dtype not in _FINAL_TYPES
+        ):
             continue  # a graph input passed through, or a type the runtime cannot subtract
         final = _final(domain, new_type(), y, previous, opsets)
         graph.append(final.call)

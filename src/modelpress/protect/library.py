@@ -34,7 +34,9 @@ from modelpress.protect.optypes import DECODE_DOMAIN, DECODE_OP
 LIBRARY_INIT = "mpk_library"
 META_KEY = "modelpress.protect"
 _LIB_META = "mpk.library"
-PLACEHOLDER = "mpk:S:"  # location prefix of a skeleton's placeholder; the rest names the stored tensor
+PLACEHOLDER = (
+    "mpk:S:"  # location prefix of a skeleton's placeholder; the rest names the stored tensor
+)
 TRANSFORM_META = "mpk.transform"
 MODES = ("runtime", "storage")
 
@@ -50,7 +52,12 @@ class Library:
     skeleton: ir.Model | None = None  # storage
 
     def to_model(self) -> ir.Model:
-        info = {"mode": self.mode, "domain": self.domain, "io_names": self.io_names, "metadata": self.metadata}
+        info = {
+            "mode": self.mode,
+            "domain": self.domain,
+            "io_names": self.io_names,
+            "metadata": self.metadata,
+        }
         if self.mode == "storage":
             assert self.skeleton is not None
             model = self.skeleton
@@ -60,14 +67,21 @@ class Library:
         for f in self.functions:
             opsets.update(f.opset_imports)
         graph = ir.Graph([], [], nodes=[], opset_imports=opsets, name="library")
-        return ir.Model(graph, ir_version=self.ir_version, functions=self.functions, metadata_props={_LIB_META: json.dumps(info)})
+        return ir.Model(
+            graph,
+            ir_version=self.ir_version,
+            functions=self.functions,
+            metadata_props={_LIB_META: json.dumps(info)},
+        )
 
     @classmethod
     def from_model(cls, model: ir.Model, name: str) -> Library:
         try:
             info = json.loads(model.metadata_props.pop(_LIB_META))
         except (KeyError, ValueError):
-            raise ModelLoadError(f"{name}: the operator library is not one this modelpress can read") from None
+            raise ModelLoadError(
+                f"{name}: the operator library is not one this modelpress can read"
+            ) from None
         if info.get("mode") == "storage":
             return cls("storage", skeleton=model)
         return cls(
@@ -85,13 +99,18 @@ def seal(library: Library, key: bytes) -> bytes:
 
 
 def unseal(blob: bytes, key: bytes, *, name: str) -> Library:
-    plain = package.decrypt_bytes(blob, key, expect_kind=package.KIND_LIBRARY, name=f"{name} (operator library)")
+    plain = package.decrypt_bytes(
+        blob, key, expect_kind=package.KIND_LIBRARY, name=f"{name} (operator library)"
+    )
     return Library.from_model(from_bytes(plain, source=name), name)
 
 
 def embed(model: ir.Model, blob: bytes) -> None:
     """Ship the sealed library inside ``model`` and mark it as obfuscated."""
-    value = ir.Value(name=LIBRARY_INIT, const_value=ir.tensor(np.frombuffer(blob, dtype=np.uint8), name=LIBRARY_INIT))
+    value = ir.Value(
+        name=LIBRARY_INIT,
+        const_value=ir.tensor(np.frombuffer(blob, dtype=np.uint8), name=LIBRARY_INIT),
+    )
     model.graph.register_initializer(value)
     model.metadata_props[META_KEY] = json.dumps({"format": 1, "library": LIBRARY_INIT})
 
@@ -123,7 +142,10 @@ def attach(model: ir.Model, library: Library) -> ir.Model:
             f.graph.remove(node, safe=True)
         f.opset_imports.pop(DECODE_DOMAIN, None)
         model.functions[f.identifier()] = f
-        for domain, version in f.opset_imports.items():  # domains the bodies use (com.microsoft, ...)
+        for (
+            domain,
+            version,
+        ) in f.opset_imports.items():  # domains the bodies use (com.microsoft, ...)
             model.opset_imports.setdefault(domain, version)
     model.opset_imports[library.domain] = 1
     model.ir_version = max(model.ir_version, library.ir_version, 8)
@@ -141,18 +163,28 @@ def restore(model: ir.Model, library: Library, *, name: str) -> ir.Model:
     stored = model.graph.initializers
 
     def fill(tensor: ir.TensorProtocol) -> ir.TensorProtocol:
-        if not isinstance(tensor, ir.ExternalTensor) or not str(tensor.location).startswith(PLACEHOLDER):
+        if not isinstance(tensor, ir.ExternalTensor) or not str(tensor.location).startswith(
+            PLACEHOLDER
+        ):
             return tensor
         source = stored.get(str(tensor.location)[len(PLACEHOLDER) :])
         if source is None or source.const_value is None:
-            raise ModelLoadError(f"{name}: a stored weight the library refers to is missing (a damaged model)")
+            raise ModelLoadError(
+                f"{name}: a stored weight the library refers to is missing (a damaged model)"
+            )
         transform = weights.Transform.from_json(tensor.metadata_props[TRANSFORM_META])
-        return ir.Tensor(weights.decode(source.const_value.numpy(), transform), dtype=transform.dtype, name=tensor.name)
+        return ir.Tensor(
+            weights.decode(source.const_value.numpy(), transform),
+            dtype=transform.dtype,
+            name=tensor.name,
+        )
 
     for graph in skeleton.graphs():
         for value in graph.initializers.values():
             value.const_value = fill(value.const_value)
         for node in graph:
             if node.op_type == "Constant" and "value" in node.attributes:
-                node.attributes["value"] = ir.AttrTensor("value", fill(node.attributes["value"].value))
+                node.attributes["value"] = ir.AttrTensor(
+                    "value", fill(node.attributes["value"].value)
+                )
     return skeleton

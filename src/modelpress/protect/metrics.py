@@ -136,7 +136,9 @@ def max_correlation(stored: list[np.ndarray], original: list[np.ndarray]) -> tup
     return worst, pairs
 
 
-def measure(original: ir.Model, obfuscated: bytes, *, interface_kept: bool = True) -> ProtectionMetrics:
+def measure(
+    original: ir.Model, obfuscated: bytes, *, interface_kept: bool = True
+) -> ProtectionMetrics:
     """The metrics of the obfuscated model file ``obfuscated`` against ``original``."""
     model = from_bytes(obfuscated, source="obfuscated model")
     nodes = _nodes(model)
@@ -153,7 +155,12 @@ def measure(original: ir.Model, obfuscated: bytes, *, interface_kept: bool = Tru
     names = all_names(original)
     # The interface stays in the file on purpose: its dimension names always, its value names
     # unless renamed. A name found only as part of one of those strings cannot be told apart.
-    interface = [str(d) for v in (*original.graph.inputs, *original.graph.outputs) for d in (v.shape or ()) if not isinstance(d, int)]
+    interface = [
+        str(d)
+        for v in (*original.graph.inputs, *original.graph.outputs)
+        for d in (v.shape or ())
+        if not isinstance(d, int)
+    ]
     if interface_kept:
         interface += [v.name for v in (*original.graph.inputs, *original.graph.outputs) if v.name]
     in_interface = {n for n in names if any(n in s for s in interface)}

@@ -64,7 +64,13 @@ def _graphs(model: ir.Model):
 def subgraphs(node: ir.Node):
     """Every graph nested in ``node``'s attributes, at any depth."""
     for attr in node.attributes.values():
-        graphs = [attr.value] if attr.type == ir.AttributeType.GRAPH else attr.value if attr.type == ir.AttributeType.GRAPHS else []
+        graphs = (
+            [attr.value]
+            if attr.type == ir.AttributeType.GRAPH
+            else attr.value
+            if attr.type == ir.AttributeType.GRAPHS
+            else []
+        )
         for g in graphs:
             yield g
             for inner in g:

@@ -60,7 +60,9 @@ def _used_domains(functions: list[ir.Function]) -> set[str]:
     return found
 
 
-def _rename_functions(work: ir.Model, namer: Namer, domain: str, callers: list[ir.Function]) -> list[ir.Function]:
+def _rename_functions(
+    work: ir.Model, namer: Namer, domain: str, callers: list[ir.Function]
+) -> list[ir.Function]:
     """The model's own local functions, renamed into the private domain; their call sites follow,
     in the main graph, in the functions themselves and in the ``callers`` (the groups' bodies)."""
     renames: dict[tuple, tuple[str, str]] = {}
@@ -87,9 +89,13 @@ def _rename_functions(work: ir.Model, namer: Namer, domain: str, callers: list[i
     return functions
 
 
-def obfuscate(model: ir.Model, *, key: bytes, ratio: float, seed: int | None, mode: str, rename_io: bool) -> Obfuscated:
+def obfuscate(
+    model: ir.Model, *, key: bytes, ratio: float, seed: int | None, mode: str, rename_io: bool
+) -> Obfuscated:
     if not 0.0 <= ratio <= 1.0:
-        raise OptionError(f"--ratio {ratio}: must be between 0 and 1 (0.1, 0.3 and 0.6 are small, medium, large)")
+        raise OptionError(
+            f"--ratio {ratio}: must be between 0 and 1 (0.1, 0.3 and 0.6 are small, medium, large)"
+        )
     if mode not in lib.MODES:
         raise OptionError(f"--mode {mode!r}: one of {', '.join(lib.MODES)}")
     opset = model.opset_imports.get("", model.opset_imports.get("ai.onnx", 0))
@@ -113,7 +119,9 @@ def obfuscate(model: ir.Model, *, key: bytes, ratio: float, seed: int | None, mo
     targets: dict[int, np.ndarray] = {}  # standardized, once per size
     stored: dict[ir.Value, Visible] = {}
     inlined: set[ir.Value] = set()
-    skeleton_slots: dict[str, tuple[ir.Value, str]] = {}  # original value name -> (stored, transform)
+    skeleton_slots: dict[
+        str, tuple[ir.Value, str]
+    ] = {}  # original value name -> (stored, transform)
 
     def policy(value: ir.Value) -> Visible | None:
         if value in stored:
@@ -141,14 +149,30 @@ def obfuscate(model: ir.Model, *, key: bytes, ratio: float, seed: int | None, mo
 
     groups = find_groups(work.graph, rng)
     anonymous = [
-        extract(work.graph, g, domain=domain, op_type=namer(), opset_imports=opsets, policy=policy) for g in groups
+        extract(work.graph, g, domain=domain, op_type=namer(), opset_imports=opsets, policy=policy)
+        for g in groups
     ]
     work.graph.sort()
-    for node in [n for n in work.graph if n.op_type == "Constant" and not any(o.uses() or o.is_graph_output() for o in n.outputs)]:
+    for node in [
+        n
+        for n in work.graph
+        if n.op_type == "Constant" and not any(o.uses() or o.is_graph_output() for o in n.outputs)
+    ]:
         work.graph.remove(node, safe=True)
-    for name in [n for n, v in work.graph.initializers.items() if not v.uses() and not v.is_graph_output()]:
+    for name in [
+        n for n, v in work.graph.initializers.items() if not v.uses() and not v.is_graph_output()
+    ]:
         del work.graph.initializers[name]
-    added = expand(work.graph, anonymous, ratio=ratio, rng=rng, domain=domain, new_type=namer, opset=opset, opsets=opsets)
+    added = expand(
+        work.graph,
+        anonymous,
+        ratio=ratio,
+        rng=rng,
+        domain=domain,
+        new_type=namer,
+        opset=opset,
+        opsets=opsets,
+    )
     bodies = [a.function for a in anonymous + added]
     functions = bodies + _rename_functions(work, namer, domain, bodies)
     originals = {d for d in model.opset_imports if d not in ("", "ai.onnx")} - _used_domains(bodies)
@@ -166,7 +190,9 @@ def obfuscate(model: ir.Model, *, key: bytes, ratio: float, seed: int | None, mo
     work.functions.clear()
 
     if mode == "runtime":
-        library = lib.Library("runtime", domain, functions, io_names, metadata, ir_version=max(model.ir_version, 8))
+        library = lib.Library(
+            "runtime", domain, functions, io_names, metadata, ir_version=max(model.ir_version, 8)
+        )
     else:
         _place_holders(skeleton, skeleton_slots)
         library = lib.Library("storage", skeleton=skeleton)
@@ -174,7 +200,14 @@ def obfuscate(model: ir.Model, *, key: bytes, ratio: float, seed: int | None, mo
     work.opset_imports.update({"": opset, domain: 1})
     work.ir_version = max(model.ir_version, 8)
     lib.embed(work, lib.seal(library, key))
-    return Obfuscated(work, seed, len(anonymous), len(added), len({v.stored for v in stored.values()}), len(inlined))
+    return Obfuscated(
+        work,
+        seed,
+        len(anonymous),
+        len(added),
+        len({v.stored for v in stored.values()}),
+        len(inlined),
+    )
 
 
 def _place_holders(skeleton: ir.Model, slots: dict[str, tuple[ir.Value, str]]) -> None:
@@ -183,8 +216,13 @@ def _place_holders(skeleton: ir.Model, slots: dict[str, tuple[ir.Value, str]]) -
 
     def hole(tensor: ir.TensorProtocol, stored: ir.Value, transform: str) -> ir.ExternalTensor:
         return ir.ExternalTensor(
-            lib.PLACEHOLDER + stored.name, 0, tensor.nbytes, tensor.dtype, shape=tensor.shape,
-            name=tensor.name, metadata_props={lib.TRANSFORM_META: transform},
+            lib.PLACEHOLDER + stored.name,
+            0,
+            tensor.nbytes,
+            tensor.dtype,
+            shape=tensor.shape,
+            name=tensor.name,
+            metadata_props={lib.TRANSFORM_META: transform},
         )
 
     graph = skeleton.graph
@@ -192,5 +230,11 @@ def _place_holders(skeleton: ir.Model, slots: dict[str, tuple[ir.Value, str]]) -
         if name in slots and not value.is_graph_input():
             value.const_value = hole(value.const_value, *slots[name])
     for node in graph:
-        if node.op_type == "Constant" and node.outputs[0].name in slots and "value" in node.attributes:
-            node.attributes["value"] = ir.AttrTensor("value", hole(node.attributes["value"].value, *slots[node.outputs[0].name]))
+        if (
+            node.op_type == "Constant"
+            and node.outputs[0].name in slots
+            and "value" in node.attributes
+        ):
+            node.attributes["value"] = ir.AttrTensor(
+                "value", hole(node.attributes["value"].value, *slots[node.outputs[0].name])
+            )

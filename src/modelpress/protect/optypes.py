@@ -51,7 +51,13 @@ class Anonymous:
 def _nested_nodes(node: ir.Node) -> list[ir.Node]:
     out = []
     for attr in node.attributes.values():
-        graphs = [attr.value] if attr.type == ir.AttributeType.GRAPH else attr.value if attr.type == ir.AttributeType.GRAPHS else []
+        graphs = (
+            [attr.value]
+            if attr.type == ir.AttributeType.GRAPH
+            else attr.value
+            if attr.type == ir.AttributeType.GRAPHS
+            else []
+        )
         for g in graphs:
             for inner in g:
                 out.append(inner)
@@ -103,7 +109,12 @@ def extract(
                 mapping[v] = const.outputs[0]
                 continue
             formal = ir.Value(name=f"in{len(formals)}")
-            decode = ir.node(DECODE_OP, [formal], domain=DECODE_DOMAIN, attributes={"transform": visible.transform_json})
+            decode = ir.node(
+                DECODE_OP,
+                [formal],
+                domain=DECODE_DOMAIN,
+                attributes={"transform": visible.transform_json},
+            )
             body_head.append(decode)
             formals.append(formal)
             actuals.append(visible.stored)
@@ -139,5 +150,11 @@ def extract(
             new.name, old.name = old.name, None
     graph.remove(nodes)
     graph.append(call)
-    body = ir.Graph(formals, outputs, nodes=[*body_head, *nodes], opset_imports=dict(opset_imports), name=op_type)
+    body = ir.Graph(
+        formals,
+        outputs,
+        nodes=[*body_head, *nodes],
+        opset_imports=dict(opset_imports),
+        name=op_type,
+    )
     return Anonymous(call, ir.Function(domain, op_type, graph=body, attributes=[]))

@@ -58,7 +58,9 @@ def _aesgcm():
     try:
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM
     except ImportError as exc:
-        raise MissingExtraError("cryptography", "protect", "encrypting or opening a protected model") from exc
+        raise MissingExtraError(
+            "cryptography", "protect", "encrypting or opening a protected model"
+        ) from exc
     return AESGCM
 
 
@@ -66,7 +68,9 @@ def _file_key(key: bytes, salt: bytes) -> bytes:
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=salt, info=b"modelpress mpk v1 chunks").derive(key)
+    return HKDF(
+        algorithm=hashes.SHA256(), length=32, salt=salt, info=b"modelpress mpk v1 chunks"
+    ).derive(key)
 
 
 def _nonce(index: int) -> bytes:
@@ -119,8 +123,12 @@ def encrypt_stream(
         raise ValueError(f"chunk_size must be between 1 and {MAX_CHUNK}")
     count = chunk_count(plain_size, chunk_size)
     salt = os.urandom(16)
-    raw = HEADER.pack(MAGIC, VERSION, AES_256_GCM, kind, 0, key_id(key), salt, chunk_size, count, plain_size)
-    header = Header(VERSION, AES_256_GCM, kind, key_id(key), salt, chunk_size, count, plain_size, raw)
+    raw = HEADER.pack(
+        MAGIC, VERSION, AES_256_GCM, kind, 0, key_id(key), salt, chunk_size, count, plain_size
+    )
+    header = Header(
+        VERSION, AES_256_GCM, kind, key_id(key), salt, chunk_size, count, plain_size, raw
+    )
     aead = _aesgcm()(_file_key(key, salt))
     write(memoryview(raw))
     plain = bytearray(chunk_size)
@@ -131,7 +139,12 @@ def encrypt_stream(
 
     def seal(n: int) -> None:
         nonlocal index
-        aead.encrypt_into(_nonce(index), memoryview(plain)[:n], _aad(raw, index, count), memoryview(sealed)[: n + TAG_BYTES])
+        aead.encrypt_into(
+            _nonce(index),
+            memoryview(plain)[:n],
+            _aad(raw, index, count),
+            memoryview(sealed)[: n + TAG_BYTES],
+        )
         write(memoryview(sealed)[: n + TAG_BYTES])
         index += 1
 
@@ -166,7 +179,9 @@ def encrypt_bytes(data: bytes, key: bytes, *, kind: int, chunk_size: int = DEFAU
 class _Source:
     """A package to read: a path (opened here) or bytes in memory, with its total size."""
 
-    def __init__(self, source: str | os.PathLike | bytes | bytearray | memoryview, name: str | None):
+    def __init__(
+        self, source: str | os.PathLike | bytes | bytearray | memoryview, name: str | None
+    ):
         if isinstance(source, (bytes, bytearray, memoryview)):
             self.name = name or "package"
             self.file: BinaryIO = io.BytesIO(source)
@@ -188,17 +203,23 @@ class _Source:
 
 def _parse_header(raw: bytes, size: int, name: str, expect_kind: int | None) -> Header:
     if len(raw) < len(MAGIC) or raw[: len(MAGIC)] != MAGIC:
-        raise PackageError(f"{name}: not a modelpress package (it does not start with the .mpk signature)")
+        raise PackageError(
+            f"{name}: not a modelpress package (it does not start with the .mpk signature)"
+        )
     if len(raw) < HEADER.size:
         raise PackageError(f"{name}: truncated: {size} bytes, shorter than a package header")
-    _, version, algorithm, kind, _flags, kid, salt, csize, count, plain = HEADER.unpack(raw[: HEADER.size])
+    _, version, algorithm, kind, _flags, kid, salt, csize, count, plain = HEADER.unpack(
+        raw[: HEADER.size]
+    )
     if version != VERSION:
         raise PackageError(
             f"{name}: package format version {version} is not supported (this modelpress reads version {VERSION}); "
             "upgrade modelpress, or the file was modified"
         )
     if algorithm != AES_256_GCM:
-        raise PackageError(f"{name}: unknown encryption algorithm {algorithm}; upgrade modelpress, or the file was modified")
+        raise PackageError(
+            f"{name}: unknown encryption algorithm {algorithm}; upgrade modelpress, or the file was modified"
+        )
     header = Header(version, algorithm, kind, kid, salt, csize, count, plain, raw[: HEADER.size])
     if not 1 <= csize <= MAX_CHUNK or count != chunk_count(plain, csize):
         raise PackageError(f"{name}: {WRONG_KEY} (its header is inconsistent)")
@@ -208,7 +229,9 @@ def _parse_header(raw: bytes, size: int, name: str, expect_kind: int | None) -> 
     if size < header.file_size:
         raise PackageError(f"{name}: truncated: {size} of {header.file_size} bytes")
     if size > header.file_size:
-        raise PackageError(f"{name}: {size - header.file_size} bytes after the last chunk ({WRONG_KEY})")
+        raise PackageError(
+            f"{name}: {size - header.file_size} bytes after the last chunk ({WRONG_KEY})"
+        )
     return header
 
 
@@ -238,7 +261,9 @@ def decrypt_stream(
     try:
         header = _parse_header(src.file.read(HEADER.size), src.size, src.name, expect_kind)
         if header.key_id != key_id(key):
-            raise PackageError(f"{src.name}: {WRONG_KEY} (the key's id does not match the package's)")
+            raise PackageError(
+                f"{src.name}: {WRONG_KEY} (the key's id does not match the package's)"
+            )
         aead = _aesgcm()(_file_key(key, header.salt))
         from cryptography.exceptions import InvalidTag
 
@@ -249,10 +274,14 @@ def decrypt_stream(
             n = min(header.chunk_size, left)
             view = memoryview(sealed)[: n + TAG_BYTES]
             if src.file.readinto(view) != n + TAG_BYTES:
-                raise PackageError(f"{src.name}: truncated in chunk {index + 1} of {header.chunk_count}")
+                raise PackageError(
+                    f"{src.name}: truncated in chunk {index + 1} of {header.chunk_count}"
+                )
             out = memoryview(plain)[:n]
             try:
-                aead.decrypt_into(_nonce(index), view, _aad(header.raw, index, header.chunk_count), out)
+                aead.decrypt_into(
+                    _nonce(index), view, _aad(header.raw, index, header.chunk_count), out
+                )
             except InvalidTag:
                 raise PackageError(
                     f"{src.name}: {WRONG_KEY} (chunk {index + 1} of {header.chunk_count} failed authentication)"
@@ -265,7 +294,9 @@ def decrypt_stream(
 
 def decrypt_bytes(blob, key: bytes, *, expect_kind: int, name: str | None = None) -> bytes:
     """The whole plaintext of a (small) package in memory."""
-    return b"".join(bytes(part) for part in decrypt_stream(blob, key, expect_kind=expect_kind, name=name))
+    return b"".join(
+        bytes(part) for part in decrypt_stream(blob, key, expect_kind=expect_kind, name=name)
+    )
 
 
 def has_magic(source: str | os.PathLike | bytes | bytearray | memoryview) -> bool:

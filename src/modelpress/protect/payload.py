@@ -53,7 +53,9 @@ def _references(model: ir.Model, tensors: list[ir.TensorProtocol]):
             if not _external(value):
                 continue
             t = value.const_value
-            ref = ir.ExternalTensor(LOCATION, offset, t.nbytes, t.dtype, shape=t.shape, name=value.name)
+            ref = ir.ExternalTensor(
+                LOCATION, offset, t.nbytes, t.dtype, shape=t.shape, name=value.name
+            )
             swapped.append((value, t))
             tensors.append(t)
             value.const_value = ref
@@ -73,11 +75,17 @@ def _tensor_pieces(t: ir.TensorProtocol) -> Iterator[memoryview]:
             while left:
                 piece = f.read(min(_READ_PIECE, left))
                 if not piece:
-                    raise ModelLoadError(f"{t.path}: external data ends before tensor {t.name!r} does")
+                    raise ModelLoadError(
+                        f"{t.path}: external data ends before tensor {t.name!r} does"
+                    )
                 left -= len(piece)
                 yield memoryview(piece)
         return
-    if isinstance(t, ir.Tensor) and t.dtype.bitwidth >= 8 and t.dtype.numpy().itemsize == t.dtype.itemsize:
+    if (
+        isinstance(t, ir.Tensor)
+        and t.dtype.bitwidth >= 8
+        and t.dtype.numpy().itemsize == t.dtype.itemsize
+    ):
         arr = np.ascontiguousarray(t.numpy())
         if arr.dtype.byteorder == ">":
             arr = arr.astype(arr.dtype.newbyteorder("<"))
@@ -118,7 +126,9 @@ class _ChunkReader:
                 try:
                     self.view = next(self.chunks)
                 except StopIteration:
-                    raise ModelLoadError(f"{self.name}: the payload ends early (a damaged package)") from None
+                    raise ModelLoadError(
+                        f"{self.name}: the payload ends early (a damaged package)"
+                    ) from None
                 continue
             take = min(len(self.view), len(out) - pos)
             out[pos : pos + take] = self.view[:take]
@@ -132,7 +142,9 @@ class _ChunkReader:
 
     def finish(self) -> None:
         if len(self.view) or next(self.chunks, None) is not None:
-            raise ModelLoadError(f"{self.name}: bytes after the model's last tensor (a damaged package)")
+            raise ModelLoadError(
+                f"{self.name}: bytes after the model's last tensor (a damaged package)"
+            )
 
 
 def read_model(chunks: Iterator[memoryview], *, name: str = "package") -> ir.Model:
@@ -145,14 +157,17 @@ def read_model(chunks: Iterator[memoryview], *, name: str = "package") -> ir.Mod
     proto_size = int.from_bytes(head[len(PAYLOAD_MAGIC) :], "big")
     model = from_bytes(reader.read(proto_size), source=name)
     refs = [
-        v for v in _initializers(model)
+        v
+        for v in _initializers(model)
         if isinstance(v.const_value, ir.ExternalTensor) and v.const_value.location == LOCATION
     ]
     expected = 0
     for value in sorted(refs, key=lambda v: v.const_value.offset):
         ref = value.const_value
         if ref.offset != expected:
-            raise ModelLoadError(f"{name}: tensor {value.name!r} is not where the payload says (a damaged package)")
+            raise ModelLoadError(
+                f"{name}: tensor {value.name!r} is not where the payload says (a damaged package)"
+            )
         buf = np.empty(ref.length, dtype=np.uint8)
         reader.readinto(memoryview(buf))
         array = buf.view(ref.dtype.numpy()).reshape(tuple(ref.shape.numpy()))

@@ -76,7 +76,9 @@ class Transform:
 
     @property
     def store_dtype(self) -> np.dtype:
-        return np.dtype(np.float64) if self.is_float else _INT_STORE[np.dtype(self.dtype.numpy())][0]
+        return (
+            np.dtype(np.float64) if self.is_float else _INT_STORE[np.dtype(self.dtype.numpy())][0]
+        )
 
     def to_json(self) -> str:
         return json.dumps(
@@ -106,13 +108,17 @@ class Transform:
             a=d["a"],
             b=d["b"],
             flips=np.frombuffer(base64.b64decode(d["flips"]), dtype=np.uint8).copy(),
-            exceptions=np.frombuffer(base64.b64decode(d["exceptions"]), dtype="<i8").astype(np.int64),
+            exceptions=np.frombuffer(base64.b64decode(d["exceptions"]), dtype="<i8").astype(
+                np.int64
+            ),
         )
 
 
 def supported(array: np.ndarray) -> bool:
     """Whether ``array`` can be stored perturbed (else it goes into the library whole)."""
-    kind_ok = array.dtype in _FLOAT_TYPES or array.dtype in _INT_STORE or array.dtype.name == "bfloat16"
+    kind_ok = (
+        array.dtype in _FLOAT_TYPES or array.dtype in _INT_STORE or array.dtype.name == "bfloat16"
+    )
     return kind_ok and array.size >= MIN_ELEMENTS
 
 
@@ -284,7 +290,9 @@ def encode(
     finite = np.nan_to_num(p64.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
     signs = _balance(finite, r.astype(np.float64), X, rng)
     flips = np.packbits(signs < 0)
-    t = Transform(dtype, tuple(array.shape), seed, t.scale_exp, t.noise_bits, a, b, flips, exceptions)
+    t = Transform(
+        dtype, tuple(array.shape), seed, t.scale_exp, t.noise_bits, a, b, flips, exceptions
+    )
     s = p64 + noise(t)
     s[exceptions] = p64[exceptions]  # -0.0 + 0.0 would be +0.0: keep such elements as they are
     return s.astype(t.store_dtype), t
@@ -293,7 +301,9 @@ def encode(
 def decode(stored: np.ndarray, t: Transform) -> np.ndarray:
     """The weight back from ``S`` (numpy; bit for bit what the ONNX form computes)."""
     target = np.dtype(t.dtype.numpy())
-    flat = (stored.reshape(-1) - noise(t)).astype(np.float32 if target.name == "bfloat16" else target)
+    flat = (stored.reshape(-1) - noise(t)).astype(
+        np.float32 if target.name == "bfloat16" else target
+    )
     if target.name == "bfloat16":
         flat = flat.astype(target)
     return flat[inverse_index(t)].reshape(t.shape)
@@ -321,7 +331,11 @@ def decode_nodes(t: Transform, stored: ir.Value, opset: int) -> tuple[list[ir.No
         reshape = ir.node("Reshape", [gather.outputs[0], shape_const.outputs[0]])
         nodes += [diff, cast, idx, gather, shape_const, reshape]
     else:
-        reshape = ir.node("Reshape", [gather.outputs[0]], attributes={"shape": ir.AttrInt64s("shape", list(shape))})
+        reshape = ir.node(
+            "Reshape",
+            [gather.outputs[0]],
+            attributes={"shape": ir.AttrInt64s("shape", list(shape))},
+        )
         nodes += [diff, cast, idx, gather, reshape]
     return nodes, reshape.outputs[0]
 
@@ -333,7 +347,11 @@ def constant_arrays(model: ir.Model, *, kinds: str, min_size: int) -> list[np.nd
     out = []
     for graph in model.graphs():
         tensors = [v.const_value for v in graph.initializers.values() if v.const_value is not None]
-        tensors += [n.attributes["value"].value for n in graph if n.op_type == "Constant" and "value" in n.attributes]
+        tensors += [
+            n.attributes["value"].value
+            for n in graph
+            if n.op_type == "Constant" and "value" in n.attributes
+        ]
         for t in tensors:
             try:
                 a = t.numpy()

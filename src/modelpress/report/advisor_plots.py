@@ -49,7 +49,9 @@ def costs_figure(data: dict):
         _no_minor_labels(ax)
     ax.set_xlabel("USD per million (cheaper of cloud and owned)")
     ax.set_ylabel(f"throughput ({data.get('unit', 'samples/s')})")
-    ax.set_title(f"{data.get('workload', '')}: throughput against cost ({data.get('scenario', '')})")
+    ax.set_title(
+        f"{data.get('workload', '')}: throughput against cost ({data.get('scenario', '')})"
+    )
     ax.grid(True, which="both", alpha=0.3)
     return fig
 
@@ -64,7 +66,9 @@ def roofline_figure(data: dict):
     points = data.get("points", [])
     for kind in sorted({p["kind"] for p in points}):
         sel = [p for p in points if p["kind"] == kind]
-        ax.scatter([p["intensity"] for p in sel], [p["tflops"] for p in sel], s=12, alpha=0.7, label=kind)
+        ax.scatter(
+            [p["intensity"] for p in sel], [p["tflops"] for p in sel], s=12, alpha=0.7, label=kind
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     _no_minor_labels(ax)
@@ -91,7 +95,9 @@ def roofline(
     batch: int,
     eff: Efficiency = DEFAULT_EFFICIENCY,
 ):
-    return roofline_figure(roofline_of_workload(workload, gpu, precision=precision, batch=batch, eff=eff))
+    return roofline_figure(
+        roofline_of_workload(workload, gpu, precision=precision, batch=batch, eff=eff)
+    )
 
 
 __all__ = ["costs_figure", "roofline", "roofline_figure", "throughput_vs_cost"]

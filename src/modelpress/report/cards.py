@@ -85,23 +85,33 @@ def advisor_charts(
     try:
         workload = workload_from_onnx(model, name=name, seq=seq)
     except Exception as exc:  # noqa: BLE001 - a page without the advisor's charts is still a page
-        return charts, [f"no advisor charts: the model could not be profiled ({str(exc).splitlines()[0][:120]})"]
+        return charts, [
+            f"no advisor charts: the model could not be profiled ({str(exc).splitlines()[0][:120]})"
+        ]
     notes = []
     try:
-        rec = recommend(workload, list(load_catalog().gpus), Request(task="infer", precision=precision, batch=batch))
+        rec = recommend(
+            workload,
+            list(load_catalog().gpus),
+            Request(task="infer", precision=precision, batch=batch),
+        )
         charts["costs"] = costs_data(rec)
         gpu = gpu or (rec.ranked[0].gpu if rec.ranked else None)
     except ModelpressError as exc:
         notes.append(f"no cost chart: {exc}")
     if gpu is not None:
         try:
-            charts["roofline"] = roofline_of_workload(workload, gpu, precision=precision, batch=batch)
+            charts["roofline"] = roofline_of_workload(
+                workload, gpu, precision=precision, batch=batch
+            )
         except ModelpressError as exc:
             notes.append(f"no roofline: {exc}")
     return charts, notes
 
 
-def roofline_of_workload(workload, gpu: GPU, *, precision: str, batch: int, eff: Efficiency = DEFAULT_EFFICIENCY) -> dict:
+def roofline_of_workload(
+    workload, gpu: GPU, *, precision: str, batch: int, eff: Efficiency = DEFAULT_EFFICIENCY
+) -> dict:
 
     roof = roof_for(gpu, precision, eff)
     points = [

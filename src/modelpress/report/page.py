@@ -66,7 +66,13 @@ def model_cards(s: Section, models: dict) -> None:
             "bytes_moved": "bytes moved per run (at least)",
             "largest_activation_bytes": "largest activation",
         }.get(field, field)
-        rows.append([label] + [fmt(models[r].get(field)) if models[r].get(field) is not None else "-" for r in roles])
+        rows.append(
+            [label]
+            + [
+                fmt(models[r].get(field)) if models[r].get(field) is not None else "-"
+                for r in roles
+            ]
+        )
     s.table(["model card"] + roles, rows)
     first = models[roles[0]]
     io = [["input", v["name"], v.get("dtype", "?"), _shape(v)] for v in first.get("inputs", [])]
@@ -87,7 +93,11 @@ def model_cards(s: Section, models: dict) -> None:
 
 def _passes_table(s: Section, passes: list[dict]) -> None:
     rows = [
-        [p.get("name") or p.get("pass"), p.get("rewrites", 0), round(1e3 * p["seconds"], 2) if "seconds" in p else "-"]
+        [
+            p.get("name") or p.get("pass"),
+            p.get("rewrites", 0),
+            round(1e3 * p["seconds"], 2) if "seconds" in p else "-",
+        ]
         for p in passes
         if p.get("rewrites")
     ]
@@ -106,14 +116,21 @@ def _optimize(s: Section, r: dict, record: Record) -> None:
     v = r.get("verify")
     if v:
         worst = max((o.get("max_rel", 0) for o in v.get("outputs", [])), default=0)
-        s.text(f"verified against the input: {'passed' if v.get('passed') else 'FAILED'} (max relative difference {worst:.3g})")
+        s.text(
+            f"verified against the input: {'passed' if v.get('passed') else 'FAILED'} (max relative difference {worst:.3g})"
+        )
 
 
 def _quantize(s: Section, r: dict, record: Record) -> None:
     s.text(
-        f"mode {r.get('mode')}" + (f", observer {r['method']}" if r.get("method") else "")
+        f"mode {r.get('mode')}"
+        + (f", observer {r['method']}" if r.get("method") else "")
         + f": {_mib(r.get('size_before'))} → {_mib(r.get('size_after'))}"
-        + (f", output error {r['output_error']:.3g} (relative)" if r.get("output_error") is not None else "")
+        + (
+            f", output error {r['output_error']:.3g} (relative)"
+            if r.get("output_error") is not None
+            else ""
+        )
     )
     acc = r.get("accuracy")
     rows = []
@@ -121,10 +138,25 @@ def _quantize(s: Section, r: dict, record: Record) -> None:
     lat = r.get("latency_ms") or r.get("latency") or (r.get("check") or {}).get("latency")
     if isinstance(lat, dict) and "float" in lat and "quantized" in lat:
         rows = [
-            dict(label="float", **_timing(lat["float"]), score=acc.get("metric_float") if acc else None),
-            dict(label="quantized", **_timing(lat["quantized"]), score=acc.get("metric_quantized") if acc else None, chosen=True),
+            dict(
+                label="float",
+                **_timing(lat["float"]),
+                score=acc.get("metric_float") if acc else None,
+            ),
+            dict(
+                label="quantized",
+                **_timing(lat["quantized"]),
+                score=acc.get("metric_quantized") if acc else None,
+                chosen=True,
+            ),
         ]
-        s.figure(plots.before_after_figure(rows, metric="metric" if acc else "(no metric)", latency_note="ONNX Runtime on this CPU"))
+        s.figure(
+            plots.before_after_figure(
+                rows,
+                metric="metric" if acc else "(no metric)",
+                latency_note="ONNX Runtime on this CPU",
+            )
+        )
     if acc:
         s.text(
             f"metric {acc.get('metric_float', 0):.4g} → {acc.get('metric_quantized', 0):.4g} "
@@ -133,24 +165,52 @@ def _quantize(s: Section, r: dict, record: Record) -> None:
         )
     layers = r.get("layers") or []
     if layers:
-        s.figure(plots.layer_errors_figure(layers), caption="each quantized layer's output against the float model's")
+        s.figure(
+            plots.layer_errors_figure(layers),
+            caption="each quantized layer's output against the float model's",
+        )
     for note in r.get("notes") or []:
         s.text(f"note: {note}", note=True)
 
 
 def _timing(t: dict) -> dict:
-    return {"median_ms": t["median_ms"], "p25_ms": t.get("p25_ms", t["median_ms"]), "p75_ms": t.get("p75_ms", t["median_ms"])}
+    return {
+        "median_ms": t["median_ms"],
+        "p25_ms": t.get("p25_ms", t["median_ms"]),
+        "p75_ms": t.get("p75_ms", t["median_ms"]),
+    }
 
 
 def _bench(s: Section, r: dict, record: Record) -> None:
     models = r.get("models") or []
     # the first model is the one the others are compared with (grey), as in the command's table
-    rows = [dict(label=Path(str(m.get("model", "?"))).name, **_timing(m["timing"]), score=None) for m in models if m.get("timing")]
+    rows = [
+        dict(label=Path(str(m.get("model", "?"))).name, **_timing(m["timing"]), score=None)
+        for m in models
+        if m.get("timing")
+    ]
     if rows:
-        s.figure(plots.before_after_figure(rows, metric="(not measured)", latency_note=f"batch {r.get('batch', '?')}, {r.get('backend', '')}"))
+        s.figure(
+            plots.before_after_figure(
+                rows,
+                metric="(not measured)",
+                latency_note=f"batch {r.get('batch', '?')}, {r.get('backend', '')}",
+            )
+        )
         s.table(
             ["model", "median ms", "p25 ms", "p75 ms", "runs", "GFLOP/s"],
-            [[Path(str(m.get("model"))).name, m["timing"]["median_ms"], m["timing"].get("p25_ms"), m["timing"].get("p75_ms"), m["timing"].get("runs"), m.get("gflops", "-")] for m in models if m.get("timing")],
+            [
+                [
+                    Path(str(m.get("model"))).name,
+                    m["timing"]["median_ms"],
+                    m["timing"].get("p25_ms"),
+                    m["timing"].get("p75_ms"),
+                    m["timing"].get("runs"),
+                    m.get("gflops", "-"),
+                ]
+                for m in models
+                if m.get("timing")
+            ],
         )
 
 
@@ -159,9 +219,23 @@ def _advise(s: Section, r: dict, record: Record) -> None:
     rows = []
     for d in devices:
         e, c = d.get("estimate") or d, d.get("cost") or d
-        rows.append([d.get("rank") or "-", d.get("gpu", "?"), e.get("batch", "-"), e.get("throughput", "-"), e.get("latency_ms", "-"), e.get("bound", "-"), c.get("cloud_usd_per_million", "-"), d.get("reason", "")])
+        rows.append(
+            [
+                d.get("rank") or "-",
+                d.get("gpu", "?"),
+                e.get("batch", "-"),
+                e.get("throughput", "-"),
+                e.get("latency_ms", "-"),
+                e.get("bound", "-"),
+                c.get("cloud_usd_per_million", "-"),
+                d.get("reason", ""),
+            ]
+        )
     if rows:
-        s.table(["#", "gpu", "batch", "throughput", "latency ms", "bound", "$/M cloud", "reason"], rows[:15])
+        s.table(
+            ["#", "gpu", "batch", "throughput", "latency ms", "bound", "$/M cloud", "reason"],
+            rows[:15],
+        )
 
 
 def _auto(s: Section, r: dict, record: Record) -> None:
@@ -173,25 +247,62 @@ def _auto(s: Section, r: dict, record: Record) -> None:
             if r.get("met")
             else f"budget NOT met: the best found drops {r['metric']} by {win['drop']:.4g}, {r.get('shortfall', 0):.4g} over the budget of {budget:g}"
         )
-        s.text(f"chosen: {win['label']}; {verdict}. {r.get('stopped', '')}; {r.get('evaluated', 0)} trial(s) run, {r.get('cached', 0)} from the cache.")
+        s.text(
+            f"chosen: {win['label']}; {verdict}. {r.get('stopped', '')}; {r.get('evaluated', 0)} trial(s) run, {r.get('cached', 0)} from the cache."
+        )
     est = r.get("estimated")
-    note = f"estimated by the advisor for {r.get('target')}" if est else "ONNX Runtime on this CPU, interleaved with the original"
+    note = (
+        f"estimated by the advisor for {r.get('target')}"
+        if est
+        else "ONNX Runtime on this CPU, interleaved with the original"
+    )
     rows = []
-    for label, t in (("original", ref), ("optimize + static int8 (defaults)", default), ("chosen: " + (win or {}).get("label", ""), win)):
+    for label, t in (
+        ("original", ref),
+        ("optimize + static int8 (defaults)", default),
+        ("chosen: " + (win or {}).get("label", ""), win),
+    ):
         if t and t.get("latency_ms") is not None:
-            rows.append({"label": label, "median_ms": t["latency_ms"], "p25_ms": t.get("latency_p25_ms", t["latency_ms"]), "p75_ms": t.get("latency_p75_ms", t["latency_ms"]), "score": t.get("score"), "chosen": t is win})
+            rows.append(
+                {
+                    "label": label,
+                    "median_ms": t["latency_ms"],
+                    "p25_ms": t.get("latency_p25_ms", t["latency_ms"]),
+                    "p75_ms": t.get("latency_p75_ms", t["latency_ms"]),
+                    "score": t.get("score"),
+                    "chosen": t is win,
+                }
+            )
     if rows:
-        s.figure(plots.before_after_figure(rows, metric=r.get("metric", "metric"), latency_note=note), caption="before and after")
+        s.figure(
+            plots.before_after_figure(rows, metric=r.get("metric", "metric"), latency_note=note),
+            caption="before and after",
+        )
     trials = r.get("trials") or []
     if trials:
         s.figure(
-            plots.pareto_figure(trials, chosen=(win or {}).get("key"), budget=budget, metric=r.get("metric", "metric"), estimated=bool(est)),
+            plots.pareto_figure(
+                trials,
+                chosen=(win or {}).get("key"),
+                budget=budget,
+                metric=r.get("metric", "metric"),
+                estimated=bool(est),
+            ),
             caption="every trial; the Pareto front (latency, size, drop) joined; the chosen one starred",
         )
         s.table(
             ["trial", "status", "latency ms", "size", "drop", "within budget", "front", "cached"],
             [
-                [t["label"], t["status"] if t["status"] == "ok" else f"failed: {t.get('error')}", t.get("latency_ms") if t.get("latency_ms") is not None else "-", _mib(t.get("size_bytes")), t["drop"] if t.get("drop") is not None else "-", "yes" if t.get("within_budget") else "no", "yes" if t.get("on_front") else "", "yes" if t.get("cached") else ""]
+                [
+                    t["label"],
+                    t["status"] if t["status"] == "ok" else f"failed: {t.get('error')}",
+                    t.get("latency_ms") if t.get("latency_ms") is not None else "-",
+                    _mib(t.get("size_bytes")),
+                    t["drop"] if t.get("drop") is not None else "-",
+                    "yes" if t.get("within_budget") else "no",
+                    "yes" if t.get("on_front") else "",
+                    "yes" if t.get("cached") else "",
+                ]
                 for t in trials
             ],
         )
@@ -199,7 +310,11 @@ def _auto(s: Section, r: dict, record: Record) -> None:
         s.text("what the optimizer changed in the chosen model:")
         _passes_table(s, win["passes"])
     if win and win.get("layers"):
-        s.figure(plots.layer_errors_figure(win["layers"], title="per-layer quantization error of the chosen model"))
+        s.figure(
+            plots.layer_errors_figure(
+                win["layers"], title="per-layer quantization error of the chosen model"
+            )
+        )
     recipe = r.get("recipe")
     if recipe:
         steps = ", ".join(next(iter(st)) for st in recipe.get("steps", []))
@@ -220,8 +335,14 @@ def _recipe(s: Section, r: dict, record: Record) -> None:
             rows = []
             if res.get("source"):
                 rows.append(dict(label="source", **_timing(res["source"]), score=None))
-            rows.append(dict(label="recipe's result", **_timing(res["result"]), score=None, chosen=True))
-            s.figure(plots.before_after_figure(rows, metric="(not measured)", latency_note=f"batch {res.get('batch_size')}"))
+            rows.append(
+                dict(label="recipe's result", **_timing(res["result"]), score=None, chosen=True)
+            )
+            s.figure(
+                plots.before_after_figure(
+                    rows, metric="(not measured)", latency_note=f"batch {res.get('batch_size')}"
+                )
+            )
 
 
 RENDERERS: dict[str, Callable[[Section, dict, Record], None]] = {
@@ -253,7 +374,13 @@ def find_loss_curves(result: dict) -> dict[str, list[tuple[float, float]]]:
     if isinstance(found, dict):
         for name, values in found.items():
             if isinstance(values, list):
-                pts = [(float(v[0]), float(v[1])) if isinstance(v, (list, tuple)) else (float(i), float(v)) for i, v in enumerate(values) if v is not None]
+                pts = [
+                    (float(v[0]), float(v[1]))
+                    if isinstance(v, (list, tuple))
+                    else (float(i), float(v))
+                    for i, v in enumerate(values)
+                    if v is not None
+                ]
                 curves[name] = [p for p in pts if math.isfinite(p[1])]
     elif isinstance(found, list):
         for i, row in enumerate(found):
@@ -261,13 +388,21 @@ def find_loss_curves(result: dict) -> dict[str, list[tuple[float, float]]]:
                 continue
             step = float(row.get("step", row.get("epoch", i)))
             for name, v in row.items():
-                if name not in ("step", "epoch") and isinstance(v, (int, float)) and math.isfinite(v):
+                if (
+                    name not in ("step", "epoch")
+                    and isinstance(v, (int, float))
+                    and math.isfinite(v)
+                ):
                     curves.setdefault(name, []).append((step, float(v)))
     return {k: v for k, v in curves.items() if v}
 
 
 def _plain_fields(s: Section, result: dict) -> None:
-    rows = [[k, str(v) if isinstance(v, bool) else v] for k, v in result.items() if isinstance(v, (int, float, str))]
+    rows = [
+        [k, str(v) if isinstance(v, bool) else v]
+        for k, v in result.items()
+        if isinstance(v, (int, float, str))
+    ]
     if rows:
         s.table(["field", "value"], rows[:30])
 
@@ -283,7 +418,15 @@ def build_page(records: list[Record], *, title: str = "modelpress report") -> Pa
     s.table(
         ["#", "command", "model", "started", "seconds", "modelpress", "machine"],
         [
-            [i + 1, r.command, str(r.options.get("model") or "-"), r.started or "-", r.seconds, r.version or "-", f"{r.machine.get('cpu', '?')}, {r.machine.get('cores', '?')} cores"]
+            [
+                i + 1,
+                r.command,
+                str(r.options.get("model") or "-"),
+                r.started or "-",
+                r.seconds,
+                r.version or "-",
+                f"{r.machine.get('cpu', '?')}, {r.machine.get('cores', '?')} cores",
+            ]
             for i, r in enumerate(records)
         ],
     )
@@ -300,14 +443,21 @@ def build_page(records: list[Record], *, title: str = "modelpress report") -> Pa
             s.figure(plots.loss_figure(curves), caption="loss per step")
         roof = record.charts.get("roofline")
         if roof:
-            s.figure(roofline_figure(roof), caption="each point is a kernel of the model at its predicted speed (advisor)")
+            s.figure(
+                roofline_figure(roof),
+                caption="each point is a kernel of the model at its predicted speed (advisor)",
+            )
         costs = record.charts.get("costs")
         if costs and costs.get("devices"):
-            s.figure(costs_figure(costs), caption="the advisor's devices: up and to the left is better")
+            s.figure(
+                costs_figure(costs), caption="the advisor's devices: up and to the left is better"
+            )
     return page
 
 
-def write_report(records: list[Record], path: str | os.PathLike, *, title: str = "modelpress report") -> Path:
+def write_report(
+    records: list[Record], path: str | os.PathLike, *, title: str = "modelpress report"
+) -> Path:
     """Write the page of ``records`` to ``path`` (atomically)."""
     return build_page(records, title=title).write(path)
 
@@ -330,4 +480,11 @@ def read_records(paths: list[str | os.PathLike]) -> list[Record]:
     return [Record.read(f) for f in files]
 
 
-__all__ = ["RENDERERS", "build_page", "find_loss_curves", "model_cards", "read_records", "write_report"]
+__all__ = [
+    "RENDERERS",
+    "build_page",
+    "find_loss_curves",
+    "model_cards",
+    "read_records",
+    "write_report",
+]

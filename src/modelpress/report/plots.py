@@ -20,7 +20,9 @@ def layer_errors_figure(layers: list[dict], *, title: str = "per-layer quantizat
     height = min(max(2.0, 0.22 * len(rows) + 1.2), 30.0)
     fig, ax = new_figure(7.0, height)
     names = [x["name"] for x in rows]
-    finite = [x["sqnr_db"] for x in rows if x.get("sqnr_db") is not None and math.isfinite(x["sqnr_db"])]
+    finite = [
+        x["sqnr_db"] for x in rows if x.get("sqnr_db") is not None and math.isfinite(x["sqnr_db"])
+    ]
     cap = max(finite, default=60.0) * 1.1 or 60.0
     values, colours = [], []
     for x in rows:
@@ -35,7 +37,11 @@ def layer_errors_figure(layers: list[dict], *, title: str = "per-layer quantizat
     ax.barh(y, values, color=colours)
     for i, x in enumerate(rows):
         v = x.get("sqnr_db")
-        text = "kept float" if not x.get("quantized", True) else ("exact" if v == math.inf else f"{v:.1f} dB")
+        text = (
+            "kept float"
+            if not x.get("quantized", True)
+            else ("exact" if v == math.inf else f"{v:.1f} dB")
+        )
         ax.text(values[i], i, " " + text, va="center", fontsize=7)
     ax.set_yticks(y)
     ax.set_yticklabels(names, fontsize=7)
@@ -61,7 +67,9 @@ def before_after_figure(rows: list[dict], *, metric: str, latency_note: str = ""
         fig, lat = new_figure(6.0, height)
         acc = None
     y = list(range(len(rows)))
-    colours = [CHOSEN if r.get("chosen") else (ORIGINAL if i == 0 else OTHER) for i, r in enumerate(rows)]
+    colours = [
+        CHOSEN if r.get("chosen") else (ORIGINAL if i == 0 else OTHER) for i, r in enumerate(rows)
+    ]
     med = [r["median_ms"] for r in rows]
     lo = [r["median_ms"] - r.get("p25_ms", r["median_ms"]) for r in rows]
     hi = [r.get("p75_ms", r["median_ms"]) - r["median_ms"] for r in rows]
@@ -72,7 +80,10 @@ def before_after_figure(rows: list[dict], *, metric: str, latency_note: str = ""
     lat.set_yticklabels([r["label"] for r in rows], fontsize=7)
     lat.invert_yaxis()
     lat.set_xlim(0, max(m + h for m, h in zip(med, hi)) * 1.35 if med else 1)
-    lat.set_xlabel("latency, ms (median; bars: 25th-75th percentile)" + (f"\n{latency_note}" if latency_note else ""))
+    lat.set_xlabel(
+        "latency, ms (median; bars: 25th-75th percentile)"
+        + (f"\n{latency_note}" if latency_note else "")
+    )
     lat.set_title("latency")
     lat.grid(True, axis="x", alpha=0.3)
     if acc is None:
@@ -80,7 +91,13 @@ def before_after_figure(rows: list[dict], *, metric: str, latency_note: str = ""
         return fig
     acc.barh(y, [s if s is not None and math.isfinite(s) else 0 for s in scores], color=colours)
     for i, s in enumerate(scores):
-        acc.text(s if s is not None and math.isfinite(s) else 0, i, f"  {s:.4g}" if s is not None else "  -", va="center", fontsize=7)
+        acc.text(
+            s if s is not None and math.isfinite(s) else 0,
+            i,
+            f"  {s:.4g}" if s is not None else "  -",
+            va="center",
+            fontsize=7,
+        )
     acc.set_yticks(y)
     acc.set_yticklabels([])
     acc.invert_yaxis()
@@ -102,7 +119,13 @@ def loss_figure(curves: dict[str, list[tuple[float, float]]], *, title: str = "t
         ys = [p[1] for p in points]
         ax.plot(xs, ys, marker="o" if len(points) < 30 else None, markersize=3, label=name)
         if points:
-            ax.annotate(f"{ys[-1]:.3g}", (xs[-1], ys[-1]), fontsize=7, xytext=(3, 0), textcoords="offset points")
+            ax.annotate(
+                f"{ys[-1]:.3g}",
+                (xs[-1], ys[-1]),
+                fontsize=7,
+                xytext=(3, 0),
+                textcoords="offset points",
+            )
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     positive = all(y > 0 for pts in curves.values() for _, y in pts)
@@ -116,10 +139,16 @@ def loss_figure(curves: dict[str, list[tuple[float, float]]], *, title: str = "t
     return fig
 
 
-def pareto_figure(trials: list[dict], *, chosen: str | None, budget: float, metric: str, estimated: bool):
+def pareto_figure(
+    trials: list[dict], *, chosen: str | None, budget: float, metric: str, estimated: bool
+):
     """Latency against accuracy drop (left) and against file size (right) for every trial; the
     Pareto front joined, the chosen trial starred and named, the budget as a dashed line."""
-    ok = [t for t in trials if t.get("status") == "ok" and t.get("latency_ms") is not None and t.get("drop") is not None]
+    ok = [
+        t
+        for t in trials
+        if t.get("status") == "ok" and t.get("latency_ms") is not None and t.get("drop") is not None
+    ]
     fig, (left, right) = new_figure(10.0, 4.6, ncols=2)
     front = sorted((t for t in ok if t.get("on_front")), key=lambda t: t["latency_ms"])
     for t in ok:
@@ -129,14 +158,35 @@ def pareto_figure(trials: list[dict], *, chosen: str | None, budget: float, metr
         left.scatter(t["latency_ms"], max(t["drop"], 0.0), marker="o" if within else "x", **kw)
         right.scatter(t["latency_ms"], t["size_bytes"] / 2**20, marker="o" if within else "x", **kw)
     if front:
-        left.plot([t["latency_ms"] for t in front], [max(t["drop"], 0.0) for t in front], color=OTHER, lw=1, alpha=0.6, label="Pareto front")
+        left.plot(
+            [t["latency_ms"] for t in front],
+            [max(t["drop"], 0.0) for t in front],
+            color=OTHER,
+            lw=1,
+            alpha=0.6,
+            label="Pareto front",
+        )
     for t in ok:
         if t["key"] == chosen or not t["steps"]:
             name = "chosen: " + t["label"] if t["key"] == chosen else "original"
             for ax, yv in ((left, max(t["drop"], 0.0)), (right, t["size_bytes"] / 2**20)):
                 if t["key"] == chosen:
-                    ax.scatter(t["latency_ms"], yv, marker="*", s=220, color=CHOSEN, edgecolors="black", zorder=5)
-                ax.annotate(name, (t["latency_ms"], yv), fontsize=7, xytext=(6, 6), textcoords="offset points")
+                    ax.scatter(
+                        t["latency_ms"],
+                        yv,
+                        marker="*",
+                        s=220,
+                        color=CHOSEN,
+                        edgecolors="black",
+                        zorder=5,
+                    )
+                ax.annotate(
+                    name,
+                    (t["latency_ms"], yv),
+                    fontsize=7,
+                    xytext=(6, 6),
+                    textcoords="offset points",
+                )
     left.axhline(budget, color=FAILED, ls="--", lw=1, label=f"budget {budget:g}")
     top = max([max(t["drop"], 0.0) for t in ok] + [budget])
     left.set_ylim(-0.05 * (top or 1.0), 1.15 * (top or 1.0))
@@ -156,13 +206,36 @@ def pareto_figure(trials: list[dict], *, chosen: str | None, budget: float, metr
 
 def op_counts_figure(before: dict[str, int], after: dict[str, int], *, top: int = 15):
     """Nodes per op type before and after a command (the ops that changed most first)."""
-    ops = sorted(set(before) | set(after), key=lambda o: -abs(before.get(o, 0) - after.get(o, 0)) - 1e-3 * max(before.get(o, 0), after.get(o, 0)))[:top]
+    ops = sorted(
+        set(before) | set(after),
+        key=lambda o: (
+            -abs(before.get(o, 0) - after.get(o, 0)) - 1e-3 * max(before.get(o, 0), after.get(o, 0))
+        ),
+    )[:top]
     fig, ax = new_figure(7.0, max(2.0, 0.3 * len(ops) + 1.0))
     y = list(range(len(ops)))
-    ax.barh([i - 0.2 for i in y], [before.get(o, 0) for o in ops], height=0.4, color=ORIGINAL, label="before")
-    ax.barh([i + 0.2 for i in y], [after.get(o, 0) for o in ops], height=0.4, color=CHOSEN, label="after")
+    ax.barh(
+        [i - 0.2 for i in y],
+        [before.get(o, 0) for o in ops],
+        height=0.4,
+        color=ORIGINAL,
+        label="before",
+    )
+    ax.barh(
+        [i + 0.2 for i in y],
+        [after.get(o, 0) for o in ops],
+        height=0.4,
+        color=CHOSEN,
+        label="after",
+    )
     for i, o in enumerate(ops):
-        ax.text(max(before.get(o, 0), after.get(o, 0)), i, f"  {before.get(o, 0)} → {after.get(o, 0)}", va="center", fontsize=7)
+        ax.text(
+            max(before.get(o, 0), after.get(o, 0)),
+            i,
+            f"  {before.get(o, 0)} → {after.get(o, 0)}",
+            va="center",
+            fontsize=7,
+        )
     ax.set_yticks(y)
     ax.set_yticklabels(ops, fontsize=7)
     ax.invert_yaxis()

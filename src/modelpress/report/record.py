@@ -85,7 +85,9 @@ class Record:
             command=command,
             result=result,
             options=_options(args),
-            started=dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(timespec="seconds"),
+            started=dt.datetime.fromtimestamp(started, dt.timezone.utc).isoformat(
+                timespec="seconds"
+            ),
             seconds=round(time.time() - started, 3),
             version=_version(),
             machine=machine(),
@@ -112,10 +114,19 @@ class Record:
         for name in ("command", "result"):
             if name not in data:
                 raise InputError(f"{p}: record has no field {name!r}")
-        kinds = {"command": str, "result": dict, "options": dict, "machine": dict, "models": dict, "charts": dict}
+        kinds = {
+            "command": str,
+            "result": dict,
+            "options": dict,
+            "machine": dict,
+            "models": dict,
+            "charts": dict,
+        }
         for name, kind in kinds.items():
             if name in data and not isinstance(data[name], kind):
-                raise InputError(f"{p}: field {name!r} is not {'a string' if kind is str else 'an object'}")
+                raise InputError(
+                    f"{p}: field {name!r} is not {'a string' if kind is str else 'an object'}"
+                )
         for role, card in data.get("models", {}).items():
             if not isinstance(card, dict):
                 raise InputError(f"{p}: field 'models.{role}' is not an object")

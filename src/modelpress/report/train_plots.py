@@ -28,9 +28,20 @@ def loss_curve(result: dict):
         label = f" ({i + 1})" if len(runs) > 1 else ""
         curve, val = run.get("curve") or [], run.get("val") or []
         if curve:
-            ax.plot([offset + p["step"] for p in curve], [p["loss"] for p in curve], color="C0", label="train" + label if i == 0 else None)
+            ax.plot(
+                [offset + p["step"] for p in curve],
+                [p["loss"] for p in curve],
+                color="C0",
+                label="train" + label if i == 0 else None,
+            )
         if val:
-            ax.plot([offset + p["step"] for p in val], [p["loss"] for p in val], "o--", color="C1", label="held out" if i == 0 else None)
+            ax.plot(
+                [offset + p["step"] for p in val],
+                [p["loss"] for p in val],
+                "o--",
+                color="C1",
+                label="held out" if i == 0 else None,
+            )
         offset += run.get("steps") or (curve[-1]["step"] if curve else 0)
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("loss")

@@ -26,7 +26,9 @@ def normalize(device: str) -> str:
         return d
     if d in ("cpu", "mps", "auto") or d.isidentifier():
         return d
-    raise OptionError(f"device {device!r}: expected auto, cpu, cuda, cuda:N, mps or a backend's device name")
+    raise OptionError(
+        f"device {device!r}: expected auto, cpu, cuda, cuda:N, mps or a backend's device name"
+    )
 
 
 @dataclass(frozen=True)
@@ -36,7 +38,9 @@ class DeviceChoice:
     warning: str | None = None
 
 
-def choose(requested: str, available: list[str], *, strict: bool = False, backend: str = "") -> DeviceChoice:
+def choose(
+    requested: str, available: list[str], *, strict: bool = False, backend: str = ""
+) -> DeviceChoice:
     """Pick a device from ``available`` (best first; the CPU always last) for ``requested``."""
     req = normalize(requested)
     if req == "auto":

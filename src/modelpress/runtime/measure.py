@@ -28,13 +28,17 @@ class Timing:
     @classmethod
     def from_seconds(cls, samples: list[float]) -> Timing:
         a = np.asarray(samples) * 1e3
-        return cls(float(np.median(a)), float(np.percentile(a, 25)), float(np.percentile(a, 75)), len(a))
+        return cls(
+            float(np.median(a)), float(np.percentile(a, 25)), float(np.percentile(a, 75)), len(a)
+        )
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
 
 
-def time_interleaved(fns: list[Callable[[], object]], *, runs: int, warmup: int = 3, progress=None) -> list[Timing]:
+def time_interleaved(
+    fns: list[Callable[[], object]], *, runs: int, warmup: int = 3, progress=None
+) -> list[Timing]:
     """Time each function ``runs`` times, round-robin, after ``warmup`` untimed rounds.
 
     Round ``r`` starts at function ``r mod n``: each function follows each other one equally
@@ -115,8 +119,13 @@ def machine_peak_gflops(*, n: int = 1024, runs: int = 10) -> float:
     mm (float[{n},{n}] a, float[{n},{n}] b) => (float[{n},{n}] c) {{ c = MatMul(a, b) }}"""
     sess = session(parse(text), optimize="all")
     rng = np.random.default_rng(0)
-    feeds = {"a": rng.standard_normal((n, n), dtype=np.float32), "b": rng.standard_normal((n, n), dtype=np.float32)}
-    best = min(time_interleaved([lambda: sess.run(None, feeds)], runs=runs, warmup=2)[0].p25_ms, 1e9)
+    feeds = {
+        "a": rng.standard_normal((n, n), dtype=np.float32),
+        "b": rng.standard_normal((n, n), dtype=np.float32),
+    }
+    best = min(
+        time_interleaved([lambda: sess.run(None, feeds)], runs=runs, warmup=2)[0].p25_ms, 1e9
+    )
     return 2 * n**3 / (best / 1e3) / 1e9
 
 
@@ -142,7 +151,6 @@ def top_ops(model, feeds: dict[str, np.ndarray], *, runs: int = 10, count: int =
     (``QLinearMul 31%, QLinearConv 28%, ...``); the profiler's trace file is removed."""
     import os
     import tempfile
-
 
     so = mp_ort.session_options(profile=True)
     so.profile_file_prefix = os.path.join(tempfile.gettempdir(), "modelpress_profile")

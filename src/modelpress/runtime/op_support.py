@@ -33,12 +33,17 @@ def op_support(backend: str, model: ir.Model | None = None) -> OpSupport:
     """The ops ``backend`` implements; with ``model``, its op types and the unsupported ones
     (ops of other domains as ``domain:Op``)."""
     if backend not in SUPPORT_LISTS:
-        raise OptionError(f"`backend` {backend!r}: no op list (one of {', '.join(sorted(SUPPORT_LISTS))})")
+        raise OptionError(
+            f"`backend` {backend!r}: no op list (one of {', '.join(sorted(SUPPORT_LISTS))})"
+        )
     lister = importlib.import_module(SUPPORT_LISTS[backend])
     supported = list(lister.supported_ops())
     if model is None:
         return OpSupport(backend, supported, lister.ops_by_family())
-    used = {n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}:{n.op_type}" for n in iter_nodes(model.graph)}
+    used = {
+        n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}:{n.op_type}"
+        for n in iter_nodes(model.graph)
+    }
     return OpSupport(
         backend, supported, lister.ops_by_family(), sorted(used), sorted(used - set(supported))
     )

@@ -78,7 +78,6 @@ def session(
     elif isinstance(model, bytes):
         source = model
     else:
-
         source = model_bytes(model)
     try:
         return ort.InferenceSession(source, sess_options=so, providers=providers)

@@ -78,7 +78,10 @@ class OrtPrepared:
 
     def _providers(self, device: str) -> list:
         if device.startswith("cuda"):
-            opts = {"device_id": int(device.split(":")[1]), "arena_extend_strategy": "kSameAsRequested"}
+            opts = {
+                "device_id": int(device.split(":")[1]),
+                "arena_extend_strategy": "kSameAsRequested",
+            }
             if self.options.memory_limit_mb:
                 opts["gpu_mem_limit"] = self.options.memory_limit_mb * 2**20
             return [("CUDAExecutionProvider", opts), "CPUExecutionProvider"]

@@ -41,7 +41,9 @@ def parse_pins(specs: list[str] | None) -> list[Pin]:
     for spec in specs or []:
         pattern, sep, device = spec.rpartition("=")
         if not sep or not pattern or not device:
-            raise OptionError(f"--place {spec!r}: expected PATTERN=DEVICE, e.g. NonMaxSuppression=cpu")
+            raise OptionError(
+                f"--place {spec!r}: expected PATTERN=DEVICE, e.g. NonMaxSuppression=cpu"
+            )
         pins.append(Pin(pattern, normalize(device)))
     return pins
 
@@ -96,13 +98,24 @@ def _reads(node: ir.Node, graph: ir.Graph) -> list[ir.Value]:
     values = [v for v in node.inputs if v is not None]
 
     for attr in node.attributes.values():
-        subgraphs = [attr.value] if attr.type == ir.AttributeType.GRAPH else attr.value if attr.type == ir.AttributeType.GRAPHS else []
+        subgraphs = (
+            [attr.value]
+            if attr.type == ir.AttributeType.GRAPH
+            else attr.value
+            if attr.type == ir.AttributeType.GRAPHS
+            else []
+        )
         for sub in subgraphs:
             for inner in iter_nodes(sub):
                 for v in inner.inputs:
                     if v is not None and v.graph is graph:
                         values.append(v)
-                    elif v is not None and v.graph is None and v.producer() is not None and v.producer().graph is graph:
+                    elif (
+                        v is not None
+                        and v.graph is None
+                        and v.producer() is not None
+                        and v.producer().graph is graph
+                    ):
                         values.append(v)
     return values
 

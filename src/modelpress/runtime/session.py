@@ -46,7 +46,6 @@ class Session:
             dev = self.plan.segments[0].device if self.plan.segments else "cpu"
             self._parts = [(None, self.backend.prepare(self.model, device=dev))]
         else:
-
             # Segment boundaries become graph inputs, which need types: take them from inference.
             shaped = infer_shapes(self.model)
             self._parts = [
@@ -58,7 +57,9 @@ class Session:
         if TARGET_METADATA_KEY in self.model.metadata_props:
             warning = target_warning(dict(self.model.metadata_props))
             self._notes = [warning] if warning else []
-        self.input_names = [v.name for v in self.model.graph.inputs if v.name not in self.model.graph.initializers]
+        self.input_names = [
+            v.name for v in self.model.graph.inputs if v.name not in self.model.graph.initializers
+        ]
         self.output_names = [v.name for v in self.model.graph.outputs]
         self.copied_bytes = 0
 

@@ -70,7 +70,6 @@ class TrialCache:
     def put(self, trial: Trial) -> None:
         self._memory[trial.key] = trial
         if self.folder is not None:
-
             data = trial.to_dict()
             data.pop("cached", None)
             write_json(self.folder / "trials" / f"{trial.key}.json", data)

@@ -61,7 +61,6 @@ def _load_data(data, folder: Path) -> tuple[dict[str, np.ndarray], str]:
     if isinstance(data, (str, os.PathLike)):
         return load_npz(data), str(data)
     if isinstance(data, dict):
-
         path = folder / "data.npz"
         write_npz(path, {k: np.asarray(v) for k, v in data.items()})
         return dict(data), str(path)
@@ -80,9 +79,17 @@ def _timing_feeds(arrays, names, batch: int) -> dict[str, np.ndarray]:
 class _Search:
     """The state of one search: trials so far, the clock, the cache, the best model kept."""
 
-    def __init__(self, bench: Bench, cache: TrialCache, *, budget: float, time_budget_s: float,
-                 max_trials: int | None, max_float_layers: int | None,
-                 progress: Callable[[SearchEvent], None] | None):
+    def __init__(
+        self,
+        bench: Bench,
+        cache: TrialCache,
+        *,
+        budget: float,
+        time_budget_s: float,
+        max_trials: int | None,
+        max_float_layers: int | None,
+        progress: Callable[[SearchEvent], None] | None,
+    ):
         self.max_float_layers = max_float_layers
         self.bench, self.cache = bench, cache
         self.budget, self.time_budget_s, self.max_trials = budget, time_budget_s, max_trials
@@ -281,7 +288,9 @@ def auto(
         names = [v.name for v in source.graph.inputs if v.name not in source.graph.initializers]
         present = [n for n in names if n in arrays]
         if not present:
-            raise InputError(f"{data_path}: no array named after the model's inputs ({', '.join(names)})")
+            raise InputError(
+                f"{data_path}: no array named after the model's inputs ({', '.join(names)})"
+            )
         n = min(arrays[k].shape[0] for k in present)
         if train_data is not None:
             calib_n, score_from = None, 0
@@ -289,12 +298,20 @@ def auto(
             calib_n = calibration_samples or max(1, min(CALIBRATION_SAMPLES, n // 4))
             score_from = calib_n if n - calib_n >= 1 else 0
         metric = metric or ("top1" if labels_key else "cosine")
-        scoring = eval_data(arrays, names, labels_key=labels_key, start=score_from, source=data_path)
+        scoring = eval_data(
+            arrays, names, labels_key=labels_key, start=score_from, source=data_path
+        )
         scorer = Scorer(source, scoring, metric)
         tgt: Target = target_for(target)
         ctx = Context(base_dir=Path("."))
         bench = Bench.of(
-            source, scorer, tgt, _timing_feeds(arrays, names, batch_size), timing_s=timing_s, ctx=ctx, seq=seq
+            source,
+            scorer,
+            tgt,
+            _timing_feeds(arrays, names, batch_size),
+            timing_s=timing_s,
+            ctx=ctx,
+            seq=seq,
         )
         calib_path = str(train_data or data_path)
         extra = set(arrays) - set(names) - {labels_key}
@@ -302,15 +319,28 @@ def auto(
             # the quantizer takes every array of its data for an input: give it the inputs alone
 
             calib_path = str(work / "calibration.npz")
-            write_npz(calib_path, {k: arrays[k] for k in names} | ({labels_key: arrays[labels_key]} if labels_key else {}))
+            write_npz(
+                calib_path,
+                {k: arrays[k] for k in names}
+                | ({labels_key: arrays[labels_key]} if labels_key else {}),
+            )
         quant = {"calibration": calib_path, "batch_size": CALIBRATION_BATCH}
         if calib_n is not None:
             quant["calibration_limit"] = calib_n
         if labels_key:
             quant["labels_key"] = labels_key
-        train = {"data": str(train_data), **({"labels_key": labels_key} if labels_key else {})} if train_data else None
+        train = (
+            {"data": str(train_data), **({"labels_key": labels_key} if labels_key else {})}
+            if train_data
+            else None
+        )
         space: Space = build_space(
-            gpu=tgt.is_gpu, quantize_options=quant, levels=levels, modes=modes, methods=methods, train_options=train
+            gpu=tgt.is_gpu,
+            quantize_options=quant,
+            levels=levels,
+            modes=modes,
+            methods=methods,
+            train_options=train,
         )
         cache = TrialCache(
             folder,
@@ -318,7 +348,9 @@ def auto(
                 "model": source_digest,
                 "data": file_digest(data_path),
                 "train_data": file_digest(train_data) if train_data else None,
-                "metric": scorer.name if isinstance(metric, str) else f"{getattr(metric, '__module__', '')}.{scorer.name}",
+                "metric": scorer.name
+                if isinstance(metric, str)
+                else f"{getattr(metric, '__module__', '')}.{scorer.name}",
                 "labels_key": labels_key,
                 "target": tgt.name,
                 "batch_size": batch_size,
@@ -327,11 +359,20 @@ def auto(
                 "version": _version(),
             },
         )
-        search = _Search(bench, cache, budget=max_accuracy_drop, time_budget_s=time_budget_s,
-                         max_trials=max_trials, max_float_layers=max_float_layers, progress=progress)
+        search = _Search(
+            bench,
+            cache,
+            budget=max_accuracy_drop,
+            time_budget_s=time_budget_s,
+            max_trials=max_trials,
+            max_float_layers=max_float_layers,
+            progress=progress,
+        )
         reference = search.run(Candidate(()), required=True)
         if reference is None or not reference.ok:
-            raise InputError(f"the original model cannot be scored on {data_path}: {reference.error if reference else ''}")
+            raise InputError(
+                f"the original model cannot be scored on {data_path}: {reference.error if reference else ''}"
+            )
         candidates = space.candidates()
         first_level = [c for c in candidates if c.level == space.default_level]
         rest = [c for c in candidates if c.level != space.default_level]
@@ -350,14 +391,20 @@ def auto(
         steps = list(_candidate_of(winner).steps) if winner else []
         if protect is not None:
             steps.append(Step.of("protect", **protect))
-        recipe = Recipe(
-            model=source_path,
-            steps=[s.to_dict() for s in steps],
-            notes=[f"chosen by modelpress auto: {winner.label if winner else 'nothing'}"],
-        ) if winner else None
+        recipe = (
+            Recipe(
+                model=source_path,
+                steps=[s.to_dict() for s in steps],
+                notes=[f"chosen by modelpress auto: {winner.label if winner else 'nothing'}"],
+            )
+            if winner
+            else None
+        )
         notes = []
         if score_from == 0 and train_data is None:
-            notes.append(f"{data_path}: {n} sample(s), too few to hold out; calibrated and scored on the same samples")
+            notes.append(
+                f"{data_path}: {n} sample(s), too few to hold out; calibrated and scored on the same samples"
+            )
         result = AutoResult(
             model=best_model,
             winner=winner,
@@ -378,7 +425,11 @@ def auto(
             notes=notes,
         )
         if progress:
-            progress(SearchEvent("done", winner, len(search.trials), search.elapsed(), time_budget_s, winner, met))
+            progress(
+                SearchEvent(
+                    "done", winner, len(search.trials), search.elapsed(), time_budget_s, winner, met
+                )
+            )
         return result
     finally:
         if tmp is not None:

@@ -93,7 +93,9 @@ def eval_data(
             f"{source}: no array named {missing[0]!r} (arrays: {', '.join(arrays)}; the model's inputs: {', '.join(input_names)})"
         )
     if labels_key is not None and labels_key not in arrays:
-        raise InputError(f"{source}: no array named {labels_key!r} (the labels key); arrays: {', '.join(arrays)}")
+        raise InputError(
+            f"{source}: no array named {labels_key!r} (the labels key); arrays: {', '.join(arrays)}"
+        )
     n = min(arrays[name].shape[0] for name in input_names)
     if n - start < 1:
         raise InputError(f"{source}: no samples left to score on")
@@ -112,7 +114,9 @@ def _float_outputs(out: dict[str, np.ndarray]) -> np.ndarray:
         if np.issubdtype(np.asarray(v).dtype, np.floating) and np.ndim(v) >= 1
     ]
     if not parts:
-        raise InputError("the model has no float output to compare (use --metric top1 or a metric function)")
+        raise InputError(
+            "the model has no float output to compare (use --metric top1 or a metric function)"
+        )
     return np.concatenate(parts, axis=1)
 
 
@@ -136,7 +140,11 @@ class Scorer:
 
     @property
     def name(self) -> str:
-        return self.metric if isinstance(self.metric, str) else getattr(self.metric, "__name__", "metric")
+        return (
+            self.metric
+            if isinstance(self.metric, str)
+            else getattr(self.metric, "__name__", "metric")
+        )
 
     def score(self, run: Run) -> float:
         if callable(self.metric):
@@ -145,7 +153,12 @@ class Scorer:
             hits = 0
             for feeds, labels in zip(self.data.batches, self.data.labels or []):
                 out = next(iter(run(feeds).values()))
-                hits += int((np.asarray(out).reshape(len(labels), -1).argmax(axis=-1) == labels.reshape(-1)).sum())
+                hits += int(
+                    (
+                        np.asarray(out).reshape(len(labels), -1).argmax(axis=-1)
+                        == labels.reshape(-1)
+                    ).sum()
+                )
             return hits / max(self.data.samples, 1)
         total, n = 0.0, 0
         for feeds, ref in zip(self.data.batches, self._reference):
@@ -156,7 +169,11 @@ class Scorer:
                 num = np.sum(got * ref, axis=1)
                 den = np.linalg.norm(got, axis=1) * np.linalg.norm(ref, axis=1)
                 # two zero vectors agree; a zero and a nonzero vector do not
-                cos = np.where(den > 0, num / np.where(den > 0, den, 1.0), (np.abs(got).sum(1) == np.abs(ref).sum(1)) * 1.0)
+                cos = np.where(
+                    den > 0,
+                    num / np.where(den > 0, den, 1.0),
+                    (np.abs(got).sum(1) == np.abs(ref).sum(1)) * 1.0,
+                )
                 total += float(np.sum(cos))
                 n += len(cos)
             else:

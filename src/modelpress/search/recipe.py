@@ -95,7 +95,9 @@ class Recipe:
             "# modelpress recipe: replay with `modelpress recipe run THIS_FILE`\n"
             "# paths are relative to this file's folder\n"
         )
-        return header + yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=False, allow_unicode=True)
+        return header + yaml.safe_dump(
+            self.to_dict(), sort_keys=False, default_flow_style=False, allow_unicode=True
+        )
 
     def write(self, path: str | os.PathLike) -> Path:
 
@@ -172,15 +174,22 @@ def _check_steps(chk: _Checker, steps) -> None:
             chk.fail(path + (kind, "<key>"), f"unknown step {kind!r}; steps: {', '.join(STEPS)}")
         spec = STEPS[kind]
         if spec.position == FIRST and i != 0:
-            chk.fail(path + (kind, "<key>"), f"{kind} makes the model: it can only be the first step")
+            chk.fail(
+                path + (kind, "<key>"), f"{kind} makes the model: it can only be the first step"
+            )
         if spec.position == LAST and i != len(steps) - 1:
-            chk.fail(path + (kind, "<key>"), f"{kind} measures the result: it can only be the last step")
+            chk.fail(
+                path + (kind, "<key>"), f"{kind} measures the result: it can only be the last step"
+            )
         if spec.position == PACKAGE:
             if seen_package:
                 chk.fail(path + (kind, "<key>"), f"{kind} can appear only once")
             seen_package = True
         elif spec.position == MODEL and seen_package:
-            chk.fail(path + (kind, "<key>"), f"{kind} after protect: protection comes after every model step")
+            chk.fail(
+                path + (kind, "<key>"),
+                f"{kind} after protect: protection comes after every model step",
+            )
         if opts is None:
             step[kind] = opts = {}
         if not isinstance(opts, dict):
@@ -237,7 +246,9 @@ def load_recipe(path: str | os.PathLike) -> Recipe:
     except FileNotFoundError:
         raise RecipeError(f"{p}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise RecipeError(f"{p}: cannot read the recipe ({str(exc).splitlines()[0][:120]})") from None
+        raise RecipeError(
+            f"{p}: cannot read the recipe ({str(exc).splitlines()[0][:120]})"
+        ) from None
     recipe = parse_recipe(text, name=str(p))
     recipe.path = p
     return recipe
@@ -261,7 +272,6 @@ def run_recipe(
     """Replay ``recipe`` on its model (or ``model``): each step in order."""
     import time
 
-
     start = time.perf_counter()
     ctx = Context(base_dir=recipe.base_dir, progress=progress)
     steps = list(recipe.steps)
@@ -273,7 +283,9 @@ def run_recipe(
         source = model if model is not None else recipe.model
         if source is None:
             raise RecipeError(f"{recipe.path or 'recipe'}: no `model:` to start from (or give one)")
-        current = as_model(source if isinstance(source, ir.Model) or model is not None else ctx.path(source))
+        current = as_model(
+            source if isinstance(source, ir.Model) or model is not None else ctx.path(source)
+        )
     source_model = current
     results, package = [], None
     for i, step in enumerate(steps):

@@ -48,7 +48,9 @@ class AutoResult:
 
     @property
     def reference_ms(self) -> float:
-        return float(self.reference.latency["median_ms"]) if self.reference.latency else float("nan")
+        return (
+            float(self.reference.latency["median_ms"]) if self.reference.latency else float("nan")
+        )
 
     def latency_ms(self, t: Trial) -> float | None:
         """A trial's latency on the scale of the original's latency measured in this search."""

@@ -140,7 +140,9 @@ class Space:
             "prune": [dict(p) for p in self.prune],
         }
 
-    def _candidate(self, level: int, mode: str, variant: dict, prune: dict | None = None) -> Candidate:
+    def _candidate(
+        self, level: int, mode: str, variant: dict, prune: dict | None = None
+    ) -> Candidate:
         steps = [Step.of("optimize", level=level)] if level else []
         if mode != FLOAT:
             if mode in TRAINING_MODES:  # the quantizer reads its training data as calibration
@@ -206,12 +208,13 @@ def build_space(
     """
     import inspect
 
-
     known_levels = sorted({0} | {cls.level for cls in REGISTRY.values()})
     default_level = inspect.signature(optimize).parameters["level"].default
     for lv in levels or []:
         if lv not in known_levels:
-            raise OptionError(f"`levels` {lv}: optimizer levels are {', '.join(map(str, known_levels))}")
+            raise OptionError(
+                f"`levels` {lv}: optimizer levels are {', '.join(map(str, known_levels))}"
+            )
     known_modes = [FLOAT, *mode_names()]
     for m in modes or []:
         if m not in known_modes:

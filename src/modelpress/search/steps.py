@@ -282,7 +282,9 @@ register_step(
     StepKind("convert", FIRST, _convert_options, _convert, "framework model → ONNX, verified")
 )
 register_step(StepKind("optimize", MODEL, _optimize_options, _optimize, "graph rewrites"))
-register_step(StepKind("quantize", MODEL, _quantize_options, _quantize, "post-training quantization"))
+register_step(
+    StepKind("quantize", MODEL, _quantize_options, _quantize, "post-training quantization")
+)
 
 
 def _lazy(name: str, module: str, function: str, position: int, summary: str) -> None:

@@ -23,7 +23,14 @@ from modelpress.runtime.measure import compare_latency
 
 # Ops whose presence makes a model's compute int8 (activations quantized, not only weights).
 INT8_OPS = frozenset(
-    {"QuantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "QLinearConv", "QLinearMatMul"}
+    {
+        "QuantizeLinear",
+        "DynamicQuantizeLinear",
+        "MatMulInteger",
+        "ConvInteger",
+        "QLinearConv",
+        "QLinearMatMul",
+    }
 )
 
 

@@ -125,7 +125,9 @@ def _verify(source_out: list[dict], run, batches) -> tuple[bool, float]:
                 raise VerificationError(f"the candidate has no output {name!r}")
             b = np.asarray(got[name])
             if b.shape != np.asarray(a).shape:
-                raise VerificationError(f"output {name!r} has shape {list(b.shape)}, the original {list(np.shape(a))}")
+                raise VerificationError(
+                    f"output {name!r} has shape {list(b.shape)}, the original {list(np.shape(a))}"
+                )
             if b.dtype.kind == "f" and not np.isfinite(b).all():
                 raise VerificationError(f"output {name!r} has NaN or infinite values")
             # compared in the original's type: a float16 model's outputs are rounded to float16
@@ -154,7 +156,17 @@ class Bench:
     def of(cls, source, scorer, target, feeds, *, timing_s, ctx, seq=None) -> Bench:
         batches = scorer.data.batches[:2]
         run = runner(source)
-        bench = cls(source, scorer, batches, [run(b) for b in batches], target, feeds, timing_s, ctx, seq=seq)
+        bench = cls(
+            source,
+            scorer,
+            batches,
+            [run(b) for b in batches],
+            target,
+            feeds,
+            timing_s,
+            ctx,
+            seq=seq,
+        )
         if target.gpu is not None:
             bench.reference_ms = estimate_gpu(
                 source, None, target.gpu, batch=bench.batch, seq=seq
@@ -167,7 +179,9 @@ class Bench:
 
     def latency(self, model: ir.Model) -> Latency:
         if self.target.gpu is not None:
-            return estimate_gpu(model, self.reference_ms, self.target.gpu, batch=self.batch, seq=self.seq)
+            return estimate_gpu(
+                model, self.reference_ms, self.target.gpu, batch=self.batch, seq=self.seq
+            )
         return measure_cpu(model, self.source, self.feeds, seconds=self.timing_s)
 
 
@@ -194,7 +208,11 @@ def evaluate(
         trial.status, trial.error, model = "failed", _first_line(exc), None
     except Exception as exc:  # noqa: BLE001 - a mode meeting a graph it was not written for
         # one candidate failing is a result of the search, not the end of it
-        trial.status, trial.error, model = "failed", f"{type(exc).__name__}: {_first_line(exc)}", None
+        trial.status, trial.error, model = (
+            "failed",
+            f"{type(exc).__name__}: {_first_line(exc)}",
+            None,
+        )
     trial.seconds = time.perf_counter() - start
     if model is not None and keep is not None:
         keep(model)

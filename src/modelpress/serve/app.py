@@ -84,7 +84,9 @@ class ServerState:
                     "failures": failures,
                     "rows": int(value("modelpress_inferences_total", {"model": name}) or 0),
                     "runs": int(value("modelpress_batch_size_count", {"model": name}) or 0),
-                    "busy_s": round(value("modelpress_busy_seconds_total", {"model": name}) or 0.0, 3),
+                    "busy_s": round(
+                        value("modelpress_busy_seconds_total", {"model": name}) or 0.0, 3
+                    ),
                 }
             )
         return out
@@ -100,14 +102,21 @@ def _version() -> str:
 
 
 def _json(data, status: int = 200, headers: dict | None = None) -> Response:
-    return Response(json.dumps(data), status_code=status, media_type="application/json", headers=headers)
+    return Response(
+        json.dumps(data), status_code=status, media_type="application/json", headers=headers
+    )
 
 
 def _error(exc: RequestError) -> Response:
     headers = {"retry-after": str(exc.retry_after_s)} if isinstance(exc, Overloaded) else None
     if exc.status == 401:
         headers = {"www-authenticate": "Bearer"}
-    return Response(error_body(exc.message), status_code=exc.status, media_type="application/json", headers=headers)
+    return Response(
+        error_body(exc.message),
+        status_code=exc.status,
+        media_type="application/json",
+        headers=headers,
+    )
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -117,7 +126,9 @@ async def read_body(request: Request, limit: int) -> bytes:
         if not declared.isdigit():
             raise RequestError(400, "Content-Length is not a number")
         if int(declared) > limit:
-            raise RequestError(413, f"the body has {declared} bytes, more than the limit of {limit}")
+            raise RequestError(
+                413, f"the body has {declared} bytes, more than the limit of {limit}"
+            )
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
@@ -166,7 +177,12 @@ def build_app(repository: Repository, options: ServeOptions | None = None) -> Fa
     # the hot path first, as plain Starlette routes: matched before the others, and no FastAPI
     # parameter solving per request (measured: a fifth of the server's own time per request)
     app.add_route("/v2/models/{name}/infer", infer, methods=["POST"], include_in_schema=False)
-    app.add_route("/v2/models/{name}/versions/{version}/infer", infer, methods=["POST"], include_in_schema=False)
+    app.add_route(
+        "/v2/models/{name}/versions/{version}/infer",
+        infer,
+        methods=["POST"],
+        include_in_schema=False,
+    )
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -204,7 +220,9 @@ def build_app(repository: Repository, options: ServeOptions | None = None) -> Fa
             _model(name, version)
         except RequestError as exc:
             return _error(exc)
-        return _json({"name": name, "ready": not state.draining}, status=503 if state.draining else 200)
+        return _json(
+            {"name": name, "ready": not state.draining}, status=503 if state.draining else 200
+        )
 
     @app.get("/v2/models/{name}/config")
     @app.get("/v2/models/{name}/versions/{version}/config")
@@ -273,8 +291,12 @@ class KeyGuard:
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope["path"] not in auth.OPEN_PATHS:
             header = next((v for k, v in scope["headers"] if k == b"authorization"), None)
-            if not auth.authorized(header.decode("latin-1") if header is not None else None, self.key):
-                response = _error(RequestError(401, "this server needs 'Authorization: Bearer <key>'"))
+            if not auth.authorized(
+                header.decode("latin-1") if header is not None else None, self.key
+            ):
+                response = _error(
+                    RequestError(401, "this server needs 'Authorization: Bearer <key>'")
+                )
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)

@@ -22,7 +22,9 @@ def read_key_file(path: str | os.PathLike) -> str:
     try:
         key = p.read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError) as exc:
-        raise OptionError(f"--api-key-file {p}: cannot read it ({exc.__class__.__name__})") from None
+        raise OptionError(
+            f"--api-key-file {p}: cannot read it ({exc.__class__.__name__})"
+        ) from None
     if not key:
         raise OptionError(f"--api-key-file {p}: the file is empty; put the key on its first line")
     if any(c.isspace() for c in key):

@@ -21,7 +21,20 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 _LATENCY_BUCKETS = (
-    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0,
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.2,
+    0.5,
+    1.0,
+    2.0,
+    5.0,
+    10.0,
 )
 
 
@@ -31,9 +44,14 @@ class Metrics:
     def __init__(self, *, max_batch: int = 64):
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Counter("modelpress_requests", "Infer requests received", ["model"], registry=r)
+        self.requests = Counter(
+            "modelpress_requests", "Infer requests received", ["model"], registry=r
+        )
         self.failures = Counter(
-            "modelpress_request_failures", "Infer requests answered with an error", ["model", "code"], registry=r
+            "modelpress_request_failures",
+            "Infer requests answered with an error",
+            ["model", "code"],
+            registry=r,
         )
         self.latency = Histogram(
             "modelpress_request_duration_seconds",
@@ -43,9 +61,13 @@ class Metrics:
             registry=r,
         )
         self.in_progress = Gauge(
-            "modelpress_requests_in_progress", "Infer requests being read, queued or run", registry=r
+            "modelpress_requests_in_progress",
+            "Infer requests being read, queued or run",
+            registry=r,
         )
-        self.queue_depth = Gauge("modelpress_queue_depth", "Requests waiting for the model", ["model"], registry=r)
+        self.queue_depth = Gauge(
+            "modelpress_queue_depth", "Requests waiting for the model", ["model"], registry=r
+        )
         sizes, b = [], 1
         while b < max_batch:
             sizes.append(b)
@@ -57,8 +79,12 @@ class Metrics:
             buckets=(*sizes, max_batch),
             registry=r,
         )
-        self.busy = Counter("modelpress_busy_seconds", "Time the model spent running", ["model"], registry=r)
-        self.inferences = Counter("modelpress_inferences", "Rows the model ran", ["model"], registry=r)
+        self.busy = Counter(
+            "modelpress_busy_seconds", "Time the model spent running", ["model"], registry=r
+        )
+        self.inferences = Counter(
+            "modelpress_inferences", "Rows the model ran", ["model"], registry=r
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

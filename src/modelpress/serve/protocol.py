@@ -87,7 +87,9 @@ def decompress(body: bytes, encoding: str | None, *, limit: int) -> bytes:
     if not encoding or encoding == "identity":
         return body
     if encoding not in ("gzip", "deflate"):
-        raise RequestError(415, f"Content-Encoding {encoding!r} is not supported (use gzip or deflate)")
+        raise RequestError(
+            415, f"Content-Encoding {encoding!r} is not supported (use gzip or deflate)"
+        )
     inflater = zlib.decompressobj(wbits=31 if encoding == "gzip" else 15)
     try:
         out = inflater.decompress(body, limit + 1)
@@ -139,13 +141,17 @@ def decode_request(body: bytes, *, header_length: int | None = None) -> InferReq
         size = tparams.get("binary_data_size")
         if size is not None:
             if not isinstance(size, int) or size < 0:
-                raise RequestError(400, f"input {name!r}: binary_data_size must be a non-negative integer")
+                raise RequestError(
+                    400, f"input {name!r}: binary_data_size must be a non-negative integer"
+                )
             if offset + size > len(binary):
                 raise RequestError(
                     400,
                     f"input {name!r}: the body ends {offset + size - len(binary)} bytes before its binary data does (truncated request?)",
                 )
-            arrays[name] = _from_binary(binary[offset : offset + size], dtype, shape, name, tensor["datatype"])
+            arrays[name] = _from_binary(
+                binary[offset : offset + size], dtype, shape, name, tensor["datatype"]
+            )
             offset += size
         elif "data" in tensor:
             arrays[name] = _from_json(tensor["data"], dtype, shape, name, tensor["datatype"])
@@ -166,11 +172,17 @@ def decode_request(body: bytes, *, header_length: int | None = None) -> InferReq
                 raise RequestError(400, f"outputs[{i}] must be an object with a 'name'")
             oparams = out.get("parameters") or {}
             if oparams.get("classification"):
-                raise RequestError(400, f"output {out['name']!r}: the classification extension is not supported")
+                raise RequestError(
+                    400, f"output {out['name']!r}: the classification extension is not supported"
+                )
             if "shared_memory_region" in oparams:
-                raise RequestError(400, f"output {out['name']!r}: shared-memory tensors are not supported")
+                raise RequestError(
+                    400, f"output {out['name']!r}: shared-memory tensors are not supported"
+                )
             binary_flag = oparams.get("binary_data")
-            outputs.append(RequestedOutput(out["name"], None if binary_flag is None else bool(binary_flag)))
+            outputs.append(
+                RequestedOutput(out["name"], None if binary_flag is None else bool(binary_flag))
+            )
     request_id = doc.get("id")
     return InferRequest(
         inputs=arrays,
@@ -200,7 +212,9 @@ def _shape(tensor: dict, name: str) -> tuple[int, ...]:
 
 
 def _count(shape: tuple[int, ...]) -> int:
-    return math.prod(shape)  # Python ints: no overflow for absurd shapes, and no numpy call per request
+    return math.prod(
+        shape
+    )  # Python ints: no overflow for absurd shapes, and no numpy call per request
 
 
 def _from_binary(buf: memoryview, dtype: np.dtype, shape, name: str, datatype: str) -> np.ndarray:
@@ -224,7 +238,9 @@ def _bytes_elements(buf: memoryview, count: int, name: str) -> np.ndarray:
     pos, n = 0, len(buf)
     for i in range(count):
         if pos + 4 > n:
-            raise RequestError(400, f"input {name!r}: BYTES data ends after {i} of {count} elements")
+            raise RequestError(
+                400, f"input {name!r}: BYTES data ends after {i} of {count} elements"
+            )
         size = int.from_bytes(buf[pos : pos + 4], "little")
         pos += 4
         if pos + size > n:
@@ -232,7 +248,9 @@ def _bytes_elements(buf: memoryview, count: int, name: str) -> np.ndarray:
         out[i] = bytes(buf[pos : pos + size])
         pos += size
     if pos != n:
-        raise RequestError(400, f"input {name!r}: {n - pos} bytes follow the last of {count} BYTES elements")
+        raise RequestError(
+            400, f"input {name!r}: {n - pos} bytes follow the last of {count} BYTES elements"
+        )
     return out
 
 
@@ -310,7 +328,10 @@ def _to_binary(arr: np.ndarray) -> bytes:
 
 def _to_json(arr: np.ndarray) -> list:
     if arr.dtype.kind in "OSU":
-        return [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in arr.reshape(-1)]
+        return [
+            v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+            for v in arr.reshape(-1)
+        ]
     if _BF16 is not None and arr.dtype == _BF16:
         arr = arr.astype(np.float32)
     return arr.reshape(-1).tolist()

@@ -54,7 +54,7 @@ def is_raw_request(model: ServedModel, request: InferRequest) -> bool:
     """A v2 request of raw items: one BYTES input that the model itself does not have."""
     if model.processing is None or len(request.inputs) != 1:
         return False
-    (name, arr), = request.inputs.items()
+    ((name, arr),) = request.inputs.items()
     return arr.dtype == object and name not in {s.name for s in model.inputs}
 
 
@@ -77,7 +77,9 @@ async def infer(model: ServedModel, batcher: Batcher, items: list[bytes | str]) 
     except RequestError:
         raise
     except Exception as exc:  # an undecodable image, a text the tokenizer refuses
-        raise RequestError(400, f"model {model.name!r} cannot pre-process this item: {_line(exc)}") from None
+        raise RequestError(
+            400, f"model {model.name!r} cannot pre-process this item: {_line(exc)}"
+        ) from None
     feeds, rows, key = model.check(arrays)
     try:
         outputs = await batcher.submit(feeds, rows, key)
@@ -88,10 +90,14 @@ async def infer(model: ServedModel, batcher: Batcher, items: list[bytes | str]) 
     try:
         return await loop.run_in_executor(None, processing.postprocess, outputs)
     except Exception as exc:
-        raise RequestError(500, f"model {model.name!r}: post-processing failed: {_line(exc)}") from None
+        raise RequestError(
+            500, f"model {model.name!r}: post-processing failed: {_line(exc)}"
+        ) from None
 
 
-async def infer_tensor(model: ServedModel, batcher: Batcher, request: InferRequest) -> dict[str, np.ndarray]:
+async def infer_tensor(
+    model: ServedModel, batcher: Batcher, request: InferRequest
+) -> dict[str, np.ndarray]:
     """The v2 form: a BYTES tensor of items in, a BYTES tensor ``answer`` of JSON documents out."""
     (arr,) = request.inputs.values()
     items = list(arr.reshape(-1))  # bytes: a file's content, or a text in UTF-8

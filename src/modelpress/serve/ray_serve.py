@@ -71,7 +71,10 @@ class RayDeployment:
 
     def wait(self) -> None:
         stop = threading.Event()
-        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+        previous = {
+            sig: signal.signal(sig, lambda *_: stop.set())
+            for sig in (signal.SIGTERM, signal.SIGINT)
+        }
         try:
             while not stop.wait(0.5):
                 pass

@@ -124,7 +124,9 @@ class ServedModel:
             "dynamic_batching": {} if batched else None,
         }
 
-    def check(self, arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int, tuple | None]:
+    def check(
+        self, arrays: dict[str, np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], int, tuple | None]:
         """The feeds in the model's input order, the rows the request brings along axis 0, and its
         batch key (None: run it alone). ``RequestError`` (400) names the first input that is wrong."""
         for name in arrays:
@@ -218,7 +220,9 @@ class Repository:
         self.models: dict[str, ServedModel] = {}
         for m in models:
             if m.name in self.models:
-                raise OptionError(f"two models are named {m.name!r}: give them different --name values")
+                raise OptionError(
+                    f"two models are named {m.name!r}: give them different --name values"
+                )
             self.models[m.name] = m
 
     def get(self, name: str, version: str | None = None) -> ServedModel:
@@ -226,11 +230,15 @@ class Repository:
         if model is None:
             raise RequestError(404, f"no model named {name!r} (models: {', '.join(self.models)})")
         if version not in (None, "", model.version):
-            raise RequestError(404, f"model {name!r} has no version {version!r} (versions: {model.version})")
+            raise RequestError(
+                404, f"model {name!r} has no version {version!r} (versions: {model.version})"
+            )
         return model
 
     def index(self) -> list[dict]:
-        return [{"name": m.name, "version": m.version, "state": "READY"} for m in self.models.values()]
+        return [
+            {"name": m.name, "version": m.version, "state": "READY"} for m in self.models.values()
+        ]
 
     @classmethod
     def open(
@@ -246,7 +254,6 @@ class Repository:
         processing it declares (``runtime.processing``), when it declares one."""
 
         if backend == "ort":
-
             # idle runtime threads must not spin on the cores the event loop needs between runs
             backend = OrtBackend(OrtOptions(spin=False))
         served = []

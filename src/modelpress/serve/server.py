@@ -85,7 +85,6 @@ def bind(host: str, port: int) -> socket.socket:
     try:
         return socket.create_server((host, port), family=family, backlog=2048)
     except OSError as exc:
-
         raise OptionError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 

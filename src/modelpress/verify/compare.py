@@ -100,14 +100,20 @@ def compare_arrays(name: str, a: np.ndarray, b: np.ndarray, *, rtol=None, atol=N
         max_abs = float(diff.max()) if diff.size else 0.0
         scale = float(np.abs(af[finite]).max()) if diff.size else 0.0
     else:
-        max_abs = float(np.abs(a.astype(np.int64) - b.astype(np.int64)).max()) if a.dtype != object else float(not np.array_equal(a, b))
+        max_abs = (
+            float(np.abs(a.astype(np.int64) - b.astype(np.int64)).max())
+            if a.dtype != object
+            else float(not np.array_equal(a, b))
+        )
         scale = float(np.abs(a.astype(np.float64)).max()) if a.dtype != object else 1.0
     max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
     passed = max_abs <= atol or max_rel <= rtol
     return OutputDiff(name, dtype, a.shape, max_abs, max_rel, rtol, atol, passed)
 
 
-def _run(sess, feeds: dict[str, np.ndarray], *, what: str = "the model failed to run", error=InputError) -> dict[str, np.ndarray]:
+def _run(
+    sess, feeds: dict[str, np.ndarray], *, what: str = "the model failed to run", error=InputError
+) -> dict[str, np.ndarray]:
     names = [o.name for o in sess.get_outputs()]
     try:
         values = sess.run(names, feeds)
@@ -122,7 +128,9 @@ def _session(model):
     return session(model, options=session_options(optimize="disabled"))
 
 
-def run_model(model, feeds: dict[str, np.ndarray], *, optimize: str = "disabled") -> dict[str, np.ndarray]:
+def run_model(
+    model, feeds: dict[str, np.ndarray], *, optimize: str = "disabled"
+) -> dict[str, np.ndarray]:
     """Outputs of ``model`` on ``feeds`` under ONNX Runtime, by output name."""
 
     return _run(session(model, optimize=optimize), feeds)
@@ -154,10 +162,12 @@ def verify(
     ref_names = [v.name for v in ref.graph.outputs]
     cand_names = [v.name for v in cand.graph.outputs]
     if len(ref_names) != len(cand_names):
-        raise VerificationError(
-            f"the models have different outputs: {ref_names} vs {cand_names}"
-        )
-    pairs = list(zip(ref_names, ref_names)) if set(ref_names) == set(cand_names) else list(zip(ref_names, cand_names))
+        raise VerificationError(f"the models have different outputs: {ref_names} vs {cand_names}")
+    pairs = (
+        list(zip(ref_names, ref_names))
+        if set(ref_names) == set(cand_names)
+        else list(zip(ref_names, cand_names))
+    )
     sess_a = _session(ref)
     notes: list[str] = []
     if inputs is None:
@@ -174,7 +184,8 @@ def verify(
         for feeds in feeds_list:
             check_feeds(ref, feeds)
         ref_outputs = [
-            _run(sess_a, feeds, what="the original model failed to run on the given inputs") for feeds in feeds_list
+            _run(sess_a, feeds, what="the original model failed to run on the given inputs")
+            for feeds in feeds_list
         ]
     sess_b = _session(cand)
     cand_inputs = {i.name for i in cand.graph.inputs}
@@ -190,7 +201,11 @@ def verify(
             d = compare_arrays(ra, out_a[ra], out_b[cb], rtol=rtol, atol=atol)
             prev = worst.get(ra)
             # A failing comparison always outranks a passing one; then the larger error wins.
-            if prev is None or (not d.passed, d.max_rel, d.max_abs) > (not prev.passed, prev.max_rel, prev.max_abs):
+            if prev is None or (not d.passed, d.max_rel, d.max_abs) > (
+                not prev.passed,
+                prev.max_rel,
+                prev.max_abs,
+            ):
                 worst[ra] = d
     shapes_used = {k: list(v.shape) for k, v in feeds_list[0].items()}
     return VerifyResult(

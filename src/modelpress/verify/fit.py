@@ -100,7 +100,12 @@ def _sizer(model: ir.Model, batch: int, other: int):
 
 _ORT_NOISE = [
     (re.compile(r"\[ONNXRuntimeError\] : \d+ : \w+ : "), ""),
-    (re.compile(r"Non-zero status code returned while running (\w+) node\. Name:'([^']*)' Status Message: "), r"\1 node '\2': "),
+    (
+        re.compile(
+            r"Non-zero status code returned while running (\w+) node\. Name:'([^']*)' Status Message: "
+        ),
+        r"\1 node '\2': ",
+    ),
     (re.compile(r"/onnxruntime_src/\S+ \S+ "), ""),
     (re.compile(r"^the model failed to run: "), ""),
 ]
@@ -139,7 +144,9 @@ def fit_inputs(
     for size in candidates:
         free = _sizer(model, *size) if size else None
         try:
-            planned = planned_shapes(model, dims=dims, shapes=shapes, free=free, max_bytes=max_bytes)
+            planned = planned_shapes(
+                model, dims=dims, shapes=shapes, free=free, max_bytes=max_bytes
+            )
         except InputError:
             if not failed:
                 raise
@@ -159,7 +166,9 @@ def fit_inputs(
 def _cannot_run(feeds, why: str, failed) -> InputError:
     if failed:
         sizes = [str(other) for (_, other), _ in failed]
-        tried = f"free dynamic dimensions at {', '.join(sizes[:-1])} and {sizes[-1]}, batch 1 past 2"
+        tried = (
+            f"free dynamic dimensions at {', '.join(sizes[:-1])} and {sizes[-1]}, batch 1 past 2"
+        )
     else:
         tried = ", ".join(f"{k}={list(v.shape)}" for k, v in (feeds or {}).items())
     return InputError(

@@ -25,7 +25,16 @@ from modelpress.ir.shapes import static_dim
 MAX_INPUT_BYTES = 1 << 30
 
 # Ops that pass index values through unchanged, so a bound found behind them still applies.
-_PASS_THROUGH = {"Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Expand", "Transpose"}
+_PASS_THROUGH = {
+    "Cast",
+    "Reshape",
+    "Unsqueeze",
+    "Squeeze",
+    "Flatten",
+    "Identity",
+    "Expand",
+    "Transpose",
+}
 
 
 def dim_name(dim: object) -> str | None:
@@ -40,9 +49,7 @@ def resolve_shape(
     """The concrete shape to generate for ``value``: fixed dimensions as declared, named ones from
     ``dims``, the rest from ``free(axis, name)`` or else ``default_dim``."""
     if value.shape is None:
-        raise InputError(
-            f"input {value.name!r} has no declared shape: give real inputs (`inputs`)"
-        )
+        raise InputError(f"input {value.name!r} has no declared shape: give real inputs (`inputs`)")
     shape = []
     for axis, d in enumerate(value.shape):
         size = 0 if d == 0 and isinstance(d, int) else static_dim(d)

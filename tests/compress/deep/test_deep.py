@@ -154,7 +154,10 @@ def _first(form: str, key: str, value):
 def test_malformed_mpz_is_one_error(rng, edit):
     model, tensors = _shared_residual(rng)
     data, _ = encode(model, tensors)
-    assert np.array_equal(const_array(decode(_rewrite(data, lambda h, t: None)).graph.initializers[tensors[0].name]), tensors[0].dense())
+    assert np.array_equal(
+        const_array(decode(_rewrite(data, lambda h, t: None)).graph.initializers[tensors[0].name]),
+        tensors[0].dense(),
+    )
     with pytest.raises(ModelLoadError, match="damaged or truncated") as info:
         decode(_rewrite(data, edit), source="m.mpz")
     assert str(info.value).startswith("m.mpz: ") and "\n" not in str(info.value)
@@ -174,7 +177,9 @@ def test_other_mpz_version_is_refused(rng):
 def test_deep_compress_and_run_from_mpz(tmp_path, rng):
     model = residual_cnn()
     data = {"x": rng.standard_normal((32, 3, 8, 8)).astype(np.float32)}
-    result = deep_compress(model, data=data, sparsity=0.8, bits=4, train=TrainConfig(steps=2, batch_size=16))
+    result = deep_compress(
+        model, data=data, sparsity=0.8, bits=4, train=TrainConfig(steps=2, batch_size=16)
+    )
     assert [s["stage"] for s in result.stages][0] == "float32"
     assert result.stages[-1]["bytes"] == len(result.data) and result.ratio > 1
     assert result.sparsity == pytest.approx(0.8, abs=0.01)
@@ -199,8 +204,29 @@ def test_cli_compress_then_run(tmp_path, rng, capsys):
     np.savez(tmp_path / "d.npz", x=rng.standard_normal((32, 3, 8, 8)).astype(np.float32))
     np.savez(tmp_path / "in.npz", x=rng.standard_normal((2, 3, 8, 8)).astype(np.float32))
     out = tmp_path / "m.mpz"
-    assert main(["compress", str(tmp_path / "m.onnx"), "-o", str(out), "--data", str(tmp_path / "d.npz"), "--steps", "1", "--bits", "4"]) == 0
+    assert (
+        main(
+            [
+                "compress",
+                str(tmp_path / "m.onnx"),
+                "-o",
+                str(out),
+                "--data",
+                str(tmp_path / "d.npz"),
+                "--steps",
+                "1",
+                "--bits",
+                "4",
+            ]
+        )
+        == 0
+    )
     assert out.exists()
-    assert main(["run", str(out), "--inputs", str(tmp_path / "in.npz"), "-o", str(tmp_path / "o.npz")]) == 0
+    assert (
+        main(["run", str(out), "--inputs", str(tmp_path / "in.npz"), "-o", str(tmp_path / "o.npz")])
+        == 0
+    )
     got = np.load(tmp_path / "o.npz")["y"]
-    np.testing.assert_allclose(got, run_model(open_mpz(out), dict(np.load(tmp_path / "in.npz")))["y"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        got, run_model(open_mpz(out), dict(np.load(tmp_path / "in.npz")))["y"], rtol=1e-5, atol=1e-6
+    )

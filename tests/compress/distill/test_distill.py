@@ -19,7 +19,13 @@ from modelpress.errors import InputError, OptionError
 def test_width_student_trains(rng):
     teacher = residual_cnn()
     data = {"x": rng.standard_normal((48, 3, 8, 8)).astype(np.float32), "y": rng.integers(0, 4, 48)}
-    r = distill(teacher, data=data, labels_key="y", width=0.5, train=TrainConfig(steps=6, batch_size=16, lr=1e-2))
+    r = distill(
+        teacher,
+        data=data,
+        labels_key="y",
+        width=0.5,
+        train=TrainConfig(steps=6, batch_size=16, lr=1e-2),
+    )
     assert r.student == "width 0.5" and r.params_student < 0.6 * r.params_teacher
     assert r.training.steps == 6 and r.check.accuracy_after is not None
     assert len(r.features) == 1  # the residual block's output, by name
@@ -30,13 +36,22 @@ def test_hidden_states_matched(rng):
     x = token_batch(rng)
     pairs = match(teacher, teacher, probe_shapes(teacher, x), probe_shapes(teacher, x))
     assert len(pairs) == 2 and all(p.student == p.teacher and p.projection is None for p in pairs)
-    r = distill(teacher, data={"x": rng.standard_normal((16, 5, 16)).astype(np.float32)}, width=0.5, train=TrainConfig(steps=2, batch_size=8))
+    r = distill(
+        teacher,
+        data={"x": rng.standard_normal((16, 5, 16)).astype(np.float32)},
+        width=0.5,
+        train=TrainConfig(steps=2, batch_size=8),
+    )
     assert len(r.features) == 2 and r.check.cosine is not None
 
 
 def test_student_interface_checked(rng):
     with pytest.raises(InputError, match="rank"):
-        distill(residual_cnn(), data={"x": np.zeros((4, 3, 8, 8), np.float32)}, student=transformer_block())
+        distill(
+            residual_cnn(),
+            data={"x": np.zeros((4, 3, 8, 8), np.float32)},
+            student=transformer_block(),
+        )
     with pytest.raises(OptionError, match="student"):
         distill(residual_cnn(), data={"x": np.zeros((4, 3, 8, 8), np.float32)})
 
@@ -51,7 +66,10 @@ def test_cnn_stage_outputs():
     cnn = residual_cnn()
     x = {"x": np.zeros((2, 3, 8, 8), np.float32)}
     assert _names(stage_outputs(cnn, probe_shapes(cnn, x))) == [cnn.graph.node(-4).outputs[0].name]
-    assert cnn.graph.node(-4).op_type == "Relu" and cnn.graph.node(-4).inputs[0].producer().op_type == "Add"
+    assert (
+        cnn.graph.node(-4).op_type == "Relu"
+        and cnn.graph.node(-4).inputs[0].producer().op_type == "Add"
+    )
     # two resolutions: the last 8x8 map before the MaxPool, then the pooled 4x4 map
     dw = depthwise_cnn()
     stages = stage_outputs(dw, probe_shapes(dw, x))
@@ -82,7 +100,9 @@ def test_projection_is_least_squares(rng):
     t = np.einsum("oc,nchw->nohw", w, s)
     pair = FeaturePair("s", "t", torch.nn.Conv2d(4, 8, 1, bias=False))
     fit_projections([pair], [torch.from_numpy(s).float()], [torch.from_numpy(t).float()])
-    np.testing.assert_allclose(pair.projection.weight.detach().numpy()[:, :, 0, 0], w, rtol=3e-3, atol=3e-3)
+    np.testing.assert_allclose(
+        pair.projection.weight.detach().numpy()[:, :, 0, 0], w, rtol=3e-3, atol=3e-3
+    )
 
 
 def test_feature_loss_trains_the_student(rng):
@@ -105,7 +125,13 @@ def test_feature_loss_trains_the_student(rng):
 def test_distill_matches_cnn_stages(rng):
     teacher = residual_cnn()
     data = {"x": rng.standard_normal((64, 3, 8, 8)).astype(np.float32), "y": rng.integers(0, 4, 64)}
-    r = distill(teacher, data=data, labels_key="y", width=0.5, train=TrainConfig(steps=12, batch_size=16, lr=1e-2))
+    r = distill(
+        teacher,
+        data=data,
+        labels_key="y",
+        width=0.5,
+        train=TrainConfig(steps=12, batch_size=16, lr=1e-2),
+    )
     relu = teacher.graph.node(-4).outputs[0].name
     assert r.features == [(relu, relu)]
     assert r.training.final_loss < r.training.first_loss

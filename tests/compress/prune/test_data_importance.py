@@ -22,7 +22,9 @@ HIDDEN, HEADS, FFN = 16, 4, 32
 
 
 def _set(model: ir.Model, value: ir.Value, array: np.ndarray) -> None:
-    model.graph.initializers[value.name].const_value = ir.tensor(array.astype(np.float32), name=value.name)
+    model.graph.initializers[value.name].const_value = ir.tensor(
+        array.astype(np.float32), name=value.name
+    )
 
 
 def _layers(model: ir.Model) -> dict[str, tuple[ir.Value, ir.Value | None]]:
@@ -71,9 +73,16 @@ def test_planted_dead_units_rank_last(rng):
     model = _planted(dead_neurons=(3, 17), dead_head=2)
     dg, found = _observed(model, _data(rng))
     # one reader per group: the FFN's output projection (32 neurons), the attention output (4 heads)
-    assert sorted((r.track.units, r.track.block) for r in found) == [(HEADS, HIDDEN // HEADS), (FFN, 1)]
+    assert sorted((r.track.units, r.track.block) for r in found) == [
+        (HEADS, HIDDEN // HEADS),
+        (FFN, 1),
+    ]
     scores = calib.scores(dg, found)
-    by_kind = {g.kind: sorted(g.components, key=lambda c: scores[c]) for g in dg.groups if g.kind in calib.KINDS and g.components}
+    by_kind = {
+        g.kind: sorted(g.components, key=lambda c: scores[c])
+        for g in dg.groups
+        if g.kind in calib.KINDS and g.components
+    }
     ffn = next(r for r in found if r.track.units == FFN)
     heads = next(r for r in found if r.track.units == HEADS)
     assert set(by_kind["neurons"][:2]) == {dg.component(ffn.value, 3), dg.component(ffn.value, 17)}
@@ -89,10 +98,14 @@ def test_planted_dead_units_rank_last(rng):
 def test_pruning_dead_units_keeps_outputs(rng, method):
     model = _planted(dead_neurons=(3, 17), dead_head=2)
     data = _data(rng)
-    result = prune(model, data=data, ratio=2 / FFN, head_ratio=1 / HEADS, importance=method, train=False)
+    result = prune(
+        model, data=data, ratio=2 / FFN, head_ratio=1 / HEADS, importance=method, train=False
+    )
     assert result.params_after < result.params_before
     x = _data(rng, n=4, s=7)
-    np.testing.assert_allclose(run_model(result.model, x)["y"], run_model(model, x)["y"], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(
+        run_model(result.model, x)["y"], run_model(model, x)["y"], rtol=0, atol=1e-5
+    )
     # by weight norm the planted units stay and live ones go: the outputs change
     l1 = prune(model, data=data, ratio=2 / FFN, head_ratio=1 / HEADS, importance="l1", train=False)
     assert np.abs(run_model(l1.model, x)["y"] - run_model(model, x)["y"]).max() > 0.1
@@ -120,7 +133,9 @@ def test_refit_absorbs_duplicate_and_constant_neurons(rng):
     assert refit(dg, found, removed, damping=0.0) == 1
     surgery.remove(dg, removed)
     x = _data(rng, n=4, s=7)
-    np.testing.assert_allclose(run_model(dg.model, x)["y"], run_model(model, x)["y"], rtol=0, atol=2e-5)
+    np.testing.assert_allclose(
+        run_model(dg.model, x)["y"], run_model(model, x)["y"], rtol=0, atol=2e-5
+    )
     # removed without the refit, the same two neurons change the outputs
     plain, _ = _observed(model, feeds)
     surgery.remove(plain, {plain.component(ffn.value, 9), plain.component(ffn.value, 20)})
@@ -159,18 +174,33 @@ class _Groups:
 
 
 def _group(index: int, kind: str, units: int, blocked: int = 0) -> Group:
-    return Group(index, kind, [f"v{index}"], [(index, u) for u in range(units)], blocked, [f"n{index}"])
+    return Group(
+        index, kind, [f"v{index}"], [(index, u) for u in range(units)], blocked, [f"n{index}"]
+    )
 
 
 def test_global_ranking_takes_units_where_the_error_is_smallest():
     """Ranked together, the units of each kind go where they cost least, in the same total as a
     ratio per group; a group with nothing removable does not add to the budget; heads keep theirs."""
-    a, b, blocked, h1, h2 = _group(0, "neurons", 8), _group(1, "neurons", 8), _group(2, "neurons", 0, blocked=16), _group(3, "heads", 6), _group(4, "heads", 6)
+    a, b, blocked, h1, h2 = (
+        _group(0, "neurons", 8),
+        _group(1, "neurons", 8),
+        _group(2, "neurons", 0, blocked=16),
+        _group(3, "heads", 6),
+        _group(4, "heads", 6),
+    )
     dg = _Groups(a, b, blocked, h1, h2)
     scores = {c: 1e-3 * c[1] for c in a.components} | {c: 1.0 + c[1] for c in b.components}
     scores |= {c: 5.0 + c[1] for c in h1.components} | {c: 0.1 * c[1] for c in h2.components}
     uniform = choose(dg, scores, ratio=0.5, head_ratio=1 / 3)
-    ranked = choose(dg, scores, ratio=0.5, head_ratio=1 / 3, global_ranking=True, comparable=("neurons", "heads"))
+    ranked = choose(
+        dg,
+        scores,
+        ratio=0.5,
+        head_ratio=1 / 3,
+        global_ranking=True,
+        comparable=("neurons", "heads"),
+    )
     assert len(ranked) == len(uniform) == 8 + 4
     # at most 90% of a group: 7 of a's 8 neurons, then b's cheapest; all four heads from h2
     assert {c for c in ranked if c[0] == 0} == set(a.components[:7])

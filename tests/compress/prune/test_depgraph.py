@@ -39,10 +39,14 @@ def _zero(dg, components: set) -> None:
     """Set every entry the components own to zero, in ``dg.model``."""
     by_param: dict = {}
     for s in dg.slices:
-        units = [u for u in range(dg.tracks[s.value].units) if dg.uf.find((s.value, u)) in components]
+        units = [
+            u for u in range(dg.tracks[s.value].units) if dg.uf.find((s.value, u)) in components
+        ]
         if not units or s.role == "stat":
             continue
-        by_param.setdefault((id(s.node), s.input), (s.node, s.input, []))[2].append((s.axis, s.indices(units)))
+        by_param.setdefault((id(s.node), s.input), (s.node, s.input, []))[2].append(
+            (s.axis, s.indices(units))
+        )
     for node, index, cuts in by_param.values():
         array = param(node.inputs[index]).copy()
         for axis, idx in cuts:
@@ -64,8 +68,12 @@ def _prune_zeroed(model, feeds, ratio, head_ratio=None):
     # a re-analysis of the zeroed model picks exactly those components as the least important,
     # by their weights and by what they add to the layers that read them
     dg2 = analyze(copy_model(zeroed), probe_shapes(zeroed, feeds))
-    activation = importance.scores(dg2, "activation", activations=importance.input_rms(dg2, [feeds]))
-    assert choose(dg2, activation, ratio=ratio, head_ratio=head_ratio) == choose(dg2, importance.scores(dg2, "l1"), ratio=ratio, head_ratio=head_ratio)
+    activation = importance.scores(
+        dg2, "activation", activations=importance.input_rms(dg2, [feeds])
+    )
+    assert choose(dg2, activation, ratio=ratio, head_ratio=head_ratio) == choose(
+        dg2, importance.scores(dg2, "l1"), ratio=ratio, head_ratio=head_ratio
+    )
     scores = importance.scores(dg2, "l1")
     picked = choose(dg2, scores, ratio=ratio, head_ratio=head_ratio)
     assert all(scores[c] == 0.0 and activation[c] == 0.0 for c in picked)
@@ -98,7 +106,9 @@ def test_zero_components_removed_keep_outputs(build, feeds, rng):
     # other batch sizes too: nothing was fixed to the probe's shape
     y = feeds(np.random.default_rng(5))
     y = {k: np.concatenate([v, v, v]) for k, v in y.items()}
-    np.testing.assert_allclose(run_model(pruned, y)["y"], run_model(zeroed, y)["y"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(
+        run_model(pruned, y)["y"], run_model(zeroed, y)["y"], rtol=0, atol=1e-6
+    )
 
 
 def test_residual_groups(rng):
@@ -174,12 +184,20 @@ def test_exported_shape_targets_follow_the_heads(rng):
     scores = importance.scores(dg, "l1")
     surgery.remove(dg, choose(dg, scores, ratio=0.0, head_ratio=0.5))
     # the head count and the merged width live in Concat pieces: each Reshape got its own Concat
-    pieces = sorted(int(param(v)[0]) for n in dg.model.graph if n.op_type == "Concat" for v in n.inputs if param(v) is not None)
+    pieces = sorted(
+        int(param(v)[0])
+        for n in dg.model.graph
+        if n.op_type == "Concat"
+        for v in n.inputs
+        if param(v) is not None
+    )
     assert 2 in pieces and 8 in pieces
     y = token_batch(rng, n=3, s=6)
     assert run_model(dg.model, y)["y"].shape == (3, 6, 16)
     zeroed, pruned = _prune_zeroed(model, x, ratio=0.0, head_ratio=0.5)
-    np.testing.assert_allclose(run_model(pruned, y)["y"], run_model(zeroed, y)["y"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(
+        run_model(pruned, y)["y"], run_model(zeroed, y)["y"], rtol=0, atol=1e-6
+    )
 
 
 def test_kept_layer_stays_whole(rng):

@@ -36,8 +36,14 @@ def test_activation_is_weight_columns_times_input_rms(rng):
     # over batch and pixels)
     model = residual_cnn()
     batches = [image_batch(rng), image_batch(rng)]
-    reader = next(n for n in model.graph if n.op_type == "Conv" and const_array(n.inputs[1]).shape[:2] == (8, 6))
-    h = np.concatenate([_value(model, reader.inputs[0].name, b) for b in batches]).astype(np.float64)
+    reader = next(
+        n
+        for n in model.graph
+        if n.op_type == "Conv" and const_array(n.inputs[1]).shape[:2] == (8, 6)
+    )
+    h = np.concatenate([_value(model, reader.inputs[0].name, b) for b in batches]).astype(
+        np.float64
+    )
     rms = np.sqrt((h**2).mean(axis=(0, 2, 3)))
     bn = reader.outputs[0].uses()[0].node
     gamma, var = (const_array(bn.inputs[i]).astype(np.float64) for i in (1, 4))

@@ -38,20 +38,33 @@ def test_two_four_pattern():
     masks, dense = unstr.masks(model, pattern="2:4")
     # weights whose reduction length is not a multiple of 4 (the stem reads 3 channels, a Conv
     # reads 6) stay dense, and are named
-    short = sorted(w.name for w in unstr.prunable_weights(model) if const_array(model.graph.initializers[w.name]).shape[w.axis] % 4)
+    short = sorted(
+        w.name
+        for w in unstr.prunable_weights(model)
+        if const_array(model.graph.initializers[w.name]).shape[w.axis] % 4
+    )
     assert sorted(dense) == short and len(short) == 2
     for w in unstr.prunable_weights(model):
         if w.name in masks:
             groups = np.moveaxis(masks[w.name], w.axis, -1).reshape(-1, 4)
             assert (groups.sum(1) == 2).all()
-            kept = np.moveaxis(np.abs(const_array(model.graph.initializers[w.name])), w.axis, -1).reshape(-1, 4)
+            kept = np.moveaxis(
+                np.abs(const_array(model.graph.initializers[w.name])), w.axis, -1
+            ).reshape(-1, 4)
             # the two kept are the two largest of each 4
-            assert (np.sort(kept[groups.astype(bool)].reshape(-1, 2), 1)[:, 0] >= np.sort(kept, 1)[:, 1]).all()
+            assert (
+                np.sort(kept[groups.astype(bool)].reshape(-1, 2), 1)[:, 0] >= np.sort(kept, 1)[:, 1]
+            ).all()
 
 
 def test_unstructured_fine_tuning_keeps_zeros(rng):
     model = residual_cnn()
-    result = prune(model, data=_data(rng), sparsity=0.7, train=TrainConfig(steps=4, batch_size=16, lr=1e-2, val_fraction=0))
+    result = prune(
+        model,
+        data=_data(rng),
+        sparsity=0.7,
+        train=TrainConfig(steps=4, batch_size=16, lr=1e-2, val_fraction=0),
+    )
     assert result.sparsity == pytest.approx(0.7, abs=0.01)
     masks, _ = unstr.masks(model, sparsity=0.7)
     for name, m in masks.items():
@@ -63,7 +76,9 @@ def test_unstructured_fine_tuning_keeps_zeros(rng):
 
 def test_structured_with_data_and_iterations(rng):
     model = residual_cnn()
-    result = prune(model, data=_data(rng), ratio=0.5, steps=2, train=TrainConfig(steps=2, batch_size=16))
+    result = prune(
+        model, data=_data(rng), ratio=0.5, steps=2, train=TrainConfig(steps=2, batch_size=16)
+    )
     assert len(result.steps) == 2 and len(result.training) == 2
     assert result.params_after < 0.6 * result.params_before
     assert result.check is not None and 0 <= result.check.agreement <= 1
@@ -73,17 +88,49 @@ def test_cli_prune_and_bad_data(tmp_path, rng, capsys):
     save(residual_cnn(), tmp_path / "m.onnx")
     np.savez(tmp_path / "d.npz", **_data(rng), y=np.zeros(48, np.int64))
     out = tmp_path / "p.onnx"
-    code = main(["prune", str(tmp_path / "m.onnx"), "-o", str(out), "--data", str(tmp_path / "d.npz"), "--labels-key", "y",
-                 "--ratio", "0.5", "--steps", "2", "--no-latency", "--json", str(tmp_path / "r.json")])
+    code = main(
+        [
+            "prune",
+            str(tmp_path / "m.onnx"),
+            "-o",
+            str(out),
+            "--data",
+            str(tmp_path / "d.npz"),
+            "--labels-key",
+            "y",
+            "--ratio",
+            "0.5",
+            "--steps",
+            "2",
+            "--no-latency",
+            "--json",
+            str(tmp_path / "r.json"),
+        ]
+    )
     assert code == 0 and out.exists()
     assert load(out).graph.initializers and (tmp_path / "r.json").exists()
     # bad data: one error line, exit 1, nothing written
     bad = tmp_path / "bad.npz"
     np.savez(bad, x=np.zeros((4, 3, 9, 9), np.float32))
     out2 = tmp_path / "q.onnx"
-    code = main(["prune", str(tmp_path / "m.onnx"), "-o", str(out2), "--data", str(bad), "--ratio", "0.5"])
+    code = main(
+        ["prune", str(tmp_path / "m.onnx"), "-o", str(out2), "--data", str(bad), "--ratio", "0.5"]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and len(err) == 1 and err[0].startswith("error:") and "size 9" in err[0]
     assert not out2.exists()
-    code = main(["prune", str(tmp_path / "m.onnx"), "-o", str(out2), "--data", str(tmp_path / "d.npz"), "--labels-key", "label", "--ratio", "0.5"])
+    code = main(
+        [
+            "prune",
+            str(tmp_path / "m.onnx"),
+            "-o",
+            str(out2),
+            "--data",
+            str(tmp_path / "d.npz"),
+            "--labels-key",
+            "label",
+            "--ratio",
+            "0.5",
+        ]
+    )
     assert code == 1 and "'label'" in capsys.readouterr().err and not out2.exists()

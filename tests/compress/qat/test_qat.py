@@ -18,14 +18,31 @@ def _calib(rng, n=4):
 
 
 def _structure(model):
-    return [(n.op_type, [str(const_array(v).dtype) if v is not None and const_array(v) is not None else "-" for v in n.inputs]) for n in model.graph]
+    return [
+        (
+            n.op_type,
+            [
+                str(const_array(v).dtype) if v is not None and const_array(v) is not None else "-"
+                for v in n.inputs
+            ],
+        )
+        for n in model.graph
+    ]
 
 
 def test_qat_mode_writes_static_structure(rng):
     model = residual_cnn()
     cal = _calib(rng)
-    static = quantize(model, mode="static", calibration=cal, target_cpu="vnni", gptq=False, bias_correction=False)
-    qat = quantize(model, mode="qat", calibration=cal, target_cpu="vnni", train=TrainConfig(steps=3, batch_size=8, lr=1e-3, val_fraction=0))
+    static = quantize(
+        model, mode="static", calibration=cal, target_cpu="vnni", gptq=False, bias_correction=False
+    )
+    qat = quantize(
+        model,
+        mode="qat",
+        calibration=cal,
+        target_cpu="vnni",
+        train=TrainConfig(steps=3, batch_size=8, lr=1e-3, val_fraction=0),
+    )
     assert _structure(qat.model) == _structure(static.model)
     assert any("quantization-aware training: 3 steps" in n for n in qat.notes)
     x = image_batch(rng)
@@ -36,7 +53,9 @@ def test_qat_mode_writes_static_structure(rng):
 def test_export_matches_fake_quantized_module(rng):
     model = residual_cnn()
     cal = _calib(rng)
-    static = quantize(model, mode="static", calibration=cal, target_cpu="vnni", gptq=False, bias_correction=False)
+    static = quantize(
+        model, mode="static", calibration=cal, target_cpu="vnni", gptq=False, bias_correction=False
+    )
     tg = TrainingGraph(static.model)
     module = tg.module()
     x = image_batch(rng)

@@ -115,7 +115,9 @@ def deep_compress(
     if not 1 <= bits <= 8:
         raise OptionError(f"bits {bits}: choose 1 to 8 bits per weight")
     dataset = TrainData.load(data, original, labels_key=labels_key, image=image, limit=limit)
-    config = None if train is False else (train if isinstance(train, TrainConfig) else DEFAULT_TRAINING)
+    config = (
+        None if train is False else (train if isinstance(train, TrainConfig) else DEFAULT_TRAINING)
+    )
     split = config.val_fraction if config else 0.1
     train_part, held = dataset.split(split, seed=config.seed if config else 0)
     result_training: list[TrainResult] = []
@@ -131,8 +133,15 @@ def deep_compress(
     unstr.apply_masks(current, masks)
     if config:
         current, tr = finetune(
-            current, train_part, teacher=original, config=config, soft=soft, alpha=alpha,
-            temperature=temperature, held_out=held, prepare=lambda m: unstr.mask_module(m, masks),
+            current,
+            train_part,
+            teacher=original,
+            config=config,
+            soft=soft,
+            alpha=alpha,
+            temperature=temperature,
+            held_out=held,
+            prepare=lambda m: unstr.mask_module(m, masks),
             progress=stage_progress("retraining the pruned model"),
         )
         result_training.append(tr)
@@ -164,8 +173,15 @@ def deep_compress(
 
     if config:
         current, tr = finetune(
-            current, train_part, teacher=original, config=replace(config, lr=config.lr * CODEBOOK_LR),
-            soft=soft, alpha=alpha, temperature=temperature, held_out=held, prepare=prepare_shared,
+            current,
+            train_part,
+            teacher=original,
+            config=replace(config, lr=config.lr * CODEBOOK_LR),
+            soft=soft,
+            alpha=alpha,
+            temperature=temperature,
+            held_out=held,
+            prepare=prepare_shared,
             progress=stage_progress("retraining the codebooks"),
         )
         result_training.append(tr)
@@ -173,13 +189,24 @@ def deep_compress(
     tensors = []
     for name, (codebook, codes, mask) in layers.items():
         trained = current.graph.initializers[name].const_value.numpy()
-        tensors.append(mpz.SharedTensor(name, _codebook_of(trained, codes, mask, codebook), codes, mask, bits, trained.dtype.name))
+        tensors.append(
+            mpz.SharedTensor(
+                name,
+                _codebook_of(trained, codes, mask, codebook),
+                codes,
+                mask,
+                bits,
+                trained.dtype.name,
+            )
+        )
     # 3. entropy coding
     data_bytes, parts = mpz.encode(current, tensors)
     decoded = mpz.decode(data_bytes)
     for name, value in current.graph.initializers.items():
         got = decoded.graph.initializers[name].const_value.numpy()
-        assert got.dtype == value.const_value.dtype.numpy() and np.array_equal(got, value.const_value.numpy()), name
+        assert got.dtype == value.const_value.dtype.numpy() and np.array_equal(
+            got, value.const_value.numpy()
+        ), name
     stages = _stages(len(model_bytes(original)), optimized_bytes, tensors, len(data_bytes))
     kept = sum(int(t.mask.sum()) for t in tensors)
     total = sum(t.mask.size for t in tensors)
@@ -196,7 +223,9 @@ def deep_compress(
     )
 
 
-def _codebook_of(trained: np.ndarray, codes: np.ndarray, mask: np.ndarray, start: np.ndarray) -> np.ndarray:
+def _codebook_of(
+    trained: np.ndarray, codes: np.ndarray, mask: np.ndarray, start: np.ndarray
+) -> np.ndarray:
     """The codebook the trained weights use: every weight of code k holds the same value."""
     book = start.astype(np.float32).copy()
     kept_codes, kept_values = codes[mask], trained[mask]
@@ -209,8 +238,11 @@ def _codebook_of(trained: np.ndarray, codes: np.ndarray, mask: np.ndarray, start
 def _side_tensors(model: ir.Model, shared: dict) -> list[str]:
     """The float tensors besides the shared weights that are stored (so first rounded) as float16."""
     return [
-        name for name, value in model.graph.initializers.items()
-        if name not in shared and value.const_value is not None and half.roundable(value.const_value.numpy())
+        name
+        for name, value in model.graph.initializers.items()
+        if name not in shared
+        and value.const_value is not None
+        and half.roundable(value.const_value.numpy())
     ]
 
 
@@ -228,7 +260,10 @@ def _stages(base: int, optimized: int, tensors: list, file_bytes: int) -> list[d
     pruned = rest + nnz * (32 + INDEX_BITS) // 8
     shared = rest + nnz * (bits + INDEX_BITS) // 8 + sum(t.codebook.size * 4 for t in tensors)
     rows = [
-        ("float32", base), ("graph optimized", optimized), ("pruned", pruned),
-        ("pruned + shared weights", shared), ("+ entropy coding (.mpz)", file_bytes),
+        ("float32", base),
+        ("graph optimized", optimized),
+        ("pruned", pruned),
+        ("pruned + shared weights", shared),
+        ("+ entropy coding (.mpz)", file_bytes),
     ]
     return [{"stage": s, "bytes": int(b), "ratio": round(base / b, 2)} for s, b in rows]

@@ -56,5 +56,7 @@ def decode(kind: str, stream: bytes, *, size: int, kept: int) -> np.ndarray:
     else:
         raise ValueError(f"unknown index kind {kind!r}")
     if positions.size != kept or (positions.size and positions[-1] >= size):
-        raise ValueError(f"{positions.size} kept positions for {kept} weights in a tensor of {size}")
+        raise ValueError(
+            f"{positions.size} kept positions for {kept} weights in a tensor of {size}"
+        )
     return positions

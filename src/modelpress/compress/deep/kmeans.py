@@ -18,7 +18,9 @@ from modelpress.compress.deep.half import straight_through
 from modelpress.errors import OptionError
 
 
-def share(array: np.ndarray, mask: np.ndarray, bits: int, *, iterations: int = 30) -> tuple[np.ndarray, np.ndarray]:
+def share(
+    array: np.ndarray, mask: np.ndarray, bits: int, *, iterations: int = 30
+) -> tuple[np.ndarray, np.ndarray]:
     """``(codebook, codes)``: float32 centroids (``2**bits`` at most) and int64 codes shaped like
     ``array`` (0 where the mask is False)."""
     if not 1 <= bits <= 8:
@@ -45,7 +47,9 @@ def share(array: np.ndarray, mask: np.ndarray, bits: int, *, iterations: int = 3
     return centroids, codes
 
 
-def shared_module(module, layers: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], *, float16: bool = False) -> list:
+def shared_module(
+    module, layers: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], *, float16: bool = False
+) -> list:
     """Reparametrize ``module``'s weights as ``codebook[codes] * mask``; ``layers`` maps an
     initializer name to ``(codebook, codes, mask)``. Returns the codebook parameters to train."""
     import torch

@@ -87,8 +87,16 @@ def _shared_entry(t: SharedTensor, streams: dict[str, list[bytes]], cost) -> dic
     streams[kind].append(positions)
     streams["codes"].append(compact.astype(np.uint8).tobytes())
     return {
-        "name": t.name, "shape": list(t.mask.shape), "dtype": t.dtype, "form": "shared", "bits": t.bits,
-        "book": int(used.size), "book_dtype": book_dtype, "index": kind, "index_bytes": len(positions), "kept": int(t.mask.sum()),
+        "name": t.name,
+        "shape": list(t.mask.shape),
+        "dtype": t.dtype,
+        "form": "shared",
+        "bits": t.bits,
+        "book": int(used.size),
+        "book_dtype": book_dtype,
+        "index": kind,
+        "index_bytes": len(positions),
+        "kept": int(t.mask.sum()),
     }
 
 
@@ -112,7 +120,9 @@ def encode(model: ir.Model, tensors: list[SharedTensor]) -> tuple[bytes, dict]:
         if name in shared or array is None or array.size <= 1 or not is_half_exact(array):
             continue
         streams["side"].append(array.astype("<f2").tobytes())
-        table.append({"name": name, "shape": list(array.shape), "dtype": array.dtype.name, "form": "float16"})
+        table.append(
+            {"name": name, "shape": list(array.shape), "dtype": array.dtype.name, "form": "float16"}
+        )
     for entry in table:
         value = base.graph.initializers[entry["name"]]
         # the data is in the sections (the table gives the dtype and shape); the initializer stays, empty
@@ -121,7 +131,10 @@ def encode(model: ir.Model, tensors: list[SharedTensor]) -> tuple[bytes, dict]:
     head = json.dumps(table, separators=(",", ":")).encode()
     streams["model"] = [struct.pack("<I", len(head)), head, model_bytes(base)]
     frames = {name: cctx.compress(b"".join(parts)) for name, parts in streams.items() if parts}
-    header = json.dumps({"version": VERSION, "sections": [[n, len(f)] for n, f in frames.items()]}, separators=(",", ":")).encode()
+    header = json.dumps(
+        {"version": VERSION, "sections": [[n, len(f)] for n, f in frames.items()]},
+        separators=(",", ":"),
+    ).encode()
     data = MAGIC + struct.pack("<I", len(header)) + header + b"".join(frames.values())
     sizes = {"header": len(header) + 8} | {name: len(frames.get(name, b"")) for name in SECTIONS}
     return data, sizes
@@ -135,7 +148,9 @@ def _sections(data: bytes, source: str) -> dict[str, bytes]:
     header = json.loads(data[8 : 8 + n])
     if not isinstance(header, dict) or header.get("version") != VERSION:
         version = header.get("version") if isinstance(header, dict) else None
-        raise ModelLoadError(f"{source}: .mpz version {version} is not supported (this modelpress reads {VERSION})")
+        raise ModelLoadError(
+            f"{source}: .mpz version {version} is not supported (this modelpress reads {VERSION})"
+        )
     dctx = _zstd().ZstdDecompressor()
     out: dict[str, bytes] = {}
     offset = 8 + n
@@ -166,22 +181,32 @@ class _Reader:
 
     def done(self) -> None:
         if self.at != len(self.data):
-            raise ValueError(f"section {self.name!r} holds {len(self.data) - self.at} bytes no tensor reads")
+            raise ValueError(
+                f"section {self.name!r} holds {len(self.data) - self.at} bytes no tensor reads"
+            )
 
 
 def _shared_array(entry: dict, size: int, readers: dict[str, _Reader]) -> np.ndarray:
     bits, n_book, kept = int(entry["bits"]), int(entry["book"]), int(entry["kept"])
     widths = {"float16": 2, "float32": 4}
     if entry["book_dtype"] not in widths:
-        raise ValueError(f"tensor {entry['name']!r}: unknown codebook dtype {entry['book_dtype']!r}")
+        raise ValueError(
+            f"tensor {entry['name']!r}: unknown codebook dtype {entry['book_dtype']!r}"
+        )
     width = widths[entry["book_dtype"]]
     if not 1 <= bits <= 8 or not 0 <= n_book <= 2**bits or not 0 <= kept <= size:
-        raise ValueError(f"tensor {entry['name']!r}: bits, codebook size or kept count out of range")
-    book = np.frombuffer(readers["codebooks"].take(n_book * width), "<f2" if width == 2 else "<f4").astype(np.float32)
+        raise ValueError(
+            f"tensor {entry['name']!r}: bits, codebook size or kept count out of range"
+        )
+    book = np.frombuffer(
+        readers["codebooks"].take(n_book * width), "<f2" if width == 2 else "<f4"
+    ).astype(np.float32)
     kind = entry["index"]
     if kind not in index.KINDS:
         raise ValueError(f"tensor {entry['name']!r}: unknown index kind {kind!r}")
-    positions = index.decode(kind, readers[kind].take(int(entry["index_bytes"])), size=size, kept=kept)
+    positions = index.decode(
+        kind, readers[kind].take(int(entry["index_bytes"])), size=size, kept=kept
+    )
     codes = np.frombuffer(readers["codes"].take(kept), np.uint8)
     if kept and codes.max() >= n_book:
         raise ValueError(f"tensor {entry['name']!r}: a code is out of its codebook")
@@ -212,7 +237,9 @@ def decode(data: bytes, *, source: str = "the .mpz data") -> ir.Model:
             value = model.graph.initializers.get(entry["name"])
             if value is None:
                 raise ValueError(f"tensor {entry['name']!r} is not an initializer of the model")
-            value.const_value = ir.tensor(flat.reshape(shape).astype(np.dtype(entry["dtype"])), name=entry["name"])
+            value.const_value = ir.tensor(
+                flat.reshape(shape).astype(np.dtype(entry["dtype"])), name=entry["name"]
+            )
             value.shape = ir.Shape(shape)
         for reader in readers.values():
             reader.done()

@@ -75,14 +75,18 @@ def _check_interface(teacher: ir.Model, student: ir.Model) -> None:
     ti = [v.name for v in teacher.graph.inputs if v.name not in teacher.graph.initializers]
     si = [v.name for v in student.graph.inputs if v.name not in student.graph.initializers]
     if sorted(ti) != sorted(si):
-        raise InputError(f"the student's inputs ({', '.join(si)}) are not the teacher's ({', '.join(ti)})")
+        raise InputError(
+            f"the student's inputs ({', '.join(si)}) are not the teacher's ({', '.join(ti)})"
+        )
     if len(teacher.graph.outputs) != len(student.graph.outputs):
         raise InputError(
             f"the student has {len(student.graph.outputs)} outputs, the teacher {len(teacher.graph.outputs)}"
         )
 
 
-def _fit_projections(pairs, learner, frozen, data: TrainData, outputs: int, samples: int = 256) -> None:
+def _fit_projections(
+    pairs, learner, frozen, data: TrainData, outputs: int, samples: int = 256
+) -> None:
     """Least-squares projections from the student's features as it computes them in training
     (BatchNorm on the batch's statistics: a student that starts from random weights has no
     running statistics worth the name), its BatchNorm statistics left as they were."""
@@ -115,7 +119,9 @@ def distill(
     started = time.perf_counter()
     t_model = as_model(teacher)
     if (student is None) == (width is None):
-        raise OptionError("give the student: a model file, or a width to reduce the teacher to (e.g. 0.5)")
+        raise OptionError(
+            "give the student: a model file, or a width to reduce the teacher to (e.g. 0.5)"
+        )
     if features not in ("auto", "none"):
         raise OptionError(f"features {features!r}: choose auto or none")
     config = train or DEFAULT_TRAINING
@@ -132,7 +138,9 @@ def distill(
             raise OptionError(f"width {width}: choose a fraction in (0, 1)")
         if progress:
             progress("making the student", 0, 0, None)
-        reduced = prune(t_model, data=train_part, ratio=1 - width, head_ratio=1 - width, train=False)
+        reduced = prune(
+            t_model, data=train_part, ratio=1 - width, head_ratio=1 - width, train=False
+        )
         s_model = reduced.model
         recalibrate(s_model, train_part)
         origin = f"width {width:g}"
@@ -140,16 +148,28 @@ def distill(
     sample = dataset.sample(2)
     pairs = []
     if features == "auto":
-        pairs = feats.match(t_model, s_model, probe_shapes(t_model, sample), probe_shapes(s_model, sample))
+        pairs = feats.match(
+            t_model, s_model, probe_shapes(t_model, sample), probe_shapes(s_model, sample)
+        )
     frozen = modules.teacher(t_model, features=[p.teacher for p in pairs])
     learner = modules.trainable(s_model, features=[p.student for p in pairs])
     if any(p.projection is not None for p in pairs):
         _fit_projections(pairs, learner, frozen, train_part, len(t_model.graph.outputs))
     objective = build_objective(
-        s_model, labels=dataset.has_labels, teacher=frozen, soft=soft, alpha=alpha,
-        temperature=temperature, features=pairs, feature_weight=feature_weight,
+        s_model,
+        labels=dataset.has_labels,
+        teacher=frozen,
+        soft=soft,
+        alpha=alpha,
+        temperature=temperature,
+        features=pairs,
+        feature_weight=feature_weight,
     )
-    report = None if progress is None else (lambda step, total, loss: progress("distilling", step, total, loss))
+    report = (
+        None
+        if progress is None
+        else (lambda step, total, loss: progress("distilling", step, total, loss))
+    )
     result = fit(learner, train_part, objective, config, held_out=held, progress=report)
     trained = modules.export(learner, s_model)
     return DistillResult(

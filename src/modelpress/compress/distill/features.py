@@ -29,7 +29,9 @@ from modelpress.compress.train import FeaturePair
 
 def hidden_states(model: ir.Model) -> list[ir.Value]:
     """The outputs of the model's LayerNormalization nodes, in graph order."""
-    return [n.outputs[0] for n in model.graph if n.op_type == "LayerNormalization" and n.outputs[0].name]
+    return [
+        n.outputs[0] for n in model.graph if n.op_type == "LayerNormalization" and n.outputs[0].name
+    ]
 
 
 def _cut_values(model: ir.Model, shapes: dict) -> list[ir.Value]:
@@ -75,7 +77,9 @@ def stage_outputs(model: ir.Model, shapes: dict) -> list[ir.Value]:
     return list(last.values())
 
 
-def _pairs_by_depth(s_values: list[ir.Value], t_values: list[ir.Value]) -> list[tuple[ir.Value, ir.Value]]:
+def _pairs_by_depth(
+    s_values: list[ir.Value], t_values: list[ir.Value]
+) -> list[tuple[ir.Value, ir.Value]]:
     t_names = [v.name for v in t_values]
     n, m = len(s_values), len(t_values)
     out = []
@@ -100,7 +104,9 @@ def _pairs_by_size(s_values, t_values, shapes_s, shapes_t) -> list[tuple[ir.Valu
     return out
 
 
-def match(teacher: ir.Model, student: ir.Model, shapes_t: dict, shapes_s: dict) -> list[FeaturePair]:
+def match(
+    teacher: ir.Model, student: ir.Model, shapes_t: dict, shapes_s: dict
+) -> list[FeaturePair]:
     """Pairs of corresponding hidden states, or of CNN stage outputs (empty when none correspond).
 
     ``shapes_t`` and ``shapes_s`` are the probed shapes of every value (``probe_shapes``).

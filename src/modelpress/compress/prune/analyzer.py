@@ -54,7 +54,15 @@ class Analyzer:
     def track(self, v: ir.Value | None) -> Track | None:
         return None if v is None else self.g.tracks.get(v.name)
 
-    def new(self, v: ir.Value, axis: int, units: int, *, source: ir.Node | None = None, kind: str | None = None) -> Track:
+    def new(
+        self,
+        v: ir.Value,
+        axis: int,
+        units: int,
+        *,
+        source: ir.Node | None = None,
+        kind: str | None = None,
+    ) -> Track:
         size = self.shape(v)[axis]
         if units < 1 or size % units:
             raise Refuse
@@ -76,7 +84,16 @@ class Analyzer:
         if kind == "heads":
             self.g.kinds[a.name] = self.g.kinds[b.name] = kind
 
-    def slice(self, node: ir.Node, index: int, axis: int, value: ir.Value, role: str, *, modulus: int | None = None) -> None:
+    def slice(
+        self,
+        node: ir.Node,
+        index: int,
+        axis: int,
+        value: ir.Value,
+        role: str,
+        *,
+        modulus: int | None = None,
+    ) -> None:
         array = param(node.inputs[index])
         if array is None:
             raise Refuse
@@ -85,7 +102,9 @@ class Analyzer:
         n = modulus or t.units
         if array.shape[axis] % n:
             raise Refuse
-        self.g.slices.append(Slice(node, index, axis, value.name, array.shape[axis] // n, modulus, role))
+        self.g.slices.append(
+            Slice(node, index, axis, value.name, array.shape[axis] // n, modulus, role)
+        )
 
     def edit(self, node: ir.Node, kind: str, value: ir.Value, index: int = 0) -> None:
         self.g.edits.append(Edit(node, kind, value.name, index))
@@ -113,8 +132,8 @@ class Analyzer:
                     raise Refuse
                 fn(self, node)
             except Refuse:
-                del self.g.slices[before[0]:]
-                del self.g.edits[before[1]:]
+                del self.g.slices[before[0] :]
+                del self.g.edits[before[1] :]
                 for v in node.outputs:
                     if v.name in self.g.tracks and v.name not in {t.name for t in tracked}:
                         del self.g.tracks[v.name]
@@ -164,14 +183,23 @@ class Analyzer:
                         seen.add(r)
                         roots.append(r)
             members = set(values)
-            has_slice = {g.uf.find((s.value, u)) for s in g.slices if s.value in members for u in range(g.tracks[s.value].units)}
+            has_slice = {
+                g.uf.find((s.value, u))
+                for s in g.slices
+                if s.value in members
+                for u in range(g.tracks[s.value].units)
+            }
             prunable = [r for r in roots if r not in g.blocked_roots and r in has_slice]
             kinds = {g.kinds.get(v) for v in values}
-            kind = "heads" if "heads" in kinds else ("channels" if "channels" in kinds else "neurons")
+            kind = (
+                "heads" if "heads" in kinds else ("channels" if "channels" in kinds else "neurons")
+            )
             sources = sorted({g.sources[v] for v in values if v in g.sources})
             if not sources:
                 continue
-            g.groups.append(Group(len(g.groups), kind, values, prunable, len(roots) - len(prunable), sources))
+            g.groups.append(
+                Group(len(g.groups), kind, values, prunable, len(roots) - len(prunable), sources)
+            )
 
 
 class _Sets:
@@ -188,5 +216,3 @@ class _Sets:
         ra, rb = self.find(a), self.find(b)
         if ra != rb:
             self.p[ra] = rb
-
-

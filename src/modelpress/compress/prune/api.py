@@ -78,7 +78,11 @@ class PruneResult:
 
 
 def param_count(model: ir.Model) -> int:
-    return sum(int(np.prod(v.const_value.shape)) for v in model.graph.initializers.values() if v.const_value is not None)
+    return sum(
+        int(np.prod(v.const_value.shape))
+        for v in model.graph.initializers.values()
+        if v.const_value is not None
+    )
 
 
 def _training_progress(progress: Progress | None, stage: str):
@@ -120,11 +124,17 @@ def prune(
     original = as_model(model)
     structured_mode = ratio is not None or head_ratio is not None
     if structured_mode and (sparsity is not None or pattern == "2:4"):
-        raise OptionError("choose structured pruning (ratio) or unstructured (sparsity, 2:4), not both")
+        raise OptionError(
+            "choose structured pruning (ratio) or unstructured (sparsity, 2:4), not both"
+        )
     if not structured_mode and sparsity is None and pattern != "2:4":
-        raise OptionError("nothing to prune: give a ratio (structured), a sparsity, or the 2:4 pattern")
+        raise OptionError(
+            "nothing to prune: give a ratio (structured), a sparsity, or the 2:4 pattern"
+        )
     if importance not in METHODS + calib.METHODS:
-        raise OptionError(f"importance {importance!r}: choose one of {', '.join(METHODS + calib.METHODS)}")
+        raise OptionError(
+            f"importance {importance!r}: choose one of {', '.join(METHODS + calib.METHODS)}"
+        )
     if steps < 1:
         raise OptionError(f"steps {steps}: at least 1")
     keep_set = frozenset(keep)
@@ -132,13 +142,23 @@ def prune(
     unknown = sorted(keep_set - names)
     if unknown:
         raise OptionError(f"keep: no node named {unknown[0]!r} in the model")
-    dataset = TrainData.load(data, original, labels_key=labels_key, image=image, limit=limit) if data is not None else None
+    dataset = (
+        TrainData.load(data, original, labels_key=labels_key, image=image, limit=limit)
+        if data is not None
+        else None
+    )
     config = _config(train, dataset, importance)
-    train_part, held = (dataset.split(config.val_fraction, seed=config.seed) if dataset is not None and config else (dataset, None))
+    train_part, held = (
+        dataset.split(config.val_fraction, seed=config.seed)
+        if dataset is not None and config
+        else (dataset, None)
+    )
     if importance == "taylor" and dataset is None:
         raise OptionError("taylor importance needs training data (the gradients of its loss)")
     if (importance in calib.METHODS or refit) and dataset is None:
-        raise OptionError(f"{'refit' if refit else importance + ' importance'} needs training data (samples to measure on)")
+        raise OptionError(
+            f"{'refit' if refit else importance + ' importance'} needs training data (samples to measure on)"
+        )
     feeds = dataset.sample(2) if dataset is not None else _generated(original)
     calibration = _calibration(train_part) if train_part is not None else None
     result = PruneResult(
@@ -160,13 +180,29 @@ def prune(
             step_h = _step_ratio(hr, i, steps) if hr is not None else None
             taylor = None
             if importance == "taylor":
-                taylor = _taylor(current, original, train_part, config or DEFAULT_TRAINING, alpha, temperature, soft)
+                taylor = _taylor(
+                    current,
+                    original,
+                    train_part,
+                    config or DEFAULT_TRAINING,
+                    alpha,
+                    temperature,
+                    soft,
+                )
             if progress:
                 progress(f"pruning {i}/{steps}", 0, 0, None)
             current, report = structured.prune_step(
-                current, feeds, ratio=step_r, head_ratio=step_h, method=importance, keep=list(keep_set),
-                round_to=round_to, global_ranking=global_ranking, taylor=taylor,
-                calibration=calibration, refit=refit,
+                current,
+                feeds,
+                ratio=step_r,
+                head_ratio=step_h,
+                method=importance,
+                keep=list(keep_set),
+                round_to=round_to,
+                global_ranking=global_ranking,
+                taylor=taylor,
+                calibration=calibration,
+                refit=refit,
             )
             result.steps.append(report.to_dict())
             _check_runs(current, feeds)
@@ -174,30 +210,56 @@ def prune(
                 recalibrate(current, train_part)
             if config:
                 current, tr = finetune(
-                    current, train_part, teacher=original, config=config, soft=soft, alpha=alpha,
-                    temperature=temperature, held_out=held, progress=_training_progress(progress, f"fine-tuning {i}/{steps}"),
+                    current,
+                    train_part,
+                    teacher=original,
+                    config=config,
+                    soft=soft,
+                    alpha=alpha,
+                    temperature=temperature,
+                    held_out=held,
+                    progress=_training_progress(progress, f"fine-tuning {i}/{steps}"),
                 )
                 result.training.append(tr)
         if importance == "activation" and dataset is None:
-            result.notes.append("activation importance was measured on generated inputs: give data for scores that follow real inputs")
+            result.notes.append(
+                "activation importance was measured on generated inputs: give data for scores that follow real inputs"
+            )
         if all(s["removed_units"] == 0 for s in result.steps):
-            result.notes.append("no unit could be removed: every group is blocked (outputs, unknown ops) or kept")
+            result.notes.append(
+                "no unit could be removed: every group is blocked (outputs, unknown ops) or kept"
+            )
     else:
         current = copy_model(original)
-        masks, dense = unstr.masks(current, sparsity=sparsity or 0.0, pattern=pattern, scope=scope, keep=keep_set)
+        masks, dense = unstr.masks(
+            current, sparsity=sparsity or 0.0, pattern=pattern, scope=scope, keep=keep_set
+        )
         unstr.apply_masks(current, masks)
         if dense:
-            result.notes.append(f"{len(dense)} weight(s) stay dense: their reduction length is not a multiple of 4 ({', '.join(dense[:3])}{'...' if len(dense) > 3 else ''})")
+            result.notes.append(
+                f"{len(dense)} weight(s) stay dense: their reduction length is not a multiple of 4 ({', '.join(dense[:3])}{'...' if len(dense) > 3 else ''})"
+            )
         if config:
             current, tr = finetune(
-                current, train_part, teacher=original, config=config, soft=soft, alpha=alpha,
-                temperature=temperature, held_out=held, prepare=lambda m: unstr.mask_module(m, masks),
+                current,
+                train_part,
+                teacher=original,
+                config=config,
+                soft=soft,
+                alpha=alpha,
+                temperature=temperature,
+                held_out=held,
+                prepare=lambda m: unstr.mask_module(m, masks),
                 progress=_training_progress(progress, "fine-tuning"),
             )
             result.training.append(tr)
         result.sparsity = unstr.sparsity_of(current)
         current.metadata_props[METADATA_KEY] = json.dumps(
-            {"pattern": pattern, "sparsity": round(result.sparsity, 4), "scope": scope if pattern != "2:4" else "2:4"}
+            {
+                "pattern": pattern,
+                "sparsity": round(result.sparsity, 4),
+                "scope": scope if pattern != "2:4" else "2:4",
+            }
         )
     _check_runs(current, feeds)
     result.model = current
@@ -253,12 +315,28 @@ def _check_runs(model: ir.Model, feeds: dict[str, np.ndarray]) -> None:
         ) from None
 
 
-def _taylor(model, original, data: TrainData, config: TrainConfig, alpha, temperature, soft, batches: int = 8):
+def _taylor(
+    model,
+    original,
+    data: TrainData,
+    config: TrainConfig,
+    alpha,
+    temperature,
+    soft,
+    batches: int = 8,
+):
     from modelpress.compress.train import build_objective, teacher
     from modelpress.compress.train.loop import batch_loss
 
     frozen = teacher(original)
-    objective = build_objective(model, labels=data.has_labels, teacher=frozen, soft=soft, alpha=alpha, temperature=temperature)
+    objective = build_objective(
+        model,
+        labels=data.has_labels,
+        teacher=frozen,
+        soft=soft,
+        alpha=alpha,
+        temperature=temperature,
+    )
     rng = np.random.default_rng(config.seed)
     chosen = []
     for batch in data.batches(config.batch_size, rng=rng):

@@ -75,7 +75,12 @@ def readers(dg: DepGraph) -> list[Reader]:
                 continue
             if int(_attr(node, "transB", 0)):
                 w = w.T
-        if w is None or w.ndim != 2 or track.axis != len(dg.shapes[s.value]) - 1 or w.shape[0] != track.size:
+        if (
+            w is None
+            or w.ndim != 2
+            or track.axis != len(dg.shapes[s.value]) - 1
+            or w.shape[0] != track.size
+        ):
             continue
         out.append(Reader(s, track, np.asarray(w, dtype=np.float64)))
     return out
@@ -103,7 +108,9 @@ def observe(model: ir.Model, found: list[Reader], batches, *, seed: int = 0) -> 
         targets = [o for o in out[:n_out] if o.dtype.is_floating_point and o.requires_grad]
         acts = dict(zip(names, out[n_out:]))
         probe = sum((torch.randn(o.shape, generator=gen) * o).sum() for o in targets)
-        grads = dict(zip(names, torch.autograd.grad(probe, [acts[n] for n in names], allow_unused=True)))
+        grads = dict(
+            zip(names, torch.autograd.grad(probe, [acts[n] for n in names], allow_unused=True))
+        )
         for r in found:
             a = acts[r.value].detach()
             g = grads[r.value]

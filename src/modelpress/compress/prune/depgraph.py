@@ -72,7 +72,9 @@ class Slice:
         local = sorted({(u % self.modulus) if self.modulus else u for u in units})
         if not local:
             return np.zeros(0, dtype=np.int64)
-        return (np.asarray(local)[:, None] * self.block + np.arange(self.block)[None, :]).reshape(-1)
+        return (np.asarray(local)[:, None] * self.block + np.arange(self.block)[None, :]).reshape(
+            -1
+        )
 
 
 @dataclass
@@ -195,7 +197,8 @@ def probe_shapes(model: ir.Model, feeds: dict[str, np.ndarray]) -> dict[str, tup
     shapes = {n: tuple(np.shape(a)) for n, a in zip(names, values)}
     # small integer tensors computed at run time (pads, shapes built by exporters), by value
     shapes[SMALL_INTS] = {
-        n: np.asarray(a) for n, a in zip(names, values)
+        n: np.asarray(a)
+        for n, a in zip(names, values)
         if np.asarray(a).dtype.kind in "iu" and np.asarray(a).ndim <= 1 and np.asarray(a).size <= 64
     }
     for name, v in m.graph.initializers.items():
@@ -217,7 +220,9 @@ def param(value: ir.Value | None) -> np.ndarray | None:
     return array
 
 
-def analyze(model: ir.Model, shapes: dict[str, tuple[int, ...]], *, keep: Iterable[str] = ()) -> DepGraph:
+def analyze(
+    model: ir.Model, shapes: dict[str, tuple[int, ...]], *, keep: Iterable[str] = ()
+) -> DepGraph:
     """The dependency graph of ``model`` with every value's concrete shape in ``shapes``.
 
     ``keep``: node names whose weights must stay whole (their components are blocked).

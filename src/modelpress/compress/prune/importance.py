@@ -111,7 +111,9 @@ def scores(
     if method == "taylor" and taylor is None:
         raise OptionError("taylor importance needs training data to take gradients on")
     if method == "activation" and activations is None:
-        raise OptionError("activation importance needs sample inputs to measure the layers' inputs on")
+        raise OptionError(
+            "activation importance needs sample inputs to measure the layers' inputs on"
+        )
     out = _scores(dg, method, taylor, activations)
     if method in ("bn", "activation"):
         # a group with nothing to read (no BatchNorm; no weight reading it) is ranked by l1
@@ -125,7 +127,12 @@ def scores(
     return out
 
 
-def _scores(dg: DepGraph, method: str, taylor: dict[str, np.ndarray] | None, activations: dict[str, np.ndarray] | None) -> dict:
+def _scores(
+    dg: DepGraph,
+    method: str,
+    taylor: dict[str, np.ndarray] | None,
+    activations: dict[str, np.ndarray] | None,
+) -> dict:
     roles = ROLES[method]
     measure = "l2" if method == "l2" else "l1"
     out: dict = {}
@@ -171,13 +178,20 @@ def _normalized_rows(dg: DepGraph, s: Slice, array: np.ndarray) -> np.ndarray:
     if len(uses) != 1 or uses[0].idx != 0 or node.outputs[0].is_graph_output():
         return array
     bn = uses[0].node
-    if bn.op_type != "BatchNormalization" or len(bn.inputs) != 5 or len(bn.outputs) != 1 or attr(bn, "training_mode", 0):
+    if (
+        bn.op_type != "BatchNormalization"
+        or len(bn.inputs) != 5
+        or len(bn.outputs) != 1
+        or attr(bn, "training_mode", 0)
+    ):
         return array
     gamma, var = param(bn.inputs[1]), param(bn.inputs[4])  # through Identity: exporters share them
     axis = 1 if node.op_type == "Gemm" and not attr(node, "transB", 0) else 0
     if gamma is None or var is None or gamma.shape != var.shape or gamma.size != array.shape[axis]:
         return array
-    scale = np.abs(gamma.astype(np.float64)) / np.sqrt(var.astype(np.float64) + float(attr(bn, "epsilon", 1e-5)))
+    scale = np.abs(gamma.astype(np.float64)) / np.sqrt(
+        var.astype(np.float64) + float(attr(bn, "epsilon", 1e-5))
+    )
     shape = [1] * array.ndim
     shape[axis] = scale.size
     return np.asarray(array, dtype=np.float64) * scale.reshape(shape)

@@ -46,7 +46,9 @@ def refit(dg: DepGraph, found: list[Reader], removed: set, *, damping: float = D
         cols = np.append(rows, r.track.size) if bias is not None else rows
         gram = r.gram[np.ix_(cols, cols)]
         ridge = damping * float(np.mean(np.diag(gram)))
-        solved = np.linalg.solve(gram + ridge * np.eye(len(cols)), r.gram[cols, : r.track.size] @ r.weight)
+        solved = np.linalg.solve(
+            gram + ridge * np.eye(len(cols)), r.gram[cols, : r.track.size] @ r.weight
+        )
         new_w = r.weight.copy()
         new_w[rows] = solved[: len(rows)]
         _set(weight, new_w)  # the removed rows go with the surgery
@@ -90,7 +92,9 @@ def removal_order(r: Reader, *, damping: float = ORDER_DAMPING) -> tuple[list[in
     while len(left) > 1:
         rows = np.asarray(left)[:, None] * block + np.arange(block)  # (units left, block)
         wb = w[rows]
-        errors = np.einsum("kbo,kbo->k", wb, np.linalg.solve(hinv[rows[:, :, None], rows[:, None, :]], wb))
+        errors = np.einsum(
+            "kbo,kbo->k", wb, np.linalg.solve(hinv[rows[:, :, None], rows[:, None, :]], wb)
+        )
         best = int(np.argmin(errors))
         u = left.pop(best)
         order.append(u)
@@ -104,7 +108,12 @@ def removal_order(r: Reader, *, damping: float = ORDER_DAMPING) -> tuple[list[in
 
 
 def _sole_initializer(value: ir.Value | None) -> ir.Value | None:
-    if value is None or not value.is_initializer() or len(value.uses()) != 1 or value.const_value is None:
+    if (
+        value is None
+        or not value.is_initializer()
+        or len(value.uses()) != 1
+        or value.const_value is None
+    ):
         return None
     return value
 

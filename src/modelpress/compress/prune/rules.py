@@ -165,7 +165,10 @@ def _matmul_activations(a: Analyzer, node: ir.Node) -> None:
             tw = None
     elif tw is not None and tw.axis == rw - 2:
         raise Refuse
-    for t, v, rank, other, other_shape, other_rank in ((tx, x, rx, w, sw, rw), (tw, w, rw, x, sx, rx)):
+    for t, v, rank, other, other_shape, other_rank in (
+        (tx, x, rx, w, sw, rw),
+        (tw, w, rw, x, sx, rx),
+    ):
         if t is None:
             continue
         oa = t.axis + r - rank
@@ -185,17 +188,54 @@ def _matmul_activations(a: Analyzer, node: ir.Node) -> None:
         else:
             raise Refuse
     if out is not None:
-        a.new(y, out[0], out[1], kind="heads" if any(a.g.kinds.get(v.name) == "heads" for v in out[2]) else None)
+        a.new(
+            y,
+            out[0],
+            out[1],
+            kind="heads" if any(a.g.kinds.get(v.name) == "heads" for v in out[2]) else None,
+        )
         for v in out[2]:
             a.link(v, y)
 
 
 # pass-through ---------------------------------------------------------------------------------
 _UNARY = (
-    "Relu", "LeakyRelu", "Elu", "Selu", "Celu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh",
-    "Softplus", "Softsign", "Gelu", "Erf", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs",
-    "Sign", "Floor", "Ceil", "Round", "Cos", "Sin", "Not", "Identity", "Dropout", "Cast",
-    "CastLike", "Clip", "IsNaN", "IsInf", "Mish", "ThresholdedRelu", "Shrink",
+    "Relu",
+    "LeakyRelu",
+    "Elu",
+    "Selu",
+    "Celu",
+    "Sigmoid",
+    "HardSigmoid",
+    "HardSwish",
+    "Tanh",
+    "Softplus",
+    "Softsign",
+    "Gelu",
+    "Erf",
+    "Exp",
+    "Log",
+    "Sqrt",
+    "Reciprocal",
+    "Neg",
+    "Abs",
+    "Sign",
+    "Floor",
+    "Ceil",
+    "Round",
+    "Cos",
+    "Sin",
+    "Not",
+    "Identity",
+    "Dropout",
+    "Cast",
+    "CastLike",
+    "Clip",
+    "IsNaN",
+    "IsInf",
+    "Mish",
+    "ThresholdedRelu",
+    "Shrink",
 )
 
 
@@ -225,7 +265,11 @@ def _qdq(a: Analyzer, node: ir.Node) -> None:
 @rule("MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool")
 def _pool(a: Analyzer, node: ir.Node) -> None:
     t = a.track(node.inputs[0])
-    if t is None or t.axis != 1 or (len(node.outputs) > 1 and node.outputs[1] is not None and node.outputs[1].uses()):
+    if (
+        t is None
+        or t.axis != 1
+        or (len(node.outputs) > 1 and node.outputs[1] is not None and node.outputs[1].uses())
+    ):
         raise Refuse
     _unary(a, node)
 
@@ -234,7 +278,11 @@ def _pool(a: Analyzer, node: ir.Node) -> None:
 def _channel_norm(a: Analyzer, node: ir.Node) -> None:
     x, y = node.inputs[0], node.outputs[0]
     t = a.track(x)
-    if t is None or t.axis != 1 or any(o is not None and o.name and o.uses() for o in node.outputs[1:]):
+    if (
+        t is None
+        or t.axis != 1
+        or any(o is not None and o.name and o.uses() for o in node.outputs[1:])
+    ):
         raise Refuse
     a.new(y, 1, t.units, kind=a.g.kinds.get(x.name))
     a.link(x, y)
@@ -279,8 +327,27 @@ def _softmax(a: Analyzer, node: ir.Node) -> None:
 
 
 _ELEMENTWISE = (
-    "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Mean", "Sum", "Where", "PRelu", "Equal",
-    "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "And", "Or", "Xor", "Mod", "BitShift",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Max",
+    "Min",
+    "Mean",
+    "Sum",
+    "Where",
+    "PRelu",
+    "Equal",
+    "Greater",
+    "Less",
+    "GreaterOrEqual",
+    "LessOrEqual",
+    "And",
+    "Or",
+    "Xor",
+    "Mod",
+    "BitShift",
 )
 
 
@@ -335,6 +402,7 @@ def regroup(sx: tuple[int, ...], sy: tuple[int, ...], t: Track) -> tuple[int, in
     after it; when a block would cut a row, neighbouring units merge (head splits: 384 features
     into 12 heads of 32).
     """
+
     def prefix(shape):
         out = [1]
         for d in shape:
@@ -391,7 +459,9 @@ def _reshape(a: Analyzer, node: ir.Node) -> None:
         a.edit(node, "reshape", y, o)
 
 
-def target_site(value: ir.Value | None, index: int, shapes: dict) -> tuple[ir.Value, int] | str | None:
+def target_site(
+    value: ir.Value | None, index: int, shapes: dict
+) -> tuple[ir.Value, int] | str | None:
     """The constant holding element ``index`` of a 1-D shape tensor: ``(value, offset)``, through
     Concats of pieces; ``"dynamic"`` when that element is computed; None when it cannot be told."""
     if value is None:
@@ -444,7 +514,12 @@ def _concat(a: Analyzer, node: ir.Node) -> None:
             raise Refuse
         parts.append((v, t, total, n // block))
         total += n // block
-    a.new(y, axis, total, kind=next((a.g.kinds.get(v.name) for v, _ in tracked if a.g.kinds.get(v.name)), None))
+    a.new(
+        y,
+        axis,
+        total,
+        kind=next((a.g.kinds.get(v.name) for v, _ in tracked if a.g.kinds.get(v.name)), None),
+    )
     for v, t, start, count in parts:
         if t is not None:
             for u in range(count):
@@ -518,8 +593,20 @@ def _gather(a: Analyzer, node: ir.Node) -> None:
     a.link(x, y)
 
 
-@rule("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-      "ReduceLogSumExp", "ReduceSumSquare", "ReduceLogSum", "ArgMax", "ArgMin")
+@rule(
+    "ReduceMean",
+    "ReduceSum",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSumExp",
+    "ReduceSumSquare",
+    "ReduceLogSum",
+    "ArgMax",
+    "ArgMin",
+)
 def _reduce(a: Analyzer, node: ir.Node) -> None:
     x, y = node.inputs[0], node.outputs[0]
     t = a.track(x)
@@ -539,7 +626,12 @@ def _reduce(a: Analyzer, node: ir.Node) -> None:
     if t.axis in axes:
         raise Refuse  # a reduction over the units: removing one changes every result
     keep = int(_attr(node, "keepdims", 1))
-    _unary_like(a, x, y, Track(t.axis if keep else t.axis - sum(ax < t.axis for ax in axes), t.size, t.units))
+    _unary_like(
+        a,
+        x,
+        y,
+        Track(t.axis if keep else t.axis - sum(ax < t.axis for ax in axes), t.size, t.units),
+    )
 
 
 @rule("Pad")
@@ -576,7 +668,11 @@ def _resize(a: Analyzer, node: ir.Node) -> None:
     if a.shape(y)[t.axis] != t.size:
         raise Refuse
     sizes_index = 3 if node.op_type == "Resize" else None
-    if sizes_index is not None and len(node.inputs) > sizes_index and node.inputs[sizes_index] is not None:
+    if (
+        sizes_index is not None
+        and len(node.inputs) > sizes_index
+        and node.inputs[sizes_index] is not None
+    ):
         raise Refuse  # target sizes name the channel count: not followed
     _unary_like(a, x, y, t)
 

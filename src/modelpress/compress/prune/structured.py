@@ -56,14 +56,22 @@ def choose(
     max_group_ratio: float = 0.9,
 ) -> set:
     """The components to remove (see the module docstring)."""
+
     def ratio_of(kind: str) -> float:
         return head_ratio if (kind == "heads" and head_ratio is not None) else ratio
 
     removed: set = set()
     if global_ranking:
         for kind in dict.fromkeys(g.kind for g in dg.groups):
-            removed |= _global(dg, scores, kind, ratio_of(kind), round_to=round_to, comparable=kind in comparable,
-                               max_group_ratio=max_group_ratio)
+            removed |= _global(
+                dg,
+                scores,
+                kind,
+                ratio_of(kind),
+                round_to=round_to,
+                comparable=kind in comparable,
+                max_group_ratio=max_group_ratio,
+            )
         return removed
     for g in dg.groups:
         n = _removable(g, ratio_of(g.kind), round_to)
@@ -71,8 +79,16 @@ def choose(
     return removed
 
 
-def _global(dg: DepGraph, scores: dict, kind: str, ratio: float, *, round_to: int, comparable: bool,
-            max_group_ratio: float) -> set:
+def _global(
+    dg: DepGraph,
+    scores: dict,
+    kind: str,
+    ratio: float,
+    *,
+    round_to: int,
+    comparable: bool,
+    max_group_ratio: float,
+) -> set:
     """The lowest-ranked ``ratio`` of the units of every group of ``kind``, ranked together."""
     groups = [g for g in dg.groups if g.kind == kind]
     # as many units as a ratio per group removes: groups that cannot lose any do not add to it
@@ -80,7 +96,11 @@ def _global(dg: DepGraph, scores: dict, kind: str, ratio: float, *, round_to: in
     caps, ranked = {}, []
     for g in groups:
         caps[g.index] = _removable(g, max_group_ratio, round_to)
-        mean = 1.0 if comparable else float(np.mean([scores.get(c, 0.0) for c in g.components] or [1.0]))
+        mean = (
+            1.0
+            if comparable
+            else float(np.mean([scores.get(c, 0.0) for c in g.components] or [1.0]))
+        )
         ranked += [(scores.get(c, 0.0) / (mean or 1.0), g.index, c) for c in g.components]
     ranked.sort(key=lambda t: (t[0], t[1]))
     removed: set = set()
@@ -101,7 +121,11 @@ class StepReport:
     groups: list[dict]
 
     def to_dict(self) -> dict:
-        return {"removed_units": self.removed_units, "removed_params": self.removed_params, "groups": self.groups}
+        return {
+            "removed_units": self.removed_units,
+            "removed_params": self.removed_params,
+            "groups": self.groups,
+        }
 
 
 def prune_step(
@@ -125,7 +149,9 @@ def prune_step(
     ``obs`` (``calibration.METHODS``) the neurons and heads through the layers that read them;
     with ``refit``, the least-squares refit of those layers after the removal."""
     if not 0 <= ratio < 1 or (head_ratio is not None and not 0 <= head_ratio < 1):
-        raise OptionError(f"pruning ratio {ratio if not 0 <= ratio < 1 else head_ratio}: choose a fraction in [0, 1)")
+        raise OptionError(
+            f"pruning ratio {ratio if not 0 <= ratio < 1 else head_ratio}: choose a fraction in [0, 1)"
+        )
     shapes = probe_shapes(model, feeds)
     dg = analyze(copy_model(model), shapes, keep=keep)
     readers = []
@@ -134,14 +160,23 @@ def prune_step(
         calib.observe(model, readers, calibration)
     if method in calib.METHODS:
         if calibration is None:
-            raise OptionError(f"{method} importance needs training data (samples to measure the units on)")
+            raise OptionError(
+                f"{method} importance needs training data (samples to measure the units on)"
+            )
         scores = obs_scores(dg, readers) if method == "obs" else calib.scores(dg, readers)
     else:
         batches = [b.feeds for b in calibration] if calibration is not None else [feeds]
         activations = imp.input_rms(dg, batches) if method == "activation" else None
         scores = imp.scores(dg, method, taylor=taylor, activations=activations)
-    removed = choose(dg, scores, ratio=ratio, head_ratio=head_ratio, round_to=round_to, global_ranking=global_ranking,
-                     comparable=calib.KINDS if method == "obs" else ())
+    removed = choose(
+        dg,
+        scores,
+        ratio=ratio,
+        head_ratio=head_ratio,
+        round_to=round_to,
+        global_ranking=global_ranking,
+        comparable=calib.KINDS if method == "obs" else (),
+    )
     if refit and readers:
         refit_readers(dg, readers, removed)
     groups = []
@@ -152,6 +187,8 @@ def prune_step(
     return dg.model, StepReport(len(removed), params, groups)
 
 
-def analyze_model(model: ir.Model, feeds: dict[str, np.ndarray], *, keep: list[str] = ()) -> DepGraph:
+def analyze_model(
+    model: ir.Model, feeds: dict[str, np.ndarray], *, keep: list[str] = ()
+) -> DepGraph:
     """The dependency groups of ``model`` (on a copy), sized by the sample ``feeds``."""
     return analyze(copy_model(model), probe_shapes(model, feeds), keep=keep)

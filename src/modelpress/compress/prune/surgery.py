@@ -75,10 +75,16 @@ def remove(dg: DepGraph, removed: set) -> int:
 
 
 def _param_count(graph: ir.Graph) -> int:
-    return sum(int(np.prod(v.const_value.shape)) for v in graph.initializers.values() if v.const_value is not None)
+    return sum(
+        int(np.prod(v.const_value.shape))
+        for v in graph.initializers.values()
+        if v.const_value is not None
+    )
 
 
-def _set_input(graph: ir.Graph, node: ir.Node, index: int, array: np.ndarray, made: dict, sig: tuple) -> None:
+def _set_input(
+    graph: ir.Graph, node: ir.Node, index: int, array: np.ndarray, made: dict, sig: tuple
+) -> None:
     value = node.inputs[index]
     sole = (
         value.is_initializer()
@@ -99,7 +105,9 @@ def _set_input(graph: ir.Graph, node: ir.Node, index: int, array: np.ndarray, ma
     node.replace_input_with(index, new)
 
 
-def _rewrite_shape(graph: ir.Graph, node: ir.Node, index: int, element: int, size: int, shapes: dict) -> None:
+def _rewrite_shape(
+    graph: ir.Graph, node: ir.Node, index: int, element: int, size: int, shapes: dict
+) -> None:
     """Set element ``element`` of the shape tensor ``node.inputs[index]`` to ``size``, for ``node``
     alone (a shared constant or Concat is copied, not changed)."""
     value = node.inputs[index]
@@ -107,10 +115,14 @@ def _rewrite_shape(graph: ir.Graph, node: ir.Node, index: int, element: int, siz
     if array is not None:
         new = array.copy().reshape(-1)
         new[element] = size
-        node.replace_input_with(index, add_initializer(graph, new.reshape(array.shape), "pruned_shape"))
+        node.replace_input_with(
+            index, add_initializer(graph, new.reshape(array.shape), "pruned_shape")
+        )
         return
     concat = value.producer()
-    assert concat is not None and concat.op_type == "Concat", "an edit recorded on a shape it cannot rewrite"
+    assert concat is not None and concat.op_type == "Concat", (
+        "an edit recorded on a shape it cannot rewrite"
+    )
     offset = 0
     inputs = list(concat.inputs)
     for i, piece in enumerate(inputs):

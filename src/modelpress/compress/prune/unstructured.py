@@ -59,7 +59,11 @@ def prunable_weights(model: ir.Model, *, keep: frozenset[str] = frozenset()) -> 
         elif node.op_type == "ConvTranspose":
             axis = 0
         elif node.op_type == "Gemm":
-            axis = 1 if node.attributes.get("transB") is not None and node.attributes["transB"].value else 0
+            axis = (
+                1
+                if node.attributes.get("transB") is not None and node.attributes["transB"].value
+                else 0
+            )
         else:
             axis = array.ndim - 2
         prev = found.get(w.name)
@@ -110,7 +114,11 @@ def masks(
             k = int(round(sparsity * a.size))
             out[w.name] = _keep_largest(np.abs(arrays[w.name]), a.size - k)
         return out, dense
-    flat = np.concatenate([np.abs(arrays[w.name]).reshape(-1) for w in weights]) if weights else np.zeros(0)
+    flat = (
+        np.concatenate([np.abs(arrays[w.name]).reshape(-1) for w in weights])
+        if weights
+        else np.zeros(0)
+    )
     k = int(round(sparsity * flat.size))
     if k == 0:
         return {w.name: np.ones(arrays[w.name].shape, bool) for w in weights}, dense
@@ -141,7 +149,9 @@ def apply_masks(model: ir.Model, masks_by_name: dict[str, np.ndarray]) -> None:
     for name, mask in masks_by_name.items():
         value = model.graph.initializers[name]
         array = value.const_value.numpy()
-        value.const_value = ir.tensor(np.where(mask, array, np.zeros((), array.dtype)).astype(array.dtype), name=name)
+        value.const_value = ir.tensor(
+            np.where(mask, array, np.zeros((), array.dtype)).astype(array.dtype), name=name
+        )
 
 
 def sparsity_of(model: ir.Model, names: list[str] | None = None) -> float:

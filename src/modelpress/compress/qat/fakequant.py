@@ -78,9 +78,15 @@ class TrainingGraph:
             if codes is None:
                 continue
             scale = const_array(node.inputs[1])
-            zp = const_array(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] is not None else np.zeros((), codes.dtype)
+            zp = (
+                const_array(node.inputs[2])
+                if len(node.inputs) > 2 and node.inputs[2] is not None
+                else np.zeros((), codes.dtype)
+            )
             axis = node.attributes["axis"].value if "axis" in node.attributes else 1
-            value = ((codes.astype(np.float64) - _bcast(zp, codes, axis)) * _bcast(scale, codes, axis)).astype(np.float32)
+            value = (
+                (codes.astype(np.float64) - _bcast(zp, codes, axis)) * _bcast(scale, codes, axis)
+            ).astype(np.float32)
             users = [u.node for u in node.outputs[0].uses()]
             consumer = users[0].name if users else ""
             if codes.dtype == np.int32:
@@ -92,18 +98,31 @@ class TrainingGraph:
             if self.bits == 4:
                 # 16 levels: the scale spans the weight's range on [-7, 7] (per channel when the
                 # int8 scale was), so that rounding to nearest is the starting point, not clipping
-                reduce = tuple(i for i in range(value.ndim) if scale.size == 1 or i != axis % value.ndim)
+                reduce = tuple(
+                    i for i in range(value.ndim) if scale.size == 1 or i != axis % value.ndim
+                )
                 s4 = np.maximum(np.abs(value).max(axis=reduce, keepdims=False) / 7.0, 1e-12)
-                node.inputs[1].const_value = ir.tensor(s4.astype(scale.dtype).reshape(scale.shape), name=node.inputs[1].name)
+                node.inputs[1].const_value = ir.tensor(
+                    s4.astype(scale.dtype).reshape(scale.shape), name=node.inputs[1].name
+                )
             w = add_initializer(g, value, f"{node.name}_float")
-            q = ir.node("QuantizeLinear", [w, node.inputs[1], node.inputs[2]], attributes={"axis": axis} if scale.size > 1 else {}, name=f"{node.name}_fakeQ")
+            q = ir.node(
+                "QuantizeLinear",
+                [w, node.inputs[1], node.inputs[2]],
+                attributes={"axis": axis} if scale.size > 1 else {},
+                name=f"{node.name}_fakeQ",
+            )
             g.insert_before(node, q)
             q.outputs[0].type = node.inputs[0].type
             node.replace_input_with(0, q.outputs[0])
             self.weights[node.name] = (w.name, consumer)
             self.scales.add(node.inputs[1].name)
         for node in reversed(list(g)):
-            if node.op_type == "DequantizeLinear" and not node.outputs[0].uses() and not node.outputs[0].is_graph_output():
+            if (
+                node.op_type == "DequantizeLinear"
+                and not node.outputs[0].uses()
+                and not node.outputs[0].is_graph_output()
+            ):
                 g.remove(node, safe=True)
 
     def module(self) -> nn.Module:
@@ -137,10 +156,20 @@ class TrainingGraph:
         bias_of = {consumer: b for b, consumer in self.biases.values()}
         for step in module.program.steps:
             node = by.get(step.ctx.name)
-            if node is None or node.name not in bias_of or node.name not in consumers or len(step.inputs) != 3:
+            if (
+                node is None
+                or node.name not in bias_of
+                or node.name not in consumers
+                or len(step.inputs) != 3
+            ):
                 continue
             x_dq, w_dq = (v.producer() for v in node.inputs[:2])
-            if x_dq is None or x_dq.op_type != "DequantizeLinear" or w_dq is None or w_dq.op_type != "DequantizeLinear":
+            if (
+                x_dq is None
+                or x_dq.op_type != "DequantizeLinear"
+                or w_dq is None
+                or w_dq.op_type != "DequantizeLinear"
+            ):
                 continue
             step.inputs = [*step.inputs, x_dq.inputs[1].name, w_dq.inputs[1].name]
             step.fn = _with_int32_bias(step.fn)
@@ -164,23 +193,38 @@ class TrainingGraph:
         derived = {w for w, _ in self.weights.values()} | {b for b, _ in self.biases.values()}
         for name, value in g.initializers.items():  # float weights left float (a float head)
             attr = module.onnx_names.get(name)
-            if name in self.scales or name in derived or attr is None or attr not in dict(module.named_parameters()):
+            if (
+                name in self.scales
+                or name in derived
+                or attr is None
+                or attr not in dict(module.named_parameters())
+            ):
                 continue
             old = value.const_value.numpy()
             if old.dtype.kind == "f":
-                value.const_value = ir.tensor(trained(name).astype(old.dtype).reshape(old.shape), name=name)
+                value.const_value = ir.tensor(
+                    trained(name).astype(old.dtype).reshape(old.shape), name=name
+                )
         for name in self.scales:  # activation (and weight) scales: shared initializers, tied
             if name in g.initializers:
                 old = g.initializers[name].const_value.numpy()
-                g.initializers[name].const_value = ir.tensor(np.abs(trained(name)).astype(old.dtype).reshape(old.shape), name=name)
+                g.initializers[name].const_value = ir.tensor(
+                    np.abs(trained(name)).astype(old.dtype).reshape(old.shape), name=name
+                )
         w_scale: dict[str, np.ndarray] = {}
         for dq_name, (w_name, consumer) in self.weights.items():
             dq = by[dq_name]
             scale = const_array(dq.inputs[1]).astype(np.float64)
             codes = const_array(dq.inputs[0])
             axis = dq.attributes["axis"].value if "axis" in dq.attributes else 1
-            lo, hi = (-8, 7) if self.bits == 4 else (int(np.iinfo(codes.dtype).min), int(np.iinfo(codes.dtype).max))
-            new = np.clip(np.rint(trained(w_name) / _bcast(scale, codes, axis)), lo, hi).astype(codes.dtype)
+            lo, hi = (
+                (-8, 7)
+                if self.bits == 4
+                else (int(np.iinfo(codes.dtype).min), int(np.iinfo(codes.dtype).max))
+            )
+            new = np.clip(np.rint(trained(w_name) / _bcast(scale, codes, axis)), lo, hi).astype(
+                codes.dtype
+            )
             if pair_safe and consumer in by and new.dtype == np.int8:
                 new = pairs.limit(by[consumer], new)
             put(dq, 0, new)
@@ -191,10 +235,26 @@ class TrainingGraph:
             if x_dq is None or x_dq.op_type != "DequantizeLinear" or consumer not in w_scale:
                 continue
             b = trained(b_name).astype(np.float64)
-            bscale = np.maximum(float(const_array(x_dq.inputs[1]).reshape(-1)[0]) * np.broadcast_to(w_scale[consumer].reshape(-1), b.shape), 1e-12)
+            bscale = np.maximum(
+                float(const_array(x_dq.inputs[1]).reshape(-1)[0])
+                * np.broadcast_to(w_scale[consumer].reshape(-1), b.shape),
+                1e-12,
+            )
             old = const_array(dq.inputs[1])
-            put(dq, 1, bscale.astype(np.float32).reshape(old.shape) if old.size > 1 else bscale[:1].astype(np.float32).reshape(old.shape))
-            put(dq, 0, np.clip(np.rint(b / bscale), -(2**31) + 1, 2**31 - 1).astype(np.int32).reshape(const_array(dq.inputs[0]).shape))
+            put(
+                dq,
+                1,
+                bscale.astype(np.float32).reshape(old.shape)
+                if old.size > 1
+                else bscale[:1].astype(np.float32).reshape(old.shape),
+            )
+            put(
+                dq,
+                0,
+                np.clip(np.rint(b / bscale), -(2**31) + 1, 2**31 - 1)
+                .astype(np.int32)
+                .reshape(const_array(dq.inputs[0]).shape),
+            )
         return out
 
 

@@ -22,7 +22,9 @@ class QatMode(Mode):
     help = "static int8 (or w4a8 with --bits 4) fine-tuned with fake quantization on the data"
     needs_calibration = True
     uses_observer = True
-    nothing_to_quantize = "it trains what static mode quantizes: Conv, Gemm and MatMul with constant weights"
+    nothing_to_quantize = (
+        "it trains what static mode quantizes: Conv, Gemm and MatMul with constant weights"
+    )
 
     def int8_layers(self, model, options: Options) -> bool:
         return MODES["static"].int8_layers(model, options)
@@ -35,7 +37,9 @@ class QatMode(Mode):
             raise OptionError("qat mode needs training data (data)")
         if opt.bits not in (8, 4):
             raise OptionError(f"qat: {opt.bits}-bit weights; choose 8 or 4 (w4a8)")
-        static = MODES["static"].prepare(model, cal, replace(opt, gptq=False, bias_correction=False, bits=8), progress)
+        static = MODES["static"].prepare(
+            model, cal, replace(opt, gptq=False, bias_correction=False, bits=8), progress
+        )
         start = static.build(opt.exclude)
         trained, result = train_qdq(model, start.model, cal, opt, progress)
         notes = static.notes + [
@@ -44,11 +48,15 @@ class QatMode(Mode):
             else f"quantization-aware training: {result.steps} steps"
         ]
         if opt.bits == 4:
-            notes.append("4-bit weights (16 levels) are stored in int8 containers: accuracy of w4a8, size of int8")
+            notes.append(
+                "4-bit weights (16 levels) are stored in int8 containers: accuracy of w4a8, size of int8"
+            )
 
         def build(exclude: frozenset[str]) -> Built:
             if exclude != opt.exclude:
-                raise OptionError("qat trains one set of quantized layers: an accuracy budget is not supported, exclude layers instead")
+                raise OptionError(
+                    "qat trains one set of quantized layers: an accuracy budget is not supported, exclude layers instead"
+                )
             return Built(trained, start.layers, start.pairs, notes=[], reference=start.reference)
 
         return Prepared(build, static.candidates, notes, training=result)

@@ -26,7 +26,9 @@ def calibration_data(cal, model: ir.Model) -> TrainData:
     return TrainData.load(items, model)
 
 
-def train_qdq(float_model: ir.Model, qdq: ir.Model, cal, opt, progress) -> tuple[ir.Model, TrainResult]:
+def train_qdq(
+    float_model: ir.Model, qdq: ir.Model, cal, opt, progress
+) -> tuple[ir.Model, TrainResult]:
     """``qdq`` (static mode's graph of ``float_model``) trained with fake quantization."""
     config = opt.train if isinstance(opt.train, TrainConfig) else DEFAULT_TRAINING
     data = calibration_data(cal, float_model)

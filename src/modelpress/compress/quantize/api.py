@@ -61,7 +61,9 @@ class QuantizeResult:
     accuracy: sensitivity.BudgetResult | None = None
     target: str | None = None  # the CPU its int8 formats are for (u8·s8 modes)
     check: Check | None = None  # the outputs as ONNX Runtime runs them here
-    training: object = None  # qat: the training run (``compress.train.TrainResult``: the loss curve)
+    training: object = (
+        None  # qat: the training run (``compress.train.TrainResult``: the loss curve)
+    )
 
     @property
     def output_error(self) -> float | None:
@@ -176,7 +178,6 @@ def quantize(
     size_before = len(model_bytes(original))
     work = copy_model(original)
     if optimize:
-
         work = run_optimizer(work, level=2).model
     opt = Options(
         method=method,

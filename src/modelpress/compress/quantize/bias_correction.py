@@ -116,11 +116,7 @@ def last_layers(
         if node.op_type in WEIGHT_INPUT or any(o.name in feeds for o in node.outputs):
             feeds.update(v.name for v in node.inputs if v is not None)
 
-    return [
-        n
-        for n in layers
-        if n.op_type in ops and n.outputs[0].name not in feeds
-    ]
+    return [n for n in layers if n.op_type in ops and n.outputs[0].name not in feeds]
 
 
 def output_means(

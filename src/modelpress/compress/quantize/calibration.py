@@ -219,7 +219,9 @@ def _split_labels(
     return arrays.pop(labels_key)
 
 
-def _sample_axes(model: ir.Model, arrays: dict[str, np.ndarray]) -> dict[str, tuple[int | None, int]]:
+def _sample_axes(
+    model: ir.Model, arrays: dict[str, np.ndarray]
+) -> dict[str, tuple[int | None, int]]:
     """For each array, the axis its samples lie along and how many go in one run: the model's
     first dynamic dimension of that input (a recurrent state's batch is its second axis), or none
     for a scalar and for an array that is exactly the input's static shape (fed whole to every
@@ -230,7 +232,9 @@ def _sample_axes(model: ir.Model, arrays: dict[str, np.ndarray]) -> dict[str, tu
     for name, arr in arrays.items():
         v = declared.get(name)
         dims = list(v.shape) if v is not None and v.shape is not None else None
-        if arr.ndim == 0 or (dims and all(isinstance(d, int) for d in dims) and list(arr.shape) == dims):
+        if arr.ndim == 0 or (
+            dims and all(isinstance(d, int) for d in dims) and list(arr.shape) == dims
+        ):
             out[name] = (None, 0)
         elif dims is None or len(dims) != arr.ndim:
             out[name] = (0, 0)
@@ -326,7 +330,9 @@ def _from_path(
         if path.suffix != ".npz":
             raise InputError(f"{path}: calibration data must be an .npz file or a directory")
         return CalibrationSet(
-            lambda m: _npz_batches(path, batch_size, labels_key, limit, m), name=str(path), total=None
+            lambda m: _npz_batches(path, batch_size, labels_key, limit, m),
+            name=str(path),
+            total=None,
         )
     files = sorted(p for p in path.iterdir() if p.is_file())
     npz = [p for p in files if p.suffix == ".npz"]

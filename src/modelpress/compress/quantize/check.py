@@ -105,7 +105,11 @@ def saturating_layers(model: ir.Model) -> list[str]:
             continue
         w = node.inputs[1]
         dq = w.producer() if w is not None else None
-        codes = const_array(dq.inputs[0]) if dq is not None and dq.op_type == "DequantizeLinear" else const_array(w)
+        codes = (
+            const_array(dq.inputs[0])
+            if dq is not None and dq.op_type == "DequantizeLinear"
+            else const_array(w)
+        )
         if codes is None or codes.dtype != np.int8 or codes.ndim < 2:
             continue
         if node.op_type == "MatMulInteger":
@@ -149,7 +153,9 @@ def check(
         return out
     try:
         reference = output_error(
-            runner(float_model, optimize="disabled"), runner(quantized, optimize="disabled"), batches
+            runner(float_model, optimize="disabled"),
+            runner(quantized, optimize="disabled"),
+            batches,
         )
         deployed = output_error(runner(float_model), runner(quantized), batches)
     except Exception as exc:  # noqa: BLE001 - e.g. bf16 graphs ONNX Runtime's CPU cannot run
@@ -170,7 +176,9 @@ def check(
     elif deployed > SLACK * reference + FLOOR:
         overflowing = saturating_layers(quantized) if not here.exact else []
         if overflowing:
-            shown = ", ".join(overflowing[:3]) + (f" and {len(overflowing) - 3} more" if len(overflowing) > 3 else "")
+            shown = ", ".join(overflowing[:3]) + (
+                f" and {len(overflowing) - 3} more" if len(overflowing) > 3 else ""
+            )
             why = (
                 "this CPU's int8 kernels add products in saturating int16 pairs, which the weights "
                 f"of {shown} overflow (quantize for this CPU: target auto or portable)"

@@ -382,7 +382,12 @@ def _column_grid(qp: QParams, rows: slice) -> QParams:
 def _kernel_order(w: np.ndarray) -> np.ndarray:
     """The positions of a Conv filter's ``(C/g, kh, kw)`` flattening in the ``(kh, kw, C/g)``
     order the int8 kernel reads, whose neighbours it pairs (``pairs``)."""
-    return np.arange(int(np.prod(w.shape[1:]))).reshape(w.shape[1:]).transpose(*range(1, w.ndim - 1), 0).reshape(-1)
+    return (
+        np.arange(int(np.prod(w.shape[1:])))
+        .reshape(w.shape[1:])
+        .transpose(*range(1, w.ndim - 1), 0)
+        .reshape(-1)
+    )
 
 
 def _codes(
@@ -411,7 +416,9 @@ def _codes(
         rtn = np.maximum(quantize(wk, grid), -qmax)
         best = rtn
         h = obs.hessian(g)[np.ix_(order, order)]
-        if np.isfinite(h).all() and (not checked or _generalises(wk, rtn, grid, obs, g, order, paired)):
+        if np.isfinite(h).all() and (
+            not checked or _generalises(wk, rtn, grid, obs, g, order, paired)
+        ):
             codes, _ = gptq(wk, h, grid=grid, paired=paired)
             if _error(wk, codes, grid, h) < _error(wk, rtn, grid, h):
                 best, gain = codes, True

@@ -84,7 +84,9 @@ class Mode:
         is upgraded first)."""
         return False
 
-    def prepare(self, model: ir.Model, cal, options: Options, progress) -> Prepared:  # pragma: no cover
+    def prepare(
+        self, model: ir.Model, cal, options: Options, progress
+    ) -> Prepared:  # pragma: no cover
         raise NotImplementedError
 
 

@@ -39,7 +39,9 @@ PAIR_LIMIT = 128
 
 def applies(node: ir.Node, w: np.ndarray) -> bool:
     """Whether ``node``'s weight goes through the pairwise kernel (not a depthwise Conv)."""
-    return not (node.op_type == "Conv" and node.attributes.get_int("group", 1) > 1 and w.shape[1] == 1)
+    return not (
+        node.op_type == "Conv" and node.attributes.get_int("group", 1) > 1 and w.shape[1] == 1
+    )
 
 
 def kernel_rows(node: ir.Node, w: np.ndarray) -> np.ndarray:
@@ -66,7 +68,9 @@ def _pair_sums(rows: np.ndarray) -> np.ndarray:
 
 def weight_qparams(node: ir.Node, w: np.ndarray, *, per_channel: bool) -> QParams:
     """Symmetric int8 QParams for ``w`` whose round-to-nearest codes meet the pair rule."""
-    return rows_qparams(kernel_rows(node, w), axis=output_channel_axis(node), per_channel=per_channel)
+    return rows_qparams(
+        kernel_rows(node, w), axis=output_channel_axis(node), per_channel=per_channel
+    )
 
 
 def rows_qparams(rows: np.ndarray, *, axis: int, per_channel: bool) -> QParams:

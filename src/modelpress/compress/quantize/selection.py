@@ -52,8 +52,7 @@ def _feeds_add(node: ir.Node) -> bool:
     scale-sharing ops): a residual block's shortcut. A short-reduction stem left in float there
     costs more in the layout changes around it than its int8 kernel loses."""
     return any(
-        c is not None and c.op_type == "Add" and eligible(c)
-        for c in through(node.outputs[0], True)
+        c is not None and c.op_type == "Add" and eligible(c) for c in through(node.outputs[0], True)
     )
 
 

@@ -46,7 +46,9 @@ class StaticMode(Mode):
     help = "int8 activations and weights, calibrated (CNNs, transformers)"
     needs_calibration = True
     uses_observer = True
-    nothing_to_quantize = "it quantizes Conv, Gemm and MatMul with constant weights, and the ops between them"
+    nothing_to_quantize = (
+        "it quantizes Conv, Gemm and MatMul with constant weights, and the ops between them"
+    )
 
     def int8_layers(self, model, options: Options) -> bool:
         return any(eligible(n) and n.op_type in WEIGHT_INPUT for n in model.graph)
@@ -136,13 +138,21 @@ class StaticMode(Mode):
         ]
         rounding = [n for n in rounding if n.name not in heads]
         rounded = gptq.round_layers(
-            rounding, hessians, per_channel=opt.per_channel, pair_safe=opt.pair_safe, progress=progress
+            rounding,
+            hessians,
+            per_channel=opt.per_channel,
+            pair_safe=opt.pair_safe,
+            progress=progress,
         )
         if hessians:
             notes.append(gptq.note(len(rounded), len(rounding)))
         deltas = (
             bias_correction.shifts(
-                weighted, means, per_channel=opt.per_channel, rounded=rounded, pair_safe=opt.pair_safe
+                weighted,
+                means,
+                per_channel=opt.per_channel,
+                rounded=rounded,
+                pair_safe=opt.pair_safe,
             )
             if opt.bias_correction
             else None
@@ -154,7 +164,9 @@ class StaticMode(Mode):
         # once: each layer's measured shift includes what its upstream layers pass on, so
         # correcting all of them would count that shift once per layer downstream.
         bc_batches = replay if opt.bias_correction and measured else []
-        float_means = bias_correction.output_means(model, measured, bc_batches) if bc_batches else {}
+        float_means = (
+            bias_correction.output_means(model, measured, bc_batches) if bc_batches else {}
+        )
         emit = {"per_channel": opt.per_channel, "rounded": rounded, "pair_safe": opt.pair_safe}
 
         def build(exclude: frozenset[str]) -> Built:
@@ -165,7 +177,9 @@ class StaticMode(Mode):
             q = apply(model, p, qparams, bias_deltas=corr, **emit)
             layers = [by[n] for n in p.layers + p.float_heads if n in by and by[n] in measured]
             if float_means and layers:
-                for k, d in bias_correction.measured_shifts(float_means, q, layers, bc_batches).items():
+                for k, d in bias_correction.measured_shifts(
+                    float_means, q, layers, bc_batches
+                ).items():
                     corr[k] = corr.get(k, 0.0) + d
                 q = apply(model, p, qparams, bias_deltas=corr, **emit)
             for rw in rewrites:  # what stays float goes back to its float form

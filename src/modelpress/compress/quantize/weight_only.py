@@ -271,7 +271,9 @@ def gptq_quantize(
         # GPTQ is greedy: with extreme channel scales its compensation can widen block ranges
         # until it loses to plain rounding, so the layer keeps whichever has less output error.
         rtn = round_to_nearest(wk, 1, 0, bits=4, block_size=block_size)
-        if gptq_mod.output_error(wk, dequantize(codes, qp), h) >= gptq_mod.output_error(wk, dequantize(*rtn), h):
+        if gptq_mod.output_error(wk, dequantize(codes, qp), h) >= gptq_mod.output_error(
+            wk, dequantize(*rtn), h
+        ):
             continue
         if transposed:
             codes = codes.T
@@ -466,7 +468,11 @@ class WeightOnlyMode(Mode):
                 )
             else:
                 q, done, built_notes = apply(
-                    model, bits=opt.bits, block_size=opt.block_size, exclude=exclude, quantized=solved
+                    model,
+                    bits=opt.bits,
+                    block_size=opt.block_size,
+                    exclude=exclude,
+                    quantized=solved,
                 )
             # (4 bits wrote Gemms as MatMul + Add first: the report compares against that model)
             return Built(q, done, node_outputs(model, done), built_notes, reference=model)
@@ -482,7 +488,9 @@ class WeightOnlyMode(Mode):
                 )
                 for k, v in local.items():
                     scores[k] += v
-            if opt.bits == 4:  # a recurrent layer is at 8 bits already: keeping it so changes nothing
+            if (
+                opt.bits == 4
+            ):  # a recurrent layer is at 8 bits already: keeping it so changes nothing
                 scores.update(dict.fromkeys((n.name for n in recurrent_layers(model)), 0.0))
             return scores
 

@@ -19,7 +19,9 @@ from modelpress.ir.match import const_array
 from modelpress.runtime.ort import session
 
 
-def recalibrate(model: ir.Model, data: TrainData, *, batches: int = 8, batch_size: int = 64, seed: int = 0) -> int:
+def recalibrate(
+    model: ir.Model, data: TrainData, *, batches: int = 8, batch_size: int = 64, seed: int = 0
+) -> int:
     """Rewrite every BatchNormalization's mean and variance in ``model`` (in place) from the
     statistics of its input over ``batches`` batches of ``data``; returns the nodes updated.
 
@@ -29,9 +31,12 @@ def recalibrate(model: ir.Model, data: TrainData, *, batches: int = 8, batch_siz
     """
 
     nodes = [
-        n for n in model.graph
-        if n.op_type == "BatchNormalization" and len(n.inputs) >= 5
-        and const_array(n.inputs[3]) is not None and const_array(n.inputs[4]) is not None
+        n
+        for n in model.graph
+        if n.op_type == "BatchNormalization"
+        and len(n.inputs) >= 5
+        and const_array(n.inputs[3]) is not None
+        and const_array(n.inputs[4]) is not None
     ]
     if not nodes:
         return 0
@@ -44,7 +49,11 @@ def recalibrate(model: ir.Model, data: TrainData, *, batches: int = 8, batch_siz
         for slot in (3, 4):
             array = const_array(twin.inputs[slot])
             name = f"__bn{i}_{slot}"
-            value = ir.Value(name=name, type=ir.TensorType(ir.DataType.from_numpy(array.dtype)), shape=ir.Shape(array.shape))
+            value = ir.Value(
+                name=name,
+                type=ir.TensorType(ir.DataType.from_numpy(array.dtype)),
+                shape=ir.Shape(array.shape),
+            )
             probe.graph.inputs.append(value)
             twin.replace_input_with(slot, value)
             stats[name] = array
@@ -82,5 +91,7 @@ def recalibrate(model: ir.Model, data: TrainData, *, batches: int = 8, batch_siz
             if value.is_initializer() and len(value.uses()) == 1 and not value.is_graph_input():
                 value.const_value = ir.tensor(new, name=value.name)
             else:
-                node.replace_input_with(slot, add_initializer(model.graph, new, f"{node.name}_stat{slot}"))
+                node.replace_input_with(
+                    slot, add_initializer(model.graph, new, f"{node.name}_stat{slot}")
+                )
     return len(nodes)

@@ -130,7 +130,9 @@ class TrainData:
             where = self.name if len(self.chunks) == 1 else f"{self.name} (batch {i})"
             counts = {k: (v.shape[0] if v.ndim else 0) for k, v in chunk.inputs.items()}
             if len(set(counts.values())) > 1:
-                raise InputError(f"{where}: inputs have different numbers of samples on axis 0: {counts}")
+                raise InputError(
+                    f"{where}: inputs have different numbers of samples on axis 0: {counts}"
+                )
             check_feeds(model, chunk.inputs, source=where)
             for name, arr in chunk.inputs.items():
                 if arr.dtype.kind == "f" and not np.isfinite(arr).all():
@@ -166,9 +168,13 @@ class TrainData:
             train.append(c.take(np.sort(order[k:])))
         if not held:
             return self, None
-        return TrainData(train, self.name, self.classes), TrainData(held, f"{self.name} (held out)", self.classes)
+        return TrainData(train, self.name, self.classes), TrainData(
+            held, f"{self.name} (held out)", self.classes
+        )
 
-    def batches(self, batch_size: int, *, rng: np.random.Generator | None = None) -> Iterator[Batch]:
+    def batches(
+        self, batch_size: int, *, rng: np.random.Generator | None = None
+    ) -> Iterator[Batch]:
         """One pass over every sample in batches; shuffled (chunks and samples) when ``rng``."""
         order = rng.permutation(len(self.chunks)) if rng is not None else range(len(self.chunks))
         for ci in order:
@@ -189,7 +195,9 @@ class TrainData:
         return {k: v[: max(1, min(n, len(c)))] for k, v in c.inputs.items()}
 
 
-def _split_labels(arrays: dict[str, np.ndarray], labels_key: str | None, source: str) -> np.ndarray | None:
+def _split_labels(
+    arrays: dict[str, np.ndarray], labels_key: str | None, source: str
+) -> np.ndarray | None:
     if labels_key is None:
         return None
     if labels_key not in arrays:
@@ -217,14 +225,20 @@ def _from_batches(items: Iterable, labels_key: str | None) -> TrainData:
             labels = None if item[1] is None else np.asarray(item[1])
         elif isinstance(item, dict):
             feeds = {k: np.asarray(v) for k, v in item.items()}
-            labels = _split_labels(feeds, labels_key, f"training data (batch {i})") if labels_key else None
+            labels = (
+                _split_labels(feeds, labels_key, f"training data (batch {i})")
+                if labels_key
+                else None
+            )
         else:
             raise InputError(
                 f"training data (batch {i}): expected a dict of input arrays or an (inputs, labels) pair, "
                 f"got {type(item).__name__}"
             )
         if not feeds or any(v.ndim == 0 for v in feeds.values()):
-            raise InputError(f"training data (batch {i}): every input array needs samples on axis 0")
+            raise InputError(
+                f"training data (batch {i}): every input array needs samples on axis 0"
+            )
         chunks.append(Chunk(feeds, labels))
     return TrainData(_join(chunks), "training data")
 
@@ -271,11 +285,15 @@ def _from_image_folder(path: Path, model: ir.Model, image) -> TrainData:
     else:
         files = [(f, None) for f in _image_files(path)]
     if not files:
-        raise InputError(f"{path}: the training set is empty (no image files, nor class subfolders with images)")
+        raise InputError(
+            f"{path}: the training set is empty (no image files, nor class subfolders with images)"
+        )
     try:
         import PIL  # noqa: F401
     except ImportError:
-        raise OptionError(f"{path}: reading images needs Pillow (`pip install pillow`); or convert them to an .npz") from None
+        raise OptionError(
+            f"{path}: reading images needs Pillow (`pip install pillow`); or convert them to an .npz"
+        ) from None
     input_value = _single_input(model, path)
     prep = image or default_preprocess(input_value, path)
     arrays = []
@@ -283,10 +301,16 @@ def _from_image_folder(path: Path, model: ir.Model, image) -> TrainData:
         try:
             arrays.append(prep.apply(f))
         except OSError as exc:
-            raise InputError(f"{f}: cannot read the image: {str(exc).splitlines()[0][:200]}") from None
+            raise InputError(
+                f"{f}: cannot read the image: {str(exc).splitlines()[0][:200]}"
+            ) from None
     if len({a.shape for a in arrays}) > 1:
-        raise InputError(f"{path}: images differ in size after pre-processing; declare a resize or crop")
-    x = np.stack(arrays).astype(np.dtype(input_value.dtype.numpy()) if input_value.dtype else np.float32)
+        raise InputError(
+            f"{path}: images differ in size after pre-processing; declare a resize or crop"
+        )
+    x = np.stack(arrays).astype(
+        np.dtype(input_value.dtype.numpy()) if input_value.dtype else np.float32
+    )
     labels = np.array([k for _, k in files], dtype=np.int64) if classes else None
     return TrainData([Chunk({input_value.name: x}, labels)], str(path), classes)
 

@@ -43,10 +43,22 @@ def finetune(
     params = prepare(student) if prepare is not None else None
     frozen = modules.teacher(teacher) if teacher is not None else None
     objective = build_objective(
-        model, labels=data.has_labels, teacher=frozen, soft=soft, alpha=alpha, temperature=temperature
+        model,
+        labels=data.has_labels,
+        teacher=frozen,
+        soft=soft,
+        alpha=alpha,
+        temperature=temperature,
     )
     hook = (lambda: after_step(student)) if after_step is not None else None
     result = fit(
-        student, data, objective, config, params=params, held_out=held_out, after_step=hook, progress=progress
+        student,
+        data,
+        objective,
+        config,
+        params=params,
+        held_out=held_out,
+        after_step=hook,
+        progress=progress,
     )
     return modules.export(student, model), result

@@ -52,13 +52,17 @@ class TrainConfig:
 
     def __post_init__(self):
         if self.optimizer not in OPTIMIZERS:
-            raise OptionError(f"optimizer {self.optimizer!r}: choose one of {', '.join(OPTIMIZERS)}")
+            raise OptionError(
+                f"optimizer {self.optimizer!r}: choose one of {', '.join(OPTIMIZERS)}"
+            )
         if self.schedule not in SCHEDULES:
             raise OptionError(f"schedule {self.schedule!r}: choose one of {', '.join(SCHEDULES)}")
         for name in ("epochs", "steps", "batch_size", "eval_every", "patience"):
             v = getattr(self, name)
             if v is not None and v < (0 if name in ("epochs", "steps") else 1):
-                raise OptionError(f"{name.replace('_', ' ')} {v}: must be at least {0 if name in ('epochs', 'steps') else 1}")
+                raise OptionError(
+                    f"{name.replace('_', ' ')} {v}: must be at least {0 if name in ('epochs', 'steps') else 1}"
+                )
         if self.lr <= 0:
             raise OptionError(f"learning rate {self.lr}: must be positive")
 
@@ -74,7 +78,9 @@ class TrainResult:
     seconds: float
     samples: int  # training samples (after the held-out split)
     held_out: int
-    curve: list[dict] = field(default_factory=list)  # {"step", "loss"}: mean train loss per interval
+    curve: list[dict] = field(
+        default_factory=list
+    )  # {"step", "loss"}: mean train loss per interval
     val: list[dict] = field(default_factory=list)  # {"step", "loss"}: held-out loss
     best_step: int | None = None
     stopped_early: bool = False
@@ -103,7 +109,11 @@ def to_tensors(feeds: dict[str, np.ndarray], device) -> dict[str, torch.Tensor]:
 
 
 def _labels(batch: Batch, device) -> torch.Tensor | None:
-    return None if batch.labels is None else torch.from_numpy(np.ascontiguousarray(batch.labels)).to(device)
+    return (
+        None
+        if batch.labels is None
+        else torch.from_numpy(np.ascontiguousarray(batch.labels)).to(device)
+    )
 
 
 def batch_loss(module: nn.Module, objective, batch: Batch, device="cpu") -> torch.Tensor:
@@ -111,7 +121,9 @@ def batch_loss(module: nn.Module, objective, batch: Batch, device="cpu") -> torc
     return objective(module(**feeds), feeds, _labels(batch, device))
 
 
-def evaluate(module: nn.Module, objective, data: TrainData, *, batch_size: int, device="cpu") -> float:
+def evaluate(
+    module: nn.Module, objective, data: TrainData, *, batch_size: int, device="cpu"
+) -> float:
     """The mean objective over ``data`` (weighted by batch size), without gradients."""
     total, n = 0.0, 0
     with torch.no_grad():
@@ -161,14 +173,20 @@ def fit(
         train, held_out = data.split(config.val_fraction, seed=config.seed)
     else:
         train = data
-    trainable = [p for p in (params if params is not None else module.parameters()) if p.requires_grad]
+    trainable = [
+        p for p in (params if params is not None else module.parameters()) if p.requires_grad
+    ]
     extra = [p for p in getattr(objective, "parameters", list)() if p.requires_grad]
     total = config.total_steps(train)
-    result = TrainResult(steps=0, seconds=0.0, samples=len(train), held_out=len(held_out) if held_out else 0)
+    result = TrainResult(
+        steps=0, seconds=0.0, samples=len(train), held_out=len(held_out) if held_out else 0
+    )
     module.train()
     if held_out is not None:
         module.eval()
-        result.first_loss = evaluate(module, objective, held_out, batch_size=config.batch_size, device=device)
+        result.first_loss = evaluate(
+            module, objective, held_out, batch_size=config.batch_size, device=device
+        )
         result.val.append({"step": 0, "loss": result.first_loss})
         module.train()
     if total == 0 or not trainable:
@@ -190,7 +208,9 @@ def fit(
             opt.zero_grad(set_to_none=True)
             loss = batch_loss(module, objective, batch, device)
             if not torch.isfinite(loss):
-                raise OptionError(f"the training loss became {float(loss)} at step {step}: lower the learning rate")
+                raise OptionError(
+                    f"the training loss became {float(loss)} at step {step}: lower the learning rate"
+                )
             loss.backward()
             if config.grad_clip:
                 torch.nn.utils.clip_grad_norm_(trainable + extra, config.grad_clip)
@@ -211,7 +231,9 @@ def fit(
                 window = []
                 if held_out is not None:
                     module.eval()
-                    val = evaluate(module, objective, held_out, batch_size=config.batch_size, device=device)
+                    val = evaluate(
+                        module, objective, held_out, batch_size=config.batch_size, device=device
+                    )
                     module.train()
                     result.val.append({"step": step, "loss": val})
                     if val < best[0]:

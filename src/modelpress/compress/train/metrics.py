@@ -43,7 +43,9 @@ class Comparison:
         }
 
 
-def outputs(model: ir.Model, data: TrainData, *, batch_size: int = 64) -> tuple[np.ndarray, np.ndarray | None]:
+def outputs(
+    model: ir.Model, data: TrainData, *, batch_size: int = 64
+) -> tuple[np.ndarray, np.ndarray | None]:
     """The first output of ``model`` on every sample of ``data`` (samples of one shape joined)
     and the labels, in data order."""
 
@@ -58,7 +60,9 @@ def outputs(model: ir.Model, data: TrainData, *, batch_size: int = 64) -> tuple[
     return np.concatenate(flat), (np.concatenate(labels) if labels else None)
 
 
-def compare(original: ir.Model, candidate: ir.Model, data: TrainData, *, batch_size: int = 64) -> Comparison:
+def compare(
+    original: ir.Model, candidate: ir.Model, data: TrainData, *, batch_size: int = 64
+) -> Comparison:
     a, labels = outputs(original, data, batch_size=batch_size)
     b, _ = outputs(candidate, data, batch_size=batch_size)
     result = Comparison(samples=len(a))

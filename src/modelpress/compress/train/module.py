@@ -32,7 +32,11 @@ def _with_outputs(model: ir.Model, features: list[str]) -> ir.Model:
 
 
 def trainable(
-    model: ir.Model, *, features: list[str] | None = None, device=None, batch_statistics: bool = True
+    model: ir.Model,
+    *,
+    features: list[str] | None = None,
+    device=None,
+    batch_statistics: bool = True,
 ) -> nn.Module:
     """A trainable module computing ``model``'s outputs, then the values named in ``features``.
 

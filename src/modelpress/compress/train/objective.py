@@ -40,9 +40,15 @@ def output_is_logits(model: ir.Model, index: int = 0) -> bool:
         return False
     node = value.producer()
     hops = 0
-    while node is not None and node.op_type in ("Add", "Identity", "Flatten", "Reshape") and hops < 3:
+    while (
+        node is not None and node.op_type in ("Add", "Identity", "Flatten", "Reshape") and hops < 3
+    ):
         # a bias Add or a reshape after the product; follow the non-constant operand
-        nxt = [v for v in node.inputs if v is not None and v.const_value is None and v.producer() is not None]
+        nxt = [
+            v
+            for v in node.inputs
+            if v is not None and v.const_value is None and v.producer() is not None
+        ]
         node = nxt[0].producer() if nxt else None
         hops += 1
     return node is not None and node.op_type in ("Gemm", "MatMul")
@@ -59,7 +65,12 @@ def _soft(kind: str, s: torch.Tensor, t: torch.Tensor, temperature: float) -> to
     if kind == "mse":
         return F.mse_loss(s, t)
     if kind == "cosine":
-        return (1 - F.cosine_similarity(s.flatten(1) if s.dim() > 2 else s, t.flatten(1) if t.dim() > 2 else t, dim=-1)).mean()
+        return (
+            1
+            - F.cosine_similarity(
+                s.flatten(1) if s.dim() > 2 else s, t.flatten(1) if t.dim() > 2 else t, dim=-1
+            )
+        ).mean()
     raise OptionError(f"soft loss {kind!r}: choose one of {', '.join(SOFT_LOSSES)}")
 
 
@@ -67,7 +78,9 @@ def hard_loss(out: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Cross-entropy for integer labels, mean squared error for float targets."""
     if labels.dtype.is_floating_point:
         if labels.shape != out.shape:
-            raise InputError(f"labels of shape {list(labels.shape)} do not match the output's {list(out.shape)}")
+            raise InputError(
+                f"labels of shape {list(labels.shape)} do not match the output's {list(out.shape)}"
+            )
         return F.mse_loss(out, labels.to(out.dtype))
     if out.dim() < 2 or labels.shape != out.shape[:1] + out.shape[2:]:
         raise InputError(
@@ -76,7 +89,9 @@ def hard_loss(out: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         )
     classes = out.shape[1]
     if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= classes):
-        raise InputError(f"labels must be class indices in [0, {classes}); found {int(labels.min())}..{int(labels.max())}")
+        raise InputError(
+            f"labels must be class indices in [0, {classes}); found {int(labels.min())}..{int(labels.max())}"
+        )
     return F.cross_entropy(out, labels.long())
 
 
@@ -95,7 +110,9 @@ class Objective:
     teacher's outputs then its matched features; the student returns its outputs then features."""
 
     outputs: int  # the model's own outputs (features follow them)
-    soft: list[str] = field(default_factory=list)  # per output: kl, mse, cosine or "" (no soft loss)
+    soft: list[str] = field(
+        default_factory=list
+    )  # per output: kl, mse, cosine or "" (no soft loss)
     hard: bool = False
     alpha: float = 0.5
     temperature: float = 1.0
@@ -105,9 +122,13 @@ class Objective:
 
     def parameters(self) -> list[nn.Parameter]:
         """Parameters the objective itself trains (feature projections)."""
-        return [p for f in self.features if f.projection is not None for p in f.projection.parameters()]
+        return [
+            p for f in self.features if f.projection is not None for p in f.projection.parameters()
+        ]
 
-    def __call__(self, student_out, feeds: dict[str, torch.Tensor], labels: torch.Tensor | None) -> torch.Tensor:
+    def __call__(
+        self, student_out, feeds: dict[str, torch.Tensor], labels: torch.Tensor | None
+    ) -> torch.Tensor:
         s = student_out if isinstance(student_out, tuple) else (student_out,)
         uses_soft = self.teacher is not None and any(self.soft)
         uses_hard = self.hard and labels is not None
@@ -118,7 +139,11 @@ class Objective:
             t = t if isinstance(t, tuple) else (t,)
         total = s[0].new_zeros(())
         if uses_soft:
-            terms = [_soft(k, s[i].float(), t[i].float(), self.temperature) for i, k in enumerate(self.soft) if k]
+            terms = [
+                _soft(k, s[i].float(), t[i].float(), self.temperature)
+                for i, k in enumerate(self.soft)
+                if k
+            ]
             soft = sum(terms) / len(terms)
             total = total + (self.alpha if uses_hard else 1.0) * soft
         if uses_hard:
@@ -157,7 +182,13 @@ def build_objective(
     n_out = len(model.graph.outputs)
     kinds = []
     for i, v in enumerate(model.graph.outputs):
-        floating = v.dtype in (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE, ir.DataType.BFLOAT16, None)
+        floating = v.dtype in (
+            ir.DataType.FLOAT,
+            ir.DataType.FLOAT16,
+            ir.DataType.DOUBLE,
+            ir.DataType.BFLOAT16,
+            None,
+        )
         if not floating:
             kinds.append("")
         elif soft == "auto":
@@ -169,7 +200,9 @@ def build_objective(
         raise OptionError(f"alpha {a}: the soft loss's weight is in [0, 1]")
     use_teacher = teacher is not None and (not labels or a > 0)
     if not labels and not use_teacher:
-        raise InputError("training needs labels or a teacher: give the labels key, or train against the original model")
+        raise InputError(
+            "training needs labels or a teacher: give the labels key, or train against the original model"
+        )
     return Objective(
         outputs=n_out,
         soft=kinds if use_teacher else [],

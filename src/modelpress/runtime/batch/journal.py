@@ -88,12 +88,16 @@ class Journal:
         try:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise ModelSaveError(f"{self.path}: cannot write the run's journal ({exc.strerror})") from None
+            raise ModelSaveError(
+                f"{self.path}: cannot write the run's journal ({exc.strerror})"
+            ) from None
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(self._fd)
-            raise InputError(f"{self.path}: another run is writing {Path(output).name} now") from None
+            raise InputError(
+                f"{self.path}: another run is writing {Path(output).name} now"
+            ) from None
         self.records: list[Record] = []
         try:
             self._open(restart)
@@ -107,7 +111,12 @@ class Journal:
         blob = os.pread(self._fd, size, 0) if size else b""
         records, end = scan(blob)
         header = records[0] if records and records[0][0] == b"H" else None
-        if size and header is not None and header[1].get("fingerprint") != self.fingerprint and not restart:
+        if (
+            size
+            and header is not None
+            and header[1].get("fingerprint") != self.fingerprint
+            and not restart
+        ):
             raise InputError(
                 f"{self.path}: left by a run with another model, data or output format; "
                 "remove it, or pass --restart to start over"
@@ -120,7 +129,9 @@ class Journal:
             os.ftruncate(self._fd, end)
             os.fsync(self._fd)
         self.records = [
-            Record(meta["items"], data, meta.get("errors", 0)) for kind, meta, data in records[1:] if kind == b"R"
+            Record(meta["items"], data, meta.get("errors", 0))
+            for kind, meta, data in records[1:]
+            if kind == b"R"
         ]
 
     def _append(self, blob: bytes) -> None:

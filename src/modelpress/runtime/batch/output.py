@@ -26,12 +26,16 @@ FORMATS = (".jsonl", ".npz")
 def output_format(path: str | os.PathLike) -> str:
     suffix = Path(path).suffix.lower()
     if suffix not in FORMATS:
-        raise OptionError(f"-o {path}: write predictions to a .jsonl file (or an .npz for .npz data)")
+        raise OptionError(
+            f"-o {path}: write predictions to a .jsonl file (or an .npz for .npz data)"
+        )
     return suffix[1:]
 
 
 def json_line(item_id: str, answer: dict) -> bytes:
-    return (json.dumps({"id": item_id, **answer}, ensure_ascii=False, allow_nan=True) + "\n").encode()
+    return (
+        json.dumps({"id": item_id, **answer}, ensure_ascii=False, allow_nan=True) + "\n"
+    ).encode()
 
 
 def answers(processing, outputs: dict[str, np.ndarray]) -> list[dict]:
@@ -54,7 +58,9 @@ def finalize(journal: Journal, path: str | os.PathLike, fmt: str, total: int) ->
     done = sorted(i for r in records for i in r.items)
     if done != list(range(total)):
         missing = sorted(set(range(total)) - set(done))
-        raise InputError(f"{journal.path}: {len(missing)} item(s) missing at the end of the run (first: {missing[:3]})")
+        raise InputError(
+            f"{journal.path}: {len(missing)} item(s) missing at the end of the run (first: {missing[:3]})"
+        )
     if fmt == "jsonl":
         lines: list[bytes | None] = [None] * total
         for r in records:

@@ -63,7 +63,6 @@ class _Model:
     def __init__(self, model: bytes, processing, backend: str, device: str):
         import tempfile
 
-
         # The driver sends the model's bytes (it may have no file a node can see); ir.load reads files.
         with tempfile.TemporaryDirectory(prefix="modelpress-ray-") as tmp:
             path = Path(tmp) / "model.onnx"
@@ -113,10 +112,19 @@ def run_on_ray(
     start = time.perf_counter()
     if not ray.is_initialized():
         try:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+            ray.init(
+                address=address,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
         except Exception as exc:  # noqa: BLE001 - Ray raises several classes for an unreachable cluster
             msg = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-            raise OptionError(f"--ray {address or ''}: cannot start or reach a Ray cluster ({msg})".replace("--ray :", "--ray:")) from None
+            raise OptionError(
+                f"--ray {address or ''}: cannot start or reach a Ray cluster ({msg})".replace(
+                    "--ray :", "--ray:"
+                )
+            ) from None
     ctx = ray.data.DataContext.get_current()
     ctx.print_on_execution_start = False
     # Ray Data logs each execution and draws progress bars on stderr; the caller shows progress.
@@ -125,14 +133,18 @@ def run_on_ray(
     log.setLevel(logging.ERROR)
     ctx.enable_progress_bars = False
     try:
-        _execute(ray, model, processing, source, done, batch_size, actors, backend, device, emit, timing)
+        _execute(
+            ray, model, processing, source, done, batch_size, actors, backend, device, emit, timing
+        )
     finally:
         log.setLevel(level)
     timing.elapsed_s = time.perf_counter() - start
     return f"ray ({device})", timing
 
 
-def _execute(ray, model, processing, source, done, batch_size, actors, backend, device, emit, timing) -> None:
+def _execute(
+    ray, model, processing, source, done, batch_size, actors, backend, device, emit, timing
+) -> None:
     pending = [i for i in range(len(source)) if i not in done]
     if pending:
         is_path = isinstance(source.payloads[0], Path)
@@ -153,7 +165,12 @@ def _execute(ray, model, processing, source, done, batch_size, actors, backend, 
         )
         ds = ds.map_batches(
             _Model,
-            fn_constructor_kwargs={"model": model, "processing": processing, "backend": backend, "device": device},
+            fn_constructor_kwargs={
+                "model": model,
+                "processing": processing,
+                "backend": backend,
+                "device": device,
+            },
             batch_size=batch_size,
             batch_format="numpy",
             compute=ray.data.ActorPoolStrategy(size=n_actors),

@@ -126,9 +126,10 @@ def run_batch(
         if progress:
             progress(resumed, total)
         if ray:
-
             if not isinstance(source, Items):
-                raise OptionError("--ray reads a folder of files or a .jsonl of texts; run an .npz without --ray")
+                raise OptionError(
+                    "--ray reads a folder of files or a .jsonl of texts; run an .npz without --ray"
+                )
             sess_info, timing = run_on_ray(
                 model_bytes(m), processing, source, journal.done,
                 batch_size=plan.size, address=None if ray is True else ray, actors=ray_actors,
@@ -136,17 +137,33 @@ def run_batch(
             )  # fmt: skip
             warnings, placement, dev = [], [], sess_info
         else:
-
             # Workers start while the model loads: their start-up is not the model's idle time.
             items = isinstance(source, Items) and n_workers > 0 and len(journal.done) < len(source)
             pool = start_pool(processing, n_workers) if items else None
             try:
-                sess = Session(m, backend=_backend(backend, n_workers), device=device, place=place, strict=strict)
+                sess = Session(
+                    m,
+                    backend=_backend(backend, n_workers),
+                    device=device,
+                    place=place,
+                    strict=strict,
+                )
             except BaseException:
                 if pool is not None:
                     pool.shutdown(cancel_futures=True)
                 raise
-            timing = _run_local(sess, source, processing, plan, journal.done, fmt, emit_records, n_workers, prefetch, pool)
+            timing = _run_local(
+                sess,
+                source,
+                processing,
+                plan,
+                journal.done,
+                fmt,
+                emit_records,
+                n_workers,
+                prefetch,
+                pool,
+            )
             warnings, placement, dev = list(sess.warnings), sess.plan.log_lines(), sess.device
         written = done[0] - resumed
         out.finalize(journal, output, fmt, total)
@@ -171,7 +188,6 @@ def _backend(name: str, workers: int):
     """The backend to run with: ONNX Runtime's threads do not spin while idle when workers
     share the CPU with it (an idle spinning pool takes the cores the workers need)."""
     if name == "ort" and workers > 0:
-
         return OrtBackend(OrtOptions(spin=False))
     return name
 
@@ -183,7 +199,9 @@ def refuse_overwrite(output, model, data) -> None:
         if not isinstance(path, (str, os.PathLike)):
             continue
         p = Path(path)
-        same = target.resolve() == p.resolve() or (target.exists() and p.exists() and os.path.samefile(target, p))
+        same = target.resolve() == p.resolve() or (
+            target.exists() and p.exists() and os.path.samefile(target, p)
+        )
         if same:
             raise OptionError(f"-o {output}: is {what}; write the predictions to another file")
 
@@ -201,18 +219,39 @@ def _plan(source: Items | Arrays, rule: BatchRule, asked: int | None) -> _Plan:
         if asked is None:
             return _Plan(False, len(source), None, "")
         if source.rows is None:
-            return _Plan(False, 1, None, "--batch-size ignored: the inputs do not share their first dimension; ran the batch whole")
+            return _Plan(
+                False,
+                1,
+                None,
+                "--batch-size ignored: the inputs do not share their first dimension; ran the batch whole",
+            )
         if not rule.per_sample:
-            return _Plan(False, source.rows, None, f"--batch-size ignored: ran the batch whole because {rule.reason}")
+            return _Plan(
+                False,
+                source.rows,
+                None,
+                f"--batch-size ignored: ran the batch whole because {rule.reason}",
+            )
         if rule.fixed is not None and asked != rule.fixed:
-            return _Plan(True, rule.fixed, rule.fixed, f"batches of {rule.fixed}: the model fixes its batch size")
+            return _Plan(
+                True,
+                rule.fixed,
+                rule.fixed,
+                f"batches of {rule.fixed}: the model fixes its batch size",
+            )
         return _Plan(True, asked, rule.fixed, "")
     if rule.fixed is not None and rule.per_sample:
-        note = f"batches of {rule.fixed}: the model fixes its batch size" if asked not in (None, rule.fixed) else ""
+        note = (
+            f"batches of {rule.fixed}: the model fixes its batch size"
+            if asked not in (None, rule.fixed)
+            else ""
+        )
         return _Plan(True, rule.fixed, rule.fixed, note)
     if not rule.per_sample:
         if rule.fixed is not None:
-            raise OptionError(f"the model takes exactly {rule.fixed} samples a run and {rule.reason}; give an .npz of inputs")
+            raise OptionError(
+                f"the model takes exactly {rule.fixed} samples a run and {rule.reason}; give an .npz of inputs"
+            )
         note = f"items run one at a time because {rule.reason}" if asked not in (None, 1) else ""
         return _Plan(True, 1, None, note)
     return _Plan(True, asked or DEFAULT_BATCH, None, "")
@@ -238,12 +277,25 @@ def _fingerprint(m, model, source, processing, fmt: str, plan: _Plan) -> str:
     return h.hexdigest()
 
 
-def _batches(ids: list[str], payloads: list, pending: list[int], size: int) -> Iterator[list[tuple]]:
+def _batches(
+    ids: list[str], payloads: list, pending: list[int], size: int
+) -> Iterator[list[tuple]]:
     for start in range(0, len(pending), size):
         yield [(i, ids[i], payloads[i]) for i in pending[start : start + size]]
 
 
-def _run_local(sess, source, processing, plan: _Plan, done: set[int], fmt: str, emit_records, workers: int, prefetch, pool) -> Timing:
+def _run_local(
+    sess,
+    source,
+    processing,
+    plan: _Plan,
+    done: set[int],
+    fmt: str,
+    emit_records,
+    workers: int,
+    prefetch,
+    pool,
+) -> Timing:
     if isinstance(source, Items):
         pending = [i for i in range(len(source)) if i not in done]
 
@@ -252,7 +304,9 @@ def _run_local(sess, source, processing, plan: _Plan, done: set[int], fmt: str, 
             for index, item_id, message in prep.errors:
                 lines[index] = out.json_line(item_id, {"error": message})
             if outputs is not None:
-                for index, item_id, answer in zip(prep.items, prep.ids, out.answers(processing, outputs)):
+                for index, item_id, answer in zip(
+                    prep.items, prep.ids, out.answers(processing, outputs)
+                ):
                     lines[index] = out.json_line(item_id, answer)
             order = sorted(lines)
             emit_records(order, b"".join(lines[i] for i in order), len(prep.errors))
@@ -265,13 +319,17 @@ def _run_local(sess, source, processing, plan: _Plan, done: set[int], fmt: str, 
     return _run_arrays(sess, source, processing, plan, done, fmt, emit_records)
 
 
-def _run_arrays(sess, source: Arrays, processing, plan: _Plan, done: set[int], fmt: str, emit_records) -> Timing:
+def _run_arrays(
+    sess, source: Arrays, processing, plan: _Plan, done: set[int], fmt: str, emit_records
+) -> Timing:
     """Arrays are in memory already: slice them into batches inline, nothing to prepare."""
     timing = Timing()
     start = time.perf_counter()
     if plan.split:
         pending = [i for i in range(len(source)) if i not in done]
-        row_batches: list[list[int] | None] = [pending[s : s + plan.size] for s in range(0, len(pending), plan.size)]
+        row_batches: list[list[int] | None] = [
+            pending[s : s + plan.size] for s in range(0, len(pending), plan.size)
+        ]
     else:
         row_batches = [] if 0 in done else [None]  # the whole set, as item 0
     for rows in row_batches:
@@ -285,14 +343,20 @@ def _run_arrays(sess, source: Arrays, processing, plan: _Plan, done: set[int], f
         t1 = time.perf_counter()
         timing.busy_s += t1 - t0
         if rows is None:
-            blob = out.npz_bytes(outputs) if fmt == "npz" else out.json_line("all", {k: v.tolist() for k, v in outputs.items()})
+            blob = (
+                out.npz_bytes(outputs)
+                if fmt == "npz"
+                else out.json_line("all", {k: v.tolist() for k, v in outputs.items()})
+            )
             emit_records([0], blob)
         else:
             outputs = {k: v[: len(rows)] for k, v in outputs.items()}
             if fmt == "npz":
                 blob = out.npz_bytes(outputs)
             else:
-                blob = b"".join(out.json_line(str(r), a) for r, a in zip(rows, out.answers(processing, outputs)))
+                blob = b"".join(
+                    out.json_line(str(r), a) for r, a in zip(rows, out.answers(processing, outputs))
+                )
             emit_records(rows, blob)
         timing.emit_s += time.perf_counter() - t1
         timing.batches += 1

@@ -66,13 +66,19 @@ def open_data(path: str | os.PathLike, *, kind: str | None) -> Items | Arrays:
         )
     if p.is_dir():
         if kind == "text":
-            raise InputError(f"{p}: a text model reads a .jsonl file (one text a line), not a folder")
+            raise InputError(
+                f"{p}: a text model reads a .jsonl file (one text a line), not a folder"
+            )
         return _folder(p, EXTENSIONS[kind])
     if p.suffix.lower() == ".jsonl":
         if kind != "text":
-            raise InputError(f"{p}: a .jsonl holds texts; this model takes {kind} (give a folder of files)")
+            raise InputError(
+                f"{p}: a .jsonl holds texts; this model takes {kind} (give a folder of files)"
+            )
         return _jsonl(p)
-    raise InputError(f"{p}: expected a folder of {kind} files, a .jsonl of texts or an .npz of arrays")
+    raise InputError(
+        f"{p}: expected a folder of {kind} files, a .jsonl of texts or an .npz of arrays"
+    )
 
 
 def _folder(root: Path, extensions: tuple[str, ...]) -> Items:

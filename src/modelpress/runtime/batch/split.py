@@ -67,7 +67,11 @@ def batch_rule(model: ir.Model) -> BatchRule:
     """How ``model`` may be batched (see the module docstring)."""
     said = model.metadata_props.get(METADATA_KEY)
     if said in ("per-sample", "whole"):
-        return BatchRule(said == "per-sample", None, "" if said == "per-sample" else f"the model says {METADATA_KEY}=whole")
+        return BatchRule(
+            said == "per-sample",
+            None,
+            "" if said == "per-sample" else f"the model says {METADATA_KEY}=whole",
+        )
     g = model.graph
     inputs = [v for v in g.inputs if v.name not in g.initializers]
     if not inputs:
@@ -88,7 +92,11 @@ def batch_rule(model: ir.Model) -> BatchRule:
         return BatchRule(not reason, k, reason)
     names = {d.value for d in firsts if isinstance(d, ir.SymbolicDim) and d.value}
     if len(names) > 1:
-        return BatchRule(False, None, f"the inputs' first dimensions have different names ({', '.join(sorted(names))})")
+        return BatchRule(
+            False,
+            None,
+            f"the inputs' first dimensions have different names ({', '.join(sorted(names))})",
+        )
     reason = _mixing(model)
     return BatchRule(not reason, None, reason)
 
@@ -106,14 +114,19 @@ def _mixing(model: ir.Model) -> str:
     def batch_axes(v: ir.Value | None) -> list[int]:
         if v is None or v.shape is None:
             return []
-        return [i for i, d in enumerate(v.shape) if isinstance(d, ir.SymbolicDim) and d.value == _SYMBOL]
+        return [
+            i for i, d in enumerate(v.shape) if isinstance(d, ir.SymbolicDim) and d.value == _SYMBOL
+        ]
 
     def carries(v: ir.Value | None) -> bool:
         return v is not None and v.shape is not None and any(_SYMBOL in str(d) for d in v.shape)
 
     for node in shaped.graph:
         what = f"{node.op_type} {node.name or node.outputs[0].name!r}"
-        if any(a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for a in node.attributes.values()):
+        if any(
+            a.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+            for a in node.attributes.values()
+        ):
             return f"{what} has a subgraph, which this rule does not look into"
         ins = [v for v in node.inputs if carries(v)]
         if not ins or node.op_type in SHAPE_OPS:
@@ -124,7 +137,11 @@ def _mixing(model: ir.Model) -> str:
             data = node.inputs if node.op_type == "Concat" else node.inputs[:1]
             for axis in _axes(node):
                 for v in data:
-                    if v is not None and v.shape is not None and axis % len(v.shape) in batch_axes(v):
+                    if (
+                        v is not None
+                        and v.shape is not None
+                        and axis % len(v.shape) in batch_axes(v)
+                    ):
                         return f"{what} works across samples (axis {axis})"
         outs = [o for o in node.outputs if o.name]
         if outs and not any(batch_axes(o) for o in outs):
@@ -149,14 +166,26 @@ def _axes(node: ir.Node) -> list[int]:
         if node.op_type == "LayerNormalization":  # normalises from its axis to the last
             return list(range(axes[0] % rank, rank))
         return axes
-    slot = {"CumSum": 1, "Slice": 3}.get(node.op_type, 1 if node.op_type.startswith("Reduce") else None)
+    slot = {"CumSum": 1, "Slice": 3}.get(
+        node.op_type, 1 if node.op_type.startswith("Reduce") else None
+    )
     if slot is not None:
         axes = const_array(node.inputs[slot]) if len(node.inputs) > slot else None
         if axes is not None:
             return [int(a) for a in axes.reshape(-1)]
         return list(range(rank))
-    defaults = {"MeanVarianceNormalization": [0, 2, 3], "LayerNormalization": list(range(rank - 1, rank))}
-    return defaults.get(node.op_type, [-1 if node.op_type in ("Softmax", "LogSoftmax", "Hardmax", "TopK", "LpNormalization") else 0])
+    defaults = {
+        "MeanVarianceNormalization": [0, 2, 3],
+        "LayerNormalization": list(range(rank - 1, rank)),
+    }
+    return defaults.get(
+        node.op_type,
+        [
+            -1
+            if node.op_type in ("Softmax", "LogSoftmax", "Hardmax", "TopK", "LpNormalization")
+            else 0
+        ],
+    )
 
 
 def _show(shape) -> str:

@@ -60,7 +60,9 @@ def _init_worker(processing) -> None:
     _PROCESSING = processing
 
 
-def prepare_batch(batch: list[tuple[int, str, Any]], fixed: int | None = None, processing=None) -> Prepared:
+def prepare_batch(
+    batch: list[tuple[int, str, Any]], fixed: int | None = None, processing=None
+) -> Prepared:
     """Prepare ``(index, id, payload)`` items into one batch of feeds (runs in a worker)."""
     proc = processing if processing is not None else _PROCESSING
     ok: list[dict[str, np.ndarray]] = []
@@ -84,7 +86,12 @@ def prepare_batch(batch: list[tuple[int, str, Any]], fixed: int | None = None, p
 def resolve_workers(workers: int | str | None) -> int:
     """``auto``: one worker per CPU this process may use; 0 prepares inline."""
     if workers in (None, "auto"):
-        return max(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 1)
+        return max(
+            len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else os.cpu_count() or 1,
+            1,
+        )
     n = int(workers)
     if n < 0:
         raise ValueError("workers must be >= 0")
@@ -162,7 +169,9 @@ def stream(
 def start_pool(processing, workers: int) -> ProcessPoolExecutor:
     """``workers`` processes holding ``processing``, started now (their start-up then overlaps
     whatever the caller does next); ``stream`` shuts the pool down when it is done."""
-    pool = ProcessPoolExecutor(workers, mp_context=_context(), initializer=_init_worker, initargs=(processing,))
+    pool = ProcessPoolExecutor(
+        workers, mp_context=_context(), initializer=_init_worker, initargs=(processing,)
+    )
     for _ in range(workers):
         pool.submit(int)  # a submit starts the processes; the no-op leaves them idle
     return pool

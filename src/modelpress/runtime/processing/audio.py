@@ -60,11 +60,16 @@ class AudioPre:
     channel_axis: bool  # whether the model's input has a channels axis
 
     @classmethod
-    def declare(cls, raw: dict[str, Any], model_inputs: list[Tensor], *, base: Path | None = None) -> AudioPre:
+    def declare(
+        cls, raw: dict[str, Any], model_inputs: list[Tensor], *, base: Path | None = None
+    ) -> AudioPre:
         f = convert_fields(raw, KEYS, where="pre")
         target = pick_input(f.get("input"), model_inputs, kind="audio")
         if target.dtype.kind != "f":
-            raise fail("pre.input", f"audio pre-processing gives float samples, {target.describe()} is not float")
+            raise fail(
+                "pre.input",
+                f"audio pre-processing gives float samples, {target.describe()} is not float",
+            )
         frame, hop = f.get("frame"), f.get("hop")
         if hop is not None and frame is None:
             raise fail("pre.hop", "hop= needs frame=")
@@ -72,32 +77,57 @@ class AudioPre:
         ranks = (3, 4) if frame else (2, 3)
         dims = target.dims
         if dims is not None and len(dims) not in ranks:
-            shapes = "(batch, frames, frame) or (batch, channels, frames, frame)" if frame else "(batch, length) or (batch, channels, length)"
-            raise fail("pre.input", f"audio feeds {shapes}, the model's input is {target.describe()}")
+            shapes = (
+                "(batch, frames, frame) or (batch, channels, frames, frame)"
+                if frame
+                else "(batch, length) or (batch, channels, length)"
+            )
+            raise fail(
+                "pre.input", f"audio feeds {shapes}, the model's input is {target.describe()}"
+            )
         has_channels = dims is not None and len(dims) == ranks[1]
         model_c = dims[1] if has_channels else (1 if dims is not None else None)
         channels = f.get("channels") or model_c or 1
         if model_c is not None and channels != model_c:
-            raise fail("pre.channels", f"{channels} given, the model's input {target.describe()} takes {model_c}")
+            raise fail(
+                "pre.channels",
+                f"{channels} given, the model's input {target.describe()} takes {model_c}",
+            )
         length = f.get("length")
         if frame:
             model_frame, model_frames = (dims[-1], dims[-2]) if dims else (None, None)
             if model_frame is not None and frame != model_frame:
-                raise fail("pre.frame", f"{frame} given, the model's input {target.describe()} takes frames of {model_frame}")
+                raise fail(
+                    "pre.frame",
+                    f"{frame} given, the model's input {target.describe()} takes frames of {model_frame}",
+                )
             if length is None and model_frames is not None:
                 length = frame + hop * (model_frames - 1)
             if length is not None and length < frame:
                 raise fail("pre.length", f"{length} samples hold no frame of {frame}")
-            if length is not None and model_frames is not None and 1 + (length - frame) // hop != model_frames:
-                raise fail("pre.length", f"{length} samples give {1 + (length - frame) // hop} frames, the model takes {model_frames}")
+            if (
+                length is not None
+                and model_frames is not None
+                and 1 + (length - frame) // hop != model_frames
+            ):
+                raise fail(
+                    "pre.length",
+                    f"{length} samples give {1 + (length - frame) // hop} frames, the model takes {model_frames}",
+                )
         else:
             model_length = dims[-1] if dims else None
             if length is None:
                 length = model_length
             if model_length is not None and length != model_length:
-                raise fail("pre.length", f"{length} given, the model's input {target.describe()} takes {model_length} samples")
+                raise fail(
+                    "pre.length",
+                    f"{length} given, the model's input {target.describe()} takes {model_length} samples",
+                )
         if length is None:
-            raise fail("pre.length", f"the model's input {target.describe()} takes any length; give length=SAMPLES so that items batch together")
+            raise fail(
+                "pre.length",
+                f"the model's input {target.describe()} takes any length; give length=SAMPLES so that items batch together",
+            )
         return cls(
             input=target.name,
             format=f.get("format", "wav"),
@@ -111,7 +141,14 @@ class AudioPre:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, **{k: v for k, v in asdict(self).items() if v is not None and k not in ("dtype", "channel_axis")}}
+        return {
+            "kind": self.kind,
+            **{
+                k: v
+                for k, v in asdict(self).items()
+                if v is not None and k not in ("dtype", "channel_axis")
+            },
+        }
 
     @property
     def input_names(self) -> list[str]:
@@ -122,12 +159,16 @@ class AudioPre:
         if self.format == "wav":
             samples, rate = read_wav(data, label=label)
             if self.rate is not None and rate != self.rate:
-                raise InputError(f"{label}: sampled at {rate} Hz, the model's declaration (pre.rate) says {self.rate}")
+                raise InputError(
+                    f"{label}: sampled at {rate} Hz, the model's declaration (pre.rate) says {self.rate}"
+                )
         else:
             samples = decode_pcm(data, self.format, self.channels, label=label)
         if samples.shape[1] != self.channels:
             if self.channels != 1:
-                raise InputError(f"{label}: {samples.shape[1]} channel(s), the model takes {self.channels}")
+                raise InputError(
+                    f"{label}: {samples.shape[1]} channel(s), the model takes {self.channels}"
+                )
             samples = samples.mean(axis=1, keepdims=True, dtype=np.float32)
         x = np.zeros((self.channels, self.length), np.float32)
         n = min(self.length, samples.shape[0])
@@ -147,7 +188,9 @@ def decode_pcm(data: bytes, fmt: str, channels: int, *, label: str = "item") -> 
     dtype, full = _RAW[fmt]
     width = np.dtype(dtype).itemsize * channels
     if len(data) % width:
-        raise InputError(f"{label}: {len(data)} bytes is not a whole number of {fmt} frames of {channels} channel(s)")
+        raise InputError(
+            f"{label}: {len(data)} bytes is not a whole number of {fmt} frames of {channels} channel(s)"
+        )
     x = np.frombuffer(data, dtype=dtype).reshape(-1, channels)
     if fmt == "u8":
         return (x.astype(np.float32) - 128) / 128
@@ -165,16 +208,22 @@ def read_wav(data: bytes, *, label: str = "item") -> tuple[np.ndarray, int]:
         body = data[pos + 8 : pos + 8 + size]
         if chunk == b"fmt " and len(body) >= 16:
             tag, channels, rate, _, _, bits = struct.unpack("<HHIIHH", body[:16])
-            if tag == 0xFFFE and len(body) >= 26:  # WAVE_FORMAT_EXTENSIBLE: the real tag opens the sub-format GUID
+            if (
+                tag == 0xFFFE and len(body) >= 26
+            ):  # WAVE_FORMAT_EXTENSIBLE: the real tag opens the sub-format GUID
                 tag = struct.unpack("<H", body[24:26])[0]
             fmt = (tag, channels, rate, bits)
         elif chunk == b"data" and fmt is not None:
             return _wav_samples(body, *fmt, label=label), fmt[2]
         pos += 8 + size + (size & 1)  # chunks are padded to an even size
-    raise InputError(f"{label}: WAV file without {'a fmt' if fmt is None else 'a data'} chunk (truncated?)")
+    raise InputError(
+        f"{label}: WAV file without {'a fmt' if fmt is None else 'a data'} chunk (truncated?)"
+    )
 
 
-def _wav_samples(body: bytes, tag: int, channels: int, rate: int, bits: int, *, label: str) -> np.ndarray:
+def _wav_samples(
+    body: bytes, tag: int, channels: int, rate: int, bits: int, *, label: str
+) -> np.ndarray:
     if channels < 1 or rate < 1:
         raise InputError(f"{label}: WAV header declares {channels} channels at {rate} Hz")
     width = bits // 8
@@ -188,6 +237,11 @@ def _wav_samples(body: bytes, tag: int, channels: int, rate: int, bits: int, *, 
         x = np.where(x >= 2**23, x - 2**24, x)
         return (x.astype(np.float32) / np.float32(2**23)).reshape(-1, channels)
     if tag == 3 and bits in (32, 64):
-        return np.frombuffer(body, "<f4" if bits == 32 else "<f8").astype(np.float32).reshape(-1, channels)
-    raise InputError(f"{label}: WAV encoding {tag} with {bits}-bit samples is not supported (use PCM or float)")
-
+        return (
+            np.frombuffer(body, "<f4" if bits == 32 else "<f8")
+            .astype(np.float32)
+            .reshape(-1, channels)
+        )
+    raise InputError(
+        f"{label}: WAV encoding {tag} with {bits}-bit samples is not supported (use PCM or float)"
+    )

@@ -164,6 +164,8 @@ def read_item(item: bytes | os.PathLike, *, label: str, kind: str) -> bytes:
             with open(item, "rb") as f:
                 return f.read()
         except OSError as exc:
-            raise InputError(f"{label}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+            raise InputError(
+                f"{label}: cannot be read ({exc.strerror or type(exc).__name__})"
+            ) from None
     # A string is not taken as a path: a server would otherwise open any file a client names.
     raise InputError(f"{label}: an {kind} model takes the file's bytes, got {type(item).__name__}")

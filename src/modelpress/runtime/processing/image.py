@@ -81,13 +81,17 @@ class ImagePre:
 
     # -- declaration ---------------------------------------------------------------------------
     @classmethod
-    def declare(cls, raw: dict[str, Any], model_inputs: list[Tensor], *, base: Path | None = None) -> ImagePre:
+    def declare(
+        cls, raw: dict[str, Any], model_inputs: list[Tensor], *, base: Path | None = None
+    ) -> ImagePre:
         """The declaration ``raw`` with its defaults taken from the model, checked against it."""
         f = convert_fields(raw, KEYS, where="pre")
         target = pick_input(f.get("input"), model_inputs, kind="image")
         dims = target.dims
         if dims is not None and len(dims) != 4:
-            raise fail("pre.input", f"image pre-processing feeds a 4-D input, {target.describe()} is not")
+            raise fail(
+                "pre.input", f"image pre-processing feeds a 4-D input, {target.describe()} is not"
+            )
         layout = f.get("layout") or _guess_layout(dims)
         c_axis, h_axis, w_axis = (1, 2, 3) if layout == "nchw" else (3, 1, 2)
         model_c = dims[c_axis] if dims else None
@@ -124,9 +128,15 @@ class ImagePre:
                 )
         dtype = f.get("dtype") or str(target.dtype)
         if dtype not in DTYPES:
-            raise fail("pre.dtype", f"the model's input {target.describe()} is not an image dtype ({', '.join(DTYPES)})")
+            raise fail(
+                "pre.dtype",
+                f"the model's input {target.describe()} is not an image dtype ({', '.join(DTYPES)})",
+            )
         if dtype != str(target.dtype):
-            raise fail("pre.dtype", f"{dtype} given, the model's input {target.describe()} takes {target.dtype}")
+            raise fail(
+                "pre.dtype",
+                f"{dtype} given, the model's input {target.describe()} takes {target.dtype}",
+            )
         is_float = dtype.startswith("float")
         if not is_float and any(k in f for k in ("scale", "mean", "std")):
             key = next(k for k in ("scale", "mean", "std") if k in f)
@@ -135,7 +145,10 @@ class ImagePre:
         std = f.get("std", (1.0,))
         for key, values in (("mean", mean), ("std", std)):
             if len(values) not in (1, channels):
-                raise fail(f"pre.{key}", f"{len(values)} values given, give 1 or one per channel ({channels})")
+                raise fail(
+                    f"pre.{key}",
+                    f"{len(values)} values given, give 1 or one per channel ({channels})",
+                )
         if any(s == 0 for s in std):
             raise fail("pre.std", "must not be 0")
         return cls(
@@ -155,7 +168,10 @@ class ImagePre:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("size")  # follows from resize and crop
-        return {"kind": self.kind, **{k: list(v) if isinstance(v, tuple) else v for k, v in d.items() if v is not None}}
+        return {
+            "kind": self.kind,
+            **{k: list(v) if isinstance(v, tuple) else v for k, v in d.items() if v is not None},
+        }
 
     @property
     def input_names(self) -> list[str]:
@@ -183,7 +199,9 @@ class ImagePre:
                     img = img.resize(_resized(img.size, self.resize), _filter(Image, self.interp))
                 pixels = np.asarray(img, dtype=np.uint8)
         except Image.UnidentifiedImageError:
-            raise InputError(f"{label}: not a {', '.join(FORMATS[:-1])} or {FORMATS[-1]} image") from None
+            raise InputError(
+                f"{label}: not a {', '.join(FORMATS[:-1])} or {FORMATS[-1]} image"
+            ) from None
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
             msg = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
             raise InputError(f"{label}: not a readable image ({msg})") from None

@@ -51,9 +51,15 @@ class Post:
     labels: tuple[str, ...] | None = None
 
     @classmethod
-    def declare(cls, raw: dict[str, Any], model_outputs: list[Tensor], *, base: Path | None = None) -> Post:
+    def declare(
+        cls, raw: dict[str, Any], model_outputs: list[Tensor], *, base: Path | None = None
+    ) -> Post:
         raw = dict(raw)
-        labels = _labels(raw.pop("labels")) if "labels" in raw and isinstance(raw["labels"], (list, tuple)) else None
+        labels = (
+            _labels(raw.pop("labels"))
+            if "labels" in raw and isinstance(raw["labels"], (list, tuple))
+            else None
+        )
         if labels is None and "labels" in raw:
             text = read_text_file("post.labels", raw.pop("labels"), base)
             labels = tuple(line.strip() for line in text.rstrip("\n").split("\n"))
@@ -62,7 +68,9 @@ class Post:
         name = f.get("output", names[0] if names else None)
         target = next((t for t in model_outputs if t.name == name), None)
         if target is None:
-            raise fail("post.output", f"the model has no output {name!r} (outputs: {', '.join(names)})")
+            raise fail(
+                "post.output", f"the model has no output {name!r} (outputs: {', '.join(names)})"
+            )
         if f.get("softmax") and f.get("sigmoid"):
             raise fail("post.sigmoid", "give softmax or sigmoid, not both")
         if f.get("argmax") and "topk" in f:
@@ -72,15 +80,24 @@ class Post:
         dims = target.dims
         if ranked and dims is not None:
             if len(dims) < 2 or any(d != 1 for d in dims[1:-1]):
-                raise fail("post.output", f"ranking classes needs a (batch, classes) output, {target.describe()} is not")
+                raise fail(
+                    "post.output",
+                    f"ranking classes needs a (batch, classes) output, {target.describe()} is not",
+                )
         classes = dims[-1] if dims else None
         if labels is not None:
             if not labels or not all(labels):
                 raise fail("post.labels", "every class needs a label: one non-empty line per class")
             if classes is not None and len(labels) != classes:
-                raise fail("post.labels", f"{len(labels)} labels for {classes} classes in the model's output {target.describe()}")
+                raise fail(
+                    "post.labels",
+                    f"{len(labels)} labels for {classes} classes in the model's output {target.describe()}",
+                )
         if topk is not None and classes is not None and topk > classes:
-            raise fail("post.topk", f"{topk} asked, the model's output {target.describe()} has {classes} classes")
+            raise fail(
+                "post.topk",
+                f"{topk} asked, the model's output {target.describe()} has {classes} classes",
+            )
         return cls(
             output=target.name,
             softmax=f.get("softmax", False),
@@ -124,7 +141,10 @@ class Post:
             return [{self.output: row.tolist()} for row in scores]
         scores = scores.reshape(scores.shape[0], -1)
         if self.labels is not None and scores.shape[1] != len(self.labels):
-            raise fail("post.labels", f"{len(self.labels)} labels for an output of {scores.shape[1]} classes")
+            raise fail(
+                "post.labels",
+                f"{len(self.labels)} labels for an output of {scores.shape[1]} classes",
+            )
         out = []
         for row in scores:
             order = np.argsort(-row, kind="stable")

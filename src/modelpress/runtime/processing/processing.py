@@ -59,7 +59,9 @@ class Processing:
         dict with ``kind``; ``post`` as ``"softmax,topk=5"`` or a dict. Relative file names
         (labels, tokenizer) are read from ``base`` (the spec file's folder; the current one)."""
         if pre is None and post is None:
-            raise OptionError("declare pre-processing (--pre), post-processing (--post) or both (--spec)")
+            raise OptionError(
+                "declare pre-processing (--pre), post-processing (--post) or both (--spec)"
+            )
         base = Path(base) if base is not None else None
         inputs, outputs = signature.inputs(model), signature.outputs(model)
         p = None
@@ -69,7 +71,10 @@ class Processing:
             fed = set(p.input_names)
             unfed = [t.name for t in inputs if t.name not in fed]
             if unfed:
-                raise fail("pre.input", f"the model's input {unfed[0]!r} is not fed by {kind} pre-processing")
+                raise fail(
+                    "pre.input",
+                    f"the model's input {unfed[0]!r} is not fed by {kind} pre-processing",
+                )
         q = Post.declare(parse_post(post), outputs, base=base) if post is not None else None
         return cls(p, q)
 
@@ -96,7 +101,9 @@ class Processing:
             if not isinstance(data, dict):
                 raise ValueError("not a JSON object")
         except ValueError as exc:
-            raise ModelLoadError(f"the model's {METADATA_KEY} metadata is not valid JSON ({exc})") from None
+            raise ModelLoadError(
+                f"the model's {METADATA_KEY} metadata is not valid JSON ({exc})"
+            ) from None
         if data.get("version") != VERSION:
             raise ModelLoadError(
                 f"the model's {METADATA_KEY} metadata has version {data.get('version')!r}; "
@@ -105,7 +112,9 @@ class Processing:
         try:
             return cls.declare(model, pre=data.get("pre"), post=data.get("post"))
         except OptionError as exc:
-            raise ModelLoadError(f"the processing stored in the model does not fit it: {exc}") from None
+            raise ModelLoadError(
+                f"the processing stored in the model does not fit it: {exc}"
+            ) from None
 
     # -- running -------------------------------------------------------------------------------
     def prepare(self, item: Any, *, label: str = "item") -> dict[str, np.ndarray]:
@@ -127,11 +136,16 @@ class Processing:
             return self.post.answers(outputs[self.post.output])
         rows = {name: np.asarray(v) for name, v in outputs.items()}
         n = next(iter(rows.values())).shape[0] if rows else 0
-        return [{name: v[i].tolist() for name, v in rows.items() if v.ndim and v.shape[0] == n} for i in range(n)]
+        return [
+            {name: v[i].tolist() for name, v in rows.items() if v.ndim and v.shape[0] == n}
+            for i in range(n)
+        ]
 
     def _pre(self) -> Pre:
         if self.pre is None:
-            raise OptionError("the model declares no pre-processing; give it model inputs instead of raw items")
+            raise OptionError(
+                "the model declares no pre-processing; give it model inputs instead of raw items"
+            )
         return self.pre
 
     def describe(self) -> list[str]:
@@ -153,7 +167,11 @@ class Processing:
 
 def _show(v: Any) -> str:
     if isinstance(v, list):
-        return "x".join(map(str, v)) if all(isinstance(x, int) for x in v) else ",".join(f"{x:g}" if isinstance(x, float) else str(x) for x in v)
+        return (
+            "x".join(map(str, v))
+            if all(isinstance(x, int) for x in v)
+            else ",".join(f"{x:g}" if isinstance(x, float) else str(x) for x in v)
+        )
     if isinstance(v, float):
         return f"{v:g}"
     return str(v)
@@ -165,7 +183,10 @@ def parse_pre(pre: str | dict) -> tuple[str, dict[str, Any]]:
         kind, sep, rest = pre.partition(":")
         kind = kind.strip().lower()
         if kind not in PRE_KINDS:
-            raise fail("pre", f"starts with the kind: {', '.join(k + ':' for k in PRE_KINDS)} (got {pre[:40]!r})")
+            raise fail(
+                "pre",
+                f"starts with the kind: {', '.join(k + ':' for k in PRE_KINDS)} (got {pre[:40]!r})",
+            )
         keys = {"image": image.KEYS, "text": text.KEYS, "audio": audio.KEYS}[kind]
         return kind, split_items(rest, set(keys), where="pre")
     if not isinstance(pre, dict):
@@ -196,14 +217,15 @@ def read_spec(path: str | Path) -> dict[str, Any]:
         raise OptionError(f"--spec {p}: cannot be read ({type(exc).__name__})") from None
     try:
         if p.suffix.lower() in (".yaml", ".yml"):
-
             yaml = require("yaml", extra="pipeline", purpose="a YAML declaration")
             data = yaml.safe_load(text)
         else:
             data = json.loads(text)
     except Exception as exc:  # noqa: BLE001 - both parsers raise their own error classes
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        raise OptionError(f"--spec {p}: not valid {'YAML' if p.suffix.lower() in ('.yaml', '.yml') else 'JSON'} ({first})") from None
+        raise OptionError(
+            f"--spec {p}: not valid {'YAML' if p.suffix.lower() in ('.yaml', '.yml') else 'JSON'} ({first})"
+        ) from None
     if not isinstance(data, dict):
         raise OptionError(f"--spec {p}: expected a mapping with pre and/or post")
     check_keys(data, {"pre", "post"}, where="spec")

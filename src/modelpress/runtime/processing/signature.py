@@ -54,5 +54,7 @@ def pick_input(name: str | None, model_inputs: list[Tensor], *, kind: str) -> Te
                 return t
         raise fail("pre.input", f"the model has no input {name!r} (inputs: {names})")
     if len(model_inputs) != 1:
-        raise fail("pre.input", f"the model has {len(model_inputs)} inputs ({names}); name the {kind} one")
+        raise fail(
+            "pre.input", f"the model has {len(model_inputs)} inputs ({names}); name the {kind} one"
+        )
     return model_inputs[0]

@@ -67,11 +67,16 @@ class TextPre:
     dtypes: tuple[tuple[str, str], ...]  # (input name, integer dtype) for each input fed
 
     @classmethod
-    def declare(cls, raw: dict[str, Any], model_inputs: list[Tensor], *, base: Path | None = None) -> TextPre:
+    def declare(
+        cls, raw: dict[str, Any], model_inputs: list[Tensor], *, base: Path | None = None
+    ) -> TextPre:
         raw = dict(raw)
         if "tokenizer" in raw:
             if "tokenizer_json" in raw:
-                raise fail("pre.tokenizer", "give tokenizer (a file) or tokenizer_json (its content), not both")
+                raise fail(
+                    "pre.tokenizer",
+                    "give tokenizer (a file) or tokenizer_json (its content), not both",
+                )
             raw["tokenizer_json"] = read_text_file("pre.tokenizer", raw.pop("tokenizer"), base)
         f = convert_fields(raw, KEYS, where="pre")
         if "tokenizer_json" not in f:
@@ -82,13 +87,17 @@ class TextPre:
         for role, default in ROLES:
             name = f.get(role)
             if name is not None and name not in by_name:
-                raise fail(f"pre.{role}", f"the model has no input {name!r} (inputs: {', '.join(by_name)})")
+                raise fail(
+                    f"pre.{role}", f"the model has no input {name!r} (inputs: {', '.join(by_name)})"
+                )
             if name is None and default in by_name:
                 name = default
             roles[role] = name
         if roles["ids"] is None:
             if len(model_inputs) != 1:
-                raise fail("pre.ids", f"name the model's token-id input (inputs: {', '.join(by_name)})")
+                raise fail(
+                    "pre.ids", f"name the model's token-id input (inputs: {', '.join(by_name)})"
+                )
             roles["ids"] = model_inputs[0].name
         seq = None
         for role, name in roles.items():
@@ -96,19 +105,28 @@ class TextPre:
                 continue
             t = by_name[name]
             if t.dims is not None and len(t.dims) != 2:
-                raise fail(f"pre.{role}", f"token inputs are (batch, sequence), {t.describe()} is not 2-D")
+                raise fail(
+                    f"pre.{role}", f"token inputs are (batch, sequence), {t.describe()} is not 2-D"
+                )
             if t.dtype.kind not in "iu":
                 raise fail(f"pre.{role}", f"token inputs are integers, {t.describe()} is not")
             if t.dims is not None and t.dims[1] is not None:
                 if seq is not None and seq != t.dims[1]:
-                    raise fail(f"pre.{role}", f"{t.describe()} has another sequence length than the other token inputs")
+                    raise fail(
+                        f"pre.{role}",
+                        f"{t.describe()} has another sequence length than the other token inputs",
+                    )
                 seq = t.dims[1]
         max_length = f.get("max_length") or seq or config.get("max_length") or DEFAULT_MAX_LENGTH
         if seq is not None and max_length != seq:
-            raise fail("pre.max_length", f"{max_length} given, the model takes sequences of exactly {seq}")
+            raise fail(
+                "pre.max_length", f"{max_length} given, the model takes sequences of exactly {seq}"
+            )
         padding = f.get("padding") or ("max_length" if seq is not None else "longest")
         if seq is not None and padding != "max_length":
-            raise fail("pre.padding", f"the model takes sequences of exactly {seq}: use padding=max_length")
+            raise fail(
+                "pre.padding", f"the model takes sequences of exactly {seq}: use padding=max_length"
+            )
         return cls(
             tokenizer_json=f["tokenizer_json"],
             max_length=max_length,
@@ -199,9 +217,13 @@ def _tokenizer_config(text: str) -> dict[str, int]:
         data = json.loads(text)
     except Exception as exc:  # noqa: BLE001 - the library raises bare Exceptions for bad files
         msg = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-        raise fail("pre.tokenizer", f"not a tokenizer.json the tokenizers library can read ({msg})") from None
+        raise fail(
+            "pre.tokenizer", f"not a tokenizer.json the tokenizers library can read ({msg})"
+        ) from None
     config: dict[str, int] = {}
-    if isinstance(data.get("truncation"), dict) and isinstance(data["truncation"].get("max_length"), int):
+    if isinstance(data.get("truncation"), dict) and isinstance(
+        data["truncation"].get("max_length"), int
+    ):
         config["max_length"] = data["truncation"]["max_length"]
     if isinstance(data.get("padding"), dict) and isinstance(data["padding"].get("pad_id"), int):
         config["pad_id"] = data["padding"]["pad_id"]

@@ -27,7 +27,6 @@ def __getattr__(name: str):
     if name in _LAZY:
         import importlib
 
-
         require("torch", extra="torch", purpose="the PyTorch backend")
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -35,16 +35,22 @@ class TorchPrepared:
         torch = self._torch
         missing = [n for n in self.input_names if n not in feeds]
         if missing:
-            raise InputError(f"missing input {missing[0]!r}; the model's inputs: {', '.join(self.input_names)}")
+            raise InputError(
+                f"missing input {missing[0]!r}; the model's inputs: {', '.join(self.input_names)}"
+            )
         known = set(self.input_names) | set(self.module.optional_input_names)
         tensors = {}
         for name, array in feeds.items():
             if name not in known:
-                raise InputError(f"unknown input {name!r}; the model's inputs: {', '.join(self.input_names)}")
+                raise InputError(
+                    f"unknown input {name!r}; the model's inputs: {', '.join(self.input_names)}"
+                )
             try:
                 tensors[name] = self._from_numpy(array).to(self.device)
             except TypeError as exc:
-                raise InputError(f"input {name!r}: {exc}; the PyTorch backend cannot take it") from None
+                raise InputError(
+                    f"input {name!r}: {exc}; the PyTorch backend cannot take it"
+                ) from None
         with torch.no_grad():
             outputs = self.module(**tensors)  # through __call__, so a compiled forward is used
         if not isinstance(outputs, tuple):
@@ -62,15 +68,25 @@ class TorchBackend:
 
     def devices(self) -> list[str]:
         torch = _torch()
-        found = [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+        found = (
+            [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+            if torch.cuda.is_available()
+            else []
+        )
         if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
             found.append("mps")
         return found + ["cpu"]
 
-    def prepare(self, model: ir.Model, *, device: str = "cpu", compile: bool = False) -> TorchPrepared:
+    def prepare(
+        self, model: ir.Model, *, device: str = "cpu", compile: bool = False
+    ) -> TorchPrepared:
         available = self.devices()
-        if device not in available and not (device == "cuda" and any(d.startswith("cuda") for d in available)):
-            raise OptionError(f"device {device!r} is not available to the torch backend; available: {', '.join(available)}")
+        if device not in available and not (
+            device == "cuda" and any(d.startswith("cuda") for d in available)
+        ):
+            raise OptionError(
+                f"device {device!r} is not available to the torch backend; available: {', '.join(available)}"
+            )
         return TorchPrepared(model, device=device, compile=compile)
 
 

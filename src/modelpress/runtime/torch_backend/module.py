@@ -59,12 +59,22 @@ from modelpress.runtime.torch_backend.shapes import SHAPE_FNS, Small, const_smal
 
 # Input slots that hold statistics or settings, not weights: (op_type, input index).
 _NOT_TRAINABLE = {
-    ("BatchNormalization", 3), ("BatchNormalization", 4),
-    ("Resize", 1), ("Resize", 2), ("Upsample", 1),
-    ("Clip", 1), ("Clip", 2), ("Pad", 2),
-    ("QuantizeLinear", 1), ("QuantizeLinear", 2),
-    ("DequantizeLinear", 1), ("DequantizeLinear", 2),
-    ("ConstantOfShape", 0), ("Range", 0), ("Range", 1), ("Range", 2),
+    ("BatchNormalization", 3),
+    ("BatchNormalization", 4),
+    ("Resize", 1),
+    ("Resize", 2),
+    ("Upsample", 1),
+    ("Clip", 1),
+    ("Clip", 2),
+    ("Pad", 2),
+    ("QuantizeLinear", 1),
+    ("QuantizeLinear", 2),
+    ("DequantizeLinear", 1),
+    ("DequantizeLinear", 2),
+    ("ConstantOfShape", 0),
+    ("Range", 0),
+    ("Range", 1),
+    ("Range", 2),
 }
 _FLOAT_TYPES = {ir.DataType.FLOAT, ir.DataType.DOUBLE, ir.DataType.FLOAT16, ir.DataType.BFLOAT16}
 
@@ -150,7 +160,9 @@ class _Program:
             for attr_name, attr in node.attributes.items():
                 if attr.type == ir.AttributeType.GRAPH:
                     module._graph_count += 1
-                    subgraphs[attr_name] = _Program(attr.value, module, opsets, module._graph_count, consts)
+                    subgraphs[attr_name] = _Program(
+                        attr.value, module, opsets, module._graph_count, consts
+                    )
             in_names = [v.name if v is not None else "" for v in node.inputs]
             ctx = NodeContext(
                 node,
@@ -164,7 +176,9 @@ class _Program:
             if domain == "" and node.op_type in SHAPE_FNS:
                 step.shape_fn = SHAPE_FNS[node.op_type]
                 step.const_smalls = [
-                    const_small(c, shp, from_numpy(np.asarray(consts[n]).reshape(-1)[:0]).dtype) if c is not None else None
+                    const_small(c, shp, from_numpy(np.asarray(consts[n]).reshape(-1)[:0]).dtype)
+                    if c is not None
+                    else None
                     for c, shp, n in zip(ctx.consts, ctx.const_shapes, in_names, strict=True)
                 ]
             folded = None if step.scoped or key in _NOT_FOLDED else _fold(step, consts)
@@ -176,7 +190,9 @@ class _Program:
                 self.tensors.append((name, attr))
                 consts[name] = array
 
-    def run(self, module: OnnxModule, feeds: dict[str, torch.Tensor], outer: dict | None = None) -> list[torch.Tensor]:
+    def run(
+        self, module: OnnxModule, feeds: dict[str, torch.Tensor], outer: dict | None = None
+    ) -> list[torch.Tensor]:
         env: dict[str, Any] = dict(outer) if outer else {}
         for name, attr in self.tensors:
             env[name] = getattr(module, attr)
@@ -219,7 +235,9 @@ class _Program:
             if step is None:
                 raise
             msg = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-            raise NodeRunError(f"node {step.ctx.name!r} ({step.ctx.op_type}) failed: {msg}") from exc
+            raise NodeRunError(
+                f"node {step.ctx.name!r} ({step.ctx.op_type}) failed: {msg}"
+            ) from exc
         return [env[n] if n in env else mirror[n].tensor(device) for n in self.outputs]
 
     @staticmethod
@@ -240,7 +258,13 @@ class _Program:
 
 
 # Nodes never folded: random ones, and ones whose result may be large even from small inputs.
-_NOT_FOLDED = {("", "Dropout"), ("", "ConstantOfShape"), ("", "Expand"), ("", "Tile"), ("", "Range")}
+_NOT_FOLDED = {
+    ("", "Dropout"),
+    ("", "ConstantOfShape"),
+    ("", "Expand"),
+    ("", "Tile"),
+    ("", "Range"),
+}
 _FOLD_LIMIT = 4096
 
 
@@ -280,7 +304,9 @@ def _constant_value(node: ir.Node, label: str) -> np.ndarray:
             return np.array(v, dtype=np.int64)
         if key == "value_ints":
             return np.array(list(v), dtype=np.int64)
-    raise UnsupportedOpError(f"node {label!r}: a Constant of this kind (sparse or string) is not supported by the PyTorch backend")
+    raise UnsupportedOpError(
+        f"node {label!r}: a Constant of this kind (sparse or string) is not supported by the PyTorch backend"
+    )
 
 
 class OnnxModule(nn.Module):
@@ -305,7 +331,15 @@ class OnnxModule(nn.Module):
         self.optional_input_names = [n for n in self.program.inputs if n in initialized]
         self.output_names = list(self.program.outputs)
 
-    def _register(self, graph_index: int, name: str, array: np.ndarray, *, trainable: bool, constant: bool = False) -> str:
+    def _register(
+        self,
+        graph_index: int,
+        name: str,
+        array: np.ndarray,
+        *,
+        trainable: bool,
+        constant: bool = False,
+    ) -> str:
         base = re.sub(r"\W", "_", name) or "t"
         if base[0].isdigit():
             base = "t_" + base
@@ -330,12 +364,16 @@ class OnnxModule(nn.Module):
         feeds.update(named)
         missing = [n for n in self.input_names if n not in feeds]
         if missing:
-            raise NodeRunError(f"missing input {missing[0]!r}; the model's inputs: {', '.join(self.input_names)}")
+            raise NodeRunError(
+                f"missing input {missing[0]!r}; the model's inputs: {', '.join(self.input_names)}"
+            )
         outputs = self.program.run(self, feeds)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
-def to_torch(model: ir.Model, *, compile: bool = False, device: str | torch.device | None = None) -> OnnxModule:
+def to_torch(
+    model: ir.Model, *, compile: bool = False, device: str | torch.device | None = None
+) -> OnnxModule:
     """Build an ``OnnxModule`` for ``model`` (optionally moved to ``device`` and compiled).
 
     Raises ``UnsupportedOpError`` naming the first node whose op the backend does not implement.

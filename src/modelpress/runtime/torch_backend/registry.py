@@ -97,9 +97,7 @@ class NodeContext:
         self.name = node.name or f"#{index}"
         self.opset = opset
         self.attrs = {
-            k: attr_value(a)
-            for k, a in node.attributes.items()
-            if a.type != ir.AttributeType.GRAPH
+            k: attr_value(a) for k, a in node.attributes.items() if a.type != ir.AttributeType.GRAPH
         }
         # the values of small tensor attributes as Python numbers (ConstantOfShape's value)
         self.attr_values = {
@@ -109,8 +107,13 @@ class NodeContext:
         }
         # Python values, not arrays: TorchDynamo would trace numpy arrays as tensors.
         small = [c is not None and np.asarray(c).size <= _MAX_CONST for c in consts]
-        self.consts = [tuple(np.asarray(c).reshape(-1).tolist()) if ok else None for c, ok in zip(consts, small, strict=True)]
-        self.const_shapes = [tuple(np.asarray(c).shape) if ok else None for c, ok in zip(consts, small, strict=True)]
+        self.consts = [
+            tuple(np.asarray(c).reshape(-1).tolist()) if ok else None
+            for c, ok in zip(consts, small, strict=True)
+        ]
+        self.const_shapes = [
+            tuple(np.asarray(c).shape) if ok else None for c, ok in zip(consts, small, strict=True)
+        ]
         # The inputs' values when the program computed them in Python (shapes.py); only set on
         # the per-run copies ``with_known`` makes, never on the shared context.
         self.known: list[tuple | None] | None = None
@@ -209,5 +212,9 @@ def to_numpy(tensor: torch.Tensor) -> np.ndarray:
         if tensor.dtype == dtype:
             import ml_dtypes
 
-            return tensor.view(torch.uint16 if bits is np.uint16 else torch.uint8).numpy().view(getattr(ml_dtypes, name))
+            return (
+                tensor.view(torch.uint16 if bits is np.uint16 else torch.uint8)
+                .numpy()
+                .view(getattr(ml_dtypes, name))
+            )
     return tensor.numpy()

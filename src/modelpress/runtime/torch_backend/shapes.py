@@ -36,7 +36,7 @@ def _small(values, dtype, scalar=False) -> Small:
 
 
 def _shape(ctx, x):
-    dims = list(x.shape)[ctx.attr("start", 0):ctx.attr("end")]
+    dims = list(x.shape)[ctx.attr("start", 0) : ctx.attr("end")]
     return _small(dims, torch.int64)
 
 
@@ -86,7 +86,11 @@ def _trunc_div(a, b):
 
 def _elementwise(fn, result_dtype=None):
     def kernel(ctx, a, b):
-        if a.dtype != b.dtype or a.dtype.is_floating_point or (a.shape and b.shape and a.shape != b.shape):
+        if (
+            a.dtype != b.dtype
+            or a.dtype.is_floating_point
+            or (a.shape and b.shape and a.shape != b.shape)
+        ):
             return None
         shape = a.shape or b.shape
         n = shape[0] if shape else 1
@@ -97,17 +101,24 @@ def _elementwise(fn, result_dtype=None):
             if any(v == 0 for v in bv):
                 return None
             f = _trunc_div
-        return Small(shape, tuple(f(x, y) for x, y in zip(av, bv, strict=True)), result_dtype or a.dtype)
+        return Small(
+            shape, tuple(f(x, y) for x, y in zip(av, bv, strict=True)), result_dtype or a.dtype
+        )
 
     return kernel
 
 
 def _slice(ctx, data, starts=None, ends=None, axes=None, steps=None):
-    if starts is None or ends is None or len(data.shape) != 1 or (axes is not None and list(axes.values) not in ([0], [-1])):
+    if (
+        starts is None
+        or ends is None
+        or len(data.shape) != 1
+        or (axes is not None and list(axes.values) not in ([0], [-1]))
+    ):
         return None
     step = steps.values[0] if steps is not None else 1
     # Python slicing clamps out-of-range bounds the way ONNX Slice does for 1-D data
-    return _small(data.values[starts.values[0]:ends.values[0]:step], data.dtype)
+    return _small(data.values[starts.values[0] : ends.values[0] : step], data.dtype)
 
 
 def _where(ctx, cond, a, b):

@@ -25,19 +25,28 @@ def loop(ctx, env, module, trip_count=None, cond=None, *carried):
     keep = True if cond is None else bool(ctx.scalar(1, cond))
     carried = list(carried)
     n = len(carried)
-    device = next((t.device for t in [trip_count, cond, *carried] if isinstance(t, torch.Tensor)), torch.device("cpu"))
+    device = next(
+        (t.device for t in [trip_count, cond, *carried] if isinstance(t, torch.Tensor)),
+        torch.device("cpu"),
+    )
     scans: list[list[torch.Tensor]] = [[] for _ in range(len(body.outputs) - 1 - n)]
     i = 0
     while keep and (max_trip is None or i < max_trip):
-        feeds = dict(zip(body.inputs, [
-            torch.tensor(i, dtype=torch.int64, device=device),
-            torch.tensor(keep, dtype=torch.bool, device=device),
-            *carried,
-        ], strict=False))
+        feeds = dict(
+            zip(
+                body.inputs,
+                [
+                    torch.tensor(i, dtype=torch.int64, device=device),
+                    torch.tensor(keep, dtype=torch.bool, device=device),
+                    *carried,
+                ],
+                strict=False,
+            )
+        )
         outs = body.run(module, feeds, env)
         keep = bool(outs[0].reshape(-1)[0].item())
-        carried = list(outs[1:1 + n])
-        for j, s in enumerate(outs[1 + n:]):
+        carried = list(outs[1 : 1 + n])
+        for j, s in enumerate(outs[1 + n :]):
             scans[j].append(s)
         i += 1
     stacked = [torch.stack(s) if s else torch.zeros(0, device=device) for s in scans]
@@ -49,7 +58,7 @@ def scan(ctx, env, module, *args):
     body = ctx.subgraphs["body"]
     m = ctx.attr("num_scan_inputs")
     states = list(args[: len(args) - m])
-    inputs = args[len(args) - m:]
+    inputs = args[len(args) - m :]
     n = len(states)
     in_axes = ctx.attr("scan_input_axes") or [0] * m
     in_dirs = ctx.attr("scan_input_directions") or [0] * m
@@ -60,7 +69,10 @@ def scan(ctx, env, module, *args):
     steps = inputs[0].shape[in_axes[0]]
     scans: list[list[torch.Tensor]] = [[] for _ in range(k)]
     for t in range(steps):
-        slices = [x.select(a, steps - 1 - t if d else t) for x, a, d in zip(inputs, in_axes, in_dirs, strict=False)]
+        slices = [
+            x.select(a, steps - 1 - t if d else t)
+            for x, a, d in zip(inputs, in_axes, in_dirs, strict=False)
+        ]
         outs = body.run(module, dict(zip(body.inputs, states + slices, strict=False)), env)
         states = list(outs[:n])
         for j, s in enumerate(outs[n:]):

@@ -79,7 +79,10 @@ def conv_transpose(ctx, x, w, b=None):
     out_pad = list(ctx.attr("output_padding") or [0] * n)
     group = ctx.attr("group", 1)
     spatial = list(x.shape[2:])
-    full = [s * (i - 1) + op_ + (k - 1) * d + 1 for i, s, op_, k, d in zip(spatial, strides, out_pad, kernel, dilations, strict=False)]
+    full = [
+        s * (i - 1) + op_ + (k - 1) * d + 1
+        for i, s, op_, k, d in zip(spatial, strides, out_pad, kernel, dilations, strict=False)
+    ]
     output_shape = ctx.attr("output_shape")
     auto = ctx.attr("auto_pad", "NOTSET")
     if output_shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
@@ -102,7 +105,9 @@ def conv_transpose(ctx, x, w, b=None):
         begin, end = list(pads[:n]), list(pads[n:])
     y = _CONV_T[n](x, w, None, strides, 0, 0, group, dilations)
     # output_padding adds rows at the end that no input reaches; negative pads crop.
-    y = F.pad(y, _torch_pad([-p for p in begin], [op_ - p for op_, p in zip(out_pad, end, strict=False)]))
+    y = F.pad(
+        y, _torch_pad([-p for p in begin], [op_ - p for op_, p in zip(out_pad, end, strict=False)])
+    )
     if b is not None:
         y = y + b.reshape((1, -1) + (1,) * n)
     return y
@@ -157,7 +162,9 @@ def max_pool(ctx, x):
         for c, size in zip(coords, spatial, strict=False):
             flat = flat * size + c
     plane = math.prod(spatial)
-    nc = torch.arange(x.shape[0] * x.shape[1], device=x.device).reshape(x.shape[0], x.shape[1], *([1] * n))
+    nc = torch.arange(x.shape[0] * x.shape[1], device=x.device).reshape(
+        x.shape[0], x.shape[1], *([1] * n)
+    )
     return y, flat + nc * plane
 
 
@@ -172,11 +179,20 @@ def average_pool(ctx, x):
     n, kernel, strides, dilations, begin, end = _geometry(ctx, x)
     ceil = bool(ctx.attr("ceil_mode", 0))
     include = bool(ctx.attr("count_include_pad", 0))
-    if begin == end and all(p <= k // 2 for p, k in zip(begin, kernel, strict=False)) and all(d == 1 for d in dilations):
+    if (
+        begin == end
+        and all(p <= k // 2 for p, k in zip(begin, kernel, strict=False))
+        and all(d == 1 for d in dilations)
+    ):
         return _AVG_POOL[n](x, kernel, strides, begin, ceil, include)
     extra = [0] * n
     if ceil:
-        extra = [_ceil_extra(sz, k, s, d, b, e) for sz, k, s, d, b, e in zip(x.shape[2:], kernel, strides, dilations, begin, end, strict=False)]
+        extra = [
+            _ceil_extra(sz, k, s, d, b, e)
+            for sz, k, s, d, b, e in zip(
+                x.shape[2:], kernel, strides, dilations, begin, end, strict=False
+            )
+        ]
     ends = [e + x_ for e, x_ in zip(end, extra, strict=False)]
     xp = F.pad(x, _torch_pad(begin, ends))
     mask = torch.ones((1, 1, *x.shape[2:]), dtype=x.dtype, device=x.device)
@@ -196,7 +212,12 @@ def lp_pool(ctx, x):
     p = ctx.attr("p", 2)
     xp = F.pad(torch.abs(x) ** p, _torch_pad(begin, end))
     if ctx.attr("ceil_mode", 0):
-        extra = [_ceil_extra(sz, k, s, d, b, e) for sz, k, s, d, b, e in zip(x.shape[2:], kernel, strides, dilations, begin, end, strict=False)]
+        extra = [
+            _ceil_extra(sz, k, s, d, b, e)
+            for sz, k, s, d, b, e in zip(
+                x.shape[2:], kernel, strides, dilations, begin, end, strict=False
+            )
+        ]
         xp = F.pad(xp, _torch_pad([0] * n, extra))
     return _window_sum(xp, kernel, strides, dilations) ** (1.0 / p)
 

@@ -9,13 +9,30 @@ import torch
 from modelpress.runtime.torch_backend.registry import op, torch_dtype
 
 _UNARY = {
-    "Abs": torch.abs, "Neg": torch.neg, "Sqrt": torch.sqrt, "Reciprocal": torch.reciprocal,
-    "Exp": torch.exp, "Log": torch.log, "Ceil": torch.ceil, "Floor": torch.floor,
+    "Abs": torch.abs,
+    "Neg": torch.neg,
+    "Sqrt": torch.sqrt,
+    "Reciprocal": torch.reciprocal,
+    "Exp": torch.exp,
+    "Log": torch.log,
+    "Ceil": torch.ceil,
+    "Floor": torch.floor,
     "Round": torch.round,  # half to even, as ONNX
-    "Sign": torch.sign, "Sin": torch.sin, "Cos": torch.cos, "Tan": torch.tan, "Asin": torch.asin,
-    "Acos": torch.acos, "Atan": torch.atan, "Sinh": torch.sinh, "Cosh": torch.cosh,
-    "Asinh": torch.asinh, "Acosh": torch.acosh, "Atanh": torch.atanh, "Erf": torch.erf,
-    "IsNaN": torch.isnan, "Not": torch.logical_not,
+    "Sign": torch.sign,
+    "Sin": torch.sin,
+    "Cos": torch.cos,
+    "Tan": torch.tan,
+    "Asin": torch.asin,
+    "Acos": torch.acos,
+    "Atan": torch.atan,
+    "Sinh": torch.sinh,
+    "Cosh": torch.cosh,
+    "Asinh": torch.asinh,
+    "Acosh": torch.acosh,
+    "Atanh": torch.atanh,
+    "Erf": torch.erf,
+    "IsNaN": torch.isnan,
+    "Not": torch.logical_not,
 }
 
 
@@ -27,10 +44,19 @@ for _name, _fn in _UNARY.items():
     op(_name)(_unary(_fn))
 
 _BINARY = {
-    "Add": torch.add, "Sub": torch.sub, "Mul": torch.mul,
-    "Equal": torch.eq, "Greater": torch.gt, "Less": torch.lt, "GreaterOrEqual": torch.ge,
-    "LessOrEqual": torch.le, "And": torch.logical_and, "Or": torch.logical_or,
-    "Xor": torch.logical_xor, "BitwiseAnd": torch.bitwise_and, "BitwiseOr": torch.bitwise_or,
+    "Add": torch.add,
+    "Sub": torch.sub,
+    "Mul": torch.mul,
+    "Equal": torch.eq,
+    "Greater": torch.gt,
+    "Less": torch.lt,
+    "GreaterOrEqual": torch.ge,
+    "LessOrEqual": torch.le,
+    "And": torch.logical_and,
+    "Or": torch.logical_or,
+    "Xor": torch.logical_xor,
+    "BitwiseAnd": torch.bitwise_and,
+    "BitwiseOr": torch.bitwise_or,
     "BitwiseXor": torch.bitwise_xor,
 }
 

@@ -27,7 +27,7 @@ def gather(ctx, x, indices):
         return x.select(axis, i + x.shape[axis] if i < 0 else i)
     idx = _normalize(indices, x.shape[axis])
     out = x.index_select(axis, idx.reshape(-1))
-    return out.reshape(tuple(x.shape[:axis]) + tuple(idx.shape) + tuple(x.shape[axis + 1:]))
+    return out.reshape(tuple(x.shape[:axis]) + tuple(idx.shape) + tuple(x.shape[axis + 1 :]))
 
 
 @op("GatherElements")
@@ -54,7 +54,7 @@ def gather_nd(ctx, x, indices):
     b = ctx.attr("batch_dims", 0)
     xb, index, k = _nd_index(x, indices, b)
     out = xb[index]
-    return out.reshape(tuple(indices.shape[:-1]) + tuple(x.shape[b + k:]))
+    return out.reshape(tuple(indices.shape[:-1]) + tuple(x.shape[b + k :]))
 
 
 _REDUCE = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
@@ -148,5 +148,3 @@ def reverse_sequence(ctx, x, lengths):
     shape[batch_axis] = x.shape[batch_axis]
     src = src.reshape(shape).expand(x.shape)
     return torch.gather(x, time_axis, src)
-
-

@@ -54,6 +54,11 @@ def _centered(x, zp):
 
 @op("MatMulInteger")
 def matmul_integer(ctx, a, b, a_zero=None, b_zero=None):
-    a = _centered(a, None if a_zero is None else (a_zero.reshape(-1, 1) if a_zero.dim() == 1 and a_zero.numel() > 1 else a_zero))
+    a = _centered(
+        a,
+        None
+        if a_zero is None
+        else (a_zero.reshape(-1, 1) if a_zero.dim() == 1 and a_zero.numel() > 1 else a_zero),
+    )
     b = _centered(b, b_zero)
     return torch.matmul(a, b).to(torch.int32)

@@ -20,7 +20,9 @@ def batch_norm(ctx, x, scale, bias, mean, var):
         shape = (1, -1) + (1,) * (x.dim() - 2)
         bmean = x.mean(dim=dims)
         bvar = x.var(dim=dims, unbiased=False)
-        y = (x - bmean.reshape(shape)) / torch.sqrt(bvar.reshape(shape) + eps) * scale.reshape(shape) + bias.reshape(shape)
+        y = (x - bmean.reshape(shape)) / torch.sqrt(bvar.reshape(shape) + eps) * scale.reshape(
+            shape
+        ) + bias.reshape(shape)
         momentum = ctx.attr("momentum", 0.9)
         return y, mean * momentum + bmean * (1 - momentum), var * momentum + bvar * (1 - momentum)
     y = F.batch_norm(x, mean, var, scale, bias, False, 0.0, eps)
@@ -37,7 +39,12 @@ def layer_norm(ctx, x, scale, bias=None):
     axis = axis_of(ctx.attr("axis", -1), x.dim())
     eps = ctx.attr("epsilon", 1e-5)
     norm_shape = tuple(x.shape[axis:])
-    if ctx.num_outputs == 1 and tuple(scale.shape) == norm_shape and (bias is None or tuple(bias.shape) == norm_shape) and x.dtype == torch.float32:
+    if (
+        ctx.num_outputs == 1
+        and tuple(scale.shape) == norm_shape
+        and (bias is None or tuple(bias.shape) == norm_shape)
+        and x.dtype == torch.float32
+    ):
         return F.layer_norm(x, norm_shape, scale, bias, eps)
     xs = _stash(ctx, x)
     dims = tuple(range(axis, x.dim()))
@@ -88,7 +95,11 @@ def group_norm(ctx, x, scale, bias):
 def lp_norm(ctx, x):
     axis = axis_of(ctx.attr("axis", -1), x.dim())
     p = ctx.attr("p", 2)
-    norm = torch.abs(x).sum(dim=axis, keepdim=True) if p == 1 else torch.sqrt((x * x).sum(dim=axis, keepdim=True))
+    norm = (
+        torch.abs(x).sum(dim=axis, keepdim=True)
+        if p == 1
+        else torch.sqrt((x * x).sum(dim=axis, keepdim=True))
+    )
     # a zero vector stays zero (the reference divides 0 by 0 and keeps 0)
     return torch.where(norm == 0, torch.zeros_like(x), x / norm)
 

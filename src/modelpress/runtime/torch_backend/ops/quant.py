@@ -68,7 +68,9 @@ def dequantize_linear(ctx, x, scale, zero_point=None):
         if zero_point is not None:
             v = v - _expand(zero_point, x, axis, block).to(torch.int64)
         v = v.to(torch.float32)
-    out_dtype = torch_dtype(ctx.attr("output_dtype"), ctx) if ctx.attr("output_dtype") else scale.dtype
+    out_dtype = (
+        torch_dtype(ctx.attr("output_dtype"), ctx) if ctx.attr("output_dtype") else scale.dtype
+    )
     return (v * s.to(torch.float32)).to(out_dtype)
 
 
@@ -86,8 +88,12 @@ def dynamic_quantize_linear(ctx, x):
 def _dequant(q, scale, zp, axis_shape=None):
     v = q.to(torch.float64)
     if zp is not None:
-        v = v - (zp.to(torch.float64) if axis_shape is None else zp.to(torch.float64).reshape(axis_shape))
-    return v, scale.to(torch.float64) if axis_shape is None or scale.numel() == 1 else scale.to(torch.float64).reshape(axis_shape)
+        v = v - (
+            zp.to(torch.float64) if axis_shape is None else zp.to(torch.float64).reshape(axis_shape)
+        )
+    return v, scale.to(torch.float64) if axis_shape is None or scale.numel() == 1 else scale.to(
+        torch.float64
+    ).reshape(axis_shape)
 
 
 @op("QLinearMatMul")
@@ -110,7 +116,11 @@ def _conv_int(ctx, x, w, x_zp, w_zp):
     xv = x.to(torch.float64) - (0 if x_zp is None else x_zp.to(torch.float64).reshape(()))
     wv = w.to(torch.float64)
     if w_zp is not None:
-        wv = wv - (w_zp.to(torch.float64).reshape(-1, *([1] * (w.dim() - 1))) if w_zp.numel() > 1 else w_zp.to(torch.float64).reshape(()))
+        wv = wv - (
+            w_zp.to(torch.float64).reshape(-1, *([1] * (w.dim() - 1)))
+            if w_zp.numel() > 1
+            else w_zp.to(torch.float64).reshape(())
+        )
     xv = F.pad(xv, _torch_pad(begin, end))
     return _CONV[n](xv, wv, None, strides, 0, dilations, ctx.attr("group", 1))
 

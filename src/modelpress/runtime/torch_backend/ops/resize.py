@@ -34,7 +34,9 @@ def _coords(mode, out_size, in_size, scale, roi_start, roi_end):
         return x / scale
     if mode == "tf_crop_and_resize":
         if out_size > 1:
-            return roi_start * (in_size - 1) + x * (roi_end - roi_start) * (in_size - 1) / (in_size * scale - 1)
+            return roi_start * (in_size - 1) + x * (roi_end - roi_start) * (in_size - 1) / (
+                in_size * scale - 1
+            )
         return torch.full_like(x, 0.5 * (roi_start + roi_end) * (in_size - 1))
     raise ValueError(f"unknown coordinate_transformation_mode {mode!r}")
 
@@ -84,7 +86,10 @@ def _resize_axis(x, axis, coords, *, mode, rounding, cubic_a, exclude_outside):
     weights = _cubic_weights(t, cubic_a)
     idxs = [base + k for k in (-1, 0, 1, 2)]
     if exclude_outside:
-        weights = [torch.where((i >= 0) & (i < n), w, torch.zeros_like(w)) for i, w in zip(idxs, weights, strict=False)]
+        weights = [
+            torch.where((i >= 0) & (i < n), w, torch.zeros_like(w))
+            for i, w in zip(idxs, weights, strict=False)
+        ]
         total = sum(weights)
         weights = [w / total for w in weights]
     out = 0
@@ -139,8 +144,13 @@ def resize(ctx, x, roi=None, scales=None, sizes=None):
             bad = bad.reshape(shape).to(x.device)
             outside = bad if outside is None else outside | bad
         x = _resize_axis(
-            x, a, coords, mode=mode, rounding=rounding,
-            cubic_a=ctx.attr("cubic_coeff_a", -0.75), exclude_outside=ctx.attr("exclude_outside", 0),
+            x,
+            a,
+            coords,
+            mode=mode,
+            rounding=rounding,
+            cubic_a=ctx.attr("cubic_coeff_a", -0.75),
+            exclude_outside=ctx.attr("exclude_outside", 0),
         )
     if outside is not None:
         fill = torch.tensor(ctx.attr("extrapolation_value", 0.0), dtype=x.dtype, device=x.device)
@@ -158,5 +168,7 @@ def upsample(ctx, x, scales=None):
             continue
         out = int(math.floor(x.shape[a] * s))
         coords = _coords("asymmetric", out, x.shape[a], s, 0.0, 1.0)
-        x = _resize_axis(x, a, coords, mode=mode, rounding="floor", cubic_a=-0.75, exclude_outside=0)
+        x = _resize_axis(
+            x, a, coords, mode=mode, rounding="floor", cubic_a=-0.75, exclude_outside=0
+        )
     return x

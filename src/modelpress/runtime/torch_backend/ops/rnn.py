@@ -31,7 +31,14 @@ def _activation(name, alpha, beta):
     return table[name]
 
 
-_DEFAULT_ALPHA = {"affine": 1.0, "leakyrelu": 0.01, "thresholdedrelu": 1.0, "scaledtanh": 1.0, "hardsigmoid": 0.2, "elu": 1.0}
+_DEFAULT_ALPHA = {
+    "affine": 1.0,
+    "leakyrelu": 0.01,
+    "thresholdedrelu": 1.0,
+    "scaledtanh": 1.0,
+    "hardsigmoid": 0.2,
+    "elu": 1.0,
+}
 _DEFAULT_BETA = {"affine": 0.0, "scaledtanh": 1.0, "hardsigmoid": 0.5}
 
 
@@ -46,7 +53,7 @@ def _activations(ctx, defaults, num_dir):
         beta = betas.pop(0) if key in _DEFAULT_BETA and betas else _DEFAULT_BETA.get(key, 0.0)
         fns.append(_activation(name, alpha, beta))
     per = len(defaults)
-    return [fns[d * per:(d + 1) * per] for d in range(num_dir)]
+    return [fns[d * per : (d + 1) * per] for d in range(num_dir)]
 
 
 def _time_index(steps, lens, device):
@@ -71,14 +78,18 @@ def _run(ctx, x, w, r, b, lens, init_states, cell, num_gates):
     for d in range(num_dir):
         reverse = direction == "reverse" or d == 1
         wd, rd = w[d], r[d]
-        bd = b[d] if b is not None else torch.zeros(2 * num_gates * hidden, dtype=x.dtype, device=x.device)
+        bd = (
+            b[d]
+            if b is not None
+            else torch.zeros(2 * num_gates * hidden, dtype=x.dtype, device=x.device)
+        )
         states = [
             s[d] if s is not None else torch.zeros(batch, hidden, dtype=x.dtype, device=x.device)
             for s in init_states
         ]
         src = _time_index(steps, lens_row, x.device) if reverse and lens_row is not None else None
         # the input projection of every step at once; the recurrence is sequential
-        xw = torch.matmul(x, wd.t()) + bd[: num_gates * hidden] + bd[num_gates * hidden:]
+        xw = torch.matmul(x, wd.t()) + bd[: num_gates * hidden] + bd[num_gates * hidden :]
         outs = []
         for t in range(steps):
             if reverse and lens_row is not None:
@@ -88,7 +99,9 @@ def _run(ctx, x, w, r, b, lens, init_states, cell, num_gates):
             new_states = cell(ctx, d, xt, states, rd, bd, hidden, clip)
             if lens_row is not None:
                 alive = (t < lens_row.reshape(-1)).reshape(-1, 1)
-                new_states = [torch.where(alive, n, o) for n, o in zip(new_states, states, strict=False)]
+                new_states = [
+                    torch.where(alive, n, o) for n, o in zip(new_states, states, strict=False)
+                ]
                 outs.append(torch.where(alive, new_states[0], torch.zeros_like(new_states[0])))
             else:
                 outs.append(new_states[0])
@@ -149,7 +162,7 @@ def gru(ctx, x, w, r, b=None, lens=None, h0=None):
         (h,) = states
         f, g = acts[d]
         rz, rr, rh = rd.split(hidden, dim=0)
-        rbh = bd[5 * hidden:]
+        rbh = bd[5 * hidden :]
         # xt already holds Wb + Rb for every gate; the h-gate's Rb must move inside r * (...)
         xz, xr, xh = xt.split(hidden, dim=-1)
         z = f(_clip(xz + h @ rz.t(), clip))

@@ -194,7 +194,15 @@ def range_(ctx, start, limit, delta):
     s, l_, d = ctx.scalar(0, start), ctx.scalar(1, limit), ctx.scalar(2, delta)
     count = max(math.ceil((l_ - s) / d), 0)
     # start + i * delta, as ONNX defines it (arange's float accumulation can differ)
-    return (torch.arange(count, device=start.device, dtype=torch.float64 if start.dtype.is_floating_point else torch.int64) * d + s).to(start.dtype)
+    return (
+        torch.arange(
+            count,
+            device=start.device,
+            dtype=torch.float64 if start.dtype.is_floating_point else torch.int64,
+        )
+        * d
+        + s
+    ).to(start.dtype)
 
 
 @op("DepthToSpace")
@@ -213,7 +221,11 @@ def space_to_depth(ctx, x):
     b = ctx.attr("blocksize")
     n, c, h, w = x.shape
     y = x.reshape(n, c, h // b, b, w // b, b)
-    y = y.permute(0, 3, 5, 1, 2, 4) if ctx.attr("mode", "DCR") == "DCR" else y.permute(0, 1, 3, 5, 2, 4)
+    y = (
+        y.permute(0, 3, 5, 1, 2, 4)
+        if ctx.attr("mode", "DCR") == "DCR"
+        else y.permute(0, 1, 3, 5, 2, 4)
+    )
     return y.reshape(n, c * b * b, h // b, w // b)
 
 
