@@ -28,6 +28,7 @@ from modelpress.ir.shapes import ensure_types
 from modelpress.protect import library as lib
 from modelpress.protect import weights
 from modelpress.protect.compress_graph import find_groups
+from modelpress.protect.correlation import standardized
 from modelpress.protect.expand import expand
 from modelpress.protect.names import Namer, all_names, rename, subgraphs
 from modelpress.protect.optypes import DECODE_DOMAIN, Visible, const_tensor, extract
@@ -134,9 +135,10 @@ def obfuscate(
             inlined.add(value)
             return None
         if array.size not in targets:
-            targets[array.size] = weights.standardized(by_size.get(array.size) or [array])
+            targets[array.size] = standardized(by_size.get(array.size) or [array])
         s, transform = weights.encode(array, rng=rng, targets=targets[array.size])
-        if weights.max_correlation(s, targets[array.size]) > 2 * weights.TARGET_CORRELATION:
+        closest = float(np.abs(targets[array.size] @ standardized([s])[0]).max())
+        if closest > 2 * weights.TARGET_CORRELATION:
             inlined.add(value)  # too many same-size originals to stay clear of: keep it sealed
             return None
         name = namer()

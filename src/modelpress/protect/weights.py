@@ -22,7 +22,7 @@ Preconditions: ``supported(array)`` (a float16/bfloat16/float32 or 8/16/32-bit i
 at least ``MIN_ELEMENTS`` elements); smaller or other weights go into the library whole. Below
 that size, chance alone correlates two tensors by more than 1/32, too close to what the
 perturbation must stay under against every original weight of the same size; and a weight the
-flips could not bring under ``TARGET_CORRELATION`` (``max_correlation``) goes there too.
+flips could not bring under ``TARGET_CORRELATION`` goes there too.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx_ir as ir
+
+from modelpress.protect.correlation import standardized
 
 MIN_ELEMENTS = 1024
 TARGET_CORRELATION = 0.01
@@ -176,33 +178,6 @@ def _as_numpy(array: np.ndarray) -> np.ndarray:
     if array.dtype.name == "bfloat16":  # widen exactly; Cast back restores it
         return array.astype(np.float32)
     return array
-
-
-def standardized(arrays: list[np.ndarray]) -> np.ndarray:
-    """The arrays as rows of zero mean and unit norm (a constant array gives a zero row)."""
-    out = np.empty((len(arrays), arrays[0].size if arrays else 0), dtype=np.float64)
-    for row, a in zip(out, arrays):
-        row[:] = a.reshape(-1)
-        with np.errstate(invalid="ignore", over="ignore"):  # NaN or inf: a zero row, below
-            row -= row.mean()
-            norm = math.sqrt(float(row @ row))
-        if norm > 0 and math.isfinite(norm):
-            row /= norm
-        else:
-            row[:] = 0.0
-    return out
-
-
-def max_correlation(stored: np.ndarray, targets: np.ndarray) -> float:
-    """The largest |Pearson correlation| of ``stored`` with the ``standardized`` targets."""
-    x = standardized([stored])[0]
-    return float(np.abs(targets @ x).max()) if len(targets) else 0.0
-
-
-def correlation(a: np.ndarray, b: np.ndarray) -> float:
-    """|Pearson correlation| of two same-size tensors (0 when either is constant)."""
-    x = standardized([a, b])
-    return float(abs(x[0] @ x[1]))
 
 
 def _balance(p: np.ndarray, r: np.ndarray, X: np.ndarray, rng: np.random.Generator) -> np.ndarray:
