@@ -9,7 +9,9 @@
 4. ``names``: every name becomes a random token, and doc strings, metadata and the shapes of
    intermediate values are cleared;
 5. ``library``: the functions (runtime mode) or the original structure (storage mode) are sealed
-   with the key and embedded in the model.
+   with the key and embedded in the model;
+6. ``signature``: the whole model (graph, stored weights, sealed library) is signed with a MAC
+   under the key, so an obfuscated model written without encryption cannot be edited either.
 
 Secrets never come from ``seed``: the seed draws the structure (groups, names, sites), so a
 protection can be repeated, while the weights' noise keys are fresh random bytes each time.
@@ -26,7 +28,7 @@ import onnx_ir as ir
 from modelpress.errors import OptionError
 from modelpress.ir.shapes import ensure_types
 from modelpress.protect import library as lib
-from modelpress.protect import weights
+from modelpress.protect import mixing, signature, weights
 from modelpress.protect.compress_graph import find_groups
 from modelpress.protect.correlation import standardized
 from modelpress.protect.expand import expand
@@ -34,6 +36,7 @@ from modelpress.protect.names import Namer, all_names, rename, subgraphs
 from modelpress.protect.optypes import DECODE_DOMAIN, Visible, const_tensor, extract
 
 MIN_OPSET = 7
+MIN_HIDDEN = 16  # runtime mode: smaller constants (shapes, axes, scalars) stay in the library
 
 
 @dataclass
@@ -44,6 +47,7 @@ class Obfuscated:
     decoys: int
     visible_weights: int
     library_constants: int
+    mixed: int = 0
 
 
 def _used_domains(functions: list[ir.Function]) -> set[str]:
@@ -111,6 +115,25 @@ def obfuscate(
     work = model.clone()
     skeleton = model.clone() if mode == "storage" else None
     ensure_types(work)
+    secret_specs: dict[str, dict] = {}  # runtime mode: graph input -> how its value is made
+
+    def secret_input(spec: dict, dtype: ir.DataType, rank: int) -> ir.Value:
+        # a shape of the right rank, each dimension a random symbol: no size shows
+        shape = ir.Shape([namer() for _ in range(rank)])
+        value = ir.Value(name=namer(), type=ir.TensorType(dtype), shape=shape)
+        work.graph.inputs.append(value)
+        secret_specs[value.name] = spec
+        return value
+
+    mixed_names: set[str] = set()
+
+    def mixed_name() -> str:
+        mixed_names.add(name := namer())
+        return name
+
+    mixed = 0
+    if mode == "runtime":
+        mixed = mixing.mix(work.graph, rng=rng, secret=secret_input, new_name=mixed_name)
     domain = "x" + namer()
     opsets = {d: v for d, v in work.opset_imports.items()}
 
@@ -127,16 +150,33 @@ def obfuscate(
     def policy(value: ir.Value) -> Visible | None:
         if value in stored:
             return stored[value]
+        if value.name in mixed_names:
+            stored[value] = Visible(value)
+            return stored[value]
         try:
             array = const_tensor(value).numpy()
         except Exception:  # noqa: BLE001 - strings and exotic types go into the library whole
             array = None
-        if array is None or not weights.supported(array):
+        runtime = mode == "runtime"
+        smallest = MIN_HIDDEN if runtime else weights.MIN_ELEMENTS
+        if array is None or not weights.supported(array, smallest):
             inlined.add(value)
             return None
         if array.size not in targets:
             targets[array.size] = standardized(by_size.get(array.size) or [array])
-        s, transform = weights.encode(array, rng=rng, targets=targets[array.size])
+        s, transform = weights.encode(
+            array, rng=rng, targets=targets[array.size], permute=not runtime
+        )
+        if runtime:
+            # S - R, R a graph input with no value in the file: nothing can fold it
+            name = namer()
+            holder = ir.Value(name=name, const_value=ir.tensor(s.reshape(array.shape), name=name))
+            work.graph.register_initializer(holder)
+            noise = secret_input(
+                {"transform": transform.to_json()}, ir.DataType.from_numpy(s.dtype), array.ndim
+            )
+            stored[value] = Visible(holder, secret=noise, dtype=transform.dtype)
+            return stored[value]
         closest = float(np.abs(targets[array.size] @ standardized([s])[0]).max())
         if closest > 2 * weights.TARGET_CORRELATION:
             inlined.add(value)  # too many same-size originals to stay clear of: keep it sealed
@@ -193,7 +233,13 @@ def obfuscate(
 
     if mode == "runtime":
         library = lib.Library(
-            "runtime", domain, functions, io_names, metadata, ir_version=max(model.ir_version, 8)
+            "runtime",
+            domain,
+            functions,
+            io_names,
+            metadata,
+            ir_version=max(model.ir_version, 8),
+            secrets=secret_specs,
         )
     else:
         _place_holders(skeleton, skeleton_slots)
@@ -203,12 +249,13 @@ def obfuscate(
     work.ir_version = max(model.ir_version, 8)
     lib.embed(work, lib.seal(library, key))
     return Obfuscated(
-        work,
+        signature.sign(work, key),
         seed,
         len(anonymous),
         len(added),
         len({v.stored for v in stored.values()}),
         len(inlined),
+        mixed,
     )
 
 

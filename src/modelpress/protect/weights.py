@@ -116,12 +116,12 @@ class Transform:
         )
 
 
-def supported(array: np.ndarray) -> bool:
+def supported(array: np.ndarray, min_elements: int = MIN_ELEMENTS) -> bool:
     """Whether ``array`` can be stored perturbed (else it goes into the library whole)."""
     kind_ok = (
         array.dtype in _FLOAT_TYPES or array.dtype in _INT_STORE or array.dtype.name == "bfloat16"
     )
-    return kind_ok and array.size >= MIN_ELEMENTS
+    return kind_ok and array.size >= min_elements
 
 
 def _keystream(seed: bytes, nbytes: int) -> np.ndarray:
@@ -223,11 +223,17 @@ def _balance(p: np.ndarray, r: np.ndarray, X: np.ndarray, rng: np.random.Generat
 
 
 def encode(
-    array: np.ndarray, *, rng: np.random.Generator, targets: np.ndarray | None = None
+    array: np.ndarray,
+    *,
+    rng: np.random.Generator,
+    targets: np.ndarray | None = None,
+    permute: bool = True,
 ) -> tuple[np.ndarray, Transform]:
     """``(S, transform)`` for a weight (``supported(array)``). ``targets``: the original weights of
     the same size that ``S`` must not correlate with, ``standardized`` (the weight itself
-    included; by default it alone)."""
+    included; by default it alone). ``permute=False``: no mapping (``a = 1, b = 0``), so ``S``
+    keeps the weight's layout and ``S - R`` is the weight itself (runtime mode, where ``R`` is
+    supplied at run time)."""
     dtype = ir.DataType.from_numpy(array.dtype)
     w = np.ascontiguousarray(_as_numpy(array)).reshape(-1)
     n = w.size
@@ -237,6 +243,8 @@ def encode(
     if n >= 2**31:  # a*i must not overflow int64: a plain rotation for such tensors
         a = 1
     b = int(rng.integers(0, n))
+    if not permute:
+        a, b = 1, 0
     p = w[_permutation(n, a, b)]
     seed = os.urandom(32)
     flips = np.zeros((n + 7) // 8, dtype=np.uint8)

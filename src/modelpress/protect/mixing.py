@@ -1,0 +1,243 @@
+"""Weight mixing (runtime mode): the layers that carry the big weights compute on a shuffled,
+sign-flipped weight, and their *output* is put back in order by values the runtime supplies.
+
+The rule, for a layer whose output channel ``o`` (Conv's axis 1, the last axis of MatMul, Gemm
+and an embedding Gather) is computed from slice ``o`` of its weight ``W``::
+
+    S[o] = eps[o] * W[q[o]]            (q: a derangement, within Conv's groups; eps: random signs)
+    z    = layer(x, S, bias')          (bias'[o] = eps[o] * bias[q[o]])
+    y    = Gather(z, idx, axis) * sgn  (idx = q^-1, sgn = eps[q^-1]: both supplied at run time)
+
+and an embedding table's rows are shuffled too (``S[r] = W[p[r]]``, the ids mapped through
+``p^-1``, supplied at run time). ``y`` is exactly the original output: a sign flip and a
+reordering change no bit. The stored ``S`` has no fixed point and random signs, so it correlates
+with ``W`` (in any layout) only by chance.
+
+Why the inverse acts on the output: constant folding (ONNX Runtime at any level, onnxsim,
+onnxslim) only evaluates nodes whose inputs are all constants, and here the inverse reads the
+layer's output, an activation; and the values it needs are graph inputs with no value in the file
+(``secret_input``), computed by ``values`` from the library's spec when the model is opened. So no
+folder can give ``W`` back, whatever it holds; and the cost per call is a gather and a multiply
+over the layer's output, not a pass over the weight.
+
+Preconditions: the node is in the main graph, in the default domain; its weight is a float
+constant read by it alone; Gemm's bias is absent or one-dimensional; the Gather reads a
+two-dimensional table on axis 0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+
+import numpy as np
+import onnx_ir as ir
+
+from modelpress.protect.compress_graph import is_constant
+
+_FLOATS = {ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE, ir.DataType.BFLOAT16}
+
+
+def _rng(seed: str, part: str) -> np.random.Generator:
+    digest = hashlib.sha256(bytes.fromhex(seed) + part.encode()).digest()
+    return np.random.default_rng(np.frombuffer(digest, dtype=np.uint64))
+
+
+def derangement(seed: str, n: int, block: int, part: str = "q") -> np.ndarray:
+    """A permutation of ``range(n)`` that maps each block of ``block`` indices onto itself with
+    no fixed point (one random cycle per block; a block of one is left in place)."""
+    rng = _rng(seed, part)
+    q = np.arange(n, dtype=np.int64)
+    for start in range(0, n, block):
+        size = min(block, n - start)
+        if size < 2:
+            continue
+        order = rng.permutation(size) + start
+        q[order] = np.roll(order, -1)  # order[i] -> order[i + 1]: one cycle through the block
+    return q
+
+
+def signs(seed: str, n: int, part: str = "eps") -> np.ndarray:
+    return np.where(_rng(seed, part).random(n) < 0.5, -1.0, 1.0)
+
+
+def values(spec: dict) -> np.ndarray:
+    """The run-time value a secret input gets, from its spec (kept in the sealed library)."""
+    seed, n, block = spec["seed"], spec["n"], spec.get("block", spec["n"])
+    q = derangement(seed, n, block, spec.get("perm", "q"))
+    inverse = np.argsort(q)
+    if spec["part"] == "index":
+        return inverse.astype(np.int64)
+    if spec["part"] == "insign":
+        dtype = ir.DataType(spec["dtype"]).numpy()
+        return signs(seed, n, "eta").astype(dtype).reshape(spec["shape"])
+    out = signs(seed, n)[inverse].astype(ir.DataType(spec["dtype"]).numpy())
+    return out.reshape(spec["shape"])
+
+
+# Makes a graph input whose value the runtime supplies: (spec, dtype, rank) -> the input.
+SecretInput = Callable[[dict, ir.DataType, int], ir.Value]
+
+
+def _weight(node: ir.Node, index: int) -> np.ndarray | None:
+    if len(node.inputs) <= index:
+        return None
+    v = node.inputs[index]
+    if v is None or not is_constant(v) or len(v.uses()) != 1 or v.is_graph_output():
+        return None
+    t = ir.convenience.get_const_tensor(v)
+    if t is None or t.dtype not in _FLOATS:
+        return None
+    return t.numpy()
+
+
+def _bias(node: ir.Node, index: int, n: int) -> np.ndarray | None | bool:
+    """The constant 1-D bias of ``n`` (None: there is none; False: one that cannot be mixed)."""
+    if len(node.inputs) <= index or node.inputs[index] is None:
+        return None
+    b = _weight(node, index)
+    return b if b is not None and b.shape == (n,) else False
+
+
+def _set(node: ir.Node, index: int, array: np.ndarray, name: str) -> None:
+    value = ir.Value(name=name, const_value=ir.tensor(array, name=name))
+    node.graph.register_initializer(value)
+    node.replace_input_with(index, value)
+
+
+def _unmix(
+    graph: ir.Graph, node: ir.Node, axis: int, rank: int | None, spec: dict, secret: SecretInput
+) -> None:
+    """After ``node``: ``y = Gather(z, idx, axis) * sgn``, its users moved to ``y``."""
+    z = node.outputs[0]
+    dtype = z.dtype if z.dtype is not None else ir.DataType.FLOAT
+    n = spec["n"]
+    shape = [n] + [1] * (rank - 2) if axis == 1 and rank is not None else [n]
+    idx = secret({**spec, "part": "index"}, ir.DataType.INT64, 1)
+    sgn = secret({**spec, "part": "sign", "dtype": int(dtype), "shape": shape}, dtype, len(shape))
+    gather = ir.node("Gather", [z, idx], attributes={"axis": axis})
+    mul = ir.node("Mul", [gather.outputs[0], sgn])
+    y = mul.outputs[0]
+    y.type, y.shape = z.type, z.shape
+    was_output = z.is_graph_output()
+    z.replace_all_uses_with(y, replace_graph_outputs=True)
+    if was_output:
+        y.name, z.name = z.name, None
+    gather.replace_input_with(0, z)
+    graph.insert_after(node, [gather, mul])
+
+
+def _seed(rng: np.random.Generator) -> str:
+    return rng.bytes(16).hex()
+
+
+def _conv(node, graph, rng, secret, new_name) -> bool:
+    w = _weight(node, 1)
+    if w is None or w.ndim < 3:
+        return False
+    n = w.shape[0]
+    group = node.attributes.get("group")
+    groups = group.value if group is not None else 1
+    if groups < 1 or n % groups:
+        return False
+    bias = _bias(node, 2, n)
+    if bias is False:
+        return False
+    spec = {"seed": _seed(rng), "n": n, "block": n // groups}
+    q = derangement(spec["seed"], n, spec["block"])
+    eps = signs(spec["seed"], n)
+    # input channels flip signs too (x * eta before the layer), so that no sum over output
+    # channels alone decides the correlation: trained filters resemble each other
+    per_in = w.shape[1]
+    cin = per_in * groups
+    eta = signs(spec["seed"], cin, "eta")
+    channel = (np.arange(n)[:, None] // (n // groups)) * per_in + np.arange(per_in)[None, :]
+    flips = eps[:, None] * eta[channel]
+    s = w[q] * flips.reshape(flips.shape + (1,) * (w.ndim - 2))
+    _set(node, 1, s.astype(w.dtype), new_name())
+    x = node.inputs[0]
+    dtype = x.dtype if x.dtype is not None else ir.DataType.FLOAT
+    shape = [cin] + [1] * (w.ndim - 2)
+    eta_in = secret(
+        {**spec, "n": cin, "part": "insign", "dtype": int(dtype), "shape": shape}, dtype, len(shape)
+    )
+    scale = ir.node("Mul", [x, eta_in])
+    graph.insert_before(node, scale)
+    node.replace_input_with(0, scale.outputs[0])
+    if bias is not None:
+        _set(node, 2, (bias[q] * eps).astype(bias.dtype), new_name())
+    _unmix(graph, node, 1, w.ndim, spec, secret)
+    return True
+
+
+def _matmul(node, graph, rng, secret, new_name) -> bool:
+    w = _weight(node, 1)
+    if w is None or w.ndim != 2:
+        return False
+    n = w.shape[1]
+    spec = {"seed": _seed(rng), "n": n}
+    q = derangement(spec["seed"], n, n)
+    _set(node, 1, (w[:, q] * signs(spec["seed"], n)).astype(w.dtype), new_name())
+    _unmix(graph, node, -1, None, spec, secret)
+    return True
+
+
+def _gemm(node, graph, rng, secret, new_name) -> bool:
+    w = _weight(node, 1)
+    if w is None or w.ndim != 2:
+        return False
+    trans = node.attributes.get("transB")
+    trans_b = bool(trans.value) if trans is not None else False
+    n = w.shape[0] if trans_b else w.shape[1]
+    bias = _bias(node, 2, n)
+    if bias is False:
+        return False
+    spec = {"seed": _seed(rng), "n": n}
+    q = derangement(spec["seed"], n, n)
+    eps = signs(spec["seed"], n)
+    s = w[q] * eps[:, None] if trans_b else w[:, q] * eps
+    _set(node, 1, s.astype(w.dtype), new_name())
+    if bias is not None:
+        _set(node, 2, (bias[q] * eps).astype(bias.dtype), new_name())
+    _unmix(graph, node, -1, None, spec, secret)
+    return True
+
+
+def _embedding(node, graph, rng, secret, new_name) -> bool:
+    w = _weight(node, 0)
+    axis = node.attributes.get("axis")
+    if w is None or w.ndim != 2 or (axis is not None and axis.value != 0):
+        return False
+    rows, n = w.shape
+    spec = {"seed": _seed(rng), "n": n}
+    q = derangement(spec["seed"], n, n)
+    p = derangement(spec["seed"], rows, rows, "rows")
+    _set(node, 0, (w[p][:, q] * signs(spec["seed"], n)).astype(w.dtype), new_name())
+    # row r of S is row p[r] of W: the ids go through p^-1
+    ids = secret(
+        {"seed": spec["seed"], "n": rows, "perm": "rows", "part": "index"}, ir.DataType.INT64
+    )
+    remap = ir.node("Gather", [ids, node.inputs[1]], attributes={"axis": 0})
+    graph.insert_before(node, remap)
+    node.replace_input_with(1, remap.outputs[0])
+    _unmix(graph, node, -1, None, spec, secret)
+    return True
+
+
+MIXERS = {"Conv": _conv, "MatMul": _matmul, "Gemm": _gemm, "Gather": _embedding}
+
+
+def mix(
+    graph: ir.Graph, *, rng: np.random.Generator, secret: SecretInput, new_name: Callable[[], str]
+) -> int:
+    """Mix every layer of ``graph`` that the rule covers (in place); returns how many."""
+    done = 0
+    for node in list(graph):
+        rule = MIXERS.get(node.op_type)
+        if (
+            rule is not None
+            and node.domain in ("", "ai.onnx")
+            and rule(node, graph, rng, secret, new_name)
+        ):
+            done += 1
+    return done
