@@ -68,6 +68,9 @@ def values(spec: dict) -> np.ndarray:
     inverse = np.argsort(q)
     if spec["part"] == "index":
         return inverse.astype(np.int64)
+    if spec["part"] == "rowsign":  # the sign of each row of a stored table
+        dtype = ir.DataType(spec["dtype"]).numpy()
+        return signs(seed, n, "rowsign").astype(dtype).reshape(n, 1)
     if spec["part"] == "insign":
         dtype = ir.DataType(spec["dtype"]).numpy()
         return signs(seed, n, "eta").astype(dtype).reshape(spec["shape"])
@@ -127,6 +130,20 @@ def _unmix(
     graph.insert_after(node, [gather, mul])
 
 
+def _flip_input(
+    graph: ir.Graph, node: ir.Node, spec: dict, n: int, shape: list[int], secret: SecretInput
+) -> None:
+    """Before ``node``: its input 0 times ``eta`` (signs supplied at run time)."""
+    x = node.inputs[0]
+    dtype = x.dtype if x.dtype is not None else ir.DataType.FLOAT
+    eta = secret(
+        {**spec, "n": n, "part": "insign", "dtype": int(dtype), "shape": shape}, dtype, len(shape)
+    )
+    scale = ir.node("Mul", [x, eta])
+    graph.insert_before(node, scale)
+    node.replace_input_with(0, scale.outputs[0])
+
+
 def _seed(rng: np.random.Generator) -> str:
     return rng.bytes(16).hex()
 
@@ -155,15 +172,7 @@ def _conv(node, graph, rng, secret, new_name) -> bool:
     flips = eps[:, None] * eta[channel]
     s = w[q] * flips.reshape(flips.shape + (1,) * (w.ndim - 2))
     _set(node, 1, s.astype(w.dtype), new_name())
-    x = node.inputs[0]
-    dtype = x.dtype if x.dtype is not None else ir.DataType.FLOAT
-    shape = [cin] + [1] * (w.ndim - 2)
-    eta_in = secret(
-        {**spec, "n": cin, "part": "insign", "dtype": int(dtype), "shape": shape}, dtype, len(shape)
-    )
-    scale = ir.node("Mul", [x, eta_in])
-    graph.insert_before(node, scale)
-    node.replace_input_with(0, scale.outputs[0])
+    _flip_input(graph, node, spec, cin, [cin] + [1] * (w.ndim - 2), secret)
     if bias is not None:
         _set(node, 2, (bias[q] * eps).astype(bias.dtype), new_name())
     _unmix(graph, node, 1, w.ndim, spec, secret)
@@ -174,10 +183,13 @@ def _matmul(node, graph, rng, secret, new_name) -> bool:
     w = _weight(node, 1)
     if w is None or w.ndim != 2:
         return False
-    n = w.shape[1]
+    k, n = w.shape
     spec = {"seed": _seed(rng), "n": n}
     q = derangement(spec["seed"], n, n)
-    _set(node, 1, (w[:, q] * signs(spec["seed"], n)).astype(w.dtype), new_name())
+    # rows flip signs too (x * eta first): columns of a trained layer resemble each other
+    eta = signs(spec["seed"], k, "eta")
+    _set(node, 1, (w[:, q] * signs(spec["seed"], n) * eta[:, None]).astype(w.dtype), new_name())
+    _flip_input(graph, node, spec, k, [k], secret)
     _unmix(graph, node, -1, None, spec, secret)
     return True
 
@@ -196,6 +208,12 @@ def _gemm(node, graph, rng, secret, new_name) -> bool:
     q = derangement(spec["seed"], n, n)
     eps = signs(spec["seed"], n)
     s = w[q] * eps[:, None] if trans_b else w[:, q] * eps
+    trans = node.attributes.get("transA")
+    if trans is None or not trans.value:  # A's rows are the inputs: flip them as MatMul does
+        k = w.shape[1] if trans_b else w.shape[0]
+        eta = signs(spec["seed"], k, "eta")
+        s = s * (eta[None, :] if trans_b else eta[:, None])
+        _flip_input(graph, node, spec, k, [k], secret)
     _set(node, 1, s.astype(w.dtype), new_name())
     if bias is not None:
         _set(node, 2, (bias[q] * eps).astype(bias.dtype), new_name())
@@ -212,15 +230,27 @@ def _embedding(node, graph, rng, secret, new_name) -> bool:
     spec = {"seed": _seed(rng), "n": n}
     q = derangement(spec["seed"], n, n)
     p = derangement(spec["seed"], rows, rows, "rows")
-    _set(node, 0, (w[p][:, q] * signs(spec["seed"], n)).astype(w.dtype), new_name())
-    # row r of S is row p[r] of W: the ids go through p^-1
+    # rows flip signs too: neighbouring rows of a table (positions) resemble each other
+    row_signs = signs(spec["seed"], rows, "rowsign")
+    s = w[p][:, q] * signs(spec["seed"], n) * row_signs[:, None]
+    _set(node, 0, s.astype(w.dtype), new_name())
+    # row r of S is row p[r] of W: the ids go through p^-1, and the row's sign is undone
     ids = secret(
-        {"seed": spec["seed"], "n": rows, "perm": "rows", "part": "index"}, ir.DataType.INT64
+        {"seed": spec["seed"], "n": rows, "perm": "rows", "part": "index"}, ir.DataType.INT64, 1
+    )
+    dtype = ir.DataType.from_numpy(w.dtype)
+    row_sign = secret(
+        {"seed": spec["seed"], "n": rows, "part": "rowsign", "dtype": int(dtype)}, dtype, 2
     )
     remap = ir.node("Gather", [ids, node.inputs[1]], attributes={"axis": 0})
-    graph.insert_before(node, remap)
+    sign = ir.node("Gather", [row_sign, remap.outputs[0]], attributes={"axis": 0})
+    graph.insert_before(node, [remap, sign])
     node.replace_input_with(1, remap.outputs[0])
     _unmix(graph, node, -1, None, spec, secret)
+    gathered = node.outputs[0].uses()[0].node  # the unmixing Gather
+    unsign = ir.node("Mul", [node.outputs[0], sign.outputs[0]])
+    graph.insert_after(node, unsign)
+    gathered.replace_input_with(0, unsign.outputs[0])
     return True
 
 

@@ -31,7 +31,7 @@ from modelpress.protect import library as lib
 from modelpress.protect import mixing, signature, weights
 from modelpress.protect.compress_graph import find_groups
 from modelpress.protect.correlation import standardized
-from modelpress.protect.expand import expand
+from modelpress.protect.expand import expand, type_decoys
 from modelpress.protect.names import Namer, all_names, rename, subgraphs
 from modelpress.protect.optypes import DECODE_DOMAIN, Visible, const_tensor, extract
 
@@ -215,6 +215,17 @@ def obfuscate(
         opset=opset,
         opsets=opsets,
     )
+    if mode == "runtime":
+        types = {n.op_type for g in model.graphs() for n in g if n.domain in ("", "ai.onnx")}
+        added += type_decoys(
+            work.graph,
+            types,
+            rng=rng,
+            domain=domain,
+            new_type=namer,
+            opset=opset,
+            opsets=opsets,
+        )
     bodies = [a.function for a in anonymous + added]
     functions = bodies + _rename_functions(work, namer, domain, bodies)
     originals = {d for d in model.opset_imports if d not in ("", "ai.onnx")} - _used_domains(bodies)

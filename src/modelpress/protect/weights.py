@@ -50,6 +50,8 @@ _INT_STORE = {
     np.dtype(np.uint16): (np.dtype(np.int32), 24),
     np.dtype(np.int32): (np.dtype(np.int64), 48),
     np.dtype(np.uint32): (np.dtype(np.int64), 48),
+    # int64 has no wider type: S = W + R wraps around, and so does S - R, back to W exactly
+    np.dtype(np.int64): (np.dtype(np.int64), 32),
 }
 _MAX_FLIP_STEPS = 400
 
