@@ -61,19 +61,43 @@ def signs(seed: str, n: int, part: str = "eps") -> np.ndarray:
     return np.where(_rng(seed, part).random(n) < 0.5, -1.0, 1.0)
 
 
+def chunk_of(n: int, largest: int = 32, fewest: int = 4) -> int:
+    """The width of the column chunks a last axis of ``n`` moves in: the largest divisor of
+    ``n`` up to ``largest`` that leaves at least ``fewest`` chunks (1 if none does). ONNX
+    Runtime gathers contiguous chunks with one copy each, single elements one by one."""
+    for b in range(min(largest, n // fewest), 1, -1):
+        if n % b == 0:
+            return b
+    return 1
+
+
+def columns(seed: str, n: int, chunk: int) -> np.ndarray:
+    """The column permutation: chunks of ``chunk`` columns deranged, each kept in one piece."""
+    blocks = derangement(seed, n // chunk, n // chunk)
+    return (blocks[:, None] * chunk + np.arange(chunk)[None, :]).reshape(-1)
+
+
 def values(spec: dict) -> np.ndarray:
     """The run-time value a secret input gets, from its spec (kept in the sealed library)."""
     seed, n, block = spec["seed"], spec["n"], spec.get("block", spec["n"])
-    q = derangement(seed, n, block, spec.get("perm", "q"))
-    inverse = np.argsort(q)
-    if spec["part"] == "index":
-        return inverse.astype(np.int64)
     if spec["part"] == "rowsign":  # the sign of each row of a stored table
         dtype = ir.DataType(spec["dtype"]).numpy()
         return signs(seed, n, "rowsign").astype(dtype).reshape(n, 1)
     if spec["part"] == "insign":
         dtype = ir.DataType(spec["dtype"]).numpy()
         return signs(seed, n, "eta").astype(dtype).reshape(spec["shape"])
+    chunk = spec.get("chunk")
+    if chunk:
+        q = columns(seed, n, chunk)
+        if spec["part"] == "index":
+            return np.argsort(derangement(seed, n // chunk, n // chunk)).astype(np.int64)
+        inverse = np.argsort(q)
+        dtype = ir.DataType(spec["dtype"]).numpy()
+        return signs(seed, n)[inverse].astype(dtype).reshape(n // chunk, chunk)
+    q = derangement(seed, n, block, spec.get("perm", "q"))
+    inverse = np.argsort(q)
+    if spec["part"] == "index":
+        return inverse.astype(np.int64)
     out = signs(seed, n)[inverse].astype(ir.DataType(spec["dtype"]).numpy())
     return out.reshape(spec["shape"])
 
@@ -111,23 +135,44 @@ def _set(node: ir.Node, index: int, array: np.ndarray, name: str) -> None:
 def _unmix(
     graph: ir.Graph, node: ir.Node, axis: int, rank: int | None, spec: dict, secret: SecretInput
 ) -> None:
-    """After ``node``: ``y = Gather(z, idx, axis) * sgn``, its users moved to ``y``."""
+    """After ``node``: ``y = Gather(z, idx, axis) * sgn``, its users moved to ``y``; on the last
+    axis, in chunks: ``Reshape(Gather(Reshape(z, [-1, m, chunk]), idx, 1) * sgn, Shape(z))``."""
     z = node.outputs[0]
     dtype = z.dtype if z.dtype is not None else ir.DataType.FLOAT
     n = spec["n"]
+    chunk = spec.get("chunk")
     shape = [n] + [1] * (rank - 2) if axis == 1 and rank is not None else [n]
+    if chunk:
+        shape = [n // chunk, chunk]
     idx = secret({**spec, "part": "index"}, ir.DataType.INT64, 1)
     sgn = secret({**spec, "part": "sign", "dtype": int(dtype), "shape": shape}, dtype, len(shape))
-    gather = ir.node("Gather", [z, idx], attributes={"axis": axis})
+    nodes = []
+    source = z
+    if chunk:
+        split = ir.tensor(np.array([-1, n // chunk, chunk], dtype=np.int64))
+        split_shape = ir.node("Constant", [], attributes={"value": split})
+        folded = ir.node("Reshape", [z, split_shape.outputs[0]])
+        nodes += [split_shape, folded]
+        source, axis = folded.outputs[0], 1
+    gather = ir.node("Gather", [source, idx], attributes={"axis": axis})
     mul = ir.node("Mul", [gather.outputs[0], sgn])
+    nodes += [gather, mul]
     y = mul.outputs[0]
+    if chunk:
+        original_shape = ir.node("Shape", [z])
+        back = ir.node("Reshape", [mul.outputs[0], original_shape.outputs[0]])
+        nodes += [original_shape, back]
+        y = back.outputs[0]
     y.type, y.shape = z.type, z.shape
     was_output = z.is_graph_output()
     z.replace_all_uses_with(y, replace_graph_outputs=True)
     if was_output:
         y.name, z.name = z.name, None
-    gather.replace_input_with(0, z)
-    graph.insert_after(node, [gather, mul])
+    for user in nodes:  # the replacement above also moved the unmixing nodes' own input
+        for i, v in enumerate(user.inputs):
+            if v is y:
+                user.replace_input_with(i, z)
+    graph.insert_after(node, nodes)
 
 
 def _flip_input(
@@ -184,8 +229,8 @@ def _matmul(node, graph, rng, secret, new_name) -> bool:
     if w is None or w.ndim != 2:
         return False
     k, n = w.shape
-    spec = {"seed": _seed(rng), "n": n}
-    q = derangement(spec["seed"], n, n)
+    spec = {"seed": _seed(rng), "n": n, "chunk": chunk_of(n)}
+    q = columns(spec["seed"], n, spec["chunk"])
     # rows flip signs too (x * eta first): columns of a trained layer resemble each other
     eta = signs(spec["seed"], k, "eta")
     _set(node, 1, (w[:, q] * signs(spec["seed"], n) * eta[:, None]).astype(w.dtype), new_name())
@@ -204,8 +249,8 @@ def _gemm(node, graph, rng, secret, new_name) -> bool:
     bias = _bias(node, 2, n)
     if bias is False:
         return False
-    spec = {"seed": _seed(rng), "n": n}
-    q = derangement(spec["seed"], n, n)
+    spec = {"seed": _seed(rng), "n": n, "chunk": chunk_of(n)}
+    q = columns(spec["seed"], n, spec["chunk"])
     eps = signs(spec["seed"], n)
     s = w[q] * eps[:, None] if trans_b else w[:, q] * eps
     trans = node.attributes.get("transA")
@@ -227,8 +272,8 @@ def _embedding(node, graph, rng, secret, new_name) -> bool:
     if w is None or w.ndim != 2 or (axis is not None and axis.value != 0):
         return False
     rows, n = w.shape
-    spec = {"seed": _seed(rng), "n": n}
-    q = derangement(spec["seed"], n, n)
+    spec = {"seed": _seed(rng), "n": n, "chunk": chunk_of(n)}
+    q = columns(spec["seed"], n, spec["chunk"])
     p = derangement(spec["seed"], rows, rows, "rows")
     # rows flip signs too: neighbouring rows of a table (positions) resemble each other
     row_signs = signs(spec["seed"], rows, "rowsign")
@@ -246,11 +291,17 @@ def _embedding(node, graph, rng, secret, new_name) -> bool:
     sign = ir.node("Gather", [row_sign, remap.outputs[0]], attributes={"axis": 0})
     graph.insert_before(node, [remap, sign])
     node.replace_input_with(1, remap.outputs[0])
-    _unmix(graph, node, -1, None, spec, secret)
-    gathered = node.outputs[0].uses()[0].node  # the unmixing Gather
-    unsign = ir.node("Mul", [node.outputs[0], sign.outputs[0]])
+    z = node.outputs[0]
+    unsign = ir.node("Mul", [z, sign.outputs[0]])
+    unsigned = unsign.outputs[0]
+    unsigned.type, unsigned.shape = z.type, z.shape
+    was_output = z.is_graph_output()
+    z.replace_all_uses_with(unsigned, replace_graph_outputs=True)
+    if was_output:
+        unsigned.name, z.name = z.name, None
+    unsign.replace_input_with(0, z)
     graph.insert_after(node, unsign)
-    gathered.replace_input_with(0, unsign.outputs[0])
+    _unmix(graph, unsign, -1, None, spec, secret)
     return True
 
 
