@@ -155,8 +155,4 @@ def same_count_share(original: onnx.ModelProto, result: onnx.ModelProto) -> floa
 
 def original_weights(original: onnx.ModelProto) -> list[np.ndarray]:
     """Every float (or 8/16/32-bit integer) constant of ``MIN_ELEMENTS`` or more: the weights."""
-    return [
-        a
-        for a in _all_tensors(original)
-        if a.size >= MIN_ELEMENTS
-    ]
+    return [a for a in _all_tensors(original) if a.size >= MIN_ELEMENTS]

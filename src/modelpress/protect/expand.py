@@ -443,29 +443,11 @@ _TYPE_DECOYS = {
 }
 
 
-def type_decoys(
-    graph: ir.Graph,
-    types: set[str],
-    *,
-    rng: np.random.Generator,
-    domain: str,
-    new_type: Callable[[], str],
-    opset: int,
-    opsets: dict[str, int],
-) -> list[Anonymous]:
-    """One decoy node of each op type in ``types`` (default domain) that has a builder, in one
-    anonymous node whose exact-zero result every output subtracts; returns the new anonymous
-    nodes (empty when the graph has no input a decoy can read or no type has a builder)."""
-    sources = [v for v in graph.inputs if _readable(v) and not v.is_initializer()]
-    wanted = sorted(t for t in types if t in _TYPE_DECOYS)
-    if not sources or not wanted:
-        return []
-    u = sources[int(rng.integers(len(sources)))]
-    op_type = new_type()
-    formal = ir.Value(name="u")
-    body = ir.Graph([formal], [], nodes=[], opset_imports=dict(opsets), name=op_type)
-    b = _Body(body)
-    rank = len(u.shape)
+def _type_zero(
+    b: _Body, formal: ir.Value, rank: int, wanted: list[str], rng, opset: int
+) -> ir.Value:
+    """The decoys of ``wanted`` types on the first element of ``formal`` (of ``rank``), and
+    their exact int64 zero (a scalar)."""
     if opset >= 10:
         first = b.op(
             "Slice",
@@ -491,7 +473,41 @@ def type_decoys(
         if out is not None:
             scalars.append(b.op("ReduceMax", b.op("Cast", out, to=_F32), keepdims=0))
     never = b.op("Greater", b.op("Sum", *scalars), inf)
-    body.outputs.append(b.op("Cast", never, to=ir.DataType.INT64))
+    return b.op("Cast", never, to=ir.DataType.INT64)
+
+
+def type_decoys(
+    graph: ir.Graph,
+    types: set[str],
+    *,
+    rng: np.random.Generator,
+    domain: str,
+    new_type: Callable[[], str],
+    opset: int,
+    opsets: dict[str, int],
+    into: Anonymous | None = None,
+) -> list[Anonymous]:
+    """One decoy node of each op type in ``types`` (default domain) that has a builder. With
+    ``into`` (the expansion chain's first decoy), inside it: its zero joins the chain. Else in a
+    new anonymous node whose zero every output subtracts. Returns the new anonymous nodes."""
+    wanted = sorted(t for t in types if t in _TYPE_DECOYS)
+    if not wanted:
+        return []
+    if into is not None:
+        body = into.function.graph
+        b = _Body(body)
+        u = into.call.inputs[0]
+        s = _type_zero(b, body.inputs[0], len(u.shape), wanted, rng, opset)
+        body.outputs[0] = b.op("Add", body.outputs[0], s)
+        return []
+    sources = [v for v in graph.inputs if _readable(v) and not v.is_initializer()]
+    if not sources:
+        return []
+    u = sources[int(rng.integers(len(sources)))]
+    op_type = new_type()
+    formal = ir.Value(name="u")
+    body = ir.Graph([formal], [], nodes=[], opset_imports=dict(opsets), name=op_type)
+    body.outputs.append(_type_zero(_Body(body), formal, len(u.shape), wanted, rng, opset))
     call = ir.Node(domain, op_type, [u], num_outputs=1)
     decoy = Anonymous(call, ir.Function(domain, op_type, graph=body, attributes=[]))
     graph.insert_before(next(iter(graph)), call)

@@ -132,8 +132,10 @@ def obfuscate(
         return name
 
     mixed = 0
+    before = set(work.graph)
     if mode == "runtime":
         mixed = mixing.mix(work.graph, rng=rng, secret=secret_input, new_name=mixed_name)
+    unmixing = set(work.graph) - before
     domain = "x" + namer()
     opsets = {d: v for d, v in work.opset_imports.items()}
 
@@ -150,13 +152,15 @@ def obfuscate(
     def policy(value: ir.Value) -> Visible | None:
         if value in stored:
             return stored[value]
-        if value.name in mixed_names:
-            stored[value] = Visible(value)
-            return stored[value]
         try:
             array = const_tensor(value).numpy()
         except Exception:  # noqa: BLE001 - strings and exotic types go into the library whole
             array = None
+        if value.name in mixed_names and array is not None and array.size >= weights.MIN_ELEMENTS:
+            # mixed (mixing.py): it stays as it is. A smaller one (a bias, a first layer) gets
+            # noise too: chance alone would let a few hundred values correlate visibly
+            stored[value] = Visible(value)
+            return stored[value]
         runtime = mode == "runtime"
         smallest = MIN_HIDDEN if runtime else weights.MIN_ELEMENTS
         if array is None or not weights.supported(array, smallest):
@@ -168,13 +172,18 @@ def obfuscate(
             array, rng=rng, targets=targets[array.size], permute=not runtime
         )
         if runtime:
-            # S - R, R a graph input with no value in the file: nothing can fold it
-            name = namer()
-            holder = ir.Value(name=name, const_value=ir.tensor(s.reshape(array.shape), name=name))
-            work.graph.register_initializer(holder)
+            # S - R, R a graph input with no value in the file: nothing can fold it. A small S
+            # stays in the library: in the file, chance alone would correlate it with something
             noise = secret_input(
                 {"transform": transform.to_json()}, ir.DataType.from_numpy(s.dtype), array.ndim
             )
+            if array.size < weights.MIN_ELEMENTS:
+                sealed = ir.tensor(s.reshape(array.shape))
+                stored[value] = Visible(None, secret=noise, dtype=transform.dtype, sealed=sealed)
+                return stored[value]
+            name = namer()
+            holder = ir.Value(name=name, const_value=ir.tensor(s.reshape(array.shape), name=name))
+            work.graph.register_initializer(holder)
             stored[value] = Visible(holder, secret=noise, dtype=transform.dtype)
             return stored[value]
         closest = float(np.abs(targets[array.size] @ standardized([s])[0]).max())
@@ -189,7 +198,7 @@ def obfuscate(
         skeleton_slots[value.name] = (holder, visible.transform_json)
         return visible
 
-    groups = find_groups(work.graph, rng)
+    groups = find_groups(work.graph, rng, uncounted=unmixing)
     anonymous = [
         extract(work.graph, g, domain=domain, op_type=namer(), opset_imports=opsets, policy=policy)
         for g in groups
@@ -215,6 +224,7 @@ def obfuscate(
         opset=opset,
         opsets=opsets,
     )
+    decoys = len(added)
     if mode == "runtime":
         types = {n.op_type for g in model.graphs() for n in g if n.domain in ("", "ai.onnx")}
         added += type_decoys(
@@ -225,6 +235,7 @@ def obfuscate(
             new_type=namer,
             opset=opset,
             opsets=opsets,
+            into=added[0] if added else None,
         )
     bodies = [a.function for a in anonymous + added]
     functions = bodies + _rename_functions(work, namer, domain, bodies)
@@ -263,8 +274,8 @@ def obfuscate(
         signature.sign(work, key),
         seed,
         len(anonymous),
-        len(added),
-        len({v.stored for v in stored.values()}),
+        decoys,
+        len({v.stored for v in stored.values() if v.stored is not None}),
         len(inlined),
         mixed,
     )

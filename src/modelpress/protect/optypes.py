@@ -37,10 +37,11 @@ class Visible:
     (storage mode), or as ``Cast(stored - secret)``, ``secret`` a graph input whose value the
     runtime supplies (runtime mode), or used as it is (neither: a mixed weight, ``mixing.py``)."""
 
-    stored: ir.Value
+    stored: ir.Value | None  # None: ``sealed`` holds it, inside the function (library)
     transform_json: str | None = None
     secret: ir.Value | None = None
     dtype: ir.DataType | None = None  # the weight's, with ``secret``
+    sealed: ir.TensorProtocol | None = None
 
 
 # Decides, for a constant a group reads: None to move it into the body, or how it stays visible.
@@ -113,9 +114,14 @@ def extract(
                 body_head.append(const)
                 mapping[v] = const.outputs[0]
                 continue
-            formal = ir.Value(name=f"in{len(formals)}")
-            formals.append(formal)
-            actuals.append(visible.stored)
+            if visible.sealed is not None:
+                formal = ir.node("Constant", [], attributes={"value": visible.sealed})
+                body_head.append(formal)
+                formal = formal.outputs[0]
+            else:
+                formal = ir.Value(name=f"in{len(formals)}")
+                formals.append(formal)
+                actuals.append(visible.stored)
             if visible.secret is not None:
                 noise = ir.Value(name=f"in{len(formals)}")
                 formals.append(noise)
