@@ -28,6 +28,7 @@ two-dimensional table on axis 0.
 from __future__ import annotations
 
 import hashlib
+import secrets
 from collections.abc import Callable
 
 import numpy as np
@@ -190,7 +191,8 @@ def _flip_input(
 
 
 def _seed(rng: np.random.Generator) -> str:
-    return rng.bytes(16).hex()
+    # never from the structure's seeded generator: a secret is fresh random bytes each time
+    return secrets.token_hex(16)
 
 
 def _conv(node, graph, rng, secret, new_name) -> bool:
@@ -200,8 +202,8 @@ def _conv(node, graph, rng, secret, new_name) -> bool:
     n = w.shape[0]
     group = node.attributes.get("group")
     groups = group.value if group is not None else 1
-    if groups < 1 or n % groups:
-        return False
+    if groups < 1 or n % groups or n // groups < 2:
+        return False  # a depthwise layer has no channels to shuffle: its weights get noise
     bias = _bias(node, 2, n)
     if bias is False:
         return False
