@@ -21,7 +21,7 @@ folder can give ``W`` back, whatever it holds; and the cost per call is a gather
 over the layer's output, not a pass over the weight.
 
 Preconditions: the node is in the main graph, in the default domain; its weight is a float
-constant read by it alone; Gemm's bias is absent or one-dimensional; the Gather reads a
+constant of at least ``MIN_ELEMENTS`` elements read by it alone; Gemm's bias is absent or one-dimensional; the Gather reads a
 two-dimensional table on axis 0.
 """
 
@@ -36,6 +36,9 @@ import onnx_ir as ir
 
 from modelpress.protect.compress_graph import is_constant
 
+# Below this, a shuffled tensor correlates with the original (or another weight) by chance alone
+# more than the file's metric allows (|r| < 0.05: chance is 1/sqrt(n)); smaller weights get noise.
+MIN_ELEMENTS = 16384
 _FLOATS = {ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE, ir.DataType.BFLOAT16}
 
 
@@ -114,7 +117,7 @@ def _weight(node: ir.Node, index: int) -> np.ndarray | None:
     if v is None or not is_constant(v) or len(v.uses()) != 1 or v.is_graph_output():
         return None
     t = ir.convenience.get_const_tensor(v)
-    if t is None or t.dtype not in _FLOATS:
+    if t is None or t.dtype not in _FLOATS or t.size < MIN_ELEMENTS:
         return None
     return t.numpy()
 
