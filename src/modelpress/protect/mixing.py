@@ -110,14 +110,14 @@ def values(spec: dict) -> np.ndarray:
 SecretInput = Callable[[dict, ir.DataType, int], ir.Value]
 
 
-def _weight(node: ir.Node, index: int) -> np.ndarray | None:
+def _weight(node: ir.Node, index: int, smallest: int = MIN_ELEMENTS) -> np.ndarray | None:
     if len(node.inputs) <= index:
         return None
     v = node.inputs[index]
     if v is None or not is_constant(v) or len(v.uses()) != 1 or v.is_graph_output():
         return None
     t = ir.convenience.get_const_tensor(v)
-    if t is None or t.dtype not in _FLOATS or t.size < MIN_ELEMENTS:
+    if t is None or t.dtype not in _FLOATS or t.size < smallest:
         return None
     return t.numpy()
 
@@ -126,7 +126,7 @@ def _bias(node: ir.Node, index: int, n: int) -> np.ndarray | None | bool:
     """The constant 1-D bias of ``n`` (None: there is none; False: one that cannot be mixed)."""
     if len(node.inputs) <= index or node.inputs[index] is None:
         return None
-    b = _weight(node, index)
+    b = _weight(node, index, smallest=1)
     return b if b is not None and b.shape == (n,) else False
 
 
@@ -171,7 +171,7 @@ def _unmix(
     was_output = z.is_graph_output()
     z.replace_all_uses_with(y, replace_graph_outputs=True)
     if was_output:
-        y.name, z.name = z.name, None
+        y.name, z.name = z.name, f"{z.name}.mixed{id(z):x}"  # names.py renames every value later
     for user in nodes:  # the replacement above also moved the unmixing nodes' own input
         for i, v in enumerate(user.inputs):
             if v is y:
@@ -303,7 +303,7 @@ def _embedding(node, graph, rng, secret, new_name) -> bool:
     was_output = z.is_graph_output()
     z.replace_all_uses_with(unsigned, replace_graph_outputs=True)
     if was_output:
-        unsigned.name, z.name = z.name, None
+        unsigned.name, z.name = z.name, f"{z.name}.mixed{id(z):x}"
     unsign.replace_input_with(0, z)
     graph.insert_after(node, unsign)
     _unmix(graph, unsign, -1, None, spec, secret)
