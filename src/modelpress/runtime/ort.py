@@ -81,12 +81,13 @@ def _lent(model: ir.Model, so: ort.SessionOptions) -> tuple[bytes, list]:
         v
         for v in graph.initializers.values()
         if v.const_value is not None
-        and v.const_value.nbytes >= _LEND_MIN
+        and (v.const_value.nbytes >= _LEND_MIN or isinstance(v.const_value, ir.ExternalTensor))
         and not v.is_graph_input()
         and v.const_value.dtype.numpy().name in _LENDABLE
     ]
-    if sum(v.const_value.nbytes for v in big) < LEND_BYTES:
-        return model_bytes(model), []
+    on_disk = any(isinstance(v.const_value, ir.ExternalTensor) for v in big)
+    if sum(v.const_value.nbytes for v in big) < LEND_BYTES and not on_disk:
+        return model_bytes(model), []  # (a model read lazily is lent: bytes cannot point at files)
     arrays = [np.ascontiguousarray(v.const_value.numpy()) for v in big]
     saved = [v.const_value for v in big]
     try:
