@@ -20,10 +20,16 @@ def add_parser(sub) -> None:
             "Serve models over the Open Inference Protocol (KServe v2) with Triton's binary tensors, "
             "dynamic batching, back-pressure, Prometheus metrics and graceful shutdown on SIGTERM."
         ),
-        epilog="example: modelpress serve resnet.onnx bert.onnx --port 8000 --max-batch 32 --max-delay-ms 2",
+        epilog=(
+            "example: modelpress serve resnet.onnx bert.onnx --port 8000 --max-batch 32 --max-delay-ms 2\n"
+            "         modelpress serve DEPLOY_DIR   (a folder written by modelpress deploy: its serve.yaml)"
+        ),
     )
     p.add_argument(
-        "models", nargs="+", metavar="MODEL", help=".onnx files (a protected .mpk with --key-file)"
+        "models",
+        nargs="+",
+        metavar="MODEL",
+        help=".onnx files (a protected .mpk with --key-file), or one deploy folder (its serve.yaml sets the defaults)",
     )
     p.add_argument(
         "--host",
@@ -42,21 +48,18 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--max-batch",
         type=int,
-        default=32,
         metavar="N",
         help="rows per model run (default 32; 1 turns batching off)",
     )
     p.add_argument(
         "--max-delay-ms",
         type=float,
-        default=2.0,
         metavar="MS",
         help="how long an idle model waits for a batch to fill while requests are arriving (default 2)",
     )
     p.add_argument(
         "--max-queue",
         type=int,
-        default=256,
         metavar="N",
         help="requests that may wait per model; past it 503 with Retry-After (default 256)",
     )
@@ -90,7 +93,6 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--replicas",
         type=int,
-        default=1,
         metavar="N",
         help="Ray Serve replicas per model (with --ray)",
     )
@@ -106,6 +108,7 @@ def run(args) -> int:
     require("uvicorn", extra="serve", purpose="modelpress serve")
 
     recorder = options.Recorder("serve", args)
+    _from_folder(args)
     names = options.listed(args.name)
     if len(names) > len(args.models):
         raise OptionError(f"--name gives {len(names)} names for {len(args.models)} models")
@@ -191,3 +194,28 @@ def _run_ray(args, named, settings, recorder) -> int:
         }
     )
     return 0
+
+
+DEFAULTS = {"max_batch": 32, "max_delay_ms": 2.0, "max_queue": 256, "replicas": 1}
+
+
+def _from_folder(args) -> None:
+    """A deploy folder (``modelpress deploy``) as the one MODEL: its model, name and settings
+    become the defaults; flags given still win. Otherwise the usual defaults."""
+    from modelpress.deploy.settings import is_folder, read_folder
+
+    folder = args.models[0] if len(args.models) == 1 and is_folder(args.models[0]) else None
+    settings = None
+    if folder is not None:
+        settings, model = read_folder(folder)
+        args.models = [str(model)]
+        args.name = args.name or [settings.name]
+        if settings.protected and not (args.key_file or args.key_env):
+            raise OptionError(
+                f"{folder}: its model is protected: give its key with --key-file or --key-env"
+            )
+        if args.device == "auto":
+            args.device = settings.device
+    for key, default in DEFAULTS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, getattr(settings, key) if settings is not None else default)
