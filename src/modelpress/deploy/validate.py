@@ -52,7 +52,15 @@ def check_ray(path: Path) -> Check:
     except ImportError:
         return Check(name, "ray.serve.schema", "skipped", "Ray is not installed (the ray extra)")
     try:
-        schema = ServeDeploySchema.parse_obj(_yaml(path))
+        schema = ServeDeploySchema.model_validate(_yaml(path))
+        # the schema keeps autoscaling_config a mapping; Ray reads it as AutoscalingConfig when
+        # it applies the config: read it so here too
+        from ray.serve.config import AutoscalingConfig
+
+        for app in schema.applications:
+            for dep in app.deployments:
+                if isinstance(dep.autoscaling_config, dict):
+                    AutoscalingConfig.model_validate(dep.autoscaling_config)
     except Exception as exc:  # noqa: BLE001 - pydantic's ValidationError, and YAML's
         return Check(name, "ray.serve.schema.ServeDeploySchema", "failed", _first(exc))
     apps = [a.import_path for a in schema.applications]
