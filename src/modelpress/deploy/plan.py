@@ -85,10 +85,12 @@ def plan(
     _check_target(qps, p99_ms)
     server_s = cost.seconds(sample.bytes)
     machine = None
+    # the request's own shapes size every other dimension (an image's, a sequence's)
+    shapes = {k: tuple(v.shape) for k, v in sample.feeds.items()}
     if cpu:
-        curve = measure_curve(model, target_s=p99_ms / 1e3, limit=max_batch or 256)
+        curve = measure_curve(model, target_s=p99_ms / 1e3, limit=max_batch or 256, shapes=shapes)
         machine = this_machine(curve)
-    workload = workload_from_onnx(model, name=name)
+    workload = workload_from_onnx(model, name=name, shapes=shapes)
     try:
         return plan_service(
             workload,
@@ -110,7 +112,7 @@ def plan(
         raise NoServiceError(
             f"{name}: p99 {p99_ms:g} ms is below what this machine can answer in: one request takes "
             f"{fastest * 1e3:.3g} ms at its p99 (model {float(machine.curve(1)) * 1e3:.3g} ms + server "
-            f"{server_s * 1e3:.3g} ms + its spread {cost.tail_ms:.3g} ms); ask --p99-ms {_nice(fastest * 1e3 * 2)} or more, or a --gpu"
+            f"{server_s * 1e3:.3g} ms + its spread {cost.tail_ms:.3g} ms); ask `p99_ms` {_nice(fastest * 1e3 * 2)} or more, or plan on GPUs (`gpus`)"
         ) from None
 
 
