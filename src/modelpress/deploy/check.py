@@ -67,10 +67,10 @@ def _verdict(option: ServiceOption, load: LoadResult, rate: float) -> tuple[bool
         )
     if load.failed:
         why = f"{load.failed} of {load.sent} requests were refused or not answered (queue full or timed out)"
-    elif load.throughput < 0.95 * rate:
+    elif load.throughput < 0.95 * load.offered:
         why = (
-            f"the replica answered {load.throughput:.4g} requests/s of the {rate:.4g} sent: it could "
-            "not keep up (the server's cost per request is higher under load than calibrated)"
+            f"the replica answered {load.throughput:.4g} requests/s of the {load.offered:.4g} sent: it "
+            "could not keep up (the server's cost per request is higher under load than calibrated)"
         )
     else:
         why = (

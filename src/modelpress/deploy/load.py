@@ -22,6 +22,7 @@ import numpy as np
 @dataclass(frozen=True)
 class LoadResult:
     rate: float  # requests per second asked
+    offered: float  # requests per second the drawn arrivals make (Poisson: near ``rate``)
     sent: int  # counted requests (after the warm-up)
     answered: int  # of those, answered 200
     failed: int  # other statuses, connection errors, timeouts
@@ -195,8 +196,11 @@ def open_loop(
     def q(p: float) -> float:
         return float(np.percentile(all_ms, p, method="higher")) if len(all_ms) else float("nan")
 
+    counted = arrivals[warm:]
+    span = float(counted[-1] - counted[0]) if len(counted) > 1 else 0.0
     return LoadResult(
         rate=rate,
+        offered=(len(counted) - 1) / span if span > 0 else rate,
         sent=len(lat),
         answered=int(ok.sum()),
         failed=int(len(lat) - ok.sum()),
