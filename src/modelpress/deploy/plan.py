@@ -109,6 +109,8 @@ def plan(
             raise
         # what is possible: a request alone on the fastest candidate, with the server's share
         fastest = float(with_server_time(machine.curve, server_s)(1)) + cost.tail_ms / 1e3
+        if fastest * 1e3 < p99_ms:
+            raise  # the latency is reachable; the rate is not (the advisor's reasons say why)
         raise NoServiceError(
             f"{name}: p99 {p99_ms:g} ms is below what this machine can answer in: one request takes "
             f"{fastest * 1e3:.3g} ms at its p99 (model {float(machine.curve(1)) * 1e3:.3g} ms + server "
