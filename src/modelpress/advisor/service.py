@@ -273,16 +273,14 @@ def plan_service(
     max_delay_ms: float | None = None,
     engine: str = "compiled",
     gpu_notes: dict[str, str] | None = None,
+    # the server's own time per request (HTTP, parsing, batching; measured by deploy.overhead),
+    # added to every device's curve as S(b) + b · server_s; and how much more than its median
+    # it takes at its 99th percentile (the scheduler, other processes): the queue's p99 must
+    # meet the target with it added, and the promised p99 includes it
     server_s: float = 0.0,
     server_tail_ms: float = 0.0,
 ) -> ServicePlan:
-    """Plan the service on every candidate (see the module docstring); ranked options.
-
-    ``server_s``: the server's own time per request (HTTP, parsing, batching; measured by
-    ``deploy.overhead``), added to every device's curve as ``S(b) + b · server_s``;
-    ``server_tail_ms``: how much more than its median that time takes at its 99th percentile
-    (the machine's scheduler, the collector): the queue's p99 must meet the target with it added,
-    and the promised p99 includes it."""
+    """Plan the service on every candidate (see the module docstring); ranked options."""
     if qps <= 0:
         raise OptionError("--qps must be positive")
     if p99_ms <= 0:
@@ -291,7 +289,6 @@ def plan_service(
         raise OptionError("--max-batch must be at least 1")
     if max_delay_ms is not None and max_delay_ms < 0:
         raise OptionError("--max-delay-ms must be 0 or more")
-    tail = max(0.0, server_tail_ms)
     pricing = pricing or Pricing()
     # a service's replicas are provisioned all the time: an owned device's price is spread over
     # every hour of its life
@@ -320,7 +317,7 @@ def plan_service(
             max_batch=max_batch,
             max_delay_ms=max_delay_ms,
             notes=(note,) if note else (),
-            tail_ms=tail,
+            tail_ms=max(0.0, server_tail_ms),
         )
         (rejected.append((gpu.name, got)) if isinstance(got, str) else options.append(got))
     if machine is not None:
@@ -334,7 +331,7 @@ def plan_service(
             max_batch=max_batch,
             max_delay_ms=max_delay_ms,
             notes=(machine.price_source,) if machine.price_source else (),
-            tail_ms=tail,
+            tail_ms=max(0.0, server_tail_ms),
         )
         (rejected.append((machine.name, got)) if isinstance(got, str) else options.append(got))
     if not options:

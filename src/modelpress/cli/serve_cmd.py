@@ -18,18 +18,14 @@ def add_parser(sub) -> None:
         help="serve models over HTTP (KServe v2 / Triton protocol) with dynamic batching",
         description=(
             "Serve models over the Open Inference Protocol (KServe v2) with Triton's binary tensors, "
-            "dynamic batching, back-pressure, Prometheus metrics and graceful shutdown on SIGTERM."
+            "dynamic batching, back-pressure, Prometheus metrics and graceful shutdown on SIGTERM. "
+            "MODEL may be one folder written by modelpress deploy (DEPLOY_DIR): its serve.yaml "
+            "gives the model, its name and the planned batching and queue (flags given still win)."
         ),
-        epilog=(
-            "example: modelpress serve resnet.onnx bert.onnx --port 8000 --max-batch 32 --max-delay-ms 2\n"
-            "         modelpress serve DEPLOY_DIR   (a folder written by modelpress deploy: its serve.yaml)"
-        ),
+        epilog="example: modelpress serve resnet.onnx bert.onnx --port 8000 --max-batch 32 --max-delay-ms 2",
     )
     p.add_argument(
-        "models",
-        nargs="+",
-        metavar="MODEL",
-        help=".onnx files (a protected .mpk with --key-file), or one deploy folder (its serve.yaml sets the defaults)",
+        "models", nargs="+", metavar="MODEL", help=".onnx files (a protected .mpk with --key-file)"
     )
     p.add_argument(
         "--host",
@@ -102,13 +98,38 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+DEFAULTS = {"max_batch": 32, "max_delay_ms": 2.0, "max_queue": 256, "replicas": 1}
+
+
+def _from_folder(args) -> None:
+    """A deploy folder (``modelpress deploy``) as the one MODEL: its model, name and settings
+    become the defaults; flags given still win. Otherwise the usual defaults."""
+    from modelpress.deploy.settings import is_folder, read_folder
+
+    folder = args.models[0] if len(args.models) == 1 and is_folder(args.models[0]) else None
+    settings = None
+    if folder is not None:
+        settings, model = read_folder(folder)
+        args.models = [str(model)]
+        args.name = args.name or [settings.name]
+        if settings.protected and not (args.key_file or args.key_env):
+            raise OptionError(
+                f"{folder}: its model is protected: give its key with --key-file or --key-env"
+            )
+        if args.device == "auto":
+            args.device = settings.device
+    for key, default in DEFAULTS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, getattr(settings, key) if settings is not None else default)
+
+
 def run(args) -> int:
 
+    _from_folder(args)
     require("fastapi", extra="serve", purpose="modelpress serve")
     require("uvicorn", extra="serve", purpose="modelpress serve")
 
     recorder = options.Recorder("serve", args)
-    _from_folder(args)
     names = options.listed(args.name)
     if len(names) > len(args.models):
         raise OptionError(f"--name gives {len(names)} names for {len(args.models)} models")
@@ -194,28 +215,3 @@ def _run_ray(args, named, settings, recorder) -> int:
         }
     )
     return 0
-
-
-DEFAULTS = {"max_batch": 32, "max_delay_ms": 2.0, "max_queue": 256, "replicas": 1}
-
-
-def _from_folder(args) -> None:
-    """A deploy folder (``modelpress deploy``) as the one MODEL: its model, name and settings
-    become the defaults; flags given still win. Otherwise the usual defaults."""
-    from modelpress.deploy.settings import is_folder, read_folder
-
-    folder = args.models[0] if len(args.models) == 1 and is_folder(args.models[0]) else None
-    settings = None
-    if folder is not None:
-        settings, model = read_folder(folder)
-        args.models = [str(model)]
-        args.name = args.name or [settings.name]
-        if settings.protected and not (args.key_file or args.key_env):
-            raise OptionError(
-                f"{folder}: its model is protected: give its key with --key-file or --key-env"
-            )
-        if args.device == "auto":
-            args.device = settings.device
-    for key, default in DEFAULTS.items():
-        if getattr(args, key) is None:
-            setattr(args, key, getattr(settings, key) if settings is not None else default)
