@@ -61,9 +61,9 @@ def sample_request(
 
 def _check_target(qps: float, p99_ms: float) -> None:
     if not qps or qps <= 0:
-        raise OptionError(f"--qps {qps:g}: give the requests per second to serve, above 0")
+        raise OptionError(f"`qps` {qps:g}: give the requests per second to serve, above 0")
     if not p99_ms or p99_ms <= 0:
-        raise OptionError(f"--p99-ms {p99_ms:g}: give the latency target in ms, above 0")
+        raise OptionError(f"`p99_ms` {p99_ms:g}: give the latency target in ms, above 0")
 
 
 def plan(
