@@ -63,6 +63,12 @@ def add_parser(sub) -> None:
         metavar="DURATION",
         help="the search's time budget (90s, 10m, 1h; default 10m)",
     )
+    p.add_argument(
+        "--no-train",
+        action="store_true",
+        help="search post-training steps only (by default, with --labels-key, half the samples "
+        "train pruned, QAT and distilled candidates)",
+    )
     opt.add_key(p)
     opt.add_list(p, "--gpu", metavar="NAME", help="GPUs of the advisor's catalog to plan on too")
     p.add_argument(
@@ -124,6 +130,7 @@ def run(args) -> int:
             gpus=opt.listed(args.gpu) or None,
             device=args.device,
             name=args.name,
+            train=not args.no_train,
             check=not args.no_check,
             check_seconds=args.check_seconds,
             image=args.image,

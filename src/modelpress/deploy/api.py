@@ -1,7 +1,9 @@
 """``deploy()``: from a model and a traffic target to a folder that serves it, and a measured check.
 
 1. Search (``search.auto``) for the fastest version within the accuracy budget, when ``data``
-   is given; otherwise the model is deployed as given.
+   is given; otherwise the model is deployed as given. With labels, half the samples (at random)
+   train the candidates that train (structured pruning with fine-tuning, QAT, distillation into
+   a narrower student) and the other half score every candidate (``training_split``).
 2. Protect it (an ``.mpk`` package) when a key is given.
 3. Plan the service (``plan.plan``): the model's service curve measured on this CPU and, for
    ``gpus``, estimated; the server's own cost per request measured against the real server
@@ -20,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import onnx_ir as ir
 
 from modelpress.advisor.catalog import load_catalog
@@ -33,6 +36,7 @@ from modelpress.deploy.validate import Check
 from modelpress.errors import OptionError
 from modelpress.ir import load
 from modelpress.ir.feeds import as_model, load_npz
+from modelpress.ir.files import write_npz
 from modelpress.protect import load_key, protect
 from modelpress.search import AutoResult, Recipe, auto
 from modelpress.serve.repository import model_name
@@ -70,6 +74,33 @@ class DeployResult:
         }
 
 
+TRAIN_FRACTION = 0.5  # of labelled data, the part pruning, QAT and distillation train on
+MIN_TRAIN = 64  # fewer samples than this in either part: no training candidates
+
+
+def training_split(
+    data: str | os.PathLike, *, labels_key: str, folder: Path, seed: int = 0
+) -> tuple[str, str | None]:
+    """Labelled ``data`` split in two, at random: the part the search scores candidates on, and
+    the part training candidates (pruning with fine-tuning, QAT, distillation) train on, so no
+    candidate is scored on samples it was trained on. ``(data, None)`` when too small to split."""
+    arrays = load_npz(data)
+    if labels_key not in arrays:
+        return str(data), None
+    n = len(arrays[labels_key])
+    k = int(n * TRAIN_FRACTION)
+    if min(k, n - k) < MIN_TRAIN:
+        return str(data), None
+    order = np.random.default_rng(seed).permutation(n)
+    folder.mkdir(parents=True, exist_ok=True)
+    parts = []
+    for name, idx in (("score", order[k:]), ("train", order[:k])):
+        path = folder / f"{name}.npz"
+        write_npz(path, {key: a[np.sort(idx)] for key, a in arrays.items() if len(a) == n})
+        parts.append(str(path))
+    return parts[0], parts[1]
+
+
 def deploy(
     model: str | os.PathLike,
     output: str | os.PathLike,
@@ -85,6 +116,7 @@ def deploy(
     gpus: list[str] | None = None,
     device: str = "cpu",
     name: str | None = None,
+    train: bool = True,
     check: bool = True,
     check_requests: int = 2000,
     check_seconds: float = 10.0,
@@ -112,13 +144,22 @@ def deploy(
     # 1. search
     result = None
     if data is not None:
+        cache = out.with_name(out.name + ".auto")
+        score, train_data = data, None
+        if labels_key and train:
+            score, train_data = training_split(data, labels_key=labels_key, folder=cache)
+            if train_data is None:
+                notes.append(
+                    f"{data}: too few samples to train on part of them; post-training only"
+                )
         result = auto(
             model,
-            data=data,
+            data=score,
+            train_data=train_data,
             labels_key=labels_key,
             max_accuracy_drop=max_accuracy_drop,
             time_budget_s=time_budget_s,
-            cache_dir=out.with_name(out.name + ".auto"),
+            cache_dir=cache,
             target="cpu" if not device.startswith("cuda") else found[0].gpu.name,
             progress=progress,
         )
