@@ -92,7 +92,9 @@ class _Pool:
         try:
             return await asyncio.open_connection(self.host, self.port)
         except OSError:
-            await self.drop(None)
+            async with self.free:  # (the connection never opened: free its place)
+                self.open -= 1
+                self.free.notify()
             raise
 
     async def give(self, conn) -> None:
@@ -101,8 +103,7 @@ class _Pool:
             self.free.notify()
 
     async def drop(self, conn) -> None:
-        if conn is not None:
-            conn[1].close()
+        conn[1].close()
         async with self.free:
             self.open -= 1
             self.free.notify()
@@ -136,7 +137,8 @@ async def _run(
             status[i], latencies[i], ended[i] = code, done - (start + arrivals[i]), done
             await pool.give(conn)
         except (OSError, asyncio.IncompleteReadError, ValueError, asyncio.LimitOverrunError):
-            await pool.drop(conn)
+            if conn is not None:
+                await pool.drop(conn)
 
     tasks = []
     for i, t in enumerate(arrivals):

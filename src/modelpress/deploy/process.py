@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from dataclasses import asdict, dataclass
@@ -62,13 +63,15 @@ class Served:
             json.dumps(asdict(self.spec)),
             str(self.port),
         ]
-        self.proc = subprocess.Popen(
-            cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-        )
+        # the server's messages go to a file: a pipe nobody reads would fill and stop it
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=self.log)
         deadline = time.monotonic() + _READY_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                err = self.proc.stderr.read().decode(errors="replace").strip().splitlines()
+                self.log.seek(0)
+                err = self.log.read().decode(errors="replace").strip().splitlines()
+                self.__exit__(None, None, None)
                 raise InputError(
                     f"the server for {self.spec.model} exited: {err[-1] if err else self.proc.returncode}"
                 )
@@ -81,14 +84,16 @@ class Served:
         raise InputError(f"the server for {self.spec.model} did not start in {_READY_S:g} s")
 
     def __exit__(self, *exc) -> None:
-        if self.proc is None or self.proc.poll() is not None:
+        if self.proc is None:
             return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
 
 
 def _main(spec_json: str, port: int) -> None:
