@@ -23,8 +23,10 @@ ORDER = [
     "batch",
     "advisor",
     "serve",
+    "serve_triton",
     "protect",
     "auto",
+    "deploy",
 ]
 TITLES = {
     "optimize": "graph optimizer (issue: foundation and optimizer)",
@@ -38,6 +40,8 @@ TITLES = {
     "advisor": "hardware advisor",
     "serve": "serving under load (modelpress serve, Ray Serve, FastAPI)",
     "auto": "auto: the search against optimize + static int8 by hand and an exhaustive run",
+    "serve_triton": "serving beside Triton Inference Server (same model, batching, client)",
+    "deploy": "deploy: the plan's promised p99 against the measured one",
 }
 
 
