@@ -590,143 +590,16 @@ def write(results: dict, reps: int, warmup: float, duration: float) -> None:
     print(f"wrote {RESULTS / 'serve.md'}")
 
 
-# --- beside Triton Inference Server (--triton) ------------------------------------------------------
-
-TRITON_VENV = HERE / "_work" / "triton-venv"
-TRITON_PACKAGES = ["nvidia-pytriton==0.7.0", "onnxruntime==1.23.2", "numpy<3"]
-TRITON_CONCURRENCY = 64
-
-
-def _triton_python() -> Path:
-    """The Python of a separate environment holding nvidia-pytriton (its tritonserver binary)."""
-    py = TRITON_VENV / "bin" / "python"
-    if not py.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(TRITON_VENV)], check=True)
-        subprocess.run([str(py), "-m", "pip", "install", "-q", *TRITON_PACKAGES], check=True)
-    return py
-
-
-def _start_triton(model: str, name: str, port: int) -> subprocess.Popen:
-    import sysconfig
-
-    # tritonserver's Python backend loads libpython: the interpreter's own library folder
-    libdir = sysconfig.get_config_var("LIBDIR") or ""
-    env = dict(
-        os.environ,
-        LD_LIBRARY_PATH=os.pathsep.join(
-            p for p in (libdir, os.environ.get("LD_LIBRARY_PATH")) if p
-        ),
-    )
-    cmd = [str(_triton_python()), str(HERE / "triton_peer.py"), "--model", model, "--name", name]
-    cmd += ["--port", str(port), "--max-batch", "32", "--delay-us", "2000"]
-    proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    _wait_ready(port, f"/v2/models/{name}/ready", proc, timeout=300)
-    return proc
-
-
-def bench_triton(reps: int, warmup: float, duration: float) -> dict:
-    """modelpress serve (max batch 32, 2 ms) and Triton (the same dynamic batching) on the same
-    model, the same v2 binary requests from the same closed-loop client at concurrency 64,
-    interleaved over ``reps`` rounds."""
-    from modelpress import zoo
-
-    WORK.mkdir(parents=True, exist_ok=True)
-    results = {}
-    for zname, seq in MODELS.items():
-        path = str(zoo.build(zname, WORK / f"{zname}.onnx"))
-        entry = zoo.get(zname)
-        sample = {k: np.ascontiguousarray(v) for k, v in entry.inputs(1, seq).items()}
-        v2, _ = _requests(zname, sample)
-        (WORK / f"{zname}.v2").write_bytes(v2)
-        ports = {"modelpress": _free_port(), "triton": _free_port() + 10}
-        procs = {}
-        runs = {v: [] for v in ports}
-        try:
-            procs["modelpress"] = _start("modelpress", path, zname, ports["modelpress"], {})
-            procs["triton"] = _start_triton(path, zname, ports["triton"])
-            for v in ports:  # the first answers of each are slow (sessions, the batcher's threads)
-                _run_load(ports[v], WORK / f"{zname}.v2", 4, 0.0, 1.0)
-            for r in range(reps):
-                for v in list(ports) if r % 2 == 0 else list(ports)[::-1]:
-                    res = _run_load(
-                        ports[v], WORK / f"{zname}.v2", TRITON_CONCURRENCY, warmup, duration
-                    )
-                    runs[v].append(res)
-                    print(
-                        f"{zname} rep {r} {v:<11} {res['rps']:8.1f} req/s  p50 {res['p50_ms']:7.2f}  p99 {res['p99_ms']:7.2f}  errors {res['errors']}",
-                        flush=True,
-                    )
-        finally:
-            for p in procs.values():
-                if p.poll() is None:
-                    os.killpg(p.pid, signal.SIGTERM)
-            for p in procs.values():
-                try:
-                    p.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(p.pid, signal.SIGKILL)
-        results[zname] = runs
-    return results
-
-
-def write_triton(results: dict, reps: int, warmup: float, duration: float) -> None:
-    def cell(rs, key, fmt="{:.1f}"):
-        values = [r[key] for r in rs]
-        return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}-{fmt.format(max(values))})"
-
-    lines = [
-        "# serving beside Triton Inference Server",
-        "",
-        f"Machine: {_cpu()}. Date: {datetime.date.today()}. Command: "
-        f"`python benchmarks/bench_serve.py --triton --reps {reps} --warmup {warmup:g} --duration {duration:g}`.",
-        "",
-        "Same model, same dynamic batching (max batch 32, 2 ms queue delay), the same v2 binary "
-        f"requests from the same closed-loop client at concurrency {TRITON_CONCURRENCY}, "
-        "interleaved over rounds; medians (min-max). Triton is `tritonserver` from "
-        "`nvidia-pytriton==0.7.0` (CPU): its HTTP front end and dynamic batcher, and its Python "
-        "backend handing each batch to ONNX Runtime in the pytriton process (the wheel ships no "
-        "ONNX Runtime backend); `benchmarks/triton_peer.py`.",
-        "",
-        "| model | server | req/s | p50 ms | p99 ms | errors | throughput ≥ Triton's, p99 ≤ Triton's |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for zname, runs in results.items():
-        mp, tr = runs["modelpress"], runs["triton"]
-        med = {
-            v: {k: statistics.median(r[k] for r in rs) for k in ("rps", "p99_ms")}
-            for v, rs in runs.items()
-        }
-        verdict = (
-            "yes"
-            if med["modelpress"]["rps"] >= med["triton"]["rps"]
-            and med["modelpress"]["p99_ms"] <= med["triton"]["p99_ms"]
-            else "no"
-        )
-        for v, rs in (("modelpress serve", mp), ("Triton", tr)):
-            lines.append(
-                f"| {zname} | {v} | {cell(rs, 'rps')} | {cell(rs, 'p50_ms', '{:.2f}')} | "
-                f"{cell(rs, 'p99_ms', '{:.2f}')} | {sum(r['errors'] for r in rs)} | "
-                + (verdict if v == "Triton" else "")
-                + " |"
-            )
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "serve_triton.md").write_text("\n".join(lines) + "\n")
-    (RESULTS / "serve_triton.json").write_text(json.dumps(results, indent=1))
-    print(f"wrote {RESULTS / 'serve_triton.md'}")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--warmup", type=float, default=1.0)
-    ap.add_argument("--duration", type=float, default=3.0)
     ap.add_argument(
         "--triton",
         action="store_true",
-        help="only modelpress serve beside Triton Inference Server (nvidia-pytriton), concurrency 64",
+        help="run the section beside Triton Inference Server instead (bench_serve_triton.py)",
     )
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--warmup", type=float, default=1.0)
+    ap.add_argument("--duration", type=float, default=3.0)
     ap.add_argument("--loadgen", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--peer", choices=["fastapi", "ray"], help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
@@ -741,12 +614,10 @@ def main() -> None:
         shapes = json.loads(args.shapes)
         return (peer_fastapi if args.peer == "fastapi" else peer_ray)(args.model, args.port, shapes)
     if args.triton:
-        return write_triton(
-            bench_triton(args.reps, args.warmup, args.duration),
-            args.reps,
-            args.warmup,
-            args.duration,
-        )
+        sys.path.insert(0, str(HERE))
+        import bench_serve_triton
+
+        return bench_serve_triton.run(args.reps, args.warmup, args.duration)
     results = bench(args.reps, args.warmup, args.duration)
     write(results, args.reps, args.warmup, args.duration)
 

@@ -23,8 +23,8 @@ ORDER = [
     "batch",
     "advisor",
     "serve",
-    "serve_triton",
     "protect",
+    "serve_triton",
     "auto",
     "deploy",
 ]
