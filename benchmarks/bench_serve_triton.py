@@ -32,7 +32,6 @@ from bench_serve import (
     _wait_ready,
 )
 
-
 TRITON_VENV = HERE / "_work" / "triton-venv"
 TRITON_PACKAGES = ["nvidia-pytriton==0.7.0", "onnxruntime==1.23.2", "numpy<3"]
 TRITON_CONCURRENCY = 64
