@@ -246,3 +246,35 @@ def test_labelled_data_is_split_between_training_and_scoring(tmp_path):
     (distill,) = [c for c in space.candidates() if c.step("distill")]
     assert distill.step("distill").opts == {"data": train, "labels_key": "y", "width": 0.5}
     assert "distill(width=0.5)" in distill.label()
+
+
+@pytest.mark.slow
+def test_a_protected_deploy_serves_its_package(tmp_path):
+    from modelpress.protect import keygen, load_key, open_package
+
+    path = cnn(tmp_path / "cnn.onnx")
+    key = keygen(tmp_path / "key.bin")
+    out = tmp_path / "deploy"
+    r = deploy(path, out, qps=20, p99_ms=500, cost=COST, key_file=key, check_seconds=2)
+    assert r.settings.protected and (out / "model.mpk").is_file()
+    assert not (out / "model.onnx").exists() and not (out / "triton").exists()
+    assert [c.file for c in r.checks] == [
+        "serve.yaml",
+        "ray-serve.yaml",
+        "kserve.yaml",
+        "Dockerfile",
+    ]
+    # the package opens with the key into the model deployed; the check served it
+    x = np.random.default_rng(5).standard_normal((2, 3, 4, 4)).astype(np.float32)
+    import onnxruntime as ort
+
+    from modelpress.ir import model_bytes
+
+    opened = ort.InferenceSession(model_bytes(open_package(out / "model.mpk", load_key(key))))
+    want = ort.InferenceSession(str(path)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(opened.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
+    assert r.check is not None and r.check.load.answered > 0
+    kserve = yaml.safe_load((out / "kserve.yaml").read_text())
+    env = kserve["spec"]["predictor"]["containers"][0]["env"]
+    assert env[0]["name"] == "MODELPRESS_KEY"
+    assert '"--key-env", "MODELPRESS_KEY"' in (out / "Dockerfile").read_text()
