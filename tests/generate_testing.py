@@ -145,3 +145,31 @@ def write_tokenizer_files(folder: Path, tokenizer, *, template: str | None = CHA
     if template is not None:
         config["chat_template"] = template
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
+
+
+class LeftAlignedTorchDecoder(TorchDecoder):
+    """The same model through the "left_aligned" contract: row ``b``'s ``n_b`` real entries come
+    first and a step writes its new one at ``n_b`` (``n_b``: the ones in its mask before it)."""
+
+    def __call__(self, input_ids, attention_mask, position_ids, keys, values):
+        past = keys[0].shape[2] if keys else 0
+        new = input_ids.shape[1]
+        if past == 0:
+            return super().__call__(input_ids, attention_mask, position_ids, keys, values)
+        assert new == 1
+        n = attention_mask.sum(axis=1) - new
+        ones_then_zeros = np.arange(past + new)[None, :] < (n + new)[:, None]
+        assert (attention_mask.astype(bool) == ones_then_zeros).all(), "not ones then zeros"
+        # transformers appends at column `past`; the contract wants it at n_b
+        mask = np.concatenate([attention_mask[:, :past], np.ones((len(n), 1), np.int64)], axis=1)
+        mask[:, :past] = np.arange(past)[None, :] < n[:, None]
+        logits, ks, vs = super().__call__(input_ids, mask, position_ids, keys, values)
+        rows = np.arange(len(n))
+
+        def move(a):
+            a = a.copy()
+            a[rows, :, n] = a[rows, :, past]
+            a[rows[n < past], :, past] = 0
+            return a
+
+        return logits, [move(k) for k in ks], [move(v) for v in vs]

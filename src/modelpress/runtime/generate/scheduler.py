@@ -100,7 +100,6 @@ class Scheduler:
         self.engine = Engine(llm.decoder, config)
         self._waiting: deque[Sequence] = deque()
         self._sinks: dict[str, Sink] = {}
-        self._seqs: dict[str, Sequence] = {}
         self._cancelled: set[str] = set()
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
@@ -142,7 +141,6 @@ class Scheduler:
             if seq.request_id in self._sinks:
                 raise InputError(f"request id {seq.request_id!r} is already running")
             self._sinks[seq.request_id] = sink
-            self._seqs[seq.request_id] = seq
             self._waiting.append(seq)
             self._cond.notify()
         return seq
@@ -254,17 +252,15 @@ class Scheduler:
         for event in events:
             with self._cond:
                 sink = self._sinks.get(event.request_id)
-                seq = self._seqs.get(event.request_id)
                 if event.finished:
                     self._sinks.pop(event.request_id, None)
-                    self._seqs.pop(event.request_id, None)
                     self._cancelled.discard(event.request_id)
-            if event.token_id is not None and seq is not None:
+            if event.token_id is not None:
                 self.metrics.tokens(1)
-                if len(seq.token_ids) == 1:
-                    self.metrics.first_token(seq.first_token_at - seq.arrived)
-                elif seq.gap is not None:
-                    self.metrics.inter_token(seq.gap)
+                if event.index == 0:
+                    self.metrics.first_token(event.latency_s)
+                else:
+                    self.metrics.inter_token(event.latency_s)
             if event.finished:
                 self.metrics.finished(event.result)
             if sink is not None:

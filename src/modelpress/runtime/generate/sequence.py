@@ -67,6 +67,8 @@ class Event:
     text: str
     token_id: int | None
     result: GenerationResult | None = None
+    index: int = -1  # which generated token this is (0: the first)
+    latency_s: float | None = None  # since arrival (the first token) or since the token before
 
     @property
     def finished(self) -> bool:
@@ -93,7 +95,6 @@ class Sequence:
         self.detokenizer = Detokenizer(self.tokenizer)
         self.stops = StopMatcher(self.params.stop)
         self._seen = list(self.prompt_ids)
-        self.gap: float | None = None  # seconds since the token before the last one
 
     @property
     def seen(self) -> np.ndarray:
@@ -108,7 +109,7 @@ class Sequence:
         now = time.perf_counter()
         if self.first_token_at is None:
             self.first_token_at = now
-        self.gap = None if self.last_token_at is None else now - self.last_token_at
+        latency = now - (self.arrived if self.last_token_at is None else self.last_token_at)
         self.last_token_at = now
         self.token_ids.append(token_id)
         self._seen.append(token_id)
@@ -128,7 +129,8 @@ class Sequence:
             else:
                 self.finish_reason = "stop"
         self.text += piece
-        return Event(self.request_id, piece, token_id, self.result() if self.finished else None)
+        result = self.result() if self.finished else None
+        return Event(self.request_id, piece, token_id, result, len(self.token_ids) - 1, latency)
 
     @property
     def finished(self) -> bool:
