@@ -160,3 +160,16 @@ def test_bad_folders_and_files(llama, tmp_path, capsys):
         gen.generate("")
     with pytest.raises(OptionError, match="`top_k`"):
         gen.generate("hi", top_k=0)
+
+
+def test_a_prompt_prefilled_in_chunks_gives_the_same_tokens(llama):
+    from modelpress.runtime.generate import Request, SamplingParams, Scheduler
+
+    _, folder = llama
+    llm = open_llm(folder, threads=1)
+    request = Request(prompt=" ".join(PROMPTS), params=SamplingParams(max_tokens=16))
+    whole = Scheduler(llm).run([request])[0]
+    chunked = Scheduler(llm)
+    chunked.engine.prefill_chunk = 5
+    request.request_id += "-chunked"
+    assert chunked.run([request])[0].token_ids == whole.token_ids

@@ -2,8 +2,8 @@
 
 ``Engine`` owns the batched ``KVCache`` and the sequences in its rows (row ``i`` of the cache is
 ``running[i]``). ``prefill(sequences)`` runs each new prompt alone (batch 1, nothing padded, so
-a prompt's cache is what a solo run computes), chooses its first token and joins its cache to
-the batch; ``decode()`` runs one step for every running row and chooses each row's next token
+a prompt's cache is what a solo run computes; a prompt longer than ``prefill_chunk`` tokens goes
+through in chunks), chooses its first token and joins its cache to the batch; ``decode()`` runs one step for every running row and chooses each row's next token
 with that row's own sampling. A sequence that finishes leaves at once (its rows and the columns
 no row uses any more are dropped); ``cancel(ids)`` ends sequences from outside.
 
@@ -19,11 +19,14 @@ from modelpress.runtime.generate.cache import KVCache
 from modelpress.runtime.generate.sampling import choose
 from modelpress.runtime.generate.sequence import Event, Sequence
 
+PREFILL_CHUNK = 512
+
 
 class Engine:
-    def __init__(self, decoder, config: DecoderConfig) -> None:
+    def __init__(self, decoder, config: DecoderConfig, *, prefill_chunk: int = PREFILL_CHUNK):
         self.decoder = decoder
         self.config = config
+        self.prefill_chunk = prefill_chunk
         self.cache = self._empty()
         self.running: list[Sequence] = []
         self.steps = 0  # decode steps run (for tests and metrics)
@@ -44,10 +47,14 @@ class Engine:
         events = []
         for seq in sequences:
             cache = self._empty(rows=1)
-            ids = np.asarray([seq.prompt_ids], dtype=np.int64)
-            mask, positions = cache.step_inputs(new=ids.shape[1])
-            logits, keys, values = self.decoder(ids, mask, positions, cache.keys, cache.values)
-            cache.advance(keys, values, mask, new=ids.shape[1])
+            prompt = np.asarray([seq.prompt_ids], dtype=np.int64)
+            # a long prompt goes through in chunks: the logits of a whole 8k-token prompt at
+            # once would take gigabytes ([tokens, vocab] floats), and only the last row is used
+            for start in range(0, prompt.shape[1], self.prefill_chunk):
+                ids = prompt[:, start : start + self.prefill_chunk]
+                mask, positions = cache.step_inputs(new=ids.shape[1])
+                logits, keys, values = self.decoder(ids, mask, positions, cache.keys, cache.values)
+                cache.advance(keys, values, mask, new=ids.shape[1])
             event = seq.add(choose(logits[0], seq.params, seq.rng, seq.seen))
             events.append(event)
             if not seq.finished:
