@@ -169,3 +169,30 @@ def test_asyncio_streams_with_the_background_thread_and_a_disconnect(parts):
     assert len(seen["ttft"]) == 3 and len(seen["done"]) == 3
     assert all(x >= 0 for x in seen["ttft"] + seen["itl"]) and len(seen["itl"]) >= 14
     assert np.isfinite(stats["tokens_per_s"])
+
+
+def test_a_cancelled_task_frees_its_slot_for_a_waiting_request(parts):
+    llm = _llm(parts)
+    solo = _solo(llm, _req(PROMPTS[2], 6))
+
+    async def main(scheduler):
+        first_token = asyncio.Event()
+
+        async def hog():
+            stream = await scheduler.submit(_req(PROMPTS[0], 200))
+            async for _ in stream:
+                first_token.set()
+
+        task = asyncio.create_task(hog())
+        await first_token.wait()
+        waiting = await scheduler.submit(_req(PROMPTS[2], 6))  # no free slot: it waits
+        assert scheduler.stats()["waiting"] == 1
+        task.cancel()  # the client disconnected
+        events = [e async for e in waiting]
+        return events[-1].result
+
+    with Scheduler(llm, max_seqs=1).start() as scheduler:
+        result = asyncio.run(main(scheduler))
+        stats = scheduler.stats()
+    assert result.token_ids == solo.token_ids
+    assert stats["requests_cancelled"] == 1
