@@ -196,3 +196,28 @@ def test_a_cancelled_task_frees_its_slot_for_a_waiting_request(parts):
         stats = scheduler.stats()
     assert result.token_ids == solo.token_ids
     assert stats["requests_cancelled"] == 1
+
+
+def test_a_failing_step_or_hook_ends_requests_with_an_error_not_the_loop(parts):
+    tok, model = parts
+    good = TorchDecoder(model)
+    calls = {"n": 0}
+
+    def flaky(*args):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("the model broke\nsecond line")
+        return good(*args)
+
+    def broken_hook(seconds):
+        raise ValueError("exporter bug")
+
+    llm = FakeLLM(flaky, decoder_config(model), tok)
+    metrics = GenerationMetrics(on_inter_token_latency=broken_hook)
+    scheduler = Scheduler(llm, max_seqs=2, metrics=metrics)
+    failed = scheduler.run([_req(PROMPTS[0], 8)])[0]
+    assert failed.finish_reason == "error" and failed.error == "the model broke"
+    assert scheduler.engine.cache.rows == 0
+    again = scheduler.run([_req(PROMPTS[0], 8)])[0]  # the scheduler goes on
+    assert again.token_ids == _solo(_llm(parts), _req(PROMPTS[0], 8)).token_ids
+    assert metrics.hook_errors == 1 and metrics.on_inter_token_latency is None

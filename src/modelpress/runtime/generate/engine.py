@@ -42,6 +42,12 @@ class Engine:
             rows=rows,
         )
 
+    def reset(self) -> list[Sequence]:
+        """Drop every running sequence and the cache (after a failure); the dropped ones."""
+        running, self.running = self.running, []
+        self.cache = self._empty()
+        return running
+
     def prefill(self, sequences: list[Sequence]) -> list[Event]:
         """Run each new prompt, choose its first token; the unfinished join the batch."""
         events = []

@@ -8,7 +8,8 @@ callables, e.g. a Prometheus histogram's ``observe``) with each measurement as i
 - ``on_step(rows, seconds)``: one decode step over ``rows`` sequences;
 - ``on_finished(result)``: a request's ``GenerationResult``.
 
-The hooks run on the scheduler's thread: keep them short and thread-safe.
+The hooks run on the scheduler's thread: keep them short and thread-safe. A hook that raises is
+dropped from then on (counted in ``hook_errors``): a broken exporter must not stop generation.
 """
 
 from __future__ import annotations
@@ -37,20 +38,29 @@ class GenerationMetrics:
     started_at: float = field(default_factory=time.perf_counter)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
+    hook_errors: int = 0
+
+    def _call(self, name: str, *args) -> None:
+        hook = getattr(self, name)
+        if hook is None:
+            return
+        try:
+            hook(*args)
+        except Exception:
+            setattr(self, name, None)
+            self.hook_errors += 1
+
     def first_token(self, seconds: float) -> None:
-        if self.on_time_to_first_token:
-            self.on_time_to_first_token(seconds)
+        self._call("on_time_to_first_token", seconds)
 
     def inter_token(self, seconds: float) -> None:
-        if self.on_inter_token_latency:
-            self.on_inter_token_latency(seconds)
+        self._call("on_inter_token_latency", seconds)
 
     def step(self, rows: int, seconds: float) -> None:
         with self._lock:
             self.decode_steps += 1
             self.decode_seconds += seconds
-        if self.on_step:
-            self.on_step(rows, seconds)
+        self._call("on_step", rows, seconds)
 
     def started(self, prompt_tokens: int) -> None:
         with self._lock:
@@ -65,8 +75,7 @@ class GenerationMetrics:
         with self._lock:
             self.requests_finished += 1
             self.requests_cancelled += result.finish_reason == "cancelled"
-        if self.on_finished:
-            self.on_finished(result)
+        self._call("on_finished", result)
 
     def to_dict(self) -> dict:
         with self._lock:

@@ -286,7 +286,24 @@ class Scheduler:
                     self._cond.wait()
                 if self._closed:
                     break
-            self.step()
+            try:
+                self.step()
+            except Exception as exc:  # a bug outside the model step: end everything, keep going
+                self._fail_all(exc)
+
+    def _fail_all(self, exc: Exception) -> None:
+        message = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        with self._cond:
+            waiting, self._waiting = list(self._waiting), deque()
+            sinks, self._sinks = dict(self._sinks), {}
+        running = self.engine.reset()
+        for seq in waiting + running:
+            if not seq.finished:
+                event = seq.end("error", message)
+                sink = sinks.get(seq.request_id)
+                if sink is not None:
+                    with contextlib.suppress(Exception):
+                        sink(event)
 
     def close(self) -> None:
         """Stop the loop; requests still waiting or running end as cancelled."""
