@@ -115,7 +115,9 @@ def test_cli_streams_and_writes_the_record(llama, tmp_path, capsys):
     assert data["command"] == "generate" and len(prompts) == 2
     assert all(len(p["token_ids"]) == 8 and p["time_to_first_token_s"] > 0 for p in prompts)
     assert out == "".join(p["text"] + "\n" for p in prompts)
-    greedy = Generator(folder).generate(PROMPTS[:2], max_tokens=8).results
+    import modelpress
+
+    greedy = modelpress.generate(folder, PROMPTS[:2], max_tokens=8).results  # the façade
     assert [p["token_ids"] for p in prompts] == [r.token_ids for r in greedy]
 
 

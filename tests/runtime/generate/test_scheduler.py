@@ -17,7 +17,13 @@ from generate_testing import (
 )
 
 from modelpress.errors import InputError, OptionError
-from modelpress.runtime.generate import GenerationMetrics, Request, SamplingParams, Scheduler
+from modelpress.runtime.generate import (
+    GenerationMetrics,
+    QueueFullError,
+    Request,
+    SamplingParams,
+    Scheduler,
+)
 
 PROMPTS = ["The quick brown", "Once upon a time there", "Models run", "Grüße aus Köln: 東京"]
 
@@ -127,6 +133,10 @@ def test_limits_are_refused_naming_them(parts):
     with pytest.raises(OptionError, match="`max_context`"):
         Scheduler(llm, max_context=10_000)
     assert scheduler.stats()["waiting"] == 0
+    full = Scheduler(llm, max_seqs=1, max_waiting=1)
+    full.add(_req(PROMPTS[0], 4), print)
+    with pytest.raises(QueueFullError, match="`max_waiting`"):
+        full.add(_req(PROMPTS[1], 4), print)
 
 
 def test_asyncio_streams_with_the_background_thread_and_a_disconnect(parts):

@@ -17,7 +17,7 @@ from modelpress.runtime.generate.api import GenerateResult, Generator, TextStrea
 from modelpress.runtime.generate.folder import LLM, open_llm
 from modelpress.runtime.generate.metrics import GenerationMetrics
 from modelpress.runtime.generate.sampling import SamplingParams
-from modelpress.runtime.generate.scheduler import Request, Scheduler
+from modelpress.runtime.generate.scheduler import QueueFullError, Request, Scheduler
 from modelpress.runtime.generate.sequence import Event, GenerationResult
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "GenerationMetrics",
     "GenerationResult",
     "Generator",
+    "QueueFullError",
     "Request",
     "SamplingParams",
     "Scheduler",

@@ -11,7 +11,8 @@ One ``Scheduler`` drives one model. Each iteration (``step()``) it
 Each request's events (``sequence.Event``: newly released text, the token, and on the last one
 the ``GenerationResult``) go to its sink as soon as the step that made them ends.
 
-Limits: at most ``max_seqs`` sequences run at once (the rest wait in arrival order), and a
+Limits: at most ``max_seqs`` sequences run at once (the rest wait in arrival order, at most
+``max_waiting`` of them: ``QueueFullError`` beyond), and a
 request whose prompt plus ``max_tokens`` exceeds ``max_context`` (default: the model's) is refused
 when it is submitted, with an ``InputError`` naming the limit; bad sampling values raise
 ``OptionError`` naming the field (``SamplingParams``). Both happen in the caller's thread, before
@@ -50,7 +51,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 
-from modelpress.errors import InputError, OptionError
+from modelpress.errors import InputError, ModelpressError, OptionError
 from modelpress.runtime.generate.engine import Engine
 from modelpress.runtime.generate.metrics import GenerationMetrics
 from modelpress.runtime.generate.sampling import SamplingParams
@@ -72,6 +73,10 @@ class Request:
 Sink = Callable[[Event], None]
 
 
+class QueueFullError(ModelpressError):
+    """More requests wait than ``max_waiting`` allows (a server answers 429 / 503)."""
+
+
 class Scheduler:
     def __init__(
         self,
@@ -80,9 +85,11 @@ class Scheduler:
         max_seqs: int = 8,
         max_context: int | None = None,
         metrics: GenerationMetrics | None = None,
+        max_waiting: int | None = None,
     ) -> None:
         """``llm``: an ``LLM`` (``open_llm``), or any object with its ``decoder``, ``config``,
-        ``tokenizer`` and ``prompt_ids``."""
+        ``tokenizer`` and ``prompt_ids``. ``max_waiting``: refuse a request (``QueueFullError``)
+        when that many already wait for a slot (None: no limit)."""
         config = llm.config
         if not isinstance(max_seqs, int) or max_seqs < 1:
             raise OptionError(f"`max_seqs` must be an integer of at least 1, got {max_seqs!r}")
@@ -96,6 +103,7 @@ class Scheduler:
         self.llm = llm
         self.max_seqs = max_seqs
         self.max_context = max_context
+        self.max_waiting = max_waiting
         self.metrics = metrics or GenerationMetrics()
         self.engine = Engine(llm.decoder, config)
         self._waiting: deque[Sequence] = deque()
@@ -140,6 +148,10 @@ class Scheduler:
                 raise OptionError("the scheduler is closed")
             if seq.request_id in self._sinks:
                 raise InputError(f"request id {seq.request_id!r} is already running")
+            if self.max_waiting is not None and len(self._waiting) >= self.max_waiting:
+                raise QueueFullError(
+                    f"{len(self._waiting)} requests already wait for a slot (`max_waiting`)"
+                )
             self._sinks[seq.request_id] = sink
             self._waiting.append(seq)
             self._cond.notify()
