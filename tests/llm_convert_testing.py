@@ -13,12 +13,12 @@ from modelpress.ir.llm import MODEL_FILE, past_names, present_names, read_config
 
 
 class OrtDecoder:
-    """An LLM folder's decoder on ONNX Runtime (optimizations disabled), cache carried along."""
+    """An LLM folder's decoder on ONNX Runtime (as deployed: its optimizations on), cache carried
+    along."""
 
     def __init__(self, folder: Path):
         self.config = read_config(folder)
         so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         so.intra_op_num_threads = 1
         self.sess = ort.InferenceSession(str(Path(folder) / MODEL_FILE), so)
         c = self.config
@@ -57,6 +57,17 @@ class OrtDecoder:
             if token in self.config.eos_token_ids or len(out) == steps:
                 return out
             total = n + len(out)
+            again = self.config.prefill_again_after
+            if again is not None and total > again >= total - 1:
+                # the rope changes here (Phi-3 longrope): run the whole sequence again
+                seq = prompt + out
+                logits, cache = self.step(
+                    np.array([seq], np.int64),
+                    np.ones((1, total), np.int64),
+                    np.arange(total, dtype=np.int64)[None],
+                    self.empty(1),
+                )
+                continue
             logits, cache = self.step(
                 np.array([[token]], np.int64),
                 np.ones((1, total), np.int64),

@@ -8,8 +8,8 @@ logits spread over several units (transformers' own init leaves them within hund
 other, where greedy decoding would compare ties). The tokenizer is a byte-level BPE trained on a
 few sentences (a few hundred tokens), the same for every family. Nothing is downloaded.
 
-Families: ``llama``, ``qwen2``, ``mistral``, ``gemma2``, ``gemma3``, ``phi3``, ``gpt2``,
-``gpt_neox``. Gemma's tiny models have an 8-token sliding window, so the window matters within a
+Families: ``llama`` (also ``llama-tied``, ``llama3-rope``), ``qwen2``, ``mistral``, ``gemma``,
+``gemma2``, ``gemma3``, ``phi3`` (also ``phi3-longrope``), ``gpt2``, ``gpt_neox``. Gemma's tiny models have an 8-token sliding window, so the window matters within a
 short test.
 """
 
@@ -90,6 +90,22 @@ CONFIGS: dict[str, tuple[str, dict]] = {
         },
     ),
     "phi3": ("Phi3Config", {**_SMALL, "pad_token_id": 0}),
+    # Phi-3's long-context rope: positions from 32 on use the long factors
+    "phi3-longrope": (
+        "Phi3Config",
+        {
+            **_SMALL,
+            "pad_token_id": 0,
+            "original_max_position_embeddings": 32,
+            "rope_scaling": {
+                "rope_type": "longrope",
+                "short_factor": [1.0 + 0.1 * k for k in range(8)],
+                "long_factor": [1.5 + 0.5 * k for k in range(8)],
+                "original_max_position_embeddings": 32,
+            },
+        },
+    ),
+    "gemma": ("GemmaConfig", {**_SMALL, "head_dim": 16}),
     "gpt2": (
         "GPT2Config",
         {

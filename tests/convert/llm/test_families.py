@@ -27,7 +27,20 @@ PROMPTS = [
 STEPS = 32
 RTOL = 1e-5
 
-FAMILIES = ["llama", "llama-tied", "llama3-rope", "qwen2", "mistral"]
+FAMILIES = [
+    "llama",
+    "llama-tied",
+    "llama3-rope",
+    "qwen2",
+    "mistral",
+    "gemma",
+    "gemma2",  # 8-token sliding window on alternate layers, attention and final soft-capping
+    "gemma3",  # q/k norms, local rope base on sliding layers
+    "phi3",
+    "phi3-longrope",  # the short prompts cross position 32, where the long factors take over
+    "gpt2",
+    "gpt_neox",
+]
 
 
 @pytest.fixture(scope="module", params=FAMILIES)

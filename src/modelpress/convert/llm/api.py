@@ -79,8 +79,14 @@ def decoder_config(spec: Spec, ckpt: Checkpoint, *, level: str) -> DecoderConfig
         level=level,
         sliding_window=spec.sliding_window,
         add_bos_token=add_bos,
+        prefill_again_after=_switch(spec),
         source=Path(ckpt.source).name,
     )
+
+
+def _switch(spec: Spec) -> int | None:
+    longs = [r.long_from for r in spec.rope if r.long_inv_freq is not None]
+    return min(longs) if longs else None
 
 
 def convert_llm(

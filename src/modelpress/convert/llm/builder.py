@@ -4,11 +4,12 @@ The interface is ``modelpress.ir.llm``'s: ``input_ids``, ``attention_mask``, ``p
 ``past_key_values.{i}.key|value`` in; ``logits`` and ``present.{i}.key|value`` out, new keys and
 values appended after ``past`` (``kv_layout="append"``).
 
-Which key a query sees (computed once, shared by every layer): key ``t`` (an index into
-``past + seq``) is visible to the query at index ``past + s`` iff ``attention_mask[b, t] == 1`` and
-``t <= past + s``; on a sliding-window layer also ``pos(q) - pos(t) < window``, where a token's
-position is the count of ones in the mask up to it, minus one (``CumSum(mask) - 1``: the position
-transformers gives a left-padded row). Rope angles come from ``position_ids`` as given.
+Which key a query sees (one float bias per kind of layer, computed once and shared): key ``t``
+(an index into ``past + seq``) is visible to the query at index ``past + s`` iff
+``attention_mask[b, t] == 1`` and ``t <= past + s``; on a sliding-window layer also
+``pos(q) - pos(t) < window``, where a token's position is the count of ones in the mask up to it,
+minus one (``CumSum(mask) - 1``: the position transformers gives a left-padded row), so holes do
+not count against the window. Rope angles come from ``position_ids`` as given.
 
 Weights the int4 pass may replace, each the ``B`` of a ``MatMul(x, B)`` stored ``[in, out]``:
 
@@ -20,14 +21,15 @@ Weights the int4 pass may replace, each the ``B`` of a ``MatMul(x, B)`` stored `
 ``lm_head.MatMul.weight``                              ``[hidden, vocab]`` (a copy when tied)
 
 Biases are ``<same prefix>.bias`` and added after the MatMul; the embedding is
-``model.embed_tokens.weight`` ``[vocab, hidden]`` (Gather). The attention scale (and Gemma's
-``query_pre_attn_scalar``) is folded into the q columns (or into Gemma 3's q-norm weight), Gemma's
-``sqrt(hidden)`` into the embedding table and its ``1 + w`` into the norm weights.
+``model.embed_tokens.weight`` ``[vocab, hidden]`` (Gather). Gemma's ``sqrt(hidden)`` is folded into
+the embedding table and its ``1 + w`` into the norm weights.
 
-Per layer: RMSNormalization (or LayerNormalization), one MatMul for q|k|v, rope as
-``x*cos + rotate(x)*sin`` (Split, Concat, 2 Mul, Add), Concat onto the cache, grouped-query
-attention without repeating the cache (q heads of a group stacked along the query axis, so one
-MatMul per kv head), Softmax, one MatMul for gate|up, SiLU as ``x*Sigmoid(x)``.
+Per layer: ``RMSNormalization`` (or ``LayerNormalization``), one MatMul for q|k|v, ``Split``,
+``RotaryEmbedding`` on q and on k (cos/sin computed once per forward from ``position_ids``, so
+any position and Phi-3's long factors work without a table), ONNX's ``Attention`` (grouped-query
+heads, the cache appended to ``past``, the scale, Gemma 2's soft-capping before the mask, and the
+shared mask as a float bias), the o MatMul, one MatMul for gate|up, SiLU as ``x*Sigmoid(x)``,
+the down MatMul: about 17 nodes a layer.
 """
 
 from __future__ import annotations
@@ -164,26 +166,23 @@ class _Shared:
             near = g_.op("Unsqueeze", [near, g_.const([1])], name="mask/near4")
             self.visible_local = g_.op("And", [self.visible, near], name="mask/visible_local")
 
-    def bias(self, local: bool, groups: int) -> str:
-        """``[B, 1, groups*S, T]`` float: 0 where visible, the float32 minimum elsewhere."""
-        key = (local, groups)
+    def bias(self, local: bool) -> str:
+        """``[B, 1, S, T]`` float: 0 where visible, the float32 minimum elsewhere."""
+        key = local
         if key not in self._bias:
             g = self.g
-            tag = f"mask/{'local' if local else 'global'}_g{groups}"
+            tag = f"mask/{'local' if local else 'global'}"
             visible = self.visible_local if local else self.visible
             bias = g.op(
                 "Where",
                 [visible, g.const(0.0, np.float32), g.const(MASKED, np.float32)],
                 name=f"{tag}/bias",
             )
-            if groups > 1:  # one copy of the rows per query head of a kv group
-                bias = g.op("Tile", [bias, g.const([1, 1, groups, 1])], name=f"{tag}/tile")
             self._bias[key] = bias
         return self._bias[key]
 
     def rope(self, rope: Rope) -> tuple[str, str]:
-        """``cos``, ``sin`` ``[B, S, 1, rotary_dim]`` for ``rope`` at ``position_ids`` (``sin``
-        negated on its first half, so ``rotate(x)`` is a swap of halves)."""
+        """``cos``, ``sin`` ``[B, S, rotary_dim/2]`` of ``rope`` at ``position_ids``."""
         key = rope.key()
         if key not in self._rope:
             g = self.g
@@ -202,109 +201,65 @@ class _Shared:
                     name=f"{tag}/inv_freq",
                 )
             freqs = g.op("Mul", [pos, inv], name=f"{tag}/freqs")  # [B, S, rotary_dim/2]
-            cos = g.op("Cos", [freqs], name=f"{tag}/cos_half")
-            sin = g.op("Sin", [freqs], name=f"{tag}/sin_half")
+            cos = g.op("Cos", [freqs], name=f"{tag}/cos")
+            sin = g.op("Sin", [freqs], name=f"{tag}/sin")
             if rope.attention_scaling != 1.0:
                 s = g.const(rope.attention_scaling, np.float32)
                 cos = g.op("Mul", [cos, s], name=f"{tag}/cos_scaled")
                 sin = g.op("Mul", [sin, s], name=f"{tag}/sin_scaled")
-            neg = g.op("Neg", [sin], name=f"{tag}/neg_sin")
-            cos = g.op("Concat", [cos, cos], name=f"{tag}/cos", axis=-1)
-            sin = g.op("Concat", [neg, sin], name=f"{tag}/sin", axis=-1)
-            cos = g.op("Unsqueeze", [cos, g.const([2])], name=f"{tag}/cos4")
-            sin = g.op("Unsqueeze", [sin, g.const([2])], name=f"{tag}/sin4")
             self._rope[key] = (cos, sin)
         return self._rope[key]
 
 
-def _apply_rope(g: _Graph, spec: Spec, x: str, cos: str, sin: str, name: str) -> str:
-    """Rotate ``x`` ``[B, S, heads, head_dim]`` (its first ``rotary_dim`` dims)."""
-    half, rest = spec.rotary_dim // 2, spec.head_dim - spec.rotary_dim
-    rot = x
-    if rest:
-        rot, keep = g.op(
-            "Split",
-            [x, g.const([spec.rotary_dim, rest])],
-            name=f"{name}/split_rot",
-            axis=-1,
-            outputs=2,
-        )
-    x1, x2 = g.op("Split", [rot, g.const([half, half])], name=f"{name}/split", axis=-1, outputs=2)
-    swapped = g.op("Concat", [x2, x1], name=f"{name}/swap", axis=-1)
-    y = g.op(
-        "Add",
-        [
-            g.op("Mul", [rot, cos], name=f"{name}/mul_cos"),
-            g.op("Mul", [swapped, sin], name=f"{name}/mul_sin"),
-        ],
-        name=f"{name}/add",
-    )
-    if rest:
-        y = g.op("Concat", [y, keep], name=f"{name}/join", axis=-1)
-    return y
+def _rotate(g: _Graph, spec: Spec, x: str, heads: int, cos: str, sin: str, name: str) -> str:
+    """ONNX's RotaryEmbedding on ``x`` ``[B, S, heads*head_dim]`` (its first ``rotary_dim`` dims of
+    each head), with this step's ``cos``/``sin`` ``[B, S, rotary_dim/2]``."""
+    attrs = {"num_heads": heads}
+    if spec.rotary_dim != spec.head_dim:
+        attrs["rotary_embedding_dim"] = spec.rotary_dim
+    return g.op("RotaryEmbedding", [x, cos, sin], name=name, **attrs)
 
 
 def _attention(g: _Graph, spec: Spec, shared: _Shared, x: str, w: dict, i: int) -> str:
     p = f"model.layers.{i}.self_attn"
     nh, kvh, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
-    groups = nh // kvh
-    scale = np.float32(spec.scale)
-    q_w, q_b = w["q"], w.get("q_bias")
-    if not spec.qk_norm:  # fold the attention scale into the q columns (rope is linear)
-        q_w = q_w * scale
-        q_b = None if q_b is None else q_b * scale
-    weight = np.concatenate([q_w, w["k"], w["v"]], axis=0)
+    weight = np.concatenate([w["q"], w["k"], w["v"]], axis=0)
+    sizes = (nh * d, kvh * d, kvh * d)
     biases = [w.get(n + "_bias") for n in ("q", "k", "v")]
     bias = None
     if any(b is not None for b in biases):
-        sizes = (nh * d, kvh * d, kvh * d)
-        parts = [q_b if q_b is not None else np.zeros(sizes[0], np.float32)]
-        parts += [
-            b if b is not None else np.zeros(n, np.float32) for b, n in zip(biases[1:], sizes[1:])
-        ]
-        bias = np.concatenate(parts)
-    qkv = _linear(g, x, f"{p}.qkv_proj", weight, bias)
-    q, k, v = g.op(
-        "Split", [qkv, g.const([nh * d, kvh * d, kvh * d])], name=f"{p}/split", axis=-1, outputs=3
-    )
-    q = g.op("Reshape", [q, g.const([0, 0, nh, d])], name=f"{p}/q_heads")
-    k = g.op("Reshape", [k, g.const([0, 0, kvh, d])], name=f"{p}/k_heads")
-    v = g.op("Reshape", [v, g.const([0, 0, kvh, d])], name=f"{p}/v_heads")
-    if spec.qk_norm:
-        q_norm = (w["q_norm"] + np.float32(spec.norm_offset)) * scale
-        q = g.op(
-            "RMSNormalization",
-            [q, g.init(f"{p}.q_norm.weight", q_norm.astype(np.float32))],
-            name=f"{p}.q_norm",
-            axis=-1,
-            epsilon=spec.norm_eps,
+        bias = np.concatenate(
+            [b if b is not None else np.zeros(n, np.float32) for b, n in zip(biases, sizes)]
         )
+    qkv = _linear(g, x, f"{p}.qkv_proj", weight, bias)
+    q, k, v = g.op("Split", [qkv, g.const(list(sizes))], name=f"{p}/split", axis=-1, outputs=3)
+    if spec.qk_norm:  # RMSNorm over each head: [B, S, heads, head_dim] and back
+        q = g.op("Reshape", [q, g.const([0, 0, nh, d])], name=f"{p}/q_heads")
+        k = g.op("Reshape", [k, g.const([0, 0, kvh, d])], name=f"{p}/k_heads")
+        q = _norm(g, spec, q, f"{p}.q_norm", w["q_norm"], None)
         k = _norm(g, spec, k, f"{p}.k_norm", w["k_norm"], None)
+        q = g.op("Reshape", [q, g.const([0, 0, nh * d])], name=f"{p}/q_merge")
+        k = g.op("Reshape", [k, g.const([0, 0, kvh * d])], name=f"{p}/k_merge")
     if spec.positions == "rope":
         cos, sin = shared.rope(spec.rope[i])
-        q = _apply_rope(g, spec, q, cos, sin, f"{p}/q_rope")
-        k = _apply_rope(g, spec, k, cos, sin, f"{p}/k_rope")
-    q = g.op("Transpose", [q], name=f"{p}/q_t", perm=[0, 2, 1, 3])  # [B, nh, S, D]
-    if groups > 1:
-        q = g.op("Reshape", [q, g.const([0, kvh, -1, d])], name=f"{p}/q_groups")
-    k = g.op("Transpose", [k], name=f"{p}/k_t", perm=[0, 2, 1, 3])  # [B, kvh, S, D]
-    v = g.op("Transpose", [v], name=f"{p}/v_t", perm=[0, 2, 1, 3])
+        q = _rotate(g, spec, q, nh, cos, sin, f"{p}/q_rope")
+        k = _rotate(g, spec, k, kvh, cos, sin, f"{p}/k_rope")
+    local = bool(spec.sliding and spec.sliding[i])
     past_k, past_v = past_names(i)
     present_k, present_v = present_names(i)
-    g.nodes.append(helper.make_node("Concat", [past_k, k], [present_k], name=f"{p}/k_cat", axis=2))
-    g.nodes.append(helper.make_node("Concat", [past_v, v], [present_v], name=f"{p}/v_cat", axis=2))
-    k_t = g.op("Transpose", [present_k], name=f"{p}/k_tt", perm=[0, 1, 3, 2])
-    scores = g.op("MatMul", [q, k_t], name=f"{p}/scores")  # [B, kvh, groups*S, T]
+    out = f"{p}/attention/out"
+    attrs = {"q_num_heads": nh, "kv_num_heads": kvh, "scale": float(spec.scale)}
     if spec.attn_softcap:
-        scores = _softcap(g, scores, spec.attn_softcap, f"{p}/softcap")
-    local = bool(spec.sliding and spec.sliding[i])
-    scores = g.op("Add", [scores, shared.bias(local, groups)], name=f"{p}/masked")
-    probs = g.op("Softmax", [scores], name=f"{p}/softmax", axis=-1)
-    out = g.op("MatMul", [probs, present_v], name=f"{p}/context")  # [B, kvh, groups*S, D]
-    if groups > 1:
-        out = g.op("Reshape", [out, g.const([0, nh, -1, d])], name=f"{p}/heads")
-    out = g.op("Transpose", [out], name=f"{p}/context_t", perm=[0, 2, 1, 3])
-    out = g.op("Reshape", [out, g.const([0, 0, nh * d])], name=f"{p}/merge")
+        attrs["softcap"] = float(spec.attn_softcap)  # applied before the mask, as in Gemma 2
+    g.nodes.append(
+        helper.make_node(
+            "Attention",
+            [q, k, v, shared.bias(local), past_k, past_v],
+            [out, present_k, present_v],
+            name=f"{p}/attention",
+            **attrs,
+        )
+    )
     return _linear(g, out, f"{p}.o_proj", w["o"], w.get("o_bias"))
 
 

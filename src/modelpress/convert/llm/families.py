@@ -262,3 +262,144 @@ def _gemma_spec(c) -> Spec:
 register(
     Family("gemma", ("gemma", "gemma2", "gemma3_text"), _gemma_spec, _llama_layer, _llama_globals)
 )
+
+
+# --- Phi-3: fused q|k|v and gate|up ----------------------------------------------------------
+
+
+def _phi3_layer(w: Weights, spec: Spec, i: int) -> dict[str, np.ndarray]:
+    p = f"model.layers.{i}."
+    nq, nkv = spec.num_heads * spec.head_dim, spec.num_kv_heads * spec.head_dim
+    qkv = get(w, p + "self_attn.qkv_proj.weight")
+    gate_up = get(w, p + "mlp.gate_up_proj.weight")
+    inter = gate_up.shape[0] // 2
+    return {
+        "attn_norm": get(w, p + "input_layernorm.weight"),
+        "mlp_norm": get(w, p + "post_attention_layernorm.weight"),
+        "q": qkv[:nq],
+        "k": qkv[nq : nq + nkv],
+        "v": qkv[nq + nkv :],
+        "o": get(w, p + "self_attn.o_proj.weight"),
+        "gate": gate_up[:inter],
+        "up": gate_up[inter:],
+        "down": get(w, p + "mlp.down_proj.weight"),
+    }
+
+
+register(Family("phi3", ("phi3",), _llama_spec, _phi3_layer, _llama_globals))
+
+
+# --- GPT-2: learned positions, LayerNorm, Conv1D weights stored [in, out] ----------------------
+
+
+def _gpt2_spec(c) -> Spec:
+    if getattr(c, "scale_attn_by_inverse_layer_idx", False):
+        raise ConversionError("gpt2 config: scale_attn_by_inverse_layer_idx is not supported")
+    heads = c.n_head
+    return Spec(
+        family="gpt2",
+        num_layers=c.n_layer,
+        hidden=c.n_embd,
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=c.n_embd // heads,
+        vocab_size=c.vocab_size,
+        max_context=c.n_positions,
+        norm="layer",
+        norm_eps=float(c.layer_norm_epsilon),
+        activation=_activation(c, c.activation_function),
+        gated_mlp=False,
+        positions="learned",
+        # without scale_attn_weights GPT-2 does not divide by sqrt(head_dim)
+        query_scale=1.0 if not getattr(c, "scale_attn_weights", True) else 0.0,
+    )
+
+
+def _gpt2_layer(w: Weights, spec: Spec, i: int) -> dict[str, np.ndarray]:
+    p = f"transformer.h.{i}."
+    h = spec.hidden
+    qkv, qkv_b = get(w, p + "attn.c_attn.weight").T, get(w, p + "attn.c_attn.bias")
+    return {
+        "attn_norm": get(w, p + "ln_1.weight"),
+        "attn_norm_bias": get(w, p + "ln_1.bias"),
+        "mlp_norm": get(w, p + "ln_2.weight"),
+        "mlp_norm_bias": get(w, p + "ln_2.bias"),
+        "q": qkv[:h],
+        "k": qkv[h : 2 * h],
+        "v": qkv[2 * h :],
+        "q_bias": qkv_b[:h],
+        "k_bias": qkv_b[h : 2 * h],
+        "v_bias": qkv_b[2 * h :],
+        "o": get(w, p + "attn.c_proj.weight").T,
+        "o_bias": get(w, p + "attn.c_proj.bias"),
+        "up": get(w, p + "mlp.c_fc.weight").T,
+        "up_bias": get(w, p + "mlp.c_fc.bias"),
+        "down": get(w, p + "mlp.c_proj.weight").T,
+        "down_bias": get(w, p + "mlp.c_proj.bias"),
+    }
+
+
+def _gpt2_globals(w: Weights, spec: Spec, c) -> dict[str, np.ndarray]:
+    embed = get(w, "transformer.wte.weight")
+    tied = getattr(c, "tie_word_embeddings", True) or "lm_head.weight" not in w
+    return {
+        "embed": embed,
+        "positions": get(w, "transformer.wpe.weight"),
+        "lm_head": embed if tied else get(w, "lm_head.weight"),
+        "final_norm": get(w, "transformer.ln_f.weight"),
+        "final_norm_bias": get(w, "transformer.ln_f.bias"),
+    }
+
+
+register(Family("gpt2", ("gpt2",), _gpt2_spec, _gpt2_layer, _gpt2_globals))
+
+
+# --- GPT-NeoX: partial rotary, parallel residual, q|k|v interleaved per head ------------------
+
+
+def _neox_spec(c) -> Spec:
+    spec = _rope_spec(c, "gpt_neox", norm="layer", gated_mlp=False)
+    spec.norm_eps = float(c.layer_norm_eps)
+    spec.parallel_residual = bool(c.use_parallel_residual)
+    return spec
+
+
+def _neox_layer(w: Weights, spec: Spec, i: int) -> dict[str, np.ndarray]:
+    p = f"gpt_neox.layers.{i}."
+    nh, d = spec.num_heads, spec.head_dim
+    # rows are [head][q, k, v][head_dim]: regroup as all q heads, all k heads, all v heads
+    qkv = get(w, p + "attention.query_key_value.weight").reshape(nh, 3, d, spec.hidden)
+    out = {
+        "attn_norm": get(w, p + "input_layernorm.weight"),
+        "attn_norm_bias": get(w, p + "input_layernorm.bias"),
+        "mlp_norm": get(w, p + "post_attention_layernorm.weight"),
+        "mlp_norm_bias": get(w, p + "post_attention_layernorm.bias"),
+        "o": get(w, p + "attention.dense.weight"),
+        "up": get(w, p + "mlp.dense_h_to_4h.weight"),
+        "up_bias": get(w, p + "mlp.dense_h_to_4h.bias"),
+        "down": get(w, p + "mlp.dense_4h_to_h.weight"),
+        "down_bias": get(w, p + "mlp.dense_4h_to_h.bias"),
+    }
+    bias = _opt(w, p + "attention.query_key_value.bias")
+    for k, n in enumerate("qkv"):
+        out[n] = qkv[:, k].reshape(nh * d, spec.hidden)
+        if bias is not None:
+            out[n + "_bias"] = bias.reshape(nh, 3, d)[:, k].reshape(nh * d)
+    o_bias = _opt(w, p + "attention.dense.bias")
+    if o_bias is not None:
+        out["o_bias"] = o_bias
+    return out
+
+
+def _neox_globals(w: Weights, spec: Spec, c) -> dict[str, np.ndarray]:
+    embed = get(w, "gpt_neox.embed_in.weight")
+    tied = getattr(c, "tie_word_embeddings", False) or "embed_out.weight" not in w
+    return {
+        "embed": embed,
+        "lm_head": embed if tied else get(w, "embed_out.weight"),
+        "final_norm": get(w, "gpt_neox.final_layer_norm.weight"),
+        "final_norm_bias": get(w, "gpt_neox.final_layer_norm.bias"),
+    }
+
+
+register(Family("gpt_neox", ("gpt_neox",), _neox_spec, _neox_layer, _neox_globals))

@@ -52,6 +52,12 @@ def write_staged(stage: Path, model: onnx.ModelProto, config: DecoderConfig, ckp
             (stage / name).write_text(text)
         if ckpt.generation:
             (stage / GENERATION_FILE).write_text(json.dumps(ckpt.generation, indent=2) + "\n")
+        # onnx writes its data file private (0600); the folder's files are as readable as any
+        # file the user creates
+        mask = os.umask(0)
+        os.umask(mask)
+        for f in stage.iterdir():
+            os.chmod(f, 0o666 & ~mask)
     except (OSError, ValueError) as exc:
         raise ModelSaveError(f"{stage}: could not be written: {str(exc).splitlines()[0]}") from None
 

@@ -130,9 +130,16 @@ def _prompt_ids(ckpt: Checkpoint, text: str, vocab: int) -> list[int]:
     return ids
 
 
+def _quiet(transformers) -> None:
+    # Loading prints progress bars and advice meant for notebooks; a converter's output is its own.
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+
+
 def reference_model(ckpt: Checkpoint):
     """The transformers model of ``ckpt`` in float32 with eager attention."""
     transformers = require("transformers", extra="llm", purpose="verifying a decoder")
+    _quiet(transformers)
     require("torch", extra="torch", purpose="verifying a decoder against transformers")
     src = Path(ckpt.source)
     kwargs = {"dtype": "float32", "attn_implementation": "eager"}
@@ -150,6 +157,8 @@ def gguf_reference(path: Path):
     (``from_pretrained(gguf_file=...)`` would do the same but wants ``accelerate``.)"""
     transformers = require("transformers", extra="llm", purpose="verifying a decoder")
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+
+    _quiet(transformers)
 
     config = transformers.AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
     model = transformers.AutoModelForCausalLM.from_config(
