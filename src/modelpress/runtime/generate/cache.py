@@ -110,6 +110,17 @@ class KVCache:
         mask = np.pad(self.mask, ((0, 0), (extra, 0) if left else (0, extra)))
         return keys, values, mask
 
+    def take(self, rows) -> KVCache:
+        """A new cache of ``rows`` (copied), with all the columns."""
+        rows = np.asarray(rows, dtype=np.int64)
+        return KVCache(
+            self.layout,
+            [a[rows] for a in self.keys],
+            [a[rows] for a in self.values],
+            self.mask[rows],
+            self.lengths[rows],
+        )
+
     def leave(self, rows: list[int]) -> None:
         """Drop ``rows`` and then the columns that are holes in every row left."""
         if not rows:
