@@ -68,6 +68,41 @@ def add_parser(sub) -> None:
         help="largest request body; past it 413 (default 64)",
     )
     p.add_argument(
+        "--max-request-rows",
+        type=int,
+        metavar="N",
+        help="most rows one request may bring; past it 413 (default: --max-batch, at least 64)",
+    )
+    p.add_argument(
+        "--max-pending-mb",
+        type=float,
+        metavar="MB",
+        help="request bytes the server holds at once (being read, decoded, queued or run); "
+        "past it 503 (default 256, at least 4 bodies)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="open connections; past it the slowest to send its request is closed "
+        "(default 1000, kept below the open-file limit)",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds for a request's headers to arrive; past it 408 (default 10)",
+    )
+    p.add_argument(
+        "--body-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="seconds for a request's body to arrive; past it 408 (default 60)",
+    )
+    p.add_argument(
         "--drain-timeout",
         type=float,
         default=30.0,
@@ -104,6 +139,7 @@ def run(args) -> int:
 
     require("fastapi", extra="serve", purpose="modelpress serve")
     require("uvicorn", extra="serve", purpose="modelpress serve")
+    require("httptools", extra="serve", purpose="modelpress serve")
 
     recorder = options.Recorder("serve", args)
     names = options.listed(args.name)
@@ -116,6 +152,13 @@ def run(args) -> int:
         max_body_bytes=int(args.max_body_mb * 2**20),
         api_key=read_key_file(args.api_key_file) if args.api_key_file else None,
         drain_timeout_s=args.drain_timeout,
+        max_request_rows=args.max_request_rows,
+        max_pending_bytes=(
+            int(args.max_pending_mb * 2**20) if args.max_pending_mb is not None else None
+        ),
+        max_connections=args.max_connections,
+        header_timeout_s=args.header_timeout,
+        body_timeout_s=args.body_timeout,
     )
     named = [
         (model_name(path, names[i] if i < len(names) else None), path)
@@ -159,7 +202,16 @@ def run(args) -> int:
         console.print(
             f"{m['name']}: {m['requests']} requests ({failed} refused or failed), {m['rows']} rows in {m['runs']} runs, busy {m['busy_s']:.1f} s"
         )
-    console.print("stopped: every accepted request was answered")
+    if result.refused:
+        by_status = ", ".join(f"{n} x {code}" for code, n in sorted(result.refused.items()))
+        console.print(f"refused before reaching a model: {by_status}")
+    if result.cut:
+        console.print(
+            f"stopped: {result.cut} accepted requests were not answered within --drain-timeout "
+            f"{settings.drain_timeout_s:g} s (they got 503)"
+        )
+    else:
+        console.print("stopped: every accepted request was answered")
     recorder.write(result.to_dict())
     return 0
 

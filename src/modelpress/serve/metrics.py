@@ -3,7 +3,8 @@
 | metric | type | labels | what |
 | --- | --- | --- | --- |
 | ``modelpress_requests_total`` | counter | model | infer requests received |
-| ``modelpress_request_failures_total`` | counter | model, code | infer requests answered with an error status |
+| ``modelpress_request_failures_total`` | counter | model, code | requests answered with an error status (model ``_none``: refused before any model: auth, unknown routes, connection limits, header timeouts, malformed HTTP) |
+| ``modelpress_requests_cut_total`` | counter | model | infer requests cut by the drain timeout at shutdown (answered 503) |
 | ``modelpress_request_duration_seconds`` | histogram | model | receipt of the request to its answer |
 | ``modelpress_requests_in_progress`` | gauge | | HTTP infer requests being read, queued or run |
 | ``modelpress_queue_depth`` | gauge | model | requests waiting for the model |
@@ -51,6 +52,12 @@ class Metrics:
             "modelpress_request_failures",
             "Infer requests answered with an error",
             ["model", "code"],
+            registry=r,
+        )
+        self.cut = Counter(
+            "modelpress_requests_cut",
+            "Infer requests cut by the drain timeout at shutdown",
+            ["model"],
             registry=r,
         )
         self.latency = Histogram(

@@ -85,6 +85,7 @@ class ServedModel:
         if any(o.shape is None for o in self.outputs):
             self.outputs = _inferred_outputs(model, self.outputs)
         self.batch_dim = _batch_dim(self.inputs, self.outputs)
+        self._graph = graph  # to name the inputs behind a node the runtime blames (inputs_of)
         self._inputs = {s.name: s for s in self.inputs}
         self._outputs = {s.name: s for s in self.outputs}
 
@@ -187,6 +188,28 @@ class ServedModel:
                     f"model {self.name!r} has no output {name!r} (outputs: {', '.join(self._outputs)})",
                 )
         return names
+
+    def inputs_of(self, op_type: str, node_name: str) -> list[str]:
+        """The model inputs that feed the node ``node_name`` (every ``op_type`` node when the name
+        is empty), in the model's order: what a client may be told about a failing node."""
+        nodes = [
+            n
+            for n in self._graph.all_nodes()
+            if n.op_type == op_type and (not node_name or n.name == node_name)
+        ]
+        found, seen = set(), set()
+        todo = [v for n in nodes for v in n.inputs if v is not None]
+        while todo:
+            value = todo.pop()
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            if value.name in self._inputs:
+                found.add(value.name)
+            producer = value.producer()
+            if producer is not None:
+                todo += [v for v in producer.inputs if v is not None]
+        return [s.name for s in self.inputs if s.name in found]
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self.session.run(feeds, check=False)
