@@ -7,6 +7,7 @@
 | ``modelpress_requests_cut_total`` | counter | model | infer requests cut by the drain timeout at shutdown (answered 503) |
 | ``modelpress_request_duration_seconds`` | histogram | model | receipt of the request to its answer |
 | ``modelpress_requests_in_progress`` | gauge | | HTTP infer requests being read, queued or run |
+| ``modelpress_request_bytes_held`` | gauge | | request bytes held (being read, decoded, queued or run), against ``--max-pending-mb`` |
 | ``modelpress_queue_depth`` | gauge | model | requests waiting for the model |
 | ``modelpress_batch_size`` | histogram | model | rows per model run |
 | ``modelpress_busy_seconds_total`` | counter | model | time the model spent running |
@@ -70,6 +71,11 @@ class Metrics:
         self.in_progress = Gauge(
             "modelpress_requests_in_progress",
             "Infer requests being read, queued or run",
+            registry=r,
+        )
+        self.held_bytes = Gauge(
+            "modelpress_request_bytes_held",
+            "Request bytes held: being read, decoded, queued or run",
             registry=r,
         )
         self.queue_depth = Gauge(
