@@ -185,7 +185,12 @@ class Held:
 
 
 async def read_body(
-    request: Request, limit: int, *, held: Held | None = None, timeout_s: float | None = None
+    request: Request,
+    limit: int,
+    *,
+    held: Held | None = None,
+    timeout_s: float | None = None,
+    why: str = "--max-body-mb",
 ) -> bytes:
     """The request body, refused with 413 as soon as it is known to pass ``limit`` bytes, with
     503 when the server holds too many request bytes (taken chunk by chunk, so a slow sender holds
@@ -196,7 +201,7 @@ async def read_body(
             raise RequestError(400, "Content-Length is not a number")
         if int(declared) > limit:
             raise RequestError(
-                413, f"the body has {declared} bytes, more than the limit of {limit}"
+                413, f"the body has {declared} bytes, more than the {limit} allowed ({why})"
             )
     chunks, size = [], 0
 
@@ -205,7 +210,9 @@ async def read_body(
         async for chunk in request.stream():
             size += len(chunk)
             if size > limit:
-                raise RequestError(413, f"the body is larger than the limit of {limit} bytes")
+                raise RequestError(
+                    413, f"the body is larger than the {limit} bytes allowed ({why})"
+                )
             if held is not None:
                 held.take(len(chunk))
             chunks.append(chunk)
@@ -375,12 +382,15 @@ async def _infer(state: ServerState, model: ServedModel, request: Request, held:
     loop = asyncio.get_running_loop()
     state.receiving += 1  # until the request is decoded: the batcher may wait for it
     try:
-        body = await read_body(
-            request, options.max_body_bytes, held=held, timeout_s=options.body_timeout_s
-        )
+        limit, why = options.max_body_bytes, "--max-body-mb"
+        largest = model.max_body_bytes(options.request_rows) if model.processing is None else None
+        if largest is not None and largest < limit:
+            # what a valid request of --max-request-rows rows can be, as JSON or binary
+            limit, why = largest, f"{options.request_rows} rows (--max-request-rows)"
+        body = await read_body(request, limit, held=held, timeout_s=options.body_timeout_s, why=why)
         encoding = headers.get("content-encoding")
         if encoding and encoding != "identity":
-            body = decompress(body, encoding, limit=options.max_body_bytes)
+            body = decompress(body, encoding, limit=limit)
             held.take(len(body))
         header_length = headers.get("inference-header-content-length")
         if raw.is_raw(headers.get("content-type"), header_length):
