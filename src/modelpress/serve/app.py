@@ -60,7 +60,8 @@ class ServerState:
         self.options = options
         self.metrics = metrics
         self.draining = False
-        self.receiving = 0  # infer requests being read or decoded (see Batcher: max_delay)
+        # infer requests being read or decoded, by when they started (see Batcher: max_delay)
+        self.receiving: dict[int, float] = {}
         self.active = 0  # infer requests inside a handler
         self.held_bytes = 0  # request bytes held: bodies being read, decoded, queued or run
         self.coder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="decode")
@@ -72,7 +73,7 @@ class ServerState:
                 max_delay_s=options.max_delay_ms / 1000,
                 max_queue=options.max_queue,
                 metrics=metrics,
-                arriving=lambda: self.receiving,
+                arriving=self.arriving,
             )
             for name, model in repository.models.items()
         }
@@ -86,6 +87,17 @@ class ServerState:
         for batcher in self.batchers.values():
             await batcher.close()
         self.coder.shutdown(wait=False)
+
+    def arriving(self) -> int:
+        """Requests on their way in that started within the batching delay: one that has taken
+        longer (a slow sender) is not worth holding a batch for."""
+        horizon = time.perf_counter() - self.options.max_delay_ms / 1000
+        count = 0
+        for started in reversed(self.receiving.values()):  # newest first
+            if started <= horizon:
+                break
+            count += 1
+        return count
 
     def refused(self, status: int) -> None:
         """Count an error answered outside the infer route (the connection layer, auth, routes)."""
@@ -157,6 +169,9 @@ def _error(exc: RequestError) -> Response:
     )
 
 
+_CLOSE = {"connection": "close"}
+
+
 class Held:
     """The request bytes one request holds against the server's ``max_pending_bytes``."""
 
@@ -168,11 +183,13 @@ class Held:
         state = self.state
         limit = state.options.pending_bytes
         if state.held_bytes + n > limit:
-            raise Overloaded(
+            exc = Overloaded(
                 f"the server holds {state.held_bytes} bytes of requests, near its limit of "
                 f"{limit} (--max-pending-mb): retry later",
                 retry_after_s=state.options.retry_after_s,
             )
+            exc.headers = _CLOSE  # the rest of this body is not worth reading
+            raise exc
         state.held_bytes += n
         self.bytes += n
         state.metrics.held_bytes.set(state.held_bytes)
@@ -199,9 +216,11 @@ async def read_body(
     if declared is not None:
         if not declared.isdigit():
             raise RequestError(400, "Content-Length is not a number")
-        if int(declared) > limit:
+        if int(declared) > limit:  # refused unread: close rather than read it to the end
             raise RequestError(
-                413, f"the body has {declared} bytes, more than the {limit} allowed ({why})"
+                413,
+                f"the body has {declared} bytes, more than the {limit} allowed ({why})",
+                headers=_CLOSE,
             )
     chunks, size = [], 0
 
@@ -230,7 +249,7 @@ async def read_body(
             raise RequestError(
                 408,
                 f"the body did not arrive within {timeout_s:g} s ({size} bytes came)",
-                headers={"connection": "close"},
+                headers=_CLOSE,
             ) from None
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
@@ -380,7 +399,8 @@ async def _infer(state: ServerState, model: ServedModel, request: Request, held:
     options, batcher = state.options, state.batchers[model.name]
     headers = request.headers
     loop = asyncio.get_running_loop()
-    state.receiving += 1  # until the request is decoded: the batcher may wait for it
+    token = id(held)
+    state.receiving[token] = time.perf_counter()  # until decoded: the batcher may wait for it
     try:
         limit, why = options.max_body_bytes, "--max-body-mb"
         largest = model.max_body_bytes(options.request_rows) if model.processing is None else None
@@ -407,7 +427,7 @@ async def _infer(state: ServerState, model: ServedModel, request: Request, held:
             else:
                 req = decode_request(body, header_length=length)
     finally:
-        state.receiving -= 1
+        del state.receiving[token]
     if req is None:
         answers = await raw.infer(model, batcher, items)
         return _json(answers[0] if len(answers) == 1 else answers)
