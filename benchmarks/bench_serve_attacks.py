@@ -12,12 +12,11 @@ Attacks:
 
 - ``huge BYTES shape``: 113-byte requests declaring a BYTES tensor of 2e8 elements, 50 a second;
 - ``malformed fields``: ``"datatype": ["FP32"]``, a 100k-deep JSON, a non-UTF-8 header, 50 a second;
-- ``oversized bodies``: 4 connections sending, back to back, valid 1,000-row requests (4 MB binary)
-  past the row cap;
+- ``oversized bodies``: valid 1,000-row requests (4 MB binary, past the row cap), 20 a second;
 - ``large valid requests``: JSON requests of 64 rows (the row cap), 5 a second: the server answers
   them (this is load, not an attack: the control shares the model with them);
-- ``slow headers``: 1,100 connections sending their headers a byte a second each (a connection
-  the server closes is opened again a second later, as slowloris does);
+- ``slow headers``: 1,100 connections sending their headers a byte a second each, out of step
+  (a connection the server closes is opened again a second later, as slowloris does);
 - ``slow bodies``: 300 connections sending complete headers, then their body a byte a second.
 
 Targets (issue 27): under each attack the control's p99 within 2x of its unloaded p99, RSS within
@@ -220,7 +219,8 @@ async def _slow(port: int, count: int, duration: float, stats: dict, *, body: bo
     head = b"POST /v2/models/resnet/infer HTTP/1.1\r\nHost: bench\r\nContent-Length: 100000\r\n\r\n"
     stop = time.perf_counter() + duration
 
-    async def one() -> None:
+    async def one(phase: float) -> None:
+        await asyncio.sleep(phase)  # connections trickle out of step, not all in one burst
         while time.perf_counter() < stop:
             try:
                 reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -249,7 +249,8 @@ async def _slow(port: int, count: int, duration: float, stats: dict, *, body: bo
             writer.close()
             await asyncio.sleep(1)  # and open another, as slowloris does
 
-    await asyncio.gather(*[one() for _ in range(count)])
+    phases = np.random.default_rng(0).uniform(0, 1, count)
+    await asyncio.gather(*[one(float(p)) for p in phases])
 
 
 def attack(name: str, port: int, duration: float) -> None:
@@ -262,7 +263,7 @@ def attack(name: str, port: int, duration: float) -> None:
         job = _paced(port, _malformed(), 50, duration, stats)
     elif name == "oversized bodies":
         x = np.zeros((1000, 1, 32, 32), np.float32)
-        job = _paced(port, [_binary(x)], 1000, duration, stats)
+        job = _paced(port, [_binary(x)], 20, duration, stats)
     elif name == "large valid requests":
         x = np.random.default_rng(1).standard_normal((64, 1, 32, 32)).astype(np.float32)
         body = json.dumps(

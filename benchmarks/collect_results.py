@@ -23,6 +23,7 @@ ORDER = [
     "batch",
     "advisor",
     "serve",
+    "serve_attacks",
     "protect",
     "auto",
 ]
@@ -37,6 +38,7 @@ TITLES = {
     "batch": "batch inference (`modelpress run`): pipeline against its slower stage",
     "advisor": "hardware advisor",
     "serve": "serving under load (modelpress serve, Ray Serve, FastAPI)",
+    "serve_attacks": "serving under hostile clients (a control client's latency, the server's memory)",
     "auto": "auto: the search against optimize + static int8 by hand and an exhaustive run",
 }
 
