@@ -65,6 +65,7 @@ class ServerState:
         self.active = 0  # infer requests inside a handler
         self.held_bytes = 0  # request bytes held: bodies being read, decoded, queued or run
         self.coder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="decode")
+        self.llms: dict = {}  # name -> openai_routes.LLMService
         self.batchers = {
             name: Batcher(
                 name,
@@ -117,7 +118,7 @@ class ServerState:
         """Per model: requests received, failed (by status), rows and runs of the model, busy time."""
         value = self.metrics.registry.get_sample_value
         out = []
-        for name in self.repository.models:
+        for name in [*self.repository.models, *self.llms]:
             failures = {}
             for metric in self.metrics.registry.collect():
                 if metric.name == "modelpress_request_failures":
@@ -137,6 +138,14 @@ class ServerState:
                     ),
                 }
             )
+            if name in self.llms:  # a decoder: tokens and steps instead of rows and runs
+                stats = self.llms[name].scheduler.stats()
+                out[-1].update(
+                    rows=stats["completion_tokens"],
+                    runs=stats["decode_steps"],
+                    busy_s=round(stats["decode_seconds"], 3),
+                    llm=True,
+                )
         return out
 
 
@@ -254,16 +263,33 @@ async def read_body(
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def build_app(repository: Repository, options: ServeOptions | None = None) -> FastAPI:
-    """The app serving ``repository``; its batchers start with the first request and stop when the
-    app's lifespan ends (after the server has answered every request it accepted)."""
+def build_app(
+    repository: Repository,
+    options: ServeOptions | None = None,
+    *,
+    llms: list[tuple[str, object]] | None = None,
+) -> FastAPI:
+    """The app serving ``repository``, and the decoder ``llms`` (``(name, LLM)`` pairs from
+    ``runtime.generate.open_llm``) on the OpenAI routes (``openai_routes``); batchers start with
+    the first request, LLM schedulers with the app, and both stop when the app's lifespan ends
+    (after the server has answered every request it accepted)."""
     options = options or ServeOptions()
     state = ServerState(repository, options, Metrics(max_batch=options.max_batch))
+    services = {}
+    if llms:
+        from modelpress.serve import openai_routes
+
+        services = openai_routes.open_services(llms, options, state.metrics)
+        state.llms = services
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        for service in services.values():
+            service.scheduler.start()
         yield
         await state.close()
+        for service in services.values():
+            await asyncio.get_running_loop().run_in_executor(None, service.scheduler.close)
 
     app = FastAPI(
         title=SERVER_NAME, docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan
@@ -271,6 +297,8 @@ def build_app(repository: Repository, options: ServeOptions | None = None) -> Fa
     app.state.server = state
     if options.api_key:
         app.add_middleware(KeyGuard, key=options.api_key, on_refused=state.refused)
+    if services:
+        openai_routes.add_routes(app, state, services)
 
     async def infer(request: Request) -> Response:
         start = time.perf_counter()

@@ -22,7 +22,10 @@ class ServeOptions:
     waiting or running (503 past it; None: 256 MiB, at least 4 bodies); ``max_connections`` open connections (past it the one that
     has waited longest for its request's headers or body is closed, else the new one gets 503);
     ``header_timeout_s`` for a request's headers to arrive (408, then the connection closes) and
-    ``body_timeout_s`` for its body (408)."""
+    ``body_timeout_s`` for its body (408).
+
+    Decoder LLMs: ``max_seqs`` sequences generate at once (the rest wait); ``max_context`` tokens
+    of prompt and answer at most (None: the model's own)."""
 
     max_batch: int = 32
     max_delay_ms: float = 2.0
@@ -36,15 +39,20 @@ class ServeOptions:
     max_connections: int = 1000
     header_timeout_s: float = 10.0
     body_timeout_s: float = 60.0
+    max_seqs: int = 16
+    max_context: int | None = None
 
     def __post_init__(self) -> None:
         for flag, value in (
             ("--max-batch", self.max_batch),
             ("--max-queue", self.max_queue),
             ("--max-connections", self.max_connections),
+            ("--max-seqs", self.max_seqs),
         ):
             if value < 1:
                 raise OptionError(f"{flag} must be at least 1")
+        if self.max_context is not None and self.max_context < 1:
+            raise OptionError("--max-context must be at least 1")
         if self.max_request_rows is not None and self.max_request_rows < 1:
             raise OptionError("--max-request-rows must be at least 1")
         if self.max_delay_ms < 0:

@@ -112,15 +112,16 @@ def serve(
     port: int = 8000,
     on_started: Callable[[str, int], None] | None = None,
     log_level: str = "warning",
+    llms: list[tuple[str, object]] | None = None,
 ) -> ServeResult:
     """Serve ``repository`` until SIGTERM or SIGINT, then drain and return what it did.
 
     ``on_started(host, port)`` is called once the server accepts connections (with the port it
-    got, for ``port=0``)."""
+    got, for ``port=0``). ``llms``: decoder LLMs (``(name, LLM)``) on the OpenAI routes."""
+    app = build_app(repository, options, llms=llms)
+    state = app.state.server
     sock = bind(host, port)
     bound_port = sock.getsockname()[1]
-    app = build_app(repository, options)
-    state = app.state.server
     max_connections = connection_cap(options.max_connections, raise_file_limit())
     http = guarded_protocol(
         header_timeout_s=options.header_timeout_s,
