@@ -63,7 +63,7 @@ class Metrics:
         )
         self.failures = Counter(
             "modelpress_request_failures",
-            "Infer requests answered with an error",
+            "Requests answered with an error",
             ["model", "code"],
             registry=r,
         )
