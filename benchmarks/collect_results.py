@@ -24,6 +24,7 @@ ORDER = [
     "advisor",
     "serve",
     "serve_attacks",
+    "serve_llm",
     "protect",
     "auto",
 ]
@@ -39,6 +40,7 @@ TITLES = {
     "advisor": "hardware advisor",
     "serve": "serving under load (modelpress serve, Ray Serve, FastAPI)",
     "serve_attacks": "serving under hostile clients (a control client's latency, the server's memory)",
+    "serve_llm": "serving a decoder LLM: 16 streams against one (continuous batching)",
     "auto": "auto: the search against optimize + static int8 by hand and an exhaustive run",
 }
 
