@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import json
 import resource
-import time
 from collections.abc import Callable
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -70,11 +69,13 @@ def guarded_protocol(
     on_refused: Callable[[int], None] = lambda status: None,
 ) -> type[HttpToolsProtocol]:
     """An httptools protocol class with these limits, for ``uvicorn.Config(http=...)``."""
+    # the connections waiting for a request's headers or body, longest-waiting first (a dict
+    # keeps insertion order): finding the one to close is O(1), even in a burst of connections
+    waiting: dict[HttpToolsProtocol, None] = {}
 
     class GuardedProtocol(HttpToolsProtocol):
         def connection_made(self, transport: asyncio.Transport) -> None:
             super().connection_made(transport)
-            self._waiting_since: float | None = None  # waiting for headers or for a body
             self._header_timer: asyncio.TimerHandle | None = None
             self._await_headers()
             if len(self.connections) > max_connections and not self._make_room():
@@ -85,18 +86,20 @@ def guarded_protocol(
                 )
 
         def _await_headers(self) -> None:
-            self._waiting_since = time.monotonic()
+            self._wait()
             self._header_timer = self.loop.call_later(header_timeout_s, self._headers_late)
 
+        def _wait(self) -> None:
+            waiting.pop(self, None)
+            waiting[self] = None
+
+        def _done_waiting(self) -> None:
+            waiting.pop(self, None)
+
         def _make_room(self) -> bool:
-            waiting = [
-                c
-                for c in self.connections
-                if c is not self and getattr(c, "_waiting_since", None) is not None
-            ]
-            if not waiting:
+            victim = next((c for c in waiting if c is not self), None)
+            if victim is None:
                 return False
-            victim = min(waiting, key=lambda c: c._waiting_since)
             victim._refuse(
                 408,
                 "Request Timeout",
@@ -107,7 +110,7 @@ def guarded_protocol(
 
         def _refuse(self, status: int, reason: str, message: str) -> None:
             self._stop_timer()
-            self._waiting_since = None
+            self._done_waiting()
             on_refused(status)
             if not self.transport.is_closing():
                 if self.cycle is None or self.cycle.response_complete:
@@ -134,11 +137,14 @@ def guarded_protocol(
                 name in (b"content-length", b"transfer-encoding") and value not in (b"0",)
                 for name, value in self.headers
             )
-            self._waiting_since = time.monotonic() if has_body else None
+            if has_body:
+                self._wait()
+            else:
+                self._done_waiting()
             super().on_headers_complete()
 
         def on_message_complete(self) -> None:
-            self._waiting_since = None
+            self._done_waiting()
             super().on_message_complete()
 
         def on_response_complete(self) -> None:
@@ -149,13 +155,13 @@ def guarded_protocol(
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._stop_timer()
-            self._waiting_since = None
+            self._done_waiting()
             super().connection_lost(exc)
 
         def send_400_response(self, msg: str) -> None:
             # httptools could not parse the request (a malformed line or header): JSON, counted
             self._stop_timer()
-            self._waiting_since = None
+            self._done_waiting()
             on_refused(400)
             self.transport.write(
                 _response(400, "Bad Request", f"the HTTP request is malformed: {msg}")
