@@ -224,8 +224,9 @@ async def _slow(port: int, count: int, duration: float, stats: dict, *, body: bo
         while time.perf_counter() < stop:
             try:
                 reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            except OSError:
-                stats["connect failed"] = stats.get("connect failed", 0) + 1
+            except OSError as exc:
+                key = f"connect failed ({type(exc).__name__})"
+                stats[key] = stats.get(key, 0) + 1
                 await asyncio.sleep(1)
                 continue
             if body:
