@@ -146,6 +146,7 @@ def test_malformed_fields_are_json_400s_and_counted(server, model):
     # header values that are not UTF-8 (nor numbers where numbers are due)
     for extra in (
         b"Inference-Header-Content-Length: \xff\xfe\r\n",
+        b"Inference-Header-Content-Length: \xb2\r\n",  # a digit to str.isdigit, not to int()
         b"Content-Encoding: g\xffzip\r\n",
         b"Content-Type: image/\xff\xfe\r\n",
         b"Authorization: Bearer \xff\xfe\r\n",
@@ -156,7 +157,7 @@ def test_malformed_fields_are_json_400s_and_counted(server, model):
     # a request line httptools cannot parse
     status, headers, answer = _exchange(server.port, b"POST /v2 \xff\xff HTTP/9\r\n\r\n")
     assert status == 400 and json.loads(answer)["error"]
-    assert _failures(server) == before + len(bad_bodies) + 4 + 1
+    assert _failures(server) == before + len(bad_bodies) + 5 + 1
     _control(server, model)
 
 

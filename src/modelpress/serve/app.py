@@ -181,6 +181,12 @@ def _error(exc: RequestError) -> Response:
 _CLOSE = {"connection": "close"}
 
 
+def _is_count(text: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` also takes '²' (a Latin-1 header byte), which int()
+    refuses."""
+    return text.isascii() and text.isdigit()
+
+
 class Held:
     """The request bytes one request holds against the server's ``max_pending_bytes``."""
 
@@ -223,7 +229,7 @@ async def read_body(
     only what it sent), and with 408 when it has not all arrived within ``timeout_s``."""
     declared = request.headers.get("content-length")
     if declared is not None:
-        if not declared.isdigit():
+        if not _is_count(declared):
             raise RequestError(400, "Content-Length is not a number")
         if int(declared) > limit:  # refused unread: close rather than read it to the end
             raise RequestError(
@@ -445,7 +451,7 @@ async def _infer(state: ServerState, model: ServedModel, request: Request, held:
             items = raw.items_from_body(model, body, headers.get("content-type"))
             req = None
         else:
-            if header_length is not None and not header_length.isdigit():
+            if header_length is not None and not _is_count(header_length):
                 raise RequestError(400, "Inference-Header-Content-Length is not a number")
             length = int(header_length) if header_length else None
             if len(body) > INLINE_BYTES:

@@ -154,7 +154,7 @@ def decode_request(body: bytes, *, header_length: int | None = None) -> InferReq
         name = tensor["name"]
         if name in arrays:
             raise RequestError(400, f"input {name!r} is given twice")
-        tparams = tensor.get("parameters") or {}
+        tparams = _parameters(tensor, f"input {name!r}")
         if "shared_memory_region" in tparams:
             raise RequestError(400, f"input {name!r}: shared-memory tensors are not supported")
         dtype, shape = _datatype(tensor, name), _shape(tensor, name)
@@ -190,7 +190,7 @@ def decode_request(body: bytes, *, header_length: int | None = None) -> InferReq
         for i, out in enumerate(doc["outputs"]):
             if not isinstance(out, dict) or not isinstance(out.get("name"), str):
                 raise RequestError(400, f"outputs[{i}] must be an object with a 'name'")
-            oparams = out.get("parameters") or {}
+            oparams = _parameters(out, f"output {out['name']!r}")
             if oparams.get("classification"):
                 raise RequestError(
                     400, f"output {out['name']!r}: the classification extension is not supported"
@@ -211,6 +211,13 @@ def decode_request(body: bytes, *, header_length: int | None = None) -> InferReq
         binary_output=bool(params.get("binary_data_output", False)),
         parameters=params,
     )
+
+
+def _parameters(entry: dict, where: str) -> dict:
+    params = entry.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise RequestError(400, f"{where}: 'parameters' must be a JSON object")
+    return params
 
 
 def _datatype(tensor: dict, name: str) -> np.dtype:
