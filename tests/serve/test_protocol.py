@@ -153,7 +153,9 @@ def test_fields_of_any_json_type_give_request_errors_only():
             if rng.random() < 0.8
         }
         if rng.random() < 0.5:
-            tensor.update(name="x", datatype=rng.choice(["FP32", "INT8", "BYTES"]))
+            tensor.update(name="x", datatype=rng.choice(["FP32", "INT8", "BOOL"]))
+        if rng.random() < 0.5:
+            tensor.update(shape=[1], data=[1])
         doc = {
             "inputs": [tensor],
             "outputs": rng.choice([None, [{"name": "y", "parameters": rng.choice(values)}]]),
