@@ -8,6 +8,7 @@ answers against the same request not streamed, concurrent answers against each o
 from __future__ import annotations
 
 import json
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -183,7 +184,7 @@ def test_metrics_hold_time_to_first_token_inter_token_latency_and_tokens(server,
     assert m('modelpress_request_failures_total{code="400",model="tiny"}') >= 1
 
 
-def test_a_client_that_disconnects_mid_stream_frees_its_slot(checkpoint):
+def test_a_client_that_disconnects_frees_its_slot(checkpoint):
     srv = ServerProcess([str(checkpoint[1]), "--max-seqs", "1"])
     try:
         body = {
@@ -208,11 +209,21 @@ def test_a_client_that_disconnects_mid_stream_frees_its_slot(checkpoint):
         while srv.metric(metric) < 1:
             assert time.monotonic() < deadline, "the stream was not cancelled"
             time.sleep(0.05)
-        # the one slot serves the next request (240 tokens of the old one would take far longer)
+        # the same without streaming: the client sends its request and goes away at once
+        payload = json.dumps({**body, "stream": False}).encode()
+        with socket.create_connection(("127.0.0.1", srv.port)) as s:
+            s.sendall(
+                b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n" % len(payload) + payload
+            )
+        while srv.metric(metric) < 2:
+            assert time.monotonic() < deadline + 30, "the request was not cancelled"
+            time.sleep(0.05)
+        # the one slot serves the next request (240 tokens of the old ones would take far longer)
         client = openai.OpenAI(base_url=f"http://{srv.url}/v1", api_key="none", timeout=60)
         r = client.completions.create(model="tiny", prompt=PROMPTS[1], max_tokens=4)
         assert r.usage.completion_tokens >= 1
         generated = srv.metric('modelpress_llm_generated_tokens_total{model="tiny"}')
-        assert generated < 240
+        assert generated < 2 * 240
     finally:
         assert srv.stop() == 0

@@ -343,14 +343,14 @@ def add_routes(app: FastAPI, state, services: dict[str, LLMService]) -> None:
                 )
             label = service.name
             m.requests.labels(label).inc()
-            response = await _answer(service, body, chat=chat)
+            response = await _answer(service, body, request, chat=chat)
         except RequestError as exc:
             m.failures.labels(label, str(exc.status)).inc()
             response = _fail(exc)
         m.latency.labels(label).observe(time.perf_counter() - start)
         return response
 
-    async def _answer(service: LLMService, body: dict, *, chat: bool) -> Response:
+    async def _answer(service: LLMService, body: dict, request: Request, *, chat: bool) -> Response:
         scheduler = service.scheduler
         llm = scheduler.llm
         loop = asyncio.get_running_loop()
@@ -387,18 +387,58 @@ def add_routes(app: FastAPI, state, services: dict[str, LLMService]) -> None:
                 media_type="text/event-stream",
                 headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
             )
-        result = None
-        async for event in events:
-            result = event.result or result
+        result = await _unless_gone(_last(events), request)
+        if result is None:  # the client went away: its sequence has left the batch
+            state.metrics.failures.labels(service.name, "499").inc()
+            return Response(status_code=499)
         if result.finish_reason == "error":
             ref = logged(f"generation on {service.name!r} failed: {result.error}")
             raise OpenAIError(500, f"generation failed (server log #{ref})")
         return Response(json.dumps(reply.document(result)), media_type="application/json")
 
 
+async def _last(events):
+    result = None
+    async for event in events:
+        result = event.result or result
+    return result
+
+
+async def _unless_gone(work, request: Request):
+    """``work``'s result, or None (``work`` cancelled) when the client disconnects first: once
+    the body is read, ``receive`` returns ``http.disconnect`` when the client goes away."""
+    task = asyncio.ensure_future(work)
+    gone = None
+    try:
+        while not task.done():
+            gone = asyncio.ensure_future(request.receive())
+            await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if gone.done() and gone.result().get("type") == "http.disconnect":
+                break
+    finally:
+        if gone is not None:
+            gone.cancel()
+        if not task.done():
+            task.cancel()  # the events' iterator ends: the sequence leaves the batch
+            await asyncio.wait({task})
+    return None if task.cancelled() else task.result()
+
+
+def body_limit(options, services: dict) -> int:
+    """The largest body a generation request may have: a prompt fills at most the context, and
+    64 bytes a token is room for any text as JSON; plus 64 KiB for the other fields."""
+    contexts = [s.scheduler.max_context for s in services.values()]
+    return min(options.max_body_bytes, 65536 + 64 * max(contexts, default=0))
+
+
 async def _body(state, request: Request) -> dict:
     options = state.options
-    raw = await read_body(request, options.max_body_bytes, timeout_s=options.body_timeout_s)
+    raw = await read_body(
+        request,
+        body_limit(options, state.llms),
+        timeout_s=options.body_timeout_s,
+        why="the context (--max-context)",
+    )
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
