@@ -297,7 +297,7 @@ def test_slow_clients_cannot_lock_out_a_control_client(server, model):
         for _ in range(10):
             _control(server, model)
             time.sleep(0.1)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while slow_clients.closed_by_server < 200 and time.monotonic() < deadline:
             time.sleep(0.1)
     assert slow_clients.closed_by_server == 200  # each closed: for room, or at its deadline

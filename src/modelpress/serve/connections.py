@@ -111,10 +111,14 @@ def guarded_protocol(
         def _refuse(self, status: int, reason: str, message: str) -> None:
             self._stop_timer()
             self._done_waiting()
-            on_refused(status)
+            idle = self.cycle is None or self.cycle.response_complete
+            if idle:  # else the app counts it: its request ends with the client gone (499)
+                on_refused(status)
             if not self.transport.is_closing():
-                if self.cycle is None or self.cycle.response_complete:
+                if idle or not self.cycle.response_started:
                     self.transport.write(_response(status, reason, message))
+                if not idle:
+                    self.cycle.disconnected = True  # the app's answer, if any, goes nowhere
                 self.transport.close()
 
         def _headers_late(self) -> None:
