@@ -23,6 +23,8 @@ ORDER = [
     "batch",
     "advisor",
     "serve",
+    "serve_attacks",
+    "serve_llm",
     "protect",
     "auto",
 ]
@@ -37,6 +39,8 @@ TITLES = {
     "batch": "batch inference (`modelpress run`): pipeline against its slower stage",
     "advisor": "hardware advisor",
     "serve": "serving under load (modelpress serve, Ray Serve, FastAPI)",
+    "serve_attacks": "serving under hostile clients (a control client's latency, the server's memory)",
+    "serve_llm": "serving a decoder LLM: 16 streams against one (continuous batching)",
     "auto": "auto: the search against optimize + static int8 by hand and an exhaustive run",
 }
 

@@ -32,6 +32,9 @@ from modelpress.serve.protocol import datatype_name
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
+JSON_CHARS_PER_VALUE = 26  # "-1.2345678901234567e-308, " : the longest a number prints
+HEADER_SLACK = 64 * 1024  # names, datatypes, shapes, parameters, whitespace
+
 Dim = int | str | None  # a size (-1 or 0: any), a named dynamic dimension, or an unnamed one
 
 
@@ -85,6 +88,7 @@ class ServedModel:
         if any(o.shape is None for o in self.outputs):
             self.outputs = _inferred_outputs(model, self.outputs)
         self.batch_dim = _batch_dim(self.inputs, self.outputs)
+        self._graph = graph  # to name the inputs behind a node the runtime blames (inputs_of)
         self._inputs = {s.name: s for s in self.inputs}
         self._outputs = {s.name: s for s in self.outputs}
 
@@ -187,6 +191,45 @@ class ServedModel:
                     f"model {self.name!r} has no output {name!r} (outputs: {', '.join(self._outputs)})",
                 )
         return names
+
+    def max_body_bytes(self, rows: int) -> int | None:
+        """The largest body a valid request of at most ``rows`` rows can have, when every input's
+        size per row is fixed (None otherwise): its values as JSON text (at most
+        ``JSON_CHARS_PER_VALUE`` each) or binary, whichever is larger, plus ``HEADER_SLACK``
+        for the rest of the request. A body declaring more is refused before it is read."""
+        total = 0
+        for spec in self.inputs:
+            if spec.shape is None or spec.dtype.kind in "OSU":
+                return None
+            dims = spec.shape[1:] if self.batchable else spec.shape
+            if any(static_dim(d) is None for d in dims):
+                return None
+            count = int(np.prod([static_dim(d) for d in dims], dtype=np.int64))
+            per_value = max(spec.dtype.itemsize, JSON_CHARS_PER_VALUE)
+            total += count * per_value * (rows if self.batchable else 1)
+        return total + HEADER_SLACK
+
+    def inputs_of(self, op_type: str, node_name: str) -> list[str]:
+        """The model inputs that feed the node ``node_name`` (every ``op_type`` node when the name
+        is empty), in the model's order: what a client may be told about a failing node."""
+        nodes = [
+            n
+            for n in self._graph.all_nodes()
+            if n.op_type == op_type and (not node_name or n.name == node_name)
+        ]
+        found, seen = set(), set()
+        todo = [v for n in nodes for v in n.inputs if v is not None]
+        while todo:
+            value = todo.pop()
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            if value.name in self._inputs:
+                found.add(value.name)
+            producer = value.producer()
+            if producer is not None:
+                todo += [v for v in producer.inputs if v is not None]
+        return [s.name for s in self.inputs if s.name in found]
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self.session.run(feeds, check=False)
