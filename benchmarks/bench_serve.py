@@ -594,6 +594,11 @@ def write(results: dict, reps: int, warmup: float, duration: float) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--triton",
+        action="store_true",
+        help="run the section beside Triton Inference Server instead (bench_serve_triton.py)",
+    )
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--warmup", type=float, default=1.0)
     ap.add_argument("--duration", type=float, default=3.0)
@@ -632,6 +637,11 @@ def main() -> None:
     if args.peer:
         shapes = json.loads(args.shapes)
         return (peer_fastapi if args.peer == "fastapi" else peer_ray)(args.model, args.port, shapes)
+    if args.triton:
+        sys.path.insert(0, str(HERE))
+        import bench_serve_triton
+
+        return bench_serve_triton.run(args.reps, args.warmup, args.duration)
     results = bench(args.reps, args.warmup, args.duration)
     write(results, args.reps, args.warmup, args.duration)
 

@@ -26,7 +26,9 @@ ORDER = [
     "serve_attacks",
     "serve_llm",
     "protect",
+    "serve_triton",
     "auto",
+    "deploy",
 ]
 TITLES = {
     "optimize": "graph optimizer (issue: foundation and optimizer)",
@@ -42,6 +44,8 @@ TITLES = {
     "serve_attacks": "serving under hostile clients (a control client's latency, the server's memory)",
     "serve_llm": "serving a decoder LLM: 16 streams against one (continuous batching)",
     "auto": "auto: the search against optimize + static int8 by hand and an exhaustive run",
+    "serve_triton": "serving beside Triton Inference Server (same model, batching, client)",
+    "deploy": "deploy: the plan's promised p99 against the measured one",
 }
 
 

@@ -199,6 +199,12 @@ def add_parser(sub) -> None:
         help="rent of this machine per hour (default: its vCPUs at a cloud price)",
     )
     s.add_argument("--cpu-own-usd-hr", type=float, help="cost of owning this machine per hour")
+    s.add_argument(
+        "--check",
+        action="store_true",
+        help="plan with the server's own cost measured here, then serve the .onnx model as planned "
+        "on this CPU, drive it open-loop at the planned rate and put the measured p99 beside the promise",
+    )
     add_shapes(p)
     p.add_argument("--list-gpus", action="store_true", help="print the catalog and exit")
     add_record(p)
@@ -321,6 +327,8 @@ def _plan(args, recorder, workload, model, candidates, found, pricing) -> int:
 
     if args.task != "infer":
         raise OptionError("--qps plans an inference service: drop --task train")
+    if args.check:
+        return _checked(args, recorder, workload, model, candidates, found)
     machine = None
     measured = listed(args.measured)
     if measured:
@@ -356,6 +364,37 @@ def _plan(args, recorder, workload, model, candidates, found, pricing) -> int:
     recorder.write({"workload": _workload_dict(workload), "service": plan.to_dict()})
     if args.html:
         _write_plan_html(args.html, plan, workload, args.model)
+    return 0
+
+
+def _checked(args, recorder, workload, model, candidates, found) -> int:
+    """``--check``: the plan with the server's measured cost, and this CPU's option measured."""
+    from modelpress.deploy.checked import checked_plan
+
+    if model is None:
+        raise OptionError("--check serves the model: give an .onnx file")
+    with console.status("measuring the server and the model here, planning, then checking"):
+        got = checked_plan(
+            model,
+            name=workload.name,
+            qps=args.qps,
+            p99_ms=args.p99_ms,
+            gpus=[f.gpu for f in found],
+            cpu=not args.no_cpu,
+            precision=args.precision,
+            max_batch=args.max_batch,
+        )
+    _print_plan(got.plan, workload, args.model)
+    c = got.check
+    if c is not None:
+        console.print(
+            f"check on this CPU ({c.rate:.4g} requests/s to one replica, open loop): measured p99 "
+            f"{c.load.p99_ms:.3g} ms, {c.load.throughput:.4g} answered/s; "
+            + ("[red]missed[/]: " if c.missed else "[green]held[/]: ")
+            + c.reason,
+            soft_wrap=True,
+        )
+    recorder.write({"workload": _workload_dict(workload), **got.to_dict()})
     return 0
 
 

@@ -34,6 +34,7 @@ COMMANDS = (
     "ops_cmd",
     "advise_cmd",
     "auto_cmd",
+    "deploy_cmd",
     "recipe_cmd",
     "report_cmd",
 )

@@ -20,7 +20,9 @@ def add_parser(sub) -> None:
         help="serve models over HTTP (KServe v2 / Triton protocol) with dynamic batching",
         description=(
             "Serve models over the Open Inference Protocol (KServe v2) with Triton's binary tensors, "
-            "dynamic batching, back-pressure, Prometheus metrics and graceful shutdown on SIGTERM."
+            "dynamic batching, back-pressure, Prometheus metrics and graceful shutdown on SIGTERM. "
+            "MODEL may be one folder written by modelpress deploy (DEPLOY_DIR): its serve.yaml "
+            "gives the model, its name and the planned batching and queue (flags given still win)."
         ),
         epilog="example: modelpress serve resnet.onnx bert.onnx --port 8000 --max-batch 32 --max-delay-ms 2",
     )
@@ -47,21 +49,18 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--max-batch",
         type=int,
-        default=32,
         metavar="N",
         help="rows per model run (default 32; 1 turns batching off)",
     )
     p.add_argument(
         "--max-delay-ms",
         type=float,
-        default=2.0,
         metavar="MS",
         help="how long an idle model waits for a batch to fill while requests are arriving (default 2)",
     )
     p.add_argument(
         "--max-queue",
         type=int,
-        default=256,
         metavar="N",
         help="requests that may wait per model; past it 503 with Retry-After (default 256)",
     )
@@ -143,7 +142,6 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--replicas",
         type=int,
-        default=1,
         metavar="N",
         help="Ray Serve replicas per model (with --ray)",
     )
@@ -153,8 +151,34 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+DEFAULTS = {"max_batch": 32, "max_delay_ms": 2.0, "max_queue": 256, "replicas": 1}
+
+
+def _from_folder(args) -> None:
+    """A deploy folder (``modelpress deploy``) as the one MODEL: its model, name and settings
+    become the defaults; flags given still win. Otherwise the usual defaults."""
+    from modelpress.deploy.settings import is_folder, read_folder
+
+    folder = args.models[0] if len(args.models) == 1 and is_folder(args.models[0]) else None
+    settings = None
+    if folder is not None:
+        settings, model = read_folder(folder)
+        args.models = [str(model)]
+        args.name = args.name or [settings.name]
+        if settings.protected and not (args.key_file or args.key_env):
+            raise OptionError(
+                f"{folder}: its model is protected: give its key with --key-file or --key-env"
+            )
+        if args.device == "auto":
+            args.device = settings.device
+    for key, default in DEFAULTS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, getattr(settings, key) if settings is not None else default)
+
+
 def run(args) -> int:
 
+    _from_folder(args)
     require("fastapi", extra="serve", purpose="modelpress serve")
     require("uvicorn", extra="serve", purpose="modelpress serve")
     require("httptools", extra="serve", purpose="modelpress serve")

@@ -7,9 +7,9 @@ recipe without a change here; choices (quantization modes, observers, passes) co
 registries. Options that name files are resolved against the folder of the recipe.
 
 The kinds stand in this order in a recipe: ``convert`` (first, makes the model), the model steps
-(``optimize``, ``quantize``, ``prune``, in any order), ``protect`` (after every model step) and
-``bench`` (last). ``prune`` and ``protect`` import their layer on first use
-(``modelpress.compress.prune.api.prune``, ``modelpress.protect.protect``); any later layer may
+(``optimize``, ``quantize``, ``prune``, ``distill``, in any order), ``protect`` (after every model step) and
+``bench`` (last). ``prune``, ``distill`` and ``protect`` import their layer on first use
+(``modelpress.compress.prune.api.prune``, ``...distill.api.distill``, ``modelpress.protect.protect``); any later layer may
 ``register_step`` its own.
 """
 
@@ -308,6 +308,13 @@ def _lazy(name: str, module: str, function: str, position: int, summary: str) ->
 
 
 _lazy("prune", "modelpress.compress.prune.api", "prune", MODEL, "pruning with fine-tuning")
+_lazy(
+    "distill",
+    "modelpress.compress.distill.api",
+    "distill",
+    MODEL,
+    "distillation into a narrower student",
+)
 _lazy("protect", "modelpress.protect", "protect", PACKAGE, "encryption and obfuscation")
 register_step(StepKind("bench", LAST, _bench_options, _bench, "latency against the source model"))
 
