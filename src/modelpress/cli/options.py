@@ -28,6 +28,7 @@ from pathlib import Path
 from modelpress.compress.deep import open_mpz
 from modelpress.errors import ModelpressError, OptionError
 from modelpress.ir import load
+from modelpress.ir.files import output_dir
 from modelpress.ir.shapes import parse_dims, parse_shapes
 from modelpress.protect import is_obfuscated, load_key, open_package, unlock
 from modelpress.protect.package import has_magic
@@ -257,6 +258,10 @@ class Recorder:
         self.command = command
         self.args = args
         self.started = time.time()
+        # a record that cannot be written fails the command before it writes anything else
+        for path in (getattr(args, "json", None), getattr(args, "report", None)):
+            if path:
+                output_dir(path)
 
     @property
     def wanted(self) -> bool:

@@ -84,6 +84,11 @@ def add_parser(sub) -> None:
         help="run on Ray Data (a local cluster, or the one at ADDRESS); needs the ray extra",
     )
     p.add_argument("--ray-actors", type=int, metavar="N", help="model actors on Ray (default 1)")
+    p.add_argument(
+        "--labels-key",
+        metavar="KEY",
+        help="an array of the .npz to leave out, as labels (default: one named 'labels')",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_device(p)
     add_key(p)
@@ -124,6 +129,7 @@ def run(args) -> int:
             restart=args.restart,
             ray=args.ray,
             ray_actors=args.ray_actors,
+            labels_key=args.labels_key,
             progress=progress,
         )
     for w in result.warnings:

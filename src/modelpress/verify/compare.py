@@ -183,6 +183,7 @@ def verify(
             raise InputError("`inputs` is empty: there is nothing to compare the models on")
         for feeds in feeds_list:
             check_feeds(ref, feeds)
+            _refuse_empty(ref, feeds)
         ref_outputs = [
             _run(sess_a, feeds, what="the original model failed to run on the given inputs")
             for feeds in feeds_list
@@ -211,3 +212,18 @@ def verify(
     return VerifyResult(
         outputs=[worst[n] for n, _ in pairs], runs=len(feeds_list), notes=notes, shapes=shapes_used
     )
+
+
+def _refuse_empty(model, feeds: dict[str, np.ndarray]) -> None:
+    """``InputError`` for an input with no elements where the model does not declare a 0: outputs
+    of an empty batch are empty too, and comparing nothing would pass whatever the models do."""
+    for value in model.graph.inputs:
+        arr = feeds.get(value.name)
+        if arr is None or arr.size or value.shape is None:
+            continue
+        for axis, (got, dim) in enumerate(zip(arr.shape, value.shape)):
+            if got == 0 and not (isinstance(dim, int) and dim == 0):
+                raise InputError(
+                    f"`inputs`: input {value.name!r} is empty (shape {list(arr.shape)}, size 0 on "
+                    f"axis {axis}): there is nothing to compare the models on"
+                )

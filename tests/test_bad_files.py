@@ -1,0 +1,104 @@
+"""Bad files and odd models, each once a traceback or a silent pass: a model that declares a zero
+batch in ``run``, an ``.npz`` with an empty batch in ``verify``/``optimize``, labels beside the
+inputs in ``run``, and a ``--json`` record into a folder that does not exist (nothing written)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from modelpress.cli.main import main
+
+
+def _relu(path, dim0) -> str:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [dim0, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [dim0, 3])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return str(path)
+
+
+def _matmul(path) -> str:
+    w = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 64])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [x],
+        [y],
+        [onnx.numpy_helper.from_array(w, "w")],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return str(path)
+
+
+def _error(capsys) -> str:
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err + captured.out
+    lines = [ln for ln in captured.err.splitlines() if ln.startswith("error: ")]
+    assert len(lines) == 1, captured.err
+    return lines[0]
+
+
+def test_run_on_a_model_that_declares_a_zero_batch_is_one_line(tmp_path, capsys):
+    model = _relu(tmp_path / "zero.onnx", 0)
+    np.savez(tmp_path / "x.npz", x=np.ones((4, 3), np.float32))
+    out = tmp_path / "p.jsonl"
+    # before: onnxruntime's InvalidArgument ("Got: 4 Expected: 0") as a traceback
+    assert main(["run", model, str(tmp_path / "x.npz"), "-o", str(out)]) == 1
+    assert "input 'x' has size 4 on axis 0, where the model declares 0" in _error(capsys)
+    assert not out.exists() and not list(tmp_path.glob("p.jsonl*"))
+
+
+@pytest.mark.parametrize("command", ["verify", "optimize"])
+def test_an_empty_batch_is_not_a_pass(command, tmp_path, capsys):
+    model = _relu(tmp_path / "m.onnx", "N")
+    np.savez(tmp_path / "empty.npz", x=np.zeros((0, 3), np.float32))
+    out = tmp_path / "o.onnx"
+    argv = [command, model] + ([model] if command == "verify" else ["-o", str(out)])
+    # before: "PASS over 1 input set(s)" on outputs of shape [0, 3], and the model written
+    assert main([*argv, "--data", str(tmp_path / "empty.npz")]) == 1
+    assert "input 'x' is empty (shape [0, 3]" in _error(capsys)
+    assert not out.exists()
+
+
+def test_a_declared_zero_batch_still_verifies_on_empty_inputs(tmp_path, capsys):
+    model = _relu(tmp_path / "zero.onnx", 0)
+    np.savez(tmp_path / "empty.npz", x=np.zeros((0, 3), np.float32))
+    assert main(["verify", model, model, "--data", str(tmp_path / "empty.npz")]) == 0
+
+
+def test_run_leaves_the_labels_of_a_training_file_out(tmp_path, capsys):
+    model = _relu(tmp_path / "m.onnx", "N")
+    x = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
+    np.savez(tmp_path / "train.npz", x=x, labels=np.arange(5), y_true=np.arange(5))
+    out = tmp_path / "p.npz"
+    # before: "'labels' is not an input of the model"
+    argv = ["run", model, str(tmp_path / "train.npz"), "-o", str(out), "--batch-size", "2"]
+    assert main([*argv, "--labels-key", "y_true"]) == 1  # the other array is still not an input
+    assert "'labels' is not an input" in _error(capsys)
+    np.savez(tmp_path / "train.npz", x=x, labels=np.arange(5))
+    assert main(argv) == 0
+    assert "array 'labels' left out" in capsys.readouterr().err
+    np.testing.assert_array_equal(np.load(out)["y"], np.maximum(x, 0))
+    assert main([*argv, "--labels-key", "target"]) == 1
+    assert "no array named 'target'" in _error(capsys)
+
+
+@pytest.mark.parametrize("command", ["quantize", "optimize"])
+def test_a_record_into_a_missing_folder_writes_nothing(command, tmp_path, capsys):
+    model = _matmul(tmp_path / "m.onnx")
+    out = tmp_path / "o.onnx"
+    record = tmp_path / "missing" / "r.json"
+    extra = ["--mode", "dynamic"] if command == "quantize" else []
+    # before: the model written, then "output directory ... does not exist"
+    assert main([command, model, "-o", str(out), *extra, "--json", str(record)]) == 1
+    assert "output directory" in _error(capsys)
+    assert not out.exists()
+    assert main([command, model, "-o", str(out), *extra, "--json", str(tmp_path / "r.json")]) == 0
+    assert json.loads((tmp_path / "r.json").read_text())["command"] == command
