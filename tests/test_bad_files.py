@@ -102,3 +102,24 @@ def test_a_record_into_a_missing_folder_writes_nothing(command, tmp_path, capsys
     assert not out.exists()
     assert main([command, model, "-o", str(out), *extra, "--json", str(tmp_path / "r.json")]) == 0
     assert json.loads((tmp_path / "r.json").read_text())["command"] == command
+
+
+@pytest.mark.parametrize("command", ["optimize", "quantize"])
+def test_optimize_and_quantize_open_a_package_with_its_key(command, tmp_path, capsys):
+    model = _matmul(tmp_path / "m.onnx")
+    key, package = tmp_path / "key.bin", tmp_path / "m.mpk"
+    assert main(["keygen", "-o", str(key)]) == 0
+    assert main(["protect", model, "-o", str(package), "--key-file", str(key)]) == 0
+    out = tmp_path / "o.onnx"
+    extra = ["--mode", "dynamic"] if command == "quantize" else []
+    # before: "unrecognized arguments: --key-file", although the help offered it
+    assert main([command, str(package), "-o", str(out), *extra, "--key-file", str(key)]) == 0
+    x = np.random.default_rng(1).standard_normal((3, 64)).astype(np.float32)
+    np.savez(tmp_path / "x.npz", x=x)
+    assert main(["run", str(out), str(tmp_path / "x.npz"), "-o", str(tmp_path / "p.npz")]) == 0
+    w = onnx.numpy_helper.to_array(onnx.load(model).graph.initializer[0])
+    tol = 1e-5 if command == "optimize" else 0.05  # int8 weights: a few per cent of the range
+    np.testing.assert_allclose(np.load(tmp_path / "p.npz")["y"], x @ w, rtol=0, atol=tol * 8)
+    capsys.readouterr()
+    assert main([command, str(package), "-o", str(out), *extra]) == 1  # no key: one line
+    assert "give its key with --key-file" in _error(capsys)

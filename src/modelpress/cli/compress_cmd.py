@@ -24,6 +24,7 @@ def add_parser(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     options.add_model(p)
+    options.add_key(p)
     options.add_output(p, help="the .mpz file to write")
     options.add_training_data(p, required=True)
     p.add_argument(

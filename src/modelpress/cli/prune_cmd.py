@@ -34,6 +34,7 @@ def add_parser(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     options.add_model(p)
+    options.add_key(p)
     options.add_output(p)
     options.add_training_data(p)
     what = p.add_argument_group("what to prune")
