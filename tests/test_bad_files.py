@@ -123,3 +123,28 @@ def test_optimize_and_quantize_open_a_package_with_its_key(command, tmp_path, ca
     capsys.readouterr()
     assert main([command, str(package), "-o", str(out), *extra]) == 1  # no key: one line
     assert "give its key with --key-file" in _error(capsys)
+
+
+def test_piped_output_is_not_cut_at_80_columns(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    folder = tmp_path / ("a-long-folder-name-" * 6)
+    folder.mkdir()
+    model = _relu(folder / "m.onnx", "N")
+    np.savez(folder / "x.npz", x=np.ones((2, 3), np.float32))
+    out = folder / "predictions.npz"
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    done = subprocess.run(
+        [sys.executable, "-m", "modelpress.cli.main", "run", model, str(folder / "x.npz")]
+        + ["-o", str(out), "--quiet"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    # before: the line wrapped at 80 columns, the path split across two lines
+    assert f"wrote {out}: 2 item(s)" in done.stdout.splitlines()[0]
