@@ -50,6 +50,9 @@ FIELD_FLAGS = {
     "others": "--vs",
     "threads": "--threads",
     "warmup": "--warmup",
+    "max_accuracy_drop": "--max-accuracy-drop",
+    "min_agreement": "--min-agreement",
+    "min_cosine": "--min-cosine",
 }
 
 
@@ -343,7 +346,7 @@ def add_training(p: argparse.ArgumentParser, *, teacher: bool = True) -> None:
         "--patience",
         type=int,
         metavar="N",
-        help="stop after N held-out evaluations without improvement",
+        help="stop after N held-out evaluations without improvement (default 5; 10 a run)",
     )
     g.add_argument("--seed", type=int, default=0, help="shuffling and split seed (default 0)")
     g.add_argument("--no-train", action="store_true", help="no training: compress only")
@@ -369,6 +372,50 @@ def add_training(p: argparse.ArgumentParser, *, teacher: bool = True) -> None:
         )
 
 
+def add_budget(p: argparse.ArgumentParser) -> None:
+    """What a command that trains must keep of the original (``compress.train.budget``)."""
+    g = p.add_argument_group(
+        "budget (checked on held-out samples, as ONNX Runtime runs the result)"
+    )
+    g.add_argument(
+        "--max-accuracy-drop",
+        type=float,
+        default=0.02,
+        metavar="X",
+        help="with labels: the most top-1 accuracy may drop (default 0.02, two points)",
+    )
+    g.add_argument(
+        "--min-agreement",
+        type=float,
+        default=0.90,
+        metavar="X",
+        help="class scores without labels: the least top-1 agreement with the original (default 0.9)",
+    )
+    g.add_argument(
+        "--min-cosine",
+        type=float,
+        default=0.90,
+        metavar="X",
+        help="other outputs: the least mean cosine with the original's (default 0.9)",
+    )
+    g.add_argument(
+        "--keep-anyway",
+        action="store_true",
+        help="write the result even when it is outside the budget",
+    )
+
+
+def budget(args: argparse.Namespace):
+    """The ``Budget`` of ``add_budget``'s options."""
+    from modelpress.compress.train.budget import Budget
+
+    return Budget(
+        max_accuracy_drop=args.max_accuracy_drop,
+        min_agreement=args.min_agreement,
+        min_cosine=args.min_cosine,
+    )
+
+
 def training_config(args: argparse.Namespace, *, batch_default: int = 32, lr_default: float = 3e-3):
     """The ``TrainConfig`` of ``add_training``'s options, or False for ``--no-train``."""
     if getattr(args, "no_train", False):
@@ -384,6 +431,7 @@ def training_config(args: argparse.Namespace, *, batch_default: int = 32, lr_def
         optimizer=args.optimizer,
         schedule=args.schedule,
         val_fraction=args.val_fraction,
-        patience=args.patience,
+        # real data overfits: stop when the held-out loss has not improved for 5 checks (half a run)
+        patience=args.patience if args.patience is not None else 5,
         seed=args.seed,
     )
