@@ -372,6 +372,33 @@ def add_training(p: argparse.ArgumentParser, *, teacher: bool = True) -> None:
         )
 
 
+def add_batching(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--batching",
+        default="auto",
+        choices=["auto", "per-sample", "whole"],
+        help="whether requests or items may be joined into batches: auto decides by running a batch "
+        "of 2 against two single samples; per-sample or whole overrides it",
+    )
+
+
+def batching_rule(model, args: argparse.Namespace):
+    """The one batching decision of ``serve`` and ``run`` (``verify.batching``), by evidence on
+    an ONNX Runtime session of ``model``."""
+    from modelpress.runtime.ort import session
+    from modelpress.verify.batching import decide_batching
+
+    override = getattr(args, "batching", None)
+    if override in ("per-sample", "whole"):
+        return decide_batching(model, override=override)
+    try:
+        sess = session(model)
+    except Exception:  # noqa: BLE001 - the command's own session will say what is wrong
+        return decide_batching(model)
+    names = [o.name for o in sess.get_outputs()]
+    return decide_batching(model, lambda feeds: dict(zip(names, sess.run(names, feeds))))
+
+
 def add_budget(p: argparse.ArgumentParser) -> None:
     """What a command that trains must keep of the original (``compress.train.budget``)."""
     g = p.add_argument_group(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from modelpress.cli import options
 from modelpress.cli._common import console, err_console
 from modelpress.cli.options import (
     Recorder,
@@ -89,6 +90,7 @@ def add_parser(sub) -> None:
         metavar="KEY",
         help="an array of the .npz to leave out, as labels (default: one named 'labels')",
     )
+    options.add_batching(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_device(p)
     add_key(p)
@@ -130,6 +132,7 @@ def run(args) -> int:
             ray=args.ray,
             ray_actors=args.ray_actors,
             labels_key=args.labels_key,
+            rule=options.batching_rule(model, args),
             progress=progress,
         )
     for w in result.warnings:

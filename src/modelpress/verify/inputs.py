@@ -23,7 +23,7 @@ import onnx_ir as ir
 from modelpress.errors import InputError
 from modelpress.ir.feeds import numpy_dtype
 from modelpress.ir.match import const_array
-from modelpress.ir.shapes import static_dim
+from modelpress.ir.shapes import dim_name, static_dim
 
 # The most memory one generated input set may take.
 MAX_INPUT_BYTES = 1 << 30
@@ -39,12 +39,6 @@ _PASS_THROUGH = {
     "Expand",
     "Transpose",
 }
-
-
-def dim_name(dim: object) -> str | None:
-    """The name of a symbolic dimension, None for a fixed or an unnamed one."""
-    value = getattr(dim, "value", None)
-    return str(value) if isinstance(value, str) and value else None
 
 
 def resolve_shape(

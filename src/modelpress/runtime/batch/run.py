@@ -90,12 +90,15 @@ def run_batch(
     ray: bool | str = False,
     ray_actors: int | None = None,
     labels_key: str | None = None,
+    rule: BatchRule | None = None,
     progress: Progress | None = None,
 ) -> BatchResult:
     """Run ``model`` (a path or ``onnx_ir.Model``) on every item of ``data`` into ``output``.
 
     An ``.npz`` may hold labels beside the inputs (the file a training command reads): the array
-    named ``labels_key`` (default: one named ``labels`` that is not an input) is left out."""
+    named ``labels_key`` (default: one named ``labels`` that is not an input) is left out.
+    ``rule``: how the model batches, as ``verify.batching.decide_batching`` found it (default:
+    read from the graph, ``split.batch_rule``)."""
 
     fmt = out.output_format(output)
     refuse_overwrite(output, model, data)
@@ -112,7 +115,7 @@ def run_batch(
         source, dropped = _without_labels(source, m, labels_key, data)
     if isinstance(source, Items) and fmt == "npz":
         raise OptionError(f"-o {output}: predictions of {kind} items go to a .jsonl file")
-    rule = batch_rule(m)
+    rule = rule or batch_rule(m)
     plan = _plan(source, rule, batch_size)
     if isinstance(source, Arrays):
         check_feeds(m, _first(source, plan), source=str(data))
