@@ -148,3 +148,27 @@ def test_piped_output_is_not_cut_at_80_columns(tmp_path):
     assert done.returncode == 0, done.stderr
     # before: the line wrapped at 80 columns, the path split across two lines
     assert f"wrote {out}: 2 item(s)" in done.stdout.splitlines()[0]
+
+
+def test_advise_on_unnamed_and_tied_dimensions_is_one_line(tmp_path, capsys):
+    # silero-vad's shape: a signal x[?, ?] and a state[2, ?, 4] holding x's batch on axis 1
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None])
+    state = helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, None, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 5])
+    axes = [helper.make_tensor("ax0", 7, [1], [0]), helper.make_tensor("ax1", 7, [1], [1])]
+    nodes = [
+        helper.make_node("ReduceSum", ["x", "ax1"], ["xs"], keepdims=1),
+        helper.make_node("ReduceSum", ["state", "ax0"], ["ss"], keepdims=0),
+        helper.make_node("Concat", ["xs", "ss"], ["y"], axis=1),
+    ]
+    graph = helper.make_graph(nodes, "g", [x, state], [y], axes)
+    path = tmp_path / "vad.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    # before: "give --dim None=SIZE", a flag value that cannot name an unnamed dimension
+    assert main(["advise", str(path)]) == 1
+    assert "give its shape with --shape x=1xSIZE" in _error(capsys)
+    # before: ONNX Runtime's error as a traceback (the state's batch took the --seq size)
+    assert main(["advise", str(path), "--seq", "8"]) == 1
+    err = _error(capsys)
+    assert "the model does not run at the input shapes x=1x8, state=2x8x4" in err
+    assert main(["advise", str(path), "--shape", "x=1x8", "--shape", "state=2x1x4"]) == 0
