@@ -119,3 +119,12 @@ def test_run_batches_by_the_same_decision(tmp_path, capsys):
     np.testing.assert_array_equal(np.load(tmp_path / "p.npz")["y"], np.maximum(x, 0))
     assert main([*argv, "--batch-size", "2", "--batching", "whole"]) == 0
     assert "--batch-size ignored" in capsys.readouterr().err
+
+
+def test_a_model_that_runs_alone_still_counts_rows():
+    repo = Repository.open([("mix", from_proto(mixing()))])
+    mix = repo.models["mix"]
+    x = np.ones((3, 4), np.float32)
+    # before: 1 (a request), where Triton counts the 3 rows the model ran
+    feeds, rows, key = mix.check({"x": x})
+    assert (rows, key) == (3, None)

@@ -167,7 +167,10 @@ class ServedModel:
             self._check_shape(spec, arr.shape, seen)
             feeds[spec.name] = arr
         if not self.batchable:
-            return feeds, 1, None
+            # runs alone, but counts the rows it brings (as Triton counts inferences)
+            leading = {a.shape[0] if a.ndim else None for a in feeds.values()}
+            rows = leading.pop() if len(leading) == 1 else None
+            return feeds, rows if rows is not None else 1, None
         rows = next(iter(feeds.values())).shape[0]
         if rows == 0:
             return feeds, 0, None
