@@ -382,21 +382,17 @@ def add_batching(p: argparse.ArgumentParser) -> None:
     )
 
 
-def batching_rule(model, args: argparse.Namespace):
-    """The one batching decision of ``serve`` and ``run`` (``verify.batching``), by evidence on
-    an ONNX Runtime session of ``model``."""
-    from modelpress.runtime.ort import session
+def batching_rule(args: argparse.Namespace):
+    """The one batching decision of ``serve`` and ``run`` (``verify.batching``), as a function of
+    a way to run the model (``rule(run)``), so that it is made on the command's own session."""
     from modelpress.verify.batching import decide_batching
 
     override = getattr(args, "batching", None)
-    if override in ("per-sample", "whole"):
-        return decide_batching(model, override=override)
-    try:
-        sess = session(model)
-    except Exception:  # noqa: BLE001 - the command's own session will say what is wrong
-        return decide_batching(model)
-    names = [o.name for o in sess.get_outputs()]
-    return decide_batching(model, lambda feeds: dict(zip(names, sess.run(names, feeds))))
+
+    def rule(model):
+        return lambda run: decide_batching(model, run, override=override)
+
+    return rule
 
 
 def add_budget(p: argparse.ArgumentParser) -> None:

@@ -132,7 +132,8 @@ def run(args) -> int:
             ray=args.ray,
             ray_actors=args.ray_actors,
             labels_key=args.labels_key,
-            rule=options.batching_rule(model, args),
+            rule=options.batching_rule(args)(model),
+            source_file=args.model,
             progress=progress,
         )
     for w in result.warnings:

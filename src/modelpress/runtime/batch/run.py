@@ -90,15 +90,18 @@ def run_batch(
     ray: bool | str = False,
     ray_actors: int | None = None,
     labels_key: str | None = None,
-    rule: BatchRule | None = None,
+    rule: BatchRule | Callable[[Callable], BatchRule] | None = None,
+    source_file: str | os.PathLike | None = None,
     progress: Progress | None = None,
 ) -> BatchResult:
     """Run ``model`` (a path or ``onnx_ir.Model``) on every item of ``data`` into ``output``.
 
     An ``.npz`` may hold labels beside the inputs (the file a training command reads): the array
     named ``labels_key`` (default: one named ``labels`` that is not an input) is left out.
-    ``rule``: how the model batches, as ``verify.batching.decide_batching`` found it (default:
-    read from the graph, ``split.batch_rule``)."""
+    ``rule``: how the model batches (default: read from the graph, ``split.batch_rule``), or a
+    function that decides it given a way to run the model (``rule(run)``, as
+    ``verify.batching.decide_batching`` does), called with the run's own session. ``source_file``:
+    the file ``model`` was opened from (a package), fingerprinted instead of the model's bytes."""
 
     fmt = out.output_format(output)
     refuse_overwrite(output, model, data)
@@ -115,12 +118,21 @@ def run_batch(
         source, dropped = _without_labels(source, m, labels_key, data)
     if isinstance(source, Items) and fmt == "npz":
         raise OptionError(f"-o {output}: predictions of {kind} items go to a .jsonl file")
+    sess = None
+    if callable(rule) and not isinstance(rule, BatchRule):
+        if ray:
+            rule = rule(None)
+        else:  # decided on the session the run will use: one session, not two
+            sess = Session(
+                m, backend=_backend(backend, n_workers), device=device, place=place, strict=strict
+            )
+            rule = rule(lambda feeds: sess.run(feeds, check=False))
     rule = rule or batch_rule(m)
     plan = _plan(source, rule, batch_size)
     if isinstance(source, Arrays):
         check_feeds(m, _first(source, plan), source=str(data))
         _refuse_declared_zero(m, source, data)
-    fingerprint = _fingerprint(m, model, source, processing, fmt, plan)
+    fingerprint = _fingerprint(m, source_file or model, source, processing, fmt, plan)
 
     journal = Journal(output, fingerprint, restart=restart)
     try:
@@ -152,7 +164,7 @@ def run_batch(
             items = isinstance(source, Items) and n_workers > 0 and len(journal.done) < len(source)
             pool = start_pool(processing, n_workers) if items else None
             try:
-                sess = Session(
+                sess = sess or Session(
                     m,
                     backend=_backend(backend, n_workers),
                     device=device,
