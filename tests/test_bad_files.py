@@ -63,7 +63,7 @@ def test_an_empty_batch_is_not_a_pass(command, tmp_path, capsys):
     argv = [command, model] + ([model] if command == "verify" else ["-o", str(out)])
     # before: "PASS over 1 input set(s)" on outputs of shape [0, 3], and the model written
     assert main([*argv, "--data", str(tmp_path / "empty.npz")]) == 1
-    assert "input 'x' is empty (shape [0, 3]" in _error(capsys)
+    assert "input 'x' is an empty batch (shape [0, 3])" in _error(capsys)
     assert not out.exists()
 
 

@@ -215,15 +215,16 @@ def verify(
 
 
 def _refuse_empty(model, feeds: dict[str, np.ndarray]) -> None:
-    """``InputError`` for an input with no elements where the model does not declare a 0: outputs
-    of an empty batch are empty too, and comparing nothing would pass whatever the models do."""
+    """``InputError`` for an empty batch (size 0 on axis 0) where the model does not declare a 0:
+    outputs of an empty batch are empty too, and comparing nothing would pass whatever the models
+    do. (An empty axis elsewhere, as a decoder's past of length 0, is a real input.)"""
     for value in model.graph.inputs:
         arr = feeds.get(value.name)
-        if arr is None or arr.size or value.shape is None:
+        if arr is None or arr.ndim == 0 or arr.shape[0] != 0 or not value.shape:
             continue
-        for axis, (got, dim) in enumerate(zip(arr.shape, value.shape)):
-            if got == 0 and not (isinstance(dim, int) and dim == 0):
-                raise InputError(
-                    f"`inputs`: input {value.name!r} is empty (shape {list(arr.shape)}, size 0 on "
-                    f"axis {axis}): there is nothing to compare the models on"
-                )
+        dim = value.shape[0]
+        if not (isinstance(dim, int) and dim == 0):
+            raise InputError(
+                f"`inputs`: input {value.name!r} is an empty batch (shape {list(arr.shape)}): "
+                "there is nothing to compare the models on"
+            )
