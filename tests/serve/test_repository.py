@@ -90,7 +90,9 @@ def test_dimensions_written_as_minus_1_or_0_take_any_size():
     m = ServedModel("m", from_proto(helper.make_model(graph)), session=None)
     assert m.inputs[0].wire_shape() == [-1, -1, 3]
     feeds, rows, key = m.check({"x": np.zeros((5, 2, 3), np.float32)})
-    assert rows == 1 and key is None  # an unnamed axis 0 cannot be proved shared: runs alone
+    # an unnamed axis 0 that the graph keeps per-sample batches (verify.batching): 5 rows, stacked
+    # only with requests of the same other dimensions
+    assert rows == 5 and key == ((2, 3),)
     with pytest.raises(Exception, match="expects \\[-1, -1, 3\\]"):
         m.check({"x": np.zeros((5, 2, 4), np.float32)})
 

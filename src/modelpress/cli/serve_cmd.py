@@ -52,6 +52,7 @@ def add_parser(sub) -> None:
         metavar="N",
         help="rows per model run (default 32; 1 turns batching off)",
     )
+    options.add_batching(p)
     p.add_argument(
         "--max-delay-ms",
         type=float,
@@ -230,7 +231,15 @@ def run(args) -> int:
         device=args.device,
         place=args.place,
         strict=args.strict,
+        batching=args.batching,
     )
+    for m in repo.models.values():
+        if not m.batchable and args.max_batch > 1:
+            err_console.print(
+                f"note: {m.name}: --max-batch {args.max_batch} ignored, each request runs alone: "
+                f"{m.batch_reason or 'the model is not per-sample along axis 0'} "
+                "(--batching per-sample overrides this)"
+            )
     for w in repo.warnings:
         err_console.print(f"warning: {w}")
     if args.log_placement:

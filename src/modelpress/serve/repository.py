@@ -5,11 +5,12 @@ names it; names are unique and URL-safe. ``ServedModel.check`` is the gate betwe
 and the model: it refuses a wrong input name, datatype or shape with a 400 that names the input and
 what the model expects, and says how the request may be batched.
 
-Batching rule. Requests are stacked along axis 0 only when that axis is one named dynamic dimension
-(``batch``, ``N``) shared by every input *and every output*: then each output row belongs to one
-input row and the batch can be split back per request. A model whose outputs do not carry it (NMS
-indices, a pooled statistic, a fixed batch of 1) runs each request alone. Requests are stacked only
-with requests whose other dimensions are equal (the batch ``key``), so shapes are never mixed.
+Batching rule. Requests are stacked along axis 0 only when the model is per-sample there, as
+``verify.batching`` decides for ``serve`` and ``run`` alike (a batch of 2 against two single runs;
+``batching`` overrides it): then each output row belongs to one input row and the batch can be
+split back per request. A model whose outputs do not carry it (NMS indices, a pooled statistic, a
+fixed batch of 1) runs each request alone. Requests are stacked only with requests whose other
+dimensions are equal (the batch ``key``), so shapes are never mixed.
 """
 
 from __future__ import annotations
@@ -23,12 +24,13 @@ import numpy as np
 import onnx_ir as ir
 
 from modelpress.errors import OptionError
-from modelpress.ir.shapes import infer_shapes, static_dim
+from modelpress.ir.shapes import dim_name, infer_shapes, static_dim
 from modelpress.runtime.ort_backend import OrtBackend, OrtOptions
 from modelpress.runtime.processing import Processing
 from modelpress.runtime.session import Session
 from modelpress.serve.errors import RequestError
 from modelpress.serve.protocol import datatype_name
+from modelpress.verify.batching import decide_batching
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
@@ -60,7 +62,7 @@ def _spec(value: ir.Value) -> TensorSpec:
     dtype = np.dtype(value.dtype.numpy()) if value.dtype is not None else np.dtype(np.float32)
     shape = None
     if value.shape is not None:
-        shape = tuple(d if isinstance(d, int) else d.value for d in value.shape)
+        shape = tuple(d if isinstance(d, int) else dim_name(d) for d in value.shape)
     return TensorSpec(value.name, dtype, shape)
 
 
@@ -77,7 +79,16 @@ def model_name(path: str | Path, given: str | None = None) -> str:
 class ServedModel:
     """One model behind the server: its session, its tensors, and how its requests batch."""
 
-    def __init__(self, name: str, model: ir.Model, session, *, version: str = "1", processing=None):
+    def __init__(
+        self,
+        name: str,
+        model: ir.Model,
+        session,
+        *,
+        version: str = "1",
+        processing=None,
+        batching: str | None = None,
+    ):
         self.name = name
         self.version = version
         self.session = session  # anything with run(feeds) -> outputs (runtime.session.Session)
@@ -87,7 +98,14 @@ class ServedModel:
         self.outputs = [_spec(v) for v in graph.outputs]
         if any(o.shape is None for o in self.outputs):
             self.outputs = _inferred_outputs(model, self.outputs)
-        self.batch_dim = _batch_dim(self.inputs, self.outputs)
+        # one decision for serve and run (verify.batching): by evidence when there is a session
+        run = (lambda feeds: session.run(feeds, check=False)) if session is not None else None
+        rule = decide_batching(model, run, override=batching)
+        self.batch_reason = rule.reason or (
+            f"the model fixes its batch at {rule.fixed}" if rule.fixed is not None else ""
+        )
+        per_sample = rule.per_sample and rule.fixed is None
+        self.batch_dim = (_batch_dim(self.inputs, self.outputs) or "axis 0") if per_sample else None
         self._graph = graph  # to name the inputs behind a node the runtime blames (inputs_of)
         self._inputs = {s.name: s for s in self.inputs}
         self._outputs = {s.name: s for s in self.outputs}
@@ -153,7 +171,10 @@ class ServedModel:
             self._check_shape(spec, arr.shape, seen)
             feeds[spec.name] = arr
         if not self.batchable:
-            return feeds, 1, None
+            # runs alone, but counts the rows it brings (as Triton counts inferences)
+            leading = {a.shape[0] if a.ndim else None for a in feeds.values()}
+            rows = leading.pop() if len(leading) == 1 else None
+            return feeds, rows if rows is not None else 1, None
         rows = next(iter(feeds.values())).shape[0]
         if rows == 0:
             return feeds, 0, None
@@ -292,6 +313,7 @@ class Repository:
         device: str = "auto",
         place: list[str] | None = None,
         strict: bool = False,
+        batching: str | None = None,
     ) -> Repository:
         """Sessions for ``(name, model)`` pairs on the given backend and device, each model with the
         processing it declares (``runtime.processing``), when it declares one."""
@@ -302,7 +324,9 @@ class Repository:
         served = []
         for name, model in models:
             session = Session(model, backend=backend, device=device, place=place, strict=strict)
-            served.append(ServedModel(name, model, session, processing=_processing(model)))
+            served.append(
+                ServedModel(name, model, session, processing=_processing(model), batching=batching)
+            )
         return cls(served)
 
     @property
