@@ -45,6 +45,7 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" -x
 
 lint: $(STAMP)
+	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/ruff check src tests benchmarks
 
 # Benchmarks take minutes each; their committed results are gathered into benchmarks/RESULTS.md.

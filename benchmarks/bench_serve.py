@@ -23,6 +23,8 @@ formed at that concurrency (read from its /metrics). Overhead: p50 at concurrenc
 model's own p50 at batch 1 in-process.
 
     .venv/bin/python benchmarks/bench_serve.py [--reps 3] [--duration 3]
+    .venv/bin/python benchmarks/bench_serve.py --attacks    # the attacks section: bench_serve_attacks.py
+    .venv/bin/python benchmarks/bench_serve.py --llm        # the LLM section: bench_serve_llm.py
 """
 
 import argparse
@@ -600,6 +602,16 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--warmup", type=float, default=1.0)
     ap.add_argument("--duration", type=float, default=3.0)
+    ap.add_argument(
+        "--attacks",
+        action="store_true",
+        help="run the hostile-client section instead (bench_serve_attacks.py)",
+    )
+    ap.add_argument(
+        "--llm",
+        action="store_true",
+        help="run the decoder-LLM section instead (bench_serve_llm.py)",
+    )
     ap.add_argument("--loadgen", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--peer", choices=["fastapi", "ray"], help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
@@ -608,6 +620,18 @@ def main() -> None:
     ap.add_argument("--request", help=argparse.SUPPRESS)
     ap.add_argument("--concurrency", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.attacks:
+        sys.path.insert(0, str(HERE))
+        import bench_serve_attacks
+
+        return bench_serve_attacks.main(
+            ["--reps", str(args.reps), "--duration", str(args.duration)]
+        )
+    if args.llm:
+        sys.path.insert(0, str(HERE))
+        import bench_serve_llm
+
+        return bench_serve_llm.main(["--reps", str(args.reps)])
     if args.loadgen:
         return loadgen(args.port, args.request, args.concurrency, args.warmup, args.duration)
     if args.peer:

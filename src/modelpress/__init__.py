@@ -2,7 +2,7 @@
 
 The Python API uses the same words as the command line: ``load``, ``save``, ``inspect``,
 ``convert``, ``optimize``, ``verify``, ``quantize``, ``prune``, ``distill``, ``deep_compress``,
-``Session`` (run), ``advise``. The heavier
+``Session`` (run), ``advise``, ``generate`` (an LLM folder). The heavier
 entry points load on first use so that ``import modelpress`` stays cheap.
 """
 
@@ -25,6 +25,8 @@ _LAZY = {
     "distill": ("modelpress.compress.distill", "distill"),
     "deep_compress": ("modelpress.compress.deep", "deep_compress"),
     "advise": ("modelpress.advisor", "recommend"),
+    "generate": ("modelpress.runtime.generate", "generate"),
+    "Generator": ("modelpress.runtime.generate", "Generator"),
 }
 
 __all__ = [

@@ -11,7 +11,8 @@ import pytest
 from onnx import numpy_helper
 
 from modelpress.errors import ModelLoadError
-from modelpress.protect import PackageError, is_package, open_package, protect
+from modelpress.ir import from_proto, save
+from modelpress.protect import PackageError, is_package, open_package, protect, signature
 from modelpress.protect.library import LIBRARY_INIT
 
 
@@ -34,14 +35,16 @@ def obfuscated(zoo_paths, tmp_path_factory):
     return key, paths
 
 
-def _with_library(path, tmp_path, change) -> str:
+def _with_library(path, tmp_path, change, key) -> str:
+    """The model at ``path`` with its library changed, then signed again with ``key`` (as a key
+    holder could): what is left to refuse it is the library's own seal."""
     proto = onnx.load(str(path))
     init = next(t for t in proto.graph.initializer if t.name == LIBRARY_INIT)
     blob = numpy_helper.to_array(init).copy()
     new = change(blob)
     init.CopyFrom(numpy_helper.from_array(np.asarray(new, dtype=np.uint8), LIBRARY_INIT))
     out = tmp_path / "changed.onnx"
-    onnx.save(proto, str(out))
+    save(signature.sign(from_proto(proto), key), out)
     return out
 
 
@@ -73,20 +76,20 @@ def test_every_changed_library_byte_is_refused(obfuscated, tmp_path):
             return b
 
         with pytest.raises(PackageError) as info:
-            open_package(_with_library(paths["runtime"], tmp_path, flip), key)
+            open_package(_with_library(paths["runtime"], tmp_path, flip, key), key)
         assert "\n" not in str(info.value) and "operator library" in str(info.value)
 
 
 def test_a_truncated_or_swapped_library_is_refused(obfuscated, tmp_path):
     key, paths = obfuscated
     with pytest.raises(PackageError, match="truncated"):
-        open_package(_with_library(paths["runtime"], tmp_path, lambda b: b[:-10]), key)
+        open_package(_with_library(paths["runtime"], tmp_path, lambda b: b[:-10], key), key)
     other = numpy_helper.to_array(
         next(
             t for t in onnx.load(str(paths["storage"])).graph.initializer if t.name == LIBRARY_INIT
         )
     )
-    swapped = _with_library(paths["runtime"], tmp_path, lambda b: other)
+    swapped = _with_library(paths["runtime"], tmp_path, lambda b: other, key)
     with pytest.raises(
         ModelLoadError
     ):  # storage skeleton over a runtime graph: its weights are not there

@@ -8,7 +8,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from modelpress.protect.metrics import histogram_distance, max_correlation, names_in
+from modelpress.protect.correlation import max_correlation
+from modelpress.protect.metrics import histogram_distance, names_in
 
 
 def test_names_are_found_anywhere_and_only_where_they_are():

@@ -33,9 +33,9 @@ def test_nothing_of_the_original_names_survives(key):
     model = _model()
     obf = _obfuscated(model, key, ratio=1.0)
     g = obf.graph
-    assert [v.name for v in g.input] == ["image_in"] and [v.name for v in g.output] == [
-        "scores_out"
-    ]
+    # the interface, then the inputs whose values the runtime supplies (random names)
+    assert g.input[0].name == "image_in" and [v.name for v in g.output] == ["scores_out"]
+    assert not {v.name for v in g.input[1:]} & all_names(model)
     names = (
         {g.name}
         | {n.name for n in g.node}
@@ -45,9 +45,10 @@ def test_nothing_of_the_original_names_survives(key):
     assert len(names) == len(set(names))
     internal = all_names(model) - {"image_in", "scores_out"}
     assert not names & internal
-    assert not g.value_info  # no shapes of intermediate values
+    # no shapes of intermediate values (a stored tensor's type is its own, written again)
+    assert {v.name for v in g.value_info} <= {t.name for t in g.initializer}
     assert not obf.doc_string and obf.producer_name == "modelpress"
-    assert {p.key for p in obf.metadata_props} == {"modelpress.protect"}
+    assert {p.key for p in obf.metadata_props} == {"modelpress.protect", "modelpress.signature"}
     data = obf.SerializeToString()
     for secret in [
         b"secret-trainer",
@@ -70,6 +71,7 @@ def test_renamed_interface_comes_back_when_opened(key):
     for mode in ("runtime", "storage"):
         result = protect(model, key=key, obfuscate=True, rename_io=True, mode=mode, verify=False)
         opened = open_package(result.data, key)
-        assert [v.name for v in opened.graph.inputs] == ["image_in"]
+        given = opened.graph.initializers  # the run-time values: inputs with a value
+        assert [v.name for v in opened.graph.inputs if v.name not in given] == ["image_in"]
         assert [v.name for v in opened.graph.outputs] == ["scores_out"]
         assert opened.metadata_props["trained_on"] == "customer_dataset_v3"

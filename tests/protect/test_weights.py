@@ -10,6 +10,7 @@ import onnx_ir as ir
 import pytest
 
 from modelpress.protect import weights
+from modelpress.protect.correlation import correlation, standardized
 from modelpress.runtime.ort import session
 
 
@@ -77,7 +78,7 @@ def test_noise_hides_the_values_and_the_layout():
     rng = np.random.default_rng(1)
     w = np.outer(np.linspace(-1, 1, 64), np.ones(64)).astype(np.float32)  # strong row structure
     stored, t = weights.encode(w, rng=rng)
-    assert weights.correlation(stored, w) < weights.TARGET_CORRELATION + 1e-9
+    assert correlation(stored, w) < weights.TARGET_CORRELATION + 1e-9
     noise = stored - weights.decode(stored, t).reshape(-1)[np.argsort(weights.inverse_index(t))]
     assert np.abs(noise).std() > 50 * np.abs(w).std()  # the noise dominates every value
 
@@ -85,13 +86,10 @@ def test_noise_hides_the_values_and_the_layout():
 def test_no_correlation_with_any_target_of_the_same_size():
     rng = np.random.default_rng(2)
     targets = [(rng.standard_normal(1500) * s).astype(np.float32) for s in (0.02, 0.1, 1.0)]
-    X = weights.standardized(targets)
+    X = standardized(targets)
     for w in targets:
         stored, _ = weights.encode(w, rng=rng, targets=X)
-        assert (
-            max(weights.correlation(stored, x) for x in targets)
-            <= weights.TARGET_CORRELATION + 1e-9
-        )
+        assert max(correlation(stored, x) for x in targets) <= weights.TARGET_CORRELATION + 1e-9
 
 
 def test_a_wrong_transform_does_not_give_the_weight_back():
@@ -100,7 +98,7 @@ def test_a_wrong_transform_does_not_give_the_weight_back():
     stored, t = weights.encode(w, rng=rng)
     _, other = weights.encode(w, rng=rng)  # same weight, a fresh seed and mapping
     wrong = weights.decode(stored, other)
-    assert weights.correlation(wrong, w) < 0.05
+    assert correlation(wrong, w) < 0.05
 
 
 def test_small_and_unsupported_tensors_stay_out():

@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.table import Table
 
 from modelpress.cli import options
-from modelpress.cli._common import console, human_bytes, human_count, write_json
+from modelpress.cli._common import console, heading, human_bytes, human_count, write_json
 from modelpress.cli.convert_cmd import print_verify_table
 from modelpress.demo import STEPS, DemoState
 from modelpress.errors import OptionError
@@ -221,7 +221,7 @@ def run(args) -> int:
     record = {}
     results = {}
     for i, step in enumerate(STEPS, 1):
-        console.rule(f"[bold]{i}. {step.title}")
+        heading(f"[bold]{i}. {step.title}")
         t0 = time.perf_counter()
         results[step.name] = result = step.run(state)
         PRINTERS[step.name](result)

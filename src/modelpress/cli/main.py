@@ -28,6 +28,7 @@ COMMANDS = (
     "protect_cmd",
     "pipeline_cmd",
     "run_cmd",
+    "generate_cmd",
     "serve_cmd",
     "bench_cmd",
     "ops_cmd",

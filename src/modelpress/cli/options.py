@@ -28,6 +28,7 @@ from pathlib import Path
 from modelpress.compress.deep import open_mpz
 from modelpress.errors import ModelpressError, OptionError
 from modelpress.ir import load
+from modelpress.ir.files import output_dir
 from modelpress.ir.shapes import parse_dims, parse_shapes
 from modelpress.protect import is_obfuscated, load_key, open_package, unlock
 from modelpress.protect.package import has_magic
@@ -49,6 +50,9 @@ FIELD_FLAGS = {
     "others": "--vs",
     "threads": "--threads",
     "warmup": "--warmup",
+    "max_accuracy_drop": "--max-accuracy-drop",
+    "min_agreement": "--min-agreement",
+    "min_cosine": "--min-cosine",
 }
 
 
@@ -257,6 +261,10 @@ class Recorder:
         self.command = command
         self.args = args
         self.started = time.time()
+        # a record that cannot be written fails the command before it writes anything else
+        for path in (getattr(args, "json", None), getattr(args, "report", None)):
+            if path:
+                output_dir(path)
 
     @property
     def wanted(self) -> bool:
@@ -338,7 +346,7 @@ def add_training(p: argparse.ArgumentParser, *, teacher: bool = True) -> None:
         "--patience",
         type=int,
         metavar="N",
-        help="stop after N held-out evaluations without improvement",
+        help="stop after N held-out evaluations without improvement (default 5; 10 a run)",
     )
     g.add_argument("--seed", type=int, default=0, help="shuffling and split seed (default 0)")
     g.add_argument("--no-train", action="store_true", help="no training: compress only")
@@ -364,6 +372,73 @@ def add_training(p: argparse.ArgumentParser, *, teacher: bool = True) -> None:
         )
 
 
+def add_batching(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--batching",
+        default="auto",
+        choices=["auto", "per-sample", "whole"],
+        help="whether requests or items may be joined into batches: auto decides by running a batch "
+        "of 2 against two single samples; per-sample or whole overrides it",
+    )
+
+
+def batching_rule(args: argparse.Namespace):
+    """The one batching decision of ``serve`` and ``run`` (``verify.batching``), as a function of
+    a way to run the model (``rule(run)``), so that it is made on the command's own session."""
+    from modelpress.verify.batching import decide_batching
+
+    override = getattr(args, "batching", None)
+
+    def rule(model):
+        return lambda run: decide_batching(model, run, override=override)
+
+    return rule
+
+
+def add_budget(p: argparse.ArgumentParser) -> None:
+    """What a command that trains must keep of the original (``compress.train.budget``)."""
+    g = p.add_argument_group(
+        "budget (checked on held-out samples, as ONNX Runtime runs the result)"
+    )
+    g.add_argument(
+        "--max-accuracy-drop",
+        type=float,
+        default=0.02,
+        metavar="X",
+        help="with labels: the most top-1 accuracy may drop (default 0.02, two points)",
+    )
+    g.add_argument(
+        "--min-agreement",
+        type=float,
+        default=0.90,
+        metavar="X",
+        help="class scores without labels: the least top-1 agreement with the original (default 0.9)",
+    )
+    g.add_argument(
+        "--min-cosine",
+        type=float,
+        default=0.90,
+        metavar="X",
+        help="other outputs: the least mean cosine with the original's (default 0.9)",
+    )
+    g.add_argument(
+        "--keep-anyway",
+        action="store_true",
+        help="write the result even when it is outside the budget",
+    )
+
+
+def budget(args: argparse.Namespace):
+    """The ``Budget`` of ``add_budget``'s options."""
+    from modelpress.compress.train.budget import Budget
+
+    return Budget(
+        max_accuracy_drop=args.max_accuracy_drop,
+        min_agreement=args.min_agreement,
+        min_cosine=args.min_cosine,
+    )
+
+
 def training_config(args: argparse.Namespace, *, batch_default: int = 32, lr_default: float = 3e-3):
     """The ``TrainConfig`` of ``add_training``'s options, or False for ``--no-train``."""
     if getattr(args, "no_train", False):
@@ -379,6 +454,7 @@ def training_config(args: argparse.Namespace, *, batch_default: int = 32, lr_def
         optimizer=args.optimizer,
         schedule=args.schedule,
         val_fraction=args.val_fraction,
-        patience=args.patience,
+        # real data overfits: stop when the held-out loss has not improved for 5 checks (half a run)
+        patience=args.patience if args.patience is not None else 5,
         seed=args.seed,
     )

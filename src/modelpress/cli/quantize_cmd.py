@@ -38,6 +38,7 @@ def add_parser(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     options.add_model(p)
+    options.add_key(p)
     options.add_output(p, help="where to write the quantized model")
     p.add_argument("--mode", default="static", choices=mode_names(), help="default: static")
     options.add_data(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from modelpress.cli import options
 from modelpress.cli._common import console, err_console
 from modelpress.cli.options import (
     Recorder,
@@ -84,6 +85,12 @@ def add_parser(sub) -> None:
         help="run on Ray Data (a local cluster, or the one at ADDRESS); needs the ray extra",
     )
     p.add_argument("--ray-actors", type=int, metavar="N", help="model actors on Ray (default 1)")
+    p.add_argument(
+        "--labels-key",
+        metavar="KEY",
+        help="an array of the .npz to leave out, as labels (default: one named 'labels')",
+    )
+    options.add_batching(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_device(p)
     add_key(p)
@@ -124,6 +131,9 @@ def run(args) -> int:
             restart=args.restart,
             ray=args.ray,
             ray_actors=args.ray_actors,
+            labels_key=args.labels_key,
+            rule=options.batching_rule(args)(model),
+            source_file=args.model,
             progress=progress,
         )
     for w in result.warnings:

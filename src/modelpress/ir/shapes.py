@@ -27,6 +27,19 @@ from modelpress.ir.stats import iter_graphs, iter_nodes
 log = logging.getLogger(__name__)
 
 
+# Names exporters write for "unknown", not for a dimension two inputs share: paddle2onnx and others
+# write every unknown dimension as "?", so two of them are not one dimension.
+ANONYMOUS_NAMES = frozenset({"?", "-1", "None", "unknown"})
+
+
+def dim_name(dim: object) -> str | None:
+    """The name of a symbolic dimension (``batch``), None for a fixed or an anonymous one."""
+    value = getattr(dim, "value", dim if isinstance(dim, str) else None)
+    if not isinstance(value, str) or not value or value in ANONYMOUS_NAMES:
+        return None
+    return value
+
+
 def static_dim(dim: object) -> int | None:
     """The size of a dimension when it is fixed (a positive integer), else None (dynamic)."""
     if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0:

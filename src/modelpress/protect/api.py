@@ -24,7 +24,7 @@ from modelpress.errors import ModelLoadError, ModelpressError, OptionError, Veri
 from modelpress.ir import from_bytes, load, model_bytes, save
 from modelpress.ir.files import atomic, output_dir
 from modelpress.protect import library as lib
-from modelpress.protect import package, payload
+from modelpress.protect import package, payload, signature
 from modelpress.protect.keys import check_key, key_id
 from modelpress.protect.metrics import ProtectionMetrics, measure
 from modelpress.protect.obfuscate import obfuscate as run_obfuscation
@@ -248,7 +248,8 @@ def unlock(model: ir.Model, key: bytes, *, name: str = "model") -> ir.Model:
     if not lib.is_obfuscated(model):
         return model
     label = name
-    library = lib.take(model, check_key(key), name=label)
+    signature.check(model, check_key(key), name=label)
+    library = lib.take(model, key, name=label)
     if library.mode == "storage":
         return lib.restore(model, library, name=label)
     return lib.attach(model, library)

@@ -77,15 +77,21 @@ def is_anchor(node: ir.Node) -> bool:
     return False
 
 
-def find_groups(graph: ir.Graph, rng: np.random.Generator) -> list[list[ir.Node]]:
-    """The groups of ``graph``'s nodes (Constant nodes excluded), each in topological order."""
+def find_groups(
+    graph: ir.Graph, rng: np.random.Generator, *, uncounted: set[ir.Node] = frozenset()
+) -> list[list[ir.Node]]:
+    """The groups of ``graph``'s nodes (Constant nodes excluded), each in topological order.
+    ``uncounted`` nodes (what an earlier step added around a layer) join groups without counting
+    against their caps."""
     group_of: dict[ir.Node, int] = {}
     members: list[list[ir.Node]] = []
     ancestors: list[int] = []  # bit set of the groups each group depends on
     caps: list[int] = []
+    sizes: list[int] = []
 
     def new_group(node: ir.Node) -> int:
         members.append([node])
+        sizes.append(0 if node in uncounted else 1)
         ancestors.append(0)
         caps.append(int(rng.integers(MIN_CAP, MAX_CAP + 1)))
         group_of[node] = len(members) - 1
@@ -102,7 +108,7 @@ def find_groups(graph: ir.Graph, rng: np.random.Generator) -> list[list[ir.Node]
         chosen = None
         if not is_anchor(node):
             for g in sorted(producers, reverse=True):
-                if len(members[g]) >= caps[g]:
+                if sizes[g] >= caps[g]:
                     continue
                 # joining g is safe when no other producer group depends on g
                 if all(not (ancestors[h] >> g) & 1 for h in producers if h != g):
@@ -114,6 +120,7 @@ def find_groups(graph: ir.Graph, rng: np.random.Generator) -> list[list[ir.Node]
                 ancestors[g] |= ancestors[h] | (1 << h)
             continue
         members[chosen].append(node)
+        sizes[chosen] += 0 if node in uncounted else 1
         group_of[node] = chosen
         added = 0
         for h in producers:

@@ -243,3 +243,288 @@ def expand(
         out.name, y.name = y.name, None
         added.append(final)
     return added
+
+
+# Type decoys: one more node of each op type the original model uses, so that no type keeps its
+# original count once a reader inlines the library (the histogram of the inlined graph otherwise
+# says "12 Conv, 12 Relu, 1 Gemm"). Each builder makes a node of its type from f, a float
+# [1, 1, 1, 1] that depends on a graph input (so no folder can evaluate it); every result is
+# reduced to a scalar, summed, and compared with +inf: never greater (NaN and inf included), so
+# the chain's value is an exact 0, subtracted from the outputs like the expansion chain's.
+_F32 = ir.DataType.FLOAT
+
+
+def _ones(b: _Body, rank: int) -> ir.Value:
+    return b.add(_c(np.ones(rank, dtype=np.int64)))
+
+
+def _unary(op: str, since: int = 1, **attrs):
+    def build(b: _Body, f: ir.Value, opset: int):
+        return b.op(op, f, **attrs) if opset >= since else None
+
+    return build
+
+
+def _binary(op: str, since: int = 1):
+    def build(b: _Body, f: ir.Value, opset: int):
+        return b.op(op, f, f) if opset >= since else None
+
+    return build
+
+
+def _vec(b: _Body, f: ir.Value) -> ir.Value:
+    return b.op("Reshape", f, _ones(b, 1))
+
+
+def _mat(b: _Body, f: ir.Value) -> ir.Value:
+    return b.op("Reshape", f, _ones(b, 2))
+
+
+def _axes(op: str):
+    def build(b: _Body, f: ir.Value, opset: int):
+        if opset >= 13:
+            return b.op(op, f, b.add(_c(np.array([0], dtype=np.int64))))
+        return b.add(ir.node(op, [f], attributes={"axes": [0]}))
+
+    return build
+
+
+def _slice(b: _Body, f: ir.Value, opset: int):
+    if opset < 10:
+        return b.add(ir.node("Slice", [f], attributes={"starts": [0], "ends": [1]}))
+    zero = b.add(_c(np.array([0], dtype=np.int64)))
+    return b.op("Slice", f, zero, b.add(_c(np.array([1], dtype=np.int64))))
+
+
+def _norm(op: str, inputs: int, since: int = 1):
+    def build(b: _Body, f: ir.Value, opset: int):
+        if opset < since:
+            return None
+        r = _vec(b, f)
+        return b.add(ir.node(op, [f] + [r] * inputs))
+
+    return build
+
+
+def _logic(op: str):
+    def build(b: _Body, f: ir.Value, opset: int):
+        return b.op(op, b.op("Less", f, f), b.op("Less", f, f))
+
+    return build
+
+
+def _range(b: _Body, f: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
+    start = b.op("ReduceMax", f, keepdims=0)
+    one = b.add(_c(np.array(1.0, dtype=np.float32)))
+    return start, b.op("Add", start, one), one  # one element
+
+
+def _quantize(b: _Body, f: ir.Value, opset: int):
+    if opset < 10:
+        return None
+    scale = b.add(_c(np.array(1.0, dtype=np.float32)))
+    return b.op("DequantizeLinear", b.op("QuantizeLinear", f, scale), scale)
+
+
+_TYPE_DECOYS = {
+    **{
+        op: _unary(op)
+        for op in (
+            "Relu",
+            "Sigmoid",
+            "Tanh",
+            "Sqrt",
+            "Exp",
+            "Abs",
+            "Neg",
+            "Softplus",
+            "Softsign",
+            "Floor",
+            "Ceil",
+            "Log",
+            "Reciprocal",
+            "HardSigmoid",
+            "LeakyRelu",
+            "Elu",
+            "Selu",
+            "Softmax",
+            "LogSoftmax",
+            "Hardmax",
+            "Transpose",
+            "Flatten",
+            "Shape",
+            "Size",
+            "GlobalAveragePool",
+            "GlobalMaxPool",
+            "ReduceMean",
+            "ReduceSum",
+            "ReduceMax",
+            "ReduceMin",
+            "ReduceProd",
+            "ReduceL1",
+            "ReduceL2",
+            "ReduceSumSquare",
+            "ReduceLogSumExp",
+            "ArgMax",
+            "ArgMin",
+            "Clip",
+            "Identity",
+        )
+    },
+    **{
+        op: _unary(op, since)
+        for op, since in (
+            ("Erf", 9),
+            ("Sign", 9),
+            ("IsNaN", 9),
+            ("IsInf", 10),
+            ("Round", 11),
+            ("Sin", 7),
+            ("Cos", 7),
+            ("HardSwish", 14),
+            ("Mish", 18),
+            ("Gelu", 20),
+            ("Celu", 12),
+        )
+    },
+    **{
+        op: _binary(op)
+        for op in (
+            "Add",
+            "Sub",
+            "Mul",
+            "Div",
+            "Pow",
+            "Max",
+            "Min",
+            "Sum",
+            "Mean",
+            "Equal",
+            "Greater",
+            "Less",
+            "Conv",
+            "ConvTranspose",
+        )
+    },
+    "GreaterOrEqual": _binary("GreaterOrEqual", 12),
+    "LessOrEqual": _binary("LessOrEqual", 12),
+    "MatMul": lambda b, f, opset: b.op("MatMul", _mat(b, f), _mat(b, f)),
+    "Gemm": lambda b, f, opset: b.op("Gemm", _mat(b, f), _mat(b, f)),
+    "Einsum": lambda b, f, o: (
+        b.op("Einsum", _mat(b, f), _mat(b, f), equation="ij,jk->ik") if o >= 12 else None
+    ),
+    "Trilu": lambda b, f, o: b.op("Trilu", _mat(b, f)) if o >= 14 else None,
+    "MaxPool": lambda b, f, opset: b.op("MaxPool", f, kernel_shape=[1, 1]),
+    "AveragePool": lambda b, f, opset: b.op("AveragePool", f, kernel_shape=[1, 1]),
+    "Reshape": lambda b, f, opset: b.op("Reshape", f, _ones(b, 3)),
+    "Expand": lambda b, f, o: b.op("Expand", f, _ones(b, 4)) if o >= 8 else None,
+    "Tile": lambda b, f, o: b.op("Tile", f, _ones(b, 4)) if o >= 6 else None,
+    "Concat": lambda b, f, opset: b.add(ir.node("Concat", [f, f], attributes={"axis": 0})),
+    "Gather": lambda b, f, opset: b.op("Gather", f, b.add(_c(np.array([0], dtype=np.int64)))),
+    "Where": lambda b, f, o: b.op("Where", b.op("Less", f, f), f, f) if o >= 9 else None,
+    "ConstantOfShape": lambda b, f, o: (
+        b.op("ConstantOfShape", b.op("Shape", f)) if o >= 9 else None
+    ),
+    "Mod": lambda b, f, o: b.op("Mod", f, f, fmod=1) if o >= 10 else None,
+    "CumSum": lambda b, f, o: (
+        b.op("CumSum", f, b.add(_c(np.array(0, dtype=np.int64)))) if o >= 11 else None
+    ),
+    "Range": lambda b, f, o: b.op("Range", *_range(b, f)) if o >= 11 else None,
+    **{op: _logic(op) for op in ("And", "Or", "Xor")},
+    "Not": lambda b, f, opset: b.op("Not", b.op("Less", f, f)),
+    "Squeeze": _axes("Squeeze"),
+    "Unsqueeze": _axes("Unsqueeze"),
+    "Slice": _slice,
+    "BatchNormalization": _norm("BatchNormalization", 4),
+    "InstanceNormalization": _norm("InstanceNormalization", 2),
+    "LayerNormalization": _norm("LayerNormalization", 2, since=17),
+    "QuantizeLinear": _quantize,
+    "DequantizeLinear": _quantize,
+}
+
+
+def _type_zero(
+    b: _Body, formal: ir.Value, rank: int, wanted: list[str], rng, opset: int
+) -> ir.Value:
+    """The decoys of ``wanted`` types on the first element of ``formal`` (of ``rank``), and
+    their exact int64 zero (a scalar)."""
+    if opset >= 10:
+        first = b.op(
+            "Slice",
+            formal,
+            b.add(_c(np.zeros(rank, dtype=np.int64))),
+            b.add(_c(np.ones(rank, dtype=np.int64))),
+        )
+    else:
+        first = b.add(
+            ir.node("Slice", [formal], attributes={"starts": [0] * rank, "ends": [1] * rank})
+        )
+    # f's shape is [1, 1, 1, 1] computed from data (ones plus a zero no folder can evaluate), so
+    # that no tool can fold the shape ops among the decoys either
+    value = b.op("Cast", first, to=_F32)
+    inf = b.add(_c(np.array(np.inf, dtype=np.float32)))
+    zero = b.op(
+        "Reshape", b.op("Cast", b.op("Greater", value, inf), to=ir.DataType.INT64), _ones(b, 1)
+    )
+    f = b.op("Reshape", value, b.op("Add", _ones(b, 4), zero))
+    scalars = []
+    for t in [wanted[i] for i in rng.permutation(len(wanted))]:
+        out = _TYPE_DECOYS[t](b, f, opset)
+        if out is not None:
+            scalars.append(b.op("ReduceMax", b.op("Cast", out, to=_F32), keepdims=0))
+    never = b.op("Greater", b.op("Sum", *scalars), inf)
+    return b.op("Cast", never, to=ir.DataType.INT64)
+
+
+def type_decoys(
+    graph: ir.Graph,
+    types: set[str],
+    *,
+    rng: np.random.Generator,
+    domain: str,
+    new_type: Callable[[], str],
+    opset: int,
+    opsets: dict[str, int],
+    into: Anonymous | None = None,
+) -> list[Anonymous]:
+    """One decoy node of each op type in ``types`` (default domain) that has a builder. With
+    ``into`` (the expansion chain's first decoy), inside it: its zero joins the chain. Else in a
+    new anonymous node whose zero every output subtracts. Returns the new anonymous nodes."""
+    wanted = sorted(t for t in types if t in _TYPE_DECOYS)
+    if not wanted:
+        return []
+    if into is not None:
+        body = into.function.graph
+        b = _Body(body)
+        u = into.call.inputs[0]
+        s = _type_zero(b, body.inputs[0], len(u.shape), wanted, rng, opset)
+        body.outputs[0] = b.op("Add", body.outputs[0], s)
+        return []
+    sources = [v for v in graph.inputs if _readable(v) and not v.is_initializer()]
+    if not sources:
+        return []
+    u = sources[int(rng.integers(len(sources)))]
+    op_type = new_type()
+    formal = ir.Value(name="u")
+    body = ir.Graph([formal], [], nodes=[], opset_imports=dict(opsets), name=op_type)
+    body.outputs.append(_type_zero(_Body(body), formal, len(u.shape), wanted, rng, opset))
+    call = ir.Node(domain, op_type, [u], num_outputs=1)
+    decoy = Anonymous(call, ir.Function(domain, op_type, graph=body, attributes=[]))
+    graph.insert_before(next(iter(graph)), call)
+    added = [decoy]
+    s = call.outputs[0]
+    for i, y in enumerate(list(graph.outputs)):
+        if (
+            y.producer() is None
+            or not isinstance(y.type, ir.TensorType)
+            or y.dtype not in _FINAL_TYPES
+        ):
+            continue
+        final = _final(domain, new_type(), y, s, opsets)
+        graph.append(final.call)
+        out = final.call.outputs[0]
+        out.type, out.shape = y.type, y.shape
+        graph.outputs[i] = out
+        out.name, y.name = y.name, None
+        added.append(final)
+    return added

@@ -28,7 +28,7 @@ import onnx_ir as ir
 
 from modelpress.errors import ModelLoadError
 from modelpress.ir import from_bytes, model_bytes
-from modelpress.protect import package, weights
+from modelpress.protect import mixing, package, weights
 from modelpress.protect.optypes import DECODE_DOMAIN, DECODE_OP
 
 LIBRARY_INIT = "mpk_library"
@@ -50,6 +50,7 @@ class Library:
     metadata: dict[str, str] = field(default_factory=dict)  # the model's own (runtime)
     ir_version: int = 8
     skeleton: ir.Model | None = None  # storage
+    secrets: dict[str, dict] = field(default_factory=dict)  # runtime: input -> its value's spec
 
     def to_model(self) -> ir.Model:
         info = {
@@ -57,6 +58,7 @@ class Library:
             "domain": self.domain,
             "io_names": self.io_names,
             "metadata": self.metadata,
+            "secrets": self.secrets,
         }
         if self.mode == "storage":
             assert self.skeleton is not None
@@ -91,6 +93,7 @@ class Library:
             io_names=info.get("io_names", {}),
             metadata=info.get("metadata", {}),
             ir_version=model.ir_version,
+            secrets=info.get("secrets", {}),
         )
 
 
@@ -152,8 +155,29 @@ def attach(model: ir.Model, library: Library) -> ir.Model:
     for value in [*model.graph.inputs, *model.graph.outputs]:
         if value.name in library.io_names:
             value.name = library.io_names[value.name]
+    for value in model.graph.inputs:
+        spec = library.secrets.get(value.name)
+        if spec is not None:
+            supply(model.graph, value, secret_value(spec))
     model.metadata_props.update(library.metadata)
     return model
+
+
+def secret_value(spec: dict) -> np.ndarray:
+    """The value the runtime supplies to a secret input, made from its spec."""
+    if "transform" in spec:
+        t = weights.Transform.from_json(spec["transform"])
+        return weights.noise(t).reshape(t.shape)
+    return mixing.values(spec)
+
+
+def supply(graph: ir.Graph, value: ir.Value, array: np.ndarray) -> None:
+    """Give the graph input ``value`` its run-time value, in memory: an initializer of the same
+    name, which keeps it an input (ONNX Runtime folds no initializer that is also an input, and
+    every caller of the model sees it as given)."""
+    value.const_value = ir.tensor(array)
+    value.shape = ir.Shape(array.shape)
+    graph.register_initializer(value)
 
 
 def restore(model: ir.Model, library: Library, *, name: str) -> ir.Model:

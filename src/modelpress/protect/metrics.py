@@ -30,8 +30,9 @@ import numpy as np
 import onnx_ir as ir
 
 from modelpress.ir import from_bytes
+from modelpress.protect.correlation import max_correlation
 from modelpress.protect.names import all_names
-from modelpress.protect.weights import constant_arrays, standardized
+from modelpress.protect.weights import constant_arrays
 
 STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training")
 MIN_NAME_CHARS = 5
@@ -88,12 +89,6 @@ def histogram_distance(a: Counter, b: Counter) -> float:
     return 0.5 * float(sum(abs(x - y) for x, y in zip(pa, pb)))
 
 
-def _standardized(arrays: list[np.ndarray]) -> np.ndarray:
-    """Rows of zero mean and unit norm, constant (or non-finite) arrays left out."""
-    x = standardized(arrays)
-    return x[np.abs(x).sum(axis=1) > 0]
-
-
 def names_in(data: bytes, names: list[str]) -> list[str]:
     """The ``names`` that occur anywhere in ``data``.
 
@@ -119,21 +114,6 @@ def names_in(data: bytes, names: list[str]) -> list[str]:
     hits = heads[where] == wanted if len(heads) else np.zeros(len(wanted), dtype=bool)
     found += [n for n, hit in zip(ascii_names, hits) if hit and n.encode() in data]
     return found
-
-
-def max_correlation(stored: list[np.ndarray], original: list[np.ndarray]) -> tuple[float, int]:
-    """The largest |Pearson correlation| over same-size (stored, original) pairs, and the pairs."""
-    worst, pairs = 0.0, 0
-    sizes = {a.size for a in stored} & {a.size for a in original}
-    for size in sorted(sizes):
-        s = _standardized([a for a in stored if a.size == size])
-        o = _standardized([a for a in original if a.size == size])
-        if not len(s) or not len(o):
-            continue
-        c = np.abs(s @ o.T)
-        pairs += c.size
-        worst = max(worst, float(c.max()))
-    return worst, pairs
 
 
 def measure(

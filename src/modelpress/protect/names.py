@@ -115,6 +115,9 @@ def rename(model: ir.Model, namer: Namer, *, rename_io: bool) -> dict[str, str]:
         for node in graph:
             node.name = namer()
             _clear(node)
+            for attr in node.attributes.values():
+                if attr.type == ir.AttributeType.TENSOR and attr.value.name:
+                    attr.value.name = None  # a Constant's tensor keeps its initializer's name
             for value in node.outputs:
                 value_(value, visible)
         for value in graph.outputs:

@@ -9,7 +9,9 @@
 4. ``names``: every name becomes a random token, and doc strings, metadata and the shapes of
    intermediate values are cleared;
 5. ``library``: the functions (runtime mode) or the original structure (storage mode) are sealed
-   with the key and embedded in the model.
+   with the key and embedded in the model;
+6. ``signature``: the whole model (graph, stored weights, sealed library) is signed with a MAC
+   under the key, so an obfuscated model written without encryption cannot be edited either.
 
 Secrets never come from ``seed``: the seed draws the structure (groups, names, sites), so a
 protection can be repeated, while the weights' noise keys are fresh random bytes each time.
@@ -26,13 +28,15 @@ import onnx_ir as ir
 from modelpress.errors import OptionError
 from modelpress.ir.shapes import ensure_types
 from modelpress.protect import library as lib
-from modelpress.protect import weights
+from modelpress.protect import mixing, signature, weights
 from modelpress.protect.compress_graph import find_groups
-from modelpress.protect.expand import expand
+from modelpress.protect.correlation import standardized
+from modelpress.protect.expand import expand, type_decoys
 from modelpress.protect.names import Namer, all_names, rename, subgraphs
 from modelpress.protect.optypes import DECODE_DOMAIN, Visible, const_tensor, extract
 
 MIN_OPSET = 7
+MIN_HIDDEN = 16  # runtime mode: smaller constants (shapes, axes, scalars) stay in the library
 
 
 @dataclass
@@ -43,6 +47,7 @@ class Obfuscated:
     decoys: int
     visible_weights: int
     library_constants: int
+    mixed: int = 0
 
 
 def _used_domains(functions: list[ir.Function]) -> set[str]:
@@ -110,6 +115,27 @@ def obfuscate(
     work = model.clone()
     skeleton = model.clone() if mode == "storage" else None
     ensure_types(work)
+    secret_specs: dict[str, dict] = {}  # runtime mode: graph input -> how its value is made
+
+    def secret_input(spec: dict, dtype: ir.DataType, rank: int) -> ir.Value:
+        # a shape of the right rank, each dimension a random symbol: no size shows
+        shape = ir.Shape([namer() for _ in range(rank)])
+        value = ir.Value(name=namer(), type=ir.TensorType(dtype), shape=shape)
+        work.graph.inputs.append(value)
+        secret_specs[value.name] = spec
+        return value
+
+    mixed_names: set[str] = set()
+
+    def mixed_name() -> str:
+        mixed_names.add(name := namer())
+        return name
+
+    mixed = 0
+    before = set(work.graph)
+    if mode == "runtime":
+        mixed = mixing.mix(work.graph, rng=rng, secret=secret_input, new_name=mixed_name)
+    unmixing = set(work.graph) - before
     domain = "x" + namer()
     opsets = {d: v for d, v in work.opset_imports.items()}
 
@@ -130,13 +156,38 @@ def obfuscate(
             array = const_tensor(value).numpy()
         except Exception:  # noqa: BLE001 - strings and exotic types go into the library whole
             array = None
-        if array is None or not weights.supported(array):
+        if value.name in mixed_names and array is not None and array.size >= weights.MIN_ELEMENTS:
+            # mixed (mixing.py): it stays as it is. A smaller one (a bias, a first layer) gets
+            # noise too: chance alone would let a few hundred values correlate visibly
+            stored[value] = Visible(value)
+            return stored[value]
+        runtime = mode == "runtime"
+        smallest = MIN_HIDDEN if runtime else weights.MIN_ELEMENTS
+        if array is None or not weights.supported(array, smallest):
             inlined.add(value)
             return None
         if array.size not in targets:
-            targets[array.size] = weights.standardized(by_size.get(array.size) or [array])
-        s, transform = weights.encode(array, rng=rng, targets=targets[array.size])
-        if weights.max_correlation(s, targets[array.size]) > 2 * weights.TARGET_CORRELATION:
+            targets[array.size] = standardized(by_size.get(array.size) or [array])
+        s, transform = weights.encode(
+            array, rng=rng, targets=targets[array.size], permute=not runtime
+        )
+        if runtime:
+            # S - R, R a graph input with no value in the file: nothing can fold it. A small S
+            # stays in the library: in the file, chance alone would correlate it with something
+            noise = secret_input(
+                {"transform": transform.to_json()}, ir.DataType.from_numpy(s.dtype), array.ndim
+            )
+            if array.size < weights.MIN_ELEMENTS:
+                sealed = ir.tensor(s.reshape(array.shape))
+                stored[value] = Visible(None, secret=noise, dtype=transform.dtype, sealed=sealed)
+                return stored[value]
+            name = namer()
+            holder = ir.Value(name=name, const_value=ir.tensor(s.reshape(array.shape), name=name))
+            work.graph.register_initializer(holder)
+            stored[value] = Visible(holder, secret=noise, dtype=transform.dtype)
+            return stored[value]
+        closest = float(np.abs(targets[array.size] @ standardized([s])[0]).max())
+        if closest > 2 * weights.TARGET_CORRELATION:
             inlined.add(value)  # too many same-size originals to stay clear of: keep it sealed
             return None
         name = namer()
@@ -147,7 +198,7 @@ def obfuscate(
         skeleton_slots[value.name] = (holder, visible.transform_json)
         return visible
 
-    groups = find_groups(work.graph, rng)
+    groups = find_groups(work.graph, rng, uncounted=unmixing)
     anonymous = [
         extract(work.graph, g, domain=domain, op_type=namer(), opset_imports=opsets, policy=policy)
         for g in groups
@@ -173,6 +224,19 @@ def obfuscate(
         opset=opset,
         opsets=opsets,
     )
+    decoys = len(added)
+    if mode == "runtime":
+        types = {n.op_type for g in model.graphs() for n in g if n.domain in ("", "ai.onnx")}
+        added += type_decoys(
+            work.graph,
+            types,
+            rng=rng,
+            domain=domain,
+            new_type=namer,
+            opset=opset,
+            opsets=opsets,
+            into=added[0] if added else None,
+        )
     bodies = [a.function for a in anonymous + added]
     functions = bodies + _rename_functions(work, namer, domain, bodies)
     originals = {d for d in model.opset_imports if d not in ("", "ai.onnx")} - _used_domains(bodies)
@@ -191,7 +255,13 @@ def obfuscate(
 
     if mode == "runtime":
         library = lib.Library(
-            "runtime", domain, functions, io_names, metadata, ir_version=max(model.ir_version, 8)
+            "runtime",
+            domain,
+            functions,
+            io_names,
+            metadata,
+            ir_version=max(model.ir_version, 8),
+            secrets=secret_specs,
         )
     else:
         _place_holders(skeleton, skeleton_slots)
@@ -201,12 +271,13 @@ def obfuscate(
     work.ir_version = max(model.ir_version, 8)
     lib.embed(work, lib.seal(library, key))
     return Obfuscated(
-        work,
+        signature.sign(work, key),
         seed,
         len(anonymous),
-        len(added),
-        len({v.stored for v in stored.values()}),
+        decoys,
+        len({v.stored for v in stored.values() if v.stored is not None}),
         len(inlined),
+        mixed,
     )
 
 

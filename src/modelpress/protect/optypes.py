@@ -9,9 +9,10 @@ becomes the function's inputs, and what the rest of the graph reads becomes its 
 
 - an activation stays an edge of the visible graph;
 - a small constant (or one of a type the perturbation does not cover) moves into the body;
-- a weight is stored perturbed (``weights.py``) as a visible initializer, and the body starts with
-  a ``Decode`` placeholder (domain ``mpk.decode``) that the library turns into the inverse
-  transform when the model is opened.
+- a weight is stored perturbed (``weights.py``) as a visible initializer; in storage mode the body
+  starts with a ``Decode`` placeholder (domain ``mpk.decode``) that the library turns into the
+  inverse transform when the model is opened; in runtime mode the body subtracts the noise, a
+  graph input whose value the runtime supplies; a mixed weight (``mixing.py``) is read as it is.
 
 The rule's precondition: the group is convex (``compress_graph`` ensures it), so the call node can
 be ordered; the caller sorts the graph once all groups are extracted.
@@ -32,10 +33,15 @@ DECODE_OP = "Decode"
 
 @dataclass
 class Visible:
-    """A weight kept in the visible graph as ``stored``, decoded in the body by ``transform``."""
+    """A weight kept in the visible graph as ``stored``: decoded in the body by ``transform``
+    (storage mode), or as ``Cast(stored - secret)``, ``secret`` a graph input whose value the
+    runtime supplies (runtime mode), or used as it is (neither: a mixed weight, ``mixing.py``)."""
 
-    stored: ir.Value
-    transform_json: str
+    stored: ir.Value | None  # None: ``sealed`` holds it, inside the function (library)
+    transform_json: str | None = None
+    secret: ir.Value | None = None
+    dtype: ir.DataType | None = None  # the weight's, with ``secret``
+    sealed: ir.TensorProtocol | None = None
 
 
 # Decides, for a constant a group reads: None to move it into the body, or how it stays visible.
@@ -108,17 +114,33 @@ def extract(
                 body_head.append(const)
                 mapping[v] = const.outputs[0]
                 continue
-            formal = ir.Value(name=f"in{len(formals)}")
-            decode = ir.node(
-                DECODE_OP,
-                [formal],
-                domain=DECODE_DOMAIN,
-                attributes={"transform": visible.transform_json},
-            )
-            body_head.append(decode)
-            formals.append(formal)
-            actuals.append(visible.stored)
-            mapping[v] = decode.outputs[0]
+            if visible.sealed is not None:
+                formal = ir.node("Constant", [], attributes={"value": visible.sealed})
+                body_head.append(formal)
+                formal = formal.outputs[0]
+            else:
+                formal = ir.Value(name=f"in{len(formals)}")
+                formals.append(formal)
+                actuals.append(visible.stored)
+            if visible.secret is not None:
+                noise = ir.Value(name=f"in{len(formals)}")
+                formals.append(noise)
+                actuals.append(visible.secret)
+                diff = ir.node("Sub", [formal, noise])
+                cast = ir.node("Cast", [diff.outputs[0]], attributes={"to": visible.dtype})
+                body_head += [diff, cast]
+                mapping[v] = cast.outputs[0]
+            elif visible.transform_json is not None:
+                decode = ir.node(
+                    DECODE_OP,
+                    [formal],
+                    domain=DECODE_DOMAIN,
+                    attributes={"transform": visible.transform_json},
+                )
+                body_head.append(decode)
+                mapping[v] = decode.outputs[0]
+            else:
+                mapping[v] = formal
         else:
             formal = ir.Value(name=f"in{len(formals)}", type=v.type, shape=v.shape)
             formals.append(formal)

@@ -22,7 +22,7 @@ Preconditions: ``supported(array)`` (a float16/bfloat16/float32 or 8/16/32-bit i
 at least ``MIN_ELEMENTS`` elements); smaller or other weights go into the library whole. Below
 that size, chance alone correlates two tensors by more than 1/32, too close to what the
 perturbation must stay under against every original weight of the same size; and a weight the
-flips could not bring under ``TARGET_CORRELATION`` (``max_correlation``) goes there too.
+flips could not bring under ``TARGET_CORRELATION`` goes there too.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
+from modelpress.protect.correlation import standardized
+
 MIN_ELEMENTS = 1024
 TARGET_CORRELATION = 0.01
 NOISE_OCTAVES = 8  # |R| < 2**8 * max|W|
@@ -48,6 +50,8 @@ _INT_STORE = {
     np.dtype(np.uint16): (np.dtype(np.int32), 24),
     np.dtype(np.int32): (np.dtype(np.int64), 48),
     np.dtype(np.uint32): (np.dtype(np.int64), 48),
+    # int64 has no wider type: S = W + R wraps around, and so does S - R, back to W exactly
+    np.dtype(np.int64): (np.dtype(np.int64), 32),
 }
 _MAX_FLIP_STEPS = 400
 
@@ -114,12 +118,12 @@ class Transform:
         )
 
 
-def supported(array: np.ndarray) -> bool:
+def supported(array: np.ndarray, min_elements: int = MIN_ELEMENTS) -> bool:
     """Whether ``array`` can be stored perturbed (else it goes into the library whole)."""
     kind_ok = (
         array.dtype in _FLOAT_TYPES or array.dtype in _INT_STORE or array.dtype.name == "bfloat16"
     )
-    return kind_ok and array.size >= MIN_ELEMENTS
+    return kind_ok and array.size >= min_elements
 
 
 def _keystream(seed: bytes, nbytes: int) -> np.ndarray:
@@ -178,33 +182,6 @@ def _as_numpy(array: np.ndarray) -> np.ndarray:
     return array
 
 
-def standardized(arrays: list[np.ndarray]) -> np.ndarray:
-    """The arrays as rows of zero mean and unit norm (a constant array gives a zero row)."""
-    out = np.empty((len(arrays), arrays[0].size if arrays else 0), dtype=np.float64)
-    for row, a in zip(out, arrays):
-        row[:] = a.reshape(-1)
-        with np.errstate(invalid="ignore", over="ignore"):  # NaN or inf: a zero row, below
-            row -= row.mean()
-            norm = math.sqrt(float(row @ row))
-        if norm > 0 and math.isfinite(norm):
-            row /= norm
-        else:
-            row[:] = 0.0
-    return out
-
-
-def max_correlation(stored: np.ndarray, targets: np.ndarray) -> float:
-    """The largest |Pearson correlation| of ``stored`` with the ``standardized`` targets."""
-    x = standardized([stored])[0]
-    return float(np.abs(targets @ x).max()) if len(targets) else 0.0
-
-
-def correlation(a: np.ndarray, b: np.ndarray) -> float:
-    """|Pearson correlation| of two same-size tensors (0 when either is constant)."""
-    x = standardized([a, b])
-    return float(abs(x[0] @ x[1]))
-
-
 def _balance(p: np.ndarray, r: np.ndarray, X: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Signs (+1/-1) for ``r`` such that ``p + signs * r`` correlates with no target above
     ``TARGET_CORRELATION``. ``X``: the targets, ``standardized`` (rows of zero mean, unit norm).
@@ -248,11 +225,17 @@ def _balance(p: np.ndarray, r: np.ndarray, X: np.ndarray, rng: np.random.Generat
 
 
 def encode(
-    array: np.ndarray, *, rng: np.random.Generator, targets: np.ndarray | None = None
+    array: np.ndarray,
+    *,
+    rng: np.random.Generator,
+    targets: np.ndarray | None = None,
+    permute: bool = True,
 ) -> tuple[np.ndarray, Transform]:
     """``(S, transform)`` for a weight (``supported(array)``). ``targets``: the original weights of
     the same size that ``S`` must not correlate with, ``standardized`` (the weight itself
-    included; by default it alone)."""
+    included; by default it alone). ``permute=False``: no mapping (``a = 1, b = 0``), so ``S``
+    keeps the weight's layout and ``S - R`` is the weight itself (runtime mode, where ``R`` is
+    supplied at run time)."""
     dtype = ir.DataType.from_numpy(array.dtype)
     w = np.ascontiguousarray(_as_numpy(array)).reshape(-1)
     n = w.size
@@ -262,6 +245,8 @@ def encode(
     if n >= 2**31:  # a*i must not overflow int64: a plain rotation for such tensors
         a = 1
     b = int(rng.integers(0, n))
+    if not permute:
+        a, b = 1, 0
     p = w[_permutation(n, a, b)]
     seed = os.urandom(32)
     flips = np.zeros((n + 7) // 8, dtype=np.uint8)

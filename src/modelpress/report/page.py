@@ -21,6 +21,7 @@ from modelpress.report import plots
 from modelpress.report.advisor_plots import costs_figure, roofline_figure
 from modelpress.report.html import Page, Section
 from modelpress.report.record import Record
+from modelpress.report.train_plots import loss_curve
 
 
 def _mib(n) -> str:
@@ -512,6 +513,9 @@ def build_page(records: list[Record], *, title: str = "modelpress report") -> Pa
             renderer(s, record.result, record)
         else:
             _plain_fields(s, record.result)
+        trained = loss_curve(record.result)  # prune, distill, compress, quantize --mode qat
+        if trained is not None:
+            s.figure(trained, caption="training loss per optimizer step (train and held out)")
         curves = find_loss_curves(record.result)
         if curves:
             s.figure(plots.loss_figure(curves), caption="loss per step")

@@ -183,6 +183,7 @@ def verify(
             raise InputError("`inputs` is empty: there is nothing to compare the models on")
         for feeds in feeds_list:
             check_feeds(ref, feeds)
+            _refuse_empty(ref, feeds)
         ref_outputs = [
             _run(sess_a, feeds, what="the original model failed to run on the given inputs")
             for feeds in feeds_list
@@ -211,3 +212,19 @@ def verify(
     return VerifyResult(
         outputs=[worst[n] for n, _ in pairs], runs=len(feeds_list), notes=notes, shapes=shapes_used
     )
+
+
+def _refuse_empty(model, feeds: dict[str, np.ndarray]) -> None:
+    """``InputError`` for an empty batch (size 0 on axis 0) where the model does not declare a 0:
+    outputs of an empty batch are empty too, and comparing nothing would pass whatever the models
+    do. (An empty axis elsewhere, as a decoder's past of length 0, is a real input.)"""
+    for value in model.graph.inputs:
+        arr = feeds.get(value.name)
+        if arr is None or arr.ndim == 0 or arr.shape[0] != 0 or not value.shape:
+            continue
+        dim = value.shape[0]
+        if not (isinstance(dim, int) and dim == 0):
+            raise InputError(
+                f"`inputs`: input {value.name!r} is an empty batch (shape {list(arr.shape)}): "
+                "there is nothing to compare the models on"
+            )

@@ -1,0 +1,324 @@
+"""Weight mixing (runtime mode): the layers that carry the big weights compute on a shuffled,
+sign-flipped weight, and their *output* is put back in order by values the runtime supplies.
+
+The rule, for a layer whose output channel ``o`` (Conv's axis 1, the last axis of MatMul, Gemm
+and an embedding Gather) is computed from slice ``o`` of its weight ``W``::
+
+    S[o] = eps[o] * W[q[o]]            (q: a derangement, within Conv's groups; eps: random signs)
+    z    = layer(x, S, bias')          (bias'[o] = eps[o] * bias[q[o]])
+    y    = Gather(z, idx, axis) * sgn  (idx = q^-1, sgn = eps[q^-1]: both supplied at run time)
+
+and an embedding table's rows are shuffled too (``S[r] = W[p[r]]``, the ids mapped through
+``p^-1``, supplied at run time). ``y`` is exactly the original output: a sign flip and a
+reordering change no bit. The stored ``S`` has no fixed point and random signs, so it correlates
+with ``W`` (in any layout) only by chance.
+
+Why the inverse acts on the output: constant folding (ONNX Runtime at any level, onnxsim,
+onnxslim) only evaluates nodes whose inputs are all constants, and here the inverse reads the
+layer's output, an activation; and the values it needs are graph inputs with no value in the file
+(``secret_input``), computed by ``values`` from the library's spec when the model is opened. So no
+folder can give ``W`` back, whatever it holds; and the cost per call is a gather and a multiply
+over the layer's output, not a pass over the weight.
+
+Preconditions: the node is in the main graph, in the default domain; its weight is a float
+constant read by it alone; Gemm's bias is absent or one-dimensional; the Gather reads a
+two-dimensional table on axis 0.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+
+import numpy as np
+import onnx_ir as ir
+
+from modelpress.protect.compress_graph import is_constant
+
+_FLOATS = {ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE, ir.DataType.BFLOAT16}
+
+
+def _rng(seed: str, part: str) -> np.random.Generator:
+    digest = hashlib.sha256(bytes.fromhex(seed) + part.encode()).digest()
+    return np.random.default_rng(np.frombuffer(digest, dtype=np.uint64))
+
+
+def derangement(seed: str, n: int, block: int, part: str = "q") -> np.ndarray:
+    """A permutation of ``range(n)`` that maps each block of ``block`` indices onto itself with
+    no fixed point (one random cycle per block; a block of one is left in place)."""
+    rng = _rng(seed, part)
+    q = np.arange(n, dtype=np.int64)
+    for start in range(0, n, block):
+        size = min(block, n - start)
+        if size < 2:
+            continue
+        order = rng.permutation(size) + start
+        q[order] = np.roll(order, -1)  # order[i] -> order[i + 1]: one cycle through the block
+    return q
+
+
+def signs(seed: str, n: int, part: str = "eps") -> np.ndarray:
+    return np.where(_rng(seed, part).random(n) < 0.5, -1.0, 1.0)
+
+
+def chunk_of(n: int, largest: int = 32, fewest: int = 4) -> int:
+    """The width of the column chunks a last axis of ``n`` moves in: the largest divisor of
+    ``n`` up to ``largest`` that leaves at least ``fewest`` chunks (1 if none does). ONNX
+    Runtime gathers contiguous chunks with one copy each, single elements one by one."""
+    for b in range(min(largest, n // fewest), 1, -1):
+        if n % b == 0:
+            return b
+    return 1
+
+
+def columns(seed: str, n: int, chunk: int) -> np.ndarray:
+    """The column permutation: chunks of ``chunk`` columns deranged, each kept in one piece."""
+    blocks = derangement(seed, n // chunk, n // chunk)
+    return (blocks[:, None] * chunk + np.arange(chunk)[None, :]).reshape(-1)
+
+
+def values(spec: dict) -> np.ndarray:
+    """The run-time value a secret input gets, from its spec (kept in the sealed library)."""
+    seed, n, block = spec["seed"], spec["n"], spec.get("block", spec["n"])
+    if spec["part"] == "rowsign":  # the sign of each row of a stored table
+        dtype = ir.DataType(spec["dtype"]).numpy()
+        return signs(seed, n, "rowsign").astype(dtype).reshape(n, 1)
+    if spec["part"] == "insign":
+        dtype = ir.DataType(spec["dtype"]).numpy()
+        return signs(seed, n, "eta").astype(dtype).reshape(spec["shape"])
+    chunk = spec.get("chunk")
+    if chunk:
+        q = columns(seed, n, chunk)
+        if spec["part"] == "index":
+            return np.argsort(derangement(seed, n // chunk, n // chunk)).astype(np.int64)
+        inverse = np.argsort(q)
+        dtype = ir.DataType(spec["dtype"]).numpy()
+        return signs(seed, n)[inverse].astype(dtype).reshape(n // chunk, chunk)
+    q = derangement(seed, n, block, spec.get("perm", "q"))
+    inverse = np.argsort(q)
+    if spec["part"] == "index":
+        return inverse.astype(np.int64)
+    out = signs(seed, n)[inverse].astype(ir.DataType(spec["dtype"]).numpy())
+    return out.reshape(spec["shape"])
+
+
+# Makes a graph input whose value the runtime supplies: (spec, dtype, rank) -> the input.
+SecretInput = Callable[[dict, ir.DataType, int], ir.Value]
+
+
+def _weight(node: ir.Node, index: int) -> np.ndarray | None:
+    if len(node.inputs) <= index:
+        return None
+    v = node.inputs[index]
+    if v is None or not is_constant(v) or len(v.uses()) != 1 or v.is_graph_output():
+        return None
+    t = ir.convenience.get_const_tensor(v)
+    if t is None or t.dtype not in _FLOATS:
+        return None
+    return t.numpy()
+
+
+def _bias(node: ir.Node, index: int, n: int) -> np.ndarray | None | bool:
+    """The constant 1-D bias of ``n`` (None: there is none; False: one that cannot be mixed)."""
+    if len(node.inputs) <= index or node.inputs[index] is None:
+        return None
+    b = _weight(node, index)
+    return b if b is not None and b.shape == (n,) else False
+
+
+def _set(node: ir.Node, index: int, array: np.ndarray, name: str) -> None:
+    value = ir.Value(name=name, const_value=ir.tensor(array, name=name))
+    node.graph.register_initializer(value)
+    node.replace_input_with(index, value)
+
+
+def _unmix(
+    graph: ir.Graph, node: ir.Node, axis: int, rank: int | None, spec: dict, secret: SecretInput
+) -> None:
+    """After ``node``: ``y = Gather(z, idx, axis) * sgn``, its users moved to ``y``; on the last
+    axis, in chunks: ``Reshape(Gather(Reshape(z, [-1, m, chunk]), idx, 1) * sgn, Shape(z))``."""
+    z = node.outputs[0]
+    dtype = z.dtype if z.dtype is not None else ir.DataType.FLOAT
+    n = spec["n"]
+    chunk = spec.get("chunk")
+    shape = [n] + [1] * (rank - 2) if axis == 1 and rank is not None else [n]
+    if chunk:
+        shape = [n // chunk, chunk]
+    idx = secret({**spec, "part": "index"}, ir.DataType.INT64, 1)
+    sgn = secret({**spec, "part": "sign", "dtype": int(dtype), "shape": shape}, dtype, len(shape))
+    nodes = []
+    source = z
+    if chunk:
+        split = ir.tensor(np.array([-1, n // chunk, chunk], dtype=np.int64))
+        split_shape = ir.node("Constant", [], attributes={"value": split})
+        folded = ir.node("Reshape", [z, split_shape.outputs[0]])
+        nodes += [split_shape, folded]
+        source, axis = folded.outputs[0], 1
+    gather = ir.node("Gather", [source, idx], attributes={"axis": axis})
+    mul = ir.node("Mul", [gather.outputs[0], sgn])
+    nodes += [gather, mul]
+    y = mul.outputs[0]
+    if chunk:
+        original_shape = ir.node("Shape", [z])
+        back = ir.node("Reshape", [mul.outputs[0], original_shape.outputs[0]])
+        nodes += [original_shape, back]
+        y = back.outputs[0]
+    y.type, y.shape = z.type, z.shape
+    was_output = z.is_graph_output()
+    z.replace_all_uses_with(y, replace_graph_outputs=True)
+    if was_output:
+        y.name, z.name = z.name, None
+    for user in nodes:  # the replacement above also moved the unmixing nodes' own input
+        for i, v in enumerate(user.inputs):
+            if v is y:
+                user.replace_input_with(i, z)
+    graph.insert_after(node, nodes)
+
+
+def _flip_input(
+    graph: ir.Graph, node: ir.Node, spec: dict, n: int, shape: list[int], secret: SecretInput
+) -> None:
+    """Before ``node``: its input 0 times ``eta`` (signs supplied at run time)."""
+    x = node.inputs[0]
+    dtype = x.dtype if x.dtype is not None else ir.DataType.FLOAT
+    eta = secret(
+        {**spec, "n": n, "part": "insign", "dtype": int(dtype), "shape": shape}, dtype, len(shape)
+    )
+    scale = ir.node("Mul", [x, eta])
+    graph.insert_before(node, scale)
+    node.replace_input_with(0, scale.outputs[0])
+
+
+def _seed(rng: np.random.Generator) -> str:
+    return rng.bytes(16).hex()
+
+
+def _conv(node, graph, rng, secret, new_name) -> bool:
+    w = _weight(node, 1)
+    if w is None or w.ndim < 3:
+        return False
+    n = w.shape[0]
+    group = node.attributes.get("group")
+    groups = group.value if group is not None else 1
+    if groups < 1 or n % groups:
+        return False
+    bias = _bias(node, 2, n)
+    if bias is False:
+        return False
+    spec = {"seed": _seed(rng), "n": n, "block": n // groups}
+    q = derangement(spec["seed"], n, spec["block"])
+    eps = signs(spec["seed"], n)
+    # input channels flip signs too (x * eta before the layer), so that no sum over output
+    # channels alone decides the correlation: trained filters resemble each other
+    per_in = w.shape[1]
+    cin = per_in * groups
+    eta = signs(spec["seed"], cin, "eta")
+    channel = (np.arange(n)[:, None] // (n // groups)) * per_in + np.arange(per_in)[None, :]
+    flips = eps[:, None] * eta[channel]
+    s = w[q] * flips.reshape(flips.shape + (1,) * (w.ndim - 2))
+    _set(node, 1, s.astype(w.dtype), new_name())
+    _flip_input(graph, node, spec, cin, [cin] + [1] * (w.ndim - 2), secret)
+    if bias is not None:
+        _set(node, 2, (bias[q] * eps).astype(bias.dtype), new_name())
+    _unmix(graph, node, 1, w.ndim, spec, secret)
+    return True
+
+
+def _matmul(node, graph, rng, secret, new_name) -> bool:
+    w = _weight(node, 1)
+    if w is None or w.ndim != 2:
+        return False
+    k, n = w.shape
+    spec = {"seed": _seed(rng), "n": n, "chunk": chunk_of(n)}
+    q = columns(spec["seed"], n, spec["chunk"])
+    # rows flip signs too (x * eta first): columns of a trained layer resemble each other
+    eta = signs(spec["seed"], k, "eta")
+    _set(node, 1, (w[:, q] * signs(spec["seed"], n) * eta[:, None]).astype(w.dtype), new_name())
+    _flip_input(graph, node, spec, k, [k], secret)
+    _unmix(graph, node, -1, None, spec, secret)
+    return True
+
+
+def _gemm(node, graph, rng, secret, new_name) -> bool:
+    w = _weight(node, 1)
+    if w is None or w.ndim != 2:
+        return False
+    trans = node.attributes.get("transB")
+    trans_b = bool(trans.value) if trans is not None else False
+    n = w.shape[0] if trans_b else w.shape[1]
+    bias = _bias(node, 2, n)
+    if bias is False:
+        return False
+    spec = {"seed": _seed(rng), "n": n, "chunk": chunk_of(n)}
+    q = columns(spec["seed"], n, spec["chunk"])
+    eps = signs(spec["seed"], n)
+    s = w[q] * eps[:, None] if trans_b else w[:, q] * eps
+    trans = node.attributes.get("transA")
+    if trans is None or not trans.value:  # A's rows are the inputs: flip them as MatMul does
+        k = w.shape[1] if trans_b else w.shape[0]
+        eta = signs(spec["seed"], k, "eta")
+        s = s * (eta[None, :] if trans_b else eta[:, None])
+        _flip_input(graph, node, spec, k, [k], secret)
+    _set(node, 1, s.astype(w.dtype), new_name())
+    if bias is not None:
+        _set(node, 2, (bias[q] * eps).astype(bias.dtype), new_name())
+    _unmix(graph, node, -1, None, spec, secret)
+    return True
+
+
+def _embedding(node, graph, rng, secret, new_name) -> bool:
+    w = _weight(node, 0)
+    axis = node.attributes.get("axis")
+    if w is None or w.ndim != 2 or (axis is not None and axis.value != 0):
+        return False
+    rows, n = w.shape
+    spec = {"seed": _seed(rng), "n": n, "chunk": chunk_of(n)}
+    q = columns(spec["seed"], n, spec["chunk"])
+    p = derangement(spec["seed"], rows, rows, "rows")
+    # rows flip signs too: neighbouring rows of a table (positions) resemble each other
+    row_signs = signs(spec["seed"], rows, "rowsign")
+    s = w[p][:, q] * signs(spec["seed"], n) * row_signs[:, None]
+    _set(node, 0, s.astype(w.dtype), new_name())
+    # row r of S is row p[r] of W: the ids go through p^-1, and the row's sign is undone
+    ids = secret(
+        {"seed": spec["seed"], "n": rows, "perm": "rows", "part": "index"}, ir.DataType.INT64, 1
+    )
+    dtype = ir.DataType.from_numpy(w.dtype)
+    row_sign = secret(
+        {"seed": spec["seed"], "n": rows, "part": "rowsign", "dtype": int(dtype)}, dtype, 2
+    )
+    remap = ir.node("Gather", [ids, node.inputs[1]], attributes={"axis": 0})
+    sign = ir.node("Gather", [row_sign, remap.outputs[0]], attributes={"axis": 0})
+    graph.insert_before(node, [remap, sign])
+    node.replace_input_with(1, remap.outputs[0])
+    z = node.outputs[0]
+    unsign = ir.node("Mul", [z, sign.outputs[0]])
+    unsigned = unsign.outputs[0]
+    unsigned.type, unsigned.shape = z.type, z.shape
+    was_output = z.is_graph_output()
+    z.replace_all_uses_with(unsigned, replace_graph_outputs=True)
+    if was_output:
+        unsigned.name, z.name = z.name, None
+    unsign.replace_input_with(0, z)
+    graph.insert_after(node, unsign)
+    _unmix(graph, unsign, -1, None, spec, secret)
+    return True
+
+
+MIXERS = {"Conv": _conv, "MatMul": _matmul, "Gemm": _gemm, "Gather": _embedding}
+
+
+def mix(
+    graph: ir.Graph, *, rng: np.random.Generator, secret: SecretInput, new_name: Callable[[], str]
+) -> int:
+    """Mix every layer of ``graph`` that the rule covers (in place); returns how many."""
+    done = 0
+    for node in list(graph):
+        rule = MIXERS.get(node.op_type)
+        if (
+            rule is not None
+            and node.domain in ("", "ai.onnx")
+            and rule(node, graph, rng, secret, new_name)
+        ):
+            done += 1
+    return done
