@@ -236,11 +236,16 @@ def check_decoder(
             if top[1] - top[0] > 2 * worst:  # not a tie within the measured error
                 mismatches += 1
 
-    # a left-padded batch: the short prompt sits after a hole
+    # a padded batch: the short prompt sits after a hole (left-padded), or before one when the
+    # cache is left-aligned (its rows are ones followed by zeros)
     short = _prompt_ids(ckpt, SHORT_PROMPT, config.vocab_size)[: max(1, n - 2)]
     pad = n - len(short)
-    batch = np.array([prompt, [0] * pad + short], np.int64)
-    mask = np.array([[1] * n, [0] * pad + [1] * len(short)], np.int64)
+    if config.kv_layout == "left_aligned":
+        batch = np.array([prompt, short + [0] * pad], np.int64)
+        mask = np.array([[1] * n, [1] * len(short) + [0] * pad], np.int64)
+    else:
+        batch = np.array([prompt, [0] * pad + short], np.int64)
+        mask = np.array([[1] * n, [0] * pad + [1] * len(short)], np.int64)
     positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
     got_b, _ = runner.step(batch, mask, positions, runner.empty_cache(2))
     exp_b = _torch_logits(ref, batch, mask)
