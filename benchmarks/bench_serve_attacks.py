@@ -423,6 +423,7 @@ def bench(reps: int, duration: float) -> dict:
     WORK.mkdir(parents=True, exist_ok=True)
     model = zoo.build(MODEL, WORK / "resnet.onnx")
     port = _free_port()
+    load = os.getloadavg()[0]
     server = _server(model, port)
     try:
         _me("--control", "--port", str(port), "--duration", "2", "--model", str(model), timeout=60)
@@ -438,7 +439,7 @@ def bench(reps: int, duration: float) -> dict:
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=120)
-    return {"idle_rss_mb": idle, "runs": runs, "end_rss_mb": None}
+    return {"idle_rss_mb": idle, "runs": runs, "load": [load, os.getloadavg()[0]]}
 
 
 def write(results: dict, reps: int, duration: float) -> None:
@@ -461,7 +462,13 @@ def write(results: dict, reps: int, duration: float) -> None:
         f"{statistics.median(r['server_cpu'] for r in runs['none']):.0%} (of one core); idle "
         f"server RSS {idle:.0f} MB. CPU columns: the share of one core the server and the "
         "attacker's process used during the phase (the machine's 2 cores are shared with the "
-        "control and with other jobs).",
+        "control and with other jobs)."
+        + (
+            " 1-minute load average at the start and the end: "
+            f"{results['load'][0]:.1f}, {results['load'][1]:.1f}."
+            if results.get("load")
+            else ""
+        ),
         "",
         "| attack | control p50 ms | control p99 ms | p99 / unloaded | wrong answers | control errors "
         "| server RSS max MB | RSS / idle | server CPU | attacker CPU | what the attacker got |",
@@ -489,7 +496,10 @@ def write(results: dict, reps: int, duration: float) -> None:
         "",
         "Targets (issue 27): p99 / unloaded ≤ 2x, RSS / idle ≤ 2x, no wrong answer. `large valid "
         "requests` is load the server must serve (64-row runs of the model share its thread with "
-        "the control), listed for its memory; its latency ratio is that of any heavier traffic.",
+        "the control), listed for its memory; its latency ratio is that of any heavier traffic. "
+        "On a shared, loaded machine the control's p99 moves by 2-4x between phases without "
+        "any attack; compare the server CPU column: an attack the server spends little CPU on "
+        "cannot be what slows the control.",
         "",
     ]
     RESULTS.mkdir(exist_ok=True)
