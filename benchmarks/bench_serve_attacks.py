@@ -205,7 +205,7 @@ async def _paced(port: int, requests: list[bytes], rate: float, duration: float,
                 status, _, _ = await _exchange(reader, writer, requests[i % len(requests)])
             except (ConnectionError, asyncio.IncompleteReadError):
                 reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                status = 0
+                status = "reset"  # the server closed the connection (after a 413: unread)
             stats[status] = stats.get(status, 0) + 1
             i += 1
             await asyncio.sleep(max(0.0, 4 / rate - (time.perf_counter() - t0)))
@@ -286,8 +286,12 @@ def attack(name: str, port: int, duration: float) -> None:
         job = _slow(port, 300, duration, stats, body=True)
     else:
         raise SystemExit(f"unknown attack {name!r}")
+    start = time.perf_counter()
     asyncio.run(job)
-    print(json.dumps({str(k): v for k, v in stats.items()}))
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    out = {str(k): v for k, v in stats.items()}
+    out["_cpu"] = (usage.ru_utime + usage.ru_stime) / (time.perf_counter() - start)
+    print(json.dumps(out))
 
 
 # --- the driver --------------------------------------------------------------------------------
@@ -304,6 +308,11 @@ def _rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _limit_files() -> None:
@@ -365,6 +374,7 @@ def _phase(name: str | None, port: int, pid: int, model: Path, duration: float) 
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
+    cpu0, t0 = _cpu_s(pid), time.perf_counter()
     attacker = None
     if name is not None:
         attacker = subprocess.Popen(
@@ -399,6 +409,7 @@ def _phase(name: str | None, port: int, pid: int, model: Path, duration: float) 
         if attacker.returncode:
             raise RuntimeError(err[-2000:])
         result["attack"] = json.loads(out.strip().splitlines()[-1])
+    result["server_cpu"] = (_cpu_s(pid) - cpu0) / (time.perf_counter() - t0)
     time.sleep(0.5)
     done.set()
     sampler.join()
@@ -412,6 +423,7 @@ def bench(reps: int, duration: float) -> dict:
     WORK.mkdir(parents=True, exist_ok=True)
     model = zoo.build(MODEL, WORK / "resnet.onnx")
     port = _free_port()
+    load = os.getloadavg()[0]
     server = _server(model, port)
     try:
         _me("--control", "--port", str(port), "--duration", "2", "--model", str(model), timeout=60)
@@ -427,7 +439,7 @@ def bench(reps: int, duration: float) -> dict:
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=120)
-    return {"idle_rss_mb": idle, "runs": runs, "end_rss_mb": None}
+    return {"idle_rss_mb": idle, "runs": runs, "load": [load, os.getloadavg()[0]]}
 
 
 def write(results: dict, reps: int, duration: float) -> None:
@@ -446,11 +458,21 @@ def write(results: dict, reps: int, duration: float) -> None:
         "A control client sends one-row requests back to back while each attack runs, and checks "
         "every answer against ONNX Runtime. Unloaded: the median over the "
         f"{len(runs['none'])} phases without an attack, interleaved with the attacks: control p50 "
-        f"{base_p50:.2f} ms, p99 {base:.2f} ms; idle server RSS {idle:.0f} MB.",
+        f"{base_p50:.2f} ms, p99 {base:.2f} ms, server CPU "
+        f"{statistics.median(r['server_cpu'] for r in runs['none']):.0%} (of one core); idle "
+        f"server RSS {idle:.0f} MB. CPU columns: the share of one core the server and the "
+        "attacker's process used during the phase (the machine's 2 cores are shared with the "
+        "control and with other jobs)."
+        + (
+            " 1-minute load average at the start and the end: "
+            f"{results['load'][0]:.1f}, {results['load'][1]:.1f}."
+            if results.get("load")
+            else ""
+        ),
         "",
         "| attack | control p50 ms | control p99 ms | p99 / unloaded | wrong answers | control errors "
-        "| server RSS max MB | RSS / idle | what the attacker got |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| server RSS max MB | RSS / idle | server CPU | attacker CPU | what the attacker got |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name in ATTACKS:
         rs = runs[name]
@@ -460,17 +482,24 @@ def write(results: dict, reps: int, duration: float) -> None:
         got: dict = {}
         for r in rs:
             for k, v in r["attack"].items():
-                got[k] = got.get(k, 0) + v
+                if k != "_cpu":
+                    got[k] = got.get(k, 0) + v
+        server_cpu = statistics.median(r["server_cpu"] for r in rs)
+        attacker_cpu = statistics.median(r["attack"]["_cpu"] for r in rs)
         lines.append(
             f"| {name} | {p50:.2f} | {p99:.2f} | {p99 / base:.2f}x | {sum(r['wrong'] for r in rs)} "
             f"| {sum(r['errors'] for r in rs)} | {rss:.0f} | {rss / idle:.2f}x "
+            f"| {server_cpu:.0%} | {attacker_cpu:.0%} "
             f"| {', '.join(f'{v} x {k}' for k, v in sorted(got.items()))} |"
         )
     lines += [
         "",
         "Targets (issue 27): p99 / unloaded ≤ 2x, RSS / idle ≤ 2x, no wrong answer. `large valid "
         "requests` is load the server must serve (64-row runs of the model share its thread with "
-        "the control), listed for its memory; its latency ratio is that of any heavier traffic.",
+        "the control), listed for its memory; its latency ratio is that of any heavier traffic. "
+        "On a shared, loaded machine the control's p99 moves by 2-4x between phases without "
+        "any attack; compare the server CPU column: an attack the server spends little CPU on "
+        "cannot be what slows the control.",
         "",
     ]
     RESULTS.mkdir(exist_ok=True)

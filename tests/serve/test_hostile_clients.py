@@ -2,7 +2,8 @@
 count, and a control client sent between and during the attacks gets the answer ONNX Runtime gives.
 
 No timings are asserted (they go in benchmarks/bench_serve.py --attacks): the tests check what each
-client gets. The server runs with short limits so that the deadlines pass within the test.
+client gets. The server runs with short limits so that the deadlines pass within the test (but
+not so short that a control client on a loaded machine misses them).
 """
 
 from __future__ import annotations
@@ -39,9 +40,9 @@ def server(model):
             "--max-request-rows",
             "16",
             "--header-timeout",
-            "1",
+            "2",
             "--body-timeout",
-            "1",
+            "3",
             "--max-connections",
             "40",
         ]
@@ -242,10 +243,14 @@ class _SlowClients:
         self.closed_by_server = 0
         self.answers: list[bytes] = []
         self._stop = threading.Event()
+        self._connected = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self):
         self._thread.start()
+        # all connected before the control starts: the control then arrives at a full server
+        # (in this process the two threads would otherwise race for the interpreter lock)
+        self._connected.wait(60)
         return self
 
     def __exit__(self, *exc):
@@ -262,6 +267,7 @@ class _SlowClients:
                 continue
             s.setblocking(False)
             socks.append([s, 0])
+        self._connected.set()
         while socks and not self._stop.is_set():
             for entry in list(socks):
                 s, sent = entry

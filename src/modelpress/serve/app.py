@@ -100,6 +100,21 @@ class ServerState:
             count += 1
         return count
 
+    def cut(self, label: str) -> RequestError:
+        """The answer to a request that uvicorn cancelled at ``--drain-timeout`` (call it in the
+        handler's ``except CancelledError`` while draining): counted as cut, not answered."""
+        task = asyncio.current_task()
+        if task is not None and hasattr(task, "uncancel"):
+            task.uncancel()  # the handler goes on, to send this answer
+        self.metrics.failures.labels(label, "503").inc()
+        self.metrics.cut.labels(label).inc()
+        return RequestError(
+            503,
+            "the server shut down before answering this request (--drain-timeout "
+            f"{self.options.drain_timeout_s:g} s)",
+            headers={"connection": "close"},
+        )
+
     def refused(self, status: int) -> None:
         """Count an error answered outside the infer route (the connection layer, auth, routes)."""
         self.metrics.failures.labels(NO_MODEL, str(status)).inc()
@@ -327,20 +342,7 @@ def build_app(
         except asyncio.CancelledError:
             if not state.draining:
                 raise
-            # uvicorn cancels what is left at --drain-timeout: answer it, and say it was cut
-            task = asyncio.current_task()
-            if task is not None and hasattr(task, "uncancel"):
-                task.uncancel()
-            m.failures.labels(label, "503").inc()
-            m.cut.labels(label).inc()
-            response = _error(
-                RequestError(
-                    503,
-                    "the server shut down before answering this request (--drain-timeout "
-                    f"{options.drain_timeout_s:g} s)",
-                    headers={"connection": "close"},
-                )
-            )
+            response = _error(state.cut(label))
         except Exception:
             ref = logged(f"infer on {name!r} raised:\n{traceback.format_exc()}")
             m.failures.labels(label, "500").inc()

@@ -33,6 +33,7 @@ import uuid
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
+from starlette.requests import ClientDisconnect
 
 from modelpress.errors import ModelpressError
 from modelpress.runtime.generate import Request as GenerationRequest
@@ -343,10 +344,21 @@ def add_routes(app: FastAPI, state, services: dict[str, LLMService]) -> None:
                 )
             label = service.name
             m.requests.labels(label).inc()
-            response = await _answer(service, body, request, chat=chat)
+            state.active += 1
+            try:
+                response = await _answer(service, body, request, chat=chat)
+            finally:
+                state.active -= 1
         except RequestError as exc:
             m.failures.labels(label, str(exc.status)).inc()
             response = _fail(exc)
+        except ClientDisconnect:
+            m.failures.labels(label, "499").inc()
+            response = Response(status_code=499)
+        except asyncio.CancelledError:
+            if not state.draining:
+                raise
+            response = _fail(state.cut(label))  # a stream already under way just ends
         m.latency.labels(label).observe(time.perf_counter() - start)
         return response
 
