@@ -16,7 +16,15 @@ all-MiniLM-L6-v2 weights).
   interleaved round by round; median and p25-p75 in ms, ratio to the original's median;
 * load time: from the file to a session that has run once (``ir.load`` + session for the
   original; ``open_package`` + session for the packages), median of interleaved repeats;
-* protection at ratios 0.1/0.3/0.6 (``metrics.py``, from the obfuscated file alone).
+* protection at ratios 0.1/0.3/0.6 (``metrics.py``, from the obfuscated file alone);
+* recovery: each runtime-mode package (ratio 0.1) opened with its key and given to ONNX Runtime's
+  optimizer (BASIC, EXTENDED, ALL), the ONNX inliner, onnxsim and onnxslim
+  (``tests/protect/recovery.py``): the largest |Pearson r| of an original weight with any tensor
+  of the result against the chance level for its size, and the share of op types left at their
+  original count;
+* memory: peak RSS of ``protect`` (encrypt, obfuscate; the check after it included) and of
+  opening a package, each in a fresh process, on a wide MLP built by code
+  (``benchmarks/protect_memory.py``; ``--memory-mib``, 1100 by default: over 1 GB).
 
 Writes ``benchmarks/results/protect.md`` and ``protect.json``.
 """
@@ -28,6 +36,7 @@ import datetime as dt
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -41,6 +50,7 @@ from modelpress.runtime.measure import time_interleaved
 from modelpress.runtime.ort import session, use_global_thread_pool
 
 ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT.parent / "tests" / "protect"))  # recovery.py: the attack, shared
 WORK = ROOT / "_work"
 RESULTS = ROOT / "results"
 RATIOS = (0.1, 0.3, 0.6)
@@ -242,6 +252,55 @@ def _md_table(header: list[str], rows: list[list]) -> list[str]:
     return lines
 
 
+def bench_recovery(name: str, path: Path, key: bytes) -> list[dict]:
+    import onnx
+    import recovery
+
+    package = WORK / f"{name}.recovery.mpk"
+    protect(path, key=key, output=package, obfuscate=True, ratio=0.1, verify=False)
+    original = onnx.load(str(path))
+    weights = recovery.original_weights(original)
+    rows = []
+    for tool, result in recovery.tool_results(open_package(package, key)).items():
+        worst = recovery.worst_correlation(weights, result)
+        rows.append(
+            {
+                "model": name,
+                "tool": tool,
+                "r": worst["r"],
+                "threshold": worst["threshold"],
+                "elements": worst["n"],
+                "same_count_share": recovery.same_count_share(original, result),
+            }
+        )
+    package.unlink()
+    return rows
+
+
+def bench_memory(mib: int, key: bytes) -> list[dict]:
+    import protect_memory
+
+    folder = WORK / "memory"
+    folder.mkdir(exist_ok=True)
+    model = protect_memory.build(folder / "mlp.onnx", mib)
+    size = (folder / "mlp.onnx.data").stat().st_size
+    key_file = folder / "key.bin"
+    key_file.write_bytes(key)
+    rows = []
+    for step, source, out in (
+        ("encrypt", model, folder / "enc.mpk"),
+        ("open", folder / "enc.mpk", None),
+        ("obfuscate", model, folder / "obf.mpk"),
+        ("open", folder / "obf.mpk", None),
+    ):
+        print(f"memory: {step} {source.name}…", flush=True)
+        r = protect_memory.measure(source, step, key_file, out, size)
+        rows.append({**r, "source": source.name})
+    for f in folder.iterdir():
+        f.unlink()
+    return rows
+
+
 def write_report(report: dict) -> None:
     m, t = report["machine"], report["throughput"]
     lines = [
@@ -362,6 +421,57 @@ def write_report(report: dict) -> None:
     )
     lines += ["", *report["summary"], ""]
     (RESULTS / "protect.md").write_text("\n".join(lines))
+    if report.get("recovery"):
+        lines += [
+            "",
+            "## Recovery with the standard tools (runtime mode, ratio 0.1)",
+            "",
+            "Each package opened with its key; ONNX Runtime's optimizer at each level (its optimized graph saved, the "
+            "run-time values given), the ONNX inliner, onnxsim and onnxslim (on the model as its library decrypts, the "
+            "run-time values being no part of it). `r`: the largest |Pearson r| between an original weight (16 elements "
+            "or more, in any axis order) and any tensor of the result of the same size; `chance`: the level chance reaches "
+            "for that size with probability 1e-3 over the pairs compared (Fisher, Bonferroni); `same count`: the share of "
+            "the original's op types found at their original count.",
+            "",
+        ]
+        lines += _md_table(
+            ["model", "tool", "r", "chance", "elements", "same count"],
+            [
+                [
+                    r["model"],
+                    r["tool"],
+                    f"{r['r']:.4f}",
+                    f"{r['threshold']:.4f}",
+                    r["elements"],
+                    f"{r['same_count_share']:.2f}",
+                ]
+                for r in report["recovery"]
+            ],
+        )
+    if report.get("memory"):
+        lines += [
+            "",
+            "## Memory (a wide MLP built by code)",
+            "",
+            "Peak RSS of each step in a fresh process, less the process's RSS once its imports are done, as a multiple "
+            "of the model's size. `encrypt` and `obfuscate` include the check after `protect` (the package opened and "
+            "run against the original); `open`: `open_package` and one run.",
+            "",
+        ]
+        lines += _md_table(
+            ["step", "file", "model MiB", "peak MiB", "over baseline", "x model"],
+            [
+                [
+                    r["step"],
+                    r["source"],
+                    f"{r.get('model_mib', 0):.0f}",
+                    f"{r.get('peak_mib', 0):.0f}",
+                    f"{r.get('peak_mib', 0) - r.get('baseline_mib', 0):.0f}",
+                    f"{r['ratio']:.2f}x" if "ratio" in r else r.get("error", "?"),
+                ]
+                for r in report["memory"]
+            ],
+        )
     (RESULTS / "protect.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
 
 
@@ -420,12 +530,28 @@ def summarize(report: dict) -> list[str]:
     lines.append(
         f"- Ratio 0.6 on CNNs and transformers (>= 90% anonymous, node count +-30%, correlation < 0.05, no name): {'met on every model' if ok else 'NOT met'}."
     )
+    rec = report.get("recovery") or []
+    if rec:
+        ok = all(r["r"] < r["threshold"] and r["same_count_share"] < 0.10 for r in rec)
+        lines.append(
+            f"- Recovery with ORT's optimizer (3 levels), the inliner, onnxsim, onnxslim: no weight above chance and < 10% of op types at their counts: {'met on every model and tool' if ok else 'NOT met everywhere'} ({len(rec)} model-tool pairs)."
+        )
+    mem = [r for r in report.get("memory") or [] if "ratio" in r]
+    if mem:
+        each = ", ".join(f"{r['step']} {r['source']} {r['ratio']:.1f}x" for r in mem)
+        ok = all(r["ratio"] <= 3.0 for r in mem)
+        lines.append(
+            f"- Memory <= 3x the model ({mem[0]['model_mib']:.0f} MiB): {'met' if ok else 'NOT met for every step'} ({each})."
+        )
     return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds, no MiniLM")
+    parser.add_argument(
+        "--memory-mib", type=int, default=1100, help="size of the memory benchmark's model (MiB)"
+    )
     parser.add_argument(
         "--rewrite",
         action="store_true",
@@ -482,6 +608,11 @@ def main() -> None:
         for label, f in files.items():
             if label != "original":
                 f.unlink()
+    report["recovery"] = []
+    for name in names:
+        print(f"{name}: recovery…", flush=True)
+        report["recovery"] += bench_recovery(name, paths[name], key)
+    report["memory"] = bench_memory(args.memory_mib, key)
     report["summary"] = summarize(report)
     write_report(report)
     print("\n".join(report["summary"]))

@@ -21,13 +21,14 @@ folder can give ``W`` back, whatever it holds; and the cost per call is a gather
 over the layer's output, not a pass over the weight.
 
 Preconditions: the node is in the main graph, in the default domain; its weight is a float
-constant read by it alone; Gemm's bias is absent or one-dimensional; the Gather reads a
+constant of at least ``MIN_ELEMENTS`` elements read by it alone; Gemm's bias is absent or one-dimensional; the Gather reads a
 two-dimensional table on axis 0.
 """
 
 from __future__ import annotations
 
 import hashlib
+import secrets
 from collections.abc import Callable
 
 import numpy as np
@@ -35,6 +36,9 @@ import onnx_ir as ir
 
 from modelpress.protect.compress_graph import is_constant
 
+# Below this, a shuffled tensor correlates with the original (or another weight) by chance alone
+# more than the file's metric allows (|r| < 0.05: chance is 1/sqrt(n)); smaller weights get noise.
+MIN_ELEMENTS = 16384
 _FLOATS = {ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE, ir.DataType.BFLOAT16}
 
 
@@ -106,14 +110,14 @@ def values(spec: dict) -> np.ndarray:
 SecretInput = Callable[[dict, ir.DataType, int], ir.Value]
 
 
-def _weight(node: ir.Node, index: int) -> np.ndarray | None:
+def _weight(node: ir.Node, index: int, smallest: int = MIN_ELEMENTS) -> np.ndarray | None:
     if len(node.inputs) <= index:
         return None
     v = node.inputs[index]
     if v is None or not is_constant(v) or len(v.uses()) != 1 or v.is_graph_output():
         return None
     t = ir.convenience.get_const_tensor(v)
-    if t is None or t.dtype not in _FLOATS:
+    if t is None or t.dtype not in _FLOATS or t.size < smallest:
         return None
     return t.numpy()
 
@@ -122,7 +126,7 @@ def _bias(node: ir.Node, index: int, n: int) -> np.ndarray | None | bool:
     """The constant 1-D bias of ``n`` (None: there is none; False: one that cannot be mixed)."""
     if len(node.inputs) <= index or node.inputs[index] is None:
         return None
-    b = _weight(node, index)
+    b = _weight(node, index, smallest=1)
     return b if b is not None and b.shape == (n,) else False
 
 
@@ -167,7 +171,7 @@ def _unmix(
     was_output = z.is_graph_output()
     z.replace_all_uses_with(y, replace_graph_outputs=True)
     if was_output:
-        y.name, z.name = z.name, None
+        y.name, z.name = z.name, f"{z.name}.mixed{id(z):x}"  # names.py renames every value later
     for user in nodes:  # the replacement above also moved the unmixing nodes' own input
         for i, v in enumerate(user.inputs):
             if v is y:
@@ -190,7 +194,8 @@ def _flip_input(
 
 
 def _seed(rng: np.random.Generator) -> str:
-    return rng.bytes(16).hex()
+    # never from the structure's seeded generator: a secret is fresh random bytes each time
+    return secrets.token_hex(16)
 
 
 def _conv(node, graph, rng, secret, new_name) -> bool:
@@ -200,8 +205,8 @@ def _conv(node, graph, rng, secret, new_name) -> bool:
     n = w.shape[0]
     group = node.attributes.get("group")
     groups = group.value if group is not None else 1
-    if groups < 1 or n % groups:
-        return False
+    if groups < 1 or n % groups or n // groups < 2:
+        return False  # a depthwise layer has no channels to shuffle: its weights get noise
     bias = _bias(node, 2, n)
     if bias is False:
         return False
@@ -298,7 +303,7 @@ def _embedding(node, graph, rng, secret, new_name) -> bool:
     was_output = z.is_graph_output()
     z.replace_all_uses_with(unsigned, replace_graph_outputs=True)
     if was_output:
-        unsigned.name, z.name = z.name, None
+        unsigned.name, z.name = z.name, f"{z.name}.mixed{id(z):x}"
     unsign.replace_input_with(0, z)
     graph.insert_after(node, unsign)
     _unmix(graph, unsign, -1, None, spec, secret)

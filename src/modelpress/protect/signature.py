@@ -8,9 +8,10 @@ would otherwise run, silently wrong. So every obfuscated model carries, in its m
 derived from the user's key (HKDF-SHA256, its own label: the MAC key is never the encryption key).
 ``check`` recomputes it and refuses anything that differs, in one line.
 
-The bytes signed are the model's canonical serialization: the in-memory model serialized, read
-back and serialized again (onnx_ir's round trip is a fixed point from then on), so the writer and
-every reader sign exactly the same bytes whatever produced the file.
+The bytes signed are the model's payload stream (``payload.model_stream``: the ModelProto with
+its big tensors as references, then those tensors' bytes), streamed into the MAC without a copy
+of the model; the writer first gives each initializer its tensor's type, as a reader does, so
+both sign exactly the same bytes.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import hmac
 
 import onnx_ir as ir
 
-from modelpress.ir import from_bytes, model_bytes
+from modelpress.protect import payload
 from modelpress.protect.keys import check_key
 from modelpress.protect.package import WRONG_KEY, PackageError
 
@@ -36,22 +37,38 @@ def _mac_key(key: bytes) -> bytes:
 
 
 def _digest(model: ir.Model, key: bytes) -> str:
+    """HMAC of the model's payload stream (``payload.model_stream``: a small ModelProto, then the
+    big tensors' bytes), the signature entry left out: no copy of the model is made."""
     props = model.metadata_props
     saved = props.pop(SIGNATURE_META, None)
+    mac = hmac.new(_mac_key(key), digestmod=hashlib.sha256)
     try:
-        data = model_bytes(model)
+        _, segments = payload.model_stream(model)
+        for segment in segments:
+            mac.update(segment)
     finally:
         if saved is not None:
             props[SIGNATURE_META] = saved
-    return hmac.new(_mac_key(key), data, hashlib.sha256).hexdigest()
+    return mac.hexdigest()
+
+
+def _as_read(model: ir.Model) -> None:
+    """Give each initializer the type and shape of its tensor, as reading a file does, so that
+    the model serializes the same before it is written and after it is read."""
+    for graph in model.graphs():
+        for value in graph.initializers.values():
+            t = value.const_value
+            if t is not None:
+                value.type = ir.TensorType(t.dtype)
+                value.shape = ir.Shape(t.shape)
 
 
 def sign(model: ir.Model, key: bytes) -> ir.Model:
-    """``model`` in its canonical form (a new model), signed with ``key``."""
+    """``model`` (itself) signed with ``key``."""
     model.metadata_props.pop(SIGNATURE_META, None)
-    canonical = from_bytes(model_bytes(model), source="the obfuscated model")
-    canonical.metadata_props[SIGNATURE_META] = _digest(canonical, key)
-    return canonical
+    _as_read(model)
+    model.metadata_props[SIGNATURE_META] = _digest(model, key)
+    return model
 
 
 def check(model: ir.Model, key: bytes, *, name: str) -> None:

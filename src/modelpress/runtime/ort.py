@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
+import onnx_ir as ir
 import onnxruntime as ort
 
 from modelpress.errors import ModelLoadError
@@ -63,6 +65,49 @@ def session_options(
     return so
 
 
+LEND_BYTES = 256 << 20  # models with more initializer bytes than this lend them to the session
+_LEND_MIN = 1 << 20
+_LENT_LOCATION = "modelpress-lent-initializer"
+_LENDABLE = {"float32", "float16", "float64", "int8", "uint8", "int16", "int32", "int64", "bool"}
+
+
+def _lent(model: ir.Model, so: ort.SessionOptions) -> tuple[bytes, list]:
+    """The model's bytes, its big initializers left out and lent to the session instead
+    (``add_external_initializers``: ONNX Runtime reads the arrays where they are, on the CPU), so
+    a big model in memory is not held twice more (serialized, then parsed); small models and
+    initializers that are also inputs (overridable) go in the bytes as usual."""
+    graph = model.graph
+    big = [
+        v
+        for v in graph.initializers.values()
+        if v.const_value is not None
+        and v.const_value.nbytes >= _LEND_MIN
+        and not v.is_graph_input()
+        and v.const_value.dtype.numpy().name in _LENDABLE
+    ]
+    if sum(v.const_value.nbytes for v in big) < LEND_BYTES:
+        return model_bytes(model), []
+    arrays = [np.ascontiguousarray(v.const_value.numpy()) for v in big]
+    saved = [v.const_value for v in big]
+    try:
+        for v, a in zip(big, arrays):
+            v.const_value = ir.ExternalTensor(
+                _LENT_LOCATION,
+                0,
+                a.nbytes,
+                v.const_value.dtype,
+                shape=v.const_value.shape,
+                name=v.name,
+            )
+        data = model_bytes(model)
+    finally:
+        for v, t in zip(big, saved):
+            v.const_value = t
+    values = [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays]
+    so.add_external_initializers([v.name for v in big], values)
+    return data, [arrays, values]
+
+
 def session(
     model,
     *,
@@ -73,14 +118,19 @@ def session(
     """An ``InferenceSession`` for ``model`` (path, onnx_ir.Model, ModelProto or bytes)."""
     so = options or session_options(optimize=optimize)
     providers = providers or ["CPUExecutionProvider"]
+    keep: list = []
     if isinstance(model, (str, os.PathLike)):
         source: str | bytes = str(Path(model))
     elif isinstance(model, bytes):
         source = model
+    elif isinstance(model, ir.Model):
+        source, keep = _lent(model, so)
     else:
         source = model_bytes(model)
     try:
-        return ort.InferenceSession(source, sess_options=so, providers=providers)
+        sess = ort.InferenceSession(source, sess_options=so, providers=providers)
+        sess._modelpress_lent = keep  # ONNX Runtime reads those arrays for the session's life
+        return sess
     except Exception as exc:  # ORT raises its own exception classes for bad graphs
         msg = str(exc).strip().splitlines()[0][:400] if str(exc).strip() else type(exc).__name__
         raise ModelLoadError(f"ONNX Runtime cannot load the model: {msg}") from None
