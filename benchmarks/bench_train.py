@@ -573,7 +573,7 @@ def bench_minilm(
 ) -> list[dict]:
     from modelpress.compress.distill import distill
     from modelpress.compress.train import TrainData
-    from modelpress.compress.train.metrics import compare
+    from modelpress.verify.metrics import compare
     from modelpress.zoo.minilm import tokenize
 
     original = load(zoo.build("minilm", WORK / "minilm.onnx"))

@@ -38,12 +38,12 @@ from modelpress.compress.deep import half, kmeans, mpz
 from modelpress.compress.prune import unstructured as unstr
 from modelpress.compress.train import TrainConfig, TrainData, TrainResult
 from modelpress.compress.train.finetune import finetune
-from modelpress.compress.train.metrics import Comparison, compare
 from modelpress.errors import OptionError
 from modelpress.ir.feeds import as_model
 from modelpress.ir.graph import copy_model
 from modelpress.ir.io import model_bytes
 from modelpress.passes.optimize import optimize
+from modelpress.verify.metrics import Comparison, compare
 
 Progress = Callable[[str, int, int, float | None], None]
 DEFAULT_TRAINING = TrainConfig(epochs=2, lr=1e-3)

@@ -33,10 +33,10 @@ from modelpress.compress.train import TrainConfig, TrainData, TrainResult, build
 from modelpress.compress.train import module as modules
 from modelpress.compress.train.batchnorm import recalibrate
 from modelpress.compress.train.loop import to_tensors
-from modelpress.compress.train.metrics import Comparison, compare
 from modelpress.errors import InputError, OptionError
 from modelpress.ir.feeds import as_model
 from modelpress.ir.io import model_bytes
+from modelpress.verify.metrics import Comparison, compare
 
 Progress = Callable[[str, int, int, float | None], None]
 DEFAULT_TRAINING = TrainConfig(epochs=10, lr=3e-3)

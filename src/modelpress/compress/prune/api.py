@@ -29,13 +29,13 @@ from modelpress.compress.prune.importance import METHODS, taylor_terms
 from modelpress.compress.train import TrainConfig, TrainData, TrainResult
 from modelpress.compress.train.batchnorm import recalibrate
 from modelpress.compress.train.finetune import finetune
-from modelpress.compress.train.metrics import Comparison, compare
 from modelpress.errors import InputError, OptionError
 from modelpress.ir.feeds import as_model
 from modelpress.ir.graph import copy_model
 from modelpress.ir.io import model_bytes
 from modelpress.runtime.ort import session
 from modelpress.verify import generate_inputs
+from modelpress.verify.metrics import Comparison, compare
 
 # stage, step, total, loss
 Progress = Callable[[str, int, int, float | None], None]

@@ -36,6 +36,7 @@ from modelpress.ir.shapes import with_types
 from modelpress.passes import optimize as run_optimizer
 from modelpress.runtime.cpu import TARGET_METADATA_KEY, resolve_target
 from modelpress.verify.inputs import generate_inputs
+from modelpress.verify.metrics import top1_hits
 
 Metric = Callable[[sensitivity.Runner], float]
 # The oldest opset int8 needs: DequantizeLinear's axis (per-channel scales) came in 13,
@@ -112,7 +113,7 @@ def accuracy_metric(cal: CalibrationSet, model: ir.Model) -> Metric:
                     f"{cal.name}: no labels for the accuracy budget (set the labels key)"
                 )
             out = next(iter(run(batch.feeds).values()))
-            hits += int((np.asarray(out).argmax(axis=-1) == batch.labels).sum())
+            hits += top1_hits(out, batch.labels)
             total += len(batch.labels)
         return hits / max(total, 1)
 
