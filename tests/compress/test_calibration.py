@@ -12,6 +12,7 @@ from modelpress.compress.quantize.calibration import CalibrationSet, ImagePrepro
 from modelpress.compress.quantize.observers.minmax import MinMaxObserver
 from modelpress.errors import InputError, OptionError
 from modelpress.ir import save
+from modelpress.runtime.processing import Processing
 
 
 def test_npz_batches_and_labels(tmp_path, rng):
@@ -79,8 +80,31 @@ def test_image_folder(tmp_path, rng):
     np.testing.assert_allclose(
         batches[0].feeds["img"][0, 0], (img / 255 - 0.5) / 0.25, rtol=0, atol=1e-6
     )
+    # nothing declared: the pre-processing the model's input declares (resize to 8x8), the one
+    # `run` and `serve` apply
+    (default,) = list(CalibrationSet.from_source(tmp_path, batch_size=4).batches(model))
+    want = Processing.declare(model, pre="image").preprocess(
+        [(tmp_path / f"{i}.png").read_bytes() for i in range(3)]
+    )
+    np.testing.assert_array_equal(default.feeds["img"], want["img"])
+    # a crop larger than the image pads it with zeros, as `pipeline --pre image:crop=` does
+    pre = ImagePreprocess(size=(6, 6), crop=(8, 8), mode="L")
+    (padded,) = list(CalibrationSet.from_source(tmp_path, image=pre, batch_size=4).batches(model))
+    assert padded.feeds["img"].shape == (3, 1, 8, 8)
+    assert not padded.feeds["img"][:, :, 0].any() and padded.feeds["img"][:, :, 1:7, 1:7].any()
+    dynamic = from_proto(
+        helper.make_model(
+            helper.make_graph(
+                [helper.make_node("Relu", ["img"], ["y"])],
+                "g",
+                [helper.make_tensor_value_info("img", TensorProto.FLOAT, ["N", 1, "H", "W"])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1, "H", "W"])],
+            ),
+            opset_imports=[helper.make_opsetid("", 17)],
+        )
+    )
     with pytest.raises(OptionError, match="pre-processing"):
-        CalibrationSet.from_source(tmp_path)
+        list(CalibrationSet.from_source(tmp_path).batches(dynamic))
 
 
 @pytest.mark.parametrize(
