@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.errors import ConversionError, OptionError
+from modelpress.errors import ConversionError, OptionError  # noqa: F401  (the converters raise it)
 
 
 @dataclass(frozen=True)
@@ -78,31 +78,6 @@ def register(
         return fn
 
     return wrap
-
-
-def ensure_registered() -> None:
-    # The framework modules register their kinds on import; they import the framework lazily, so
-    # importing them here costs nothing.
-    from modelpress.convert import tensorflow, tflite, torch  # noqa: F401
-
-
-def detect(source: object) -> SourceKind:
-    """The source kind of a path or in-memory model, or a ConversionError saying what is accepted."""
-    ensure_registered()
-    if isinstance(source, (str, os.PathLike)):
-        p = Path(source)
-        if not p.exists():
-            raise ConversionError(f"{p}: no such file or directory")
-        if p.suffix.lower() == ".onnx":
-            raise ConversionError(
-                f"{p}: already an ONNX model; use `modelpress optimize` or `modelpress inspect` on it"
-            )
-    for kind in SOURCE_KINDS.values():
-        if kind.accepts(source):
-            return kind
-    accepted = "; ".join(f"{k.description}" for k in SOURCE_KINDS.values())
-    what = str(source) if isinstance(source, (str, os.PathLike)) else type(source).__name__
-    raise ConversionError(f"{what}: not a model modelpress can convert (accepted: {accepted})")
 
 
 def has_suffix(*suffixes: str) -> Callable[[object], bool]:
