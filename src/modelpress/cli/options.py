@@ -49,7 +49,24 @@ FIELD_FLAGS = {
     "others": "--vs",
     "threads": "--threads",
     "warmup": "--warmup",
+    "max_delay_s": "--max-delay-ms",
 }
+
+
+def flags_of(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """``{field: flag}`` of a command's parser: each option's destination and its long name."""
+    out = {}
+    for action in parser._actions:
+        longs = [o for o in action.option_strings if o.startswith("--")]
+        if longs and action.dest not in out:
+            out[action.dest] = longs[0]
+    return out
+
+
+def in_flags(text: str, fields: dict[str, str]) -> str:
+    """A library message with its field names (in backquotes) said as the command's flags."""
+    mapping = {**FIELD_FLAGS, **fields}
+    return re.sub(r"`(\w+)`", lambda m: mapping.get(m.group(1), m.group(0)), text)
 
 
 def speaks_flags(func=None, *, fields: dict[str, str] | None = None):
@@ -64,7 +81,7 @@ def speaks_flags(func=None, *, fields: dict[str, str] | None = None):
                 return fn(args)
             except ModelpressError as exc:
                 text = str(exc)
-                new = re.sub(r"`(\w+)`", lambda m: mapping.get(m.group(1), m.group(0)), text)
+                new = in_flags(text, mapping)
                 if new != text:
                     exc.args = (new,)
                 raise

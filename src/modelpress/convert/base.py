@@ -101,18 +101,18 @@ def parse_input_specs(specs: list[str] | None) -> dict[str, InputSpec]:
         m = re.fullmatch(r"([^=]+)=([0-9x]*)(?::(\w+))?", spec.strip())
         if not m:
             raise OptionError(
-                f"--shape {spec!r}: expected NAME=D1xD2x...[:DTYPE], e.g. x=1x3x224x224"
+                f"`inputs` {spec!r}: expected NAME=D1xD2x...[:DTYPE], e.g. x=1x3x224x224"
             )
         name, dims, dtype = m.group(1), m.group(2), m.group(3) or "float32"
         if dtype not in _DTYPES:
             raise OptionError(
-                f"--shape {spec!r}: unknown dtype {dtype!r} (one of {', '.join(sorted(_DTYPES))})"
+                f"`inputs` {spec!r}: unknown dtype {dtype!r} (one of {', '.join(sorted(_DTYPES))})"
             )
         try:
             shape = tuple(int(d) for d in dims.split("x")) if dims else ()
         except ValueError:
             raise OptionError(
-                f"--shape {spec!r}: dimensions must be integers joined by 'x'"
+                f"`inputs` {spec!r}: dimensions must be integers joined by 'x'"
             ) from None
         out[name] = InputSpec(shape, dtype)
     return out
@@ -124,7 +124,7 @@ def parse_dynamic(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
     for spec in specs or []:
         name, sep, axis = spec.rpartition(":")
         if not sep or not name or not axis.lstrip("-").isdigit():
-            raise OptionError(f"--dynamic {spec!r}: expected NAME:AXIS, e.g. x:0")
+            raise OptionError(f"`dynamic` {spec!r}: expected NAME:AXIS, e.g. x:0")
         out.setdefault(name, []).append(int(axis))
     return {k: tuple(v) for k, v in out.items()}
 

@@ -116,7 +116,7 @@ def _float_outputs(out: dict[str, np.ndarray]) -> np.ndarray:
     ]
     if not parts:
         raise InputError(
-            "the model has no float output to compare (use --metric top1 or a metric function)"
+            "the model has no float output to compare (use `metric` top1 or a metric function)"
         )
     return np.concatenate(parts, axis=1)
 
