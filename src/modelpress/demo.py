@@ -196,7 +196,7 @@ def quantize(state: DemoState) -> QuantizeStepResult:
 
     x = digits_data().x_train[:256]
     calibration = [{state.input_name: x[i : i + 32]} for i in range(0, len(x), 32)]
-    result = run_quantizer(state.models["optimized"], mode="static", calibration=calibration)
+    result = run_quantizer(state.models["optimized"], mode="static", data=calibration)
     path = state.out_dir / "model.int8.onnx"
     save(result.model, path)
     state.models["int8"] = result.model
@@ -303,7 +303,7 @@ def transformer(state: DemoState) -> TransformerStepResult:
     calibration += [
         {k: np.roll(v, i, axis=0) for k, v in calibration[0].items()} for i in range(1, 4)
     ]
-    result = run_quantizer(optimized, mode="dynamic", calibration=calibration, optimize=False)
+    result = run_quantizer(optimized, mode="dynamic", data=calibration, optimize=False)
     save(result.model, state.out_dir / f"{name}.int8.onnx")
     feeds = sample_inputs(name, batch=8, seq=128)
     models = {"float32": original, "optimized": optimized, "int8": result.model}

@@ -132,7 +132,7 @@ def test_bad_calibration_data_one_error_no_output(tmp_path, capsys, arrays, matc
     save(small_cnn(), model_path)
     np.savez(tmp_path / "calib.npz", **arrays)
     with pytest.raises(InputError, match=match):
-        quantize(model_path, mode="static", calibration=tmp_path / "calib.npz")
+        quantize(model_path, mode="static", data=tmp_path / "calib.npz")
     out = tmp_path / "q.onnx"
     code = main(
         ["quantize", str(model_path), "-o", str(out), "--calib", str(tmp_path / "calib.npz")]
@@ -144,17 +144,17 @@ def test_bad_calibration_data_one_error_no_output(tmp_path, capsys, arrays, matc
 
 def test_empty_iterable_and_missing_paths(tmp_path):
     with pytest.raises(InputError, match="empty"):
-        quantize(mlp(), mode="static", calibration=[])
+        quantize(mlp(), mode="static", data=[])
     with pytest.raises(InputError, match="no such file"):
-        quantize(mlp(), mode="static", calibration=tmp_path / "nope.npz")
+        quantize(mlp(), mode="static", data=tmp_path / "nope.npz")
     (tmp_path / "d").mkdir()
     with pytest.raises(InputError, match="empty"):
-        quantize(mlp(), mode="static", calibration=tmp_path / "d")
+        quantize(mlp(), mode="static", data=tmp_path / "d")
     with pytest.raises(OptionError, match="needs calibration"):
         quantize(mlp(), mode="static")
     with pytest.raises(InputError, match="labels key"):
         np.savez(tmp_path / "c.npz", x=np.zeros((2, 16), np.float32))
-        quantize(mlp(), mode="static", calibration=tmp_path / "c.npz", labels_key="label")
+        quantize(mlp(), mode="static", data=tmp_path / "c.npz", labels_key="label")
 
 
 def test_one_shot_iterator_is_refused_on_second_full_pass():
@@ -177,8 +177,8 @@ def test_static_quantization_from_a_generator(rng):
 
     for n in (1, 9):  # fewer batches than are kept, and more
         data = [{"x": rng.standard_normal((8, 4, 8, 8)).astype(np.float32)} for _ in range(n)]
-        r = quantize(small_cnn(), mode="static", calibration=(d for d in data), optimize=False)
-        ref = quantize(small_cnn(), mode="static", calibration=data, optimize=False)
+        r = quantize(small_cnn(), mode="static", data=(d for d in data), optimize=False)
+        ref = quantize(small_cnn(), mode="static", data=data, optimize=False)
         assert r.output_error is not None and r.output_error == pytest.approx(ref.output_error)
 
 
@@ -190,4 +190,14 @@ def test_all_zero_calibration_data_is_refused(tmp_path):
 
     zeros = [{"x": np.zeros((4, 4, 8, 8), np.float32)} for _ in range(2)]
     with pytest.raises(InputError, match="every input is zero in every sample"):
-        quantize(small_cnn(), mode="static", calibration=zeros)
+        quantize(small_cnn(), mode="static", data=zeros)
+
+
+def test_old_argument_names_still_work_with_a_warning(rng):
+    x = [{"x": rng.standard_normal((4, 16)).astype(np.float32)}]
+    new = quantize(mlp(), mode="static", data=x, limit=4)
+    with pytest.warns(DeprecationWarning, match="`calibration` is renamed `data`"):
+        old = quantize(mlp(), mode="static", calibration=x, calibration_limit=4)
+    assert [n.op_type for n in old.model.graph] == [n.op_type for n in new.model.graph]
+    with pytest.raises(OptionError, match="old name of `data`"):
+        quantize(mlp(), mode="static", data=x, calibration=x)

@@ -23,14 +23,10 @@ import functools
 import os
 import re
 import time
-from pathlib import Path
 
-from modelpress.compress.deep import open_mpz
+import modelpress
 from modelpress.errors import ModelpressError, OptionError
-from modelpress.ir import load
 from modelpress.ir.shapes import parse_dims, parse_shapes
-from modelpress.protect import is_obfuscated, load_key, open_package, unlock
-from modelpress.protect.package import has_magic
 from modelpress.report.cards import model_card
 from modelpress.report.page import write_report
 from modelpress.report.record import Record
@@ -50,6 +46,7 @@ FIELD_FLAGS = {
     "threads": "--threads",
     "warmup": "--warmup",
     "max_delay_s": "--max-delay-ms",
+    "key": "--key-file FILE or --key-env VAR",
 }
 
 
@@ -237,29 +234,12 @@ def open_model(
     one way every command reads its model. ``runnable=False`` (inspect) lets an obfuscated ONNX
     file without a key through as the file shows it."""
 
-    p = Path(path)
-    if p.suffix == ".mpz":
-        return open_mpz(p)
-    key_file = getattr(args, "key_file", None)
-    key_env = getattr(args, "key_env", None)
-    if has_magic(p) or p.suffix == ".mpk":
-        if key_file is None and key_env is None:
-            raise OptionError(
-                f"{p}: a protected package: give its key with --key-file FILE or --key-env VAR"
-            )
-        return open_package(p, load_key(key_file, key_env))
-    model = load(p)
-
-    if not is_obfuscated(model):
-        return model
-    if key_file is None and key_env is None:
-        if not runnable:
-            return model
-        raise OptionError(
-            f"{p}: an obfuscated model: give its key with --key-file FILE or --key-env VAR"
-        )
-
-    return unlock(model, load_key(key_file, key_env), name=str(p))
+    return modelpress.open(
+        path,
+        key_file=getattr(args, "key_file", None),
+        key_env=getattr(args, "key_env", None),
+        runnable=runnable,
+    )
 
 
 class Recorder:

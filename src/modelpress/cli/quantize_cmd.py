@@ -221,7 +221,7 @@ def run(args) -> int:
         result = quantize(
             original,
             mode=args.mode,
-            calibration=args.data,
+            data=args.data,
             method=args.method,
             per_channel=not args.per_tensor,
             bits=args.bits,
@@ -234,7 +234,7 @@ def run(args) -> int:
             max_accuracy_drop=args.max_accuracy_drop,
             labels_key=args.labels_key,
             batch_size=args.batch_size,
-            calibration_limit=args.limit,
+            limit=args.limit,
             image=image,
             optimize=not args.no_optimize,
             target_cpu=args.target_cpu,

@@ -343,9 +343,9 @@ def auto(
                 {k: arrays[k] for k in names}
                 | ({labels_key: arrays[labels_key]} if labels_key else {}),
             )
-        quant = {"calibration": calib_path, "batch_size": CALIBRATION_BATCH}
+        quant = {"data": calib_path, "batch_size": CALIBRATION_BATCH}
         if calib_n is not None:
-            quant["calibration_limit"] = calib_n
+            quant["limit"] = calib_n
         if labels_key:
             quant["labels_key"] = labels_key
         train = (

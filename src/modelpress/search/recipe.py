@@ -5,7 +5,7 @@
     output: best.onnx
     steps:
       - optimize: {level: 2}
-      - quantize: {mode: static, method: minmax, calibration: val.npz, calibration_limit: 112}
+      - quantize: {mode: static, method: minmax, data: val.npz, limit: 112}
       - bench: {batch_size: 1}
 
 A step is a mapping with one key, its kind (``steps.STEPS``: convert, optimize, quantize, prune,

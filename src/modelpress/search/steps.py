@@ -224,7 +224,7 @@ def _quantize_options() -> dict[str, Option]:
             "mode": Option("mode", (str,), "static", choices=tuple(mode_names())),
             "method": Option("method", (str,), "minmax", choices=(*OBSERVERS, *ALIASES)),
             "exclude": Option("exclude", (list, type(None))),
-            "calibration": Option("calibration", (str, type(None)), path=True),
+            "data": Option("data", (str, type(None)), path=True),
         },
     )
 
