@@ -51,7 +51,7 @@ def test_static_end_to_end_with_budget_and_report(tmp_path, capsys, rng):
             "label",
             "--max-accuracy-drop",
             "1",
-            "--report",
+            "--json",
             str(rep),
             "--keep-anyway",  # a model this small may run slower in int8 on some CPUs
         ]

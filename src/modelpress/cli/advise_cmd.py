@@ -22,6 +22,7 @@ from modelpress.cli.options import (
     add_report,
     add_shapes,
     dims,
+    hidden_alias,
     listed,
     open_model,
     shapes,
@@ -55,9 +56,9 @@ def add_parser(sub) -> None:
             "  modelpress advise model.onnx --qps 2000 --p99-ms 50\n"
             "  modelpress advise --workload bert-base --precision int8 --qps 500 --p99-ms 20 --gpu L4,T4,A10\n"
             "  modelpress advise --workload resnet50 --task infer --precision int8 --latency-ms 5\n"
-            "  modelpress advise --workload bert-large --precision int8 --batch 256 --avg-seq 170 --gpu L4  # padding-free\n"
-            "  modelpress advise --workload llama-2-7b --task infer --precision fp16 --batch 16 --seq 1024 --gpu h100-sxm,a100-sxm-80gb\n"
-            "  modelpress advise model.onnx --task train --precision fp16 --batch 64 --num-gpus 8 --json out.json --html out.html\n"
+            "  modelpress advise --workload bert-large --precision int8 --batch-size 256 --avg-seq 170 --gpu L4  # padding-free\n"
+            "  modelpress advise --workload llama-2-7b --task infer --precision fp16 --batch-size 16 --seq 1024 --gpu h100-sxm,a100-sxm-80gb\n"
+            "  modelpress advise model.onnx --task train --precision fp16 --batch-size 64 --num-gpus 8 --json out.json --html out.html\n"
             "  modelpress advise config.json --task infer --precision bf16 --gpu L4 --calibrate"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -80,11 +81,12 @@ def add_parser(sub) -> None:
         default="fp16",
         help="compute precision (default fp16; training below 32 bits is mixed precision)",
     )
-    p.add_argument(
-        "--batch",
+    batch = p.add_argument(
+        "--batch-size",
         type=int,
         help="batch per device (default: the largest that fits, at most 256, or that meets --latency-ms)",
     )
+    hidden_alias(p, batch, "--batch")
     p.add_argument(
         "--seq", type=int, help="sequence length for transformers (prompt length for LLM inference)"
     )
@@ -246,7 +248,7 @@ def run(args) -> int:
         _print_catalog(catalog)
         return 0
     for name, value in (
-        ("--batch", args.batch),
+        ("--batch-size", args.batch_size),
         ("--seq", args.seq),
         ("--num-gpus", args.num_gpus),
         ("--max-batch", args.max_batch),
@@ -271,7 +273,7 @@ def run(args) -> int:
     req = Request(
         task=args.task,
         precision=args.precision,
-        batch=args.batch,
+        batch=args.batch_size,
         num_gpus=args.num_gpus,
         latency_ms=args.latency_ms,
         power_cap_w=args.power_cap_w,
@@ -281,7 +283,9 @@ def run(args) -> int:
     calibration = None
     if args.calibrate:
         with console.status("measuring this CPU"):
-            calibration = calibrate_cpu(workload, model=model, batch=args.batch or 1, seq=args.seq)
+            calibration = calibrate_cpu(
+                workload, model=model, batch=args.batch_size or 1, seq=args.seq
+            )
     rec = recommend(workload, candidates, req, eff=DEFAULT_EFFICIENCY, pricing=pricing)
     _print(rec, workload, calibration)
     recorder.write(

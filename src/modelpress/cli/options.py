@@ -200,15 +200,30 @@ def add_key(p: argparse.ArgumentParser) -> None:
     p.add_argument("--key-env", metavar="VAR", help="an environment variable holding the key (hex)")
 
 
-def add_list(p: argparse.ArgumentParser, flag: str, *, metavar: str, help: str) -> None:
+def add_list(p: argparse.ArgumentParser, flag: str, *, metavar: str, help: str) -> argparse.Action:
     """A repeatable option whose values may also be comma-separated: ``--exclude a,b --exclude c``."""
-    p.add_argument(
+    return p.add_argument(
         flag,
         action="append",
         default=[],
         metavar=metavar,
         help=f"{help} (repeatable, or comma-separated)",
     )
+
+
+def hidden_alias(p: argparse.ArgumentParser, action: argparse.Action, *old: str) -> None:
+    """``old`` spellings of ``action``'s option that still parse (into the same place) but are no
+    longer shown: one name for one idea in ``--help``, nothing broken for a script."""
+    kwargs: dict = {"dest": action.dest, "help": argparse.SUPPRESS, "default": argparse.SUPPRESS}
+    if isinstance(action, argparse._AppendAction):
+        kwargs.update(action="append", metavar=action.metavar)
+    elif action.nargs == 0:
+        kwargs.update(action="store_const", const=action.const)
+    else:
+        kwargs.update(
+            type=action.type, nargs=action.nargs, const=action.const, metavar=action.metavar
+        )
+    p.add_argument(*old, **kwargs)
 
 
 def listed(values: list[str] | None) -> list[str]:
@@ -307,11 +322,23 @@ def add_training_data(p: argparse.ArgumentParser, *, required: bool = False) -> 
     )
 
 
-def add_training(p: argparse.ArgumentParser, *, teacher: bool = True) -> None:
-    """How a command that trains (prune, distill, compress, quantize --mode qat) trains."""
+def add_training(
+    p: argparse.ArgumentParser,
+    *,
+    teacher: bool = True,
+    epochs: int = 2,
+    temperature: float = 1.0,
+    no_train: bool = True,
+) -> None:
+    """How a command that trains (prune, distill, compress, quantize --mode qat) trains; the help
+    shows the defaults the command uses (``--steps`` wins over ``--epochs``)."""
     g = p.add_argument_group("training")
     g.add_argument(
-        "--epochs", type=int, metavar="N", help="passes over the training data (default 2)"
+        "--epochs",
+        type=int,
+        default=epochs,
+        metavar="N",
+        help=f"passes over the training data (default {epochs})",
     )
     g.add_argument("--steps", type=int, metavar="N", help="optimizer steps (instead of epochs)")
     g.add_argument("--lr", type=float, metavar="X", help="learning rate (default 3e-3; qat 1e-4)")
@@ -338,7 +365,8 @@ def add_training(p: argparse.ArgumentParser, *, teacher: bool = True) -> None:
         help="stop after N held-out evaluations without improvement",
     )
     g.add_argument("--seed", type=int, default=0, help="shuffling and split seed (default 0)")
-    g.add_argument("--no-train", action="store_true", help="no training: compress only")
+    if no_train:
+        g.add_argument("--no-train", action="store_true", help="no training: compress only")
     if teacher:
         g.add_argument(
             "--alpha",
@@ -349,9 +377,9 @@ def add_training(p: argparse.ArgumentParser, *, teacher: bool = True) -> None:
         g.add_argument(
             "--temperature",
             type=float,
-            default=1.0,
+            default=temperature,
             metavar="T",
-            help="softmax temperature of the soft loss (default 1)",
+            help=f"softmax temperature of the soft loss (default {temperature:g})",
         )
         g.add_argument(
             "--soft-loss",
@@ -367,9 +395,8 @@ def training_config(args: argparse.Namespace, *, batch_default: int = 32, lr_def
         return False
     from modelpress.compress.train import TrainConfig
 
-    epochs = args.epochs if args.epochs is not None else (None if args.steps is not None else 2)
     return TrainConfig(
-        epochs=epochs,
+        epochs=args.epochs,
         steps=args.steps,
         batch_size=getattr(args, "batch_size", None) or batch_default,
         lr=args.lr if args.lr is not None else lr_default,
