@@ -610,7 +610,8 @@ def main(argv: list[str] | None = None) -> int:
             {"model": m, "target": t, "holds": ok, "numbers": n} for m, t, ok, n in targets
         ],
     }
-    (args.out / "optimize.json").write_text(json.dumps(data, indent=1))
+    # paths inside the repository are written relative to it: the results travel with the repository
+    (args.out / "optimize.json").write_text(json.dumps(data, indent=1).replace(str(ROOT) + "/", ""))
 
     for model, vs in results.items():
         t = Table(title=model, show_edge=False)

@@ -747,7 +747,9 @@ def main() -> None:
             return [clean(v) for v in o]
         return str(o) if isinstance(o, Path) else o
 
-    (RESULTS / "quantize.json").write_text(json.dumps(clean(results), indent=1) + "\n")
+    # paths inside the repository are written relative to it: the results travel with the repository
+    text = json.dumps(clean(results), indent=1).replace(str(ROOT.parent) + "/", "")
+    (RESULTS / "quantize.json").write_text(text + "\n")
     print(text)
 
 
