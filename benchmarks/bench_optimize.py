@@ -223,7 +223,7 @@ def describe(v: Variant, original: Path, feeds: list[dict[str, np.ndarray]]) -> 
         v.nodes = graph_stats(model).node_count
         v.size_bytes = _file_size(path)
         if v.name != ORIGINAL:
-            v.max_rel = modelpress.verify(original, model, inputs=feeds).max_rel
+            v.max_rel = modelpress.verify(original, model, data=feeds).max_rel
         else:
             v.max_rel = 0.0
     except Exception as exc:  # a tool's output that ORT or onnx cannot read is a result too

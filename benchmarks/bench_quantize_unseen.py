@@ -723,7 +723,7 @@ def check(fp: Path, qp: Path, feeds: dict) -> str:
     import modelpress
 
     modelpress.load(qp)
-    v = modelpress.verify(fp, qp, inputs=feeds)
+    v = modelpress.verify(fp, qp, data=feeds)
     return f"ok (verify max rel {v.max_rel:.3g})"
 
 
