@@ -234,7 +234,7 @@ def test_verify_on_an_empty_input_set_is_an_error_not_a_pass(tmp_path, capsys):
     assert main(["verify", str(src), str(src), "--data", str(tmp_path / "empty.npz")]) == 1
     assert "--data is empty" in _one_error_line(capsys)
     with pytest.raises(InputError, match="empty"):
-        verify(src, src, inputs=[])
+        verify(src, src, data=[])
 
 
 @pytest.mark.parametrize("kind", ["truncated", "npy", "directory"])

@@ -37,8 +37,9 @@ from modelpress.protect import keygen, load_key, open_package
 from modelpress.protect import protect as protect_model
 from modelpress.runtime.ort import session, use_global_thread_pool
 from modelpress.verify import verify
-from modelpress.zoo import accuracy, digits_data, sample_inputs
+from modelpress.verify.metrics import accuracy, mean_cosine
 from modelpress.zoo import build as build_zoo
+from modelpress.zoo import digits_data, sample_inputs
 
 ZOO_MODEL = "resnet-digits"
 
@@ -126,7 +127,7 @@ def build(state: DemoState) -> BuildResult:
         parameters=sum(p.numel() for p in module.parameters()),
         train_images=len(data.x_train),
         test_images=len(data.x_test),
-        torch_accuracy=zoo.accuracy(logits, data.y_test),
+        torch_accuracy=accuracy(logits, data.y_test),
         seconds=time.perf_counter() - start,
     )
 
@@ -195,7 +196,7 @@ def quantize(state: DemoState) -> QuantizeStepResult:
 
     x = digits_data().x_train[:256]
     calibration = [{state.input_name: x[i : i + 32]} for i in range(0, len(x), 32)]
-    result = run_quantizer(state.models["optimized"], mode="static", calibration=calibration)
+    result = run_quantizer(state.models["optimized"], mode="static", data=calibration)
     path = state.out_dir / "model.int8.onnx"
     save(result.model, path)
     state.models["int8"] = result.model
@@ -302,16 +303,13 @@ def transformer(state: DemoState) -> TransformerStepResult:
     calibration += [
         {k: np.roll(v, i, axis=0) for k, v in calibration[0].items()} for i in range(1, 4)
     ]
-    result = run_quantizer(optimized, mode="dynamic", calibration=calibration, optimize=False)
+    result = run_quantizer(optimized, mode="dynamic", data=calibration, optimize=False)
     save(result.model, state.out_dir / f"{name}.int8.onnx")
     feeds = sample_inputs(name, batch=8, seq=128)
     models = {"float32": original, "optimized": optimized, "int8": result.model}
     sessions = {k: session(m) for k, m in models.items()}
     outputs = {k: s.run(None, feeds)[0] for k, s in sessions.items()}
-    ref, got = outputs["float32"].reshape(8, -1), outputs["int8"].reshape(8, -1)
-    cosine = float(
-        np.mean(np.sum(ref * got, 1) / (np.linalg.norm(ref, axis=1) * np.linalg.norm(got, axis=1)))
-    )
+    cosine = mean_cosine(outputs["float32"], outputs["int8"])
     times: dict[str, list[float]] = {k: [] for k in sessions}
     for _ in range(max(5, state.latency_rounds // 4)):
         for k, s in sessions.items():

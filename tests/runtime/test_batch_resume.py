@@ -161,7 +161,7 @@ def test_journal_of_another_run_is_refused_and_one_writer_at_a_time(tmp_path):
             Journal(out, "first")
     with pytest.raises(
         InputError,
-        match="left by a run with another model, data or output format; remove it, or pass --restart",
+        match="left by a run with another model, data or output format; remove it, or pass `restart`",
     ):
         Journal(out, "second")
     with Journal(out, "second", restart=True) as j:

@@ -303,4 +303,4 @@ def test_training_data_lets_pruning_and_qat_in(files, tmp_path):
     pruned = [t for t in result.trials if "prune" in t.label or "distill" in t.label]
     assert all(t.size_bytes < result.reference.size_bytes for t in pruned)
     # calibration and training read the training data, scoring all of --data
-    assert result.trials[2].steps[1]["quantize"]["calibration"] == str(tmp_path / "train.npz")
+    assert result.trials[2].steps[1]["quantize"]["data"] == str(tmp_path / "train.npz")

@@ -282,13 +282,13 @@ def plan_service(
 ) -> ServicePlan:
     """Plan the service on every candidate (see the module docstring); ranked options."""
     if qps <= 0:
-        raise OptionError("--qps must be positive")
+        raise OptionError("`qps` must be positive")
     if p99_ms <= 0:
-        raise OptionError("--p99-ms must be positive")
+        raise OptionError("`p99_ms` must be positive")
     if max_batch is not None and max_batch < 1:
-        raise OptionError("--max-batch must be at least 1")
+        raise OptionError("`max_batch` must be at least 1")
     if max_delay_ms is not None and max_delay_ms < 0:
-        raise OptionError("--max-delay-ms must be 0 or more")
+        raise OptionError("`max_delay_ms` must be 0 or more")
     pricing = pricing or Pricing()
     # a service's replicas are provisioned all the time: an owned device's price is spread over
     # every hour of its life
@@ -338,7 +338,7 @@ def plan_service(
         why = "; ".join(f"{d}: {r}" for d, r in rejected[:4])
         raise NoServiceError(
             f"{workload.name}: no candidate serves {qps:g} requests/s at p99 {p99_ms:g} ms ({why}); "
-            "raise --p99-ms, lower the --precision, or add candidates"
+            "raise `p99_ms`, lower the `precision`, or add candidates"
         )
 
     def key(o: ServiceOption):

@@ -22,6 +22,7 @@ from modelpress.cli.options import (
     add_report,
     add_shapes,
     dims,
+    hidden_alias,
     listed,
     open_model,
     shapes,
@@ -31,9 +32,8 @@ from modelpress.profile.llm import llm_workload, load_config
 from modelpress.profile.training import OPTIMIZER_STATES, PRECISION_BYTES
 from modelpress.profile.workload import workload_from_onnx
 from modelpress.profile.workloads import WORKLOADS, get_workload
-from modelpress.report.advisor_plots import roofline, throughput_vs_cost
+from modelpress.report.advisor_page import write_recommendation_page, write_service_page
 from modelpress.report.cards import costs_data, roofline_of_workload
-from modelpress.report.html import Page
 
 
 def add_parser(sub) -> None:
@@ -55,9 +55,9 @@ def add_parser(sub) -> None:
             "  modelpress advise model.onnx --qps 2000 --p99-ms 50\n"
             "  modelpress advise --workload bert-base --precision int8 --qps 500 --p99-ms 20 --gpu L4,T4,A10\n"
             "  modelpress advise --workload resnet50 --task infer --precision int8 --latency-ms 5\n"
-            "  modelpress advise --workload bert-large --precision int8 --batch 256 --avg-seq 170 --gpu L4  # padding-free\n"
-            "  modelpress advise --workload llama-2-7b --task infer --precision fp16 --batch 16 --seq 1024 --gpu h100-sxm,a100-sxm-80gb\n"
-            "  modelpress advise model.onnx --task train --precision fp16 --batch 64 --num-gpus 8 --json out.json --html out.html\n"
+            "  modelpress advise --workload bert-large --precision int8 --batch-size 256 --avg-seq 170 --gpu L4  # padding-free\n"
+            "  modelpress advise --workload llama-2-7b --task infer --precision fp16 --batch-size 16 --seq 1024 --gpu h100-sxm,a100-sxm-80gb\n"
+            "  modelpress advise model.onnx --task train --precision fp16 --batch-size 64 --num-gpus 8 --json out.json --html out.html\n"
             "  modelpress advise config.json --task infer --precision bf16 --gpu L4 --calibrate"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -80,11 +80,12 @@ def add_parser(sub) -> None:
         default="fp16",
         help="compute precision (default fp16; training below 32 bits is mixed precision)",
     )
-    p.add_argument(
-        "--batch",
+    batch = p.add_argument(
+        "--batch-size",
         type=int,
         help="batch per device (default: the largest that fits, at most 256, or that meets --latency-ms)",
     )
+    hidden_alias(p, batch, "--batch")
     p.add_argument(
         "--seq", type=int, help="sequence length for transformers (prompt length for LLM inference)"
     )
@@ -252,7 +253,7 @@ def run(args) -> int:
         _print_catalog(catalog)
         return 0
     for name, value in (
-        ("--batch", args.batch),
+        ("--batch-size", args.batch_size),
         ("--seq", args.seq),
         ("--num-gpus", args.num_gpus),
         ("--max-batch", args.max_batch),
@@ -277,7 +278,7 @@ def run(args) -> int:
     req = Request(
         task=args.task,
         precision=args.precision,
-        batch=args.batch,
+        batch=args.batch_size,
         num_gpus=args.num_gpus,
         latency_ms=args.latency_ms,
         power_cap_w=args.power_cap_w,
@@ -287,7 +288,9 @@ def run(args) -> int:
     calibration = None
     if args.calibrate:
         with console.status("measuring this CPU"):
-            calibration = calibrate_cpu(workload, model=model, batch=args.batch or 1, seq=args.seq)
+            calibration = calibrate_cpu(
+                workload, model=model, batch=args.batch_size or 1, seq=args.seq
+            )
     rec = recommend(workload, candidates, req, eff=DEFAULT_EFFICIENCY, pricing=pricing)
     _print(rec, workload, calibration)
     recorder.write(
@@ -305,7 +308,7 @@ def run(args) -> int:
         charts=_charts(rec, workload) if recorder.wanted else None,
     )
     if args.html:
-        _write_html(args.html, rec, workload, calibration)
+        write_recommendation_page(args.html, rec, workload, calibration)
     return 0
 
 
@@ -363,7 +366,7 @@ def _plan(args, recorder, workload, model, candidates, found, pricing) -> int:
     _print_plan(plan, workload, args.model)
     recorder.write({"workload": _workload_dict(workload), "service": plan.to_dict()})
     if args.html:
-        _write_plan_html(args.html, plan, workload, args.model)
+        write_service_page(args.html, plan, workload)
     return 0
 
 
@@ -571,161 +574,3 @@ def _print_catalog(catalog) -> None:
             f(g.cloud_usd_hr),
         )
     console.print(t)
-
-
-def _write_plan_html(path, plan, workload, model_path) -> None:
-
-    page = Page(f"modelpress advise: serving {workload.name}")
-    s = page.section("Traffic")
-    s.text(
-        f"{plan.qps:g} requests per second, p99 latency target {plan.p99_ms:g} ms, precision {plan.precision}. "
-        "Each replica batches dynamically (up to max batch, waiting at most the max delay); the batch sizes "
-        "and latencies come from a queueing analysis of that policy at the replica's share of the traffic."
-    )
-    s = page.section("Options")
-    s.table(
-        [
-            "#",
-            "device",
-            "replicas",
-            "serve",
-            "mean batch",
-            "p50 ms",
-            "p99 ms",
-            "busy",
-            "$/M cloud",
-            "$/M own",
-        ],
-        [
-            [
-                o.rank,
-                o.device,
-                o.replicas,
-                o.serve_args,
-                float(o.queue.mean_batch),
-                float(o.queue.p50_ms),
-                float(o.queue.p99_ms),
-                f"{100 * o.queue.utilisation:.0f}%",
-                "-" if o.cloud_usd_per_million is None else float(o.cloud_usd_per_million),
-                "-" if o.own_usd_per_million is None else float(o.own_usd_per_million),
-            ]
-            for o in plan.options
-        ],
-    )
-    if plan.rejected:
-        s.table(["device", "why not"], [list(r) for r in plan.rejected])
-    s.text(
-        "Service times: "
-        + "; ".join(sorted({o.curve.source for o in plan.options}))
-        + ". Prices are defaults, not quotes.",
-        note=True,
-    )
-    page.write(path)
-
-
-def _write_html(path, rec, workload, calibration) -> None:
-
-    req = rec.request
-    page = Page(f"modelpress advise: {workload.name}")
-    s = page.section("Request")
-    s.text(
-        f"{workload.name}: {workload.params:,.0f} parameters, {workload.flops_per_sample:,.0f} FLOPs per {workload.sample}. "
-        f"Scenario {rec.scenario}: {req.task}, {req.precision}, {req.num_gpus} device(s) per candidate"
-        + (f", latency target {req.latency_ms:g} ms" if req.latency_ms else "")
-        + (f", power cap {req.power_cap_w:g} W" if req.power_cap_w else "")
-        + "."
-    )
-    s = page.section("Ranking")
-    rows = []
-    for r in rec.rows:
-        e, c = r.estimate, r.cost
-        rows.append(
-            [
-                r.rank or "-",
-                r.gpu.name,
-                "-" if e is None else ("yes" if e.fits else "no"),
-                "-" if e is None else round(e.memory_gb, 2),
-                "-" if e is None else e.batch,
-                "-" if e is None else float(e.throughput),
-                "-" if e is None else float(e.latency_ms),
-                "-" if e is None else e.bound,
-                "-" if not c or c.cloud_usd_per_million is None else float(c.cloud_usd_per_million),
-                "-" if not c or c.own_usd_per_million is None else float(c.own_usd_per_million),
-                r.reason,
-            ]
-        )
-    unit = rec.ranked[0].estimate.unit if rec.ranked else ""
-    s.table(
-        [
-            "#",
-            "gpu",
-            "fits",
-            "memory GB",
-            "batch",
-            f"throughput ({unit})",
-            "latency ms",
-            "bound",
-            "$/M cloud",
-            "$/M own",
-            "reason",
-        ],
-        rows,
-    )
-    s = page.section("Throughput against cost")
-    s.figure(throughput_vs_cost(rec))
-    best = rec.ranked[0]
-    s = page.section(f"Roofline on {best.gpu.name}")
-    s.figure(
-        roofline(workload, best.gpu, precision=req.precision, batch=best.estimate.batch),
-        caption="each point is a kernel of the forward pass (decode step for LLMs) at its predicted speed",
-    )
-    if calibration:
-        s = page.section("Calibration on this CPU")
-        s.table(
-            [
-                "cpu",
-                "matmul GFLOP/s",
-                "copy GB/s",
-                "µs per node",
-                "batch",
-                "predicted ms",
-                "measured ms",
-                "ratio",
-            ],
-            [
-                [
-                    calibration.cpu,
-                    calibration.matmul_gflops,
-                    calibration.copy_gbs,
-                    calibration.node_overhead_us,
-                    calibration.batch,
-                    calibration.predicted_ms or "-",
-                    calibration.measured_ms or "-",
-                    calibration.ratio or "-",
-                ]
-            ],
-        )
-    s = page.section("Model and sources")
-    s.table(
-        ["efficiency factor", "value"],
-        [[k, float(v)] for k, v in DEFAULT_EFFICIENCY.to_dict().items()],
-    )
-    s.table(
-        ["gpu", "number", "source"],
-        [
-            [r.gpu.name, k, r.gpu.source(k)]
-            for r in rec.ranked[:5]
-            for k in (
-                "memory_bandwidth_gbs",
-                f"{req.precision}_tflops" if req.precision != "int8" else "int8_tops",
-                "price_usd",
-                "cloud_usd_hr",
-            )
-            if getattr(r.gpu, k, None) is not None
-        ],
-    )
-    s.text(
-        "Estimates are rooflines with fitted efficiency factors (see benchmarks/results/advisor.md); prices are defaults, not quotes.",
-        note=True,
-    )
-    page.write(path)

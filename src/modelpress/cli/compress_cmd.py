@@ -47,7 +47,8 @@ def add_parser(sub) -> None:
         choices=["global", "layer"],
         help="one pruning threshold for all layers (default) or per layer",
     )
-    options.add_list(p, "--keep", metavar="NODE", help="layers left dense")
+    keep = options.add_list(p, "--exclude", metavar="NODE", help="layers left dense")
+    options.hidden_alias(p, keep, "--keep")
     options.add_training(p)
     options.add_budget(p)
     options.add_record(p)
@@ -71,7 +72,7 @@ def run(args) -> int:
             sparsity=args.sparsity,
             bits=args.bits,
             scope=args.scope,
-            keep=options.listed(args.keep),
+            keep=options.listed(args.exclude),
             train=options.training_config(args),
             alpha=args.alpha,
             temperature=args.temperature,

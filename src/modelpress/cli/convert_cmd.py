@@ -8,7 +8,7 @@ from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes
 from modelpress.cli.verify_cmd import print_verify
 from modelpress.convert import convert, parse_dynamic, parse_input_specs
-from modelpress.convert.base import SOURCE_KINDS, ensure_registered
+from modelpress.convert.kinds import SOURCE_KINDS
 from modelpress.convert.llm import LEVELS as LLM_LEVELS
 from modelpress.convert.llm import LLMConvertResult
 from modelpress.ir import graph_stats
@@ -17,7 +17,6 @@ from modelpress.ir.io import model_bytes
 
 def add_parser(sub) -> None:
 
-    ensure_registered()  # the framework modules import their framework lazily: this stays cheap
     kinds = "\n".join(
         f"  {k.name:<14} {k.description}  [extra: {k.extra}]"
         for k in SOURCE_KINDS.values()

@@ -24,13 +24,15 @@ def add_parser(sub) -> None:
         help="run the whole flow on a small CNN it trains itself",
         description="Train a small ResNet-style CNN on scikit-learn's digits, convert it from PyTorch to ONNX, "
         "inspect, optimize, verify and time it, and print the before/after table.",
-        epilog="example: modelpress demo --out demo_out",
+        epilog="example: modelpress demo -o demo_out",
     )
-    p.add_argument(
-        "--out",
+    out = p.add_argument(
+        "-o",
+        "--output",
         default="demo_out",
         help="folder for the models and summary.json (created if missing)",
     )
+    options.hidden_alias(p, out, "--out")
     p.add_argument(
         "--rounds", type=int, default=200, help="interleaved latency runs per model (default 200)"
     )
@@ -211,7 +213,7 @@ def run(args) -> int:
 
     if args.rounds < 1:
         raise OptionError("--rounds must be at least 1")
-    out = Path(args.out)
+    out = Path(args.output)
     if out.exists() and not out.is_dir():
         raise OptionError(f"--out {out}: exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)

@@ -53,10 +53,9 @@ def add_parser(sub) -> None:
         metavar="X",
         help="weight of the hidden-state / feature-map loss (default 1)",
     )
-    options.add_training(p)
     # a student learns from a teacher more slowly than a pruned model recovers: 10 epochs, not 2
-    # (benchmarks/results/train.md, distillation)
-    p.set_defaults(temperature=4.0, epochs=10)
+    # (benchmarks/results/train.md, distillation); it always trains
+    options.add_training(p, epochs=10, temperature=4.0, no_train=False)
     options.add_budget(p)
     options.add_record(p)
     p.set_defaults(func=run)

@@ -23,15 +23,11 @@ import functools
 import os
 import re
 import time
-from pathlib import Path
 
-from modelpress.compress.deep import open_mpz
+import modelpress
 from modelpress.errors import ModelpressError, OptionError
-from modelpress.ir import load
 from modelpress.ir.files import output_dir
 from modelpress.ir.shapes import parse_dims, parse_shapes
-from modelpress.protect import is_obfuscated, load_key, open_package, unlock
-from modelpress.protect.package import has_magic
 from modelpress.report.cards import model_card
 from modelpress.report.page import write_report
 from modelpress.report.record import Record
@@ -53,7 +49,25 @@ FIELD_FLAGS = {
     "max_accuracy_drop": "--max-accuracy-drop",
     "min_agreement": "--min-agreement",
     "min_cosine": "--min-cosine",
+    "max_delay_s": "--max-delay-ms",
+    "key": "--key-file FILE or --key-env VAR",
 }
+
+
+def flags_of(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """``{field: flag}`` of a command's parser: each option's destination and its long name."""
+    out = {}
+    for action in parser._actions:
+        longs = [o for o in action.option_strings if o.startswith("--")]
+        if longs and action.dest not in out:
+            out[action.dest] = longs[0]
+    return out
+
+
+def in_flags(text: str, fields: dict[str, str]) -> str:
+    """A library message with its field names (in backquotes) said as the command's flags."""
+    mapping = {**FIELD_FLAGS, **fields}
+    return re.sub(r"`(\w+)`", lambda m: mapping.get(m.group(1), m.group(0)), text)
 
 
 def speaks_flags(func=None, *, fields: dict[str, str] | None = None):
@@ -68,7 +82,7 @@ def speaks_flags(func=None, *, fields: dict[str, str] | None = None):
                 return fn(args)
             except ModelpressError as exc:
                 text = str(exc)
-                new = re.sub(r"`(\w+)`", lambda m: mapping.get(m.group(1), m.group(0)), text)
+                new = in_flags(text, mapping)
                 if new != text:
                     exc.args = (new,)
                 raise
@@ -190,15 +204,30 @@ def add_key(p: argparse.ArgumentParser) -> None:
     p.add_argument("--key-env", metavar="VAR", help="an environment variable holding the key (hex)")
 
 
-def add_list(p: argparse.ArgumentParser, flag: str, *, metavar: str, help: str) -> None:
+def add_list(p: argparse.ArgumentParser, flag: str, *, metavar: str, help: str) -> argparse.Action:
     """A repeatable option whose values may also be comma-separated: ``--exclude a,b --exclude c``."""
-    p.add_argument(
+    return p.add_argument(
         flag,
         action="append",
         default=[],
         metavar=metavar,
         help=f"{help} (repeatable, or comma-separated)",
     )
+
+
+def hidden_alias(p: argparse.ArgumentParser, action: argparse.Action, *old: str) -> None:
+    """``old`` spellings of ``action``'s option that still parse (into the same place) but are no
+    longer shown: one name for one idea in ``--help``, nothing broken for a script."""
+    kwargs: dict = {"dest": action.dest, "help": argparse.SUPPRESS, "default": argparse.SUPPRESS}
+    if isinstance(action, argparse._AppendAction):
+        kwargs.update(action="append", metavar=action.metavar)
+    elif action.nargs == 0:
+        kwargs.update(action="store_const", const=action.const)
+    else:
+        kwargs.update(
+            type=action.type, nargs=action.nargs, const=action.const, metavar=action.metavar
+        )
+    p.add_argument(*old, **kwargs)
 
 
 def listed(values: list[str] | None) -> list[str]:
@@ -224,29 +253,12 @@ def open_model(
     one way every command reads its model. ``runnable=False`` (inspect) lets an obfuscated ONNX
     file without a key through as the file shows it."""
 
-    p = Path(path)
-    if p.suffix == ".mpz":
-        return open_mpz(p)
-    key_file = getattr(args, "key_file", None)
-    key_env = getattr(args, "key_env", None)
-    if has_magic(p) or p.suffix == ".mpk":
-        if key_file is None and key_env is None:
-            raise OptionError(
-                f"{p}: a protected package: give its key with --key-file FILE or --key-env VAR"
-            )
-        return open_package(p, load_key(key_file, key_env))
-    model = load(p)
-
-    if not is_obfuscated(model):
-        return model
-    if key_file is None and key_env is None:
-        if not runnable:
-            return model
-        raise OptionError(
-            f"{p}: an obfuscated model: give its key with --key-file FILE or --key-env VAR"
-        )
-
-    return unlock(model, load_key(key_file, key_env), name=str(p))
+    return modelpress.open(
+        path,
+        key_file=getattr(args, "key_file", None),
+        key_env=getattr(args, "key_env", None),
+        runnable=runnable,
+    )
 
 
 class Recorder:
@@ -318,11 +330,23 @@ def add_training_data(p: argparse.ArgumentParser, *, required: bool = False) -> 
     )
 
 
-def add_training(p: argparse.ArgumentParser, *, teacher: bool = True) -> None:
-    """How a command that trains (prune, distill, compress, quantize --mode qat) trains."""
+def add_training(
+    p: argparse.ArgumentParser,
+    *,
+    teacher: bool = True,
+    epochs: int = 2,
+    temperature: float = 1.0,
+    no_train: bool = True,
+) -> None:
+    """How a command that trains (prune, distill, compress, quantize --mode qat) trains; the help
+    shows the defaults the command uses (``--steps`` wins over ``--epochs``)."""
     g = p.add_argument_group("training")
     g.add_argument(
-        "--epochs", type=int, metavar="N", help="passes over the training data (default 2)"
+        "--epochs",
+        type=int,
+        default=epochs,
+        metavar="N",
+        help=f"passes over the training data (default {epochs})",
     )
     g.add_argument("--steps", type=int, metavar="N", help="optimizer steps (instead of epochs)")
     g.add_argument("--lr", type=float, metavar="X", help="learning rate (default 3e-3; qat 1e-4)")
@@ -349,7 +373,8 @@ def add_training(p: argparse.ArgumentParser, *, teacher: bool = True) -> None:
         help="stop after N held-out evaluations without improvement (default 5; 10 a run)",
     )
     g.add_argument("--seed", type=int, default=0, help="shuffling and split seed (default 0)")
-    g.add_argument("--no-train", action="store_true", help="no training: compress only")
+    if no_train:
+        g.add_argument("--no-train", action="store_true", help="no training: compress only")
     if teacher:
         g.add_argument(
             "--alpha",
@@ -360,9 +385,9 @@ def add_training(p: argparse.ArgumentParser, *, teacher: bool = True) -> None:
         g.add_argument(
             "--temperature",
             type=float,
-            default=1.0,
+            default=temperature,
             metavar="T",
-            help="softmax temperature of the soft loss (default 1)",
+            help=f"softmax temperature of the soft loss (default {temperature:g})",
         )
         g.add_argument(
             "--soft-loss",
@@ -445,9 +470,8 @@ def training_config(args: argparse.Namespace, *, batch_default: int = 32, lr_def
         return False
     from modelpress.compress.train import TrainConfig
 
-    epochs = args.epochs if args.epochs is not None else (None if args.steps is not None else 2)
     return TrainConfig(
-        epochs=epochs,
+        epochs=args.epochs,
         steps=args.steps,
         batch_size=getattr(args, "batch_size", None) or batch_default,
         lr=args.lr if args.lr is not None else lr_default,

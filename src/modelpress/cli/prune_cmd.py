@@ -83,7 +83,8 @@ def add_parser(sub) -> None:
         metavar="N",
         help="structured: prune in N rounds, fine-tuning after each (default 1)",
     )
-    options.add_list(what, "--keep", metavar="NODE", help="layers that stay whole")
+    keep = options.add_list(what, "--exclude", metavar="NODE", help="layers that stay whole")
+    options.hidden_alias(what, keep, "--keep")
     what.add_argument(
         "--round-to",
         type=int,
@@ -125,7 +126,7 @@ def run(args) -> int:
             scope=args.scope,
             importance=args.importance,
             steps=args.iterations,
-            keep=options.listed(args.keep),
+            keep=options.listed(args.exclude),
             round_to=args.round_to,
             global_ranking=args.global_ranking,
             refit=args.refit,

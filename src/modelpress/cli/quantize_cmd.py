@@ -13,7 +13,7 @@ from modelpress.cli._common import console, human_bytes
 from modelpress.compress.quantize import ImagePreprocess, quantize
 from modelpress.compress.quantize.modes import MODES, mode_names
 from modelpress.compress.quantize.observers import OBSERVERS
-from modelpress.errors import VerificationError
+from modelpress.errors import OptionError, VerificationError
 from modelpress.ir import save
 from modelpress.ir.files import output_dir
 from modelpress.runtime.cpu import TARGETS
@@ -154,7 +154,7 @@ def add_parser(sub) -> None:
         "--report",
         metavar="FILE.html",
         help="also write a self-contained HTML page of this run (model cards, per-layer error "
-        "chart, latency); a name not ending in .html writes the record, as --json does (its old use)",
+        "chart, latency)",
     )
     p.set_defaults(func=run)
 
@@ -189,10 +189,9 @@ FLAGS = {
 def run(args) -> int:
 
     if args.report and not str(args.report).lower().endswith((".html", ".htm")):
-        args.json, args.report = (
-            args.json or args.report,
-            None,
-        )  # `--report FILE.json`: the old name
+        raise OptionError(
+            f"--report {args.report}: the HTML page is FILE.html; the record is --json FILE"
+        )
     recorder = options.Recorder("quantize", args)
     output_dir(args.output)  # before minutes of calibration, not after
     original = options.open_model(args.model, args)
@@ -222,7 +221,7 @@ def run(args) -> int:
         result = quantize(
             original,
             mode=args.mode,
-            calibration=args.data,
+            data=args.data,
             method=args.method,
             per_channel=not args.per_tensor,
             bits=args.bits,
@@ -235,7 +234,7 @@ def run(args) -> int:
             max_accuracy_drop=args.max_accuracy_drop,
             labels_key=args.labels_key,
             batch_size=args.batch_size,
-            calibration_limit=args.limit,
+            limit=args.limit,
             image=image,
             optimize=not args.no_optimize,
             target_cpu=args.target_cpu,

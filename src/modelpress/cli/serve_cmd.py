@@ -4,6 +4,8 @@ OpenAI-compatible routes (/v1/completions, /v1/chat/completions) with continuous
 
 from __future__ import annotations
 
+import argparse
+
 from modelpress.cli import options
 from modelpress.cli._common import console, err_console
 from modelpress.errors import OptionError, require
@@ -134,12 +136,13 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--ray",
-        action="store_true",
-        help="deploy on Ray Serve (a local cluster unless --ray-address)",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="ADDRESS",
+        help="deploy on Ray Serve (a local cluster, or the one at ADDRESS)",
     )
-    p.add_argument(
-        "--ray-address", metavar="ADDRESS", help="the Ray cluster to deploy on (with --ray)"
-    )
+    p.add_argument("--ray-address", help=argparse.SUPPRESS)  # the old spelling of --ray ADDRESS
     p.add_argument(
         "--replicas",
         type=int,
@@ -209,6 +212,8 @@ def run(args) -> int:
         (model_name(path, names[i] if i < len(names) else None), path)
         for i, path in enumerate(args.models)
     ]
+    if isinstance(args.ray, str):
+        args.ray, args.ray_address = True, args.ray
     if args.ray_address and not args.ray:
         raise OptionError("--ray-address needs --ray")
     llm_named = [(name, path) for name, path in named if is_llm_folder(path)]

@@ -63,7 +63,7 @@ def check_options(args) -> dict:
 
     options.require_positive(args.runs, "--runs")
     return {
-        "inputs": load_npz(args.data) if args.data else None,
+        "data": load_npz(args.data) if args.data else None,
         "dims": options.dims(args),
         "shapes": options.shapes(args),
         "runs": args.runs,

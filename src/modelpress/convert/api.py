@@ -1,6 +1,6 @@
 """``convert()``: any supported framework model in, verified standard ONNX out.
 
-The steps: detect the source kind (``base.detect``), let its converter export the model, then run
+The steps: detect the source kind (``kinds.detect``), let its converter export the model, then run
 the original framework and ONNX Runtime (its optimizations disabled) on the same inputs and compare
 every output with the per-dtype tolerances of ``modelpress.verify``. The inputs are the user's
 example inputs when given, random ones at the traced shapes, and, when the ONNX model has dynamic
@@ -21,9 +21,10 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.convert.base import ConversionError, ConvertOptions, Exported, InputSpec, detect
+from modelpress.convert.base import ConvertOptions, Exported, InputSpec
+from modelpress.convert.kinds import detect
 from modelpress.convert.llm import LLMConvertResult, convert_llm
-from modelpress.errors import OptionError, VerificationError
+from modelpress.errors import ConversionError, OptionError, VerificationError
 from modelpress.ir import from_proto, graph_stats, save, to_proto
 from modelpress.passes import optimize as run_optimizer
 from modelpress.runtime.ort import session

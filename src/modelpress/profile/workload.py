@@ -226,7 +226,7 @@ def input_shapes(
         given = shapes.get(value.name)
         if given is not None and len(given) != len(value.shape):
             raise OptionError(
-                f"--shape {value.name}: {len(given)} dimensions, the model input has {len(value.shape)}"
+                f"`shapes` {value.name}: {len(given)} dimensions, the model input has {len(value.shape)}"
             )
         sizes = []
         for i, d in enumerate(value.shape):
@@ -245,7 +245,7 @@ def input_shapes(
             elif dim_name(d) is not None:
                 raise OptionError(
                     f"model input {value.name!r} has a symbolic dimension {d} besides the batch: "
-                    f"give --dim {d}=SIZE (or --seq)"
+                    f"give `dims` {d}=SIZE (or `seq`)"
                 )
             else:  # an unnamed dimension: --dim cannot name it, --shape gives the whole input
                 example = "x".join(

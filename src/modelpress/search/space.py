@@ -153,7 +153,7 @@ class Space:
         steps = [Step.of("optimize", level=level)] if level else []
         if mode != FLOAT:
             if mode in TRAINING_MODES:  # the quantizer reads its training data as calibration
-                data = {("calibration" if k == "data" else k): v for k, v in self.train_options}
+                data = dict(self.train_options)
             else:
                 data = dict(self.quantize_options)
             # the optimizer has run (or level 0 asked for the model as given)

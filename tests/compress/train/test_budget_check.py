@@ -16,10 +16,10 @@ from modelpress.cli.main import main
 from modelpress.compress.train import TrainConfig, TrainData
 from modelpress.compress.train.budget import Budget, score
 from modelpress.compress.train.finetune import finetune
-from modelpress.compress.train.metrics import Comparison, compare
 from modelpress.ir import save
 from modelpress.ir.match import const_array
 from modelpress.verify import run_model
+from modelpress.verify.metrics import Comparison, compare
 
 
 def _x(n: int, seed: int = 0) -> np.ndarray:

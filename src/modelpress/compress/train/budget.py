@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from modelpress.compress.train.metrics import Comparison
 from modelpress.errors import OptionError
+from modelpress.verify.metrics import Comparison
 
 
 @dataclass(frozen=True)

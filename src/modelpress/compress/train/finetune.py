@@ -25,8 +25,8 @@ from modelpress.compress.train import module as modules
 from modelpress.compress.train.budget import score
 from modelpress.compress.train.data import TrainData
 from modelpress.compress.train.loop import Progress, TrainConfig, TrainResult, fit
-from modelpress.compress.train.metrics import compare
 from modelpress.compress.train.objective import build_objective
+from modelpress.verify.metrics import compare
 
 
 def finetune(

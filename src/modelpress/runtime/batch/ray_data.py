@@ -142,9 +142,7 @@ def run_on_ray(
         except Exception as exc:  # noqa: BLE001 - Ray raises several classes for an unreachable cluster
             msg = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
             raise OptionError(
-                f"--ray {address or ''}: cannot start or reach a Ray cluster ({msg})".replace(
-                    "--ray :", "--ray:"
-                )
+                f"`ray`{' ' + address if address else ''}: cannot start or reach a Ray cluster ({msg})"
             ) from None
     ctx = ray.data.DataContext.get_current()
     ctx.print_on_execution_start = False

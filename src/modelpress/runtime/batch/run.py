@@ -107,7 +107,7 @@ def run_batch(
     refuse_overwrite(output, model, data)
     output_dir(output)
     if batch_size is not None and batch_size < 1:
-        raise OptionError("--batch-size must be at least 1")
+        raise OptionError("`batch_size` must be at least 1")
     n_workers = resolve_workers(workers)
     m = as_model(model)
     processing = Processing.from_model(m)
@@ -151,7 +151,7 @@ def run_batch(
         if ray:
             if not isinstance(source, Items):
                 raise OptionError(
-                    "--ray reads a folder of files or a .jsonl of texts; run an .npz without --ray"
+                    "`ray` reads a folder of files or a .jsonl of texts; run an .npz without `ray`"
                 )
             sess_info, timing = run_on_ray(
                 model_bytes(m), processing, source, journal.done,
