@@ -30,6 +30,7 @@ from onnx import numpy_helper
 
 from modelpress.ir import model_bytes, to_proto
 from modelpress.protect.correlation import standardized, views
+from modelpress.runtime.ort import session_options
 
 ALPHA = 1e-3
 MIN_ELEMENTS = 16  # below this, chance alone correlates tensors near 1: nothing to measure
@@ -65,9 +66,8 @@ def tool_results(opened) -> dict[str, onnx.ModelProto]:
     data = model_bytes(opened)
     with tempfile.TemporaryDirectory() as tmp:
         for name, level in levels.items():
-            so = ort.SessionOptions()
+            so = session_options()  # this process's thread settings
             so.graph_optimization_level = level
-            so.log_severity_level = 3
             so.optimized_model_filepath = str(Path(tmp) / f"{name}.onnx")
             ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
             out[name] = onnx.load(so.optimized_model_filepath)
