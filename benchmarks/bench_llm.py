@@ -24,7 +24,13 @@ Sections (``--only SECTION``, repeatable; each rewrites its own part of
     ``generate_next_token`` runs the model on the token it picks). The page is also written alone
     as ``benchmarks/results/llm_decode.md``.
 
-    .venv/bin/python benchmarks/bench_llm.py --only decode [--threads 1] [--rounds 3]
+``decode_batch``
+    Continuous batching inside the engine: 16 greedy requests one at a time and all at once
+    (``Scheduler(max_seqs=16)``), aggregate tokens/s and whether each batched answer equals its
+    solo answer, for the converted model and each ``--decode-llm`` folder (appended to
+    ``llm_decode.md``).
+
+    .venv/bin/python benchmarks/bench_llm.py --only decode --only decode_batch [--threads 1]
 """
 
 from __future__ import annotations
@@ -179,6 +185,7 @@ elif engine == "llama.cpp":
                 n_batch=512, verbose=False)
 
     def run(ids, n):
+        llm.reset()  # else generate() reuses the cached prefix of the last run: no prefill
         start, times, tokens = time.perf_counter(), [], []
         for token in llm.generate(ids, top_k=1, top_p=1.0, temp=0.0, repeat_penalty=1.0, reset=True):
             tokens.append(int(token)); times.append(time.perf_counter())
@@ -300,7 +307,10 @@ def section_decode(args) -> dict:
         "notes": notes,
     }
     data["markdown"] = decode_markdown(data)
-    (RESULTS / "llm_decode.md").write_text(data["markdown"] + "\n")
+    page = RESULTS / "llm_decode.md"
+    marker = "## Continuous batching in the engine"
+    rest = page.read_text().partition(marker) if page.exists() else ("", "", "")
+    page.write_text(data["markdown"] + "\n" + (f"\n{marker}{rest[2]}" if rest[1] else ""))
     return data
 
 
@@ -329,7 +339,82 @@ def decode_markdown(d: dict) -> str:
     return "\n".join(lines).rstrip()
 
 
-SECTIONS = {"decode": section_decode}
+def section_decode_batch(args) -> dict:
+    """Continuous batching in the engine: 16 greedy requests (64-token prompts, 32 tokens each)
+    one after the other (``max_seqs=1``) and all at once (``max_seqs=16``), interleaved; the
+    aggregate tokens/s of each and whether every batched answer equals its solo answer."""
+    sys.path.insert(0, str(ROOT.parent / "src"))
+    from modelpress.runtime.generate import Request, SamplingParams, Scheduler, open_llm
+
+    folders = [float_folder(), *(Path(d) for d in args.decode_llm)]
+    ids = decode_prompt_ids(folders[0], 256 + 16 * 8)
+    prompts = [ids[8 * i : 8 * i + 64] for i in range(16)]
+    n = 32
+    rows = []
+    for folder in folders:
+        llm = open_llm(folder, threads=args.threads)
+        speeds: dict[int, list[float]] = {1: [], 16: []}
+        answers = {}
+        for _ in range(args.rounds):
+            for seqs in (1, 16):
+                requests = [
+                    Request(prompt_ids=p, params=SamplingParams(max_tokens=n, ignore_eos=True))
+                    for p in prompts
+                ]
+                start = time.perf_counter()
+                results = Scheduler(llm, max_seqs=seqs).run(requests)
+                speeds[seqs].append(16 * n / (time.perf_counter() - start))
+                failed = [r.error for r in results if r.finish_reason != "length"]
+                if failed:  # never a speed from runs that did not run
+                    raise SystemExit(f"decode_batch: {len(failed)} requests failed: {failed[0]}")
+                answers[seqs] = [r.token_ids for r in results]
+        rows.append(
+            {
+                "model": folder.name,
+                "one_at_a_time_tok_s": statistics.median(speeds[1]),
+                "batched_tok_s": statistics.median(speeds[16]),
+                "spread_one": [min(speeds[1]), max(speeds[1])],
+                "spread_batched": [min(speeds[16]), max(speeds[16])],
+                "equal_answers": sum(a == b for a, b in zip(answers[1], answers[16])),
+            }
+        )
+    data = {
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": "benchmarks/bench_llm.py " + " ".join(sys.argv[1:]),
+        "threads": args.threads,
+        "rounds": args.rounds,
+        "rows": rows,
+    }
+    lines = [
+        "## Continuous batching in the engine: 16 requests at once against one at a time",
+        "",
+        f"Machine: {data['machine']}; {data['date']}; `{data['command']}`. {args.threads} "
+        f"thread(s); 16 greedy requests (64-token prompts from Python's license), {n} tokens "
+        f"each, through `Scheduler.run` with `max_seqs=1` and `max_seqs=16`, {args.rounds} "
+        "interleaved rounds; aggregate tokens/s from the first prefill to the last token "
+        "(medians, min-max).",
+        "",
+        "| model | one at a time tok/s | 16 at once tok/s | speed-up | batched answers equal to solo |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['one_at_a_time_tok_s']:.1f} "
+            f"({r['spread_one'][0]:.1f}-{r['spread_one'][1]:.1f}) | {r['batched_tok_s']:.1f} "
+            f"({r['spread_batched'][0]:.1f}-{r['spread_batched'][1]:.1f}) | "
+            f"{r['batched_tok_s'] / r['one_at_a_time_tok_s']:.1f}x | {r['equal_answers']}/16 |"
+        )
+    data["markdown"] = "\n".join(lines)
+    page = RESULTS / "llm_decode.md"
+    text = page.read_text() if page.exists() else ""
+    marker = "## Continuous batching in the engine"
+    text = text.split(marker)[0].rstrip() + "\n\n" + data["markdown"] + "\n"
+    page.write_text(text.lstrip())
+    return data
+
+
+SECTIONS = {"decode": section_decode, "decode_batch": section_decode_batch}
 
 
 def render(data: dict) -> str:

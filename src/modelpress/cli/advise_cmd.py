@@ -28,6 +28,7 @@ from modelpress.cli.options import (
     shapes,
 )
 from modelpress.errors import OptionError
+from modelpress.ir.llm import is_llm_folder, read_config
 from modelpress.profile.llm import llm_workload, load_config
 from modelpress.profile.training import OPTIMIZER_STATES, PRECISION_BYTES
 from modelpress.profile.workload import workload_from_onnx
@@ -63,7 +64,10 @@ def add_parser(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model(
-        p, required=False, help="an .onnx model or a Hugging Face config.json of a decoder LLM"
+        p,
+        required=False,
+        help="an .onnx model, a Hugging Face config.json of a decoder LLM, or an LLM folder "
+        "(measured here: prefill of --seq tokens and decode, beside the CPU estimate)",
     )
     p.add_argument(
         "--workload", choices=list(WORKLOADS), help="a built-in workload instead of a file"
@@ -262,6 +266,8 @@ def run(args) -> int:
             raise OptionError(f"{name} must be at least 1")
     if (args.qps is None) != (args.p99_ms is None):
         raise OptionError("service planning needs both --qps and --p99-ms")
+    if args.model and is_llm_folder(args.model):
+        return _advise_llm(args, recorder)
     workload, model = _workload(args)
     found = [catalog.lookup(n) for n in dict.fromkeys(listed(args.gpu))]
     for f in found:
@@ -309,6 +315,51 @@ def run(args) -> int:
     )
     if args.html:
         write_recommendation_page(args.html, rec, workload, calibration)
+    return 0
+
+
+def _advise_llm(args, recorder) -> int:
+    """An LLM folder: prefill and decode measured on this CPU beside the estimate of its graph."""
+    from modelpress.advisor.llm_measured import calibrate_llm
+
+    prompt = args.seq or 256
+    tokens = min(args.gen_tokens, 32)
+    context = read_config(args.model).max_context
+    if prompt + tokens > context:
+        raise OptionError(
+            f"--seq {prompt} + {tokens} generated tokens is over the model's context of {context}"
+        )
+    with console.status(f"measuring {args.model} on this CPU"):
+        cal = calibrate_llm(args.model, prompt_tokens=prompt, gen_tokens=tokens)
+    console.print(
+        f"{args.model} on {cal.cpu} ({cal.threads} threads): matmul {cal.matmul_gflops:.1f} "
+        f"GFLOP/s, copy {cal.copy_gbs:.1f} GB/s, {cal.node_overhead_us:.2f} µs a node"
+    )
+    rows = [
+        (
+            f"prefill, {prompt} tokens",
+            cal.prefill_ms,
+            cal.prefill_range_ms,
+            cal.predicted_prefill_ms,
+            cal.prefill_bound,
+        ),
+        (
+            f"decode, a token ({cal.decode_tokens_per_s:.1f}/s)",
+            cal.decode_ms,
+            cal.decode_range_ms,
+            cal.predicted_decode_ms,
+            cal.decode_bound,
+        ),
+    ]
+    console.print(f"{'':28} {'measured ms':>20} {'estimate ms':>11} {'est/meas':>9}")
+    for name, ms, (lo, hi), est, bound in rows:
+        spread = f"({lo:.0f}-{hi:.0f})"
+        console.print(f"{name:28} {ms:>9.1f} {spread:>10} {est:>11.1f} {est / ms:>9.2f}  {bound}")
+    console.print(
+        f"median of {cal.runs} runs, {tokens} greedy tokens each; the estimate is the decoder "
+        "graph's roofline on the roof measured above. For GPUs, give the checkpoint's config.json."
+    )
+    recorder.write({"llm": cal.to_dict()})
     return 0
 
 

@@ -175,3 +175,19 @@ def test_a_prompt_prefilled_in_chunks_gives_the_same_tokens(llama):
     chunked.engine.prefill_chunk = 5
     request.request_id += "-chunked"
     assert chunked.run([request])[0].token_ids == whole.token_ids
+
+
+@pytest.mark.slow  # the CPU's roofs are measured: about a minute here
+def test_advise_measures_an_llm_folder_beside_its_estimate(llama, tmp_path, capsys):
+    _, folder = llama
+    record = tmp_path / "advise.json"
+    assert main(["advise", str(folder), "--seq", "16", "--json", str(record)]) == 0
+    out = capsys.readouterr().out
+    assert "prefill, 16 tokens" in out and "decode, a token" in out
+    llm = json.loads(record.read_text())["result"]["llm"]
+    assert llm["prompt_tokens"] == 16 and llm["prefill_ms"] > 0 and llm["decode_ms"] > 0
+    assert llm["predicted_prefill_ms"] > 0 and llm["predicted_decode_ms"] > 0
+    assert llm["decode_predicted_over_measured"] == llm["predicted_decode_ms"] / llm["decode_ms"]
+    assert main(["advise", str(folder), "--seq", "300"]) == 1  # over the context of 256
+    err = capsys.readouterr().err
+    assert err.startswith("error: --seq 300 + 32 generated tokens") and "context of 256" in err

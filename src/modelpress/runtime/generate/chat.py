@@ -13,15 +13,12 @@ that does not escape HTML, the helpers ``raise_exception``, ``strftime_now``, ``
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import jinja2
-import jinja2.ext
-import jinja2.sandbox
-
-from modelpress.errors import InputError, ModelLoadError
+from modelpress.errors import InputError, ModelLoadError, require
 
 SPECIAL_TOKENS = (
     "bos_token",
@@ -35,20 +32,36 @@ SPECIAL_TOKENS = (
 ROLES_NEED_CONTENT = ("system", "user")
 
 
-class _Generation(jinja2.ext.Extension):
-    """``{% generation %}...{% endgeneration %}`` (marks assistant text for training masks):
-    rendered as its body."""
+@functools.cache
+def _environment():
+    """Jinja's immutable sandbox set up as transformers sets it up (the ``llm`` extra)."""
+    require("jinja2", extra="llm", purpose="a chat template")
+    import jinja2.ext
+    import jinja2.sandbox
 
-    tags = {"generation"}
+    class Generation(jinja2.ext.Extension):
+        """``{% generation %}...{% endgeneration %}`` (marks assistant text for training
+        masks): rendered as its body."""
 
-    def parse(self, parser):
-        lineno = next(parser.stream).lineno
-        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-        return jinja2.nodes.Scope(body).set_lineno(lineno)
+        tags = {"generation"}
 
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return jinja2.nodes.Scope(body).set_lineno(lineno)
 
-def _raise_exception(message):
-    raise jinja2.exceptions.TemplateError(message)
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[Generation, jinja2.ext.loopcontrols]
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: dt.datetime.now().strftime(fmt)
+    env.globals["dict"] = dict
+    env.globals["namespace"] = jinja2.utils.Namespace
+    return env
 
 
 def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
@@ -72,18 +85,10 @@ class ChatTemplate:
     special_tokens: dict
 
     def __post_init__(self) -> None:
-        env = jinja2.sandbox.ImmutableSandboxedEnvironment(
-            trim_blocks=True,
-            lstrip_blocks=True,
-            extensions=[_Generation, jinja2.ext.loopcontrols],
-        )
-        env.filters["tojson"] = _tojson
-        env.globals["raise_exception"] = _raise_exception
-        env.globals["strftime_now"] = lambda fmt: dt.datetime.now().strftime(fmt)
-        env.globals["dict"] = dict
-        env.globals["namespace"] = jinja2.utils.Namespace
+        import jinja2
+
         try:
-            compiled = env.from_string(self.source)
+            compiled = _environment().from_string(self.source)
         except jinja2.TemplateError as exc:
             raise ModelLoadError(f"chat template: {exc}") from None
         object.__setattr__(self, "_compiled", compiled)
@@ -98,6 +103,8 @@ class ChatTemplate:
         **variables,
     ) -> str:
         """The prompt text of ``messages`` (``[{"role": ..., "content": ...}, ...]``)."""
+        import jinja2
+
         check_messages(messages)
         try:
             return self._compiled.render(

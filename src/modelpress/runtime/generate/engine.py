@@ -3,8 +3,8 @@
 ``Engine`` owns the batched ``KVCache`` and the sequences in its rows (row ``i`` of the cache is
 ``running[i]``). ``prefill(sequences)`` runs each new prompt alone (batch 1, nothing padded, so
 a prompt's cache is what a solo run computes; a prompt longer than ``prefill_chunk`` tokens goes
-through in chunks), chooses its first token and joins its cache to the batch; ``decode()`` runs one step for every running row and chooses each row's next token
-with that row's own sampling. A sequence that finishes leaves at once (its rows and the columns
+through in chunks), chooses its first token and joins its cache to the batch; ``decode()`` runs
+one step for every running row and chooses each row's next token with that row's own sampling. A sequence that finishes leaves at once (its rows and the columns
 no row uses any more are dropped); ``cancel(ids)`` ends sequences from outside.
 
 The engine is synchronous and single-threaded; ``scheduler.py`` decides when to call it.

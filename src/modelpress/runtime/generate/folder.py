@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from modelpress.errors import InputError, ModelLoadError, OptionError
+from modelpress.errors import InputError, ModelLoadError, OptionError, require
 from modelpress.ir.llm import (
     MODEL_FILE,
     TOKENIZER_CONFIG_FILE,
@@ -83,9 +83,9 @@ def open_llm(
     """Open the LLM folder ``folder`` for generation (``threads``: ONNX Runtime's intra-op
     threads, default all cores; ``binding``: IO binding for the steps; ``spinning``: let idle
     worker threads spin between steps, ONNX Runtime's default when None)."""
-    from tokenizers import Tokenizer
-
     from modelpress.runtime.ort import session, session_options
+
+    Tokenizer = require("tokenizers", extra="llm", purpose="generating text").Tokenizer
 
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise OptionError(f"`threads` must be an integer of at least 1, got {threads!r}")
