@@ -51,6 +51,8 @@ FIELD_FLAGS = {
     "min_cosine": "--min-cosine",
     "max_delay_s": "--max-delay-ms",
     "key": "--key-file FILE or --key-env VAR",
+    "seq": "--seq",
+    "ray_actors": "--replicas",
 }
 
 

@@ -254,8 +254,8 @@ def input_shapes(
                 )
                 raise OptionError(
                     f"model input {value.name!r} has an unnamed dynamic dimension (axis {i}) "
-                    f"besides the batch: give its shape with --shape {value.name}={example} "
-                    "(or --seq)"
+                    f"besides the batch: give its shape in `shapes` ({value.name}={example}) "
+                    "or its size in `seq`"
                 )
         out[value.name] = tuple(sizes)
     return out, fixed_batch
@@ -284,7 +284,7 @@ def _with_run_shapes(model: ir.Model, shapes: dict[str, tuple[int, ...]]) -> ir.
         why = why.split("Status Message: ")[-1][:160]
         raise OptionError(
             f"the model does not run at the input shapes {shown} ({why}): give every input's "
-            "shape with --shape NAME=AxB (dimensions the graph ties must agree)"
+            "shape in `shapes` (NAME=AxB; dimensions the graph ties must agree)"
         ) from None
     results = dict(zip(names, outs, strict=True))
     copy = from_proto(to_proto(model))

@@ -39,7 +39,7 @@ from modelpress.errors import ModelpressError
 from modelpress.runtime.generate import Request as GenerationRequest
 from modelpress.runtime.generate import SamplingParams, Scheduler
 from modelpress.runtime.generate.chat import check_messages
-from modelpress.serve.app import read_body
+from modelpress.serve.body import read_body
 from modelpress.serve.errors import RequestError, logged
 
 COMPLETION_DEFAULT_TOKENS = 16  # OpenAI's default for /v1/completions

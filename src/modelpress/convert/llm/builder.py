@@ -36,9 +36,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from modelpress.convert.llm.families import Spec
+from modelpress.convert.llm.graph import MASKED, MS, OPSET, Graph, linear, norm
 from modelpress.convert.llm.rope import Rope
 from modelpress.ir.llm import (
     ATTENTION_MASK,
@@ -49,66 +50,15 @@ from modelpress.ir.llm import (
     present_names,
 )
 
-OPSET = 23
-MS = "com.microsoft"  # ONNX Runtime's contrib ops (the ``ort`` level)
-MASKED = float(np.finfo(np.float32).min)
 
-
-def matmul_weight_name(prefix: str) -> str:
-    return f"{prefix}.MatMul.weight"
-
-
-class _Graph:
-    def __init__(self):
-        self.nodes: list[onnx.NodeProto] = []
-        self.inits: list[onnx.TensorProto] = []
-        self._n = 0
-        self._consts: dict[tuple, str] = {}
-
-    def op(self, op_type: str, inputs: list[str], *, name: str = "", outputs: int = 1, **attrs):
-        self._n += 1
-        base = name or f"{op_type}_{self._n}"
-        outs = [f"{base}/out{k}" if outputs > 1 else f"{base}/out" for k in range(outputs)]
-        self.nodes.append(helper.make_node(op_type, inputs, outs, name=base, **attrs))
-        return outs if outputs > 1 else outs[0]
-
-    def init(self, name: str, array: np.ndarray) -> str:
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
-        return name
-
-    def const(self, value, dtype=np.int64) -> str:
-        arr = np.asarray(value, dtype=dtype)
-        key = (arr.dtype.str, arr.shape, arr.tobytes())
-        if key not in self._consts:
-            self._consts[key] = self.init(f"const_{len(self._consts)}", arr)
-        return self._consts[key]
-
-
-def _linear(g: _Graph, x: str, prefix: str, w: np.ndarray, b: np.ndarray | None) -> str:
-    """``x @ w.T + b`` with ``w`` ``[out, in]`` stored transposed as the MatMul's ``[in, out]``."""
-    y = g.op("MatMul", [x, g.init(matmul_weight_name(prefix), w.T)], name=f"{prefix}/MatMul")
-    if b is not None:
-        y = g.op("Add", [y, g.init(f"{prefix}.bias", b)], name=f"{prefix}/Add")
-    return y
-
-
-def _norm(g: _Graph, spec: Spec, x: str, name: str, w: np.ndarray, b: np.ndarray | None) -> str:
-    weight = g.init(f"{name}.weight", (w + np.float32(spec.norm_offset)).astype(np.float32))
-    if spec.norm == "rms":
-        return g.op("RMSNormalization", [x, weight], name=name, axis=-1, epsilon=spec.norm_eps)
-    bias = g.init(f"{name}.bias", b) if b is not None else None
-    inputs = [x, weight] + ([bias] if bias else [])
-    return g.op("LayerNormalization", inputs, name=name, axis=-1, epsilon=spec.norm_eps)
-
-
-def _activation(g: _Graph, spec: Spec, x: str, name: str) -> str:
+def _activation(g: Graph, spec: Spec, x: str, name: str) -> str:
     if spec.activation == "silu":
         return g.op("Mul", [x, g.op("Sigmoid", [x], name=f"{name}/Sigmoid")], name=f"{name}/Mul")
     approximate = "tanh" if spec.activation == "gelu_tanh" else "none"
     return g.op("Gelu", [x], name=f"{name}/Gelu", approximate=approximate)
 
 
-def _softcap(g: _Graph, x: str, cap: float, name: str) -> str:
+def _softcap(g: Graph, x: str, cap: float, name: str) -> str:
     y = g.op("Mul", [x, g.const(1.0 / cap, np.float32)], name=f"{name}/Div")
     y = g.op("Tanh", [y], name=f"{name}/Tanh")
     return g.op("Mul", [y, g.const(cap, np.float32)], name=f"{name}/Mul")
@@ -117,7 +67,7 @@ def _softcap(g: _Graph, x: str, cap: float, name: str) -> str:
 class _Shared:
     """What every layer reads: the attention bias per kind of layer, rope cos/sin per rope."""
 
-    def __init__(self, g: _Graph, spec: Spec):
+    def __init__(self, g: Graph, spec: Spec):
         self.g, self.spec = g, spec
         self._bias: dict[tuple[bool, int], str] = {}
         self._rope: dict[tuple, tuple[str, str]] = {}
@@ -211,11 +161,11 @@ class _Shared:
             self._rope[key] = (cos, sin)
         return self._rope[key]
 
-    def attention(self, g: _Graph, spec: Spec, x: str, w: dict, i: int) -> str:
+    def attention(self, g: Graph, spec: Spec, x: str, w: dict, i: int) -> str:
         return _attention(g, spec, self, x, w, i)
 
 
-def _rotate(g: _Graph, spec: Spec, x: str, heads: int, cos: str, sin: str, name: str) -> str:
+def _rotate(g: Graph, spec: Spec, x: str, heads: int, cos: str, sin: str, name: str) -> str:
     """ONNX's RotaryEmbedding on ``x`` ``[B, S, heads*head_dim]`` (its first ``rotary_dim`` dims of
     each head), with this step's ``cos``/``sin`` ``[B, S, rotary_dim/2]``."""
     attrs = {"num_heads": heads}
@@ -224,7 +174,7 @@ def _rotate(g: _Graph, spec: Spec, x: str, heads: int, cos: str, sin: str, name:
     return g.op("RotaryEmbedding", [x, cos, sin], name=name, **attrs)
 
 
-def _attention(g: _Graph, spec: Spec, shared: _Shared, x: str, w: dict, i: int) -> str:
+def _attention(g: Graph, spec: Spec, shared: _Shared, x: str, w: dict, i: int) -> str:
     p = f"model.layers.{i}.self_attn"
     nh, kvh, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
     weight = np.concatenate([w["q"], w["k"], w["v"]], axis=0)
@@ -235,13 +185,13 @@ def _attention(g: _Graph, spec: Spec, shared: _Shared, x: str, w: dict, i: int) 
         bias = np.concatenate(
             [b if b is not None else np.zeros(n, np.float32) for b, n in zip(biases, sizes)]
         )
-    qkv = _linear(g, x, f"{p}.qkv_proj", weight, bias)
+    qkv = linear(g, x, f"{p}.qkv_proj", weight, bias)
     q, k, v = g.op("Split", [qkv, g.const(list(sizes))], name=f"{p}/split", axis=-1, outputs=3)
     if spec.qk_norm:  # RMSNorm over each head: [B, S, heads, head_dim] and back
         q = g.op("Reshape", [q, g.const([0, 0, nh, d])], name=f"{p}/q_heads")
         k = g.op("Reshape", [k, g.const([0, 0, kvh, d])], name=f"{p}/k_heads")
-        q = _norm(g, spec, q, f"{p}.q_norm", w["q_norm"], None)
-        k = _norm(g, spec, k, f"{p}.k_norm", w["k_norm"], None)
+        q = norm(g, spec, q, f"{p}.q_norm", w["q_norm"], None)
+        k = norm(g, spec, k, f"{p}.k_norm", w["k_norm"], None)
         q = g.op("Reshape", [q, g.const([0, 0, nh * d])], name=f"{p}/q_merge")
         k = g.op("Reshape", [k, g.const([0, 0, kvh * d])], name=f"{p}/k_merge")
     if spec.positions == "rope":
@@ -264,10 +214,10 @@ def _attention(g: _Graph, spec: Spec, shared: _Shared, x: str, w: dict, i: int) 
             **attrs,
         )
     )
-    return _linear(g, out, f"{p}.o_proj", w["o"], w.get("o_bias"))
+    return linear(g, out, f"{p}.o_proj", w["o"], w.get("o_bias"))
 
 
-def _mlp(g: _Graph, spec: Spec, x: str, w: dict, i: int) -> str:
+def _mlp(g: Graph, spec: Spec, x: str, w: dict, i: int) -> str:
     p = f"model.layers.{i}.mlp"
     if spec.gated_mlp:
         inter = w["gate"].shape[0]
@@ -276,23 +226,23 @@ def _mlp(g: _Graph, spec: Spec, x: str, w: dict, i: int) -> str:
         if "gate_bias" in w or "up_bias" in w:
             zeros = np.zeros(inter, np.float32)
             bias = np.concatenate([w.get("gate_bias", zeros), w.get("up_bias", zeros)])
-        gu = _linear(g, x, f"{p}.gate_up_proj", weight, bias)
+        gu = linear(g, x, f"{p}.gate_up_proj", weight, bias)
         gate, up = g.op(
             "Split", [gu, g.const([inter, inter])], name=f"{p}/split", axis=-1, outputs=2
         )
         h = g.op("Mul", [_activation(g, spec, gate, f"{p}/act"), up], name=f"{p}/gated")
     else:
         h = _activation(
-            g, spec, _linear(g, x, f"{p}.up_proj", w["up"], w.get("up_bias")), f"{p}/act"
+            g, spec, linear(g, x, f"{p}.up_proj", w["up"], w.get("up_bias")), f"{p}/act"
         )
-    return _linear(g, h, f"{p}.down_proj", w["down"], w.get("down_bias"))
+    return linear(g, h, f"{p}.down_proj", w["down"], w.get("down_bias"))
 
 
 class _Stream:
     """The residual stream: ``x`` plus a branch output not yet added (``pending``), so that the
     add and the next norm can be one node at the ``ort`` level (Skip*LayerNormalization)."""
 
-    def __init__(self, g: _Graph, spec: Spec, x: str, fused: bool):
+    def __init__(self, g: Graph, spec: Spec, x: str, fused: bool):
         self.g, self.spec, self.x, self.fused = g, spec, x, fused
         self.pending: str | None = None
 
@@ -300,11 +250,11 @@ class _Stream:
         """The norm of the stream after adding what is pending."""
         g, spec = self.g, self.spec
         if self.pending is None:
-            return _norm(g, spec, self.x, name, w, b)
+            return norm(g, spec, self.x, name, w, b)
         if not self.fused:
             self.x = g.op("Add", [self.x, self.pending], name=f"{name}/residual")
             self.pending = None
-            return _norm(g, spec, self.x, name, w, b)
+            return norm(g, spec, self.x, name, w, b)
         weight = g.init(f"{name}.weight", (w + np.float32(spec.norm_offset)).astype(np.float32))
         if spec.norm == "rms":
             op, inputs = "SkipSimplifiedLayerNormalization", [self.pending, self.x, weight]
@@ -326,12 +276,12 @@ class _Stream:
         self.pending = branch
 
 
-def _layer(g: _Graph, spec: Spec, shared, stream: _Stream, w: dict, i: int) -> None:
+def _layer(g: Graph, spec: Spec, shared, stream: _Stream, w: dict, i: int) -> None:
     p = f"model.layers.{i}"
     h = stream.norm(f"{p}.input_layernorm", w["attn_norm"], w.get("attn_norm_bias"))
     attn = shared.attention(g, spec, h, w, i)
     if spec.parallel_residual:  # x + attn(ln1 x) + mlp(ln2 x): ln2 reads the same x
-        h2 = _norm(
+        h2 = norm(
             g,
             spec,
             stream.x,
@@ -343,7 +293,7 @@ def _layer(g: _Graph, spec: Spec, shared, stream: _Stream, w: dict, i: int) -> N
         stream.add(g.op("Add", [attn, mlp], name=f"{p}/branches"), p)
         return
     if spec.sandwich_norms:
-        attn = _norm(g, spec, attn, f"{p}.post_attention_layernorm", w["post_attn_norm"], None)
+        attn = norm(g, spec, attn, f"{p}.post_attention_layernorm", w["post_attn_norm"], None)
     stream.add(attn, f"{p}/attn")
     name = (
         f"{p}.pre_feedforward_layernorm" if spec.sandwich_norms else f"{p}.post_attention_layernorm"
@@ -351,7 +301,7 @@ def _layer(g: _Graph, spec: Spec, shared, stream: _Stream, w: dict, i: int) -> N
     h = stream.norm(name, w["mlp_norm"], w.get("mlp_norm_bias"))
     mlp = _mlp(g, spec, h, w, i)
     if spec.sandwich_norms:
-        mlp = _norm(g, spec, mlp, f"{p}.post_feedforward_layernorm", w["post_mlp_norm"], None)
+        mlp = norm(g, spec, mlp, f"{p}.post_feedforward_layernorm", w["post_mlp_norm"], None)
     stream.add(mlp, f"{p}/mlp")
 
 
@@ -361,7 +311,7 @@ def build_decoder(
     """The decoder graph. ``layer_weights(i)`` hands layer ``i``'s canonical weights (one layer
     at a time, so a large checkpoint is never held twice). ``level``: ``standard`` (ONNX ops) or
     ``ort`` (ONNX Runtime's contrib ops, ``kv_layout`` ``left_aligned``: see ``ort_level``)."""
-    g = _Graph()
+    g = Graph()
     f32, i64 = TensorProto.FLOAT, TensorProto.INT64
     inputs = [
         helper.make_tensor_value_info(INPUT_IDS, i64, ["batch", "seq"]),
@@ -395,11 +345,11 @@ def build_decoder(
         _layer(g, spec, shared, stream, layer_weights(i), i)
     x = stream.norm("model.norm", globals_["final_norm"], globals_.get("final_norm_bias"))
     if spec.final_softcap:
-        logits = _linear(g, x, "lm_head", globals_["lm_head"], globals_.get("lm_head_bias"))
+        logits = linear(g, x, "lm_head", globals_["lm_head"], globals_.get("lm_head_bias"))
         logits = _softcap(g, logits, spec.final_softcap, "lm_head/softcap")
         g.nodes.append(helper.make_node("Identity", [logits], [LOGITS], name="logits"))
     else:
-        logits = _linear(g, x, "lm_head", globals_["lm_head"], globals_.get("lm_head_bias"))
+        logits = linear(g, x, "lm_head", globals_["lm_head"], globals_.get("lm_head_bias"))
         g.nodes.append(helper.make_node("Identity", [logits], [LOGITS], name="logits"))
     graph = helper.make_graph(g.nodes, f"{spec.family}_decoder", inputs, outputs, g.inits)
     opsets = [helper.make_opsetid("", OPSET)]

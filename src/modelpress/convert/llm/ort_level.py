@@ -23,6 +23,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from modelpress.convert.llm.families import Spec
+from modelpress.convert.llm.graph import linear, norm
 from modelpress.convert.llm.rope import Rope
 from modelpress.errors import ConversionError
 from modelpress.ir.llm import ATTENTION_MASK, past_names, present_names
@@ -82,8 +83,6 @@ class OrtShared:
         return self._rope[key]
 
     def attention(self, g, spec: Spec, x: str, w: dict, i: int) -> str:
-        from modelpress.convert.llm.builder import _linear, _norm
-
         p = f"model.layers.{i}.self_attn"
         nh, kvh, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
         weight = np.concatenate([w["q"], w["k"], w["v"]], axis=0)
@@ -94,15 +93,15 @@ class OrtShared:
             bias = np.concatenate(
                 [b if b is not None else np.zeros(n, np.float32) for b, n in zip(biases, sizes)]
             )
-        qkv = _linear(g, x, f"{p}.qkv_proj", weight, bias)
+        qkv = linear(g, x, f"{p}.qkv_proj", weight, bias)
         if spec.qk_norm:
             q, k, v = g.op(
                 "Split", [qkv, g.const(list(sizes))], name=f"{p}/split", axis=-1, outputs=3
             )
             q = g.op("Reshape", [q, g.const([0, 0, nh, d])], name=f"{p}/q_heads")
             k = g.op("Reshape", [k, g.const([0, 0, kvh, d])], name=f"{p}/k_heads")
-            q = _norm(g, spec, q, f"{p}.q_norm", w["q_norm"], None)
-            k = _norm(g, spec, k, f"{p}.k_norm", w["k_norm"], None)
+            q = norm(g, spec, q, f"{p}.q_norm", w["q_norm"], None)
+            k = norm(g, spec, k, f"{p}.k_norm", w["k_norm"], None)
             q = g.op("Reshape", [q, g.const([0, 0, nh * d])], name=f"{p}/q_merge")
             k = g.op("Reshape", [k, g.const([0, 0, kvh * d])], name=f"{p}/k_merge")
             qkv_inputs = [q, k, v]
@@ -131,4 +130,4 @@ class OrtShared:
                 **attrs,
             )
         )
-        return _linear(g, out, f"{p}.o_proj", w["o"], w.get("o_bias"))
+        return linear(g, out, f"{p}.o_proj", w["o"], w.get("o_bias"))

@@ -108,7 +108,7 @@ def cpu_shares(cpus: int, actors: int) -> tuple[float, float]:
     share = math.floor(100 * cpus / (actors + 1)) / 100
     if share <= 0:
         raise OptionError(
-            f"--ray-actors {actors}: too many model actors for a cluster of {cpus} CPU(s)"
+            f"`ray_actors` {actors}: too many model actors for a cluster of {cpus} CPU(s)"
         )
     free = math.floor(100 * (cpus - actors * share)) / 100
     return share, min(1.0, free)
