@@ -8,7 +8,8 @@ The decoder runs under ONNX Runtime directly, one full window at a time with an 
   Hugging Face recipe): a window scores only its tokens that no earlier window scored, each
   predicted from up to ``window - 1`` tokens before it; the first window scores all its tokens
   but the first. Perplexity is ``exp`` of the mean negative log-likelihood over the scored tokens.
-  With ``stride == window`` the windows are disjoint (faster, less context per token).
+  With ``stride == window`` the windows are disjoint (faster, less context per token) and each
+  window's first token goes unscored (nothing before it in the window).
 - ``top1_agreement``: for each prompt, the reference's greedy continuation of ``steps`` tokens;
   then both models score prompt + continuation in one pass, and the agreement is the fraction of
   continuation positions (the prompt's last token included) where their argmax is the same.
@@ -41,7 +42,12 @@ class Decoder:
     input_names: set = field(default_factory=set)
 
     @classmethod
-    def open(cls, folder: str | os.PathLike, *, threads: int | None = None) -> Decoder:
+    def open(
+        cls, folder: str | os.PathLike, *, threads: int | None = None, optimize: str = "all"
+    ) -> Decoder:
+        """The folder's decoder under ONNX Runtime with its ``optimize`` level (``all``: as it
+        is deployed; note that at ``all`` ONNX Runtime fuses a blockwise ``DequantizeLinear`` +
+        ``MatMul`` into ``MatMulNBits`` with int8 activations, ``accuracy_level`` 4)."""
         from tokenizers import Tokenizer
 
         config = llm.read_config(folder)
@@ -50,7 +56,7 @@ class Decoder:
             tokenizer = Tokenizer.from_file(str(p / llm.TOKENIZER_FILE))
         except Exception as exc:  # the tokenizers package raises plain Exceptions
             raise ModelLoadError(f"{p / llm.TOKENIZER_FILE}: not a tokenizer ({exc})") from None
-        so = ort_backend.session_options(optimize="all", intra_op_threads=threads)
+        so = ort_backend.session_options(optimize=optimize, intra_op_threads=threads)
         session = ort_backend.session(p / llm.MODEL_FILE, options=so)
         names = {i.name for i in session.get_inputs()}
         return cls(p, config, session, tokenizer, names)
