@@ -40,7 +40,7 @@ def _logits(path, ids):
 def test_formats_agree_and_quality_holds(folder):
     text = folder / "text.txt"
     fast = quantize_llm(folder / "float", folder / "int4", data=text, seq_len=64, samples=8)
-    std = quantize_llm(
+    quantize_llm(
         folder / "float", folder / "int4_std", data=text, seq_len=64, samples=8, level="standard"
     )
     assert {layer.method for layer in fast.layers} <= {"clip", "gptq", "gptq-act"}
