@@ -63,18 +63,25 @@ class SourceKind:
     extra: str  # the optional extra this kind needs
     accepts: Callable[[object], bool]
     convert: Callable[[object, ConvertOptions], Exported]
+    llm: bool = False  # a decoder checkpoint: converted to an LLM folder by ``convert.llm``
 
 
 SOURCE_KINDS: dict[str, SourceKind] = {}
 
 
 def register(
-    name: str, *, description: str, extra: str, accepts: Callable[[object], bool]
+    name: str,
+    *,
+    description: str,
+    extra: str,
+    accepts: Callable[[object], bool],
+    llm: bool = False,
 ) -> Callable[[Callable[[object, ConvertOptions], Exported]], Callable]:
-    """Register ``fn(source, options) -> Exported`` as the converter of source kind ``name``."""
+    """Register ``fn(source, options) -> Exported`` as the converter of source kind ``name``
+    (``llm=True``: a decoder checkpoint, which ``convert()`` hands to ``convert.llm`` instead)."""
 
     def wrap(fn):
-        SOURCE_KINDS[name] = SourceKind(name, description, extra, accepts, fn)
+        SOURCE_KINDS[name] = SourceKind(name, description, extra, accepts, fn, llm)
         return fn
 
     return wrap
@@ -84,6 +91,7 @@ def ensure_registered() -> None:
     # The framework modules register their kinds on import; they import the framework lazily, so
     # importing them here costs nothing.
     from modelpress.convert import tensorflow, tflite, torch  # noqa: F401
+    from modelpress.convert.llm import source  # noqa: F401
 
 
 def detect(source: object) -> SourceKind:

@@ -1,0 +1,397 @@
+"""Write the decoder's ONNX graph from a ``Spec`` and its weights, with standard ONNX ops (opset 23).
+
+The interface is ``modelpress.ir.llm``'s: ``input_ids``, ``attention_mask``, ``position_ids`` and
+``past_key_values.{i}.key|value`` in; ``logits`` and ``present.{i}.key|value`` out, new keys and
+values appended after ``past`` (``kv_layout="append"``).
+
+Which key a query sees (computed once, shared by every layer): key ``t`` (an index into
+``past + seq``) is visible to the query at index ``past + s`` iff ``attention_mask[b, t] == 1`` and
+``t <= past + s``; on a sliding-window layer also ``pos(q) - pos(t) < window``, where a token's
+position is the count of ones in the mask up to it, minus one (``CumSum(mask) - 1``: the position
+transformers gives a left-padded row). Rope angles come from ``position_ids`` as given.
+
+Weights the int4 pass may replace, each the ``B`` of a ``MatMul(x, B)`` stored ``[in, out]``:
+
+``model.layers.{i}.self_attn.qkv_proj.MatMul.weight``  q, k and v side by side
+``model.layers.{i}.self_attn.o_proj.MatMul.weight``
+``model.layers.{i}.mlp.gate_up_proj.MatMul.weight``    gate and up side by side (gated MLPs)
+``model.layers.{i}.mlp.up_proj.MatMul.weight``         (MLPs without a gate: GPT-2, NeoX)
+``model.layers.{i}.mlp.down_proj.MatMul.weight``
+``lm_head.MatMul.weight``                              ``[hidden, vocab]`` (a copy when tied)
+
+Biases are ``<same prefix>.bias`` and added after the MatMul; the embedding is
+``model.embed_tokens.weight`` ``[vocab, hidden]`` (Gather). The attention scale (and Gemma's
+``query_pre_attn_scalar``) is folded into the q columns (or into Gemma 3's q-norm weight), Gemma's
+``sqrt(hidden)`` into the embedding table and its ``1 + w`` into the norm weights.
+
+Per layer: RMSNormalization (or LayerNormalization), one MatMul for q|k|v, rope as
+``x*cos + rotate(x)*sin`` (Split, Concat, 2 Mul, Add), Concat onto the cache, grouped-query
+attention without repeating the cache (q heads of a group stacked along the query axis, so one
+MatMul per kv head), Softmax, one MatMul for gate|up, SiLU as ``x*Sigmoid(x)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from modelpress.convert.llm.families import Spec
+from modelpress.convert.llm.rope import Rope
+from modelpress.ir.llm import (
+    ATTENTION_MASK,
+    INPUT_IDS,
+    LOGITS,
+    POSITION_IDS,
+    past_names,
+    present_names,
+)
+
+OPSET = 23
+MASKED = float(np.finfo(np.float32).min)
+
+
+def matmul_weight_name(prefix: str) -> str:
+    return f"{prefix}.MatMul.weight"
+
+
+class _Graph:
+    def __init__(self):
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self._n = 0
+        self._consts: dict[tuple, str] = {}
+
+    def op(self, op_type: str, inputs: list[str], *, name: str = "", outputs: int = 1, **attrs):
+        self._n += 1
+        base = name or f"{op_type}_{self._n}"
+        outs = [f"{base}/out{k}" if outputs > 1 else f"{base}/out" for k in range(outputs)]
+        self.nodes.append(helper.make_node(op_type, inputs, outs, name=base, **attrs))
+        return outs if outputs > 1 else outs[0]
+
+    def init(self, name: str, array: np.ndarray) -> str:
+        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        return name
+
+    def const(self, value, dtype=np.int64) -> str:
+        arr = np.asarray(value, dtype=dtype)
+        key = (arr.dtype.str, arr.shape, arr.tobytes())
+        if key not in self._consts:
+            self._consts[key] = self.init(f"const_{len(self._consts)}", arr)
+        return self._consts[key]
+
+
+def _linear(g: _Graph, x: str, prefix: str, w: np.ndarray, b: np.ndarray | None) -> str:
+    """``x @ w.T + b`` with ``w`` ``[out, in]`` stored transposed as the MatMul's ``[in, out]``."""
+    y = g.op("MatMul", [x, g.init(matmul_weight_name(prefix), w.T)], name=f"{prefix}/MatMul")
+    if b is not None:
+        y = g.op("Add", [y, g.init(f"{prefix}.bias", b)], name=f"{prefix}/Add")
+    return y
+
+
+def _norm(g: _Graph, spec: Spec, x: str, name: str, w: np.ndarray, b: np.ndarray | None) -> str:
+    weight = g.init(f"{name}.weight", (w + np.float32(spec.norm_offset)).astype(np.float32))
+    if spec.norm == "rms":
+        return g.op("RMSNormalization", [x, weight], name=name, axis=-1, epsilon=spec.norm_eps)
+    bias = g.init(f"{name}.bias", b) if b is not None else None
+    inputs = [x, weight] + ([bias] if bias else [])
+    return g.op("LayerNormalization", inputs, name=name, axis=-1, epsilon=spec.norm_eps)
+
+
+def _activation(g: _Graph, spec: Spec, x: str, name: str) -> str:
+    if spec.activation == "silu":
+        return g.op("Mul", [x, g.op("Sigmoid", [x], name=f"{name}/Sigmoid")], name=f"{name}/Mul")
+    approximate = "tanh" if spec.activation == "gelu_tanh" else "none"
+    return g.op("Gelu", [x], name=f"{name}/Gelu", approximate=approximate)
+
+
+def _softcap(g: _Graph, x: str, cap: float, name: str) -> str:
+    y = g.op("Mul", [x, g.const(1.0 / cap, np.float32)], name=f"{name}/Div")
+    y = g.op("Tanh", [y], name=f"{name}/Tanh")
+    return g.op("Mul", [y, g.const(cap, np.float32)], name=f"{name}/Mul")
+
+
+class _Shared:
+    """What every layer reads: the attention bias per kind of layer, rope cos/sin per rope."""
+
+    def __init__(self, g: _Graph, spec: Spec):
+        self.g, self.spec = g, spec
+        self._bias: dict[tuple[bool, int], str] = {}
+        self._rope: dict[tuple, tuple[str, str]] = {}
+        g_ = g
+        mask = ATTENTION_MASK
+        total = g_.op("Shape", [mask], name="mask/total", start=1, end=2)  # [1]: past + seq
+        seq = g_.op("Shape", [INPUT_IDS], name="mask/seq", start=1, end=2)
+        past = g_.op("Sub", [total, seq], name="mask/past")
+        zero, one = g_.const(0), g_.const(1)
+        scalar = g_.const([0])
+        q_idx = g_.op(
+            "Range",
+            [
+                g_.op("Squeeze", [past, scalar], name="mask/past0"),
+                g_.op("Squeeze", [total, scalar], name="mask/total0"),
+                one,
+            ],
+            name="mask/q_idx",
+        )
+        k_idx = g_.op(
+            "Range", [zero, g_.op("Squeeze", [total, scalar], name="mask/t0"), one], name="mask/k"
+        )
+        causal = g_.op(
+            "LessOrEqual",
+            [k_idx, g_.op("Unsqueeze", [q_idx, g_.const([1])], name="mask/q_col")],
+            name="mask/causal",
+        )  # [S, T]
+        present = g_.op("Cast", [mask], name="mask/bool", to=TensorProto.BOOL)
+        present = g_.op("Unsqueeze", [present, g_.const([1, 2])], name="mask/b11t")  # [B,1,1,T]
+        self.visible = g_.op("And", [causal, present], name="mask/visible")  # [B,1,S,T]
+        self.past, self.total = past, total
+        if any(spec.sliding):
+            # positions of keys: ones counted up to each key, minus one; of queries: the same
+            # count at the query's own index
+            pos = g_.op("CumSum", [mask, g_.const(1)], name="mask/cumsum")
+            pos = g_.op("Sub", [pos, one], name="mask/pos")  # [B, T]
+            q_pos = g_.op("Slice", [pos, past, total, g_.const([1])], name="mask/q_pos")
+            diff = g_.op(
+                "Sub",
+                [
+                    g_.op("Unsqueeze", [q_pos, g_.const([2])], name="mask/q_pos_col"),
+                    g_.op("Unsqueeze", [pos, g_.const([1])], name="mask/k_pos_row"),
+                ],
+                name="mask/distance",
+            )  # [B, S, T]
+            near = g_.op("Less", [diff, g_.const(spec.sliding_window)], name="mask/near")
+            near = g_.op("Unsqueeze", [near, g_.const([1])], name="mask/near4")
+            self.visible_local = g_.op("And", [self.visible, near], name="mask/visible_local")
+
+    def bias(self, local: bool, groups: int) -> str:
+        """``[B, 1, groups*S, T]`` float: 0 where visible, the float32 minimum elsewhere."""
+        key = (local, groups)
+        if key not in self._bias:
+            g = self.g
+            tag = f"mask/{'local' if local else 'global'}_g{groups}"
+            visible = self.visible_local if local else self.visible
+            bias = g.op(
+                "Where",
+                [visible, g.const(0.0, np.float32), g.const(MASKED, np.float32)],
+                name=f"{tag}/bias",
+            )
+            if groups > 1:  # one copy of the rows per query head of a kv group
+                bias = g.op("Tile", [bias, g.const([1, 1, groups, 1])], name=f"{tag}/tile")
+            self._bias[key] = bias
+        return self._bias[key]
+
+    def rope(self, rope: Rope) -> tuple[str, str]:
+        """``cos``, ``sin`` ``[B, S, 1, rotary_dim]`` for ``rope`` at ``position_ids`` (``sin``
+        negated on its first half, so ``rotate(x)`` is a swap of halves)."""
+        key = rope.key()
+        if key not in self._rope:
+            g = self.g
+            tag = f"rope{len(self._rope)}"
+            pos = g.op("Cast", [POSITION_IDS], name=f"{tag}/pos", to=TensorProto.FLOAT)
+            pos = g.op("Unsqueeze", [pos, g.const([2])], name=f"{tag}/pos3")  # [B, S, 1]
+            inv = g.init(f"{tag}.inv_freq", rope.inv_freq)
+            if rope.long_inv_freq is not None:
+                longest = g.op("ReduceMax", [POSITION_IDS], name=f"{tag}/longest", keepdims=0)
+                use_long = g.op(
+                    "GreaterOrEqual", [longest, g.const(rope.long_from)], name=f"{tag}/long"
+                )
+                inv = g.op(
+                    "Where",
+                    [use_long, g.init(f"{tag}.long_inv_freq", rope.long_inv_freq), inv],
+                    name=f"{tag}/inv_freq",
+                )
+            freqs = g.op("Mul", [pos, inv], name=f"{tag}/freqs")  # [B, S, rotary_dim/2]
+            cos = g.op("Cos", [freqs], name=f"{tag}/cos_half")
+            sin = g.op("Sin", [freqs], name=f"{tag}/sin_half")
+            if rope.attention_scaling != 1.0:
+                s = g.const(rope.attention_scaling, np.float32)
+                cos = g.op("Mul", [cos, s], name=f"{tag}/cos_scaled")
+                sin = g.op("Mul", [sin, s], name=f"{tag}/sin_scaled")
+            neg = g.op("Neg", [sin], name=f"{tag}/neg_sin")
+            cos = g.op("Concat", [cos, cos], name=f"{tag}/cos", axis=-1)
+            sin = g.op("Concat", [neg, sin], name=f"{tag}/sin", axis=-1)
+            cos = g.op("Unsqueeze", [cos, g.const([2])], name=f"{tag}/cos4")
+            sin = g.op("Unsqueeze", [sin, g.const([2])], name=f"{tag}/sin4")
+            self._rope[key] = (cos, sin)
+        return self._rope[key]
+
+
+def _apply_rope(g: _Graph, spec: Spec, x: str, cos: str, sin: str, name: str) -> str:
+    """Rotate ``x`` ``[B, S, heads, head_dim]`` (its first ``rotary_dim`` dims)."""
+    half, rest = spec.rotary_dim // 2, spec.head_dim - spec.rotary_dim
+    rot = x
+    if rest:
+        rot, keep = g.op(
+            "Split",
+            [x, g.const([spec.rotary_dim, rest])],
+            name=f"{name}/split_rot",
+            axis=-1,
+            outputs=2,
+        )
+    x1, x2 = g.op("Split", [rot, g.const([half, half])], name=f"{name}/split", axis=-1, outputs=2)
+    swapped = g.op("Concat", [x2, x1], name=f"{name}/swap", axis=-1)
+    y = g.op(
+        "Add",
+        [
+            g.op("Mul", [rot, cos], name=f"{name}/mul_cos"),
+            g.op("Mul", [swapped, sin], name=f"{name}/mul_sin"),
+        ],
+        name=f"{name}/add",
+    )
+    if rest:
+        y = g.op("Concat", [y, keep], name=f"{name}/join", axis=-1)
+    return y
+
+
+def _attention(g: _Graph, spec: Spec, shared: _Shared, x: str, w: dict, i: int) -> str:
+    p = f"model.layers.{i}.self_attn"
+    nh, kvh, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    groups = nh // kvh
+    scale = np.float32(spec.scale)
+    q_w, q_b = w["q"], w.get("q_bias")
+    if not spec.qk_norm:  # fold the attention scale into the q columns (rope is linear)
+        q_w = q_w * scale
+        q_b = None if q_b is None else q_b * scale
+    weight = np.concatenate([q_w, w["k"], w["v"]], axis=0)
+    biases = [w.get(n + "_bias") for n in ("q", "k", "v")]
+    bias = None
+    if any(b is not None for b in biases):
+        sizes = (nh * d, kvh * d, kvh * d)
+        parts = [q_b if q_b is not None else np.zeros(sizes[0], np.float32)]
+        parts += [
+            b if b is not None else np.zeros(n, np.float32) for b, n in zip(biases[1:], sizes[1:])
+        ]
+        bias = np.concatenate(parts)
+    qkv = _linear(g, x, f"{p}.qkv_proj", weight, bias)
+    q, k, v = g.op(
+        "Split", [qkv, g.const([nh * d, kvh * d, kvh * d])], name=f"{p}/split", axis=-1, outputs=3
+    )
+    q = g.op("Reshape", [q, g.const([0, 0, nh, d])], name=f"{p}/q_heads")
+    k = g.op("Reshape", [k, g.const([0, 0, kvh, d])], name=f"{p}/k_heads")
+    v = g.op("Reshape", [v, g.const([0, 0, kvh, d])], name=f"{p}/v_heads")
+    if spec.qk_norm:
+        q_norm = (w["q_norm"] + np.float32(spec.norm_offset)) * scale
+        q = g.op(
+            "RMSNormalization",
+            [q, g.init(f"{p}.q_norm.weight", q_norm.astype(np.float32))],
+            name=f"{p}.q_norm",
+            axis=-1,
+            epsilon=spec.norm_eps,
+        )
+        k = _norm(g, spec, k, f"{p}.k_norm", w["k_norm"], None)
+    if spec.positions == "rope":
+        cos, sin = shared.rope(spec.rope[i])
+        q = _apply_rope(g, spec, q, cos, sin, f"{p}/q_rope")
+        k = _apply_rope(g, spec, k, cos, sin, f"{p}/k_rope")
+    q = g.op("Transpose", [q], name=f"{p}/q_t", perm=[0, 2, 1, 3])  # [B, nh, S, D]
+    if groups > 1:
+        q = g.op("Reshape", [q, g.const([0, kvh, -1, d])], name=f"{p}/q_groups")
+    k = g.op("Transpose", [k], name=f"{p}/k_t", perm=[0, 2, 1, 3])  # [B, kvh, S, D]
+    v = g.op("Transpose", [v], name=f"{p}/v_t", perm=[0, 2, 1, 3])
+    past_k, past_v = past_names(i)
+    present_k, present_v = present_names(i)
+    g.nodes.append(helper.make_node("Concat", [past_k, k], [present_k], name=f"{p}/k_cat", axis=2))
+    g.nodes.append(helper.make_node("Concat", [past_v, v], [present_v], name=f"{p}/v_cat", axis=2))
+    k_t = g.op("Transpose", [present_k], name=f"{p}/k_tt", perm=[0, 1, 3, 2])
+    scores = g.op("MatMul", [q, k_t], name=f"{p}/scores")  # [B, kvh, groups*S, T]
+    if spec.attn_softcap:
+        scores = _softcap(g, scores, spec.attn_softcap, f"{p}/softcap")
+    local = bool(spec.sliding and spec.sliding[i])
+    scores = g.op("Add", [scores, shared.bias(local, groups)], name=f"{p}/masked")
+    probs = g.op("Softmax", [scores], name=f"{p}/softmax", axis=-1)
+    out = g.op("MatMul", [probs, present_v], name=f"{p}/context")  # [B, kvh, groups*S, D]
+    if groups > 1:
+        out = g.op("Reshape", [out, g.const([0, nh, -1, d])], name=f"{p}/heads")
+    out = g.op("Transpose", [out], name=f"{p}/context_t", perm=[0, 2, 1, 3])
+    out = g.op("Reshape", [out, g.const([0, 0, nh * d])], name=f"{p}/merge")
+    return _linear(g, out, f"{p}.o_proj", w["o"], w.get("o_bias"))
+
+
+def _mlp(g: _Graph, spec: Spec, x: str, w: dict, i: int) -> str:
+    p = f"model.layers.{i}.mlp"
+    if spec.gated_mlp:
+        inter = w["gate"].shape[0]
+        weight = np.concatenate([w["gate"], w["up"]], axis=0)
+        bias = None
+        if "gate_bias" in w or "up_bias" in w:
+            zeros = np.zeros(inter, np.float32)
+            bias = np.concatenate([w.get("gate_bias", zeros), w.get("up_bias", zeros)])
+        gu = _linear(g, x, f"{p}.gate_up_proj", weight, bias)
+        gate, up = g.op(
+            "Split", [gu, g.const([inter, inter])], name=f"{p}/split", axis=-1, outputs=2
+        )
+        h = g.op("Mul", [_activation(g, spec, gate, f"{p}/act"), up], name=f"{p}/gated")
+    else:
+        h = _activation(
+            g, spec, _linear(g, x, f"{p}.up_proj", w["up"], w.get("up_bias")), f"{p}/act"
+        )
+    return _linear(g, h, f"{p}.down_proj", w["down"], w.get("down_bias"))
+
+
+def _layer(g: _Graph, spec: Spec, shared: _Shared, x: str, w: dict, i: int) -> str:
+    p = f"model.layers.{i}"
+    h = _norm(g, spec, x, f"{p}.input_layernorm", w["attn_norm"], w.get("attn_norm_bias"))
+    attn = _attention(g, spec, shared, h, w, i)
+    if spec.parallel_residual:
+        h2 = _norm(
+            g, spec, x, f"{p}.post_attention_layernorm", w["mlp_norm"], w.get("mlp_norm_bias")
+        )
+        mlp = _mlp(g, spec, h2, w, i)
+        return g.op("Add", [g.op("Add", [x, attn], name=f"{p}/res_attn"), mlp], name=f"{p}/res")
+    if spec.sandwich_norms:
+        attn = _norm(g, spec, attn, f"{p}.post_attention_layernorm", w["post_attn_norm"], None)
+    x = g.op("Add", [x, attn], name=f"{p}/res_attn")
+    name = (
+        f"{p}.pre_feedforward_layernorm" if spec.sandwich_norms else f"{p}.post_attention_layernorm"
+    )
+    h = _norm(g, spec, x, name, w["mlp_norm"], w.get("mlp_norm_bias"))
+    mlp = _mlp(g, spec, h, w, i)
+    if spec.sandwich_norms:
+        mlp = _norm(g, spec, mlp, f"{p}.post_feedforward_layernorm", w["post_mlp_norm"], None)
+    return g.op("Add", [x, mlp], name=f"{p}/res_mlp")
+
+
+def build_decoder(spec: Spec, globals_: dict, layer_weights) -> onnx.ModelProto:
+    """The decoder graph. ``layer_weights(i)`` hands layer ``i``'s canonical weights (one layer
+    at a time, so a large checkpoint is never held twice)."""
+    g = _Graph()
+    f32, i64 = TensorProto.FLOAT, TensorProto.INT64
+    inputs = [
+        helper.make_tensor_value_info(INPUT_IDS, i64, ["batch", "seq"]),
+        helper.make_tensor_value_info(ATTENTION_MASK, i64, ["batch", "total"]),
+        helper.make_tensor_value_info(POSITION_IDS, i64, ["batch", "seq"]),
+    ]
+    outputs = [helper.make_tensor_value_info(LOGITS, f32, ["batch", "seq", spec.vocab_size])]
+    kv = ["batch", spec.num_kv_heads]
+    for i in range(spec.num_layers):
+        for name in past_names(i):
+            inputs.append(helper.make_tensor_value_info(name, f32, [*kv, "past", spec.head_dim]))
+        for name in present_names(i):
+            outputs.append(helper.make_tensor_value_info(name, f32, [*kv, "total", spec.head_dim]))
+
+    embed = globals_["embed"]
+    table = embed * np.float32(spec.embed_scale) if spec.embed_scale else embed
+    x = g.op("Gather", [g.init("model.embed_tokens.weight", table), INPUT_IDS], name="embed")
+    if spec.positions == "learned":
+        wpe = g.init("model.embed_positions.weight", globals_["positions"])
+        x = g.op(
+            "Add", [x, g.op("Gather", [wpe, POSITION_IDS], name="embed_pos")], name="embed_sum"
+        )
+    shared = _Shared(g, spec)
+    for i in range(spec.num_layers):
+        x = _layer(g, spec, shared, x, layer_weights(i), i)
+    x = _norm(g, spec, x, "model.norm", globals_["final_norm"], globals_.get("final_norm_bias"))
+    if spec.final_softcap:
+        logits = _linear(g, x, "lm_head", globals_["lm_head"], globals_.get("lm_head_bias"))
+        logits = _softcap(g, logits, spec.final_softcap, "lm_head/softcap")
+        g.nodes.append(helper.make_node("Identity", [logits], [LOGITS], name="logits"))
+    else:
+        logits = _linear(g, x, "lm_head", globals_["lm_head"], globals_.get("lm_head_bias"))
+        g.nodes.append(helper.make_node("Identity", [logits], [LOGITS], name="logits"))
+    graph = helper.make_graph(g.nodes, f"{spec.family}_decoder", inputs, outputs, g.inits)
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="modelpress"
+    )
+    model.ir_version = 10
+    return model
