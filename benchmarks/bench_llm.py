@@ -272,11 +272,121 @@ def section_quality(args) -> dict:
     }
 
 
+LLAMA_CPP_SCRIPT = r"""
+import json, math, sys
+import numpy as np
+from llama_cpp import Llama
+args = json.load(open(sys.argv[1]))
+ids, window, stride = args["ids"], args["window"], args["stride"]
+llm = Llama(model_path=args["gguf"], n_ctx=window, logits_all=True, n_threads=args["threads"],
+            n_batch=window, verbose=False)
+total, count, scored_to = 0.0, 0, 1
+for begin in range(0, len(ids) - 1, stride):
+    end = min(begin + window, len(ids))
+    if end <= scored_to:
+        continue
+    llm.reset()
+    llm.eval(ids[begin:end])
+    z = np.array(llm.scores[: end - begin], dtype=np.float64)
+    first = max(scored_to, begin + 1)
+    rows = z[first - 1 - begin : end - 1 - begin]
+    m = rows.max(axis=1, keepdims=True)
+    lse = m[:, 0] + np.log(np.exp(rows - m).sum(axis=1))
+    total -= float((rows[np.arange(len(rows)), ids[first:end]] - lse).sum())
+    count += end - first
+    scored_to = end
+    if end == len(ids):
+        break
+json.dump({"perplexity": math.exp(total / count), "tokens": count}, open(sys.argv[2], "w"))
+"""
+
+
+def llama_cpp_perplexity(ids: np.ndarray, threads: int) -> dict | None:
+    """llama.cpp's perplexity of the GGUF on the same token ids and windows (``LLAMA_PYTHON``:
+    the interpreter of a venv holding llama-cpp-python, default /tmp/llamacpp/bin/python)."""
+    import subprocess
+
+    python = os.environ.get("LLAMA_PYTHON", "/tmp/llamacpp/bin/python")
+    if not Path(python).exists():
+        return None
+    script, inp, out = WORK / "llama_ppl.py", WORK / "llama_in.json", WORK / "llama_out.json"
+    script.write_text(LLAMA_CPP_SCRIPT)
+    inp.write_text(
+        json.dumps(
+            {
+                "ids": [int(i) for i in ids],
+                "window": WINDOW,
+                "stride": STRIDE,
+                "gguf": str(gguf_path()),
+                "threads": threads,
+            }
+        )
+    )
+    subprocess.run([python, str(script), str(inp), str(out)], check=True)
+    return json.loads(out.read_text())
+
+
+def section_gguf(args) -> dict:
+    from modelpress.compress.llm import import_gguf_blocks
+    from modelpress.verify.llm import Decoder, perplexity_of_ids, prompts_from_text, top1_agreement
+
+    text = held_out_text()
+    body = text.read_text()
+    folder = float_folder()
+    out = WORK / "smollm2-gguf-q4_1"
+    t0 = time.perf_counter()
+    r = import_gguf_blocks(folder, gguf_path(), out)
+    seconds = time.perf_counter() - t0
+    ref = Decoder.open(folder, threads=args.threads)
+    ids = ref.encode(body)
+    base = perplexity_of_ids(ref, ids, window=WINDOW, stride=STRIDE)
+    imp = Decoder.open(out, threads=args.threads)
+    p = perplexity_of_ids(imp, ids, window=WINDOW, stride=STRIDE)
+    agree = top1_agreement(ref, imp, prompts_from_text(ref, body, count=8, length=32), steps=32)
+    lc = llama_cpp_perplexity(ids, args.threads)
+    rows = [
+        ["modelpress, dequantized float32 (convert)", base.perplexity, _mb(folder)],
+        ["modelpress, GGUF blocks imported (MatMulNBits)", p.perplexity, _mb(out)],
+    ]
+    if lc:
+        rows.append(
+            [
+                "llama.cpp (llama-cpp-python), same GGUF",
+                lc["perplexity"],
+                gguf_path().stat().st_size / 1e6,
+            ]
+        )
+    md = [
+        "## A GGUF imported as it is (SmolLM2-135M-Instruct Q4_1)",
+        "",
+        f"Machine: {machine()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+        "`python benchmarks/bench_llm.py --only gguf`. Held-out text as above, the same token ids "
+        f"and windows ({WINDOW}/{STRIDE}) for every engine. Imported: {len(r.imported)} weights "
+        f"({', '.join(sorted(set(r.imported.values())))}) in {seconds:.0f} s; kept float: "
+        f"{len(r.kept_float)}. Top-1 agreement of the imported folder with the float one: "
+        f"{agree.top1_agreement:.3f}.",
+        "",
+        "| engine | perplexity | vs llama.cpp | size MB |",
+        "| --- | --- | --- | --- |",
+    ]
+    for name, ppl, mb in rows:
+        vs = f"{(ppl / lc['perplexity'] - 1) * 100:+.2f}%" if lc else "n/a"
+        md.append(f"| {name} | {ppl:.4f} | {vs} | {mb:.1f} |")
+    if not lc:
+        md += ["", "llama.cpp not measured: no llama-cpp-python venv (LLAMA_PYTHON)."]
+    return {
+        "rows": rows,
+        "llama_cpp": lc,
+        "top1_agreement": agree.top1_agreement,
+        "markdown": "\n".join(md),
+    }
+
+
 def _mb(folder: Path) -> float:
     return sum(f.stat().st_size for f in folder.glob("model.onnx*")) / 1e6
 
 
-SECTIONS = {"quality": section_quality}
+SECTIONS = {"quality": section_quality, "gguf": section_gguf}
 
 
 def render(data: dict) -> str:
