@@ -194,17 +194,32 @@ class Agreement:
         return asdict(self)
 
 
-def top1_agreement(
-    reference: Decoder, candidate: Decoder, prompts: list[np.ndarray], *, steps: int = 32
-) -> Agreement:
-    """Greedy next-token agreement of ``candidate`` with ``reference`` (module docstring)."""
-    if not prompts:
-        raise InputError("no prompts to compare on")
-    agree, total, per = 0, 0, []
+def greedy_paths(reference: Decoder, prompts: list[np.ndarray], steps: int) -> list[tuple]:
+    """``(prompt, path, the reference's argmax along it)`` per prompt, to judge several
+    candidates against one reference without decoding it again."""
+    out = []
     for prompt in prompts:
         path = reference.greedy(prompt, steps)
         span = slice(len(prompt) - 1, len(path) - 1)
-        a = np.argmax(reference.logits(path)[span], axis=-1)
+        out.append((prompt, path, np.argmax(reference.logits(path)[span], axis=-1)))
+    return out
+
+
+def top1_agreement(
+    reference: Decoder,
+    candidate: Decoder,
+    prompts: list[np.ndarray],
+    *,
+    steps: int = 32,
+    paths: list[tuple] | None = None,
+) -> Agreement:
+    """Greedy next-token agreement of ``candidate`` with ``reference`` (module docstring);
+    ``paths`` from ``greedy_paths`` saves decoding the reference again."""
+    if not prompts:
+        raise InputError("no prompts to compare on")
+    agree, total, per = 0, 0, []
+    for prompt, path, a in paths or greedy_paths(reference, prompts, steps):
+        span = slice(len(prompt) - 1, len(path) - 1)
         b = np.argmax(candidate.logits(path)[span], axis=-1)
         same = int((a == b).sum())
         agree, total = agree + same, total + len(a)

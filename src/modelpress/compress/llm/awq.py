@@ -5,8 +5,8 @@ Lin et al. 2023, "AWQ: Activation-aware Weight Quantization". For ``y = x @ W``,
 quantized, the rows of the channels with large ``|x|`` are rounded on a relatively finer grid,
 and their rounding error (which ``|x|`` multiplies) shrinks. ``s = mean|x|^α`` (normalised so
 its geometric range is centred on 1), ``α`` from ``ALPHAS`` chosen by the output error of the
-whole group (every MatMul that reads ``x``) after block rounding with clip search, measured on
-the other half of the calibration windows; ``α = 0`` (no scaling) is always a candidate, so
+whole group (every MatMul that reads ``x``) after rounding on min/max block grids, measured on
+the odd calibration windows; ``α = 0`` (no scaling) is always a candidate, so
 scaling is kept only where it measurably helps.
 
 ``x / s`` must cost nothing at run time, so ``1/s`` is folded into what produces ``x``:
@@ -148,7 +148,9 @@ def search(
     symmetric: bool,
 ) -> tuple[float, np.ndarray, dict[float, float]]:
     """``(α, s, {α: group output error})`` with the least error on ``h_eval`` (module
-    docstring); the grid's clip search is fitted on ``h_fit``."""
+    docstring). As in the paper, the search rounds on min/max grids (the clip search comes
+    after, on the chosen scales); ``h_fit`` is kept for the signature's symmetry with the
+    other fits and is not read."""
     sampled = []
     for w in weights:
         step = max(1, w.shape[1] // SEARCH_COLUMNS)
@@ -157,11 +159,10 @@ def search(
     best = None
     for alpha in ALPHAS:
         s = scales_for(mean_abs, alpha)
-        hs = h_fit / np.outer(s, s)
         err = 0.0
         for w in sampled:
             ws = (w * s[:, None]).astype(np.float32)
-            scale, zp = block_grid(ws, bits=bits, block_size=block_size, symmetric=symmetric, h=hs)
+            scale, zp = block_grid(ws, bits=bits, block_size=block_size, symmetric=symmetric)
             codes = codes_on_grid(ws, scale, zp, bits, block_size)
             w_hat = dequantize_codes(codes, scale, zp, bits, block_size) / s[:, None]
             err += output_error(w, w_hat, h_eval)

@@ -97,7 +97,7 @@ def block_grid(
         z = 2 ** (bits - 1) if zp is None else zp[:, None, :]
         q = np.clip(np.round(wb / scale[:, None, :]) + z, 0, 2**bits - 1)
         d = (q - z) * scale[:, None, :] - wb  # [nb, bs, N]
-        err = np.einsum("bkn,bkj,bjn->bn", d, hbb, d, optimize=True)
+        err = np.sum(np.matmul(hbb, d) * d, axis=1)  # dᵀ H_bb d per block and column
         if best_err is None:
             best_err, best = err, (scale, zp)
             continue

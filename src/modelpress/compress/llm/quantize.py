@@ -216,9 +216,13 @@ def quantize_llm(
     samples: int = 32,
     accuracy_level: int = 0,
     threads: int | None = None,
+    statistics: tuple[dict, int] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> LLMQuantizeResult:
-    """Quantize the LLM folder ``folder`` into ``output`` (module docstring)."""
+    """Quantize the LLM folder ``folder`` into ``output`` (module docstring).
+
+    ``statistics``: what ``calibrate.collect`` returned for this folder and ``data`` (to
+    quantize one folder several ways on one calibration pass)."""
     start = time.perf_counter()
     _check_options(mode, block_size, method, embeddings, level)
     src, out = Path(folder), Path(output)
@@ -240,7 +244,9 @@ def quantize_llm(
     body = [n for n in nodes if n not in head]
     stats: dict[str, calibrate.InputStats] = {}
     tokens = 0
-    if text is not None and method != "rtn":
+    if text is not None and method != "rtn" and statistics is not None:
+        stats, tokens = statistics
+    elif text is not None and method != "rtn":
         stats, tokens = calibrate.collect(
             src, model, nodes, text, seq_len=seq_len, samples=samples, threads=threads
         )
