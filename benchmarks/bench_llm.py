@@ -459,9 +459,16 @@ def main() -> None:
     args = ap.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
     path = RESULTS / "llm.json"
-    data = json.loads(path.read_text()) if path.exists() else {}
     for name in args.only:
-        data[name] = SECTIONS[name](args)
+        result = SECTIONS[name](args)
+        # read again just before writing: another run (another section, or the same section
+        # on other models) may have written meanwhile; rows of other models are kept
+        data = json.loads(path.read_text()) if path.exists() else {}
+        old = data.get(name)
+        if old and "rows" in old and name == "quality":
+            mine = {r["model"] for r in result["rows"]}
+            result["rows"] = [r for r in old["rows"] if r["model"] not in mine] + result["rows"]
+        data[name] = result
         path.write_text(json.dumps(data, indent=2) + "\n")
         (RESULTS / "llm.md").write_text(render(data))
 

@@ -25,6 +25,7 @@ ORDER = [
     "serve",
     "protect",
     "auto",
+    "llm",
 ]
 TITLES = {
     "optimize": "graph optimizer (issue: foundation and optimizer)",
@@ -38,6 +39,7 @@ TITLES = {
     "advisor": "hardware advisor",
     "serve": "serving under load (modelpress serve, Ray Serve, FastAPI)",
     "auto": "auto: the search against optimize + static int8 by hand and an exhaustive run",
+    "llm": "decoder LLMs: int4 quality (perplexity, greedy agreement), GGUF import",
 }
 
 
