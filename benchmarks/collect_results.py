@@ -29,6 +29,8 @@ ORDER = [
     "serve_triton",
     "auto",
     "deploy",
+    "llm",
+    "llm_decode",
 ]
 TITLES = {
     "optimize": "graph optimizer (issue: foundation and optimizer)",
@@ -46,6 +48,8 @@ TITLES = {
     "auto": "auto: the search against optimize + static int8 by hand and an exhaustive run",
     "serve_triton": "serving beside Triton Inference Server (same model, batching, client)",
     "deploy": "deploy: the plan's promised p99 against the measured one",
+    "llm": "decoder LLMs: int4 quality (perplexity, greedy agreement), GGUF import",
+    "llm_decode": "decoder LLMs: decode speed against onnxruntime-genai and llama.cpp, batching",
 }
 
 
