@@ -194,6 +194,22 @@ def _print_summary(rows) -> None:
     console.print("latency: median of interleaved single-image runs, one thread")
 
 
+def _print_decoder(r) -> None:
+    console.print(
+        f"{r.family}, {r.layers} layers (random weights): converted with its KV cache, logits "
+        f"within {r.max_logit_diff:.1e} of transformers; float {human_bytes(r.float_bytes)} → "
+        f"int4 {human_bytes(r.int4_bytes)}"
+    )
+    console.print(f"prompt {r.prompt!r}: float {r.float_text!r}")
+    console.print(
+        f"int4 {r.int4_text!r} ({r.tokens_per_s:.0f} tokens/s); next-token agreement with float "
+        f"along its greedy path {r.top1_agreement:.0%} (random weights: near-ties everywhere)"
+    )
+    console.print(f"served (POST /v1/chat/completions): {r.chat_answer!r}")
+    for note in r.notes:
+        console.print(f"note: {note}")
+
+
 PRINTERS = {
     "build": _print_build,
     "convert": _print_convert,
@@ -206,6 +222,7 @@ PRINTERS = {
     "evaluate": _print_evaluate,
     "summary": _print_summary,
     "transformer": _print_transformer,
+    "decoder": _print_decoder,
 }
 
 
@@ -251,6 +268,15 @@ def run(args) -> int:
     adv = results.get("advise")
     if adv is not None:
         summary["service"] = adv.plan.to_dict()
+    dec = results.get("decoder")
+    if dec is not None:
+        summary["decoder"] = {
+            "float_bytes": dec.float_bytes,
+            "int4_bytes": dec.int4_bytes,
+            "max_logit_diff": dec.max_logit_diff,
+            "top1_agreement": dec.top1_agreement,
+            "chat_answer": dec.chat_answer,
+        }
     tr = results.get("transformer")
     if tr is not None:
         summary["transformer"] = {
