@@ -71,7 +71,8 @@ def add_parser(sub) -> None:
         "--level",
         choices=LLM_LEVELS,
         default="standard",
-        help="decoder LLMs: 'standard' writes ONNX ops only (default)",
+        help="decoder LLMs: 'standard' writes ONNX ops only (default); 'ort' uses ONNX Runtime's "
+        "GroupQueryAttention and skip-norm fusions (a left-aligned cache)",
     )
     options.add_record(p)
     p.set_defaults(func=run)
@@ -147,7 +148,7 @@ def print_llm(result: LLMConvertResult) -> None:
         console.print(
             f"vs transformers (fp32): prompt of {check.prompt_tokens} tokens max abs "
             f"{check.prompt_max_abs:.2g}, {check.steps} greedy steps through the cache max abs "
-            f"{check.decode_max_abs:.2g}, left-padded batch max abs {check.padded_max_abs:.2g} "
+            f"{check.decode_max_abs:.2g}, padded batch max abs {check.padded_max_abs:.2g} "
             f"(tolerance {check.tolerance:.2g}); greedy tokens equal"
         )
     verified = "verified" if check is not None else "not verified (--no-verify)"

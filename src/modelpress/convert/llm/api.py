@@ -20,7 +20,8 @@ from modelpress.convert.llm.verify import DEFAULT_RTOL, DecoderCheck, check_deco
 from modelpress.errors import OptionError
 from modelpress.ir.llm import MODEL_FILE, DecoderConfig
 
-LEVELS = ("standard",)
+LEVELS = ("standard", "ort")
+KV_LAYOUT = {"standard": "append", "ort": "left_aligned"}
 
 
 @dataclass
@@ -77,6 +78,7 @@ def decoder_config(spec: Spec, ckpt: Checkpoint, *, level: str) -> DecoderConfig
         bos_token_id=None if bos is None else int(_ids(bos)[0]),
         pad_token_id=None if pad is None else int(_ids(pad)[0]),
         level=level,
+        kv_layout=KV_LAYOUT[level],
         sliding_window=spec.sliding_window,
         add_bos_token=add_bos,
         prefill_again_after=_switch(spec),
@@ -100,7 +102,8 @@ def convert_llm(
 ) -> LLMConvertResult:
     """Convert the decoder checkpoint at ``source`` into the LLM folder ``output``.
 
-    ``level``: ``standard`` (ONNX ops only). ``rtol``: the logits' tolerance, relative to the
+    ``level``: ``standard`` (ONNX ops only) or ``ort`` (ONNX Runtime's contrib ops; the cache is
+    ``left_aligned``). ``rtol``: the logits' tolerance, relative to the
     largest reference logit (default 1e-4). ``reference``: a transformers model to compare with
     (default: loaded from ``source``).
     """
@@ -117,6 +120,7 @@ def convert_llm(
         spec,
         family.globals(weights, spec, ckpt.config),
         lambda i: family.layer(weights, spec, i),
+        level=level,
     )
     config = decoder_config(spec, ckpt, level=level)
     nodes = len(model.graph.node)

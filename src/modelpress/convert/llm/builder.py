@@ -50,6 +50,7 @@ from modelpress.ir.llm import (
 )
 
 OPSET = 23
+MS = "com.microsoft"  # ONNX Runtime's contrib ops (the ``ort`` level)
 MASKED = float(np.finfo(np.float32).min)
 
 
@@ -210,6 +211,9 @@ class _Shared:
             self._rope[key] = (cos, sin)
         return self._rope[key]
 
+    def attention(self, g: _Graph, spec: Spec, x: str, w: dict, i: int) -> str:
+        return _attention(g, spec, self, x, w, i)
+
 
 def _rotate(g: _Graph, spec: Spec, x: str, heads: int, cos: str, sin: str, name: str) -> str:
     """ONNX's RotaryEmbedding on ``x`` ``[B, S, heads*head_dim]`` (its first ``rotary_dim`` dims of
@@ -284,32 +288,79 @@ def _mlp(g: _Graph, spec: Spec, x: str, w: dict, i: int) -> str:
     return _linear(g, h, f"{p}.down_proj", w["down"], w.get("down_bias"))
 
 
-def _layer(g: _Graph, spec: Spec, shared: _Shared, x: str, w: dict, i: int) -> str:
+class _Stream:
+    """The residual stream: ``x`` plus a branch output not yet added (``pending``), so that the
+    add and the next norm can be one node at the ``ort`` level (Skip*LayerNormalization)."""
+
+    def __init__(self, g: _Graph, spec: Spec, x: str, fused: bool):
+        self.g, self.spec, self.x, self.fused = g, spec, x, fused
+        self.pending: str | None = None
+
+    def norm(self, name: str, w: np.ndarray, b: np.ndarray | None) -> str:
+        """The norm of the stream after adding what is pending."""
+        g, spec = self.g, self.spec
+        if self.pending is None:
+            return _norm(g, spec, self.x, name, w, b)
+        if not self.fused:
+            self.x = g.op("Add", [self.x, self.pending], name=f"{name}/residual")
+            self.pending = None
+            return _norm(g, spec, self.x, name, w, b)
+        weight = g.init(f"{name}.weight", (w + np.float32(spec.norm_offset)).astype(np.float32))
+        if spec.norm == "rms":
+            op, inputs = "SkipSimplifiedLayerNormalization", [self.pending, self.x, weight]
+        else:
+            beta = g.init(f"{name}.bias", b if b is not None else np.zeros_like(w))
+            op, inputs = "SkipLayerNormalization", [self.pending, self.x, weight, beta]
+        h, self.x = f"{name}/out", f"{name}/residual"
+        g.nodes.append(
+            helper.make_node(
+                op, inputs, [h, "", "", self.x], name=name, domain=MS, epsilon=spec.norm_eps
+            )
+        )
+        self.pending = None
+        return h
+
+    def add(self, branch: str, name: str) -> None:
+        if self.pending is not None:
+            self.x = self.g.op("Add", [self.x, self.pending], name=f"{name}/residual")
+        self.pending = branch
+
+
+def _layer(g: _Graph, spec: Spec, shared, stream: _Stream, w: dict, i: int) -> None:
     p = f"model.layers.{i}"
-    h = _norm(g, spec, x, f"{p}.input_layernorm", w["attn_norm"], w.get("attn_norm_bias"))
-    attn = _attention(g, spec, shared, h, w, i)
-    if spec.parallel_residual:
+    h = stream.norm(f"{p}.input_layernorm", w["attn_norm"], w.get("attn_norm_bias"))
+    attn = shared.attention(g, spec, h, w, i)
+    if spec.parallel_residual:  # x + attn(ln1 x) + mlp(ln2 x): ln2 reads the same x
         h2 = _norm(
-            g, spec, x, f"{p}.post_attention_layernorm", w["mlp_norm"], w.get("mlp_norm_bias")
+            g,
+            spec,
+            stream.x,
+            f"{p}.post_attention_layernorm",
+            w["mlp_norm"],
+            w.get("mlp_norm_bias"),
         )
         mlp = _mlp(g, spec, h2, w, i)
-        return g.op("Add", [g.op("Add", [x, attn], name=f"{p}/res_attn"), mlp], name=f"{p}/res")
+        stream.add(g.op("Add", [attn, mlp], name=f"{p}/branches"), p)
+        return
     if spec.sandwich_norms:
         attn = _norm(g, spec, attn, f"{p}.post_attention_layernorm", w["post_attn_norm"], None)
-    x = g.op("Add", [x, attn], name=f"{p}/res_attn")
+    stream.add(attn, f"{p}/attn")
     name = (
         f"{p}.pre_feedforward_layernorm" if spec.sandwich_norms else f"{p}.post_attention_layernorm"
     )
-    h = _norm(g, spec, x, name, w["mlp_norm"], w.get("mlp_norm_bias"))
+    h = stream.norm(name, w["mlp_norm"], w.get("mlp_norm_bias"))
     mlp = _mlp(g, spec, h, w, i)
     if spec.sandwich_norms:
         mlp = _norm(g, spec, mlp, f"{p}.post_feedforward_layernorm", w["post_mlp_norm"], None)
-    return g.op("Add", [x, mlp], name=f"{p}/res_mlp")
+    stream.add(mlp, f"{p}/mlp")
 
 
-def build_decoder(spec: Spec, globals_: dict, layer_weights) -> onnx.ModelProto:
+def build_decoder(
+    spec: Spec, globals_: dict, layer_weights, *, level: str = "standard"
+) -> onnx.ModelProto:
     """The decoder graph. ``layer_weights(i)`` hands layer ``i``'s canonical weights (one layer
-    at a time, so a large checkpoint is never held twice)."""
+    at a time, so a large checkpoint is never held twice). ``level``: ``standard`` (ONNX ops) or
+    ``ort`` (ONNX Runtime's contrib ops, ``kv_layout`` ``left_aligned``: see ``ort_level``)."""
     g = _Graph()
     f32, i64 = TensorProto.FLOAT, TensorProto.INT64
     inputs = [
@@ -333,10 +384,16 @@ def build_decoder(spec: Spec, globals_: dict, layer_weights) -> onnx.ModelProto:
         x = g.op(
             "Add", [x, g.op("Gather", [wpe, POSITION_IDS], name="embed_pos")], name="embed_sum"
         )
-    shared = _Shared(g, spec)
+    if level == "ort":
+        from modelpress.convert.llm.ort_level import OrtShared
+
+        shared = OrtShared(g, spec)
+    else:
+        shared = _Shared(g, spec)
+    stream = _Stream(g, spec, x, fused=level == "ort")
     for i in range(spec.num_layers):
-        x = _layer(g, spec, shared, x, layer_weights(i), i)
-    x = _norm(g, spec, x, "model.norm", globals_["final_norm"], globals_.get("final_norm_bias"))
+        _layer(g, spec, shared, stream, layer_weights(i), i)
+    x = stream.norm("model.norm", globals_["final_norm"], globals_.get("final_norm_bias"))
     if spec.final_softcap:
         logits = _linear(g, x, "lm_head", globals_["lm_head"], globals_.get("lm_head_bias"))
         logits = _softcap(g, logits, spec.final_softcap, "lm_head/softcap")
@@ -345,8 +402,9 @@ def build_decoder(spec: Spec, globals_: dict, layer_weights) -> onnx.ModelProto:
         logits = _linear(g, x, "lm_head", globals_["lm_head"], globals_.get("lm_head_bias"))
         g.nodes.append(helper.make_node("Identity", [logits], [LOGITS], name="logits"))
     graph = helper.make_graph(g.nodes, f"{spec.family}_decoder", inputs, outputs, g.inits)
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="modelpress"
-    )
+    opsets = [helper.make_opsetid("", OPSET)]
+    if level == "ort":
+        opsets.append(helper.make_opsetid(MS, 1))
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="modelpress")
     model.ir_version = 10
     return model

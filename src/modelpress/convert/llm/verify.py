@@ -18,6 +18,9 @@ the measured error (a tie the order of float additions may break either way).
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -144,27 +147,32 @@ def reference_model(ckpt: Checkpoint):
     src = Path(ckpt.source)
     kwargs = {"dtype": "float32", "attn_implementation": "eager"}
     if ckpt.kind == "gguf":
-        return gguf_reference(src)
+        return gguf_reference(src, config=ckpt.config)
     model = transformers.AutoModelForCausalLM.from_pretrained(
         str(src), local_files_only=True, **kwargs
     )
     return model.float().eval()
 
 
-def gguf_reference(path: Path):
+def gguf_reference(path: Path, *, config=None):
     """transformers' model of a GGUF file, its weights read by transformers' own GGUF reader.
 
-    (``from_pretrained(gguf_file=...)`` would do the same but wants ``accelerate``.)"""
+    (``from_pretrained(gguf_file=...)`` would do the same but wants ``accelerate``.) ``config``:
+    the transformers config already read from the file (reading it again parses the whole
+    vocabulary again)."""
     transformers = require("transformers", extra="llm", purpose="verifying a decoder")
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     _quiet(transformers)
 
-    config = transformers.AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
+    if config is None:
+        config = transformers.AutoConfig.from_pretrained(str(path.parent), gguf_file=path.name)
     model = transformers.AutoModelForCausalLM.from_config(
-        config, dtype="float32", attn_implementation="eager"
+        copy.deepcopy(config), dtype="float32", attn_implementation="eager"
     )
-    tensors = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=model)["tensors"]
+    with contextlib.redirect_stderr(io.StringIO()):  # its own tqdm bar, not switched off above
+        loaded = load_gguf_checkpoint(str(path), return_tensors=True, model_to_load=model)
+    tensors = loaded["tensors"]
     model.load_state_dict(tensors, strict=False)
     if config.tie_word_embeddings:
         model.tie_weights()
@@ -236,11 +244,16 @@ def check_decoder(
             if top[1] - top[0] > 2 * worst:  # not a tie within the measured error
                 mismatches += 1
 
-    # a left-padded batch: the short prompt sits after a hole
+    # a padded batch: the short prompt sits after a hole (left-padded), or before one when the
+    # cache is left-aligned (its rows are ones followed by zeros)
     short = _prompt_ids(ckpt, SHORT_PROMPT, config.vocab_size)[: max(1, n - 2)]
     pad = n - len(short)
-    batch = np.array([prompt, [0] * pad + short], np.int64)
-    mask = np.array([[1] * n, [0] * pad + [1] * len(short)], np.int64)
+    if config.kv_layout == "left_aligned":
+        batch = np.array([prompt, short + [0] * pad], np.int64)
+        mask = np.array([[1] * n, [1] * len(short) + [0] * pad], np.int64)
+    else:
+        batch = np.array([prompt, [0] * pad + short], np.int64)
+        mask = np.array([[1] * n, [0] * pad + [1] * len(short)], np.int64)
     positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
     got_b, _ = runner.step(batch, mask, positions, runner.empty_cache(2))
     exp_b = _torch_logits(ref, batch, mask)
