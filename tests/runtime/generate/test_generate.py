@@ -25,14 +25,14 @@ def _families():
     return [f for f in FAMILIES if f != "llama"]
 
 
-def _converted(root, family):
+def _converted(root, family, level="standard"):
     from modelpress.convert.llm import convert_llm
     from modelpress.zoo.llm import tiny_checkpoint
 
     ckpt = tiny_checkpoint(root / f"{family}-hf", family, seed=3)
-    out = root / f"{family}-llm"
+    out = root / f"{family}-{level}-llm"
     try:
-        convert_llm(ckpt, output=out)
+        convert_llm(ckpt, output=out, level=level)
     except ConversionError as exc:
         if "is not supported" not in str(exc):
             raise
@@ -74,7 +74,22 @@ def _check_family(ckpt, folder):
 
 
 def test_greedy_equals_transformers_and_batched_equals_solo(llama):
-    gen, batched = _check_family(*llama)
+    _batched_equals_solo(*_check_family(*llama))
+
+
+def test_ort_level_left_aligned_cache_equals_transformers_batched_and_solo(tmp_path):
+    from modelpress.ir.llm import read_config
+
+    ckpt, folder = _converted(tmp_path, "llama", level="ort")
+    assert read_config(folder).kv_layout == "left_aligned"
+    gen, batched = _check_family(ckpt, folder)
+    _batched_equals_solo(gen, batched)
+    gen.scheduler.engine.prefill_chunk = 3  # a prompt in chunks through the left-aligned cache
+    chunked = gen.generate(PROMPTS, max_tokens=32).results
+    assert [r.token_ids for r in chunked] == [r.token_ids for r in batched]
+
+
+def _batched_equals_solo(gen, batched):
     solo = [Generator(gen.llm, max_seqs=1).generate(p, max_tokens=32).results[0] for p in PROMPTS]
     assert [r.token_ids for r in batched] == [r.token_ids for r in solo]
     assert [r.text for r in batched] == [r.text for r in solo]
