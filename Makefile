@@ -45,6 +45,7 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" -x
 
 lint: $(STAMP)
+	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/ruff check src tests benchmarks
 
 # Benchmarks take minutes each; their committed results are gathered into benchmarks/RESULTS.md.
@@ -63,7 +64,9 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_advisor.py
 	$(BIN)/python benchmarks/bench_protect.py
 	$(BIN)/python benchmarks/bench_serve.py
+	$(BIN)/python benchmarks/bench_serve.py --triton  # Triton in its own venv (benchmarks/_work/triton-venv)
 	$(BIN)/python benchmarks/bench_auto.py
+	$(BIN)/python benchmarks/bench_deploy.py
 	$(BIN)/python benchmarks/collect_results.py
 
 clean:

@@ -90,9 +90,7 @@ def by_hand(model_path: Path, data: Path, calib_n: int, labels: str | None):
     from modelpress.passes import optimize
 
     fast = optimize(load(model_path)).model
-    return fast, quantize(
-        fast, calibration=str(data), labels_key=labels, calibration_limit=calib_n
-    ).model
+    return fast, quantize(fast, data=str(data), labels_key=labels, limit=calib_n).model
 
 
 def main() -> None:

@@ -223,7 +223,7 @@ def describe(v: Variant, original: Path, feeds: list[dict[str, np.ndarray]]) -> 
         v.nodes = graph_stats(model).node_count
         v.size_bytes = _file_size(path)
         if v.name != ORIGINAL:
-            v.max_rel = modelpress.verify(original, model, inputs=feeds).max_rel
+            v.max_rel = modelpress.verify(original, model, data=feeds).max_rel
         else:
             v.max_rel = 0.0
     except Exception as exc:  # a tool's output that ORT or onnx cannot read is a result too
@@ -610,7 +610,8 @@ def main(argv: list[str] | None = None) -> int:
             {"model": m, "target": t, "holds": ok, "numbers": n} for m, t, ok, n in targets
         ],
     }
-    (args.out / "optimize.json").write_text(json.dumps(data, indent=1))
+    # paths inside the repository are written relative to it: the results travel with the repository
+    (args.out / "optimize.json").write_text(json.dumps(data, indent=1).replace(str(ROOT) + "/", ""))
 
     for model, vs in results.items():
         t = Table(title=model, show_edge=False)

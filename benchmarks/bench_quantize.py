@@ -406,7 +406,7 @@ def bench_cnn(name: str, quick: bool) -> dict:
     src, x, y, calib, metric, configs = cnn_setup(name, quick)
     rows = {"float32": {"path": src, "seconds": 0.0}}
     t0 = time.perf_counter()
-    r = quantize(src, mode="static", calibration=calib)
+    r = quantize(src, mode="static", data=calib)
     mp = WORK / f"{name}_modelpress.onnx"
     modelpress.save(r.model, mp)
     rows["modelpress static"] = {"path": mp, "seconds": time.perf_counter() - t0}
@@ -747,7 +747,9 @@ def main() -> None:
             return [clean(v) for v in o]
         return str(o) if isinstance(o, Path) else o
 
-    (RESULTS / "quantize.json").write_text(json.dumps(clean(results), indent=1) + "\n")
+    # paths inside the repository are written relative to it: the results travel with the repository
+    text = json.dumps(clean(results), indent=1).replace(str(ROOT.parent) + "/", "")
+    (RESULTS / "quantize.json").write_text(text + "\n")
     print(text)
 
 

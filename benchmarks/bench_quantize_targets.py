@@ -138,7 +138,7 @@ def bench(name: str, mode: str) -> dict:
     paths = {"float32": src}
     notes = {}
     for target in TARGETS:
-        r = quantize(src, mode=mode, calibration=d["calib"], target_cpu=target)
+        r = quantize(src, mode=mode, data=d["calib"], target_cpu=target)
         p = WORK / f"{name}_{mode}_{target}.onnx"
         modelpress.save(r.model, p)
         paths[f"int8 for {target}"] = p

@@ -154,7 +154,7 @@ def run_case(name: str, reps: int) -> dict:
         stage = "quantize"
         calib = [{"x": images(rng, 16)} for _ in range(4)]
         t0 = time.perf_counter()
-        r = quantize(fp, mode=row["mode"], calibration=calib)
+        r = quantize(fp, mode=row["mode"], data=calib)
         save(r.model, qp)
         row["quantize_s"] = time.perf_counter() - t0
         row["size_ratio"] = size(qp) / size(fp)

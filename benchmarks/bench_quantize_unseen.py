@@ -723,7 +723,7 @@ def check(fp: Path, qp: Path, feeds: dict) -> str:
     import modelpress
 
     modelpress.load(qp)
-    v = modelpress.verify(fp, qp, inputs=feeds)
+    v = modelpress.verify(fp, qp, data=feeds)
     return f"ok (verify max rel {v.max_rel:.3g})"
 
 
@@ -757,7 +757,7 @@ def rounding(case: Case, fp: Path, qp: Path) -> dict[str, float]:
     out = {"static, GPTQ (default)": sqnr_db(ref, outputs(qp, case.evals))}
     for label, (suffix, options) in ROUNDING.items():
         path = WORK / f"{case.name}{suffix}.onnx"
-        save(quantize(fp, calibration=case.calib, **options).model, path)
+        save(quantize(fp, data=case.calib, **options).model, path)
         out[label] = sqnr_db(ref, outputs(path, case.evals))
     return out
 
@@ -785,7 +785,7 @@ def run_case(name: str, quick: bool, reps: dict[str, int]) -> Row:
         row.stage = "quantize"
         mode = "dynamic" if family == "transformer" else "static"
         t0 = time.perf_counter()
-        r = quantize(fp, mode=mode, calibration=case.calib)
+        r = quantize(fp, mode=mode, data=case.calib)
         save(r.model, qp)
         row.quantize_seconds = time.perf_counter() - t0
         row.size_ratio = size(qp) / size(fp)
@@ -953,7 +953,7 @@ def write_report(rows: list[Row], seconds: float, command: str) -> str:
         f"onnxruntime {onnxruntime.__version__}, torch {torch.__version__}. `{command}`, "
         f"{time.strftime('%Y-%m-%d')}, {seconds:.0f} s.",
         "Models are built, trained (CNNs) and converted by the script; `quantize(..., mode=static|dynamic, "
-        "calibration=...)` with every other option at its default. Latency: ONNX Runtime CPU, all "
+        "data=...)` with every other option at its default. Latency: ONNX Runtime CPU, all "
         "graph optimizations, one global thread pool, float32 and int8 interleaved; median (p25–p75) "
         "in ms; ratio = int8 / float32 medians (below 1: int8 faster).",
         "",

@@ -23,6 +23,8 @@ formed at that concurrency (read from its /metrics). Overhead: p50 at concurrenc
 model's own p50 at batch 1 in-process.
 
     .venv/bin/python benchmarks/bench_serve.py [--reps 3] [--duration 3]
+    .venv/bin/python benchmarks/bench_serve.py --attacks    # the attacks section: bench_serve_attacks.py
+    .venv/bin/python benchmarks/bench_serve.py --llm        # the LLM section: bench_serve_llm.py
 """
 
 import argparse
@@ -592,9 +594,24 @@ def write(results: dict, reps: int, warmup: float, duration: float) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--triton",
+        action="store_true",
+        help="run the section beside Triton Inference Server instead (bench_serve_triton.py)",
+    )
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--warmup", type=float, default=1.0)
     ap.add_argument("--duration", type=float, default=3.0)
+    ap.add_argument(
+        "--attacks",
+        action="store_true",
+        help="run the hostile-client section instead (bench_serve_attacks.py)",
+    )
+    ap.add_argument(
+        "--llm",
+        action="store_true",
+        help="run the decoder-LLM section instead (bench_serve_llm.py)",
+    )
     ap.add_argument("--loadgen", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--peer", choices=["fastapi", "ray"], help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
@@ -603,11 +620,28 @@ def main() -> None:
     ap.add_argument("--request", help=argparse.SUPPRESS)
     ap.add_argument("--concurrency", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.attacks:
+        sys.path.insert(0, str(HERE))
+        import bench_serve_attacks
+
+        return bench_serve_attacks.main(
+            ["--reps", str(args.reps), "--duration", str(args.duration)]
+        )
+    if args.llm:
+        sys.path.insert(0, str(HERE))
+        import bench_serve_llm
+
+        return bench_serve_llm.main(["--reps", str(args.reps)])
     if args.loadgen:
         return loadgen(args.port, args.request, args.concurrency, args.warmup, args.duration)
     if args.peer:
         shapes = json.loads(args.shapes)
         return (peer_fastapi if args.peer == "fastapi" else peer_ray)(args.model, args.port, shapes)
+    if args.triton:
+        sys.path.insert(0, str(HERE))
+        import bench_serve_triton
+
+        return bench_serve_triton.run(args.reps, args.warmup, args.duration)
     results = bench(args.reps, args.warmup, args.duration)
     write(results, args.reps, args.warmup, args.duration)
 

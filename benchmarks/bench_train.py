@@ -317,13 +317,13 @@ def bench_qat() -> list[dict]:
     for name in CNNS:
         original = load(zoo.build(name, WORK / f"{name}.onnx"))
         row = {"model": name, "float": _accuracy(original, d)}
-        ptq = quantize(original, mode="static", calibration=cal, labels_key="y")
+        ptq = quantize(original, mode="static", data=cal, labels_key="y")
         row["static int8"] = _accuracy(ptq.model, d)
         # w4a8 after training: 4-bit weights rounded to nearest on static mode's graph
         plain = quantize(
             original,
             mode="static",
-            calibration=cal,
+            data=cal,
             labels_key="y",
             gptq=False,
             bias_correction=False,
@@ -334,7 +334,7 @@ def bench_qat() -> list[dict]:
         q8 = quantize(
             original,
             mode="qat",
-            calibration=cal,
+            data=cal,
             labels_key="y",
             train=TrainConfig(epochs=1, lr=1e-4),
         )
@@ -342,7 +342,7 @@ def bench_qat() -> list[dict]:
         q4 = quantize(
             original,
             mode="qat",
-            calibration=cal,
+            data=cal,
             labels_key="y",
             bits=4,
             train=TrainConfig(epochs=2, lr=3e-4),
@@ -573,7 +573,7 @@ def bench_minilm(
 ) -> list[dict]:
     from modelpress.compress.distill import distill
     from modelpress.compress.train import TrainData
-    from modelpress.compress.train.metrics import compare
+    from modelpress.verify.metrics import compare
     from modelpress.zoo.minilm import tokenize
 
     original = load(zoo.build("minilm", WORK / "minilm.onnx"))

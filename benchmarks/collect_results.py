@@ -23,8 +23,14 @@ ORDER = [
     "batch",
     "advisor",
     "serve",
+    "serve_attacks",
+    "serve_llm",
     "protect",
+    "serve_triton",
     "auto",
+    "deploy",
+    "llm",
+    "llm_decode",
 ]
 TITLES = {
     "optimize": "graph optimizer (issue: foundation and optimizer)",
@@ -37,7 +43,13 @@ TITLES = {
     "batch": "batch inference (`modelpress run`): pipeline against its slower stage",
     "advisor": "hardware advisor",
     "serve": "serving under load (modelpress serve, Ray Serve, FastAPI)",
+    "serve_attacks": "serving under hostile clients (a control client's latency, the server's memory)",
+    "serve_llm": "serving a decoder LLM: 16 streams against one (continuous batching)",
     "auto": "auto: the search against optimize + static int8 by hand and an exhaustive run",
+    "serve_triton": "serving beside Triton Inference Server (same model, batching, client)",
+    "deploy": "deploy: the plan's promised p99 against the measured one",
+    "llm": "decoder LLMs: int4 quality (perplexity, greedy agreement), GGUF import",
+    "llm_decode": "decoder LLMs: decode speed against onnxruntime-genai and llama.cpp, batching",
 }
 
 

@@ -26,3 +26,39 @@ def test_convert_twice_in_one_process(tmp_path):
     for i in range(2):
         result = modelpress.convert(model, example_inputs=(x,))
         assert result.verify is not None and result.verify.passed, i
+
+
+def test_open_reads_every_form_the_commands_read(tmp_path):
+    """modelpress.open: .onnx, .mpz, .mpk and obfuscated ONNX, keys given in Python's words."""
+    import os
+
+    import numpy as np
+    import pytest
+
+    import modelpress
+    from modelpress.errors import OptionError
+    from modelpress.ir import parse, save
+    from modelpress.protect import protect
+
+    model = parse("""<ir_version: 8, opset_import: ["" : 17]> g (float[N, 4] x) => (float[N, 4] y)
+        <float[4, 4] w = {1.0, 0.5, 0.0, 0.0, 0.0, 1.0, 0.5, 0.0, 0.0, 0.0, 1.0, 0.5, 0.5, 0.0, 0.0, 1.0}> {
+        y = MatMul(x, w)
+    }""")
+    save(model, tmp_path / "m.onnx")
+    key = os.urandom(32)
+    (tmp_path / "k.bin").write_bytes(key)
+    protect(tmp_path / "m.onnx", output=tmp_path / "m.mpk", key=key)
+    protect(tmp_path / "m.onnx", output=tmp_path / "o.onnx", key=key, obfuscate=True, encrypt=False)
+    x = {"x": np.arange(8, dtype=np.float32).reshape(2, 4)}
+    want = modelpress.Session(modelpress.open(tmp_path / "m.onnx")).run(x)["y"]
+    for opened in (
+        modelpress.open(tmp_path / "m.mpk", key=key),
+        modelpress.open(tmp_path / "m.mpk", key_file=tmp_path / "k.bin"),
+        modelpress.open(tmp_path / "o.onnx", key=key),
+    ):
+        np.testing.assert_array_equal(modelpress.Session(opened).run(x)["y"], want)
+    with pytest.raises(OptionError, match="give its key with `key`"):
+        modelpress.open(tmp_path / "m.mpk")
+    with pytest.raises(OptionError, match="an obfuscated model: give its key"):
+        modelpress.open(tmp_path / "o.onnx")
+    assert modelpress.open(tmp_path / "o.onnx", runnable=False) is not None

@@ -13,13 +13,26 @@ path that follows it). Commands not yet moved to the shared option groups are li
 from __future__ import annotations
 
 import argparse
+import re
+from collections import defaultdict
 
 import pytest
 
 from modelpress.cli.main import build_parser
 
 # Old spellings that must not be visible in any --help.
-RETIRED = {"--inputs", "--calib", "--calib-limit", "--input", "--model"}
+RETIRED = {
+    "--inputs",
+    "--calib",
+    "--calib-limit",
+    "--input",
+    "--model",
+    "--batch",  # --batch-size
+    "--keep",  # --exclude
+    "--ray-address",  # --ray ADDRESS
+    "--ray-actors",  # --replicas
+    "--out",  # -o/--output
+}
 # Commands that run a model on samples.
 READS_SAMPLES = {"verify", "optimize", "bench", "quantize", "run"}
 # dest -> the one option string an idea goes by.
@@ -33,7 +46,12 @@ IDEAS = {
     "device": "--device",
     "key_file": "--key-file",
     "ort_level": "--ort-level",
+    "batch_size": "--batch-size",
+    "exclude": "--exclude",
+    "replicas": "--replicas",
 }
+# "(default X)" in a help text: X is what the option is when it is not given.
+SAYS_DEFAULT = re.compile(r"(?:^|\(|; )default:? ([^);,:]+)")
 # Commands whose parser has not moved to cli/options.py yet (owner in the reason).
 NOT_YET = {}
 
@@ -138,3 +156,78 @@ def test_list_options_do_not_swallow_the_model():
     assert args.model == "m.onnx"
     args = parser.parse_args(["convert", "m.pt", "-o", "m.onnx", "--input", "x=1x3"])
     assert args.shape == ["x=1x3"]  # the old name of --shape, hidden
+
+
+def test_one_name_per_idea_across_commands():
+    """Across every command, an option's flag always fills the same field, and a field always
+    has the same flag: no flag names two ideas, no idea goes by two flags."""
+    dests, flags = defaultdict(set), defaultdict(set)
+    for parser in COMMANDS.values():
+        for a in _visible(parser):
+            longs = tuple(o for o in a.option_strings if o.startswith("--"))
+            for flag in longs:
+                dests[flag].add(a.dest)
+            flags[a.dest].add(longs)
+    assert {f: d for f, d in dests.items() if len(d) > 1} == {}
+    assert {d: f for d, f in flags.items() if len(f) > 1} == {}
+
+
+def _said_default(help_text: str | None) -> str | None:
+    m = SAYS_DEFAULT.search(help_text or "")
+    return m.group(1).strip() if m else None
+
+
+def _same(said: str, value) -> bool:
+    try:
+        return float(said) == float(value)
+    except (TypeError, ValueError):
+        return said == str(value)
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_help_shows_the_defaults_the_code_uses(name):
+    """Where ``--help`` says "(default X)" of an option the parser fills in, X is that value
+    (an option the command fills in itself has no parser default; its help explains it)."""
+    parser = COMMANDS[name]
+    wrong = []
+    for a in _visible(parser):
+        said, value = _said_default(a.help), parser.get_default(a.dest)
+        if (
+            said is not None
+            and value not in (None, [], False, argparse.SUPPRESS)
+            and not _same(said, value)
+        ):
+            wrong.append(f"{a.option_strings[-1]}: help says {said!r}, the code uses {value!r}")
+    assert wrong == []
+
+
+def test_distill_help_is_what_it_does():
+    distill = COMMANDS["distill"]
+    assert distill.get_default("epochs") == 10 and distill.get_default("temperature") == 4.0
+    assert "--no-train" not in {o for a in _visible(distill) for o in a.option_strings}
+    text = distill.format_help()
+    assert "(default 10)" in text and "(default 4)" in text
+
+
+@pytest.mark.parametrize(
+    "argv, dest, value",
+    [
+        (["advise", "--batch", "8"], "batch_size", 8),
+        (["prune", "m.onnx", "-o", "p.onnx", "--keep", "a,b"], "exclude", ["a,b"]),
+        (["compress", "m.onnx", "-o", "c.mpz", "--data", "d.npz", "--keep", "a"], "exclude", ["a"]),
+        (["run", "m.onnx", "--data", "d", "-o", "o.jsonl", "--ray-actors", "2"], "replicas", 2),
+        (["serve", "m.onnx", "--ray-address", "ray://h:1"], "ray_address", "ray://h:1"),
+        (["serve", "m.onnx", "--ray", "ray://h:1"], "ray", "ray://h:1"),
+        (["demo", "--out", "d"], "output", "d"),
+    ],
+)
+def test_old_spellings_still_parse_hidden(argv, dest, value):
+    assert getattr(build_parser().parse_args(argv), dest) == value
+
+
+def test_quantize_report_is_the_page_only(tmp_path, capsys):
+    from modelpress.cli.main import main
+
+    code = main(["quantize", "m.onnx", "-o", str(tmp_path / "q.onnx"), "--report", "r.json"])
+    err = capsys.readouterr().err
+    assert code == 1 and "--report r.json: the HTML page is FILE.html" in err

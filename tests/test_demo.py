@@ -34,6 +34,7 @@ def test_demo_end_to_end(tmp_path):
         "protect: obfuscate and encrypt the int8 model",
         "what serves 2,000 requests/s at a 5 ms p99",
         "a transformer: optimize and dynamic int8",
+        "a decoder LLM: convert with its KV cache, int4, generate, serve",
     ):
         assert step in text
     summary = json.loads((out / "summary.json").read_text())
@@ -67,6 +68,10 @@ def test_demo_end_to_end(tmp_path):
     tr = summary["transformer"]
     assert tr["cosine"] > 0.99 and tr["size_ratio"] < 0.5
     assert set(tr["latency_ms"]) == {"float32", "optimized", "int8"}
+    # the decoder: verified against transformers, int4 smaller, one real chat answer from the server
+    dec = summary["decoder"]
+    assert dec["max_logit_diff"] < 1e-3 and dec["int4_bytes"] < 0.5 * dec["float_bytes"]
+    assert isinstance(dec["chat_answer"], str) and dec["chat_answer"]
 
     from modelpress.ir import graph_stats, load
 

@@ -234,7 +234,7 @@ def test_verify_on_an_empty_input_set_is_an_error_not_a_pass(tmp_path, capsys):
     assert main(["verify", str(src), str(src), "--data", str(tmp_path / "empty.npz")]) == 1
     assert "--data is empty" in _one_error_line(capsys)
     with pytest.raises(InputError, match="empty"):
-        verify(src, src, inputs=[])
+        verify(src, src, data=[])
 
 
 @pytest.mark.parametrize("kind", ["truncated", "npy", "directory"])
@@ -262,3 +262,87 @@ def test_bad_data_files_are_one_line(kind, tmp_path, capsys):
 
 def test_the_ladder_starts_at_the_historical_default():
     assert CANDIDATES[0] == (2, 2)
+
+
+def tied_state_and_rate() -> onnx.ModelProto:
+    """silero-vad's contract in small: a signal x[?, ?], a recurrent state[2, ?, 4] whose second
+    axis is x's batch (Concat along axis 1 needs both batches equal), and a sample rate ``sr`` that
+    selects a branch: only ``sr == 16000`` runs, any other value reaches a Reshape that cannot."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None])
+    state = helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, None, 4])
+    sr = helper.make_tensor_value_info("sr", TensorProto.INT64, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 5])
+    then_out = helper.make_tensor_value_info("t", TensorProto.FLOAT, [None, 5])
+    else_out = helper.make_tensor_value_info("e", TensorProto.FLOAT, [None, 5])
+    then_branch = helper.make_graph(
+        [helper.make_node("Identity", ["cat"], ["t"])], "then", [], [then_out]
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("Reshape", ["cat", "bad"], ["e"])], "else", [], [else_out]
+    )
+    nodes = [
+        helper.make_node("Pad", ["x", "pads"], ["xp"], mode="reflect"),  # needs T > 4, as STFTs do
+        helper.make_node("ReduceSum", ["xp", "ax1"], ["xs"], keepdims=1),  # [B, 1]
+        helper.make_node("ReduceSum", ["state", "ax0"], ["ss"], keepdims=0),  # [B, 4]
+        helper.make_node("Concat", ["xs", "ss"], ["cat"], axis=1),  # [B, 5]
+        helper.make_node("Constant", [], ["rate"], value_int=16000),
+        helper.make_node("Equal", ["sr", "rate"], ["is16k"]),
+        helper.make_node("If", ["is16k"], ["y"], then_branch=then_branch, else_branch=else_branch),
+    ]
+    inits = [
+        helper.make_tensor("ax0", TensorProto.INT64, [1], [0]),
+        helper.make_tensor("ax1", TensorProto.INT64, [1], [1]),
+        helper.make_tensor("bad", TensorProto.INT64, [2], [7, 11]),
+        helper.make_tensor("pads", TensorProto.INT64, [4], [0, 4, 0, 4]),
+    ]
+    return _model(nodes, [x, state, sr], [y], inits)
+
+
+def test_anonymous_dims_tied_by_the_graph_and_compared_scalars(tmp_path, capsys):
+    src = tmp_path / "vad.onnx"
+    src.write_bytes(tied_state_and_rate().SerializeToString())
+    model = load(src)
+    feeds = generate_inputs(model)
+    assert feeds["sr"].dtype == np.int64 and int(feeds["sr"]) == 16000  # before: 0 or 1
+    # before: "the original model cannot run on generated inputs" (x's batch 1, state's 8)
+    out = tmp_path / "o.onnx"
+    assert main(["optimize", str(src), "-o", str(out), "--json", str(tmp_path / "r.json")]) == 0
+    import json
+
+    record = json.loads((tmp_path / "r.json").read_text())["result"]["verify"]
+    assert record["passed"] and "tied to it: state[1]" in capsys.readouterr().err
+    assert record["shapes"] == {"x": [1, 8], "state": [2, 1, 4], "sr": []}
+    assert main(["verify", str(src), str(out)]) == 0
+    real = {
+        "x": np.arange(18, dtype=np.float32).reshape(3, 6),
+        "state": np.ones((2, 3, 4), np.float32),
+        "sr": np.array(16000, np.int64),
+    }
+    padded = np.pad(real["x"], ((0, 0), (4, 4)), mode="reflect")
+    expected = np.concatenate([padded.sum(1, keepdims=True), np.full((3, 4), 2.0)], axis=1)
+    np.testing.assert_array_equal(run_model(load(out), real)["y"], expected)
+
+
+def _silero_file():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("silero_vad")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("silero-vad is not installed (the `corpus` extra)")
+    path = Path(next(iter(spec.submodule_search_locations))) / "data" / "silero_vad.onnx"
+    if not path.exists():
+        pytest.skip(f"{path} is missing")
+    return path
+
+
+def test_silero_vad_verifies_and_optimizes_without_data(tmp_path, capsys):
+    src = _silero_file()
+    out = tmp_path / "vad.onnx"
+    # before: "the original model cannot run on generated inputs ... LSTM node" (batches disagree)
+    assert main(["optimize", str(src), "-o", str(out), "--json", str(tmp_path / "r.json")]) == 0
+    import json
+
+    record = json.loads((tmp_path / "r.json").read_text())["result"]["verify"]
+    assert record["passed"] and record["shapes"]["state"][1] == record["shapes"]["input"][0]
+    assert main(["verify", str(src), str(out)]) == 0

@@ -54,7 +54,7 @@ def test_if_subgraph_survives_round_trip(tmp_path):
     back = load(save(model, tmp_path / "if.onnx"))
     assert back.graph.node(0).op_type == "If"
     assert verify(
-        model, back, inputs={"c": np.array(False), "x": np.array([1.0, -2.0], np.float32)}
+        model, back, data={"c": np.array(False), "x": np.array([1.0, -2.0], np.float32)}
     ).passed
 
 

@@ -32,6 +32,7 @@ ORDER: list[set[str]] = [
     {"profile"},
     {"advisor"},
     {"search"},
+    {"deploy"},
     {"report"},
     {"demo"},
     {"cli"},

@@ -63,7 +63,7 @@ def test_relative_error_is_relative_to_the_output_scale():
 
 def test_user_inputs_are_checked(tmp_path):
     with pytest.raises(InputError, match="missing input 'mask'"):
-        verify(embed_model(), embed_model(), inputs={"ids": np.zeros((1, 2), np.int64)})
+        verify(embed_model(), embed_model(), data={"ids": np.zeros((1, 2), np.int64)})
 
 
 def test_cli_verify_exit_codes(tmp_path, capsys):

@@ -1,8 +1,9 @@
 """modelpress: take a trained model and make it ready for the hardware it will run on.
 
-The Python API uses the same words as the command line: ``load``, ``save``, ``inspect``,
-``convert``, ``optimize``, ``verify``, ``quantize``, ``prune``, ``distill``, ``deep_compress``,
-``Session`` (run), ``advise``. The heavier
+The Python API uses the same words as the command line: ``open`` (every form a command reads),
+``load``, ``save``, ``inspect``, ``convert``, ``optimize``, ``verify``, ``quantize``, ``prune``,
+``distill``, ``deep_compress``, ``Session`` (run), ``advise``, ``generate`` (an LLM folder); samples are ``data=`` everywhere.
+The heavier
 entry points load on first use so that ``import modelpress`` stays cheap.
 """
 
@@ -25,6 +26,8 @@ _LAZY = {
     "distill": ("modelpress.compress.distill", "distill"),
     "deep_compress": ("modelpress.compress.deep", "deep_compress"),
     "advise": ("modelpress.advisor", "recommend"),
+    "generate": ("modelpress.runtime.generate", "generate"),
+    "Generator": ("modelpress.runtime.generate", "Generator"),
 }
 
 __all__ = [
@@ -33,11 +36,54 @@ __all__ = [
     "convert",
     "inspect",
     "load",
+    "open",
     "optimize",
     "save",
     "verify",
     *_LAZY,
 ]
+
+
+def open(  # noqa: A001  (the word the commands use: modelpress.open(path))
+    path,
+    *,
+    key: bytes | None = None,
+    key_file=None,
+    key_env: str | None = None,
+    runnable: bool = True,
+):
+    """The model at ``path`` in memory (an ``onnx_ir.Model``), in any form the commands read: an
+    ONNX file, a Deep Compression ``.mpz``, a protected ``.mpk`` package or an obfuscated ONNX
+    file, the last two opened in memory with their key (``key``, 32 bytes, or read from
+    ``key_file`` or the environment variable ``key_env``). ``runnable=False`` lets an obfuscated
+    model without a key through as the file shows it (to inspect it)."""
+    from pathlib import Path
+
+    from modelpress.compress.deep import open_mpz
+    from modelpress.errors import OptionError
+    from modelpress.protect import is_obfuscated, load_key, open_package, unlock
+    from modelpress.protect.package import has_magic
+
+    p = Path(path)
+    if p.suffix == ".mpz":
+        return open_mpz(p)
+    given = key is not None or key_file is not None or key_env is not None
+
+    def the_key() -> bytes:
+        return key if key is not None else load_key(key_file, key_env)
+
+    if has_magic(p) or p.suffix == ".mpk":
+        if not given:
+            raise OptionError(f"{p}: a protected package: give its key with `key`")
+        return open_package(p, the_key())
+    model = load(p)
+    if not is_obfuscated(model):
+        return model
+    if not given:
+        if not runnable:
+            return model
+        raise OptionError(f"{p}: an obfuscated model: give its key with `key`")
+    return unlock(model, the_key(), name=str(p))
 
 
 def __getattr__(name: str):

@@ -15,7 +15,13 @@ dynamic int8, the transformer path.
 from __future__ import annotations
 
 import inspect
+import json
+import os
+import socket
+import subprocess
+import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,17 +34,24 @@ from modelpress.advisor import load_catalog
 from modelpress.advisor.measured import measure_curve, this_machine
 from modelpress.advisor.service import plan_service
 from modelpress.compress import quantize as run_quantizer
+from modelpress.compress.llm import quantize_llm
 from modelpress.convert import convert as convert_model
+from modelpress.convert.llm import convert_llm
 from modelpress.ir import from_proto, graph_stats, load, model_bytes, save, to_proto
 from modelpress.passes import optimize as run_optimizer
 from modelpress.profile import profile_model
 from modelpress.profile.workload import workload_from_onnx
 from modelpress.protect import keygen, load_key, open_package
 from modelpress.protect import protect as protect_model
+from modelpress.runtime.generate import generate
 from modelpress.runtime.ort import session, use_global_thread_pool
 from modelpress.verify import verify
-from modelpress.zoo import accuracy, digits_data, sample_inputs
+from modelpress.verify.llm import Decoder as LLMDecoder
+from modelpress.verify.llm import top1_agreement
+from modelpress.verify.metrics import accuracy, mean_cosine
 from modelpress.zoo import build as build_zoo
+from modelpress.zoo import digits_data, sample_inputs
+from modelpress.zoo.llm import tiny_checkpoint
 
 ZOO_MODEL = "resnet-digits"
 
@@ -126,7 +139,7 @@ def build(state: DemoState) -> BuildResult:
         parameters=sum(p.numel() for p in module.parameters()),
         train_images=len(data.x_train),
         test_images=len(data.x_test),
-        torch_accuracy=zoo.accuracy(logits, data.y_test),
+        torch_accuracy=accuracy(logits, data.y_test),
         seconds=time.perf_counter() - start,
     )
 
@@ -195,7 +208,7 @@ def quantize(state: DemoState) -> QuantizeStepResult:
 
     x = digits_data().x_train[:256]
     calibration = [{state.input_name: x[i : i + 32]} for i in range(0, len(x), 32)]
-    result = run_quantizer(state.models["optimized"], mode="static", calibration=calibration)
+    result = run_quantizer(state.models["optimized"], mode="static", data=calibration)
     path = state.out_dir / "model.int8.onnx"
     save(result.model, path)
     state.models["int8"] = result.model
@@ -302,16 +315,13 @@ def transformer(state: DemoState) -> TransformerStepResult:
     calibration += [
         {k: np.roll(v, i, axis=0) for k, v in calibration[0].items()} for i in range(1, 4)
     ]
-    result = run_quantizer(optimized, mode="dynamic", calibration=calibration, optimize=False)
+    result = run_quantizer(optimized, mode="dynamic", data=calibration, optimize=False)
     save(result.model, state.out_dir / f"{name}.int8.onnx")
     feeds = sample_inputs(name, batch=8, seq=128)
     models = {"float32": original, "optimized": optimized, "int8": result.model}
     sessions = {k: session(m) for k, m in models.items()}
     outputs = {k: s.run(None, feeds)[0] for k, s in sessions.items()}
-    ref, got = outputs["float32"].reshape(8, -1), outputs["int8"].reshape(8, -1)
-    cosine = float(
-        np.mean(np.sum(ref * got, 1) / (np.linalg.norm(ref, axis=1) * np.linalg.norm(got, axis=1)))
-    )
+    cosine = mean_cosine(outputs["float32"], outputs["int8"])
     times: dict[str, list[float]] = {k: [] for k in sessions}
     for _ in range(max(5, state.latency_rounds // 4)):
         for k, s in sessions.items():
@@ -396,6 +406,109 @@ def summary(state: DemoState) -> list[SummaryRow]:
 
 
 @dataclass(frozen=True)
+class DecoderStepResult:
+    family: str
+    layers: int
+    float_bytes: int
+    int4_bytes: int
+    max_logit_diff: float  # the converted decoder against transformers, prompt and cached steps
+    prompt: str
+    float_text: str
+    int4_text: str
+    top1_agreement: float  # int4's next token equal to float's, along float's greedy path
+    tokens_per_s: float
+    chat_answer: str  # what the server answered to one chat request (OpenAI route)
+    notes: list[str]
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+
+
+def _served_chat(folder: Path, message: str) -> str:
+    """One chat request to ``modelpress serve FOLDER`` on the OpenAI route, the server in its own
+    process on a free port of 127.0.0.1, stopped (SIGTERM, drained) afterwards."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "modelpress.cli.main", "serve", str(folder)]
+    proc = subprocess.Popen(
+        [*cmd, "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"{base}/v1/models", timeout=2).read()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+                    raise RuntimeError(f"the LLM server did not start: {err[-300:]}") from None
+                time.sleep(0.2)
+        body = {
+            "model": folder.name,
+            "messages": [{"role": "user", "content": message}],
+            "max_tokens": 16,
+        }
+        req = urllib.request.Request(
+            f"{base}/v1/chat/completions",
+            data=json.dumps(body).encode(),
+            headers={"content-type": "application/json"},
+        )
+        answer = json.loads(urllib.request.urlopen(req, timeout=120).read())
+        return answer["choices"][0]["message"]["content"]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def decoder(state: DemoState) -> DecoderStepResult:
+    """A decoder LLM through its road: a tiny Llama-style checkpoint (random weights, built by
+    transformers at a fixed seed) converted with its KV cache and verified against transformers,
+    quantized to int4 blocks, generated from greedily, and asked one chat question through the
+    OpenAI-compatible server. Random weights speak no language: the point is the path, and that
+    int4 follows float."""
+
+    ckpt = tiny_checkpoint(state.out_dir / "llm-checkpoint", "llama", seed=0)
+    float_dir = state.out_dir / "llm"
+    int4_dir = state.out_dir / "llm-int4"
+    converted = convert_llm(ckpt, output=float_dir)
+    quantized = quantize_llm(float_dir, int4_dir, mode="int4", block_size=32)
+    prompt = "the quick brown fox"
+    kwargs = {"max_tokens": 16, "chat_template": False}
+    ref = generate(float_dir, prompt, **kwargs)
+    got = generate(int4_dir, prompt, **kwargs)
+    reference, candidate = LLMDecoder.open(float_dir), LLMDecoder.open(int4_dir)
+    prompts = [np.asarray(reference.tokenizer.encode(p).ids) for p in (prompt, "hello world")]
+    agreement = top1_agreement(reference, candidate, prompts, steps=16)
+    check = converted.verify
+    return DecoderStepResult(
+        family=converted.config.family,
+        layers=converted.config.num_layers,
+        float_bytes=_folder_bytes(float_dir),
+        int4_bytes=_folder_bytes(int4_dir),
+        max_logit_diff=(
+            max(check.prompt_max_abs, check.decode_max_abs) if check is not None else float("nan")
+        ),
+        prompt=prompt,
+        float_text=ref.results[0].text,
+        int4_text=got.results[0].text,
+        top1_agreement=agreement.top1_agreement,
+        tokens_per_s=got.to_dict()["tokens_per_s"] or 0.0,
+        chat_answer=_served_chat(int4_dir, "Hello, who are you?"),
+        notes=list(converted.notes) + list(quantized.notes),
+    )
+
+
+@dataclass(frozen=True)
 class Step:
     name: str
     title: str
@@ -416,4 +529,5 @@ STEPS: list[Step] = [
     ),
     Step("advise", "what serves 2,000 requests/s at a 5 ms p99 (advisor)", advise),
     Step("transformer", "a transformer: optimize and dynamic int8", transformer),
+    Step("decoder", "a decoder LLM: convert with its KV cache, int4, generate, serve", decoder),
 ]

@@ -54,3 +54,16 @@ def require(module: str, *, extra: str, purpose: str):
         return importlib.import_module(module)
     except ImportError as exc:
         raise MissingExtraError(module.split(".")[0], extra, purpose) from exc
+
+
+def renamed(value, old_value, *, new: str, old: str):
+    """The value of argument ``new`` given under its old name ``old`` (a DeprecationWarning), or
+    under its own; an ``OptionError`` when both are given."""
+    if old_value is None:
+        return value
+    if value is not None:
+        raise OptionError(f"`{old}` is the old name of `{new}`: give only `{new}`")
+    import warnings
+
+    warnings.warn(f"`{old}` is renamed `{new}`", DeprecationWarning, stacklevel=3)
+    return old_value

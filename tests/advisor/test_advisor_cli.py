@@ -150,7 +150,7 @@ def test_html_has_both_plots(tmp_path, capsys):
             "fits on none of the 2 candidate devices",
         ),
         ([], "error: give either a model file (.onnx or config.json) or --workload NAME"),
-        (["--workload", "resnet50", "--batch", "0"], "error: --batch must be at least 1"),
+        (["--workload", "resnet50", "--batch", "0"], "error: --batch-size must be at least 1"),
     ],
 )
 def test_errors_are_one_line_and_write_nothing(tmp_path, capsys, argv, message):

@@ -101,5 +101,5 @@ def test_eager_inference_is_unfused_and_dispatched_op_by_op(catalog):
     assert eager.latency_ms > ops * eff.eager_overhead_us * 1e-3
     assert compiled.latency_ms < eager.latency_ms / 5
     assert fused < ops
-    with pytest.raises(Exception, match="--engine 'jit': choose one of compiled, eager"):
+    with pytest.raises(Exception, match="`engine` 'jit': choose one of compiled, eager"):
         estimate(w, l4, task="infer", precision="fp16", batch=1, engine="jit")

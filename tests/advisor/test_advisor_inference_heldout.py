@@ -172,10 +172,10 @@ def test_padding_free_scales_with_real_tokens():
 @pytest.mark.parametrize(
     ("name", "kwargs", "message"),
     [
-        ("resnet50", {"avg_seq": 100}, "--avg-seq: applies to encoder workloads"),
-        ("llama-2-7b", {"avg_seq": 100}, "--avg-seq: applies to encoder workloads"),
-        ("bert-base", {"seq": 128, "avg_seq": 200}, "--avg-seq 200: must be between 1 and"),
-        ("bert-base", {"avg_seq": 0.5}, "--avg-seq 0.5: must be between 1 and"),
+        ("resnet50", {"avg_seq": 100}, "`avg_seq`: applies to encoder workloads"),
+        ("llama-2-7b", {"avg_seq": 100}, "`avg_seq`: applies to encoder workloads"),
+        ("bert-base", {"seq": 128, "avg_seq": 200}, "`avg_seq` 200: must be between 1 and"),
+        ("bert-base", {"avg_seq": 0.5}, "`avg_seq` 0.5: must be between 1 and"),
     ],
 )
 def test_avg_seq_errors(name, kwargs, message):

@@ -181,7 +181,7 @@ def test_no_device_can_serve(catalog):
         plan_service(
             get_workload("resnet50"), [catalog.find("T4")], qps=100, p99_ms=0.01, precision="int8"
         )
-    with pytest.raises(OptionError, match="--qps must be positive"):
+    with pytest.raises(OptionError, match="`qps` must be positive"):
         plan_service(
             get_workload("resnet50"), [catalog.find("T4")], qps=0, p99_ms=5, precision="int8"
         )

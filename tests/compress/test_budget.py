@@ -20,12 +20,10 @@ def labelled(rng):
 
 def test_budget_keeps_the_sensitive_layer_in_float(labelled):
     model, data = labelled
-    plain = quantize(
-        model, mode="static", calibration=data, labels_key="label", max_accuracy_drop=1.0
-    )
+    plain = quantize(model, mode="static", data=data, labels_key="label", max_accuracy_drop=1.0)
     assert plain.accuracy.metric_float == 1.0
     assert plain.accuracy.drop > 0.1  # per-tensor activations crush fc2's input
-    r = quantize(model, mode="static", calibration=data, labels_key="label", max_accuracy_drop=0.02)
+    r = quantize(model, mode="static", data=data, labels_key="label", max_accuracy_drop=0.02)
     assert r.accuracy.met and r.accuracy.drop <= 0.02
     assert r.accuracy.kept_float[0] == "fc2"
     layers = {layer.name: layer for layer in r.layers}
@@ -50,7 +48,7 @@ def test_budget_with_a_callable_metric_and_best_effort(labelled):
         mode="weight-only",
         bits=4,
         block_size=16,
-        calibration=data,
+        data=data,
         max_accuracy_drop=0.0,
         metric=closeness,
     )

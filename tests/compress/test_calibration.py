@@ -12,6 +12,7 @@ from modelpress.compress.quantize.calibration import CalibrationSet, ImagePrepro
 from modelpress.compress.quantize.observers.minmax import MinMaxObserver
 from modelpress.errors import InputError, OptionError
 from modelpress.ir import save
+from modelpress.runtime.processing import Processing
 
 
 def test_npz_batches_and_labels(tmp_path, rng):
@@ -79,8 +80,31 @@ def test_image_folder(tmp_path, rng):
     np.testing.assert_allclose(
         batches[0].feeds["img"][0, 0], (img / 255 - 0.5) / 0.25, rtol=0, atol=1e-6
     )
+    # nothing declared: the pre-processing the model's input declares (resize to 8x8), the one
+    # `run` and `serve` apply
+    (default,) = list(CalibrationSet.from_source(tmp_path, batch_size=4).batches(model))
+    want = Processing.declare(model, pre="image").preprocess(
+        [(tmp_path / f"{i}.png").read_bytes() for i in range(3)]
+    )
+    np.testing.assert_array_equal(default.feeds["img"], want["img"])
+    # a crop larger than the image pads it with zeros, as `pipeline --pre image:crop=` does
+    pre = ImagePreprocess(size=(6, 6), crop=(8, 8), mode="L")
+    (padded,) = list(CalibrationSet.from_source(tmp_path, image=pre, batch_size=4).batches(model))
+    assert padded.feeds["img"].shape == (3, 1, 8, 8)
+    assert not padded.feeds["img"][:, :, 0].any() and padded.feeds["img"][:, :, 1:7, 1:7].any()
+    dynamic = from_proto(
+        helper.make_model(
+            helper.make_graph(
+                [helper.make_node("Relu", ["img"], ["y"])],
+                "g",
+                [helper.make_tensor_value_info("img", TensorProto.FLOAT, ["N", 1, "H", "W"])],
+                [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1, "H", "W"])],
+            ),
+            opset_imports=[helper.make_opsetid("", 17)],
+        )
+    )
     with pytest.raises(OptionError, match="pre-processing"):
-        CalibrationSet.from_source(tmp_path)
+        list(CalibrationSet.from_source(tmp_path).batches(dynamic))
 
 
 @pytest.mark.parametrize(
@@ -108,7 +132,7 @@ def test_bad_calibration_data_one_error_no_output(tmp_path, capsys, arrays, matc
     save(small_cnn(), model_path)
     np.savez(tmp_path / "calib.npz", **arrays)
     with pytest.raises(InputError, match=match):
-        quantize(model_path, mode="static", calibration=tmp_path / "calib.npz")
+        quantize(model_path, mode="static", data=tmp_path / "calib.npz")
     out = tmp_path / "q.onnx"
     code = main(
         ["quantize", str(model_path), "-o", str(out), "--calib", str(tmp_path / "calib.npz")]
@@ -120,17 +144,17 @@ def test_bad_calibration_data_one_error_no_output(tmp_path, capsys, arrays, matc
 
 def test_empty_iterable_and_missing_paths(tmp_path):
     with pytest.raises(InputError, match="empty"):
-        quantize(mlp(), mode="static", calibration=[])
+        quantize(mlp(), mode="static", data=[])
     with pytest.raises(InputError, match="no such file"):
-        quantize(mlp(), mode="static", calibration=tmp_path / "nope.npz")
+        quantize(mlp(), mode="static", data=tmp_path / "nope.npz")
     (tmp_path / "d").mkdir()
     with pytest.raises(InputError, match="empty"):
-        quantize(mlp(), mode="static", calibration=tmp_path / "d")
+        quantize(mlp(), mode="static", data=tmp_path / "d")
     with pytest.raises(OptionError, match="needs calibration"):
         quantize(mlp(), mode="static")
     with pytest.raises(InputError, match="labels key"):
         np.savez(tmp_path / "c.npz", x=np.zeros((2, 16), np.float32))
-        quantize(mlp(), mode="static", calibration=tmp_path / "c.npz", labels_key="label")
+        quantize(mlp(), mode="static", data=tmp_path / "c.npz", labels_key="label")
 
 
 def test_one_shot_iterator_is_refused_on_second_full_pass():
@@ -153,8 +177,8 @@ def test_static_quantization_from_a_generator(rng):
 
     for n in (1, 9):  # fewer batches than are kept, and more
         data = [{"x": rng.standard_normal((8, 4, 8, 8)).astype(np.float32)} for _ in range(n)]
-        r = quantize(small_cnn(), mode="static", calibration=(d for d in data), optimize=False)
-        ref = quantize(small_cnn(), mode="static", calibration=data, optimize=False)
+        r = quantize(small_cnn(), mode="static", data=(d for d in data), optimize=False)
+        ref = quantize(small_cnn(), mode="static", data=data, optimize=False)
         assert r.output_error is not None and r.output_error == pytest.approx(ref.output_error)
 
 
@@ -166,4 +190,14 @@ def test_all_zero_calibration_data_is_refused(tmp_path):
 
     zeros = [{"x": np.zeros((4, 4, 8, 8), np.float32)} for _ in range(2)]
     with pytest.raises(InputError, match="every input is zero in every sample"):
-        quantize(small_cnn(), mode="static", calibration=zeros)
+        quantize(small_cnn(), mode="static", data=zeros)
+
+
+def test_old_argument_names_still_work_with_a_warning(rng):
+    x = [{"x": rng.standard_normal((4, 16)).astype(np.float32)}]
+    new = quantize(mlp(), mode="static", data=x, limit=4)
+    with pytest.warns(DeprecationWarning, match="`calibration` is renamed `data`"):
+        old = quantize(mlp(), mode="static", calibration=x, calibration_limit=4)
+    assert [n.op_type for n in old.model.graph] == [n.op_type for n in new.model.graph]
+    with pytest.raises(OptionError, match="old name of `data`"):
+        quantize(mlp(), mode="static", data=x, calibration=x)

@@ -51,7 +51,7 @@ def test_static_end_to_end_with_budget_and_report(tmp_path, capsys, rng):
             "label",
             "--max-accuracy-drop",
             "1",
-            "--report",
+            "--json",
             str(rep),
             "--keep-anyway",  # a model this small may run slower in int8 on some CPUs
         ]
@@ -146,7 +146,7 @@ def test_top_ops_names_the_kernels_of_the_quantized_model(tmp_path, rng):
     from modelpress.runtime.measure import top_ops
 
     calib = [{"x": rng.standard_normal((8, 4, 8, 8)).astype(np.float32)} for _ in range(2)]
-    q = quantize(small_cnn(), mode="static", calibration=calib, optimize=False).model
+    q = quantize(small_cnn(), mode="static", data=calib, optimize=False).model
     top = top_ops(q, calib[0])
     shares = {op: int(pct.rstrip("%")) for op, pct in (item.split() for item in top.split(", "))}
     assert "QLinearConv" in shares and all(0 <= v <= 100 for v in shares.values())

@@ -204,8 +204,8 @@ def test_static_mode_stores_gptq_codes_on_the_same_scales(
     x = np.einsum("nchw,cd->ndhw", rng.standard_normal((96, 4, 8, 8)), mix).astype(np.float32)
     cal = [{"x": x[i : i + 16]} for i in range(0, 64, 16)]
     kw = {"target_cpu": target, "bias_correction": bias_correction}
-    with_gptq = quantize(model, mode="static", calibration=cal, **kw)
-    plain = quantize(model, mode="static", calibration=cal, gptq=False, **kw)
+    with_gptq = quantize(model, mode="static", data=cal, **kw)
+    plain = quantize(model, mode="static", data=cal, gptq=False, **kw)
     assert any(n.startswith("GPTQ: ") for n in with_gptq.notes)
     assert not any("GPTQ" in n for n in plain.notes)
     a, b = _weights(with_gptq.model), _weights(plain.model)
@@ -234,8 +234,8 @@ def test_weight_only_int8_with_calibration_rounds_by_gptq(rng):
     z = z + np.roll(z, 1, 2) + np.roll(z, 1, 3)
     x = np.einsum("nchw,cd->ndhw", z, mix).astype(np.float32)
     cal = [{"x": x[i : i + 16]} for i in range(0, 64, 16)]
-    with_gptq = quantize(model, mode="weight-only", bits=8, calibration=cal)
-    plain = quantize(model, mode="weight-only", bits=8, calibration=cal, gptq=False)
+    with_gptq = quantize(model, mode="weight-only", bits=8, data=cal)
+    plain = quantize(model, mode="weight-only", bits=8, data=cal, gptq=False)
     assert any(n.startswith("GPTQ: ") for n in with_gptq.notes)
     a, b = _weights(with_gptq.model), _weights(plain.model)
     assert a.keys() == b.keys() and len(a) == 3
@@ -316,7 +316,7 @@ def test_weight_only_a_shared_weight_is_rounded_to_nearest(rng):
         }
         for _ in range(4)
     ]
-    r = quantize(model, mode="weight-only", bits=8, calibration=cal)
+    r = quantize(model, mode="weight-only", bits=8, data=cal)
     (dq,) = [n for n in r.model.graph if n.op_type == "DequantizeLinear"]
     plain = weight_qparams(w, PerChannel(1), dtype="int8", symmetric=True)
     np.testing.assert_array_equal(dq.inputs[0].const_value.numpy(), q8(w, plain))
@@ -329,7 +329,7 @@ def test_a_layer_kept_in_float_is_not_solved(rng, mode, monkeypatch):
     model = small_cnn(seed=3)
     x = image_like(rng, (64, 4, 8, 8))
     cal = [{"x": x[i : i + 16]} for i in range(0, 64, 16)]
-    full = quantize(model, mode=mode, bits=8, calibration=cal)
+    full = quantize(model, mode=mode, bits=8, data=cal)
     names = sorted(_weights(full.model))
     assert len(names) == 3
     solved = set()
@@ -340,7 +340,7 @@ def test_a_layer_kept_in_float_is_not_solved(rng, mode, monkeypatch):
         return real(self, *args, **kwargs)
 
     monkeypatch.setattr(gptq_mod.InputHessian, "hessian", spy)
-    kept = quantize(model, mode=mode, bits=8, calibration=cal, exclude=[names[0]])
+    kept = quantize(model, mode=mode, bits=8, data=cal, exclude=[names[0]])
     assert sorted(_weights(kept.model)) == names[1:]
     assert len(solved) == 2
     assert any(n.startswith("GPTQ: ") and n.split(" of ")[1].startswith("2 ") for n in kept.notes)

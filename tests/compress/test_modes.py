@@ -37,7 +37,7 @@ def _conv(x, w, pad=1):
 def test_static_single_conv_error_within_scale_bound(rng):
     model = single_conv()
     calib = [{"x": rng.standard_normal((4, 4, 6, 6)).astype(np.float32)} for _ in range(3)]
-    r = quantize(model, mode="static", calibration=calib, bias_correction=False, optimize=False)
+    r = quantize(model, mode="static", data=calib, bias_correction=False, optimize=False)
     q = r.model
     sx = float(_initializer(q, "x_scale"))
     sw = _initializer(q, "w_scale")
@@ -59,7 +59,7 @@ def test_static_single_conv_error_within_scale_bound(rng):
 
 def test_static_output_is_standard_qdq_and_fuses(tmp_path, cnn_calib, rng):
     model = small_cnn()
-    r = quantize(model, mode="static", calibration=cnn_calib, optimize=False)
+    r = quantize(model, mode="static", data=cnn_calib, optimize=False)
     ops = {(n.domain, n.op_type) for n in r.model.graph}
     assert {d for d, _ in ops} == {""}
     assert {"QuantizeLinear", "DequantizeLinear"} <= {o for _, o in ops}
@@ -101,7 +101,7 @@ def test_bias_correction_reduces_output_mean_shift(rng):
         q = quantize(
             model,
             mode="static",
-            calibration=calib,
+            data=calib,
             per_channel=False,
             bias_correction=bc,
             gptq=False,  # rounded to nearest: GPTQ already removes most of this shift
@@ -143,7 +143,7 @@ def test_dynamic_single_matmul_error_bound_and_ops(rng):
 def test_dynamic_mlp_close_and_runs_fused(rng):
     model = mlp()
     calib = [{"x": rng.standard_normal((8, 16)).astype(np.float32)} for _ in range(2)]
-    r = quantize(model, mode="dynamic", calibration=calib, optimize=False)
+    r = quantize(model, mode="dynamic", data=calib, optimize=False)
     x = rng.standard_normal((32, 16)).astype(np.float32)
     yf, yq = _run(model, {"x": x}), _run(r.model, {"x": x}, optimize="all")
     assert np.abs(yq - yf).max() / np.abs(yf).max() < 0.03
@@ -268,7 +268,7 @@ def test_fp16_and_bf16_on_cnn(cnn_calib, rng):
     from onnx.reference import ReferenceEvaluator
 
     model = small_cnn()
-    r = quantize(model, mode="fp16", calibration=cnn_calib, optimize=False)
+    r = quantize(model, mode="fp16", data=cnn_calib, optimize=False)
     x = rng.standard_normal((4, 4, 8, 8)).astype(np.float32)
     yf, yq = _run(model, {"x": x}), _run(r.model, {"x": x})
     assert np.abs(yq - yf).max() / np.abs(yf).max() < 2e-3
@@ -298,7 +298,7 @@ def test_conv_writing_the_graph_output_is_reported(rng):
     x_name = model.graph.inputs[0].name
     shape = [d if isinstance(d, int) else 4 for d in model.graph.inputs[0].shape]
     calib = [{x_name: rng.standard_normal(shape).astype(np.float32)} for _ in range(2)]
-    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    r = quantize(model, mode="static", data=calib, optimize=False)
     assert [v.name for v in r.model.graph.outputs] == [v.name for v in model.graph.outputs]
     (layer,) = [lay for lay in r.layers if lay.op_type == "Conv"]
     assert layer.quantized and layer.rel_error is not None and layer.rel_error < 0.05
@@ -353,7 +353,7 @@ def test_measured_bias_correction_removes_the_shift_quantized_activations_leave(
     yf = _run(model, {"x": x})
     shift = {}
     for bc in (False, True):
-        q = quantize(model, mode="static", calibration=calib, bias_correction=bc, optimize=False)
+        q = quantize(model, mode="static", data=calib, bias_correction=bc, optimize=False)
         shift[bc] = abs(float((_run(q.model, {"x": x}, optimize="all") - yf).mean()))
     assert shift[False] > 0.05  # the rounding of 0.37 on the shared grid, times 50
     assert shift[True] < shift[False] / 10
@@ -382,14 +382,14 @@ def test_measured_bias_correction_gives_a_gemm_without_bias_one(rng):
     yf = _run(model, {"x": x})
     shift = {}
     for bc in (False, True):
-        q = quantize(model, mode="static", calibration=calib, bias_correction=bc, optimize=False)
+        q = quantize(model, mode="static", data=calib, bias_correction=bc, optimize=False)
         shift[bc] = np.abs((_run(q.model, {"x": x}, optimize="all") - yf).mean(axis=0)).max()
     assert shift[True] < shift[False] / 5
 
 
 def test_dynamic_mode_says_when_a_model_has_nothing_for_it(cnn_calib):
     # a CNN with a Gemm head: dynamic quantizes the Gemm, nothing to say
-    r = quantize(small_cnn(), mode="dynamic", calibration=cnn_calib, optimize=False)
+    r = quantize(small_cnn(), mode="dynamic", data=cnn_calib, optimize=False)
     assert any(layer.quantized for layer in r.layers)
     assert not any("nothing to quantize" in n for n in r.notes)
     # Convs only: nothing for dynamic mode, and the note points at static
@@ -418,7 +418,7 @@ def test_an_opset_11_model_is_upgraded_as_far_as_its_int8_form_needs(
     proto = to_proto(small_cnn(seed=2))
     proto.opset_import[0].version = 11
     onnx.checker.check_model(proto, full_check=True)
-    r = quantize(proto, mode=mode, calibration=cnn_calib, **options)
+    r = quantize(proto, mode=mode, data=cnn_calib, **options)
     out = to_proto(r.model)
     onnx.checker.check_model(out, full_check=True)
     assert {o.domain: o.version for o in out.opset_import}[""] == opset
@@ -432,7 +432,7 @@ def test_an_opset_11_model_is_upgraded_as_far_as_its_int8_form_needs(
 def test_weight_only_int4_reports_errors_for_a_gemm_model(cnn_calib):
     """4 bits write a Gemm as MatMul + Add first; the error report compares against that model
     (it named a tensor the original lacks, and the whole report was lost)."""
-    r = quantize(small_cnn(seed=4), mode="weight-only", bits=4, calibration=cnn_calib)
+    r = quantize(small_cnn(seed=4), mode="weight-only", bits=4, data=cnn_calib)
     assert not any(n.startswith("no error report") for n in r.notes), r.notes
     assert r.output_error is not None and 0 < r.output_error < 0.5
     fc = [lay for lay in r.layers if lay.quantized and lay.op_type == "MatMul"]
@@ -450,11 +450,11 @@ def test_dynamic_mode_smooths_attention_graphs_only(cnn_calib):
     """Outlier smoothing is for transformers' activations; a CNN's head lost 2-5 dB to it."""
     from quant_models import transformer_ffn
 
-    cnn = quantize(small_cnn(), mode="dynamic", calibration=cnn_calib)
+    cnn = quantize(small_cnn(), mode="dynamic", data=cnn_calib)
     assert not any("smoothing" in n for n in cnn.notes)
     rng = np.random.default_rng(0)
     cal = [{"x": rng.standard_normal((4, 8, 32)).astype(np.float32)} for _ in range(2)]
-    ffn = quantize(transformer_ffn(), mode="dynamic", calibration=cal)
+    ffn = quantize(transformer_ffn(), mode="dynamic", data=cal)
     assert any("smoothing" in n for n in ffn.notes)
 
 
@@ -475,7 +475,7 @@ def test_a_model_with_nothing_to_quantize_keeps_its_opset(mode, rng):
     proto.opset_import[0].version = 11
     shape = [d if isinstance(d, int) else 2 for d in model.graph.inputs[0].shape]
     calib = [{"x": rng.standard_normal(shape).astype(np.float32)}]
-    r = quantize(proto, mode=mode, calibration=calib, optimize=False)
+    r = quantize(proto, mode=mode, data=calib, optimize=False)
     assert {o.domain: o.version for o in to_proto(r.model).opset_import}[""] == 11
     assert not any(n.startswith("upgraded opset") for n in r.notes), r.notes
 
@@ -488,11 +488,11 @@ def test_embedding_tables_are_layers_of_the_report(rng, mode):
 
     model = embedding_model(rng)
     calib = [{"ids": rng.integers(0, 4096, (4, 8))} for _ in range(2)]
-    r = quantize(model, mode=mode, calibration=calib, optimize=False)
+    r = quantize(model, mode=mode, data=calib, optimize=False)
     (embed,) = [lay for lay in r.layers if lay.name == "embed"]
     assert embed.quantized and embed.op_type == "Gather"
     assert 30 < embed.sqnr_db < 60 and embed.rel_error < 0.03
-    kept = quantize(model, mode=mode, calibration=calib, exclude=["embed"], optimize=False)
+    kept = quantize(model, mode=mode, data=calib, exclude=["embed"], optimize=False)
     (embed,) = [lay for lay in kept.layers if lay.name == "embed"]
     assert not embed.quantized
     gathers = [n for n in kept.model.graph if n.op_type == "Gather"]
@@ -531,7 +531,7 @@ def test_weight_only_stores_recurrent_weights_as_int8_rows(rng):
     model = _lstm_model(rng)
     calib = [{"x": rng.standard_normal((6, 4, 8)).astype(np.float32)} for _ in range(2)]
     for bits in (8, 4):
-        r = quantize(model, mode="weight-only", bits=bits, calibration=calib, optimize=False)
+        r = quantize(model, mode="weight-only", bits=bits, data=calib, optimize=False)
         onnx.checker.check_model(to_proto(r.model), full_check=True)
         lstm = next(n for n in r.model.graph if n.op_type == "LSTM")
         for v in lstm.inputs[1:3]:
@@ -548,7 +548,7 @@ def test_weight_only_stores_recurrent_weights_as_int8_rows(rng):
 def test_integer_activation_modes_say_recurrent_layers_stay_float(rng):
     model = _lstm_model(rng)
     calib = [{"x": rng.standard_normal((6, 4, 8)).astype(np.float32)} for _ in range(2)]
-    r = quantize(model, mode="dynamic", calibration=calib, optimize=False)
+    r = quantize(model, mode="dynamic", data=calib, optimize=False)
     (note,) = [n for n in r.notes if "LSTM" in n]
     assert note.startswith("1 LSTM layer(s) stay float32 (") and "weight-only mode" in note
     lstm = next(n for n in r.model.graph if n.op_type == "LSTM")
@@ -557,7 +557,7 @@ def test_integer_activation_modes_say_recurrent_layers_stay_float(rng):
 
 def _head_error(model, calib, x):
     """Static int8 of ``model``: (the result, relative error of its outputs on ``x``)."""
-    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    r = quantize(model, mode="static", data=calib, optimize=False)
     want = _run(model, {"x": x})
     got = _run(r.model, {"x": x}, optimize="all")
     return r, float(np.linalg.norm(got - want) / np.linalg.norm(want - want.mean(axis=0)))
@@ -588,7 +588,7 @@ def test_a_classifier_head_that_8_bit_inputs_would_disturb_stays_float(rng, monk
     # its float weights are the model's; its bias takes the output shift measured upstream,
     # which leaves the outputs' mean on the calibration data where the float model has it
     np.testing.assert_array_equal(fc.inputs[1].const_value.numpy(), _initializer(model, "wf"))
-    plain = quantize(model, mode="static", calibration=calib, optimize=False, bias_correction=False)
+    plain = quantize(model, mode="static", data=calib, optimize=False, bias_correction=False)
     fc_plain = next(n for n in plain.model.graph if n.name == "fc")
     np.testing.assert_array_equal(fc_plain.inputs[2].const_value.numpy(), _initializer(model, "bf"))
     xc = np.concatenate([c["x"] for c in calib])
@@ -632,7 +632,7 @@ def test_a_head_that_would_read_8_bit_inputs_anyway_stays_in_the_chain(rng, monk
     model = _model(nodes, [x], [y], inits)
     monkeypatch.setattr(static_mode, "HEAD_TOLERANCE", 0.0)  # every head judged disturbed
     calib = [{"x": image_like(rng, (8, 32, 16, 16))} for _ in range(2)]
-    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    r = quantize(model, mode="static", data=calib, optimize=False)
     assert not any(n.startswith("classifier head") for n in r.notes), r.notes
     assert {lay.name: lay.quantized for lay in r.layers}["fc"]
 
@@ -644,7 +644,7 @@ def test_a_head_whose_outputs_do_not_vary_is_not_judged(rng):
 
     one = rng.standard_normal((1, 4, 8, 8)).astype(np.float32)
     calib = [{"x": np.repeat(one, 16, axis=0)} for _ in range(2)]
-    r = quantize(probe_head_cnn(), mode="static", calibration=calib, optimize=False)
+    r = quantize(probe_head_cnn(), mode="static", data=calib, optimize=False)
     assert not any(n.startswith("classifier head") for n in r.notes), r.notes
 
 
@@ -652,7 +652,7 @@ def test_an_ordinary_head_stays_in_the_int8_chain(rng):
     """On inputs that differ from sample to sample as images do (here in contrast), 8-bit pooled
     features move small_cnn's outputs little next to their spread: the head stays in the chain."""
     calib = [{"x": image_like(rng, (16, 4, 8, 8))} for _ in range(4)]
-    r = quantize(small_cnn(), mode="static", calibration=calib, optimize=False)
+    r = quantize(small_cnn(), mode="static", data=calib, optimize=False)
     assert not any(n.startswith("classifier head") for n in r.notes), r.notes
     fc = next(n for n in r.model.graph if n.name == "fc")
     assert fc.inputs[0].producer().op_type == "DequantizeLinear"

@@ -158,7 +158,7 @@ def test_conv_whose_bias_is_not_a_constant_is_not_padded(rng, conv):
     model = _model(nodes, [x, b], [y], inits)
     assert pad_depthwise(model)[1] == 0
     calib = [{"x": rng.standard_normal((4, 8, 8, 8)).astype(np.float32)} for _ in range(2)]
-    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    r = quantize(model, mode="static", data=calib, optimize=False)
     assert not any("padded" in note for note in r.notes)
 
 
@@ -193,12 +193,12 @@ def test_padded_channels_keep_every_scale(rng, monkeypatch):
             if k.endswith("_scale") and v.const_value.numpy().size == 1
         }
 
-    padded = quantize(model, mode="static", calibration=calib, optimize=False)
+    padded = quantize(model, mode="static", data=calib, optimize=False)
     assert any("2 depthwise" in note for note in padded.notes), padded.notes
     from modelpress.compress.quantize import padding
 
     monkeypatch.setattr(padding, "pad_depthwise", lambda m: (m, 0))
-    plain = quantize(model, mode="static", calibration=calib, optimize=False)
+    plain = quantize(model, mode="static", data=calib, optimize=False)
     assert scales(padded.model) == pytest.approx(scales(plain.model), rel=1e-6)
     xs = rng.standard_normal((16, 8, 8, 8)).astype(np.float32)
     assert _rms_error(model, padded.model, xs) == pytest.approx(
@@ -236,7 +236,7 @@ def _qlinear_conv_groups(nodes: list[onnx.NodeProto]) -> list[int]:
 def test_static_int8_runs_the_padded_depthwise_kernel(tmp_path, rng, monkeypatch):
     model = mbconv_cnn(se=True)
     calib = [{"x": rng.standard_normal((8, 24, 8, 8)).astype(np.float32)} for _ in range(4)]
-    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    r = quantize(model, mode="static", data=calib, optimize=False)
     assert any("padded" in note for note in r.notes), r.notes
     assert {layer.name for layer in r.layers if layer.quantized} >= {"expand", "dw", "project"}
     assert _qlinear_conv_groups(_ort_graph(r.model, tmp_path)) == [80]
@@ -246,6 +246,6 @@ def test_static_int8_runs_the_padded_depthwise_kernel(tmp_path, rng, monkeypatch
     from modelpress.compress.quantize import padding
 
     monkeypatch.setattr(padding, "pad_depthwise", lambda m: (m, 0))
-    plain = quantize(model, mode="static", calibration=calib, optimize=False)
+    plain = quantize(model, mode="static", data=calib, optimize=False)
     assert _qlinear_conv_groups(_ort_graph(plain.model, tmp_path)) == [72]
     assert _rms_error(model, r.model, x) < 1.2 * _rms_error(model, plain.model, x)

@@ -134,8 +134,8 @@ def test_depthwise_weights_are_not_paired(rng):
 def test_static_int8_for_avx2_keeps_every_paired_weight_exact_and_says_so(gptq, rng):
     model = thin_stem_cnn(residual=True)  # its 1-channel stem reads full-range codes
     calib = [{"x": image_like(rng, (8, 1, 8, 8))} for _ in range(4)]
-    safe = quantize(model, mode="static", calibration=calib, target_cpu="avx2", gptq=gptq)
-    plain = quantize(model, mode="static", calibration=calib, target_cpu="vnni", gptq=gptq)
+    safe = quantize(model, mode="static", data=calib, target_cpu="avx2", gptq=gptq)
+    plain = quantize(model, mode="static", data=calib, target_cpu="vnni", gptq=gptq)
     assert safe.target == "avx2" and safe.model.metadata_props[TARGET_METADATA_KEY] == "avx2"
     assert plain.model.metadata_props[TARGET_METADATA_KEY] == "vnni"
     weights = _weights(safe.model)

@@ -42,7 +42,7 @@ calib = [{"x": image_like(rng, (8, 1, 8, 8)) * 4} for _ in range(3)]
 model = thin_stem_cnn(residual=True)
 out = {"cpu": int8_capability().to_dict()}
 for target in ("auto", "vnni"):
-    r = quantize(model, mode="static", calibration=calib, target_cpu=target, gptq=False)
+    r = quantize(model, mode="static", data=calib, target_cpu=target, gptq=False)
     out[target] = {
         "target": r.target,
         "reference": r.check.reference_error,

@@ -55,7 +55,7 @@ def calib_1ch():
 
 
 def test_residual_cnn_runs_int8_end_to_end(tmp_path, cnn_calib, rng):
-    r = quantize(small_cnn(), mode="static", calibration=cnn_calib, optimize=False)
+    r = quantize(small_cnn(), mode="static", data=cnn_calib, optimize=False)
     nodes = _ort_graph(r.model, tmp_path)
     ops = [n.op_type for n in nodes]
     assert "DequantizeLinear" not in ops  # every DQ fused (QGemm writes the float output itself)
@@ -70,7 +70,7 @@ def test_residual_cnn_runs_int8_end_to_end(tmp_path, cnn_calib, rng):
 
 def test_short_reduction_stem_stays_float_and_chain_after_it_is_int8(tmp_path, calib_1ch, rng):
     model = thin_stem_cnn()
-    r = quantize(model, mode="static", calibration=calib_1ch, optimize=False)
+    r = quantize(model, mode="static", data=calib_1ch, optimize=False)
     quantized = {layer.name for layer in r.layers if layer.quantized}
     assert "stem" not in quantized  # reduction 1·3·3 = 9: the float kernel is faster
     assert {"conv1", "conv2", "fc", "add", "pool"} <= quantized
@@ -87,7 +87,7 @@ def test_short_reduction_stem_read_by_a_residual_add_is_int8(tmp_path, calib_1ch
     """The same stem, when the residual Add also reads it: in float it would cost the Add more
     Transposes than its int8 kernel loses, so the whole graph runs in int8."""
     model = thin_stem_cnn(residual=True)
-    r = quantize(model, mode="static", calibration=calib_1ch, optimize=False)
+    r = quantize(model, mode="static", data=calib_1ch, optimize=False)
     quantized = {layer.name for layer in r.layers if layer.quantized}
     assert {"stem", "conv1", "conv2", "fc", "add", "pool"} <= quantized
     ops = [n.op_type for n in _ort_graph(r.model, tmp_path)]
@@ -110,7 +110,7 @@ def test_thin_rgb_stem_stays_float(tmp_path, rng, filters, pool, stem_int8):
 
     model = rgb_stem_cnn(filters=filters, pool=pool)
     calib = [{"x": image_like(rng, (8, 3, 16, 16))} for _ in range(4)]
-    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    r = quantize(model, mode="static", data=calib, optimize=False)
     quantized = {layer.name for layer in r.layers if layer.quantized}
     assert ("stem" in quantized) == stem_int8
     assert {"conv1", "fc"} <= quantized
@@ -144,7 +144,7 @@ def test_shape_of_a_quantized_output_reads_the_8bit_tensor(tmp_path, rng):
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 8, 8])
     model = _model(nodes, [x], [y], inits)
     calib = [{"x": rng.standard_normal((8, 4, 8, 8)).astype(np.float32)} for _ in range(4)]
-    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    r = quantize(model, mode="static", data=calib, optimize=False)
     assert {layer.name for layer in r.layers if layer.quantized} == {"conv1", "conv2"}
     shape = next(n for n in r.model.graph if n.op_type == "Shape")
     assert shape.inputs[0].producer().op_type == "QuantizeLinear"
@@ -165,7 +165,7 @@ def test_swish_se_resize_slice_stay_in_the_int8_chain(tmp_path, rng):
 
     model = swish_se_cnn()
     calib = [{"x": rng.standard_normal((8, 4, 8, 8)).astype(np.float32)} for _ in range(4)]
-    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    r = quantize(model, mode="static", data=calib, optimize=False)
     quantized = {layer.name for layer in r.layers if layer.quantized}
     assert {"sig1", "silu1", "se_act", "se_gate", "excite", "conv2"} <= quantized
     nodes = _ort_graph(r.model, tmp_path)
@@ -223,7 +223,7 @@ def test_unet_skip_relu_shared_by_pool_and_signed_concat(rng, tmp_path):
 
     model = from_proto(proto)
     calib = [{"x": rng.standard_normal((8, 4, 8, 8)).astype(np.float32)} for _ in range(4)]
-    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    r = quantize(model, mode="static", data=calib, optimize=False)
     # the last Conv writes the graph output: ONNX Runtime has no int8 Conv with a float output, so
     # it gets its own Q/DQ (else the float kernel would run on weights dequantized at every run)
     quantized = {layer.name for layer in r.layers if layer.quantized}
@@ -276,7 +276,7 @@ def test_average_pool_runs_as_int8_depthwise_conv(tmp_path, rng, attrs, converte
     )
     model = from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     calib = [{"x": rng.standard_normal((8, 4, 9, 9)).astype(np.float32)} for _ in range(4)]
-    r = quantize(model, mode="static", calibration=calib)
+    r = quantize(model, mode="static", data=calib)
     ops = [n.op_type for n in _ort_graph(r.model, tmp_path)]
     # (where the rewrite would not be exact, ONNX Runtime still makes its own QLinearAveragePool)
     assert ("QLinearAveragePool" not in ops and ops.count("QLinearConv") == 3) == converted, ops
@@ -307,7 +307,7 @@ def test_excluded_average_pool_stays_a_float_pool(rng):
     )
     model = from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     calib = [{"x": rng.standard_normal((8, 4, 8, 8)).astype(np.float32)} for _ in range(2)]
-    r = quantize(model, mode="static", calibration=calib, optimize=False, exclude=["pool"])
+    r = quantize(model, mode="static", data=calib, optimize=False, exclude=["pool"])
     ops = [n.op_type for n in r.model.graph if n.op_type in ("AveragePool", "Conv")]
     assert ops == ["AveragePool", "Conv"]
     x = rng.standard_normal((2, 4, 8, 8)).astype(np.float32)
@@ -344,7 +344,7 @@ def test_initializers_shared_by_several_convs_get_one_dq_each(rng, tmp_path):
     )
     model = from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     calib = [{"x": rng.standard_normal((8, 8, 8, 8)).astype(np.float32)} for _ in range(4)]
-    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    r = quantize(model, mode="static", data=calib, optimize=False)
     assert {layer.name for layer in r.layers if layer.quantized} >= {"first", "second", "third"}
     names = [n.name for n in r.model.graph]
     assert len(names) == len(set(names))
@@ -371,7 +371,7 @@ def test_hardswish_and_hardsigmoid_run_as_int8_add_and_mul(tmp_path, rng):
 
     model = hardswish_se_cnn()
     calib = [{"x": rng.standard_normal((32, 4, 8, 8)).astype(np.float32)} for _ in range(4)]
-    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    r = quantize(model, mode="static", data=calib, optimize=False)
     quantized = {layer.name for layer in r.layers if layer.quantized}
     assert {"hswish1", "se_gate", "excite", "out_gate", "dwconv", "head"} <= quantized
     nodes = _ort_graph(r.model, tmp_path)
@@ -414,7 +414,7 @@ def test_channel_shuffle_after_concat_runs_on_8bit_data(tmp_path, rng):
 
     model = shuffle_cnn()
     calib = [{"x": rng.standard_normal((16, 8, 8, 8)).astype(np.float32)} for _ in range(4)]
-    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    r = quantize(model, mode="static", data=calib, optimize=False)
     nodes = _ort_graph(r.model, tmp_path)
     ops = [n.op_type for n in nodes]
     assert "Concat" not in ops and ops.count("QLinearConcat") == 2, ops
@@ -435,7 +435,7 @@ def test_hard_activations_stay_float_where_their_int8_form_does_not_hold(rng, op
 
     model = hardswish_se_cnn()
     calib = [{"x": rng.standard_normal((32, 4, 8, 8)).astype(np.float32)} for _ in range(4)]
-    r = quantize(model, mode="static", calibration=calib, optimize=False, **options)
+    r = quantize(model, mode="static", data=calib, optimize=False, **options)
     quantized = {layer.name for layer in r.layers if layer.quantized}
     assert not {"hswish1", "se_gate", "out_gate"} & quantized
     assert {"HardSwish", "HardSigmoid"} <= {n.op_type for n in r.model.graph}
@@ -510,7 +510,7 @@ def test_squeeze_excite_with_a_short_reduction_stays_in_the_int8_chain(tmp_path,
     )
     model = from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     calib = [{"x": rng.standard_normal((16, 8, 8, 8)).astype(np.float32)} for _ in range(4)]
-    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    r = quantize(model, mode="static", data=calib, optimize=False)
     assert {"excite", "gate", "scale"} <= {layer.name for layer in r.layers if layer.quantized}
     ops = [n.op_type for n in _ort_graph(r.model, tmp_path)]
     assert not {"Conv", "Sigmoid", "Mul"} & set(ops), ops
@@ -528,7 +528,7 @@ def test_batchnorm_after_concat_runs_in_int8_on_each_input(tmp_path, rng, relu_b
 
     model = dense_cnn(relu_before=relu_before)
     calib = [{"x": rng.standard_normal((16, 8, 8, 8)).astype(np.float32)} for _ in range(4)]
-    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    r = quantize(model, mode="static", data=calib, optimize=False)
     quantized = {layer.name for layer in r.layers if layer.quantized}
     assert {"bn_scale_part0", "bn_scale_part1"} <= quantized
     ops = [n.op_type for n in _ort_graph(r.model, tmp_path)]
@@ -537,7 +537,7 @@ def test_batchnorm_after_concat_runs_in_int8_on_each_input(tmp_path, rng, relu_b
     assert ops.count("DequantizeLinear") == 1, ops  # the head's output (a graph output)
     assert "QLinearConcat" in ops
     # as accurate as with the affine in float between a dequantize and a quantize
-    kept = quantize(model, mode="static", calibration=calib, optimize=False, exclude=["bn_scale"])
+    kept = quantize(model, mode="static", data=calib, optimize=False, exclude=["bn_scale"])
     x = rng.standard_normal((32, 8, 8, 8)).astype(np.float32)
     assert _rms_error(model, r.model, x) < 1.2 * _rms_error(model, kept.model, x)
     assert _rms_error(model, r.model, x) < 0.04
@@ -550,7 +550,7 @@ def test_batchnorm_after_concat_with_inputs_read_elsewhere(rng):
 
     model = dense_cnn(shared=True)
     calib = [{"x": rng.standard_normal((16, 8, 8, 8)).astype(np.float32)} for _ in range(4)]
-    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    r = quantize(model, mode="static", data=calib, optimize=False)
     assert [n.name for n in r.model.graph if n.op_type == "Concat"] == ["bn_scale_concat"]
     x = rng.standard_normal((8, 8, 8, 8)).astype(np.float32)
     yf = session(model, optimize="disabled").run(None, {"x": x})
@@ -565,7 +565,7 @@ def test_clip_after_batchnorm_after_concat_keeps_its_max(rng):
 
     model = dense_cnn(relu6=True)
     calib = [{"x": 4 * rng.standard_normal((16, 8, 8, 8)).astype(np.float32)} for _ in range(4)]
-    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    r = quantize(model, mode="static", data=calib, optimize=False)
     x = 4 * rng.standard_normal((8, 8, 8, 8)).astype(np.float32)
     assert _rms_error(model, r.model, x) < 0.04
 
@@ -576,7 +576,7 @@ def test_excluded_batchnorm_after_concat_turns_back_into_mul_and_add(rng):
 
     model = dense_cnn()
     calib = [{"x": rng.standard_normal((16, 8, 8, 8)).astype(np.float32)} for _ in range(4)]
-    r = quantize(model, mode="static", calibration=calib, optimize=False, exclude=["bn_scale"])
+    r = quantize(model, mode="static", data=calib, optimize=False, exclude=["bn_scale"])
     ops = [n.op_type for n in r.model.graph]
     assert ops.count("Mul") == 2 and ops.count("Add") == 2 and ops.count("Conv") == 3
     assert not {layer.name for layer in r.layers if layer.quantized} & {
@@ -594,9 +594,7 @@ def test_batchnorm_after_concat_stays_float_with_symmetric_activations(rng):
 
     model = dense_cnn()
     calib = [{"x": rng.standard_normal((16, 8, 8, 8)).astype(np.float32)} for _ in range(4)]
-    r = quantize(
-        model, mode="static", calibration=calib, optimize=False, symmetric_activations=True
-    )
+    r = quantize(model, mode="static", data=calib, optimize=False, symmetric_activations=True)
     assert not any(layer.name.startswith("bn_scale") for layer in r.layers)
     assert [n.op_type for n in r.model.graph].count("Mul") == 1
 

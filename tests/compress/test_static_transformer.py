@@ -20,8 +20,8 @@ def test_smoothing_cuts_the_error_of_outlier_channels(rng):
     model = transformer_ffn()
     calib = [{"x": rng.standard_normal((4, 8, 32)).astype(np.float32)} for _ in range(4)]
     x = rng.standard_normal((16, 8, 32)).astype(np.float32)
-    smoothed = quantize(model, mode="static", calibration=calib, optimize=False)
-    plain = quantize(model, mode="static", calibration=calib, optimize=False, smooth=False)
+    smoothed = quantize(model, mode="static", data=calib, optimize=False)
+    plain = quantize(model, mode="static", data=calib, optimize=False, smooth=False)
     assert any("smoothing" in n for n in smoothed.notes)
     assert not any("smoothing" in n for n in plain.notes)
     e_smooth, e_plain = _error(model, smoothed.model, x), _error(model, plain.model, x)
@@ -31,7 +31,7 @@ def test_smoothing_cuts_the_error_of_outlier_channels(rng):
 
 def test_matmul_read_only_by_float_ops_keeps_a_float_output(rng):
     calib = [{"x": rng.standard_normal((4, 8, 32)).astype(np.float32)}]
-    q = quantize(transformer_ffn(), mode="static", calibration=calib, optimize=False).model
+    q = quantize(transformer_ffn(), mode="static", data=calib, optimize=False).model
     by_out = {v.name: n for n in q.graph for v in n.outputs}
     # fc1 feeds fc2 (quantized) through Relu: its output is requantized (the Relu folded into it)
     fc1 = next(n for n in q.graph if n.name == "fc1")
@@ -52,7 +52,7 @@ def test_embedding_table_is_stored_as_int8_rows(rng):
 
     model = embedding_model(rng, width=32)
     calib = [{"ids": rng.integers(0, 4096, (4, 8))} for _ in range(4)]
-    r = quantize(model, mode="static", calibration=calib, optimize=False)
+    r = quantize(model, mode="static", data=calib, optimize=False)
     int8_tables = [
         v
         for v in r.model.graph.initializers.values()

@@ -148,7 +148,7 @@ def test_gptq_beats_round_to_nearest_on_uneven_inputs(rng):
         mode="weight-only",
         bits=4,
         block_size=32,
-        calibration=calib,
+        data=calib,
         optimize=False,
     )
     (w_gptq,) = _dequantized(to_proto(r.model)).values()
@@ -179,7 +179,7 @@ def test_layer_keeps_rounding_to_nearest_where_gptq_loses(rng):
         mode="weight-only",
         bits=4,
         block_size=16,
-        calibration=[{"x": x}],
+        data=[{"x": x}],
         optimize=False,
     )
     (w_hat,) = _dequantized(to_proto(r.model)).values()
@@ -221,7 +221,7 @@ def test_reduction_axis_not_a_multiple_of_the_block_falls_back_to_int8(rng):
         mode="weight-only",
         bits=4,
         block_size=16,
-        calibration=[{"x": x}],
+        data=[{"x": x}],
         optimize=False,
     )
     proto = to_proto(r.model)

@@ -195,7 +195,7 @@ def test_if_branch_constants_fold_inside_the_branch():
     x = np.random.default_rng(0).standard_normal((3, 2)).astype(np.float32)
     for c in (True, False):
         assert verify(
-            before, result.model, inputs={"c": np.array(c), "x": x}, rtol=0.0, atol=0.0
+            before, result.model, data={"c": np.array(c), "x": x}, rtol=0.0, atol=0.0
         ).passed
 
 

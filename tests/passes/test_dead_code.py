@@ -53,4 +53,4 @@ def test_dead_nodes_inside_a_branch_go_and_what_the_branch_reads_stays():
     assert_graph_equal(result.model, text.replace("unused = Neg(h)  ", ""))
     for flag in (True, False):
         feeds = {"c": np.array(flag), "x": np.array([-1.0, 2.0], np.float32)}
-        assert verify(before, result.model, inputs=feeds, rtol=0.0, atol=0.0).passed
+        assert verify(before, result.model, data=feeds, rtol=0.0, atol=0.0).passed

@@ -280,6 +280,6 @@ def test_bn_in_if_branch_is_fused(rng):
     assert [n.op_type for n in then] == ["Conv"]
     x = rng.standard_normal((1, 2, 3, 3)).astype(np.float32)
     check = verify(
-        before, result.model, inputs={"cond": np.array(True), "x": x}, rtol=1e-5, atol=1e-6
+        before, result.model, data={"cond": np.array(True), "x": x}, rtol=1e-5, atol=1e-6
     )
     assert check.passed, check.to_dict()

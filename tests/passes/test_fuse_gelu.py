@@ -45,7 +45,7 @@ def fused(op: str, opset: int) -> str:
 def check(before, after, rtol=1e-5):
     # inputs over a wide range, so both tails and the curved middle of GELU are exercised
     x = np.linspace(-8, 8, 6 * 16, dtype=np.float32).reshape(6, 16)
-    result = verify(before, after, inputs={"x": x}, rtol=rtol, atol=1e-6)
+    result = verify(before, after, data={"x": x}, rtol=rtol, atol=1e-6)
     assert result.passed, result.to_dict()
 
 
@@ -181,7 +181,7 @@ def test_torch_exported_gelu_and_hardswish():
     assert ops.count("Gelu") == 2 and ops.count("HardSwish") == 1
     assert not {"Erf", "Tanh", "HardSigmoid"} & set(ops)
     x = np.random.default_rng(0).standard_normal((5, 16)).astype(np.float32) * 3
-    out = verify(original, result.model, inputs={"x": x}, rtol=1e-5, atol=1e-6)
+    out = verify(original, result.model, data={"x": x}, rtol=1e-5, atol=1e-6)
     assert out.passed, out.to_dict()
     # At the exported opset 11 nothing fires; at 14 only hard-swish does.
     assert optimize(from_proto(onnx.load_from_string(data)), passes=PASSES).rewrites == 0

@@ -158,6 +158,6 @@ def test_inside_if_branch_keeps_names_unique(rng):
     x = rng.standard_normal((3, 6)).astype(np.float32)
     for cond in (True, False):
         check = verify(
-            before, result.model, inputs={"cond": np.array(cond), "x": x}, rtol=1e-6, atol=1e-6
+            before, result.model, data={"cond": np.array(cond), "x": x}, rtol=1e-6, atol=1e-6
         )
         assert check.passed, check.to_dict()

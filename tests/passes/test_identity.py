@@ -52,7 +52,7 @@ def test_an_input_passed_to_an_output_and_a_branch_returning_an_outer_value_keep
     before = model_from_text(text)
     for flag in (True, False):
         feeds = {"c": np.array(flag), "x": np.array([-1.0, 2.0], np.float32)}
-        assert verify(before, model, inputs=feeds, rtol=0.0, atol=0.0).passed
+        assert verify(before, model, data=feeds, rtol=0.0, atol=0.0).passed
 
 
 def test_two_outputs_of_one_value_keep_one_identity():

@@ -170,5 +170,5 @@ def test_chain_inside_if_branch_and_dynamic_dims_stay():
     x = np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32)
     for k in (True, False):
         assert verify(
-            before, result.model, inputs={"k": np.array(k), "x": x}, rtol=1e-6, atol=1e-6
+            before, result.model, data={"k": np.array(k), "x": x}, rtol=1e-6, atol=1e-6
         ).passed

@@ -150,4 +150,4 @@ def test_slices_merge_in_main_graph_and_subgraph_with_unique_names():
     assert len(names) == len(set(names))
     for flag in (True, False):
         feeds = {"c": np.array(flag), "x": np.arange(32, dtype=np.float32).reshape(4, 8)}
-        assert verify(before, after, inputs=feeds, rtol=0.0, atol=0.0).passed
+        assert verify(before, after, data=feeds, rtol=0.0, atol=0.0).passed

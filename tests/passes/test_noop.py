@@ -170,7 +170,7 @@ def test_if_branches_are_cleaned_too():
     x = np.random.default_rng(0).standard_normal((3, 2)).astype(np.float32)
     for c in (True, False):
         feeds = {"c": np.array(c), "x": x}
-        assert verify(before, result.model, inputs=feeds, rtol=0.0, atol=0.0).passed
+        assert verify(before, result.model, data=feeds, rtol=0.0, atol=0.0).passed
 
 
 def test_old_opsets_keep_their_arguments_in_attributes():
@@ -241,4 +241,4 @@ def test_a_branch_returning_an_outer_value_keeps_the_node_in_between():
     x = np.random.default_rng(0).standard_normal((3, 2)).astype(np.float32)
     for c in (True, False):
         feeds = {"c": np.array(c), "x": x}
-        assert verify(before, result.model, inputs=feeds, rtol=0.0, atol=0.0).passed
+        assert verify(before, result.model, data=feeds, rtol=0.0, atol=0.0).passed

@@ -39,5 +39,5 @@ def test_training_flops_is_three_forwards():
 def test_unknown_optimizer_or_precision():
     with pytest.raises(OptionError, match="optimizer 'lamb'"):
         training_memory(1, precision="fp16", optimizer="lamb")
-    with pytest.raises(OptionError, match="--precision 'fp4'"):
+    with pytest.raises(OptionError, match="`precision` 'fp4'"):
         training_memory(1, precision="fp4")

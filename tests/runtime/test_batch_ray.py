@@ -55,7 +55,8 @@ def test_images_on_ray_equal_the_local_run(tmp_path, cluster, capsys):
     )
     captured = capsys.readouterr()
     assert code == 0, captured.err
-    assert "18 item(s), 1 unreadable" in captured.out
+    # (words, not lines: a terminal narrower than the line wraps it where it likes)
+    assert "18 item(s), 1 unreadable" in " ".join(captured.out.split())
     got, want = _lines(tmp_path / "ray.jsonl"), _lines(tmp_path / "local.jsonl")
     assert [g["id"] for g in got] == [w["id"] for w in want] and len(got) == 18
     for g, w in zip(got, want):
@@ -96,6 +97,42 @@ def test_texts_on_ray_resume_from_a_stopped_run(tmp_path, cluster):
     np.testing.assert_allclose(
         [g["embedding"] for g in got], [w["embedding"] for w in want], rtol=1e-5, atol=1e-6
     )
+
+
+def test_as_many_actors_as_cpus_share_them_instead_of_waiting_forever(tmp_path, cluster):
+    import threading
+
+    image_folder(tmp_path / "images", 6, seed=4)
+    model = image_model()
+    Processing.declare(model, pre="image:crop=8").store(model)
+    path = save(model, tmp_path / "m.onnx")
+    run_batch(path, tmp_path / "images", output=tmp_path / "local.jsonl", batch_size=2, workers=0)
+    outcome = {}
+
+    def run():
+        outcome["result"] = run_batch(
+            path, tmp_path / "images", output=tmp_path / "ray.jsonl", batch_size=2, ray=True,
+            ray_actors=2,
+        )  # fmt: skip
+
+    # before: two actors held both CPUs of the cluster, the pre-processing never started, and the
+    # run waited forever with no output
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout=240)
+    assert not worker.is_alive(), "run --ray-actors 2 on a 2-CPU cluster did not finish"
+    assert outcome["result"].written == 6
+    got, want = _lines(tmp_path / "ray.jsonl"), _lines(tmp_path / "local.jsonl")
+    assert [g["id"] for g in got] == [w["id"] for w in want]
+
+
+def test_cpu_shares_always_leave_room_for_pre_processing():
+    from modelpress.runtime.batch.ray_data import cpu_shares
+
+    assert cpu_shares(8, 2) == (1.0, 1.0)  # room enough: one CPU each
+    for cpus, actors in [(2, 2), (2, 3), (1, 1), (4, 8), (16, 16)]:
+        actor, task = cpu_shares(cpus, actors)
+        assert 0 < task <= 1 and actors * actor + task <= cpus, (cpus, actors)
 
 
 def test_missing_ray_names_the_extra(tmp_path, monkeypatch):

@@ -161,7 +161,7 @@ def test_journal_of_another_run_is_refused_and_one_writer_at_a_time(tmp_path):
             Journal(out, "first")
     with pytest.raises(
         InputError,
-        match="left by a run with another model, data or output format; remove it, or pass --restart",
+        match="left by a run with another model, data or output format; remove it, or pass `restart`",
     ):
         Journal(out, "second")
     with Journal(out, "second", restart=True) as j:
@@ -187,3 +187,76 @@ def test_crash_between_rename_and_journal_removal_writes_the_same_file(setup, tm
     assert result.resumed == 40 and result.written == 0
     assert out.read_bytes() == first and not journal_path(out).exists()
     del run_module
+
+
+SLOW_DRIVER = """
+import sys, time
+from modelpress.runtime.batch import run_batch
+
+def progress(done, total):
+    print(done, total, flush=True)
+    time.sleep(0.5)  # a slow consumer: the run is still going when it is killed
+
+if __name__ == "__main__":  # workers import this file again
+    run_batch(
+        sys.argv[1], sys.argv[2], output=sys.argv[3], batch_size=1, workers=2, progress=progress
+    )
+"""
+
+
+def _descendants(pid: int) -> set[int]:
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_workers_die_with_a_sigkilled_run(setup):
+    tmp, model = setup
+    (tmp / "slow.py").write_text(SLOW_DRIVER)
+    proc = subprocess.Popen(
+        [sys.executable, str(tmp / "slow.py"), str(model), str(tmp / "images")]
+        + [str(tmp / "killed.jsonl")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=_env(),
+        start_new_session=True,
+    )
+    try:
+        for line in proc.stdout:
+            if int(line.split()[0]) >= 2:  # the workers are up and preparing
+                break
+        children = _descendants(proc.pid)
+        assert children, "no worker processes found"
+        os.kill(proc.pid, signal.SIGKILL)  # only the run: no clean-up code of it runs
+        proc.wait()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(_alive(p) for p in children):
+            time.sleep(0.2)
+        # before: 4 processes (the forkserver and its workers) lived on, 300 MB
+        assert not [p for p in children if _alive(p)]
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.stdout.close()

@@ -296,10 +296,11 @@ def test_training_data_lets_pruning_and_qat_in(files, tmp_path):
         "O2 · qat",
         "O2 · prune(ratio=0.25)",
         "O2 · prune(ratio=0.5)",
+        "O2 · distill(width=0.5)",
     ]
     assert all(t.ok for t in result.trials), [t.error for t in result.trials]
-    # the pruned candidates are smaller: channels were removed, not zeroed
-    pruned = [t for t in result.trials if "prune" in t.label]
+    # the pruned and distilled candidates are smaller: channels were removed, not zeroed
+    pruned = [t for t in result.trials if "prune" in t.label or "distill" in t.label]
     assert all(t.size_bytes < result.reference.size_bytes for t in pruned)
     # calibration and training read the training data, scoring all of --data
-    assert result.trials[2].steps[1]["quantize"]["calibration"] == str(tmp_path / "train.npz")
+    assert result.trials[2].steps[1]["quantize"]["data"] == str(tmp_path / "train.npz")

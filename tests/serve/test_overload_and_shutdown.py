@@ -141,13 +141,17 @@ def test_sigterm_answers_every_accepted_request_then_exits_0(slow_model, tmp_pat
     xs = [np.full(SHAPE, (i + 1) / 20, np.float32) for i in range(16)]
     jobs = [client.async_infer("slow", [_input(x)]) for x in xs]
     # all 17 inside the server, and some besides the half-sent one still waiting or running
-    _wait_for(
-        lambda: (
-            srv.metric("modelpress_requests_total") == 17
-            and srv.metric("modelpress_requests_in_progress") >= 3
-        ),
-        "requests inside the server",
-    )
+    try:
+        _wait_for(
+            lambda: (
+                srv.metric("modelpress_requests_total") == 17
+                and srv.metric("modelpress_requests_in_progress") >= 3
+            ),
+            "requests inside the server",
+        )
+    except BaseException:
+        srv.proc.kill()  # no server left behind by a failed test
+        raise
     srv.terminate()
     time.sleep(0.3)  # the server is draining: its listening socket is closed
     with pytest.raises(OSError):

@@ -90,6 +90,25 @@ def test_dimensions_written_as_minus_1_or_0_take_any_size():
     m = ServedModel("m", from_proto(helper.make_model(graph)), session=None)
     assert m.inputs[0].wire_shape() == [-1, -1, 3]
     feeds, rows, key = m.check({"x": np.zeros((5, 2, 3), np.float32)})
-    assert rows == 1 and key is None  # an unnamed axis 0 cannot be proved shared: runs alone
+    # an unnamed axis 0 that the graph keeps per-sample batches (verify.batching): 5 rows, stacked
+    # only with requests of the same other dimensions
+    assert rows == 5 and key == ((2, 3),)
     with pytest.raises(Exception, match="expects \\[-1, -1, 3\\]"):
         m.check({"x": np.zeros((5, 2, 4), np.float32)})
+
+
+def test_the_largest_valid_body_follows_from_fixed_input_sizes():
+    from modelpress.serve.repository import HEADER_SLACK, JSON_CHARS_PER_VALUE
+
+    m = _served("g (float[N, 3, 4] x, int64[N, 2] y) => (float[N, 3, 4] z) { z = Relu(x) }")
+    # per row 12 + 2 values, each at most JSON_CHARS_PER_VALUE characters as JSON text
+    assert m.max_body_bytes(5) == 5 * 14 * JSON_CHARS_PER_VALUE + HEADER_SLACK
+    # not batched: one request is one run, whatever the rows
+    m = _served("g (float[1, 3] x) => (float[1, 3] z) { z = Relu(x) }")
+    assert m.max_body_bytes(64) == 3 * JSON_CHARS_PER_VALUE + HEADER_SLACK
+    # a size per row that is not fixed (or strings): no bound from the model
+    assert _served("g (float[N, L] x) => (float[N, L] z) { z = Relu(x) }").max_body_bytes(5) is None
+    assert (
+        _served("g (string[N, 2] x) => (string[N, 2] z) { z = Identity(x) }").max_body_bytes(5)
+        is None
+    )

@@ -216,7 +216,7 @@ def analyse(
     if max_batch < 1 or max_batch > _MAX_STATES:
         raise OptionError(f"max batch must be between 1 and {_MAX_STATES}")
     if max_delay_s < 0:
-        raise OptionError("--max-delay-ms must be 0 or more")
+        raise OptionError("`max_delay_s` must be 0 or more")
     sizes = np.arange(max_batch + 1)
     s = np.asarray(service_s(np.maximum(sizes, 1)), dtype=float)
     cycles: dict[int, _Cycle] = {}

@@ -272,7 +272,7 @@ class Catalog:
         """
         q = _tokens(query)
         if not q:
-            raise OptionError(f"--gpu {query!r}: empty name")
+            raise OptionError(f"`gpu` {query!r}: empty name")
         matches, exact = [], []
         for gpu in self.gpus:
             labels = [_tokens(label) for label in (gpu.name, *gpu.aliases)]
@@ -298,7 +298,7 @@ class Catalog:
                 )
                 return Lookup(gpu, note)
             raise OptionError(
-                f"--gpu {query!r} is ambiguous: it matches {', '.join(g.name for g in matches)}; name one"
+                f"`gpu` {query!r} is ambiguous: it matches {', '.join(g.name for g in matches)}; name one"
             )
         labels = {
             " ".join(_tokens(label)): g.name for g in self.gpus for label in (g.name, *g.aliases)
@@ -309,7 +309,7 @@ class Catalog:
             if close
             else "; see `modelpress advise --list-gpus`"
         )
-        raise OptionError(f"--gpu {query!r}: no such accelerator in the catalog{hint}")
+        raise OptionError(f"`gpu` {query!r}: no such accelerator in the catalog{hint}")
 
 
 @dataclass(frozen=True)

@@ -21,20 +21,7 @@
   replaces the per-kernel overhead for every eager pass (host dispatch, op by op), training or
   eager inference.
 
-How the defaults were set (``benchmarks/bench_advisor.py``; results in
-``benchmarks/results/advisor.md``):
-
-- ``gemm_ceiling`` is the median achieved/peak of the NVIDIA GEMM microbenchmarks in
-  ``calibration_benchmarks.csv`` (A100 SXM 0.869, A100 PCIe 0.811, H100 SXM 0.803 BF16; the FP8
-  row, 0.709, is a different datapath): 0.811.
-- ``matmul``, ``conv``, ``attention`` and ``bandwidth`` are physical priors for a compiled
-  inference engine (TensorRT, ONNX Runtime): model GEMMs at 85% of the ceiling, implicit-GEMM
-  convolutions at 70%, fused attention at 60%, 85% of DRAM bandwidth (what STREAM-like copies
-  reach on HBM and GDDR6).
-- ``eager``, ``eager_overhead_us``, ``clock_headroom`` and ``kernel_overhead_us`` are one least-
-  squares fit in log(predicted / measured) over the published single-GPU training rows and the
-  published inference rows together (``published_inference.csv``); the advisor's error is
-  reported on predictions that held each GPU, and each source of rows, out of the fit.
+How the defaults were set, and from which measurements: ``docs/defaults.md``.
 """
 
 from __future__ import annotations

@@ -374,11 +374,11 @@ def estimate(
     sustains. A given ``roof`` is used as it is.
     """
     if task not in TASKS:
-        raise OptionError(f"--task {task!r}: choose one of {', '.join(TASKS)}")
+        raise OptionError(f"`task` {task!r}: choose one of {', '.join(TASKS)}")
     if engine not in ENGINES:
-        raise OptionError(f"--engine {engine!r}: choose one of {', '.join(ENGINES)}")
+        raise OptionError(f"`engine` {engine!r}: choose one of {', '.join(ENGINES)}")
     if batch < 1 or num_gpus < 1:
-        raise OptionError("--batch and --num-gpus must be at least 1")
+        raise OptionError("`batch` and `num_gpus` must be at least 1")
     args = dict(
         task=task,
         precision=precision,
@@ -632,7 +632,7 @@ def best_under_latency(
 def time_to_train(est: Estimate, amount: float) -> float:
     """Seconds to process ``amount`` samples or tokens (in the estimate's unit) at its throughput."""
     if est.task != "train":
-        raise OptionError("time to train needs a training estimate (--task train)")
+        raise OptionError("time to train needs a training estimate (`task` train)")
     return amount / est.throughput
 
 

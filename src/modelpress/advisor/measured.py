@@ -117,7 +117,7 @@ def record_curve(paths: list[str | Path]) -> ServiceCurve:
             raise InputError(f"{p}: batch {batch} and median {ms} ms must be positive")
         points[batch] = ms / 1e3
     if not points:
-        raise OptionError("--measured: give at least one bench record")
+        raise OptionError("`measured`: give at least one bench record")
     batches = sorted(points)
     seconds = [points[b] for b in batches]
     if batches[0] != 1:

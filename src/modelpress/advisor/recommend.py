@@ -215,9 +215,9 @@ def recommend(
     if not candidates:
         raise OptionError("no candidate devices")
     if req.task not in ("train", "infer"):
-        raise OptionError(f"--task {req.task!r}: choose train or infer")
+        raise OptionError(f"`task` {req.task!r}: choose train or infer")
     if req.latency_ms is not None and req.latency_ms <= 0:
-        raise OptionError("--latency-ms must be positive")
+        raise OptionError("`latency_ms` must be positive")
     scenario = scenario_for(req)
     rows = [_evaluate(workload, g, req, scenario, eff, pricing) for g in candidates]
     viable = [r for r in rows if r.rank is not None]

@@ -186,6 +186,19 @@ def size_replicas(
     return best
 
 
+def with_server_time(curve: ServiceCurve, server_s: float) -> ServiceCurve:
+    """``curve`` plus the server's own time per request: ``S(b) + b · server_s`` (the server
+    parses, batches and answers each request of a batch on the same cores as the model)."""
+    if server_s <= 0:
+        return curve
+    return ServiceCurve(
+        curve.batches,
+        tuple(s + b * server_s for b, s in zip(curve.batches, curve.seconds, strict=True)),
+        curve.limit,
+        f"{curve.source} + the server's {server_s * 1e3:.3g} ms per request",
+    )
+
+
 def _cap(curve: ServiceCurve, q: QueueStats, max_batch: int | None) -> int:
     """The max batch to configure: the power of two at or above the 99.9th percentile batch."""
     limit = min(curve.limit, max_batch) if max_batch else curve.limit
@@ -203,10 +216,15 @@ def plan_option(
     max_batch: int | None = None,
     max_delay_ms: float | None = None,
     notes: tuple[str, ...] = (),
+    tail_ms: float = 0.0,
 ) -> ServiceOption | str:
-    """One device's plan (or the reason it cannot serve): replicas, batching, cost."""
+    """One device's plan (or the reason it cannot serve): replicas, batching, cost.
+    ``tail_ms`` is added to the queue's p99 (``plan_service``'s ``server_tail_ms``)."""
+    if tail_ms >= p99_ms:
+        return f"the server's own time varies by {tail_ms:.3g} ms at its p99, over the {p99_ms:g} ms target"
+    target = p99_ms - tail_ms
     sized = size_replicas(
-        curve, qps=qps, p99_ms=p99_ms, max_batch=max_batch, max_delay_ms=max_delay_ms
+        curve, qps=qps, p99_ms=target, max_batch=max_batch, max_delay_ms=max_delay_ms
     )
     if isinstance(sized, str):
         return sized
@@ -214,8 +232,11 @@ def plan_option(
     cap = _cap(curve, q, max_batch)
     if cap != q.max_batch:
         capped = analyse(qps / replicas, curve, max_batch=cap, max_delay_s=delay)
-        if _feasible(capped, p99_ms):
+        if _feasible(capped, target):
             q = capped
+    if tail_ms:
+        q = replace(q, p99_ms=q.p99_ms + tail_ms)
+        notes = (*notes, f"p99 includes the server's measured spread, {tail_ms:.3g} ms")
     cloud, own = (None if r is None else r * replicas for r in rates)
     per_hour = qps * 3600.0
 
@@ -252,16 +273,22 @@ def plan_service(
     max_delay_ms: float | None = None,
     engine: str = "compiled",
     gpu_notes: dict[str, str] | None = None,
+    # the server's own time per request (HTTP, parsing, batching; measured by deploy.overhead),
+    # added to every device's curve as S(b) + b · server_s; and how much more than its median
+    # it takes at its 99th percentile (the scheduler, other processes): the queue's p99 must
+    # meet the target with it added, and the promised p99 includes it
+    server_s: float = 0.0,
+    server_tail_ms: float = 0.0,
 ) -> ServicePlan:
     """Plan the service on every candidate (see the module docstring); ranked options."""
     if qps <= 0:
-        raise OptionError("--qps must be positive")
+        raise OptionError("`qps` must be positive")
     if p99_ms <= 0:
-        raise OptionError("--p99-ms must be positive")
+        raise OptionError("`p99_ms` must be positive")
     if max_batch is not None and max_batch < 1:
-        raise OptionError("--max-batch must be at least 1")
+        raise OptionError("`max_batch` must be at least 1")
     if max_delay_ms is not None and max_delay_ms < 0:
-        raise OptionError("--max-delay-ms must be 0 or more")
+        raise OptionError("`max_delay_ms` must be 0 or more")
     pricing = pricing or Pricing()
     # a service's replicas are provisioned all the time: an owned device's price is spread over
     # every hour of its life
@@ -278,6 +305,7 @@ def plan_service(
         if curve is None:
             rejected.append((gpu.name, "the model does not fit in its memory"))
             continue
+        curve = with_server_time(curve, server_s)
         note = (gpu_notes or {}).get(gpu.name)
         got = plan_option(
             gpu.name,
@@ -289,26 +317,28 @@ def plan_service(
             max_batch=max_batch,
             max_delay_ms=max_delay_ms,
             notes=(note,) if note else (),
+            tail_ms=max(0.0, server_tail_ms),
         )
         (rejected.append((gpu.name, got)) if isinstance(got, str) else options.append(got))
     if machine is not None:
         got = plan_option(
             machine.name,
             "cpu",
-            machine.curve,
+            with_server_time(machine.curve, server_s),
             qps=qps,
             p99_ms=p99_ms,
             rates=(machine.cloud_usd_hr, machine.own_usd_hr),
             max_batch=max_batch,
             max_delay_ms=max_delay_ms,
             notes=(machine.price_source,) if machine.price_source else (),
+            tail_ms=max(0.0, server_tail_ms),
         )
         (rejected.append((machine.name, got)) if isinstance(got, str) else options.append(got))
     if not options:
         why = "; ".join(f"{d}: {r}" for d, r in rejected[:4])
         raise NoServiceError(
             f"{workload.name}: no candidate serves {qps:g} requests/s at p99 {p99_ms:g} ms ({why}); "
-            "raise --p99-ms, lower the --precision, or add candidates"
+            "raise `p99_ms`, lower the `precision`, or add candidates"
         )
 
     def key(o: ServiceOption):
@@ -335,4 +365,5 @@ __all__ = [
     "plan_option",
     "plan_service",
     "size_replicas",
+    "with_server_time",
 ]

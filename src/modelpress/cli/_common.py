@@ -3,13 +3,39 @@
 from __future__ import annotations
 
 import os
+import sys
 
 from rich.console import Console
 
 from modelpress.ir.files import write_json as write
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+# Piped or captured output has no width: rich would assume 80 columns and wrap lines and cut
+# tables there (a path in a log split in two, a table's last columns lost). Lines then keep their
+# length and tables their natural width, up to PIPED_WIDTH; COLUMNS still wins when set.
+PIPED_WIDTH = 1000
+
+
+def _console(stderr: bool) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):  # a closed or replaced stream
+        tty = False
+    if tty or os.environ.get("COLUMNS"):
+        return Console(stderr=stderr, highlight=False)
+    return Console(stderr=stderr, highlight=False, width=PIPED_WIDTH, soft_wrap=True)
+
+
+console = _console(stderr=False)
+err_console = _console(stderr=True)
+
+
+def heading(text: str) -> None:
+    """A section title: a rule across a terminal, one plain line in a pipe."""
+    if console.is_terminal:
+        console.rule(text)
+    else:
+        console.print(f"── {text} ──")
 
 
 def human_count(n: float) -> str:

@@ -7,7 +7,9 @@ from contextlib import contextmanager
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from modelpress.cli import options
 from modelpress.cli._common import console
+from modelpress.errors import VerificationError
 
 
 @contextmanager
@@ -45,6 +47,12 @@ def print_training(results) -> None:
         console.print(
             f"training{where}: {t.steps} steps on {t.samples} samples, {loss} (held out: {t.held_out}){stop}, {t.seconds:.1f} s"
         )
+        if t.fell_back:
+            console.print(
+                f"note: training{where} made the model worse as ONNX Runtime runs it on the "
+                f"held-out samples ({t.score_before:.4g} → {t.score_after:.4g}): the model before "
+                "it is kept (try a lower --lr or more data)"
+            )
 
 
 def print_check(check) -> None:
@@ -58,3 +66,22 @@ def print_check(check) -> None:
     if check.cosine is not None:
         parts.append(f"cosine {check.cosine:.4f}")
     console.print(f"check on {check.samples} held-out samples: " + ", ".join(parts))
+
+
+def enforce_budget(args, check, record: dict, recorder, *, what: str | None = None) -> dict:
+    """The record with the budget's verdict; ``VerificationError`` (after writing the record, not
+    the model) when the result is outside the budget and --keep-anyway was not given."""
+    budget = options.budget(args)
+    failures = budget.failures(check)
+    record = {**record, "budget": {**budget.to_dict(), "failures": failures}}
+    if check is None:
+        console.print("note: no held-out samples to check the result on (give --data)")
+    if failures and not args.keep_anyway:
+        recorder.write({**record, "written": None})
+        raise VerificationError(
+            f"{what or args.output} not written: {'; '.join(failures)} "
+            "(--keep-anyway writes it regardless)"
+        )
+    if failures:
+        console.print(f"[yellow]outside the budget[/] ({'; '.join(failures)}): written anyway")
+    return record

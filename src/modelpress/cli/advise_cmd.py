@@ -22,18 +22,19 @@ from modelpress.cli.options import (
     add_report,
     add_shapes,
     dims,
+    hidden_alias,
     listed,
     open_model,
     shapes,
 )
 from modelpress.errors import OptionError
+from modelpress.ir.llm import is_llm_folder, read_config
 from modelpress.profile.llm import llm_workload, load_config
 from modelpress.profile.training import OPTIMIZER_STATES, PRECISION_BYTES
 from modelpress.profile.workload import workload_from_onnx
 from modelpress.profile.workloads import WORKLOADS, get_workload
-from modelpress.report.advisor_plots import roofline, throughput_vs_cost
+from modelpress.report.advisor_page import write_recommendation_page, write_service_page
 from modelpress.report.cards import costs_data, roofline_of_workload
-from modelpress.report.html import Page
 
 
 def add_parser(sub) -> None:
@@ -55,15 +56,18 @@ def add_parser(sub) -> None:
             "  modelpress advise model.onnx --qps 2000 --p99-ms 50\n"
             "  modelpress advise --workload bert-base --precision int8 --qps 500 --p99-ms 20 --gpu L4,T4,A10\n"
             "  modelpress advise --workload resnet50 --task infer --precision int8 --latency-ms 5\n"
-            "  modelpress advise --workload bert-large --precision int8 --batch 256 --avg-seq 170 --gpu L4  # padding-free\n"
-            "  modelpress advise --workload llama-2-7b --task infer --precision fp16 --batch 16 --seq 1024 --gpu h100-sxm,a100-sxm-80gb\n"
-            "  modelpress advise model.onnx --task train --precision fp16 --batch 64 --num-gpus 8 --json out.json --html out.html\n"
+            "  modelpress advise --workload bert-large --precision int8 --batch-size 256 --avg-seq 170 --gpu L4  # padding-free\n"
+            "  modelpress advise --workload llama-2-7b --task infer --precision fp16 --batch-size 16 --seq 1024 --gpu h100-sxm,a100-sxm-80gb\n"
+            "  modelpress advise model.onnx --task train --precision fp16 --batch-size 64 --num-gpus 8 --json out.json --html out.html\n"
             "  modelpress advise config.json --task infer --precision bf16 --gpu L4 --calibrate"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model(
-        p, required=False, help="an .onnx model or a Hugging Face config.json of a decoder LLM"
+        p,
+        required=False,
+        help="an .onnx model, a Hugging Face config.json of a decoder LLM, or an LLM folder "
+        "(measured here: prefill of --seq tokens and decode, beside the CPU estimate)",
     )
     p.add_argument(
         "--workload", choices=list(WORKLOADS), help="a built-in workload instead of a file"
@@ -80,11 +84,12 @@ def add_parser(sub) -> None:
         default="fp16",
         help="compute precision (default fp16; training below 32 bits is mixed precision)",
     )
-    p.add_argument(
-        "--batch",
+    batch = p.add_argument(
+        "--batch-size",
         type=int,
         help="batch per device (default: the largest that fits, at most 256, or that meets --latency-ms)",
     )
+    hidden_alias(p, batch, "--batch")
     p.add_argument(
         "--seq", type=int, help="sequence length for transformers (prompt length for LLM inference)"
     )
@@ -199,6 +204,12 @@ def add_parser(sub) -> None:
         help="rent of this machine per hour (default: its vCPUs at a cloud price)",
     )
     s.add_argument("--cpu-own-usd-hr", type=float, help="cost of owning this machine per hour")
+    s.add_argument(
+        "--check",
+        action="store_true",
+        help="plan with the server's own cost measured here, then serve the .onnx model as planned "
+        "on this CPU, drive it open-loop at the planned rate and put the measured p99 beside the promise",
+    )
     add_shapes(p)
     p.add_argument("--list-gpus", action="store_true", help="print the catalog and exit")
     add_record(p)
@@ -246,7 +257,7 @@ def run(args) -> int:
         _print_catalog(catalog)
         return 0
     for name, value in (
-        ("--batch", args.batch),
+        ("--batch-size", args.batch_size),
         ("--seq", args.seq),
         ("--num-gpus", args.num_gpus),
         ("--max-batch", args.max_batch),
@@ -255,6 +266,8 @@ def run(args) -> int:
             raise OptionError(f"{name} must be at least 1")
     if (args.qps is None) != (args.p99_ms is None):
         raise OptionError("service planning needs both --qps and --p99-ms")
+    if args.model and is_llm_folder(args.model):
+        return _advise_llm(args, recorder)
     workload, model = _workload(args)
     found = [catalog.lookup(n) for n in dict.fromkeys(listed(args.gpu))]
     for f in found:
@@ -271,7 +284,7 @@ def run(args) -> int:
     req = Request(
         task=args.task,
         precision=args.precision,
-        batch=args.batch,
+        batch=args.batch_size,
         num_gpus=args.num_gpus,
         latency_ms=args.latency_ms,
         power_cap_w=args.power_cap_w,
@@ -281,7 +294,9 @@ def run(args) -> int:
     calibration = None
     if args.calibrate:
         with console.status("measuring this CPU"):
-            calibration = calibrate_cpu(workload, model=model, batch=args.batch or 1, seq=args.seq)
+            calibration = calibrate_cpu(
+                workload, model=model, batch=args.batch_size or 1, seq=args.seq
+            )
     rec = recommend(workload, candidates, req, eff=DEFAULT_EFFICIENCY, pricing=pricing)
     _print(rec, workload, calibration)
     recorder.write(
@@ -299,7 +314,52 @@ def run(args) -> int:
         charts=_charts(rec, workload) if recorder.wanted else None,
     )
     if args.html:
-        _write_html(args.html, rec, workload, calibration)
+        write_recommendation_page(args.html, rec, workload, calibration)
+    return 0
+
+
+def _advise_llm(args, recorder) -> int:
+    """An LLM folder: prefill and decode measured on this CPU beside the estimate of its graph."""
+    from modelpress.advisor.llm_measured import calibrate_llm
+
+    prompt = args.seq or 256
+    tokens = min(args.gen_tokens, 32)
+    context = read_config(args.model).max_context
+    if prompt + tokens > context:
+        raise OptionError(
+            f"--seq {prompt} + {tokens} generated tokens is over the model's context of {context}"
+        )
+    with console.status(f"measuring {args.model} on this CPU"):
+        cal = calibrate_llm(args.model, prompt_tokens=prompt, gen_tokens=tokens)
+    console.print(
+        f"{args.model} on {cal.cpu} ({cal.threads} threads): matmul {cal.matmul_gflops:.1f} "
+        f"GFLOP/s, copy {cal.copy_gbs:.1f} GB/s, {cal.node_overhead_us:.2f} µs a node"
+    )
+    rows = [
+        (
+            f"prefill, {prompt} tokens",
+            cal.prefill_ms,
+            cal.prefill_range_ms,
+            cal.predicted_prefill_ms,
+            cal.prefill_bound,
+        ),
+        (
+            f"decode, a token ({cal.decode_tokens_per_s:.1f}/s)",
+            cal.decode_ms,
+            cal.decode_range_ms,
+            cal.predicted_decode_ms,
+            cal.decode_bound,
+        ),
+    ]
+    console.print(f"{'':28} {'measured ms':>20} {'estimate ms':>11} {'est/meas':>9}")
+    for name, ms, (lo, hi), est, bound in rows:
+        spread = f"({lo:.0f}-{hi:.0f})"
+        console.print(f"{name:28} {ms:>9.1f} {spread:>10} {est:>11.1f} {est / ms:>9.2f}  {bound}")
+    console.print(
+        f"median of {cal.runs} runs, {tokens} greedy tokens each; the estimate is the decoder "
+        "graph's roofline on the roof measured above. For GPUs, give the checkpoint's config.json."
+    )
+    recorder.write({"llm": cal.to_dict()})
     return 0
 
 
@@ -321,6 +381,8 @@ def _plan(args, recorder, workload, model, candidates, found, pricing) -> int:
 
     if args.task != "infer":
         raise OptionError("--qps plans an inference service: drop --task train")
+    if args.check:
+        return _checked(args, recorder, workload, model, candidates, found)
     machine = None
     measured = listed(args.measured)
     if measured:
@@ -355,7 +417,38 @@ def _plan(args, recorder, workload, model, candidates, found, pricing) -> int:
     _print_plan(plan, workload, args.model)
     recorder.write({"workload": _workload_dict(workload), "service": plan.to_dict()})
     if args.html:
-        _write_plan_html(args.html, plan, workload, args.model)
+        write_service_page(args.html, plan, workload)
+    return 0
+
+
+def _checked(args, recorder, workload, model, candidates, found) -> int:
+    """``--check``: the plan with the server's measured cost, and this CPU's option measured."""
+    from modelpress.deploy.checked import checked_plan
+
+    if model is None:
+        raise OptionError("--check serves the model: give an .onnx file")
+    with console.status("measuring the server and the model here, planning, then checking"):
+        got = checked_plan(
+            model,
+            name=workload.name,
+            qps=args.qps,
+            p99_ms=args.p99_ms,
+            gpus=[f.gpu for f in found],
+            cpu=not args.no_cpu,
+            precision=args.precision,
+            max_batch=args.max_batch,
+        )
+    _print_plan(got.plan, workload, args.model)
+    c = got.check
+    if c is not None:
+        console.print(
+            f"check on this CPU ({c.rate:.4g} requests/s to one replica, open loop): measured p99 "
+            f"{c.load.p99_ms:.3g} ms, {c.load.throughput:.4g} answered/s; "
+            + ("[red]missed[/]: " if c.missed else "[green]held[/]: ")
+            + c.reason,
+            soft_wrap=True,
+        )
+    recorder.write({"workload": _workload_dict(workload), **got.to_dict()})
     return 0
 
 
@@ -532,161 +625,3 @@ def _print_catalog(catalog) -> None:
             f(g.cloud_usd_hr),
         )
     console.print(t)
-
-
-def _write_plan_html(path, plan, workload, model_path) -> None:
-
-    page = Page(f"modelpress advise: serving {workload.name}")
-    s = page.section("Traffic")
-    s.text(
-        f"{plan.qps:g} requests per second, p99 latency target {plan.p99_ms:g} ms, precision {plan.precision}. "
-        "Each replica batches dynamically (up to max batch, waiting at most the max delay); the batch sizes "
-        "and latencies come from a queueing analysis of that policy at the replica's share of the traffic."
-    )
-    s = page.section("Options")
-    s.table(
-        [
-            "#",
-            "device",
-            "replicas",
-            "serve",
-            "mean batch",
-            "p50 ms",
-            "p99 ms",
-            "busy",
-            "$/M cloud",
-            "$/M own",
-        ],
-        [
-            [
-                o.rank,
-                o.device,
-                o.replicas,
-                o.serve_args,
-                float(o.queue.mean_batch),
-                float(o.queue.p50_ms),
-                float(o.queue.p99_ms),
-                f"{100 * o.queue.utilisation:.0f}%",
-                "-" if o.cloud_usd_per_million is None else float(o.cloud_usd_per_million),
-                "-" if o.own_usd_per_million is None else float(o.own_usd_per_million),
-            ]
-            for o in plan.options
-        ],
-    )
-    if plan.rejected:
-        s.table(["device", "why not"], [list(r) for r in plan.rejected])
-    s.text(
-        "Service times: "
-        + "; ".join(sorted({o.curve.source for o in plan.options}))
-        + ". Prices are defaults, not quotes.",
-        note=True,
-    )
-    page.write(path)
-
-
-def _write_html(path, rec, workload, calibration) -> None:
-
-    req = rec.request
-    page = Page(f"modelpress advise: {workload.name}")
-    s = page.section("Request")
-    s.text(
-        f"{workload.name}: {workload.params:,.0f} parameters, {workload.flops_per_sample:,.0f} FLOPs per {workload.sample}. "
-        f"Scenario {rec.scenario}: {req.task}, {req.precision}, {req.num_gpus} device(s) per candidate"
-        + (f", latency target {req.latency_ms:g} ms" if req.latency_ms else "")
-        + (f", power cap {req.power_cap_w:g} W" if req.power_cap_w else "")
-        + "."
-    )
-    s = page.section("Ranking")
-    rows = []
-    for r in rec.rows:
-        e, c = r.estimate, r.cost
-        rows.append(
-            [
-                r.rank or "-",
-                r.gpu.name,
-                "-" if e is None else ("yes" if e.fits else "no"),
-                "-" if e is None else round(e.memory_gb, 2),
-                "-" if e is None else e.batch,
-                "-" if e is None else float(e.throughput),
-                "-" if e is None else float(e.latency_ms),
-                "-" if e is None else e.bound,
-                "-" if not c or c.cloud_usd_per_million is None else float(c.cloud_usd_per_million),
-                "-" if not c or c.own_usd_per_million is None else float(c.own_usd_per_million),
-                r.reason,
-            ]
-        )
-    unit = rec.ranked[0].estimate.unit if rec.ranked else ""
-    s.table(
-        [
-            "#",
-            "gpu",
-            "fits",
-            "memory GB",
-            "batch",
-            f"throughput ({unit})",
-            "latency ms",
-            "bound",
-            "$/M cloud",
-            "$/M own",
-            "reason",
-        ],
-        rows,
-    )
-    s = page.section("Throughput against cost")
-    s.figure(throughput_vs_cost(rec))
-    best = rec.ranked[0]
-    s = page.section(f"Roofline on {best.gpu.name}")
-    s.figure(
-        roofline(workload, best.gpu, precision=req.precision, batch=best.estimate.batch),
-        caption="each point is a kernel of the forward pass (decode step for LLMs) at its predicted speed",
-    )
-    if calibration:
-        s = page.section("Calibration on this CPU")
-        s.table(
-            [
-                "cpu",
-                "matmul GFLOP/s",
-                "copy GB/s",
-                "µs per node",
-                "batch",
-                "predicted ms",
-                "measured ms",
-                "ratio",
-            ],
-            [
-                [
-                    calibration.cpu,
-                    calibration.matmul_gflops,
-                    calibration.copy_gbs,
-                    calibration.node_overhead_us,
-                    calibration.batch,
-                    calibration.predicted_ms or "-",
-                    calibration.measured_ms or "-",
-                    calibration.ratio or "-",
-                ]
-            ],
-        )
-    s = page.section("Model and sources")
-    s.table(
-        ["efficiency factor", "value"],
-        [[k, float(v)] for k, v in DEFAULT_EFFICIENCY.to_dict().items()],
-    )
-    s.table(
-        ["gpu", "number", "source"],
-        [
-            [r.gpu.name, k, r.gpu.source(k)]
-            for r in rec.ranked[:5]
-            for k in (
-                "memory_bandwidth_gbs",
-                f"{req.precision}_tflops" if req.precision != "int8" else "int8_tops",
-                "price_usd",
-                "cloud_usd_hr",
-            )
-            if getattr(r.gpu, k, None) is not None
-        ],
-    )
-    s.text(
-        "Estimates are rooflines with fitted efficiency factors (see benchmarks/results/advisor.md); prices are defaults, not quotes.",
-        note=True,
-    )
-    page.write(path)

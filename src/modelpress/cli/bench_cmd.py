@@ -76,7 +76,7 @@ def run(args) -> int:
         result = bench(
             models,
             names=paths,
-            inputs=load_npz(args.data) if args.data else None,
+            data=load_npz(args.data) if args.data else None,
             dims=options.dims(args),
             shapes=options.shapes(args),
             backend=args.backend,

@@ -8,7 +8,7 @@ from rich.table import Table
 
 from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes
-from modelpress.cli._training import print_check, print_training, training_bar
+from modelpress.cli._training import enforce_budget, print_check, print_training, training_bar
 from modelpress.errors import OptionError
 from modelpress.ir.files import output_dir, write_bytes
 
@@ -24,6 +24,7 @@ def add_parser(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     options.add_model(p)
+    options.add_key(p)
     options.add_output(p, help="the .mpz file to write")
     options.add_training_data(p, required=True)
     p.add_argument(
@@ -46,12 +47,15 @@ def add_parser(sub) -> None:
         choices=["global", "layer"],
         help="one pruning threshold for all layers (default) or per layer",
     )
-    options.add_list(p, "--keep", metavar="NODE", help="layers left dense")
+    keep = options.add_list(p, "--exclude", metavar="NODE", help="layers left dense")
+    options.hidden_alias(p, keep, "--keep")
     options.add_training(p)
+    options.add_budget(p)
     options.add_record(p)
     p.set_defaults(func=run)
 
 
+@options.speaks_flags
 def run(args) -> int:
     from modelpress.compress.deep import deep_compress
 
@@ -68,7 +72,7 @@ def run(args) -> int:
             sparsity=args.sparsity,
             bits=args.bits,
             scope=args.scope,
-            keep=options.listed(args.keep),
+            keep=options.listed(args.exclude),
             train=options.training_config(args),
             alpha=args.alpha,
             temperature=args.temperature,
@@ -85,9 +89,10 @@ def run(args) -> int:
     console.print(t)
     print_training(result.training)
     print_check(result.check)
+    record = enforce_budget(args, result.check, result.to_dict(), recorder)
     write_bytes(args.output, result.data)
     console.print(
         f"wrote {args.output} ({human_bytes(len(result.data))}, {result.ratio:.1f}x smaller, sparsity {result.sparsity:.1%}, {result.bits} bits)"
     )
-    recorder.write(result.to_dict())
+    recorder.write({**record, "written": args.output})
     return 0

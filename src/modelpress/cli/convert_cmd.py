@@ -8,14 +8,15 @@ from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes
 from modelpress.cli.verify_cmd import print_verify
 from modelpress.convert import convert, parse_dynamic, parse_input_specs
-from modelpress.convert.base import SOURCE_KINDS, ensure_registered
+from modelpress.convert.kinds import SOURCE_KINDS
+from modelpress.convert.llm import LEVELS as LLM_LEVELS
+from modelpress.convert.llm import LLMConvertResult
 from modelpress.ir import graph_stats
 from modelpress.ir.io import model_bytes
 
 
 def add_parser(sub) -> None:
 
-    ensure_registered()  # the framework modules import their framework lazily: this stays cheap
     kinds = "\n".join(
         f"  {k.name:<14} {k.description}  [extra: {k.extra}]"
         for k in SOURCE_KINDS.values()
@@ -28,15 +29,17 @@ def add_parser(sub) -> None:
         "on the same inputs and compare them.",
         epilog=f"sources:\n{kinds}\n\nexamples:\n  modelpress convert model.pt2 -o model.onnx --optimize\n"
         "  modelpress convert model.pt -o model.onnx --shape x=1x3x224x224 --dynamic x:0\n"
-        "  modelpress convert saved_model/ -o model.onnx --opset 17",
+        "  modelpress convert saved_model/ -o model.onnx --opset 17\n"
+        "  modelpress convert SmolLM2.gguf -o smollm2/          (a decoder LLM: an LLM folder)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "source",
         metavar="SOURCE",
-        help="a .pt2, .pt, .keras, .h5 or .tflite file, or a SavedModel directory",
+        help="a .pt2, .pt, .keras, .h5 or .tflite file, a SavedModel directory, or a decoder LLM: "
+        "a Hugging Face folder or a .gguf file",
     )
-    options.add_output(p, help="where to write the ONNX model")
+    options.add_output(p, help="where to write the ONNX model (the LLM folder, for a decoder)")
     p.add_argument("--opset", type=int, help="ONNX opset to target (default: the exporter's)")
     p.add_argument(
         "--shape",
@@ -63,6 +66,13 @@ def add_parser(sub) -> None:
         "--rtol", type=float, help="relative tolerance (default per dtype: 1e-4 for float32)"
     )
     p.add_argument("--atol", type=float, help="absolute tolerance (default per dtype)")
+    p.add_argument(
+        "--level",
+        choices=LLM_LEVELS,
+        default="standard",
+        help="decoder LLMs: 'standard' writes ONNX ops only (default); 'ort' uses ONNX Runtime's "
+        "GroupQueryAttention and skip-norm fusions (a left-aligned cache)",
+    )
     options.add_record(p)
     p.set_defaults(func=run)
 
@@ -71,7 +81,18 @@ def print_verify_table(title: str, result) -> None:
     print_verify(result, title)
 
 
-@options.speaks_flags(fields={"inputs": "--shape", "dynamic": "--dynamic", "opset": "--opset"})
+@options.speaks_flags(
+    fields={
+        "inputs": "--shape",
+        "dynamic": "--dynamic",
+        "opset": "--opset",
+        "optimize": "--optimize",
+        "level": "--level",
+        "output": "--output",
+        "atol": "--atol",
+        "rtol": "--rtol",
+    }
+)
 def run(args) -> int:
 
     record = options.Recorder("convert", args)
@@ -86,7 +107,12 @@ def run(args) -> int:
         optimize=args.optimize,
         rtol=args.rtol,
         atol=args.atol,
+        level=args.level,
     )
+    if isinstance(result, LLMConvertResult):
+        print_llm(result)
+        record.write(result.to_dict())
+        return 0
     stats = graph_stats(result.model)
     opsets = ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in stats.opsets.items())
     console.print(f"source kind {result.source_kind}, exporter {result.exporter}, opsets: {opsets}")
@@ -107,3 +133,25 @@ def run(args) -> int:
     )
     record.write(result.to_dict())
     return 0
+
+
+def print_llm(result: LLMConvertResult) -> None:
+    c = result.config
+    console.print(
+        f"{result.source_kind} checkpoint, family {c.family}: {c.num_layers} layers, "
+        f"{c.num_kv_heads} kv heads of {c.head_dim}, vocab {c.vocab_size}, context {c.max_context}"
+        + (f", sliding window {c.sliding_window}" if c.sliding_window else "")
+    )
+    check = result.verify
+    if check is not None:
+        console.print(
+            f"vs transformers (fp32): prompt of {check.prompt_tokens} tokens max abs "
+            f"{check.prompt_max_abs:.2g}, {check.steps} greedy steps through the cache max abs "
+            f"{check.decode_max_abs:.2g}, padded batch max abs {check.padded_max_abs:.2g} "
+            f"(tolerance {check.tolerance:.2g}); greedy tokens equal"
+        )
+    verified = "verified" if check is not None else "not verified (--no-verify)"
+    console.print(
+        f"wrote {result.output}/ (level {c.level}, {result.nodes} nodes, "
+        f"{result.parameters / 1e6:.1f}M parameters), {verified}, {result.seconds:.1f} s"
+    )

@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.table import Table
 
 from modelpress.cli import options
-from modelpress.cli._common import console, human_bytes, human_count, write_json
+from modelpress.cli._common import console, heading, human_bytes, human_count, write_json
 from modelpress.cli.convert_cmd import print_verify_table
 from modelpress.demo import STEPS, DemoState
 from modelpress.errors import OptionError
@@ -24,13 +24,15 @@ def add_parser(sub) -> None:
         help="run the whole flow on a small CNN it trains itself",
         description="Train a small ResNet-style CNN on scikit-learn's digits, convert it from PyTorch to ONNX, "
         "inspect, optimize, verify and time it, and print the before/after table.",
-        epilog="example: modelpress demo --out demo_out",
+        epilog="example: modelpress demo -o demo_out",
     )
-    p.add_argument(
-        "--out",
+    out = p.add_argument(
+        "-o",
+        "--output",
         default="demo_out",
         help="folder for the models and summary.json (created if missing)",
     )
+    options.hidden_alias(p, out, "--out")
     p.add_argument(
         "--rounds", type=int, default=200, help="interleaved latency runs per model (default 200)"
     )
@@ -192,6 +194,22 @@ def _print_summary(rows) -> None:
     console.print("latency: median of interleaved single-image runs, one thread")
 
 
+def _print_decoder(r) -> None:
+    console.print(
+        f"{r.family}, {r.layers} layers (random weights): converted with its KV cache, logits "
+        f"within {r.max_logit_diff:.1e} of transformers; float {human_bytes(r.float_bytes)} → "
+        f"int4 {human_bytes(r.int4_bytes)}"
+    )
+    console.print(f"prompt {r.prompt!r}: float {r.float_text!r}")
+    console.print(
+        f"int4 {r.int4_text!r} ({r.tokens_per_s:.0f} tokens/s); next-token agreement with float "
+        f"along its greedy path {r.top1_agreement:.0%} (random weights: near-ties everywhere)"
+    )
+    console.print(f"served (POST /v1/chat/completions): {r.chat_answer!r}")
+    for note in r.notes:
+        console.print(f"note: {note}")
+
+
 PRINTERS = {
     "build": _print_build,
     "convert": _print_convert,
@@ -204,6 +222,7 @@ PRINTERS = {
     "evaluate": _print_evaluate,
     "summary": _print_summary,
     "transformer": _print_transformer,
+    "decoder": _print_decoder,
 }
 
 
@@ -211,7 +230,7 @@ def run(args) -> int:
 
     if args.rounds < 1:
         raise OptionError("--rounds must be at least 1")
-    out = Path(args.out)
+    out = Path(args.output)
     if out.exists() and not out.is_dir():
         raise OptionError(f"--out {out}: exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
@@ -221,7 +240,7 @@ def run(args) -> int:
     record = {}
     results = {}
     for i, step in enumerate(STEPS, 1):
-        console.rule(f"[bold]{i}. {step.title}")
+        heading(f"[bold]{i}. {step.title}")
         t0 = time.perf_counter()
         results[step.name] = result = step.run(state)
         PRINTERS[step.name](result)
@@ -249,6 +268,15 @@ def run(args) -> int:
     adv = results.get("advise")
     if adv is not None:
         summary["service"] = adv.plan.to_dict()
+    dec = results.get("decoder")
+    if dec is not None:
+        summary["decoder"] = {
+            "float_bytes": dec.float_bytes,
+            "int4_bytes": dec.int4_bytes,
+            "max_logit_diff": dec.max_logit_diff,
+            "top1_agreement": dec.top1_agreement,
+            "chat_answer": dec.chat_answer,
+        }
     tr = results.get("transformer")
     if tr is not None:
         summary["transformer"] = {

@@ -6,7 +6,7 @@ import argparse
 
 from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes, human_count
-from modelpress.cli._training import print_check, print_training, training_bar
+from modelpress.cli._training import enforce_budget, print_check, print_training, training_bar
 from modelpress.errors import OptionError
 from modelpress.ir import save
 from modelpress.ir.files import output_dir
@@ -53,14 +53,15 @@ def add_parser(sub) -> None:
         metavar="X",
         help="weight of the hidden-state / feature-map loss (default 1)",
     )
-    options.add_training(p)
     # a student learns from a teacher more slowly than a pruned model recovers: 10 epochs, not 2
-    # (benchmarks/results/train.md, distillation)
-    p.set_defaults(temperature=4.0, epochs=10)
+    # (benchmarks/results/train.md, distillation); it always trains
+    options.add_training(p, epochs=10, temperature=4.0, no_train=False)
+    options.add_budget(p)
     options.add_record(p)
     p.set_defaults(func=run)
 
 
+@options.speaks_flags
 def run(args) -> int:
     from modelpress.compress.distill import distill
 
@@ -97,7 +98,8 @@ def run(args) -> int:
         f"student ({result.student}): parameters {human_count(result.params_teacher)} → {human_count(result.params_student)}, "
         f"size {human_bytes(result.size_teacher)} → {human_bytes(result.size_student)}"
     )
+    record = enforce_budget(args, result.check, result.to_dict(), recorder)
     save(result.model, args.output)
     console.print(f"wrote {args.output}")
-    recorder.write(result.to_dict())
+    recorder.write({**record, "written": args.output})
     return 0

@@ -11,6 +11,7 @@ import importlib
 import sys
 
 from modelpress import __version__
+from modelpress.cli.options import flags_of, in_flags
 from modelpress.errors import ModelpressError
 
 # Module names under modelpress.cli, in the order `--help` lists them.
@@ -28,11 +29,13 @@ COMMANDS = (
     "protect_cmd",
     "pipeline_cmd",
     "run_cmd",
+    "generate_cmd",
     "serve_cmd",
     "bench_cmd",
     "ops_cmd",
     "advise_cmd",
     "auto_cmd",
+    "deploy_cmd",
     "recipe_cmd",
     "report_cmd",
 )
@@ -60,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except ModelpressError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # the library names its fields (`max_batch`); the command line says its flags
+        command = parser._subparsers._group_actions[0].choices[args.command]
+        print(f"error: {in_flags(str(exc), flags_of(command))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -27,6 +27,7 @@ def add_parser(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     options.add_model(p)
+    options.add_key(p)
     options.add_output(p, help="where to write the optimized model")
     p.add_argument(
         "--level",

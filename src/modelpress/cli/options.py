@@ -23,14 +23,11 @@ import functools
 import os
 import re
 import time
-from pathlib import Path
 
-from modelpress.compress.deep import open_mpz
+import modelpress
 from modelpress.errors import ModelpressError, OptionError
-from modelpress.ir import load
+from modelpress.ir.files import output_dir
 from modelpress.ir.shapes import parse_dims, parse_shapes
-from modelpress.protect import is_obfuscated, load_key, open_package, unlock
-from modelpress.protect.package import has_magic
 from modelpress.report.cards import model_card
 from modelpress.report.page import write_report
 from modelpress.report.record import Record
@@ -49,7 +46,30 @@ FIELD_FLAGS = {
     "others": "--vs",
     "threads": "--threads",
     "warmup": "--warmup",
+    "max_accuracy_drop": "--max-accuracy-drop",
+    "min_agreement": "--min-agreement",
+    "min_cosine": "--min-cosine",
+    "max_delay_s": "--max-delay-ms",
+    "key": "--key-file FILE or --key-env VAR",
+    "seq": "--seq",
+    "ray_actors": "--replicas",
 }
+
+
+def flags_of(parser: argparse.ArgumentParser) -> dict[str, str]:
+    """``{field: flag}`` of a command's parser: each option's destination and its long name."""
+    out = {}
+    for action in parser._actions:
+        longs = [o for o in action.option_strings if o.startswith("--")]
+        if longs and action.dest not in out:
+            out[action.dest] = longs[0]
+    return out
+
+
+def in_flags(text: str, fields: dict[str, str]) -> str:
+    """A library message with its field names (in backquotes) said as the command's flags."""
+    mapping = {**FIELD_FLAGS, **fields}
+    return re.sub(r"`(\w+)`", lambda m: mapping.get(m.group(1), m.group(0)), text)
 
 
 def speaks_flags(func=None, *, fields: dict[str, str] | None = None):
@@ -64,7 +84,7 @@ def speaks_flags(func=None, *, fields: dict[str, str] | None = None):
                 return fn(args)
             except ModelpressError as exc:
                 text = str(exc)
-                new = re.sub(r"`(\w+)`", lambda m: mapping.get(m.group(1), m.group(0)), text)
+                new = in_flags(text, mapping)
                 if new != text:
                     exc.args = (new,)
                 raise
@@ -186,15 +206,30 @@ def add_key(p: argparse.ArgumentParser) -> None:
     p.add_argument("--key-env", metavar="VAR", help="an environment variable holding the key (hex)")
 
 
-def add_list(p: argparse.ArgumentParser, flag: str, *, metavar: str, help: str) -> None:
+def add_list(p: argparse.ArgumentParser, flag: str, *, metavar: str, help: str) -> argparse.Action:
     """A repeatable option whose values may also be comma-separated: ``--exclude a,b --exclude c``."""
-    p.add_argument(
+    return p.add_argument(
         flag,
         action="append",
         default=[],
         metavar=metavar,
         help=f"{help} (repeatable, or comma-separated)",
     )
+
+
+def hidden_alias(p: argparse.ArgumentParser, action: argparse.Action, *old: str) -> None:
+    """``old`` spellings of ``action``'s option that still parse (into the same place) but are no
+    longer shown: one name for one idea in ``--help``, nothing broken for a script."""
+    kwargs: dict = {"dest": action.dest, "help": argparse.SUPPRESS, "default": argparse.SUPPRESS}
+    if isinstance(action, argparse._AppendAction):
+        kwargs.update(action="append", metavar=action.metavar)
+    elif action.nargs == 0:
+        kwargs.update(action="store_const", const=action.const)
+    else:
+        kwargs.update(
+            type=action.type, nargs=action.nargs, const=action.const, metavar=action.metavar
+        )
+    p.add_argument(*old, **kwargs)
 
 
 def listed(values: list[str] | None) -> list[str]:
@@ -220,29 +255,12 @@ def open_model(
     one way every command reads its model. ``runnable=False`` (inspect) lets an obfuscated ONNX
     file without a key through as the file shows it."""
 
-    p = Path(path)
-    if p.suffix == ".mpz":
-        return open_mpz(p)
-    key_file = getattr(args, "key_file", None)
-    key_env = getattr(args, "key_env", None)
-    if has_magic(p) or p.suffix == ".mpk":
-        if key_file is None and key_env is None:
-            raise OptionError(
-                f"{p}: a protected package: give its key with --key-file FILE or --key-env VAR"
-            )
-        return open_package(p, load_key(key_file, key_env))
-    model = load(p)
-
-    if not is_obfuscated(model):
-        return model
-    if key_file is None and key_env is None:
-        if not runnable:
-            return model
-        raise OptionError(
-            f"{p}: an obfuscated model: give its key with --key-file FILE or --key-env VAR"
-        )
-
-    return unlock(model, load_key(key_file, key_env), name=str(p))
+    return modelpress.open(
+        path,
+        key_file=getattr(args, "key_file", None),
+        key_env=getattr(args, "key_env", None),
+        runnable=runnable,
+    )
 
 
 class Recorder:
@@ -257,6 +275,10 @@ class Recorder:
         self.command = command
         self.args = args
         self.started = time.time()
+        # a record that cannot be written fails the command before it writes anything else
+        for path in (getattr(args, "json", None), getattr(args, "report", None)):
+            if path:
+                output_dir(path)
 
     @property
     def wanted(self) -> bool:
@@ -310,11 +332,23 @@ def add_training_data(p: argparse.ArgumentParser, *, required: bool = False) -> 
     )
 
 
-def add_training(p: argparse.ArgumentParser, *, teacher: bool = True) -> None:
-    """How a command that trains (prune, distill, compress, quantize --mode qat) trains."""
+def add_training(
+    p: argparse.ArgumentParser,
+    *,
+    teacher: bool = True,
+    epochs: int = 2,
+    temperature: float = 1.0,
+    no_train: bool = True,
+) -> None:
+    """How a command that trains (prune, distill, compress, quantize --mode qat) trains; the help
+    shows the defaults the command uses (``--steps`` wins over ``--epochs``)."""
     g = p.add_argument_group("training")
     g.add_argument(
-        "--epochs", type=int, metavar="N", help="passes over the training data (default 2)"
+        "--epochs",
+        type=int,
+        default=epochs,
+        metavar="N",
+        help=f"passes over the training data (default {epochs})",
     )
     g.add_argument("--steps", type=int, metavar="N", help="optimizer steps (instead of epochs)")
     g.add_argument("--lr", type=float, metavar="X", help="learning rate (default 3e-3; qat 1e-4)")
@@ -338,10 +372,11 @@ def add_training(p: argparse.ArgumentParser, *, teacher: bool = True) -> None:
         "--patience",
         type=int,
         metavar="N",
-        help="stop after N held-out evaluations without improvement",
+        help="stop after N held-out evaluations without improvement (default 5; 10 a run)",
     )
     g.add_argument("--seed", type=int, default=0, help="shuffling and split seed (default 0)")
-    g.add_argument("--no-train", action="store_true", help="no training: compress only")
+    if no_train:
+        g.add_argument("--no-train", action="store_true", help="no training: compress only")
     if teacher:
         g.add_argument(
             "--alpha",
@@ -352,9 +387,9 @@ def add_training(p: argparse.ArgumentParser, *, teacher: bool = True) -> None:
         g.add_argument(
             "--temperature",
             type=float,
-            default=1.0,
+            default=temperature,
             metavar="T",
-            help="softmax temperature of the soft loss (default 1)",
+            help=f"softmax temperature of the soft loss (default {temperature:g})",
         )
         g.add_argument(
             "--soft-loss",
@@ -364,21 +399,88 @@ def add_training(p: argparse.ArgumentParser, *, teacher: bool = True) -> None:
         )
 
 
+def add_batching(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--batching",
+        default="auto",
+        choices=["auto", "per-sample", "whole"],
+        help="whether requests or items may be joined into batches: auto decides by running a batch "
+        "of 2 against two single samples; per-sample or whole overrides it",
+    )
+
+
+def batching_rule(args: argparse.Namespace):
+    """The one batching decision of ``serve`` and ``run`` (``verify.batching``), as a function of
+    a way to run the model (``rule(run)``), so that it is made on the command's own session."""
+    from modelpress.verify.batching import decide_batching
+
+    override = getattr(args, "batching", None)
+
+    def rule(model):
+        return lambda run: decide_batching(model, run, override=override)
+
+    return rule
+
+
+def add_budget(p: argparse.ArgumentParser) -> None:
+    """What a command that trains must keep of the original (``compress.train.budget``)."""
+    g = p.add_argument_group(
+        "budget (checked on held-out samples, as ONNX Runtime runs the result)"
+    )
+    g.add_argument(
+        "--max-accuracy-drop",
+        type=float,
+        default=0.02,
+        metavar="X",
+        help="with labels: the most top-1 accuracy may drop (default 0.02, two points)",
+    )
+    g.add_argument(
+        "--min-agreement",
+        type=float,
+        default=0.90,
+        metavar="X",
+        help="class scores without labels: the least top-1 agreement with the original (default 0.9)",
+    )
+    g.add_argument(
+        "--min-cosine",
+        type=float,
+        default=0.90,
+        metavar="X",
+        help="other outputs: the least mean cosine with the original's (default 0.9)",
+    )
+    g.add_argument(
+        "--keep-anyway",
+        action="store_true",
+        help="write the result even when it is outside the budget",
+    )
+
+
+def budget(args: argparse.Namespace):
+    """The ``Budget`` of ``add_budget``'s options."""
+    from modelpress.compress.train.budget import Budget
+
+    return Budget(
+        max_accuracy_drop=args.max_accuracy_drop,
+        min_agreement=args.min_agreement,
+        min_cosine=args.min_cosine,
+    )
+
+
 def training_config(args: argparse.Namespace, *, batch_default: int = 32, lr_default: float = 3e-3):
     """The ``TrainConfig`` of ``add_training``'s options, or False for ``--no-train``."""
     if getattr(args, "no_train", False):
         return False
     from modelpress.compress.train import TrainConfig
 
-    epochs = args.epochs if args.epochs is not None else (None if args.steps is not None else 2)
     return TrainConfig(
-        epochs=epochs,
+        epochs=args.epochs,
         steps=args.steps,
         batch_size=getattr(args, "batch_size", None) or batch_default,
         lr=args.lr if args.lr is not None else lr_default,
         optimizer=args.optimizer,
         schedule=args.schedule,
         val_fraction=args.val_fraction,
-        patience=args.patience,
+        # real data overfits: stop when the held-out loss has not improved for 5 checks (half a run)
+        patience=args.patience if args.patience is not None else 5,
         seed=args.seed,
     )

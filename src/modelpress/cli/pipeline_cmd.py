@@ -55,7 +55,7 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--post",
         metavar="KEY[=VALUE],...",
-        help="post-processing, e.g. softmax,topk=5,labels=labels.txt",
+        help="post-processing, e.g. softmax,topk=5,labels=labels.txt; for a detector boxes=yolo|rows|yolov5,threshold=0.25,iou=0.45,topk=100 (decoding and non-maximum suppression)",
     )
     p.add_argument(
         "--spec",

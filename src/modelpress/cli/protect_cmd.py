@@ -71,8 +71,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--no-verify",
-        dest="verify",
-        action="store_false",
+        action="store_true",
         help="skip opening the result and comparing it with the original",
     )
     add_data(
@@ -105,7 +104,7 @@ def run(args) -> int:
             encrypt=args.encrypt,
             rename_io=args.rename_io,
             chunk_size=args.chunk_size or DEFAULT_CHUNK,
-            verify=args.verify,
+            verify=not args.no_verify,
             inputs=inputs,
         )
     what = "encrypted" if result.encrypted else "obfuscated"

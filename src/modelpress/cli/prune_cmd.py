@@ -9,7 +9,7 @@ from rich.table import Table
 
 from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes, human_count
-from modelpress.cli._training import print_check, print_training, training_bar
+from modelpress.cli._training import enforce_budget, print_check, print_training, training_bar
 from modelpress.compress.prune import calibration as calib
 from modelpress.compress.prune.importance import METHODS
 from modelpress.ir import save
@@ -34,6 +34,7 @@ def add_parser(sub) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     options.add_model(p)
+    options.add_key(p)
     options.add_output(p)
     options.add_training_data(p)
     what = p.add_argument_group("what to prune")
@@ -82,7 +83,8 @@ def add_parser(sub) -> None:
         metavar="N",
         help="structured: prune in N rounds, fine-tuning after each (default 1)",
     )
-    options.add_list(what, "--keep", metavar="NODE", help="layers that stay whole")
+    keep = options.add_list(what, "--exclude", metavar="NODE", help="layers that stay whole")
+    options.hidden_alias(what, keep, "--keep")
     what.add_argument(
         "--round-to",
         type=int,
@@ -99,10 +101,12 @@ def add_parser(sub) -> None:
         "--no-latency", action="store_true", help="skip the before/after latency check on this CPU"
     )
     options.add_training(p)
+    options.add_budget(p)
     options.add_record(p)
     p.set_defaults(func=run)
 
 
+@options.speaks_flags
 def run(args) -> int:
     from modelpress.compress.prune.api import prune
 
@@ -122,7 +126,7 @@ def run(args) -> int:
             scope=args.scope,
             importance=args.importance,
             steps=args.iterations,
-            keep=options.listed(args.keep),
+            keep=options.listed(args.exclude),
             round_to=args.round_to,
             global_ranking=args.global_ranking,
             refit=args.refit,
@@ -145,11 +149,12 @@ def run(args) -> int:
         f"{result.kind}: parameters {human_count(result.params_before)} → {human_count(result.params_after)}, "
         f"size {human_bytes(result.size_before)} → {human_bytes(result.size_after)}{sparsity}"
     )
-    save(result.model, args.output)
-    console.print(f"wrote {args.output}")
     record = result.to_dict()
     record["latency"] = latency
-    recorder.write(record)
+    record = enforce_budget(args, result.check, record, recorder)
+    save(result.model, args.output)
+    console.print(f"wrote {args.output}")
+    recorder.write({**record, "written": args.output})
     return 0
 
 

@@ -10,12 +10,14 @@ from rich.table import Table
 
 from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes
+from modelpress.cli._quantize_llm import LLM_MODES, add_llm_options, run_llm
 from modelpress.compress.quantize import ImagePreprocess, quantize
 from modelpress.compress.quantize.modes import MODES, mode_names
 from modelpress.compress.quantize.observers import OBSERVERS
-from modelpress.errors import VerificationError
+from modelpress.errors import OptionError, VerificationError
 from modelpress.ir import save
 from modelpress.ir.files import output_dir
+from modelpress.ir.llm import is_llm_folder
 from modelpress.runtime.cpu import TARGETS
 
 
@@ -34,12 +36,18 @@ def add_parser(sub) -> None:
         "  modelpress quantize bert.onnx -o int4.onnx --mode weight-only --bits 4 --block-size 32\n"
         "  modelpress quantize cnn.onnx -o int8.onnx --mode qat --data train.npz --labels-key y --epochs 2\n"
         "  modelpress quantize cnn.onnx -o int8.onnx --data val.npz --labels-key label --max-accuracy-drop 0.003\n"
-        "  modelpress quantize cnn.onnx -o int8.onnx --data calib.npz --target-cpu portable",
+        "  modelpress quantize cnn.onnx -o int8.onnx --data calib.npz --target-cpu portable\n"
+        "  modelpress quantize llm_dir -o int4_dir --mode int4 --block-size 32 --data text.txt",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     options.add_model(p)
+    options.add_key(p)
     options.add_output(p, help="where to write the quantized model")
-    p.add_argument("--mode", default="static", choices=mode_names(), help="default: static")
+    p.add_argument(
+        "--mode",
+        choices=[*mode_names(), *LLM_MODES],
+        help="default: static (an ONNX file), int4 (an LLM folder; int4 and int8 are its modes)",
+    )
     options.add_data(
         p,
         help="calibration data: an .npz, a folder of .npz batches, or a folder of images",
@@ -84,7 +92,7 @@ def add_parser(sub) -> None:
         "--block-size",
         type=int,
         default=32,
-        help="weight-only 4-bit: elements per scale (default 32)",
+        help="weight-only 4-bit and LLM folders: elements per scale (default 32)",
     )
     p.add_argument(
         "--activation-type",
@@ -147,13 +155,14 @@ def add_parser(sub) -> None:
         action="store_true",
         help="write the model even when the check fails (larger, slower or less exact than it should be)",
     )
+    add_llm_options(p)
     options.add_training(p, teacher=False)  # qat mode
     options.add_record(p)
     p.add_argument(
         "--report",
         metavar="FILE.html",
         help="also write a self-contained HTML page of this run (model cards, per-layer error "
-        "chart, latency); a name not ending in .html writes the record, as --json does (its old use)",
+        "chart, latency)",
     )
     p.set_defaults(func=run)
 
@@ -181,17 +190,27 @@ FLAGS = {
     "activation_dtype": "--activation-type",
     "target_cpu": "--target-cpu",
     "image": "--image-size/--mean/--std/--layout",
+    "embeddings": "--embeddings",
+    "level": "--level",
+    "act_order": "--act-order",
 }
 
 
 @options.speaks_flags(fields=FLAGS)
 def run(args) -> int:
 
+    if is_llm_folder(args.model):
+        return run_llm(args)
+    if args.mode in LLM_MODES:
+        raise OptionError(
+            f"--mode {args.mode} is for LLM folders; for an ONNX file use "
+            f"--mode weight-only --bits {LLM_MODES[args.mode]}"
+        )
+    args.mode = args.mode or "static"
     if args.report and not str(args.report).lower().endswith((".html", ".htm")):
-        args.json, args.report = (
-            args.json or args.report,
-            None,
-        )  # `--report FILE.json`: the old name
+        raise OptionError(
+            f"--report {args.report}: the HTML page is FILE.html; the record is --json FILE"
+        )
     recorder = options.Recorder("quantize", args)
     output_dir(args.output)  # before minutes of calibration, not after
     original = options.open_model(args.model, args)
@@ -221,7 +240,7 @@ def run(args) -> int:
         result = quantize(
             original,
             mode=args.mode,
-            calibration=args.data,
+            data=args.data,
             method=args.method,
             per_channel=not args.per_tensor,
             bits=args.bits,
@@ -234,7 +253,7 @@ def run(args) -> int:
             max_accuracy_drop=args.max_accuracy_drop,
             labels_key=args.labels_key,
             batch_size=args.batch_size,
-            calibration_limit=args.limit,
+            limit=args.limit,
             image=image,
             optimize=not args.no_optimize,
             target_cpu=args.target_cpu,

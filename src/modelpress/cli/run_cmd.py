@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from modelpress.cli import options
 from modelpress.cli._common import console, err_console
 from modelpress.cli.options import (
     Recorder,
@@ -12,6 +13,7 @@ from modelpress.cli.options import (
     add_model,
     add_output,
     add_record,
+    hidden_alias,
     open_model,
     require_positive,
 )
@@ -83,7 +85,16 @@ def add_parser(sub) -> None:
         metavar="ADDRESS",
         help="run on Ray Data (a local cluster, or the one at ADDRESS); needs the ray extra",
     )
-    p.add_argument("--ray-actors", type=int, metavar="N", help="model actors on Ray (default 1)")
+    replicas = p.add_argument(
+        "--replicas", type=int, metavar="N", help="model replicas (actors) on Ray (default 1)"
+    )
+    hidden_alias(p, replicas, "--ray-actors")
+    p.add_argument(
+        "--labels-key",
+        metavar="KEY",
+        help="an array of the .npz to leave out, as labels (default: one named 'labels')",
+    )
+    options.add_batching(p)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_device(p)
     add_key(p)
@@ -100,7 +111,7 @@ def run(args) -> int:
         raise OptionError("DATA: give a folder of images, a .jsonl of texts or an .npz of inputs")
     require_positive(args.batch_size, "--batch-size")
     require_positive(args.prefetch, "--prefetch")
-    require_positive(args.ray_actors, "--ray-actors")
+    require_positive(args.replicas, "--replicas")
     workers = args.workers
     if workers != "auto":
         if not str(workers).isdigit():
@@ -123,7 +134,10 @@ def run(args) -> int:
             strict=args.strict,
             restart=args.restart,
             ray=args.ray,
-            ray_actors=args.ray_actors,
+            ray_actors=args.replicas,
+            labels_key=args.labels_key,
+            rule=options.batching_rule(args)(model),
+            source_file=args.model,
             progress=progress,
         )
     for w in result.warnings:

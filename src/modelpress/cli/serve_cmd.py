@@ -1,11 +1,15 @@
 """modelpress serve MODEL [MODEL ...]: an Open Inference Protocol (KServe v2) server with dynamic
-batching, on this machine (FastAPI + uvicorn) or on Ray Serve (--ray)."""
+batching, on this machine (FastAPI + uvicorn) or on Ray Serve (--ray); an LLM folder is served on
+OpenAI-compatible routes (/v1/completions, /v1/chat/completions) with continuous batching."""
 
 from __future__ import annotations
+
+import argparse
 
 from modelpress.cli import options
 from modelpress.cli._common import console, err_console
 from modelpress.errors import OptionError, require
+from modelpress.ir.llm import is_llm_folder
 from modelpress.serve.auth import read_key_file
 from modelpress.serve.options import ServeOptions
 from modelpress.serve.ray_serve import ModelSource, deploy
@@ -18,12 +22,17 @@ def add_parser(sub) -> None:
         help="serve models over HTTP (KServe v2 / Triton protocol) with dynamic batching",
         description=(
             "Serve models over the Open Inference Protocol (KServe v2) with Triton's binary tensors, "
-            "dynamic batching, back-pressure, Prometheus metrics and graceful shutdown on SIGTERM."
+            "dynamic batching, back-pressure, Prometheus metrics and graceful shutdown on SIGTERM. "
+            "MODEL may be one folder written by modelpress deploy (DEPLOY_DIR): its serve.yaml "
+            "gives the model, its name and the planned batching and queue (flags given still win)."
         ),
         epilog="example: modelpress serve resnet.onnx bert.onnx --port 8000 --max-batch 32 --max-delay-ms 2",
     )
     p.add_argument(
-        "models", nargs="+", metavar="MODEL", help=".onnx files (a protected .mpk with --key-file)"
+        "models",
+        nargs="+",
+        metavar="MODEL",
+        help=".onnx files (a protected .mpk with --key-file), or LLM folders (modelpress convert)",
     )
     p.add_argument(
         "--host",
@@ -42,21 +51,19 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--max-batch",
         type=int,
-        default=32,
         metavar="N",
         help="rows per model run (default 32; 1 turns batching off)",
     )
+    options.add_batching(p)
     p.add_argument(
         "--max-delay-ms",
         type=float,
-        default=2.0,
         metavar="MS",
         help="how long an idle model waits for a batch to fill while requests are arriving (default 2)",
     )
     p.add_argument(
         "--max-queue",
         type=int,
-        default=256,
         metavar="N",
         help="requests that may wait per model; past it 503 with Retry-After (default 256)",
     )
@@ -66,6 +73,54 @@ def add_parser(sub) -> None:
         default=64.0,
         metavar="MB",
         help="largest request body; past it 413 (default 64)",
+    )
+    p.add_argument(
+        "--max-request-rows",
+        type=int,
+        metavar="N",
+        help="most rows one request may bring; past it 413 (default: --max-batch, at least 64)",
+    )
+    p.add_argument(
+        "--max-pending-mb",
+        type=float,
+        metavar="MB",
+        help="request bytes the server holds at once (being read, decoded, queued or run); "
+        "past it 503 (default 256, at least 4 bodies)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="open connections; past it the slowest to send its request is closed "
+        "(default 1000, kept below the open-file limit)",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds for a request's headers to arrive; past it 408 (default 10)",
+    )
+    p.add_argument(
+        "--body-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="seconds for a request's body to arrive; past it 408 (default 60)",
+    )
+    p.add_argument(
+        "--max-seqs",
+        type=int,
+        default=16,
+        metavar="N",
+        help="LLM: sequences generated at once; the rest wait (default 16)",
+    )
+    p.add_argument(
+        "--max-context",
+        type=int,
+        metavar="N",
+        help="LLM: most tokens of prompt and answer (default: the model's own)",
     )
     p.add_argument(
         "--drain-timeout",
@@ -81,16 +136,16 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--ray",
-        action="store_true",
-        help="deploy on Ray Serve (a local cluster unless --ray-address)",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="ADDRESS",
+        help="deploy on Ray Serve (a local cluster, or the one at ADDRESS)",
     )
-    p.add_argument(
-        "--ray-address", metavar="ADDRESS", help="the Ray cluster to deploy on (with --ray)"
-    )
+    p.add_argument("--ray-address", help=argparse.SUPPRESS)  # the old spelling of --ray ADDRESS
     p.add_argument(
         "--replicas",
         type=int,
-        default=1,
         metavar="N",
         help="Ray Serve replicas per model (with --ray)",
     )
@@ -100,10 +155,37 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+DEFAULTS = {"max_batch": 32, "max_delay_ms": 2.0, "max_queue": 256, "replicas": 1}
+
+
+def _from_folder(args) -> None:
+    """A deploy folder (``modelpress deploy``) as the one MODEL: its model, name and settings
+    become the defaults; flags given still win. Otherwise the usual defaults."""
+    from modelpress.deploy.settings import is_folder, read_folder
+
+    folder = args.models[0] if len(args.models) == 1 and is_folder(args.models[0]) else None
+    settings = None
+    if folder is not None:
+        settings, model = read_folder(folder)
+        args.models = [str(model)]
+        args.name = args.name or [settings.name]
+        if settings.protected and not (args.key_file or args.key_env):
+            raise OptionError(
+                f"{folder}: its model is protected: give its key with --key-file or --key-env"
+            )
+        if args.device == "auto":
+            args.device = settings.device
+    for key, default in DEFAULTS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, getattr(settings, key) if settings is not None else default)
+
+
 def run(args) -> int:
 
+    _from_folder(args)
     require("fastapi", extra="serve", purpose="modelpress serve")
     require("uvicorn", extra="serve", purpose="modelpress serve")
+    require("httptools", extra="serve", purpose="modelpress serve")
 
     recorder = options.Recorder("serve", args)
     names = options.listed(args.name)
@@ -116,25 +198,53 @@ def run(args) -> int:
         max_body_bytes=int(args.max_body_mb * 2**20),
         api_key=read_key_file(args.api_key_file) if args.api_key_file else None,
         drain_timeout_s=args.drain_timeout,
+        max_request_rows=args.max_request_rows,
+        max_pending_bytes=(
+            int(args.max_pending_mb * 2**20) if args.max_pending_mb is not None else None
+        ),
+        max_connections=args.max_connections,
+        header_timeout_s=args.header_timeout,
+        body_timeout_s=args.body_timeout,
+        max_seqs=args.max_seqs,
+        max_context=args.max_context,
     )
     named = [
         (model_name(path, names[i] if i < len(names) else None), path)
         for i, path in enumerate(args.models)
     ]
+    if isinstance(args.ray, str):
+        args.ray, args.ray_address = True, args.ray
     if args.ray_address and not args.ray:
         raise OptionError("--ray-address needs --ray")
+    llm_named = [(name, path) for name, path in named if is_llm_folder(path)]
+    named = [(name, path) for name, path in named if not is_llm_folder(path)]
     if args.ray:
+        if llm_named:
+            raise OptionError(f"--ray serves ONNX models, not LLM folders ({llm_named[0][1]})")
         return _run_ray(args, named, settings, recorder)
 
     from modelpress.serve.server import serve
 
+    llms = []
+    if llm_named:
+        from modelpress.runtime.generate import open_llm
+
+        llms = [(name, open_llm(path)) for name, path in llm_named]
     repo = Repository.open(
         [(name, options.open_model(path, args)) for name, path in named],
         backend=args.backend,
         device=args.device,
         place=args.place,
         strict=args.strict,
+        batching=args.batching,
     )
+    for m in repo.models.values():
+        if not m.batchable and args.max_batch > 1:
+            err_console.print(
+                f"note: {m.name}: --max-batch {args.max_batch} ignored, each request runs alone: "
+                f"{m.batch_reason or 'the model is not per-sample along axis 0'} "
+                "(--batching per-sample overrides this)"
+            )
     for w in repo.warnings:
         err_console.print(f"warning: {w}")
     if args.log_placement:
@@ -149,17 +259,38 @@ def run(args) -> int:
             console.print(
                 f"model {m.name}: {', '.join(s.name for s in m.inputs)} ({batching}{extra}) on {m.session.device}"
             )
+        for name, llm in llms:
+            context = settings.max_context or llm.config.max_context
+            console.print(
+                f"llm {name}: /v1/completions, /v1/chat/completions "
+                f"({settings.max_seqs} sequences at once, context {context})"
+            )
         console.print(
             f"serving on http://{host}:{port} (SIGTERM or Ctrl+C drains and stops)", soft_wrap=True
         )
 
-    result = serve(repo, settings, host=args.host, port=args.port, on_started=started)
+    result = serve(repo, settings, host=args.host, port=args.port, on_started=started, llms=llms)
     for m in result.models:
         failed = sum(m["failures"].values())
+        if m.get("llm"):
+            console.print(
+                f"{m['name']}: {m['requests']} requests ({failed} refused or failed), "
+                f"{m['rows']} tokens in {m['runs']} decode steps, busy {m['busy_s']:.1f} s"
+            )
+            continue
         console.print(
             f"{m['name']}: {m['requests']} requests ({failed} refused or failed), {m['rows']} rows in {m['runs']} runs, busy {m['busy_s']:.1f} s"
         )
-    console.print("stopped: every accepted request was answered")
+    if result.refused:
+        by_status = ", ".join(f"{n} x {code}" for code, n in sorted(result.refused.items()))
+        console.print(f"refused before reaching a model: {by_status}")
+    if result.cut:
+        console.print(
+            f"stopped: {result.cut} accepted requests were not answered within --drain-timeout "
+            f"{settings.drain_timeout_s:g} s (they got 503)"
+        )
+    else:
+        console.print("stopped: every accepted request was answered")
     recorder.write(result.to_dict())
     return 0
 

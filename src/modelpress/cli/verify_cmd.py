@@ -9,7 +9,9 @@ from rich.table import Table
 
 from modelpress.cli import options
 from modelpress.cli._common import console, err_console
+from modelpress.cli._verify_llm import add_llm_options, run_llm
 from modelpress.ir.feeds import load_npz
+from modelpress.ir.llm import is_llm_folder
 from modelpress.verify import verify
 
 
@@ -19,21 +21,24 @@ def add_parser(sub) -> None:
         help="check that two models compute the same outputs",
         description="Run two models under ONNX Runtime (its optimizations off) on the same inputs "
         "and compare every output. Generated inputs are fitted to what the first model can run on.",
-        epilog="example: modelpress verify model.onnx fast.onnx --dim batch=4 --runs 3",
+        epilog="examples:\n  modelpress verify model.onnx fast.onnx --dim batch=4 --runs 3\n"
+        "  modelpress verify llm_dir int4_dir --data text.txt --json check.json   "
+        "(perplexity of each, their ratio, greedy top-1 agreement)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "reference",
         metavar="REFERENCE",
-        help="the model to compare against (.onnx; a protected .mpk with --key-file)",
+        help="the model to compare against (.onnx; a protected .mpk with --key-file; an LLM folder)",
     )
     p.add_argument(
         "candidate",
         metavar="CANDIDATE",
-        help="the model to check (.onnx; a protected .mpk with --key-file)",
+        help="the model to check (.onnx; a protected .mpk with --key-file; an LLM folder)",
     )
     options.add_key(p)
     add_check_options(p)
+    add_llm_options(p)
     options.add_record(p)
     p.set_defaults(func=run)
 
@@ -63,7 +68,7 @@ def check_options(args) -> dict:
 
     options.require_positive(args.runs, "--runs")
     return {
-        "inputs": load_npz(args.data) if args.data else None,
+        "data": load_npz(args.data) if args.data else None,
         "dims": options.dims(args),
         "shapes": options.shapes(args),
         "runs": args.runs,
@@ -94,6 +99,8 @@ def print_verify(result, title: str | None = None) -> None:
 @options.speaks_flags
 def run(args) -> int:
 
+    if is_llm_folder(args.reference) or is_llm_folder(args.candidate):
+        return run_llm(args)
     record = options.Recorder("verify", args)
     result = verify(
         options.open_model(args.reference, args),

@@ -6,14 +6,9 @@ accepts. Frameworks are imported only when a model of theirs is converted.
 """
 
 from modelpress.convert.api import ConvertResult, convert, verify_against_source
-from modelpress.convert.base import (
-    SOURCE_KINDS,
-    ConversionError,
-    InputSpec,
-    detect,
-    parse_dynamic,
-    parse_input_specs,
-)
+from modelpress.convert.base import InputSpec, parse_dynamic, parse_input_specs
+from modelpress.convert.kinds import SOURCE_KINDS, detect
+from modelpress.errors import ConversionError
 
 __all__ = [
     "SOURCE_KINDS",

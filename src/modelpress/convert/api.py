@@ -1,6 +1,6 @@
 """``convert()``: any supported framework model in, verified standard ONNX out.
 
-The steps: detect the source kind (``base.detect``), let its converter export the model, then run
+The steps: detect the source kind (``kinds.detect``), let its converter export the model, then run
 the original framework and ONNX Runtime (its optimizations disabled) on the same inputs and compare
 every output with the per-dtype tolerances of ``modelpress.verify``. The inputs are the user's
 example inputs when given, random ones at the traced shapes, and, when the ONNX model has dynamic
@@ -21,8 +21,10 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.convert.base import ConversionError, ConvertOptions, Exported, InputSpec, detect
-from modelpress.errors import OptionError, VerificationError
+from modelpress.convert.base import ConvertOptions, Exported, InputSpec
+from modelpress.convert.kinds import detect
+from modelpress.convert.llm import LLMConvertResult, convert_llm
+from modelpress.errors import ConversionError, OptionError, VerificationError
 from modelpress.ir import from_proto, graph_stats, save, to_proto
 from modelpress.passes import optimize as run_optimizer
 from modelpress.runtime.ort import session
@@ -152,6 +154,18 @@ def verify_against_source(
     return VerifyResult(outputs=[worst[n] for n in names], runs=runs), notes
 
 
+def _convert_llm(src, *, output, verify: bool, rtol, level: str, others: dict):
+    given = [k for k, v in others.items() if v]
+    if given:
+        raise OptionError(
+            f"`{given[0]}` does not apply to a decoder checkpoint (an LLM folder is written with "
+            "`output`, `verify`, `rtol` and `level`)"
+        )
+    if output is None:
+        raise OptionError(f"{src}: a decoder checkpoint needs `output` (the LLM folder to write)")
+    return convert_llm(src, output=output, verify=verify, rtol=rtol, level=level)
+
+
 def convert(
     src: object,
     *,
@@ -165,7 +179,8 @@ def convert(
     rtol: float | None = None,
     atol: float | None = None,
     exporter_optimizations: bool = True,
-) -> ConvertResult:
+    level: str = "standard",
+) -> ConvertResult | LLMConvertResult:
     """Convert ``src`` to ONNX, verify it against the original framework, optionally optimize and save.
 
     ``src``: a path (``.pt2``, ``.pt``, SavedModel folder, ``.keras``, ``.h5``, ``.tflite``) or an
@@ -174,6 +189,10 @@ def convert(
     ``dynamic``: axes to keep dynamic, by input name (``{"x": 0}``).
     ``exporter_optimizations=False`` keeps the exporter from cleaning up its own graph (PyTorch
     only), so the ONNX model mirrors the source op for op (what ``optimize`` then improves).
+
+    A decoder checkpoint (a Hugging Face folder or a ``.gguf`` file) becomes an LLM folder at
+    ``output`` (``convert.llm.convert_llm``; ``level`` applies to it alone) and returns an
+    ``LLMConvertResult``.
     """
     start = time.perf_counter()
     if opset is not None and not 7 <= opset <= 30:
@@ -181,6 +200,13 @@ def convert(
     if output is not None and not Path(output).resolve().parent.is_dir():
         raise OptionError(f"{output}: output directory {Path(output).parent} does not exist")
     kind = detect(src)
+    if kind.llm:
+        others = {"opset": opset, "inputs": inputs, "dynamic": dynamic, "optimize": optimize}
+        others["example_inputs"] = example_inputs is not None
+        others["atol"] = atol is not None
+        return _convert_llm(
+            src, output=output, verify=verify, rtol=rtol, level=level, others=others
+        )
     options = ConvertOptions(
         opset=opset,
         inputs=_input_specs(inputs),

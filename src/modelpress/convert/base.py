@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.errors import ConversionError, OptionError
+from modelpress.errors import ConversionError, OptionError  # noqa: F401  (the converters raise it)
 
 
 @dataclass(frozen=True)
@@ -63,46 +63,28 @@ class SourceKind:
     extra: str  # the optional extra this kind needs
     accepts: Callable[[object], bool]
     convert: Callable[[object, ConvertOptions], Exported]
+    llm: bool = False  # a decoder checkpoint: converted to an LLM folder by ``convert.llm``
 
 
 SOURCE_KINDS: dict[str, SourceKind] = {}
 
 
 def register(
-    name: str, *, description: str, extra: str, accepts: Callable[[object], bool]
+    name: str,
+    *,
+    description: str,
+    extra: str,
+    accepts: Callable[[object], bool],
+    llm: bool = False,
 ) -> Callable[[Callable[[object, ConvertOptions], Exported]], Callable]:
-    """Register ``fn(source, options) -> Exported`` as the converter of source kind ``name``."""
+    """Register ``fn(source, options) -> Exported`` as the converter of source kind ``name``
+    (``llm=True``: a decoder checkpoint, which ``convert()`` hands to ``convert.llm`` instead)."""
 
     def wrap(fn):
-        SOURCE_KINDS[name] = SourceKind(name, description, extra, accepts, fn)
+        SOURCE_KINDS[name] = SourceKind(name, description, extra, accepts, fn, llm)
         return fn
 
     return wrap
-
-
-def ensure_registered() -> None:
-    # The framework modules register their kinds on import; they import the framework lazily, so
-    # importing them here costs nothing.
-    from modelpress.convert import tensorflow, tflite, torch  # noqa: F401
-
-
-def detect(source: object) -> SourceKind:
-    """The source kind of a path or in-memory model, or a ConversionError saying what is accepted."""
-    ensure_registered()
-    if isinstance(source, (str, os.PathLike)):
-        p = Path(source)
-        if not p.exists():
-            raise ConversionError(f"{p}: no such file or directory")
-        if p.suffix.lower() == ".onnx":
-            raise ConversionError(
-                f"{p}: already an ONNX model; use `modelpress optimize` or `modelpress inspect` on it"
-            )
-    for kind in SOURCE_KINDS.values():
-        if kind.accepts(source):
-            return kind
-    accepted = "; ".join(f"{k.description}" for k in SOURCE_KINDS.values())
-    what = str(source) if isinstance(source, (str, os.PathLike)) else type(source).__name__
-    raise ConversionError(f"{what}: not a model modelpress can convert (accepted: {accepted})")
 
 
 def has_suffix(*suffixes: str) -> Callable[[object], bool]:
@@ -126,18 +108,18 @@ def parse_input_specs(specs: list[str] | None) -> dict[str, InputSpec]:
         m = re.fullmatch(r"([^=]+)=([0-9x]*)(?::(\w+))?", spec.strip())
         if not m:
             raise OptionError(
-                f"--shape {spec!r}: expected NAME=D1xD2x...[:DTYPE], e.g. x=1x3x224x224"
+                f"`inputs` {spec!r}: expected NAME=D1xD2x...[:DTYPE], e.g. x=1x3x224x224"
             )
         name, dims, dtype = m.group(1), m.group(2), m.group(3) or "float32"
         if dtype not in _DTYPES:
             raise OptionError(
-                f"--shape {spec!r}: unknown dtype {dtype!r} (one of {', '.join(sorted(_DTYPES))})"
+                f"`inputs` {spec!r}: unknown dtype {dtype!r} (one of {', '.join(sorted(_DTYPES))})"
             )
         try:
             shape = tuple(int(d) for d in dims.split("x")) if dims else ()
         except ValueError:
             raise OptionError(
-                f"--shape {spec!r}: dimensions must be integers joined by 'x'"
+                f"`inputs` {spec!r}: dimensions must be integers joined by 'x'"
             ) from None
         out[name] = InputSpec(shape, dtype)
     return out
@@ -149,7 +131,7 @@ def parse_dynamic(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
     for spec in specs or []:
         name, sep, axis = spec.rpartition(":")
         if not sep or not name or not axis.lstrip("-").isdigit():
-            raise OptionError(f"--dynamic {spec!r}: expected NAME:AXIS, e.g. x:0")
+            raise OptionError(f"`dynamic` {spec!r}: expected NAME:AXIS, e.g. x:0")
         out.setdefault(name, []).append(int(axis))
     return {k: tuple(v) for k, v in out.items()}
 

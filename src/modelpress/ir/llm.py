@@ -81,6 +81,11 @@ class DecoderConfig:
     level: str = "standard"  # "standard": ONNX ops only; "ort": ONNX Runtime's contrib ops
     sliding_window: int | None = None  # tokens a local layer attends to (Gemma 2/3), if any
     add_bos_token: bool = False  # whether the tokenizer's template wants BOS before a prompt
+    # Phi-3's longrope switches its rope frequencies once a sequence passes this many tokens; the
+    # keys cached before were rotated with the other ones, so a driver runs the whole sequence
+    # again (one prefill from its start) at the step where its length first exceeds this, as
+    # transformers does. None: never.
+    prefill_again_after: int | None = None
     source: str = ""  # the checkpoint it was converted from
     quantization: dict = field(default_factory=dict)  # {"mode": "int4", "method": ..., ...}
     format_version: int = FORMAT_VERSION

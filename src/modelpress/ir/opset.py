@@ -19,7 +19,7 @@ def upgrade_opset(model: ir.Model, version: int, *, purpose: str | None = None) 
     current = model.opset_imports.get("", 0)
     if version < current:
         raise OptionError(
-            f"--opset {version}: the model already uses opset {current}; downgrading is not supported"
+            f"`opset` {version}: the model already uses opset {current}; downgrading is not supported"
         )
     if version == current:
         return model

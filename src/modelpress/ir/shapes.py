@@ -27,6 +27,19 @@ from modelpress.ir.stats import iter_graphs, iter_nodes
 log = logging.getLogger(__name__)
 
 
+# Names exporters write for "unknown", not for a dimension two inputs share: paddle2onnx and others
+# write every unknown dimension as "?", so two of them are not one dimension.
+ANONYMOUS_NAMES = frozenset({"?", "-1", "None", "unknown"})
+
+
+def dim_name(dim: object) -> str | None:
+    """The name of a symbolic dimension (``batch``), None for a fixed or an anonymous one."""
+    value = getattr(dim, "value", dim if isinstance(dim, str) else None)
+    if not isinstance(value, str) or not value or value in ANONYMOUS_NAMES:
+        return None
+    return value
+
+
 def static_dim(dim: object) -> int | None:
     """The size of a dimension when it is fixed (a positive integer), else None (dynamic)."""
     if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0:
@@ -40,15 +53,15 @@ def parse_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:
     for spec in specs or []:
         name, sep, dims = spec.rpartition("=")
         if not sep or not name:
-            raise OptionError(f"--shape {spec!r}: expected NAME=D1xD2x..., e.g. input=1x3x224x224")
+            raise OptionError(f"`shapes` {spec!r}: expected NAME=D1xD2x..., e.g. input=1x3x224x224")
         try:
             shape = tuple(int(d) for d in dims.lower().split("x")) if dims else ()
         except ValueError:
             raise OptionError(
-                f"--shape {spec!r}: dimensions must be integers joined by 'x'"
+                f"`shapes` {spec!r}: dimensions must be integers joined by 'x'"
             ) from None
         if any(d < 0 for d in shape):
-            raise OptionError(f"--shape {spec!r}: dimensions must not be negative")
+            raise OptionError(f"`shapes` {spec!r}: dimensions must not be negative")
         shapes[name] = shape
     return shapes
 
@@ -59,7 +72,7 @@ def parse_dims(specs: list[str] | None) -> dict[str, int]:
     for spec in specs or []:
         name, sep, value = spec.partition("=")
         if not sep or not name or not value.isdigit():
-            raise OptionError(f"--dim {spec!r}: expected NAME=SIZE, e.g. batch=8")
+            raise OptionError(f"`dims` {spec!r}: expected NAME=SIZE, e.g. batch=8")
         dims[name] = int(value)
     return dims
 

@@ -22,5 +22,5 @@ def get(name: str) -> type[GraphPass]:
 def for_level(level: int) -> list[type[GraphPass]]:
     """The passes that run at ``level``, in pipeline order."""
     if level not in (0, 1, 2, 3):
-        raise OptionError(f"--level {level}: levels are 0 (nothing), 1, 2 (default) and 3")
+        raise OptionError(f"`level` {level}: levels are 0 (nothing), 1, 2 (default) and 3")
     return [cls for cls in PIPELINE if cls.level <= level]

@@ -73,7 +73,7 @@ def optimize_verified(
     skip: list[str] | None = None,
     opset: int | None = None,
     check: bool = True,
-    inputs: dict[str, np.ndarray] | list[dict[str, np.ndarray]] | None = None,
+    data: dict[str, np.ndarray] | list[dict[str, np.ndarray]] | None = None,
     dims: dict[str, int] | None = None,
     shapes: dict[str, tuple[int, ...]] | None = None,
     runs: int = 2,
@@ -97,7 +97,7 @@ def optimize_verified(
         checked = verify(
             model,
             result.model,
-            inputs=inputs,
+            data=data,
             dims=dims,
             shapes=shapes,
             runs=runs,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.errors import InputError, OptionError
+from modelpress.errors import InputError, OptionError, renamed
 from modelpress.ir.feeds import check_feeds
 from modelpress.profile.cost import profile_model
 from modelpress.runtime.measure import (
@@ -99,7 +99,7 @@ def bench(
     models: list[ir.Model],
     *,
     names: list[str] | None = None,
-    inputs: dict[str, np.ndarray] | None = None,
+    data: dict[str, np.ndarray] | None = None,
     dims: dict[str, int] | None = None,
     shapes: dict[str, tuple[int, ...]] | None = None,
     backend: str = "ort",
@@ -112,8 +112,11 @@ def bench(
     warmup: int = 5,
     profile_ops: bool = False,
     progress: Callable[[str], None] | None = None,
+    inputs: dict[str, np.ndarray] | None = None,
 ) -> BenchResult:
-    """Time ``models`` (the first is the baseline) on the same inputs; see the module."""
+    """Time ``models`` (the first is the baseline) on the same inputs (``data``, one feed dict;
+    ``inputs`` is its old name; generated when None); see the module."""
+    inputs = renamed(data, inputs, new="data", old="inputs")
     if not models:
         raise OptionError("`models` is empty: nothing to time")
     if runs < 1:
@@ -151,7 +154,7 @@ def bench(
             notes.append(fitted.note)
     else:
         feeds = inputs
-        check_feeds(models[0], feeds, source="`inputs`")
+        check_feeds(models[0], feeds, source="`data`")
         first.run(feeds, check=False)
     sessions: list[Session] = []
     memory: list[float | None] = []

@@ -227,10 +227,10 @@ def llm_workload(cfg: LLMConfig, *, seq: int, gen_tokens: int = 128) -> Workload
     the mean context of generation, seq + gen_tokens/2.
     """
     if seq <= 0:
-        raise InputError(f"{cfg.name}: --seq must be positive")
+        raise InputError(f"{cfg.name}: `seq` must be positive")
     if seq + gen_tokens > cfg.context:
         raise InputError(
-            f"{cfg.name}: --seq {seq} + {gen_tokens} generated tokens exceeds the context of {cfg.context}"
+            f"{cfg.name}: `seq` {seq} + {gen_tokens} generated tokens exceeds the context of {cfg.context}"
         )
     forward = _pass_kernels(cfg, tokens=seq, context=seq / 2, kv_read=False, logits_tokens=seq)
     decode = _pass_kernels(

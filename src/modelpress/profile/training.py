@@ -58,7 +58,7 @@ def precision_bytes(precision: str) -> int:
         return PRECISION_BYTES[precision]
     except KeyError:
         raise OptionError(
-            f"--precision {precision!r}: choose one of {', '.join(PRECISION_BYTES)}"
+            f"`precision` {precision!r}: choose one of {', '.join(PRECISION_BYTES)}"
         ) from None
 
 

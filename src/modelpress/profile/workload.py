@@ -19,6 +19,7 @@ import onnx_ir as ir
 
 from modelpress.errors import OptionError
 from modelpress.ir import from_proto, to_proto
+from modelpress.ir.shapes import dim_name
 from modelpress.profile.cost import profile_model
 from modelpress.runtime.ort import session
 from modelpress.verify.inputs import generate_inputs
@@ -225,7 +226,7 @@ def input_shapes(
         given = shapes.get(value.name)
         if given is not None and len(given) != len(value.shape):
             raise OptionError(
-                f"--shape {value.name}: {len(given)} dimensions, the model input has {len(value.shape)}"
+                f"`shapes` {value.name}: {len(given)} dimensions, the model input has {len(value.shape)}"
             )
         sizes = []
         for i, d in enumerate(value.shape):
@@ -237,14 +238,24 @@ def input_shapes(
                 sizes.append(batch)
             elif given is not None:
                 sizes.append(int(given[i]))
-            elif str(d) in dims:
-                sizes.append(dims[str(d)])
+            elif dim_name(d) is not None and dim_name(d) in dims:
+                sizes.append(dims[dim_name(d)])
             elif seq is not None:
                 sizes.append(seq)
-            else:
+            elif dim_name(d) is not None:
                 raise OptionError(
                     f"model input {value.name!r} has a symbolic dimension {d} besides the batch: "
-                    f"give --dim {d}=SIZE (or --seq)"
+                    f"give `dims` {d}=SIZE (or `seq`)"
+                )
+            else:  # an unnamed dimension: --dim cannot name it, --shape gives the whole input
+                example = "x".join(
+                    str(x) if isinstance(x, int) else ("1" if j == 0 else "SIZE")
+                    for j, x in enumerate(value.shape)
+                )
+                raise OptionError(
+                    f"model input {value.name!r} has an unnamed dynamic dimension (axis {i}) "
+                    f"besides the batch: give its shape in `shapes` ({value.name}={example}) "
+                    "or its size in `seq`"
                 )
         out[value.name] = tuple(sizes)
     return out, fixed_batch
@@ -265,7 +276,17 @@ def _with_run_shapes(model: ir.Model, shapes: dict[str, tuple[int, ...]]) -> ir.
     graph.outputs.extend(v for name, v in by_name.items() if name not in outputs)
     names = list(by_name)
     feeds = generate_inputs(runner, shapes=shapes)
-    results = dict(zip(names, session(runner, optimize="disabled").run(names, feeds), strict=True))
+    try:
+        outs = session(runner, optimize="disabled").run(names, feeds)
+    except Exception as exc:  # noqa: BLE001 - ONNX Runtime refuses these shapes: the user's to give
+        shown = ", ".join(f"{k}={'x'.join(map(str, v)) or 'scalar'}" for k, v in shapes.items())
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        why = why.split("Status Message: ")[-1][:160]
+        raise OptionError(
+            f"the model does not run at the input shapes {shown} ({why}): give every input's "
+            "shape in `shapes` (NAME=AxB; dimensions the graph ties must agree)"
+        ) from None
+    results = dict(zip(names, outs, strict=True))
     copy = from_proto(to_proto(model))
     for node in copy.graph:
         for value in node.outputs:

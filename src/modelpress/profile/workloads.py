@@ -185,9 +185,9 @@ class _Encoder:
 def _encoder(cfg: _Encoder, seq: int | None, avg_seq: float | None = None) -> Workload:
     padded = seq or cfg.default_seq
     if padded > cfg.positions:
-        raise OptionError(f"--seq {padded}: {cfg.name} has {cfg.positions} positions")
+        raise OptionError(f"`seq` {padded}: {cfg.name} has {cfg.positions} positions")
     if avg_seq is not None and not 1 <= avg_seq <= padded:
-        raise OptionError(f"--avg-seq {avg_seq:g}: must be between 1 and the sequence {padded}")
+        raise OptionError(f"`avg_seq` {avg_seq:g}: must be between 1 and the sequence {padded}")
     # padding-free: the kernels see only the real tokens (see the module docstring)
     s: float = padded if avg_seq is None else float(avg_seq)
     h, i = cfg.hidden, 4 * cfg.hidden
@@ -307,11 +307,11 @@ def get_workload(
         "gpt-j": "gpt-j-6b",
     }.get(key, key)
     if key not in WORKLOADS:
-        raise OptionError(f"--workload {name!r}: unknown; choose one of {', '.join(WORKLOADS)}")
+        raise OptionError(f"`workload` {name!r}: unknown; choose one of {', '.join(WORKLOADS)}")
     if avg_seq is not None:
         if key not in _ENCODERS:
             raise OptionError(
-                f"--avg-seq: applies to encoder workloads ({', '.join(_ENCODERS)}), not {key}"
+                f"`avg_seq`: applies to encoder workloads ({', '.join(_ENCODERS)}), not {key}"
             )
         return WORKLOADS[key](seq, gen_tokens, avg_seq)
     return WORKLOADS[key](seq, gen_tokens)

@@ -17,7 +17,7 @@ from modelpress.advisor.recommend import Recommendation
 from modelpress.profile.training import precision_bytes
 from modelpress.profile.workload import Workload
 from modelpress.report.cards import costs_data, roofline_of_workload
-from modelpress.report.html import new_figure
+from modelpress.report.html import label_points, new_figure
 
 
 def _no_minor_labels(ax) -> None:
@@ -36,17 +36,19 @@ def costs_figure(data: dict):
     rows = data.get("devices", [])
     for r in rows:
         ax.scatter(r["usd_per_million"], r["throughput"], s=30)
-        ax.annotate(
-            r["gpu"].replace("NVIDIA ", ""),
-            (r["usd_per_million"], r["throughput"]),
-            fontsize=7,
-            xytext=(3, 3),
-            textcoords="offset points",
-        )
     if rows:
         ax.set_xscale("log")
         ax.set_yscale("log")
         _no_minor_labels(ax)
+        # the best devices first (highest throughput per dollar): they keep their labels
+        ranked = sorted(rows, key=lambda r: -r["throughput"] / max(r["usd_per_million"], 1e-12))
+        label_points(
+            ax,
+            [
+                (r["usd_per_million"], r["throughput"], r["gpu"].replace("NVIDIA ", ""))
+                for r in ranked
+            ],
+        )
     ax.set_xlabel("USD per million (cheaper of cloud and owned)")
     ax.set_ylabel(f"throughput ({data.get('unit', 'samples/s')})")
     ax.set_title(

@@ -121,4 +121,38 @@ def new_figure(width: float = 7.0, height: float = 4.5, *, ncols: int = 1):
     return plt.subplots(1, ncols, figsize=(width, height))
 
 
-__all__ = ["Page", "Section", "new_figure"]
+# Where a point's label may go, in points from the point: right-up first, then around it.
+_OFFSETS = ((4, 4), (4, -11), (-4, 4), (-4, -11), (4, 15), (4, -22), (-4, 15), (-4, -22))
+
+
+def label_points(ax, points: list[tuple[float, float, str]], *, fontsize: float = 7) -> int:
+    """Label ``(x, y, text)`` points of ``ax`` so that no label covers another: each takes the
+    first place around its point (``_OFFSETS``) where its box overlaps no label placed before
+    it; one that fits nowhere is left out (the point stays). Call it once the axes' limits and
+    scales are set. Returns how many labels were left out."""
+    fig = ax.figure
+    fig.canvas.draw()  # the transforms of the final limits, and a renderer to measure text
+    renderer = fig.canvas.get_renderer()
+    placed = []
+    left_out = 0
+    for x, y, text in points:
+        for dx, dy in _OFFSETS:
+            label = ax.annotate(
+                text,
+                (x, y),
+                xytext=(dx, dy),
+                textcoords="offset points",
+                fontsize=fontsize,
+                ha="left" if dx >= 0 else "right",
+            )
+            box = label.get_window_extent(renderer)
+            if not any(box.overlaps(other) for other in placed):
+                placed.append(box)
+                break
+            label.remove()
+        else:
+            left_out += 1
+    return left_out
+
+
+__all__ = ["Page", "Section", "label_points", "new_figure"]

@@ -21,6 +21,7 @@ from modelpress.report import plots
 from modelpress.report.advisor_plots import costs_figure, roofline_figure
 from modelpress.report.html import Page, Section
 from modelpress.report.record import Record
+from modelpress.report.train_plots import loss_curve
 
 
 def _mib(n) -> str:
@@ -323,6 +324,79 @@ def _auto(s: Section, r: dict, record: Record) -> None:
         s.text(f"note: {n}", note=True)
 
 
+def _deploy(s: Section, r: dict, record: Record) -> None:
+    """``modelpress deploy``: the plan (every option), the server's cost, the files and the check."""
+    service, chosen = r.get("service") or {}, r.get("chosen") or {}
+    cost = r.get("server_cost") or {}
+    s.text(
+        f"{r.get('qps', '?')} requests/s at p99 {r.get('p99_ms', '?')} ms; deployed: "
+        f"{chosen.get('replicas', '?')} x {chosen.get('device', '?')} ({chosen.get('serve_args', '')}), "
+        f"promised p99 {_num(chosen.get('p99_ms'))} ms. The server's own cost, measured here: "
+        f"{_num(cost.get('per_request_ms'))} ms per request + {_num(cost.get('per_kb_ms'))} ms per KB, "
+        f"p99 spread {_num(cost.get('tail_ms'))} ms."
+    )
+    options = service.get("options") or []
+    if options:
+        s.table(
+            ["#", "device", "replicas", "max batch", "delay ms", "p50 ms", "p99 ms", "$/M cloud"],
+            [
+                [
+                    o.get("rank"),
+                    o.get("device"),
+                    o.get("replicas"),
+                    o.get("max_batch"),
+                    o.get("max_delay_ms"),
+                    o.get("p50_ms"),
+                    o.get("p99_ms"),
+                    o.get("cloud_usd_per_million")
+                    if o.get("cloud_usd_per_million") is not None
+                    else "-",
+                ]
+                for o in options
+            ],
+        )
+    for rej in service.get("rejected") or []:
+        s.text(f"not an option: {rej.get('device')}: {rej.get('reason')}", note=True)
+    check = r.get("check")
+    if check:
+        p99 = check.get("measured_p99_ms")
+        s.table(
+            [
+                "checked",
+                "rate /s",
+                "promised p99 ms",
+                "measured p99 ms",
+                "p50 ms",
+                "answered /s",
+                "verdict",
+            ],
+            [
+                [
+                    check.get("device"),
+                    check.get("rate"),
+                    check.get("promised_p99_ms"),
+                    p99 if p99 is not None else "-",
+                    check.get("measured_p50_ms"),
+                    check.get("measured_throughput"),
+                    "missed" if check.get("missed") else "held",
+                ]
+            ],
+        )
+        s.text(check.get("reason", ""), note=True)
+    files = r.get("files") or []
+    if files:
+        s.table(
+            ["file", "read by", "status"],
+            [[f.get("file"), f.get("tool"), f.get("status")] for f in files],
+        )
+    for n in r.get("notes") or []:
+        s.text(f"note: {n}", note=True)
+
+
+def _num(v) -> str:
+    return f"{v:.3g}" if isinstance(v, (int, float)) else "?"
+
+
 def _recipe(s: Section, r: dict, record: Record) -> None:
     for step in r.get("steps", []):
         ((kind, res),) = step.items()
@@ -351,6 +425,7 @@ RENDERERS: dict[str, Callable[[Section, dict, Record], None]] = {
     "bench": _bench,
     "advise": _advise,
     "auto": _auto,
+    "deploy": _deploy,
     "recipe": _recipe,
 }
 
@@ -438,6 +513,9 @@ def build_page(records: list[Record], *, title: str = "modelpress report") -> Pa
             renderer(s, record.result, record)
         else:
             _plain_fields(s, record.result)
+        trained = loss_curve(record.result)  # prune, distill, compress, quantize --mode qat
+        if trained is not None:
+            s.figure(trained, caption="training loss per optimizer step (train and held out)")
         curves = find_loss_curves(record.result)
         if curves:
             s.figure(plots.loss_figure(curves), caption="loss per step")

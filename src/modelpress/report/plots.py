@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from modelpress.report.html import new_figure
+from modelpress.report.html import label_points, new_figure
 
 # Colours of the report: the original, the chosen model, everything else.
 ORIGINAL, CHOSEN, OTHER, FAILED = "#6b7280", "#d97706", "#2563eb", "#dc2626"
@@ -166,6 +166,7 @@ def pareto_figure(
             alpha=0.6,
             label="Pareto front",
         )
+    named = {id(left): [], id(right): []}
     for t in ok:
         if t["key"] == chosen or not t["steps"]:
             name = "chosen: " + t["label"] if t["key"] == chosen else "original"
@@ -180,12 +181,9 @@ def pareto_figure(
                         edgecolors="black",
                         zorder=5,
                     )
-                ax.annotate(
-                    name,
-                    (t["latency_ms"], yv),
-                    fontsize=7,
-                    xytext=(6, 6),
-                    textcoords="offset points",
+                # the chosen trial's label first: it keeps its place when the two are close
+                named[id(ax)].insert(
+                    0 if t["key"] == chosen else len(named[id(ax)]), (t["latency_ms"], yv, name)
                 )
     left.axhline(budget, color=FAILED, ls="--", lw=1, label=f"budget {budget:g}")
     top = max([max(t["drop"], 0.0) for t in ok] + [budget])
@@ -201,6 +199,8 @@ def pareto_figure(
     for a in (left, right):
         a.grid(True, alpha=0.3)
     fig.tight_layout()
+    for a in (left, right):
+        label_points(a, named[id(a)])
     return fig
 
 

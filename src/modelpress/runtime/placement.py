@@ -42,7 +42,7 @@ def parse_pins(specs: list[str] | None) -> list[Pin]:
         pattern, sep, device = spec.rpartition("=")
         if not sep or not pattern or not device:
             raise OptionError(
-                f"--place {spec!r}: expected PATTERN=DEVICE, e.g. NonMaxSuppression=cpu"
+                f"`place` {spec!r}: expected PATTERN=DEVICE, e.g. NonMaxSuppression=cpu"
             )
         pins.append(Pin(pattern, normalize(device)))
     return pins

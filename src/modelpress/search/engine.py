@@ -31,6 +31,7 @@ from modelpress.errors import InputError, OptionError
 from modelpress.ir import model_bytes
 from modelpress.ir.feeds import as_model, load_npz
 from modelpress.ir.files import write_npz
+from modelpress.runtime.samples import open_samples
 from modelpress.search import pareto
 from modelpress.search.cache import TrialCache, bytes_digest, file_digest
 from modelpress.search.metric import Scorer, eval_data
@@ -55,16 +56,34 @@ def _load_source(model) -> tuple[ir.Model, str | None, str]:
     return m, None, bytes_digest(model_bytes(m))
 
 
-def _load_data(data, folder: Path) -> tuple[dict[str, np.ndarray], str]:
-    """The arrays of ``data`` and a path that holds them (the recipe's calibration source)."""
+def _load_data(
+    data, folder: Path, model: ir.Model, labels_key: str | None
+) -> tuple[dict[str, np.ndarray], str]:
+    """The arrays of ``data`` and an .npz that holds them (the recipe's calibration source):
+    anything ``runtime.samples`` reads, joined along axis 0 (labels under ``labels_key``)."""
 
-    if isinstance(data, (str, os.PathLike)):
+    if isinstance(data, (str, os.PathLike)) and Path(data).suffix == ".npz":
         return load_npz(data), str(data)
+    if not isinstance(data, (str, os.PathLike, dict)):
+        raise OptionError(
+            "`data`: give an .npz path, a folder, a .jsonl file or a dict of arrays named after "
+            "the model's inputs"
+        )
+    samples = open_samples(data, batch_size=None, labels_key=labels_key)
+    batches = list(samples.batches(model))
+    try:
+        arrays = {k: np.concatenate([b.feeds[k] for b in batches]) for k in batches[0].feeds}
+        if labels_key and batches[0].labels is not None:
+            arrays[labels_key] = np.concatenate([b.labels for b in batches])
+    except (ValueError, KeyError):
+        raise InputError(
+            f"{samples.name}: its batches differ in shape; `auto` scores on one array per input"
+        ) from None
     if isinstance(data, dict):
-        path = folder / "data.npz"
-        write_npz(path, {k: np.asarray(v) for k, v in data.items()})
-        return dict(data), str(path)
-    raise OptionError("data: give an .npz path or a dict of arrays named after the model's inputs")
+        arrays = {**{k: np.asarray(v) for k, v in data.items()}, **arrays}
+    path = folder / "data.npz"
+    write_npz(path, arrays)
+    return arrays, str(path)
 
 
 def _timing_feeds(arrays, names, batch: int) -> dict[str, np.ndarray]:
@@ -284,7 +303,7 @@ def auto(
         folder.mkdir(parents=True, exist_ok=True)
         work = folder
     try:
-        arrays, data_path = _load_data(data, work)
+        arrays, data_path = _load_data(data, work, source, labels_key)
         names = [v.name for v in source.graph.inputs if v.name not in source.graph.initializers]
         present = [n for n in names if n in arrays]
         if not present:
@@ -324,9 +343,9 @@ def auto(
                 {k: arrays[k] for k in names}
                 | ({labels_key: arrays[labels_key]} if labels_key else {}),
             )
-        quant = {"calibration": calib_path, "batch_size": CALIBRATION_BATCH}
+        quant = {"data": calib_path, "batch_size": CALIBRATION_BATCH}
         if calib_n is not None:
-            quant["calibration_limit"] = calib_n
+            quant["limit"] = calib_n
         if labels_key:
             quant["labels_key"] = labels_key
         train = (

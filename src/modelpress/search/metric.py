@@ -27,6 +27,7 @@ import onnx_ir as ir
 from modelpress.errors import InputError, ModelLoadError, OptionError
 from modelpress.runtime import ort as mp_ort
 from modelpress.runtime.session import Session
+from modelpress.verify.metrics import cosine, top1_hits
 
 Run = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 METRICS = ("cosine", "mse", "top1")
@@ -115,7 +116,7 @@ def _float_outputs(out: dict[str, np.ndarray]) -> np.ndarray:
     ]
     if not parts:
         raise InputError(
-            "the model has no float output to compare (use --metric top1 or a metric function)"
+            "the model has no float output to compare (use `metric` top1 or a metric function)"
         )
     return np.concatenate(parts, axis=1)
 
@@ -153,12 +154,7 @@ class Scorer:
             hits = 0
             for feeds, labels in zip(self.data.batches, self.data.labels or []):
                 out = next(iter(run(feeds).values()))
-                hits += int(
-                    (
-                        np.asarray(out).reshape(len(labels), -1).argmax(axis=-1)
-                        == labels.reshape(-1)
-                    ).sum()
-                )
+                hits += top1_hits(out, labels)
             return hits / max(self.data.samples, 1)
         total, n = 0.0, 0
         for feeds, ref in zip(self.data.batches, self._reference):
@@ -166,14 +162,7 @@ class Scorer:
             if got.shape != ref.shape:
                 raise InputError(f"outputs of shape {got.shape} where the original has {ref.shape}")
             if self.metric == "cosine":
-                num = np.sum(got * ref, axis=1)
-                den = np.linalg.norm(got, axis=1) * np.linalg.norm(ref, axis=1)
-                # two zero vectors agree; a zero and a nonzero vector do not
-                cos = np.where(
-                    den > 0,
-                    num / np.where(den > 0, den, 1.0),
-                    (np.abs(got).sum(1) == np.abs(ref).sum(1)) * 1.0,
-                )
+                cos = cosine(got, ref)
                 total += float(np.sum(cos))
                 n += len(cos)
             else:

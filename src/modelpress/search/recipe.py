@@ -5,7 +5,7 @@
     output: best.onnx
     steps:
       - optimize: {level: 2}
-      - quantize: {mode: static, method: minmax, calibration: val.npz, calibration_limit: 112}
+      - quantize: {mode: static, method: minmax, data: val.npz, limit: 112}
       - bench: {batch_size: 1}
 
 A step is a mapping with one key, its kind (``steps.STEPS``: convert, optimize, quantize, prune,
@@ -286,20 +286,18 @@ def run_recipe(
         current = as_model(
             source if isinstance(source, ir.Model) or model is not None else ctx.path(source)
         )
-    source_model = current
+    source_model = ctx.reference = current
     results, package = [], None
     for i, step in enumerate(steps):
         ((kind, opts),) = step.items()
         opts = dict(opts or {})
-        if kind == "bench":
-            opts["_reference"] = source_model
         try:
             applied = STEPS[kind].apply(current, opts, ctx)
         except ModelpressError as exc:
             exc.args = (f"step {i + 1} ({kind}): {exc}",)
             raise
         if i == 0 and kind == "convert":
-            source_model = applied.model
+            source_model = ctx.reference = applied.model
         if applied.output is not None:
             package = applied.output
         if applied.model is not None:

@@ -7,7 +7,8 @@
   later) with its defaults. Half-precision float modes (a mode named after a 2-byte float
   precision of the advisor's table: fp16, bf16) are for GPU targets only: ONNX Runtime's CPU has
   few kernels for them and runs them slower than float32. Modes that train (``qat``) and pruning
-  join when training data is given and their layer provides them;
+  join when training data is given and their layer provides them, and so does distillation into
+  a student of half the width (``DISTILL_WIDTHS``);
 - per-layer float exclusions: not enumerated up front: the search adds them to a quantized
   candidate that missed the accuracy budget, taking the layers its error report ranks worst.
 
@@ -34,6 +35,8 @@ FLOAT = "float"  # the mode name of "no quantization"
 TRAINING_MODES = frozenset({"qat"})
 # Pruning ratios tried when training data is given (the prune step's own default is not a search).
 PRUNE_RATIOS = (0.25, 0.5)
+# Student widths distilled into when training data is given.
+DISTILL_WIDTHS = (0.5,)
 
 
 def _freeze(value):
@@ -107,7 +110,9 @@ class Candidate:
                 parts.append(f"{len(o['exclude'])} float")
         for s in self.steps:
             if s.kind not in ("optimize", "quantize"):
-                extra = ",".join(f"{k}={v}" for k, v in s.options if k in ("ratio", "sparsity"))
+                extra = ",".join(
+                    f"{k}={v}" for k, v in s.options if k in ("ratio", "sparsity", "width")
+                )
                 parts.append(s.kind + (f"({extra})" if extra else ""))
         return " · ".join(parts)
 
@@ -131,6 +136,7 @@ class Space:
     quantize_options: tuple[tuple[str, object], ...]  # calibration source, shared by every mode
     prune: tuple[dict, ...] = ()
     train_options: tuple[tuple[str, object], ...] = ()
+    distill: tuple[dict, ...] = ()
 
     def to_dict(self) -> dict:
         return {
@@ -138,6 +144,7 @@ class Space:
             "modes": list(self.modes),
             "variants": {m: [dict(v) for v in vs] for m, vs in self.variants},
             "prune": [dict(p) for p in self.prune],
+            "distill": [dict(d) for d in self.distill],
         }
 
     def _candidate(
@@ -146,7 +153,7 @@ class Space:
         steps = [Step.of("optimize", level=level)] if level else []
         if mode != FLOAT:
             if mode in TRAINING_MODES:  # the quantizer reads its training data as calibration
-                data = {("calibration" if k == "data" else k): v for k, v in self.train_options}
+                data = dict(self.train_options)
             else:
                 data = dict(self.quantize_options)
             # the optimizer has run (or level 0 asked for the model as given)
@@ -168,6 +175,10 @@ class Space:
                     out.append(self._candidate(level, mode, dict(variant)))
         for prune in self.prune:
             out.append(self._candidate(self.default_level, FLOAT, {}, dict(prune)))
+        for distill in self.distill:
+            base = self._candidate(self.default_level, FLOAT, {})
+            step = Step.of("distill", **dict(self.train_options), **dict(distill))
+            out.append(Candidate((*base.steps, step)))
         return list(dict.fromkeys(out))
 
 
@@ -235,6 +246,10 @@ def build_space(
         accepted = STEPS["prune"].options()
         if "ratio" in accepted:
             prune = tuple({"ratio": r} for r in PRUNE_RATIOS)
+    distill: tuple[dict, ...] = ()
+    if train_options and "distill" in STEPS and (not modes or FLOAT in modes):
+        if "width" in STEPS["distill"].options():
+            distill = tuple({"width": w} for w in DISTILL_WIDTHS)
     return Space(
         levels=tuple(chosen_levels),
         default_level=default_level if default_level in chosen_levels else chosen_levels[0],
@@ -243,6 +258,7 @@ def build_space(
         quantize_options=tuple(sorted(quantize_options.items())),
         prune=prune,
         train_options=tuple(sorted((train_options or {}).items())),
+        distill=distill,
     )
 
 

@@ -1,16 +1,16 @@
-"""The steps that a search candidate and a recipe are made of, looked up by name.
+"""The steps that a search candidate and a recipe are made of: registered kinds, like the passes.
 
-A step kind wraps one library function (``optimize``, ``quantize``, ...). The options it accepts are
-read from that function's keyword-only parameters whose type JSON or YAML can write (bool, int,
-float, str, lists and mappings of them), so an option added to ``quantize()`` can be written in a
-recipe without a change here; choices (quantization modes, observers, passes) come from their
-registries. Options that name files are resolved against the folder of the recipe.
-
-The kinds stand in this order in a recipe: ``convert`` (first, makes the model), the model steps
-(``optimize``, ``quantize``, ``prune``, in any order), ``protect`` (after every model step) and
-``bench`` (last). ``prune`` and ``protect`` import their layer on first use
-(``modelpress.compress.prune.api.prune``, ``modelpress.protect.protect``); any later layer may
-``register_step`` its own.
+A step kind is a ``StepKind`` subclass registered with ``@register_step``: its ``name``, where it
+stands in a recipe (``position``: ``convert`` first, the model steps ``optimize``, ``quantize``,
+``prune`` in any order, ``protect`` after every model step, ``bench`` last), a one-line
+``summary``, the library function it runs (``function``, ``"module:name"``, imported on first use:
+pruning needs the torch extra, which a search or recipe without a prune step must not load), and
+``apply(model, opts, ctx)``. Its options are that function's keyword-only parameters whose type
+JSON or YAML can write (bool, int, float, str, lists and mappings of them), so an option added to
+``quantize()`` can be written in a recipe without a change here; ``overrides`` gives some of them
+their choices from a registry (quantization modes, observers, passes). Options that name files are
+resolved against the folder of the recipe. What a step needs besides the model and its options
+(the recipe's folder, the model the recipe started from) is in the ``Context``.
 """
 
 from __future__ import annotations
@@ -26,14 +26,11 @@ from pathlib import Path
 
 import onnx_ir as ir
 
-from modelpress.compress.quantize import quantize
 from modelpress.compress.quantize.modes import mode_names
 from modelpress.compress.quantize.observers import ALIASES, OBSERVERS
-from modelpress.convert import convert
 from modelpress.errors import OptionError
 from modelpress.ir.feeds import load_npz
 from modelpress.ir.graph import copy_model
-from modelpress.passes import optimize
 from modelpress.passes.registry import REGISTRY
 from modelpress.runtime.measure import compare_latency
 from modelpress.verify import generate_inputs
@@ -69,6 +66,7 @@ class Context:
 
     base_dir: Path = Path(".")
     progress: Callable[[int, int | None], None] | None = None
+    reference: ir.Model | None = None  # the model the recipe started from (bench compares)
 
     def path(self, value: str | os.PathLike) -> str:
         p = Path(value).expanduser()
@@ -84,22 +82,55 @@ class Applied:
     output: object = None  # a step that writes something other than a model (a package)
 
 
-@dataclass(frozen=True)
 class StepKind:
-    name: str
-    position: int  # FIRST, MODEL, PACKAGE or LAST
-    options: Callable[[], dict[str, Option]]
-    apply: Callable[[ir.Model | None, dict, Context], Applied]
+    """A kind of step (see the module docstring). Subclass it, set the class attributes,
+    implement ``apply``, and decorate the class with ``@register_step``."""
+
+    name: str = ""
+    position: int = MODEL  # FIRST, MODEL, PACKAGE or LAST
     summary: str = ""
+    function: str = ""  # "module:name" of the library function the step runs
+    skip: tuple[str, ...] = ("progress",)  # its parameters that are not recipe options
+
+    def run(self) -> Callable:
+        """The library function, imported on first use."""
+        module, _, name = self.function.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+    def overrides(self) -> dict[str, Option]:
+        """Options whose choices come from a registry (or whose types the signature does not say)."""
+        return {}
+
+    def options(self) -> dict[str, Option]:
+        return options_of(self.run(), skip=self.skip, overrides=self.overrides())
+
+    def resolve(self, opts: dict, ctx: Context) -> dict:
+        """``opts`` with the options that name files resolved against the recipe's folder."""
+        spec = self.options()
+        return {
+            k: (ctx.path(v) if k in spec and spec[k].path and isinstance(v, str) else v)
+            for k, v in opts.items()
+        }
+
+    def apply(self, model: ir.Model | None, opts: dict, ctx: Context) -> Applied:
+        """Run the library function on ``model`` with ``opts``; a model step returns the model it
+        made, a package step what it wrote (``Applied.output``)."""
+        result = self.run()(model, **self.resolve(opts, ctx))
+        if self.position == PACKAGE:
+            return Applied(model, _to_dict(result), output=result)
+        made = getattr(result, "model", None)
+        return Applied(made if made is not None else result, _to_dict(result))
 
 
 STEPS: dict[str, StepKind] = {}
 
 
-def register_step(kind: StepKind) -> StepKind:
-    assert kind.name not in STEPS, f"duplicate step kind {kind.name!r}"
-    STEPS[kind.name] = kind
-    return kind
+def register_step(cls: type[StepKind]) -> type[StepKind]:
+    """Class decorator: one instance of the kind under ``cls.name`` (any later layer may add its
+    own kinds)."""
+    assert cls.name and cls.name not in STEPS, f"duplicate or empty step kind {cls.name!r}"
+    STEPS[cls.name] = cls()
+    return cls
 
 
 def get_step(name: str) -> StepKind:
@@ -169,100 +200,124 @@ def options_of(
     return out
 
 
-def _resolve_paths(opts: dict, kind: StepKind, ctx: Context) -> dict:
-    spec = kind.options()
-    return {
-        k: (ctx.path(v) if k in spec and spec[k].path and isinstance(v, str) else v)
-        for k, v in opts.items()
-    }
-
-
 # --- built-in kinds ---------------------------------------------------------------------------
 
 
-def _convert_options() -> dict[str, Option]:
+@register_step
+class ConvertStep(StepKind):
+    name = "convert"
+    position = FIRST
+    summary = "framework model → ONNX, verified"
+    function = "modelpress.convert:convert"
+    skip = ("output", "example_inputs")
 
-    opts = options_of(convert, skip=("output", "example_inputs"))
-    return {"source": Option("source", (str,), path=True), **opts}
+    def overrides(self) -> dict[str, Option]:
+        return {"source": Option("source", (str,), path=True)}
+
+    def options(self) -> dict[str, Option]:
+        return {**self.overrides(), **options_of(self.run(), skip=self.skip)}
+
+    def apply(self, model, opts, ctx: Context) -> Applied:
+        opts = self.resolve(opts, ctx)
+        source = opts.pop("source", None)
+        if source is None:
+            raise OptionError("convert: the step needs 'source' (the framework model to convert)")
+        result = self.run()(source, **opts)
+        return Applied(result.model, _to_dict(result))
 
 
-def _convert(model, opts, ctx: Context) -> Applied:
+@register_step
+class OptimizeStep(StepKind):
+    name = "optimize"
+    summary = "graph rewrites"
+    function = "modelpress.passes:optimize"
 
-    opts = _resolve_paths(opts, STEPS["convert"], ctx)
-    source = opts.pop("source", None)
-    if source is None:
-        raise OptionError("convert: the step needs 'source' (the framework model to convert)")
-    result = convert(source, **opts)
-    return Applied(result.model, _to_dict(result))
-
-
-def _optimize_options() -> dict[str, Option]:
-
-    names = tuple(REGISTRY)
-    return options_of(
-        optimize,
-        overrides={
+    def overrides(self) -> dict[str, Option]:
+        names = tuple(REGISTRY)
+        return {
             "level": Option("level", (int,), 2, choices=(0, 1, 2, 3)),
             "passes": Option("passes", (list, type(None)), item_choices=names),
             "skip": Option("skip", (list, type(None)), item_choices=names),
-        },
-    )
+        }
+
+    def apply(self, model, opts, ctx: Context) -> Applied:
+        result = self.run()(copy_model(model), **opts)
+        return Applied(result.model, result.to_dict())
 
 
-def _optimize(model, opts, ctx: Context) -> Applied:
+@register_step
+class QuantizeStep(StepKind):
+    name = "quantize"
+    summary = "post-training quantization"
+    function = "modelpress.compress.quantize:quantize"
 
-    result = optimize(copy_model(model), **opts)
-    return Applied(result.model, result.to_dict())
-
-
-def _quantize_options() -> dict[str, Option]:
-
-    return options_of(
-        quantize,
-        skip=("progress",),
-        overrides={
+    def overrides(self) -> dict[str, Option]:
+        return {
             "mode": Option("mode", (str,), "static", choices=tuple(mode_names())),
             "method": Option("method", (str,), "minmax", choices=(*OBSERVERS, *ALIASES)),
             "exclude": Option("exclude", (list, type(None))),
-            "calibration": Option("calibration", (str, type(None)), path=True),
-        },
-    )
+            "data": Option("data", (str, type(None)), path=True),
+        }
+
+    def apply(self, model, opts, ctx: Context) -> Applied:
+        result = self.run()(model, progress=ctx.progress, **self.resolve(opts, ctx))
+        return Applied(result.model, result.to_dict())
 
 
-def _quantize(model, opts, ctx: Context) -> Applied:
-
-    opts = _resolve_paths(opts, STEPS["quantize"], ctx)
-    result = quantize(model, progress=ctx.progress, **opts)
-    return Applied(result.model, result.to_dict())
-
-
-def _bench_options() -> dict[str, Option]:
-    return {
-        "batch_size": Option("batch_size", (int,), 1),
-        "seconds": Option("seconds", (float, int), 2.0),
-        "data": Option("data", (str, type(None)), path=True),
-    }
+@register_step
+class PruneStep(StepKind):
+    name = "prune"
+    summary = "pruning with fine-tuning"
+    function = "modelpress.compress.prune.api:prune"
 
 
-def _bench(model, opts, ctx: Context) -> Applied:
-    """Latency of the recipe's result against the model it started from (the runner passes the
-    source model in ``opts['_reference']``), interleaved on this machine's CPU."""
+@register_step
+class DistillStep(StepKind):
+    name = "distill"
+    summary = "distillation into a narrower student"
+    function = "modelpress.compress.distill.api:distill"
 
-    opts = _resolve_paths(opts, STEPS["bench"], ctx)
-    reference = opts.pop("_reference", None)
-    batch = int(opts.get("batch_size", 1))
-    if batch < 1:
-        raise OptionError("bench: 'batch_size' must be at least 1")
-    feeds = _bench_feeds(model, opts.get("data"), batch) or generate_inputs(
-        model, dims={"batch": batch}
-    )
-    models = [reference, model] if reference is not None else [model]
-    timings = compare_latency(models, feeds, budget_s=float(opts.get("seconds", 2.0)))
-    out = {"batch_size": batch, "result": timings[-1].to_dict()}
-    if reference is not None:
-        out["source"] = timings[0].to_dict()
-        out["ratio"] = timings[1].median_ms / max(timings[0].median_ms, 1e-12)
-    return Applied(None, out)
+
+@register_step
+class ProtectStep(StepKind):
+    name = "protect"
+    position = PACKAGE
+    summary = "encryption and obfuscation"
+    function = "modelpress.protect:protect"
+
+
+@register_step
+class BenchStep(StepKind):
+    """Latency of the recipe's result against the model it started from (``ctx.reference``),
+    interleaved on this machine's CPU."""
+
+    name = "bench"
+    position = LAST
+    summary = "latency against the source model"
+
+    def options(self) -> dict[str, Option]:
+        return {
+            "batch_size": Option("batch_size", (int,), 1),
+            "seconds": Option("seconds", (float, int), 2.0),
+            "data": Option("data", (str, type(None)), path=True),
+        }
+
+    def apply(self, model, opts, ctx: Context) -> Applied:
+        opts = self.resolve(opts, ctx)
+        reference = ctx.reference
+        batch = int(opts.get("batch_size", 1))
+        if batch < 1:
+            raise OptionError("bench: 'batch_size' must be at least 1")
+        feeds = _bench_feeds(model, opts.get("data"), batch) or generate_inputs(
+            model, dims={"batch": batch}
+        )
+        models = [reference, model] if reference is not None else [model]
+        timings = compare_latency(models, feeds, budget_s=float(opts.get("seconds", 2.0)))
+        out = {"batch_size": batch, "result": timings[-1].to_dict()}
+        if reference is not None:
+            out["source"] = timings[0].to_dict()
+            out["ratio"] = timings[1].median_ms / max(timings[0].median_ms, 1e-12)
+        return Applied(None, out)
 
 
 def _bench_feeds(model: ir.Model, data: str | None, batch: int):
@@ -277,39 +332,6 @@ def _bench_feeds(model: ir.Model, data: str | None, batch: int):
 def _to_dict(result) -> dict:
     return result.to_dict() if hasattr(result, "to_dict") else {}
 
-
-register_step(
-    StepKind("convert", FIRST, _convert_options, _convert, "framework model → ONNX, verified")
-)
-register_step(StepKind("optimize", MODEL, _optimize_options, _optimize, "graph rewrites"))
-register_step(
-    StepKind("quantize", MODEL, _quantize_options, _quantize, "post-training quantization")
-)
-
-
-def _lazy(name: str, module: str, function: str, position: int, summary: str) -> None:
-    """Register a kind whose function is imported when the kind is first used: pruning needs the
-    torch extra, which a search or recipe without a prune step must not load."""
-
-    def fn():
-        return getattr(importlib.import_module(module), function)
-
-    def options() -> dict[str, Option]:
-        return options_of(fn(), skip=("progress",))
-
-    def apply(model, opts, ctx: Context) -> Applied:
-        result = fn()(model, **_resolve_paths(opts, STEPS[name], ctx))
-        made = getattr(result, "model", None)
-        if position == PACKAGE:
-            return Applied(model, _to_dict(result), output=result)
-        return Applied(made if made is not None else result, _to_dict(result))
-
-    register_step(StepKind(name, position, options, apply, summary))
-
-
-_lazy("prune", "modelpress.compress.prune.api", "prune", MODEL, "pruning with fine-tuning")
-_lazy("protect", "modelpress.protect", "protect", PACKAGE, "encryption and obfuscation")
-register_step(StepKind("bench", LAST, _bench_options, _bench, "latency against the source model"))
 
 __all__ = [
     "STEPS",

@@ -6,7 +6,8 @@
 One concept a file: ``protocol`` (tensors in and out of v2 bodies, Triton's binary extension),
 ``repository`` (names, tensors, the batching rule, input checks), ``batcher`` (dynamic batching),
 ``app`` (the FastAPI routes), ``raw`` (raw items for models that declare processing), ``auth``
-(bearer key), ``metrics`` (Prometheus), ``server`` (uvicorn and graceful shutdown), ``ray_serve``
+(bearer key), ``metrics`` (Prometheus), ``connections`` (header deadline and connection cap in
+uvicorn's HTTP protocol), ``server`` (uvicorn and graceful shutdown), ``ray_serve``
 (the same app on Ray Serve). FastAPI and uvicorn come with the ``serve`` extra, Ray with ``ray``.
 """
 

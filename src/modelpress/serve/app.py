@@ -12,25 +12,36 @@
 | ``GET /metrics`` | Prometheus metrics |
 
 Statuses: 400 a malformed request or a wrong input name, datatype or shape (the message names the
-input and what the model expects); 401 a missing or wrong key; 404 an unknown model; 413 a body
-over the limit; 503 a full queue (with ``Retry-After``); 500 a model that failed on a request.
-Error bodies are ``{"error": message}``. Handlers read and write bytes themselves (no pydantic on
-the hot path): the server's own cost per request is what the batching must not eat.
+input and what the model expects); 401 a missing or wrong key; 404 an unknown model; 408 a body
+that did not arrive in time; 413 a body or a request over the limits; 503 a full queue or a
+server holding as many request bytes as it may (with ``Retry-After``), or a request cut at
+shutdown; 500 a model that failed on a request. Error bodies are ``{"error": message}``, every
+one of them counted in ``modelpress_request_failures_total``; an unexpected exception is a JSON
+500 whose details go to the log (``errors.logged``), not to the client.
+
+Handlers read and write bytes themselves (no pydantic on the hot path): the server's own cost per
+request is what the batching must not eat. Bodies over ``INLINE_BYTES`` are decoded, and answers
+over it encoded, on a thread, so that one big request does not hold the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from modelpress.serve import auth, raw
 from modelpress.serve.batcher import Batcher
-from modelpress.serve.errors import Overloaded, RequestError, model_failure
+from modelpress.serve.body import Held, is_count, read_body
+from modelpress.serve.errors import Overloaded, RequestError, logged, model_failure
 from modelpress.serve.metrics import Metrics
 from modelpress.serve.options import ServeOptions
 from modelpress.serve.protocol import decode_request, decompress, encode_response, error_body
@@ -38,6 +49,8 @@ from modelpress.serve.repository import Repository, ServedModel
 
 SERVER_NAME = "modelpress"
 EXTENSIONS = ["binary_tensor_data", "model_configuration", "model_repository"]
+INLINE_BYTES = 256 * 1024  # bodies and answers up to this are decoded and encoded on the loop
+NO_MODEL = "_none"  # the model label of errors that concern no model (auth, routes, connections)
 
 
 class ServerState:
@@ -48,7 +61,12 @@ class ServerState:
         self.options = options
         self.metrics = metrics
         self.draining = False
-        self.receiving = 0  # infer requests being read or decoded (see Batcher: max_delay)
+        # infer requests being read or decoded, by when they started (see Batcher: max_delay)
+        self.receiving: dict[int, float] = {}
+        self.active = 0  # infer requests inside a handler
+        self.held_bytes = 0  # request bytes held: bodies being read, decoded, queued or run
+        self.coder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="decode")
+        self.llms: dict = {}  # name -> openai_routes.LLMService
         self.batchers = {
             name: Batcher(
                 name,
@@ -57,20 +75,66 @@ class ServerState:
                 max_delay_s=options.max_delay_ms / 1000,
                 max_queue=options.max_queue,
                 metrics=metrics,
-                arriving=lambda: self.receiving,
+                arriving=self.arriving,
             )
             for name, model in repository.models.items()
         }
 
     async def close(self) -> None:
+        # requests cut at the drain deadline are answering their 503 now: let them finish first
+        for _ in range(100):
+            if not self.active:
+                break
+            await asyncio.sleep(0.01)
         for batcher in self.batchers.values():
             await batcher.close()
+        self.coder.shutdown(wait=False)
+
+    def arriving(self) -> int:
+        """Requests on their way in that started within the batching delay: one that has taken
+        longer (a slow sender) is not worth holding a batch for."""
+        horizon = time.perf_counter() - self.options.max_delay_ms / 1000
+        count = 0
+        for started in reversed(self.receiving.values()):  # newest first
+            if started <= horizon:
+                break
+            count += 1
+        return count
+
+    def cut(self, label: str) -> RequestError:
+        """The answer to a request that uvicorn cancelled at ``--drain-timeout`` (call it in the
+        handler's ``except CancelledError`` while draining): counted as cut, not answered."""
+        task = asyncio.current_task()
+        if task is not None and hasattr(task, "uncancel"):
+            task.uncancel()  # the handler goes on, to send this answer
+        self.metrics.failures.labels(label, "503").inc()
+        self.metrics.cut.labels(label).inc()
+        return RequestError(
+            503,
+            "the server shut down before answering this request (--drain-timeout "
+            f"{self.options.drain_timeout_s:g} s)",
+            headers={"connection": "close"},
+        )
+
+    def refused(self, status: int) -> None:
+        """Count an error answered outside the infer route (the connection layer, auth, routes)."""
+        self.metrics.failures.labels(NO_MODEL, str(status)).inc()
+
+    def refusals(self) -> dict[str, int]:
+        """Errors answered before any model (auth, routes, connection limits), by status."""
+        out = {}
+        for metric in self.metrics.registry.collect():
+            if metric.name == "modelpress_request_failures":
+                for sample in metric.samples:
+                    if sample.name.endswith("_total") and sample.labels["model"] == NO_MODEL:
+                        out[sample.labels["code"]] = int(sample.value)
+        return out
 
     def summary(self) -> list[dict]:
         """Per model: requests received, failed (by status), rows and runs of the model, busy time."""
         value = self.metrics.registry.get_sample_value
         out = []
-        for name in self.repository.models:
+        for name in [*self.repository.models, *self.llms]:
             failures = {}
             for metric in self.metrics.registry.collect():
                 if metric.name == "modelpress_request_failures":
@@ -82,6 +146,7 @@ class ServerState:
                     "name": name,
                     "requests": int(value("modelpress_requests_total", {"model": name}) or 0),
                     "failures": failures,
+                    "cut": int(value("modelpress_requests_cut_total", {"model": name}) or 0),
                     "rows": int(value("modelpress_inferences_total", {"model": name}) or 0),
                     "runs": int(value("modelpress_batch_size_count", {"model": name}) or 0),
                     "busy_s": round(
@@ -89,6 +154,14 @@ class ServerState:
                     ),
                 }
             )
+            if name in self.llms:  # a decoder: tokens and steps instead of rows and runs
+                stats = self.llms[name].scheduler.stats()
+                out[-1].update(
+                    rows=stats["completion_tokens"],
+                    runs=stats["decode_steps"],
+                    busy_s=round(stats["decode_seconds"], 3),
+                    llm=True,
+                )
         return out
 
 
@@ -108,9 +181,11 @@ def _json(data, status: int = 200, headers: dict | None = None) -> Response:
 
 
 def _error(exc: RequestError) -> Response:
-    headers = {"retry-after": str(exc.retry_after_s)} if isinstance(exc, Overloaded) else None
+    headers = dict(exc.headers or {})
+    if isinstance(exc, Overloaded):
+        headers["retry-after"] = str(exc.retry_after_s)
     if exc.status == 401:
-        headers = {"www-authenticate": "Bearer"}
+        headers["www-authenticate"] = "Bearer"
     return Response(
         error_body(exc.message),
         status_code=exc.status,
@@ -119,42 +194,42 @@ def _error(exc: RequestError) -> Response:
     )
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused with 413 as soon as it is known to pass ``limit`` bytes."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        if not declared.isdigit():
-            raise RequestError(400, "Content-Length is not a number")
-        if int(declared) > limit:
-            raise RequestError(
-                413, f"the body has {declared} bytes, more than the limit of {limit}"
-            )
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(413, f"the body is larger than the limit of {limit} bytes")
-        chunks.append(chunk)
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-def build_app(repository: Repository, options: ServeOptions | None = None) -> FastAPI:
-    """The app serving ``repository``; its batchers start with the first request and stop when the
-    app's lifespan ends (after the server has answered every request it accepted)."""
+def build_app(
+    repository: Repository,
+    options: ServeOptions | None = None,
+    *,
+    llms: list[tuple[str, object]] | None = None,
+) -> FastAPI:
+    """The app serving ``repository``, and the decoder ``llms`` (``(name, LLM)`` pairs from
+    ``runtime.generate.open_llm``) on the OpenAI routes (``openai_routes``); batchers start with
+    the first request, LLM schedulers with the app, and both stop when the app's lifespan ends
+    (after the server has answered every request it accepted)."""
     options = options or ServeOptions()
     state = ServerState(repository, options, Metrics(max_batch=options.max_batch))
+    services = {}
+    if llms:
+        from modelpress.serve import openai_routes
+
+        services = openai_routes.open_services(llms, options, state.metrics)
+        state.llms = services
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        for service in services.values():
+            service.scheduler.start()
         yield
         await state.close()
+        for service in services.values():
+            await asyncio.get_running_loop().run_in_executor(None, service.scheduler.close)
 
     app = FastAPI(
         title=SERVER_NAME, docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan
     )
     app.state.server = state
     if options.api_key:
-        app.add_middleware(KeyGuard, key=options.api_key)
+        app.add_middleware(KeyGuard, key=options.api_key, on_refused=state.refused)
+    if services:
+        openai_routes.add_routes(app, state, services)
 
     async def infer(request: Request) -> Response:
         start = time.perf_counter()
@@ -163,13 +238,28 @@ def build_app(repository: Repository, options: ServeOptions | None = None) -> Fa
         label = name if name in repository.models else "_unknown"  # bounded label values
         m.requests.labels(label).inc()
         m.in_progress.inc()
+        state.active += 1
+        held = Held(state)
         try:
             model = repository.get(name, request.path_params.get("version"))
-            response = await _infer(state, model, request)
+            response = await _infer(state, model, request, held)
         except RequestError as exc:
             m.failures.labels(label, str(exc.status)).inc()
             response = _error(exc)
+        except ClientDisconnect:  # nobody to answer; counted as nginx does
+            m.failures.labels(label, "499").inc()
+            response = Response(status_code=499)
+        except asyncio.CancelledError:
+            if not state.draining:
+                raise
+            response = _error(state.cut(label))
+        except Exception:
+            ref = logged(f"infer on {name!r} raised:\n{traceback.format_exc()}")
+            m.failures.labels(label, "500").inc()
+            response = _error(RequestError(500, f"internal error (server log #{ref})"))
         finally:
+            held.release()
+            state.active -= 1
             m.in_progress.dec()
         m.latency.labels(label).observe(time.perf_counter() - start)
         return response
@@ -186,7 +276,14 @@ def build_app(repository: Repository, options: ServeOptions | None = None) -> Fa
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        state.refused(exc.status_code)
         return _error(RequestError(exc.status_code, str(exc.detail)))
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, exc: Exception) -> Response:
+        ref = logged(f"{request.url.path} raised: {exc!r}")
+        state.refused(500)
+        return _error(RequestError(500, f"internal error (server log #{ref})"))
 
     @app.get("/v2/health/live")
     async def live() -> Response:
@@ -243,50 +340,86 @@ def build_app(repository: Repository, options: ServeOptions | None = None) -> Fa
     return app
 
 
-async def _infer(state: ServerState, model: ServedModel, request: Request) -> Response:
+async def _infer(state: ServerState, model: ServedModel, request: Request, held: Held) -> Response:
     """Read, decode and check one infer request, run it through the model's batcher, answer."""
     options, batcher = state.options, state.batchers[model.name]
     headers = request.headers
-    state.receiving += 1  # until the request is decoded: the batcher may wait for it
+    loop = asyncio.get_running_loop()
+    token = id(held)
+    state.receiving[token] = time.perf_counter()  # until decoded: the batcher may wait for it
     try:
-        body = await read_body(request, options.max_body_bytes)
-        body = decompress(body, headers.get("content-encoding"), limit=options.max_body_bytes)
+        limit, why = options.max_body_bytes, "--max-body-mb"
+        largest = model.max_body_bytes(options.request_rows) if model.processing is None else None
+        if largest is not None and largest < limit:
+            # what a valid request of --max-request-rows rows can be, as JSON or binary
+            limit, why = largest, f"{options.request_rows} rows (--max-request-rows)"
+        body = await read_body(request, limit, held=held, timeout_s=options.body_timeout_s, why=why)
+        encoding = headers.get("content-encoding")
+        if encoding and encoding != "identity":
+            body = decompress(body, encoding, limit=limit)
+            held.take(len(body))
         header_length = headers.get("inference-header-content-length")
         if raw.is_raw(headers.get("content-type"), header_length):
             items = raw.items_from_body(model, body, headers.get("content-type"))
             req = None
         else:
-            if header_length is not None and not header_length.isdigit():
+            if header_length is not None and not is_count(header_length):
                 raise RequestError(400, "Inference-Header-Content-Length is not a number")
-            req = decode_request(body, header_length=int(header_length) if header_length else None)
+            length = int(header_length) if header_length else None
+            if len(body) > INLINE_BYTES:
+                req = await loop.run_in_executor(
+                    state.coder, lambda: decode_request(body, header_length=length)
+                )
+            else:
+                req = decode_request(body, header_length=length)
     finally:
-        state.receiving -= 1
+        del state.receiving[token]
     if req is None:
         answers = await raw.infer(model, batcher, items)
         return _json(answers[0] if len(answers) == 1 else answers)
     if raw.is_raw_request(model, req):
+        (items,) = req.inputs.values()
+        _check_rows(items.size, options)
         outputs = await raw.infer_tensor(model, batcher, req)
     else:
         feeds, rows, key = model.check(req.inputs)
+        _check_rows(rows, options)
         wanted = model.output_names(o.name for o in req.outputs) if req.outputs else None
         try:
             result = await batcher.submit(feeds, rows, key)
         except Exception as exc:
-            raise model_failure(model.name, exc) from None
+            raise model_failure(model.name, exc, inputs_of=model.inputs_of) from None
         outputs = {k: result[k] for k in wanted} if wanted else result
-    payload, response_headers = encode_response(
-        outputs, model_name=model.name, model_version=model.version, request=req
-    )
+
+    def encode():
+        return encode_response(
+            outputs, model_name=model.name, model_version=model.version, request=req
+        )
+
+    if sum(a.nbytes for a in outputs.values()) > INLINE_BYTES:
+        payload, response_headers = await loop.run_in_executor(state.coder, encode)
+    else:
+        payload, response_headers = encode()
     return Response(payload, headers=response_headers)
+
+
+def _check_rows(rows: int, options: ServeOptions) -> None:
+    if rows > options.request_rows:
+        raise RequestError(
+            413,
+            f"the request has {rows} rows, more than the {options.request_rows} one request may "
+            "bring (--max-request-rows): split it",
+        )
 
 
 class KeyGuard:
     """ASGI middleware: refuse (401) every HTTP call but health without the bearer key, before
     the body is read."""
 
-    def __init__(self, app, key: str):
+    def __init__(self, app, key: str, on_refused=lambda status: None):
         self.app = app
         self.key = key
+        self.on_refused = on_refused
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope["path"] not in auth.OPEN_PATHS:
@@ -294,6 +427,7 @@ class KeyGuard:
             if not auth.authorized(
                 header.decode("latin-1") if header is not None else None, self.key
             ):
+                self.on_refused(401)
                 response = _error(
                     RequestError(401, "this server needs 'Authorization: Bearer <key>'")
                 )

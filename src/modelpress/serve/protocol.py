@@ -12,6 +12,20 @@ output says ``binary_data``, or else when the request's ``binary_data_output`` p
 
 Everything here is pure: bytes in, arrays out, and back. A malformed body raises ``RequestError``
 (400) naming the field; checking the arrays against the model is the repository's job.
+
+Hostile bodies. Nothing is allocated from a declared shape before the body is known to hold that
+many elements: binary data must have exactly ``count x itemsize`` bytes, BYTES data at least 4
+bytes an element, JSON data exactly ``count`` values; a dimension past ``MAX_DIM`` is refused. A
+JSON header nested past Python's recursion limit, or a field of the wrong JSON type, is a 400.
+
+Non-finite numbers. The KServe v2 protocol carries tensors in JSON, and JSON (RFC 8259) has no
+NaN or infinity. Triton writes them as the bare tokens ``NaN``/``Infinity`` (rapidjson's
+``kWriteNanAndInfFlag``), which strict JSON parsers refuse. This server writes them as the strings
+``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (protobuf's JSON mapping, which the v2 gRPC protocol
+uses), which any JSON parser reads and ``numpy.array(data, dtype)`` (so ``tritonclient``'s
+``as_numpy``) turns back into the numbers; binary outputs carry the IEEE bits as they are. In a
+request it takes the same strings, or the bare tokens; a finite number outside the datatype's range
+(``1e39`` as FP32) is refused, never rounded to infinity.
 """
 
 from __future__ import annotations
@@ -41,6 +55,10 @@ DATATYPES: dict[str, np.dtype] = {
     "FP64": np.dtype("<f8"),
     "BYTES": np.dtype(object),
 }
+
+
+MAX_DIM = 2**31 - 1  # past any tensor a runtime allocates; zero-size tensors cannot declare more
+_NON_FINITE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
 
 
 def _bfloat16() -> np.dtype | None:
@@ -117,6 +135,8 @@ def decode_request(body: bytes, *, header_length: int | None = None) -> InferReq
         doc = json.loads(header)
     except (ValueError, UnicodeDecodeError) as exc:
         raise RequestError(400, f"the request header is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise RequestError(400, "the request header is nested too deeply") from None
     if not isinstance(doc, dict):
         raise RequestError(400, "the request must be a JSON object")
     inputs = doc.get("inputs")
@@ -134,7 +154,7 @@ def decode_request(body: bytes, *, header_length: int | None = None) -> InferReq
         name = tensor["name"]
         if name in arrays:
             raise RequestError(400, f"input {name!r} is given twice")
-        tparams = tensor.get("parameters") or {}
+        tparams = _parameters(tensor, f"input {name!r}")
         if "shared_memory_region" in tparams:
             raise RequestError(400, f"input {name!r}: shared-memory tensors are not supported")
         dtype, shape = _datatype(tensor, name), _shape(tensor, name)
@@ -170,7 +190,7 @@ def decode_request(body: bytes, *, header_length: int | None = None) -> InferReq
         for i, out in enumerate(doc["outputs"]):
             if not isinstance(out, dict) or not isinstance(out.get("name"), str):
                 raise RequestError(400, f"outputs[{i}] must be an object with a 'name'")
-            oparams = out.get("parameters") or {}
+            oparams = _parameters(out, f"output {out['name']!r}")
             if oparams.get("classification"):
                 raise RequestError(
                     400, f"output {out['name']!r}: the classification extension is not supported"
@@ -193,9 +213,16 @@ def decode_request(body: bytes, *, header_length: int | None = None) -> InferReq
     )
 
 
+def _parameters(entry: dict, where: str) -> dict:
+    params = entry.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise RequestError(400, f"{where}: 'parameters' must be a JSON object")
+    return params
+
+
 def _datatype(tensor: dict, name: str) -> np.dtype:
     datatype = tensor.get("datatype")
-    if datatype not in DATATYPES:
+    if not isinstance(datatype, str) or datatype not in DATATYPES:
         raise RequestError(
             400, f"input {name!r}: datatype {datatype!r} is not one of {', '.join(DATATYPES)}"
         )
@@ -208,6 +235,11 @@ def _shape(tensor: dict, name: str) -> tuple[int, ...]:
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
     ):
         raise RequestError(400, f"input {name!r}: 'shape' must be a list of non-negative integers")
+    if len(shape) > 32 or any(d > MAX_DIM for d in shape):
+        raise RequestError(
+            400,
+            f"input {name!r}: shape {shape} is beyond any tensor (at most 32 axes of {MAX_DIM})",
+        )
     return tuple(shape)
 
 
@@ -234,8 +266,14 @@ def _from_binary(buf: memoryview, dtype: np.dtype, shape, name: str, datatype: s
 
 
 def _bytes_elements(buf: memoryview, count: int, name: str) -> np.ndarray:
-    out = np.empty(count, dtype=object)
     pos, n = 0, len(buf)
+    if count * 4 > n:  # before allocating: each element takes at least its 4-byte length
+        raise RequestError(
+            400,
+            f"input {name!r}: shape of {count} BYTES elements needs at least {count * 4} bytes, "
+            f"binary_data_size is {n}",
+        )
+    out = np.empty(count, dtype=object)
     for i in range(count):
         if pos + 4 > n:
             raise RequestError(
@@ -256,9 +294,13 @@ def _bytes_elements(buf: memoryview, count: int, name: str) -> np.ndarray:
 
 def _from_json(data, dtype: np.dtype, shape, name: str, datatype: str) -> np.ndarray:
     count = _count(shape)
+    if not isinstance(data, list):
+        data = [data]  # a scalar: one element
     try:
         if datatype == "BYTES":
             flat = np.asarray(data, dtype=object).reshape(-1)
+            if flat.size != count:  # before encoding every element
+                return _wrong_count(name, shape, count, flat.size)
             arr = np.array(
                 [v.encode() if isinstance(v, str) else _not_text(v) for v in flat], dtype=object
             )
@@ -267,15 +309,55 @@ def _from_json(data, dtype: np.dtype, shape, name: str, datatype: str) -> np.nda
             if arr.size and arr.dtype != np.bool_:
                 raise ValueError("BOOL data must be true or false")
             arr = arr.astype(np.bool_)
+        elif dtype.kind == "f":
+            arr = _floats(data, dtype, name, datatype)
         else:
             arr = np.asarray(data, dtype=dtype.newbyteorder("="))
     except (ValueError, TypeError, OverflowError) as exc:
         raise RequestError(400, f"input {name!r}: its data is not {datatype} ({exc})") from None
     if arr.size != count:
-        raise RequestError(
-            400, f"input {name!r}: shape {list(shape)} has {count} elements, 'data' has {arr.size}"
-        )
+        _wrong_count(name, shape, count, arr.size)
     return arr.reshape(shape)
+
+
+def _wrong_count(name: str, shape, count: int, size: int):
+    raise RequestError(
+        400, f"input {name!r}: shape {list(shape)} has {count} elements, 'data' has {size}"
+    )
+
+
+def _floats(data: list, dtype: np.dtype, name: str, datatype: str) -> np.ndarray:
+    """Float data read as float64 first, so that a value past the datatype's range is refused
+    instead of becoming infinity; "NaN"/"Infinity"/"-Infinity" strings are the non-finite ones."""
+    try:
+        wide = np.asarray(data, dtype=np.float64)
+    except ValueError:  # strings other than the three names, or ragged lists
+        wide = np.asarray(_named_floats(data), dtype=np.float64)
+    if dtype == np.float64:
+        return wide
+    limit = float(np.finfo(dtype).max)
+    finite = np.isfinite(wide)
+    outside = finite & (np.abs(wide) > limit)
+    if outside.any():
+        value = wide[outside].flat[0]
+        raise RequestError(
+            400,
+            f"input {name!r}: {value:g} is outside the range of {datatype} (±{limit:g}); "
+            "send FP64, or scale the value",
+        )
+    return wide.astype(dtype.newbyteorder("="))
+
+
+def _named_floats(data):
+    if isinstance(data, list):
+        return [_named_floats(v) for v in data]
+    if isinstance(data, str):
+        if data not in _NON_FINITE:
+            raise ValueError(
+                f"{data[:20]!r} is not a number (the names are NaN, Infinity, -Infinity)"
+            )
+        return _NON_FINITE[data]
+    return data
 
 
 def _not_text(value):
@@ -307,7 +389,7 @@ def encode_response(
     doc = {"model_name": model_name, "model_version": model_version, "outputs": tensors}
     if request.id is not None:
         doc["id"] = request.id
-    header = json.dumps(doc, separators=(",", ":")).encode()
+    header = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
     if not chunks:
         return header, {"content-type": "application/json"}
     return b"".join([header, *chunks]), {
@@ -334,7 +416,14 @@ def _to_json(arr: np.ndarray) -> list:
         ]
     if _BF16 is not None and arr.dtype == _BF16:
         arr = arr.astype(np.float32)
-    return arr.reshape(-1).tolist()
+    flat = arr.reshape(-1)
+    if flat.dtype.kind in "fc" and not np.isfinite(flat).all():
+        return [v if math.isfinite(v) else _non_finite_name(v) for v in flat.tolist()]
+    return flat.tolist()
+
+
+def _non_finite_name(v: float) -> str:
+    return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
 
 
 def error_body(message: str) -> bytes:

@@ -22,8 +22,9 @@ import json
 
 import numpy as np
 
+from modelpress.errors import InputError
 from modelpress.serve.batcher import Batcher
-from modelpress.serve.errors import RequestError, model_failure
+from modelpress.serve.errors import RequestError, logged, model_failure
 from modelpress.serve.protocol import InferRequest
 from modelpress.serve.repository import ServedModel
 
@@ -76,9 +77,16 @@ async def infer(model: ServedModel, batcher: Batcher, items: list[bytes | str]) 
         arrays = await loop.run_in_executor(None, processing.preprocess, items)
     except RequestError:
         raise
-    except Exception as exc:  # an undecodable image, a text the tokenizer refuses
+    except InputError as exc:  # our own words: an undecodable image, a text too long
         raise RequestError(
             400, f"model {model.name!r} cannot pre-process this item: {_line(exc)}"
+        ) from None
+    except Exception as exc:  # a library's own words, which may name its internals
+        ref = logged(f"model {model.name!r}: pre-processing failed: {_line(exc)}")
+        raise RequestError(
+            400,
+            f"model {model.name!r} cannot pre-process this item: not the kind of item its "
+            f"pipeline reads (server log #{ref})",
         ) from None
     feeds, rows, key = model.check(arrays)
     try:
@@ -86,12 +94,13 @@ async def infer(model: ServedModel, batcher: Batcher, items: list[bytes | str]) 
     except RequestError:
         raise
     except Exception as exc:
-        raise model_failure(model.name, exc) from None
+        raise model_failure(model.name, exc, inputs_of=model.inputs_of) from None
     try:
         return await loop.run_in_executor(None, processing.postprocess, outputs)
     except Exception as exc:
+        ref = logged(f"model {model.name!r}: post-processing failed: {_line(exc)}")
         raise RequestError(
-            500, f"model {model.name!r}: post-processing failed: {_line(exc)}"
+            500, f"model {model.name!r}: post-processing failed (server log #{ref})"
         ) from None
 
 

@@ -119,18 +119,39 @@ def deploy(
         ray.init(address=address, include_dashboard=False, logging_level="warning")
         started = True
     serve.start(http_options={"host": host, "port": port})
-    deployment = serve.deployment(
-        serve.ingress()(_Replica),
+    app = application(
+        sources,
+        options,
+        replicas=replicas,
+        cpus_per_replica=cpus_per_replica,
+        backend=backend,
+        device=device,
+    )
+    serve.run(app, name=APP_NAME, route_prefix="/", blocking=False)
+    return RayDeployment(host, port, started)
+
+
+def application(
+    sources: list[ModelSource],
+    options: ServeOptions,
+    *,
+    replicas: int | None = 1,
+    cpus_per_replica: float = 1.0,
+    backend: str = "ort",
+    device: str = "auto",
+):
+    """The bound Ray Serve application (deployment ``models``) for ``sources``: what ``deploy``
+    runs, and what an application builder returns to ``serve run config.yaml`` (whose
+    ``deployments:`` entries may then override the replicas, autoscaling and actor options;
+    ``replicas=None`` leaves the count to them)."""
+    serve = require("ray.serve", extra="ray", purpose="serving on Ray")
+    settings = dict(
         name="models",
-        num_replicas=replicas,
         ray_actor_options={"num_cpus": cpus_per_replica},
         max_ongoing_requests=options.max_queue + options.max_batch,
     )
+    if replicas is not None:
+        settings["num_replicas"] = replicas
+    deployment = serve.deployment(serve.ingress()(_Replica), **settings)
     protos = [(s.name, to_proto(s.model)) for s in sources]
-    serve.run(
-        deployment.bind(protos, options, backend, device),
-        name=APP_NAME,
-        route_prefix="/",
-        blocking=False,
-    )
-    return RayDeployment(host, port, started)
+    return deployment.bind(protos, options, backend, device)

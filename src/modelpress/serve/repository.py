@@ -5,11 +5,12 @@ names it; names are unique and URL-safe. ``ServedModel.check`` is the gate betwe
 and the model: it refuses a wrong input name, datatype or shape with a 400 that names the input and
 what the model expects, and says how the request may be batched.
 
-Batching rule. Requests are stacked along axis 0 only when that axis is one named dynamic dimension
-(``batch``, ``N``) shared by every input *and every output*: then each output row belongs to one
-input row and the batch can be split back per request. A model whose outputs do not carry it (NMS
-indices, a pooled statistic, a fixed batch of 1) runs each request alone. Requests are stacked only
-with requests whose other dimensions are equal (the batch ``key``), so shapes are never mixed.
+Batching rule. Requests are stacked along axis 0 only when the model is per-sample there, as
+``verify.batching`` decides for ``serve`` and ``run`` alike (a batch of 2 against two single runs;
+``batching`` overrides it): then each output row belongs to one input row and the batch can be
+split back per request. A model whose outputs do not carry it (NMS indices, a pooled statistic, a
+fixed batch of 1) runs each request alone. Requests are stacked only with requests whose other
+dimensions are equal (the batch ``key``), so shapes are never mixed.
 """
 
 from __future__ import annotations
@@ -23,14 +24,18 @@ import numpy as np
 import onnx_ir as ir
 
 from modelpress.errors import OptionError
-from modelpress.ir.shapes import infer_shapes, static_dim
+from modelpress.ir.shapes import dim_name, infer_shapes, static_dim
 from modelpress.runtime.ort_backend import OrtBackend, OrtOptions
 from modelpress.runtime.processing import Processing
 from modelpress.runtime.session import Session
 from modelpress.serve.errors import RequestError
 from modelpress.serve.protocol import datatype_name
+from modelpress.verify.batching import decide_batching
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+JSON_CHARS_PER_VALUE = 26  # "-1.2345678901234567e-308, " : the longest a number prints
+HEADER_SLACK = 64 * 1024  # names, datatypes, shapes, parameters, whitespace
 
 Dim = int | str | None  # a size (-1 or 0: any), a named dynamic dimension, or an unnamed one
 
@@ -57,7 +62,7 @@ def _spec(value: ir.Value) -> TensorSpec:
     dtype = np.dtype(value.dtype.numpy()) if value.dtype is not None else np.dtype(np.float32)
     shape = None
     if value.shape is not None:
-        shape = tuple(d if isinstance(d, int) else d.value for d in value.shape)
+        shape = tuple(d if isinstance(d, int) else dim_name(d) for d in value.shape)
     return TensorSpec(value.name, dtype, shape)
 
 
@@ -74,7 +79,16 @@ def model_name(path: str | Path, given: str | None = None) -> str:
 class ServedModel:
     """One model behind the server: its session, its tensors, and how its requests batch."""
 
-    def __init__(self, name: str, model: ir.Model, session, *, version: str = "1", processing=None):
+    def __init__(
+        self,
+        name: str,
+        model: ir.Model,
+        session,
+        *,
+        version: str = "1",
+        processing=None,
+        batching: str | None = None,
+    ):
         self.name = name
         self.version = version
         self.session = session  # anything with run(feeds) -> outputs (runtime.session.Session)
@@ -84,7 +98,15 @@ class ServedModel:
         self.outputs = [_spec(v) for v in graph.outputs]
         if any(o.shape is None for o in self.outputs):
             self.outputs = _inferred_outputs(model, self.outputs)
-        self.batch_dim = _batch_dim(self.inputs, self.outputs)
+        # one decision for serve and run (verify.batching): by evidence when there is a session
+        run = (lambda feeds: session.run(feeds, check=False)) if session is not None else None
+        rule = decide_batching(model, run, override=batching)
+        self.batch_reason = rule.reason or (
+            f"the model fixes its batch at {rule.fixed}" if rule.fixed is not None else ""
+        )
+        per_sample = rule.per_sample and rule.fixed is None
+        self.batch_dim = (_batch_dim(self.inputs, self.outputs) or "axis 0") if per_sample else None
+        self._graph = graph  # to name the inputs behind a node the runtime blames (inputs_of)
         self._inputs = {s.name: s for s in self.inputs}
         self._outputs = {s.name: s for s in self.outputs}
 
@@ -149,7 +171,10 @@ class ServedModel:
             self._check_shape(spec, arr.shape, seen)
             feeds[spec.name] = arr
         if not self.batchable:
-            return feeds, 1, None
+            # runs alone, but counts the rows it brings (as Triton counts inferences)
+            leading = {a.shape[0] if a.ndim else None for a in feeds.values()}
+            rows = leading.pop() if len(leading) == 1 else None
+            return feeds, rows if rows is not None else 1, None
         rows = next(iter(feeds.values())).shape[0]
         if rows == 0:
             return feeds, 0, None
@@ -187,6 +212,45 @@ class ServedModel:
                     f"model {self.name!r} has no output {name!r} (outputs: {', '.join(self._outputs)})",
                 )
         return names
+
+    def max_body_bytes(self, rows: int) -> int | None:
+        """The largest body a valid request of at most ``rows`` rows can have, when every input's
+        size per row is fixed (None otherwise): its values as JSON text (at most
+        ``JSON_CHARS_PER_VALUE`` each) or binary, whichever is larger, plus ``HEADER_SLACK``
+        for the rest of the request. A body declaring more is refused before it is read."""
+        total = 0
+        for spec in self.inputs:
+            if spec.shape is None or spec.dtype.kind in "OSU":
+                return None
+            dims = spec.shape[1:] if self.batchable else spec.shape
+            if any(static_dim(d) is None for d in dims):
+                return None
+            count = int(np.prod([static_dim(d) for d in dims], dtype=np.int64))
+            per_value = max(spec.dtype.itemsize, JSON_CHARS_PER_VALUE)
+            total += count * per_value * (rows if self.batchable else 1)
+        return total + HEADER_SLACK
+
+    def inputs_of(self, op_type: str, node_name: str) -> list[str]:
+        """The model inputs that feed the node ``node_name`` (every ``op_type`` node when the name
+        is empty), in the model's order: what a client may be told about a failing node."""
+        nodes = [
+            n
+            for n in self._graph.all_nodes()
+            if n.op_type == op_type and (not node_name or n.name == node_name)
+        ]
+        found, seen = set(), set()
+        todo = [v for n in nodes for v in n.inputs if v is not None]
+        while todo:
+            value = todo.pop()
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            if value.name in self._inputs:
+                found.add(value.name)
+            producer = value.producer()
+            if producer is not None:
+                todo += [v for v in producer.inputs if v is not None]
+        return [s.name for s in self.inputs if s.name in found]
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self.session.run(feeds, check=False)
@@ -249,6 +313,7 @@ class Repository:
         device: str = "auto",
         place: list[str] | None = None,
         strict: bool = False,
+        batching: str | None = None,
     ) -> Repository:
         """Sessions for ``(name, model)`` pairs on the given backend and device, each model with the
         processing it declares (``runtime.processing``), when it declares one."""
@@ -259,7 +324,9 @@ class Repository:
         served = []
         for name, model in models:
             session = Session(model, backend=backend, device=device, place=place, strict=strict)
-            served.append(ServedModel(name, model, session, processing=_processing(model)))
+            served.append(
+                ServedModel(name, model, session, processing=_processing(model), batching=batching)
+            )
         return cls(served)
 
     @property

@@ -8,6 +8,13 @@ On SIGTERM (or Ctrl+C) the server:
    is still arriving, runs to its response (uvicorn lets such a connection finish its exchange);
 4. stops the batchers and returns, so the process exits 0.
 
+``drain_timeout_s`` bounds step 3: what is still unanswered then (a client that stopped sending
+halfway, a queue longer than the time left) gets a 503 JSON error, and ``ServeResult`` counts it
+per model as ``cut``, so the report never says every request was answered when one was not.
+
+Connections go through ``connections.guarded_protocol``: a header deadline, a body deadline (in the
+app) and a cap on open connections that slow clients cannot hold.
+
 uvicorn re-raises the signal after its own shutdown, which would make the exit status say the
 process was killed; ``_Server`` keeps uvicorn's handlers but not that re-raise. ``drain_timeout_s``
 bounds step 3 for clients that stop sending halfway.
@@ -32,6 +39,7 @@ import uvicorn
 
 from modelpress.errors import OptionError
 from modelpress.serve.app import build_app
+from modelpress.serve.connections import connection_cap, guarded_protocol, raise_file_limit
 from modelpress.serve.options import ServeOptions
 from modelpress.serve.repository import Repository
 
@@ -73,10 +81,18 @@ class ServeResult:
 
     host: str
     port: int
-    models: list[dict] = field(default_factory=list)  # name, requests, failures, rows, runs, busy_s
+    # per model: name, requests, failures (by status), cut, rows, runs, busy_s
+    models: list[dict] = field(default_factory=list)
+    refused: dict[str, int] = field(default_factory=dict)  # before any model, by status
+    max_connections: int = 0
+
+    @property
+    def cut(self) -> int:
+        """Requests accepted but cut by the drain timeout (answered 503, not served)."""
+        return sum(m.get("cut", 0) for m in self.models)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "cut": self.cut}
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -96,21 +112,29 @@ def serve(
     port: int = 8000,
     on_started: Callable[[str, int], None] | None = None,
     log_level: str = "warning",
+    llms: list[tuple[str, object]] | None = None,
 ) -> ServeResult:
     """Serve ``repository`` until SIGTERM or SIGINT, then drain and return what it did.
 
     ``on_started(host, port)`` is called once the server accepts connections (with the port it
-    got, for ``port=0``)."""
+    got, for ``port=0``). ``llms``: decoder LLMs (``(name, LLM)``) on the OpenAI routes."""
+    app = build_app(repository, options, llms=llms)
+    state = app.state.server
     sock = bind(host, port)
     bound_port = sock.getsockname()[1]
-    app = build_app(repository, options)
+    max_connections = connection_cap(options.max_connections, raise_file_limit())
+    http = guarded_protocol(
+        header_timeout_s=options.header_timeout_s,
+        max_connections=max_connections,
+        on_refused=state.refused,
+    )
     config = uvicorn.Config(
         app,
         log_level=log_level,
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=options.drain_timeout_s,
-        http="httptools" if _has("httptools") else "h11",
+        http=http,
         loop="uvloop" if _has("uvloop") else "asyncio",
     )
     started = (lambda: on_started(host, bound_port)) if on_started else None
@@ -128,7 +152,7 @@ def serve(
         gc.unfreeze()
         sys.setswitchinterval(switch)
         sock.close()
-    return ServeResult(host, bound_port, app.state.server.summary())
+    return ServeResult(host, bound_port, state.summary(), state.refusals(), max_connections)
 
 
 def _has(module: str) -> bool:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from modelpress.errors import InputError, VerificationError
+from modelpress.errors import InputError, VerificationError, renamed
 from modelpress.ir.feeds import as_model, check_feeds
 from modelpress.runtime.ort import session, session_options
 from modelpress.verify.fit import fit_inputs
@@ -140,17 +140,18 @@ def verify(
     reference,
     candidate,
     *,
-    inputs: dict[str, np.ndarray] | list[dict[str, np.ndarray]] | None = None,
+    data: dict[str, np.ndarray] | list[dict[str, np.ndarray]] | None = None,
     dims: dict[str, int] | None = None,
     shapes: dict[str, tuple[int, ...]] | None = None,
     runs: int = 2,
     rtol: float | None = None,
     atol: float | None = None,
     seed: int = 0,
+    inputs: dict[str, np.ndarray] | list[dict[str, np.ndarray]] | None = None,
 ) -> VerifyResult:
     """Run ``reference`` and ``candidate`` on the same inputs and compare every output.
 
-    ``inputs``: one feed dict or a non-empty list of them; otherwise ``runs`` random feeds are
+    ``data``: one feed dict or a non-empty list of them (``inputs``: its old name); otherwise ``runs`` random feeds are
     generated, fitted to what the reference can run on (``verify.fit``; dynamic dimensions sized by
     ``dims`` by name, or whole input ``shapes``). Outputs are matched by name, or by position when
     the names differ but the counts agree. Per-output tolerances default to ``TOLERANCES``.
@@ -170,6 +171,7 @@ def verify(
     )
     sess_a = _session(ref)
     notes: list[str] = []
+    inputs = renamed(data, inputs, new="data", old="inputs")
     if inputs is None:
         fitted = fit_inputs(
             ref, lambda feeds: _run(sess_a, feeds), dims=dims, shapes=shapes, runs=runs, seed=seed
@@ -180,9 +182,10 @@ def verify(
     else:
         feeds_list = [inputs] if isinstance(inputs, dict) else list(inputs)
         if not feeds_list or not any(feeds_list):
-            raise InputError("`inputs` is empty: there is nothing to compare the models on")
+            raise InputError("`data` is empty: there is nothing to compare the models on")
         for feeds in feeds_list:
             check_feeds(ref, feeds)
+            _refuse_empty(ref, feeds)
         ref_outputs = [
             _run(sess_a, feeds, what="the original model failed to run on the given inputs")
             for feeds in feeds_list
@@ -211,3 +214,19 @@ def verify(
     return VerifyResult(
         outputs=[worst[n] for n, _ in pairs], runs=len(feeds_list), notes=notes, shapes=shapes_used
     )
+
+
+def _refuse_empty(model, feeds: dict[str, np.ndarray]) -> None:
+    """``InputError`` for an empty batch (size 0 on axis 0) where the model does not declare a 0:
+    outputs of an empty batch are empty too, and comparing nothing would pass whatever the models
+    do. (An empty axis elsewhere, as a decoder's past of length 0, is a real input.)"""
+    for value in model.graph.inputs:
+        arr = feeds.get(value.name)
+        if arr is None or arr.ndim == 0 or arr.shape[0] != 0 or not value.shape:
+            continue
+        dim = value.shape[0]
+        if not (isinstance(dim, int) and dim == 0):
+            raise InputError(
+                f"`inputs`: input {value.name!r} is an empty batch (shape {list(arr.shape)}): "
+                "there is nothing to compare the models on"
+            )

@@ -11,6 +11,12 @@ generated inputs, so that nobody blames the transformation being checked.
 Rule, for every candidate: a free dimension that leads a rank >= 2 input (a batch) stays small,
 every other free dimension takes the candidate size; a named dimension has one size everywhere.
 A candidate whose inputs pass ``MAX_INPUT_BYTES`` ends the search.
+
+Anonymous dimensions (``?``) carry no name that says two of them are one, yet graphs tie them: a
+recurrent state ``[2, ?, 128]`` holds the batch of the signal ``[?, ?]`` in its second axis (as
+silero-vad does). So when a candidate fails, each other free dimension in turn is tied to the
+batch (given the batch's size) before the next candidate is tried; the ties that made the model
+run are kept for the caller to report.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ class FittedInputs:
     outputs: list[dict[str, np.ndarray]]
     size: tuple[int, int] | None = None  # (batch, other) used for free dimensions; None: none free
     failed: list[tuple[tuple[int, int], str]] = field(default_factory=list)  # sizes refused, why
+    tied: list[str] = field(default_factory=list)  # free dimensions given the batch's size
 
     @property
     def note(self) -> str | None:
@@ -47,9 +54,10 @@ class FittedInputs:
         if not self.failed or self.size is None:
             return None
         tried = " and ".join(str(other) for (_, other), _ in self.failed)
+        ties = f", tied to it: {', '.join(self.tied)}" if self.tied else ""
         return (
             f"generated inputs give size {self.size[1]} to the dynamic dimensions not sized by the "
-            f"caller (a leading batch: {self.size[0]}): the original model fails at {tried} "
+            f"caller (a leading batch: {self.size[0]}{ties}): the original model fails at {tried} "
             f"({self.failed[-1][1]})"
         )
 
@@ -57,6 +65,7 @@ class FittedInputs:
         return {
             "size": None if self.size is None else {"batch": self.size[0], "other": self.size[1]},
             "failed": [{"batch": b, "other": o, "error": why} for (b, o), why in self.failed],
+            "tied_to_batch": list(self.tied),
             "shapes": {k: list(v.shape) for k, v in self.feeds[0].items()} if self.feeds else {},
         }
 
@@ -87,15 +96,50 @@ def _batch_names(model: ir.Model) -> set[str]:
     return names
 
 
-def _sizer(model: ir.Model, batch: int, other: int):
+Tie = tuple[str, int | str]  # ("name", dim name) or (input name, axis) of an anonymous dimension
+
+
+def _tie_of(value: ir.Value, axis: int, name: str | None) -> Tie:
+    return ("name", name) if name is not None else (value.name, axis)
+
+
+def _is_batch(value: ir.Value, axis: int, name: str | None, batch_names: set[str]) -> bool:
+    if name is not None:
+        return name in batch_names
+    return axis == 0 and len(value.shape) >= 2
+
+
+def _sizer(model: ir.Model, batch: int, other: int, tied: frozenset[Tie] = frozenset()):
     batch_names = _batch_names(model)
 
     def free(value: ir.Value, axis: int, name: str | None) -> int:
-        if name is not None:
-            return batch if name in batch_names else other
-        return batch if axis == 0 and len(value.shape) >= 2 else other
+        if _is_batch(value, axis, name, batch_names) or _tie_of(value, axis, name) in tied:
+            return batch
+        return other
 
     return free
+
+
+def _tie_candidates(model: ir.Model, dims: dict, shapes: dict) -> list[Tie]:
+    """The free dimensions, not batches themselves, that a failing candidate may tie to the batch."""
+    batch_names = _batch_names(model)
+    out: list[Tie] = []
+    for value in model.graph.inputs:
+        if value.name in model.graph.initializers or value.name in shapes or value.shape is None:
+            continue
+        for axis, d in enumerate(value.shape):
+            name = dim_name(d)
+            if static_dim(d) is not None or d == 0 or name in dims:
+                continue
+            tie = _tie_of(value, axis, name)
+            if not _is_batch(value, axis, name, batch_names) and tie not in out:
+                out.append(tie)
+    return out
+
+
+def _tie_label(tie: Tie) -> str:
+    kind, key = tie
+    return str(key) if kind == "name" else f"{kind}[{key}]"
 
 
 _ORT_NOISE = [
@@ -140,26 +184,45 @@ def fit_inputs(
     dims = dims or {}
     shapes = shapes or {}
     candidates = CANDIDATES if free_dimensions(model, dims, shapes) else (None,)
+    ties = _tie_candidates(model, dims, shapes)
     failed: list[tuple[tuple[int, int], str]] = []
     for size in candidates:
-        free = _sizer(model, *size) if size else None
-        try:
-            planned = planned_shapes(
-                model, dims=dims, shapes=shapes, free=free, max_bytes=max_bytes
+        # the candidate as the rule sizes it, then with each other free dimension tied to the batch
+        variants = [frozenset()]
+        if size is not None and size[0] != size[1]:
+            variants += [frozenset({tie}) for tie in ties]
+        error = None
+        for tied in variants:
+            free = _sizer(model, *size, tied) if size else None
+            try:
+                planned = planned_shapes(
+                    model, dims=dims, shapes=shapes, free=free, max_bytes=max_bytes
+                )
+            except InputError:
+                if tied:
+                    continue  # this tie asks for more memory; the others may not
+                if not failed:
+                    raise
+                # larger sizes would pass the memory budget: the search ends here
+                raise _cannot_run(None, failed[-1][1], failed) from None
+            feeds_list = [
+                generate_inputs(model, shapes=planned, seed=seed + i) for i in range(runs)
+            ]
+            try:
+                outputs = [run(feeds) for feeds in feeds_list]
+            except Exception as exc:  # noqa: BLE001 - any runtime's error: the model refused these sizes
+                if size is None:
+                    raise _cannot_run(feeds_list[0], _first_line(exc), []) from None
+                error = error or _first_line(exc)
+                continue
+            return FittedInputs(
+                feeds=feeds_list,
+                outputs=outputs,
+                size=size,
+                failed=failed,
+                tied=[_tie_label(t) for t in tied],
             )
-        except InputError:
-            if not failed:
-                raise
-            break  # larger sizes would pass the memory budget: the search ends here
-        feeds_list = [generate_inputs(model, shapes=planned, seed=seed + i) for i in range(runs)]
-        try:
-            outputs = [run(feeds) for feeds in feeds_list]
-        except Exception as exc:  # noqa: BLE001 - any runtime's error: the model refused these sizes
-            if size is None:
-                raise _cannot_run(feeds_list[0], _first_line(exc), []) from None
-            failed.append((size, _first_line(exc)))
-            continue
-        return FittedInputs(feeds=feeds_list, outputs=outputs, size=size, failed=failed)
+        failed.append((size, error))
     raise _cannot_run(None, failed[-1][1], failed)
 
 

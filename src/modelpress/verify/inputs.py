@@ -8,6 +8,9 @@ Generated inputs follow these rules:
   declared dimension of 10**9 would otherwise ask for terabytes);
 - an integer input that feeds (through Cast/Reshape/Unsqueeze/...) the indices of a Gather on a
   constant table stays inside that table, so embedding look-ups are valid;
+- an integer scalar that the graph compares (Equal, Less, Greater, ..., through Cast and the like)
+  against constants takes the first of those constants: a sample rate that selects a branch
+  (``If(sr == 16000)``) gets a value the model was written for, not a random one;
 - other integer inputs take 0 or 1 (attention masks, token types), booleans are random, floats are
   standard normal.
 """
@@ -19,7 +22,8 @@ import onnx_ir as ir
 
 from modelpress.errors import InputError
 from modelpress.ir.feeds import numpy_dtype
-from modelpress.ir.shapes import static_dim
+from modelpress.ir.match import const_array
+from modelpress.ir.shapes import dim_name, static_dim
 
 # The most memory one generated input set may take.
 MAX_INPUT_BYTES = 1 << 30
@@ -35,12 +39,6 @@ _PASS_THROUGH = {
     "Expand",
     "Transpose",
 }
-
-
-def dim_name(dim: object) -> str | None:
-    """The name of a symbolic dimension, None for a fixed or an unnamed one."""
-    value = getattr(dim, "value", None)
-    return str(value) if isinstance(value, str) and value else None
 
 
 def resolve_shape(
@@ -85,6 +83,29 @@ def _index_bound(value: ir.Value, depth: int = 0) -> int | None:
     return bound
 
 
+# Comparisons whose constant operand says which values an integer input is meant to take.
+_COMPARISONS = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"}
+
+
+def compared_constants(value: ir.Value, depth: int = 0) -> list[int]:
+    """The constant scalars ``value`` is compared against, in graph order (first use first)."""
+    found: list[int] = []
+    for node, idx in value.uses():
+        if node.domain not in ("", "ai.onnx"):
+            continue
+        if node.op_type in _COMPARISONS and len(node.inputs) == 2:
+            const = const_array(node.inputs[1 - idx])
+            if const is not None and const.size == 1 and np.issubdtype(const.dtype, np.number):
+                c = const.reshape(()).item()
+                if float(c).is_integer() and int(c) not in found:
+                    found.append(int(c))
+        elif node.op_type in _PASS_THROUGH and idx == 0 and depth < 4:
+            for c in compared_constants(node.outputs[0], depth + 1):
+                if c not in found:
+                    found.append(c)
+    return found
+
+
 def generate_inputs(
     model: ir.Model,
     *,
@@ -107,8 +128,17 @@ def generate_inputs(
         if dtype == np.bool_:
             arr = rng.random(shape) > 0.5
         elif np.issubdtype(dtype, np.integer):
-            high = _index_bound(value) or 2
-            arr = rng.integers(0, max(high, 1), size=shape).astype(dtype)
+            info = np.iinfo(dtype)
+            constants = [
+                c
+                for c in (compared_constants(value) if int(np.prod(shape)) == 1 else [])
+                if info.min <= c <= info.max
+            ]
+            if constants:
+                arr = np.full(shape, constants[0], dtype=dtype)
+            else:
+                high = _index_bound(value) or 2
+                arr = rng.integers(0, max(high, 1), size=shape).astype(dtype)
         elif dtype in (np.float32, np.float64):
             arr = rng.standard_normal(shape, dtype=dtype)
         elif np.issubdtype(dtype, np.floating):

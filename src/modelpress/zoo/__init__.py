@@ -22,7 +22,7 @@ import numpy as np
 from modelpress.errors import OptionError
 from modelpress.ir import save
 from modelpress.zoo.control_flow import build_proto
-from modelpress.zoo.digits import DigitsData, accuracy, digits_data
+from modelpress.zoo.digits import DigitsData, digits_data
 
 # Bump when a builder changes, so files built by an older version are rebuilt rather than reused.
 ZOO_VERSION = 1
@@ -226,7 +226,6 @@ __all__ = [
     "REGISTRY",
     "DigitsData",
     "ZooModel",
-    "accuracy",
     "build",
     "build_torch",
     "digits_data",

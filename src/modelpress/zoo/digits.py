@@ -105,7 +105,3 @@ def train_classifier(module, *, epochs: int, lr: float, seed: int, batch_size: i
         torch.set_num_threads(threads)
     module.eval()
     return module
-
-
-def accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
-    return float((np.asarray(logits).argmax(axis=1) == labels).mean())

@@ -217,6 +217,7 @@ def test_cli_compress_then_run(tmp_path, rng, capsys):
                 "1",
                 "--bits",
                 "4",
+                "--keep-anyway",  # a random CNN at 4 bits after one step: outside the budget
             ]
         )
         == 0

@@ -21,8 +21,8 @@ from train_models import (
 )
 
 from modelpress.compress.prune import importance, surgery
-from modelpress.compress.prune.analyzer import Refuse
-from modelpress.compress.prune.depgraph import Track, analyze, param, probe_shapes
+from modelpress.compress.prune.analyzer import Refuse, analyze
+from modelpress.compress.prune.depgraph import Track, param, probe_shapes
 from modelpress.compress.prune.rules import regroup
 from modelpress.compress.prune.structured import choose
 from modelpress.ir import to_proto

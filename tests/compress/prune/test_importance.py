@@ -8,7 +8,8 @@ import pytest
 from train_models import depthwise_cnn, image_batch, residual_cnn
 
 from modelpress.compress.prune import importance
-from modelpress.compress.prune.depgraph import analyze, probe_shapes
+from modelpress.compress.prune.analyzer import analyze
+from modelpress.compress.prune.depgraph import probe_shapes
 from modelpress.errors import OptionError
 from modelpress.ir.graph import copy_model
 from modelpress.ir.match import const_array, values_by_name

@@ -107,7 +107,17 @@ def test_cli_prune_and_bad_data(tmp_path, rng, capsys):
             str(tmp_path / "r.json"),
         ]
     )
-    assert code == 0 and out.exists()
+    # half of a random CNN's channels gone and 2 steps: far outside the default budget, refused
+    assert code == 1 and not out.exists()
+    assert "--keep-anyway" in capsys.readouterr().err
+    record = __import__("json").loads((tmp_path / "r.json").read_text())["result"]
+    assert record["written"] is None and record["budget"]["failures"]
+    argv = [
+        "prune", str(tmp_path / "m.onnx"), "-o", str(out), "--data", str(tmp_path / "d.npz"),
+        "--labels-key", "y", "--ratio", "0.5", "--steps", "2", "--no-latency",
+    ]  # fmt: skip
+    assert main([*argv, "--keep-anyway", "--json", str(tmp_path / "r.json")]) == 0
+    assert out.exists()
     assert load(out).graph.initializers and (tmp_path / "r.json").exists()
     # bad data: one error line, exit 1, nothing written
     bad = tmp_path / "bad.npz"

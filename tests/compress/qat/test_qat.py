@@ -34,12 +34,12 @@ def test_qat_mode_writes_static_structure(rng):
     model = residual_cnn()
     cal = _calib(rng)
     static = quantize(
-        model, mode="static", calibration=cal, target_cpu="vnni", gptq=False, bias_correction=False
+        model, mode="static", data=cal, target_cpu="vnni", gptq=False, bias_correction=False
     )
     qat = quantize(
         model,
         mode="qat",
-        calibration=cal,
+        data=cal,
         target_cpu="vnni",
         train=TrainConfig(steps=3, batch_size=8, lr=1e-3, val_fraction=0),
     )
@@ -54,7 +54,7 @@ def test_export_matches_fake_quantized_module(rng):
     model = residual_cnn()
     cal = _calib(rng)
     static = quantize(
-        model, mode="static", calibration=cal, target_cpu="vnni", gptq=False, bias_correction=False
+        model, mode="static", data=cal, target_cpu="vnni", gptq=False, bias_correction=False
     )
     tg = TrainingGraph(static.model)
     module = tg.module()

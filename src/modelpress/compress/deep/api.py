@@ -38,12 +38,12 @@ from modelpress.compress.deep import half, kmeans, mpz
 from modelpress.compress.prune import unstructured as unstr
 from modelpress.compress.train import TrainConfig, TrainData, TrainResult
 from modelpress.compress.train.finetune import finetune
-from modelpress.compress.train.metrics import Comparison, compare
 from modelpress.errors import OptionError
 from modelpress.ir.feeds import as_model
 from modelpress.ir.graph import copy_model
 from modelpress.ir.io import model_bytes
 from modelpress.passes.optimize import optimize
+from modelpress.verify.metrics import Comparison, compare
 
 Progress = Callable[[str, int, int, float | None], None]
 DEFAULT_TRAINING = TrainConfig(epochs=2, lr=1e-3)
@@ -131,20 +131,27 @@ def deep_compress(
     if not masks:
         raise OptionError("the model has no Conv, Gemm or MatMul weights to compress")
     unstr.apply_masks(current, masks)
-    if config:
-        current, tr = finetune(
-            current,
+
+    def tune(model: ir.Model, stage: str, prepare, train_config) -> ir.Model:
+        """Retrain ``model`` on the training part, the original as teacher."""
+        tuned, tr = finetune(
+            model,
             train_part,
             teacher=original,
-            config=config,
+            config=train_config,
             soft=soft,
             alpha=alpha,
             temperature=temperature,
             held_out=held,
-            prepare=lambda m: unstr.mask_module(m, masks),
-            progress=stage_progress("retraining the pruned model"),
+            prepare=prepare,
+            progress=stage_progress(stage),
         )
         result_training.append(tr)
+        return tuned
+
+    if config:
+        masked = lambda m: unstr.mask_module(m, masks)  # noqa: E731  (the zeros held)
+        current = tune(current, "retraining the pruned model", masked, config)
     if optimize_graph:
         current = optimize(current, level=2).model
         # folding scales a weight's output channels (under new names): its zeros stay where they were
@@ -172,19 +179,8 @@ def deep_compress(
         half.half_module(module, side)
 
     if config:
-        current, tr = finetune(
-            current,
-            train_part,
-            teacher=original,
-            config=replace(config, lr=config.lr * CODEBOOK_LR),
-            soft=soft,
-            alpha=alpha,
-            temperature=temperature,
-            held_out=held,
-            prepare=prepare_shared,
-            progress=stage_progress("retraining the codebooks"),
-        )
-        result_training.append(tr)
+        codebook_config = replace(config, lr=config.lr * CODEBOOK_LR)
+        current = tune(current, "retraining the codebooks", prepare_shared, codebook_config)
         _round_half(current, side)  # the values the forward pass used; exact in float16
     tensors = []
     for name, (codebook, codes, mask) in layers.items():

@@ -9,12 +9,7 @@ labels (``alpha`` weighs them), plus the mean squared error between matched inte
 (``features``: transformer hidden states, or a CNN's stage outputs; see ``features.py``). The
 result is checked against the teacher on the held-out samples.
 
-Distillation needs more steps than fine-tuning, and a teacher better than the student can become
-by itself (``benchmarks/results/train.md``: digits CNNs, 0.5-width students, 10 paired seeds).
-After 3 epochs the distilled student trails the same student on labels alone, as the softened
-targets teach more slowly; after 10 epochs from converged teachers it is ahead by 0.27 to 0.67
-points (a tie for the width-reduced resnet-digits), while from the zoo's 4-epoch teachers, below
-what the student reaches on the labels, it trails. Hence the default of 10 epochs.
+The default of 10 epochs, and why, is in ``docs/defaults.md``.
 """
 
 from __future__ import annotations
@@ -33,10 +28,10 @@ from modelpress.compress.train import TrainConfig, TrainData, TrainResult, build
 from modelpress.compress.train import module as modules
 from modelpress.compress.train.batchnorm import recalibrate
 from modelpress.compress.train.loop import to_tensors
-from modelpress.compress.train.metrics import Comparison, compare
 from modelpress.errors import InputError, OptionError
 from modelpress.ir.feeds import as_model
 from modelpress.ir.io import model_bytes
+from modelpress.verify.metrics import Comparison, compare
 
 Progress = Callable[[str, int, int, float | None], None]
 DEFAULT_TRAINING = TrainConfig(epochs=10, lr=3e-3)

@@ -1,4 +1,4 @@
-"""The walk of the dependency analysis: the rule registry, the helpers rules call, and the
+"""The walk of the dependency analysis: the helpers rules call (the registry is ``registry.py``), and the
 grouping of coupled values (see ``depgraph.py`` for the model, ``rules.py`` for each op's rule).
 
 A rule reads its node's inputs' tracks and concrete shapes, gives its outputs tracks, joins units
@@ -9,28 +9,15 @@ tracked inputs is then blocked (kept), which is always safe. Ops without a rule 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterable
 
 import onnx_ir as ir
 
+from modelpress.compress.prune import rules  # noqa: F401  (registers the op rules)
 from modelpress.compress.prune.depgraph import DepGraph, Edit, Group, Slice, Track, param
+from modelpress.compress.prune.registry import RULES, Refuse
 
-
-class Refuse(Exception):
-    """The rule cannot follow its tracked inputs; they are blocked."""
-
-
-RULES: dict[str, Callable[[Analyzer, ir.Node], None]] = {}
 SOURCES = {"Conv", "ConvTranspose", "Gemm", "MatMul"}
-
-
-def rule(*ops: str):
-    def register(fn):
-        for op in ops:
-            RULES[op] = fn
-        return fn
-
-    return register
 
 
 class Analyzer:
@@ -216,3 +203,13 @@ class _Sets:
         ra, rb = self.find(a), self.find(b)
         if ra != rb:
             self.p[ra] = rb
+
+
+def analyze(
+    model: ir.Model, shapes: dict[str, tuple[int, ...]], *, keep: Iterable[str] = ()
+) -> DepGraph:
+    """The dependency graph of ``model`` with every value's concrete shape in ``shapes``.
+
+    ``keep``: node names whose weights must stay whole (their components are blocked).
+    """
+    return Analyzer(model, shapes).run(set(keep))

@@ -29,13 +29,13 @@ from modelpress.compress.prune.importance import METHODS, taylor_terms
 from modelpress.compress.train import TrainConfig, TrainData, TrainResult
 from modelpress.compress.train.batchnorm import recalibrate
 from modelpress.compress.train.finetune import finetune
-from modelpress.compress.train.metrics import Comparison, compare
 from modelpress.errors import InputError, OptionError
 from modelpress.ir.feeds import as_model
 from modelpress.ir.graph import copy_model
 from modelpress.ir.io import model_bytes
 from modelpress.runtime.ort import session
 from modelpress.verify import generate_inputs
+from modelpress.verify.metrics import Comparison, compare
 
 # stage, step, total, loss
 Progress = Callable[[str, int, int, float | None], None]
@@ -172,6 +172,25 @@ def prune(
         seconds=0.0,
     )
     current = original
+
+    def tune(model: ir.Model, stage: str, prepare=None) -> ir.Model:
+        """Fine-tune ``model`` on the training part, the original as teacher (the one way every
+        pruning stage trains); its training result joins the result's."""
+        tuned, tr = finetune(
+            model,
+            train_part,
+            teacher=original,
+            config=config,
+            soft=soft,
+            alpha=alpha,
+            temperature=temperature,
+            held_out=held,
+            prepare=prepare,
+            progress=_training_progress(progress, stage),
+        )
+        result.training.append(tr)
+        return tuned
+
     if structured_mode:
         r = ratio if ratio is not None else 0.0
         hr = head_ratio
@@ -209,18 +228,7 @@ def prune(
             if recalibrate_bn and train_part is not None:
                 recalibrate(current, train_part)
             if config:
-                current, tr = finetune(
-                    current,
-                    train_part,
-                    teacher=original,
-                    config=config,
-                    soft=soft,
-                    alpha=alpha,
-                    temperature=temperature,
-                    held_out=held,
-                    progress=_training_progress(progress, f"fine-tuning {i}/{steps}"),
-                )
-                result.training.append(tr)
+                current = tune(current, f"fine-tuning {i}/{steps}")
         if importance == "activation" and dataset is None:
             result.notes.append(
                 "activation importance was measured on generated inputs: give data for scores that follow real inputs"
@@ -240,19 +248,7 @@ def prune(
                 f"{len(dense)} weight(s) stay dense: their reduction length is not a multiple of 4 ({', '.join(dense[:3])}{'...' if len(dense) > 3 else ''})"
             )
         if config:
-            current, tr = finetune(
-                current,
-                train_part,
-                teacher=original,
-                config=config,
-                soft=soft,
-                alpha=alpha,
-                temperature=temperature,
-                held_out=held,
-                prepare=lambda m: unstr.mask_module(m, masks),
-                progress=_training_progress(progress, "fine-tuning"),
-            )
-            result.training.append(tr)
+            current = tune(current, "fine-tuning", lambda m: unstr.mask_module(m, masks))
         result.sparsity = unstr.sparsity_of(current)
         current.metadata_props[METADATA_KEY] = json.dumps(
             {

@@ -218,16 +218,3 @@ def param(value: ir.Value | None) -> np.ndarray | None:
     if array is None and value.producer() is not None and value.producer().op_type == "Identity":
         array = const_array(value.producer().inputs[0])
     return array
-
-
-def analyze(
-    model: ir.Model, shapes: dict[str, tuple[int, ...]], *, keep: Iterable[str] = ()
-) -> DepGraph:
-    """The dependency graph of ``model`` with every value's concrete shape in ``shapes``.
-
-    ``keep``: node names whose weights must stay whole (their components are blocked).
-    """
-    from modelpress.compress.prune import rules  # noqa: F401  (registers the op rules)
-    from modelpress.compress.prune.analyzer import Analyzer
-
-    return Analyzer(model, shapes).run(set(keep))

@@ -9,11 +9,15 @@ tracked inputs is then blocked (kept), which is always safe. Ops without a rule 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.compress.prune.analyzer import Analyzer, Refuse, rule
+from modelpress.compress.prune.registry import Refuse, rule
+
+if TYPE_CHECKING:
+    from modelpress.compress.prune.analyzer import Analyzer
 from modelpress.compress.prune.depgraph import SMALL_INTS, Track, param
 from modelpress.ir.match import const_array, ints_arg, slice_params
 

@@ -25,7 +25,8 @@ import onnx_ir as ir
 from modelpress.compress.prune import calibration as calib
 from modelpress.compress.prune import importance as imp
 from modelpress.compress.prune import surgery
-from modelpress.compress.prune.depgraph import DepGraph, analyze, probe_shapes
+from modelpress.compress.prune.analyzer import analyze
+from modelpress.compress.prune.depgraph import DepGraph, probe_shapes
 from modelpress.compress.prune.refit import obs_scores
 from modelpress.compress.prune.refit import refit as refit_readers
 from modelpress.errors import OptionError

@@ -27,7 +27,7 @@ from modelpress.compress.quantize.check import Check, check
 from modelpress.compress.quantize.modes import Built, Options, get_mode
 from modelpress.compress.quantize.observers import get_observer
 from modelpress.compress.quantize.rewrites import name_nodes
-from modelpress.errors import InputError, OptionError
+from modelpress.errors import InputError, OptionError, renamed
 from modelpress.ir import from_proto, load, model_bytes
 from modelpress.ir.graph import copy_model
 from modelpress.ir.match import const_array
@@ -36,6 +36,7 @@ from modelpress.ir.shapes import with_types
 from modelpress.passes import optimize as run_optimizer
 from modelpress.runtime.cpu import TARGET_METADATA_KEY, resolve_target
 from modelpress.verify.inputs import generate_inputs
+from modelpress.verify.metrics import top1_hits
 
 Metric = Callable[[sensitivity.Runner], float]
 # The oldest opset int8 needs: DequantizeLinear's axis (per-channel scales) came in 13,
@@ -112,7 +113,7 @@ def accuracy_metric(cal: CalibrationSet, model: ir.Model) -> Metric:
                     f"{cal.name}: no labels for the accuracy budget (set the labels key)"
                 )
             out = next(iter(run(batch.feeds).values()))
-            hits += int((np.asarray(out).argmax(axis=-1) == batch.labels).sum())
+            hits += top1_hits(out, batch.labels)
             total += len(batch.labels)
         return hits / max(total, 1)
 
@@ -123,7 +124,7 @@ def quantize(
     model,
     *,
     mode: str = "static",
-    calibration=None,
+    data=None,
     method: str = "minmax",
     per_channel: bool = True,
     bits: int = 8,
@@ -138,7 +139,7 @@ def quantize(
     metric: Metric | None = None,
     labels_key: str | None = None,
     batch_size: int = 16,
-    calibration_limit: int | None = None,
+    limit: int | None = None,
     image: ImagePreprocess | None = None,
     optimize: bool = True,
     report_layers: bool = True,
@@ -147,12 +148,15 @@ def quantize(
     check_latency: bool = False,
     train=None,
     progress: Progress | None = None,
+    calibration=None,
+    calibration_limit: int | None = None,
 ) -> QuantizeResult:
     """Quantize ``model`` (an ``onnx_ir.Model``, path or ``ModelProto``; not modified).
 
     ``mode``: a registered mode (static | dynamic | weight-only | fp16 | bf16, ...).
-    ``calibration``: an .npz path, a directory of .npz files or images (with ``image``), or an
-    iterable of input dicts; required for static, used by dynamic and static on attention-like
+    ``data``: the calibration samples: an .npz path, a folder of .npz files or images (with
+    ``image``), or an iterable of input dicts (``limit``: the samples read; ``calibration`` and
+    ``calibration_limit`` are their old names); required for static, used by dynamic and static on attention-like
     graphs (outlier smoothing, ``smooth``) and by every mode for the error report, the check and
     the accuracy budget. ``max_accuracy_drop`` with ``metric`` (a function of a runner
     ``feeds → outputs`` returning a score, higher is better) or ``labels_key`` (labels in the
@@ -203,13 +207,15 @@ def quantize(
             work = with_types(work)
     name_nodes(work)
     cal = None
-    if calibration is not None:
+    data = renamed(data, calibration, new="data", old="calibration")
+    limit = renamed(limit, calibration_limit, new="limit", old="calibration_limit")
+    if data is not None:
         cal = CalibrationSet.from_source(
-            calibration,
+            data,
             batch_size=batch_size,
             labels_key=labels_key,
             image=image,
-            limit=calibration_limit,
+            limit=limit,
         )
     prepared = mode_obj.prepare(work, cal, opt, progress)
     candidates = prepared.candidates

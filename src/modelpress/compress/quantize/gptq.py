@@ -10,8 +10,8 @@ sum of errors smaller than rounding each row to nearest (RTN).
 Two uses: 4-bit blocks (weight-only mode, ``weight_only.gptq_quantize``) and int8 weights (static
 mode, and weight-only int8 with calibration data: ``round_layers``, one fixed symmetric scale per
 output channel, the grid ONNX Runtime's int8 kernels use). A convolution is a product too: ``X``
-is then the matrix of its input patches (im2col, ``InputHessian``), one per group (measured
-gains: ``benchmarks/results/quantize_unseen.md``).
+is then the matrix of its input patches (im2col, ``InputHessian``), one per group (what it gains,
+measured: ``docs/defaults.md``).
 
 Rules:
 - ``H`` is accumulated over calibration batches (``HessianObserver``, ``InputHessian``: fixed

@@ -24,6 +24,7 @@ import onnx_ir as ir
 from modelpress.ir.graph import copy_model
 from modelpress.ir.match import values_by_name
 from modelpress.runtime.ort import session
+from modelpress.verify.metrics import relative_error, sqnr_db
 
 Runner = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 
@@ -119,12 +120,7 @@ def layer_errors(
     out = {}
     for layer in pairs:
         s, e = sig[layer], err[layer]
-        # (an infinite or NaN error: a constant out of a 16-bit type's range, say)
-        if e == 0:
-            sqnr = math.inf
-        else:
-            sqnr = 10 * math.log10(s / e) if s > 0 and math.isfinite(e) else -math.inf
-        out[layer] = (sqnr, math.sqrt(e / s) if s > 0 else (0.0 if e == 0 else math.inf))
+        out[layer] = (sqnr_db(s, e), relative_error(s, e))
     return out
 
 

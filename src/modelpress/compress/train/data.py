@@ -1,16 +1,12 @@
 """Training data: where it comes from, checked against the model once, then shuffled into batches.
 
-Sources (``TrainData.load``):
-- an ``.npz`` file whose arrays are named after the model's inputs, samples along axis 0; the array
-  named by ``labels_key`` holds the labels (class indices, or float targets);
-- a dict of arrays, read the same way (the in-memory form of an ``.npz``);
-- a folder of images in class subfolders (``train/cat/1.png``, ``train/dog/2.png``): the class is
-  the subfolder's index in sorted order; a flat folder of images has no labels. Images go through
-  an ``ImagePreprocess``: the one given, else one read off the model's image input (its height,
-  width, channel count and layout; pixels scaled to 0..1);
-- a Python iterable of batches: dicts of arrays (labels under ``labels_key``) or
-  ``(inputs, labels)`` pairs; batches whose shapes agree beyond axis 0 are joined into one pool of
-  samples, otherwise each keeps its own shape (text of varying length) and is shuffled within.
+Sources (``TrainData.load``): whatever ``runtime.samples.open_samples`` reads (an ``.npz`` or a
+dict of arrays, samples along axis 0; a folder of ``.npz`` batches, of images or audio files in
+class subfolders, where the class is the subfolder's index in sorted order, or flat without
+labels; a ``.jsonl`` of texts; an iterable of batches: dicts of arrays or ``(inputs, labels)``
+pairs), raw files through the declared pre-processing that ``run`` and ``serve`` apply. Batches
+whose shapes agree beyond axis 0 are joined into one pool of samples, otherwise each keeps its own
+shape (text of varying length) and is shuffled within.
 
 The data is held in memory as *chunks*: groups of samples of one shape. Every chunk is checked
 against the model's inputs (names, dtypes, ranks, fixed sizes) and for NaN/inf before any training;
@@ -20,19 +16,15 @@ mismatch is one ``InputError`` naming the source.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.compress.quantize import ImagePreprocess
 from modelpress.errors import InputError, OptionError
-from modelpress.ir.feeds import check_feeds, load_npz
-
-IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".pgm", ".ppm"}
+from modelpress.ir.feeds import check_feeds
+from modelpress.runtime.samples import Batch, open_samples
 
 
 @dataclass
@@ -50,12 +42,6 @@ class Chunk:
             {k: v[index] for k, v in self.inputs.items()},
             None if self.labels is None else self.labels[index],
         )
-
-
-@dataclass
-class Batch:
-    feeds: dict[str, np.ndarray]
-    labels: np.ndarray | None = None
 
 
 @dataclass
@@ -90,18 +76,18 @@ class TrainData:
         """
         if isinstance(source, TrainData):
             data = source
-        elif isinstance(source, (str, os.PathLike)):
-            data = _from_path(Path(source), model, labels_key=labels_key, image=image)
-        elif isinstance(source, dict):
-            data = _from_arrays(dict(source), labels_key, "training data")
-        elif isinstance(source, Iterable) or callable(source):
-            items = source() if callable(source) else source
-            data = _from_batches(items, labels_key)
         else:
-            raise OptionError(
-                f"training data of type {type(source).__name__}: pass an .npz path, an image folder, "
-                "a dict of arrays or an iterable of batches"
+            samples = open_samples(
+                source, batch_size=None, labels_key=labels_key, pre=image, name="training data"
             )
+            chunks = []
+            for i, batch in enumerate(samples.batches(model)):
+                if not batch.feeds or any(v.ndim == 0 for v in batch.feeds.values()):
+                    raise InputError(
+                        f"{samples.name} (batch {i}): every input array needs samples on axis 0"
+                    )
+                chunks.append(Chunk(batch.feeds, batch.labels))
+            data = TrainData(_join(chunks), samples.name, samples.classes)
         if limit is not None:
             data = data.head(limit)
         data.check(model)
@@ -195,54 +181,6 @@ class TrainData:
         return {k: v[: max(1, min(n, len(c)))] for k, v in c.inputs.items()}
 
 
-def _split_labels(
-    arrays: dict[str, np.ndarray], labels_key: str | None, source: str
-) -> np.ndarray | None:
-    if labels_key is None:
-        return None
-    if labels_key not in arrays:
-        raise InputError(
-            f"{source}: no array named {labels_key!r} (the labels key); arrays: {', '.join(arrays) or 'none'}"
-        )
-    return np.asarray(arrays.pop(labels_key))
-
-
-def _from_arrays(arrays: dict, labels_key: str | None, name: str) -> TrainData:
-    arrays = {k: np.asarray(v) for k, v in arrays.items()}
-    labels = _split_labels(arrays, labels_key, name)
-    if not arrays:
-        raise InputError(f"{name}: the training set is empty (no input arrays)")
-    if any(v.ndim == 0 for v in arrays.values()):
-        raise InputError(f"{name}: every input array needs samples on axis 0")
-    return TrainData([Chunk(arrays, labels)], name)
-
-
-def _from_batches(items: Iterable, labels_key: str | None) -> TrainData:
-    chunks: list[Chunk] = []
-    for i, item in enumerate(items):
-        if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], dict):
-            feeds = {k: np.asarray(v) for k, v in item[0].items()}
-            labels = None if item[1] is None else np.asarray(item[1])
-        elif isinstance(item, dict):
-            feeds = {k: np.asarray(v) for k, v in item.items()}
-            labels = (
-                _split_labels(feeds, labels_key, f"training data (batch {i})")
-                if labels_key
-                else None
-            )
-        else:
-            raise InputError(
-                f"training data (batch {i}): expected a dict of input arrays or an (inputs, labels) pair, "
-                f"got {type(item).__name__}"
-            )
-        if not feeds or any(v.ndim == 0 for v in feeds.values()):
-            raise InputError(
-                f"training data (batch {i}): every input array needs samples on axis 0"
-            )
-        chunks.append(Chunk(feeds, labels))
-    return TrainData(_join(chunks), "training data")
-
-
 def _join(chunks: list[Chunk]) -> list[Chunk]:
     """Batches of one shape become one pool of samples (shuffled across batches)."""
     if len(chunks) < 2:
@@ -259,84 +197,3 @@ def _join(chunks: list[Chunk]) -> list[Chunk]:
     inputs = {k: np.concatenate([c.inputs[k] for c in chunks]) for k in chunks[0].inputs}
     labels = None if chunks[0].labels is None else np.concatenate([c.labels for c in chunks])
     return [Chunk(inputs, labels)]
-
-
-def _from_path(path: Path, model: ir.Model, *, labels_key: str | None, image) -> TrainData:
-    if not path.exists():
-        raise InputError(f"{path}: no such file or directory")
-    if path.is_file():
-        if path.suffix != ".npz":
-            raise InputError(f"{path}: training data must be an .npz file or a folder of images")
-        data = _from_arrays(load_npz(path), labels_key, str(path))
-        return data
-    return _from_image_folder(path, model, image)
-
-
-def _image_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
-
-
-def _from_image_folder(path: Path, model: ir.Model, image) -> TrainData:
-    classes = sorted(p.name for p in path.iterdir() if p.is_dir() and not p.name.startswith("."))
-    files: list[tuple[Path, int | None]] = []
-    if classes:
-        for k, name in enumerate(classes):
-            files += [(f, k) for f in _image_files(path / name)]
-    else:
-        files = [(f, None) for f in _image_files(path)]
-    if not files:
-        raise InputError(
-            f"{path}: the training set is empty (no image files, nor class subfolders with images)"
-        )
-    try:
-        import PIL  # noqa: F401
-    except ImportError:
-        raise OptionError(
-            f"{path}: reading images needs Pillow (`pip install pillow`); or convert them to an .npz"
-        ) from None
-    input_value = _single_input(model, path)
-    prep = image or default_preprocess(input_value, path)
-    arrays = []
-    for f, _ in files:
-        try:
-            arrays.append(prep.apply(f))
-        except OSError as exc:
-            raise InputError(
-                f"{f}: cannot read the image: {str(exc).splitlines()[0][:200]}"
-            ) from None
-    if len({a.shape for a in arrays}) > 1:
-        raise InputError(
-            f"{path}: images differ in size after pre-processing; declare a resize or crop"
-        )
-    x = np.stack(arrays).astype(
-        np.dtype(input_value.dtype.numpy()) if input_value.dtype else np.float32
-    )
-    labels = np.array([k for _, k in files], dtype=np.int64) if classes else None
-    return TrainData([Chunk({input_value.name: x}, labels)], str(path), classes)
-
-
-def _single_input(model: ir.Model, path: Path) -> ir.Value:
-    inputs = [v for v in model.graph.inputs if v.name not in model.graph.initializers]
-    if len(inputs) != 1:
-        raise InputError(
-            f"{path}: a folder of images feeds a model with one input; this one has {len(inputs)} "
-            f"({', '.join(v.name for v in inputs)})"
-        )
-    return inputs[0]
-
-
-def default_preprocess(value: ir.Value, source: Path):
-    """The pre-processing an image input's shape declares: ``(N, C, H, W)`` or ``(N, H, W, C)``
-    with C of 1 or 3 and fixed H and W; pixels scaled to 0..1, no normalisation."""
-
-    dims = list(value.shape) if value.shape is not None else []
-    if len(dims) == 4 and dims[1] in (1, 3) and all(isinstance(d, int) for d in dims[2:]):
-        layout, c, hw = "NCHW", dims[1], (dims[2], dims[3])
-    elif len(dims) == 4 and dims[3] in (1, 3) and all(isinstance(d, int) for d in dims[1:3]):
-        layout, c, hw = "NHWC", dims[3], (dims[1], dims[2])
-    else:
-        raise OptionError(
-            f"{source}: input {value.name!r} (shape {dims}) does not declare an image size; "
-            "give the pre-processing (ImagePreprocess: size, mean, std, layout)"
-        )
-    return ImagePreprocess(size=hw, layout=layout, mode="L" if c == 1 else "RGB")

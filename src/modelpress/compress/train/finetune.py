@@ -4,6 +4,14 @@ The common path of every method that trains: build the trainable module (``prepa
 reparametrize its weights: masks, shared codebooks, fake quantization), choose the objective
 (labels → hard loss; ``teacher`` → soft loss on its outputs; both → their mix), run ``fit``, and
 write the trained weights back into the model.
+
+The loop keeps the weights of its best held-out loss, but that loss is measured in PyTorch on the
+training objective. What counts is the model as it will run: both the model before training and
+the trained one are run with ONNX Runtime on the held-out samples (``metrics.compare`` against
+the teacher, else against the model before training) and judged by the budget's measure
+(``budget.score``). When training made it worse, the model before training is returned and the
+result says so (``fell_back``): on real data a learning rate or a soft loss that does not suit
+the model must not hand back a model worse than no training.
 """
 
 from __future__ import annotations
@@ -14,9 +22,11 @@ import onnx_ir as ir
 from torch import nn
 
 from modelpress.compress.train import module as modules
+from modelpress.compress.train.budget import score
 from modelpress.compress.train.data import TrainData
 from modelpress.compress.train.loop import Progress, TrainConfig, TrainResult, fit
 from modelpress.compress.train.objective import build_objective
+from modelpress.verify.metrics import compare
 
 
 def finetune(
@@ -39,6 +49,8 @@ def finetune(
     all of the module's); ``after_step(module)`` runs after every optimizer step. ``held_out``: the
     samples for early stopping (default: ``config.val_fraction`` of ``data``).
     """
+    if held_out is None:
+        data, held_out = data.split(config.val_fraction, seed=config.seed)
     student = modules.trainable(model)
     params = prepare(student) if prepare is not None else None
     frozen = modules.teacher(teacher) if teacher is not None else None
@@ -61,4 +73,14 @@ def finetune(
         after_step=hook,
         progress=progress,
     )
-    return modules.export(student, model), result
+    trained = modules.export(student, model)
+    if held_out is None or result.steps == 0:
+        return trained, result
+    reference = teacher if teacher is not None else model
+    before = score(compare(reference, model, held_out))
+    after = score(compare(reference, trained, held_out))
+    result.score_before, result.score_after = before, after
+    if before is not None and after is not None and after < before:
+        result.fell_back = True
+        return model, result
+    return trained, result

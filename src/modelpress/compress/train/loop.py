@@ -86,6 +86,11 @@ class TrainResult:
     stopped_early: bool = False
     first_loss: float | None = None  # the held-out (else train) loss before any step
     final_loss: float | None = None  # the held-out (else train) loss of the weights kept
+    # the budget's measure as deployed (ONNX Runtime, held out) before and after training, and
+    # whether the model before training was kept because training made it worse (``finetune``)
+    score_before: float | None = None
+    score_after: float | None = None
+    fell_back: bool = False
 
     def to_dict(self) -> dict:
         return {
@@ -97,6 +102,9 @@ class TrainResult:
             "final_loss": self.final_loss,
             "best_step": self.best_step,
             "stopped_early": self.stopped_early,
+            "score_before": self.score_before,
+            "score_after": self.score_after,
+            "fell_back": self.fell_back,
             "curve": self.curve,
             "val": self.val,
         }

@@ -29,29 +29,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from modelpress.errors import InputError, OptionError
+from modelpress.verify.metrics import output_is_logits
 
 SOFT_LOSSES = ("auto", "kl", "mse", "cosine")
-
-
-def output_is_logits(model: ir.Model, index: int = 0) -> bool:
-    """True when output ``index`` is 2-D class scores: made by Gemm, or MatMul plus a bias."""
-    value = model.graph.outputs[index]
-    if value.shape is not None and len(value.shape) != 2:
-        return False
-    node = value.producer()
-    hops = 0
-    while (
-        node is not None and node.op_type in ("Add", "Identity", "Flatten", "Reshape") and hops < 3
-    ):
-        # a bias Add or a reshape after the product; follow the non-constant operand
-        nxt = [
-            v
-            for v in node.inputs
-            if v is not None and v.const_value is None and v.producer() is not None
-        ]
-        node = nxt[0].producer() if nxt else None
-        hops += 1
-    return node is not None and node.op_type in ("Gemm", "MatMul")
 
 
 def _soft(kind: str, s: torch.Tensor, t: torch.Tensor, temperature: float) -> torch.Tensor:

@@ -119,7 +119,7 @@ class Journal:
         ):
             raise InputError(
                 f"{self.path}: left by a run with another model, data or output format; "
-                "remove it, or pass --restart to start over"
+                "remove it, or pass `restart` to start over"
             )
         if header is None or restart or header[1].get("fingerprint") != self.fingerprint:
             os.ftruncate(self._fd, 0)

@@ -13,6 +13,7 @@ only here.
 from __future__ import annotations
 
 import logging
+import math
 import pickle
 import time
 from pathlib import Path
@@ -93,6 +94,26 @@ class _Model:
         }
 
 
+def cpu_shares(cpus: int, actors: int) -> tuple[float, float]:
+    """The CPUs each model actor and each pre-processing task reserve on a cluster of ``cpus``.
+
+    An actor holds its CPUs for the whole run: ``actors`` of one CPU each on a cluster of
+    ``actors`` CPUs or fewer leave none for pre-processing, whose tasks then never start and the
+    run waits forever. So actors take one CPU each only while at least one stays free; else the
+    cluster is shared in ``actors + 1`` equal parts, one of them for the pre-processing tasks
+    (shares rounded down to 1/100 of a CPU, Ray's precision, so that they always fit).
+    """
+    if actors < cpus:
+        return 1.0, 1.0
+    share = math.floor(100 * cpus / (actors + 1)) / 100
+    if share <= 0:
+        raise OptionError(
+            f"`ray_actors` {actors}: too many model actors for a cluster of {cpus} CPU(s)"
+        )
+    free = math.floor(100 * (cpus - actors * share)) / 100
+    return share, min(1.0, free)
+
+
 def run_on_ray(
     model: bytes,
     processing,
@@ -121,9 +142,7 @@ def run_on_ray(
         except Exception as exc:  # noqa: BLE001 - Ray raises several classes for an unreachable cluster
             msg = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
             raise OptionError(
-                f"--ray {address or ''}: cannot start or reach a Ray cluster ({msg})".replace(
-                    "--ray :", "--ray:"
-                )
+                f"`ray`{' ' + address if address else ''}: cannot start or reach a Ray cluster ({msg})"
             ) from None
     ctx = ray.data.DataContext.get_current()
     ctx.print_on_execution_start = False
@@ -156,12 +175,14 @@ def _execute(
         # the actor pool also keeps Ray from fusing the two stages into one (no overlap).
         cpus = int(ray.cluster_resources().get("CPU", 1))
         pre_tasks = cpus if cpus != n_actors else cpus + 1
+        actor_cpus, task_cpus = cpu_shares(cpus, n_actors)
         ds = ray.data.from_items(rows)
         ds = ds.map_batches(
             _Prepare(processing, is_path),
             batch_size=batch_size,
             batch_format="numpy",
             compute=ray.data.TaskPoolStrategy(size=pre_tasks),
+            num_cpus=task_cpus,
         )
         ds = ds.map_batches(
             _Model,
@@ -174,6 +195,7 @@ def _execute(
             batch_size=batch_size,
             batch_format="numpy",
             compute=ray.data.ActorPoolStrategy(size=n_actors),
+            num_cpus=actor_cpus,
             num_gpus=1 if device.startswith("cuda") else None,
         )
         for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):

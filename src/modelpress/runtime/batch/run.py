@@ -16,12 +16,12 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
-from modelpress.errors import OptionError
+from modelpress.errors import InputError, OptionError
 from modelpress.ir.feeds import as_model, check_feeds
 from modelpress.ir.files import output_dir
 from modelpress.ir.io import model_bytes
@@ -89,27 +89,50 @@ def run_batch(
     restart: bool = False,
     ray: bool | str = False,
     ray_actors: int | None = None,
+    labels_key: str | None = None,
+    rule: BatchRule | Callable[[Callable], BatchRule] | None = None,
+    source_file: str | os.PathLike | None = None,
     progress: Progress | None = None,
 ) -> BatchResult:
-    """Run ``model`` (a path or ``onnx_ir.Model``) on every item of ``data`` into ``output``."""
+    """Run ``model`` (a path or ``onnx_ir.Model``) on every item of ``data`` into ``output``.
+
+    An ``.npz`` may hold labels beside the inputs (the file a training command reads): the array
+    named ``labels_key`` (default: one named ``labels`` that is not an input) is left out.
+    ``rule``: how the model batches (default: read from the graph, ``split.batch_rule``), or a
+    function that decides it given a way to run the model (``rule(run)``, as
+    ``verify.batching.decide_batching`` does), called with the run's own session. ``source_file``:
+    the file ``model`` was opened from (a package), fingerprinted instead of the model's bytes."""
 
     fmt = out.output_format(output)
     refuse_overwrite(output, model, data)
     output_dir(output)
     if batch_size is not None and batch_size < 1:
-        raise OptionError("--batch-size must be at least 1")
+        raise OptionError("`batch_size` must be at least 1")
     n_workers = resolve_workers(workers)
     m = as_model(model)
     processing = Processing.from_model(m)
     kind = processing.pre.kind if processing is not None and processing.pre is not None else None
     source = open_data(data, kind=kind)
+    dropped = ""
+    if isinstance(source, Arrays):
+        source, dropped = _without_labels(source, m, labels_key, data)
     if isinstance(source, Items) and fmt == "npz":
         raise OptionError(f"-o {output}: predictions of {kind} items go to a .jsonl file")
-    rule = batch_rule(m)
+    sess = None
+    if callable(rule) and not isinstance(rule, BatchRule):
+        if ray:
+            rule = rule(None)
+        else:  # decided on the session the run will use: one session, not two
+            sess = Session(
+                m, backend=_backend(backend, n_workers), device=device, place=place, strict=strict
+            )
+            rule = rule(lambda feeds: sess.run(feeds, check=False))
+    rule = rule or batch_rule(m)
     plan = _plan(source, rule, batch_size)
     if isinstance(source, Arrays):
         check_feeds(m, _first(source, plan), source=str(data))
-    fingerprint = _fingerprint(m, model, source, processing, fmt, plan)
+        _refuse_declared_zero(m, source, data)
+    fingerprint = _fingerprint(m, source_file or model, source, processing, fmt, plan)
 
     journal = Journal(output, fingerprint, restart=restart)
     try:
@@ -128,7 +151,7 @@ def run_batch(
         if ray:
             if not isinstance(source, Items):
                 raise OptionError(
-                    "--ray reads a folder of files or a .jsonl of texts; run an .npz without --ray"
+                    "`ray` reads a folder of files or a .jsonl of texts; run an .npz without `ray`"
                 )
             sess_info, timing = run_on_ray(
                 model_bytes(m), processing, source, journal.done,
@@ -141,7 +164,7 @@ def run_batch(
             items = isinstance(source, Items) and n_workers > 0 and len(journal.done) < len(source)
             pool = start_pool(processing, n_workers) if items else None
             try:
-                sess = Session(
+                sess = sess or Session(
                     m,
                     backend=_backend(backend, n_workers),
                     device=device,
@@ -178,7 +201,7 @@ def run_batch(
     return BatchResult(
         output=str(output), items=len(source), written=written, resumed=resumed, errors=errors,
         batch_size=plan.size, batches=timing.batches, workers=0 if ray else n_workers,
-        rule=rule.to_dict(), note=plan.note, device=dev, elapsed_s=timing.elapsed_s,
+        rule=rule.to_dict(), note="; ".join(n for n in (plan.note, dropped) if n), device=dev, elapsed_s=timing.elapsed_s,
         busy_s=timing.busy_s, wait_s=timing.wait_s, emit_s=timing.emit_s,
         warnings=warnings, placement=placement,
     )  # fmt: skip
@@ -255,6 +278,38 @@ def _plan(source: Items | Arrays, rule: BatchRule, asked: int | None) -> _Plan:
         note = f"items run one at a time because {rule.reason}" if asked not in (None, 1) else ""
         return _Plan(True, 1, None, note)
     return _Plan(True, asked or DEFAULT_BATCH, None, "")
+
+
+def _without_labels(source: Arrays, model, labels_key: str | None, data) -> tuple[Arrays, str]:
+    """``source`` without its labels array, and a note saying which was left out."""
+    inputs = {v.name for v in model.graph.inputs}
+    key = labels_key or "labels"
+    if labels_key is not None and key not in source.arrays:
+        raise InputError(
+            f"{data}: no array named {key!r} (the labels key); arrays: {', '.join(source.arrays)}"
+        )
+    if key not in source.arrays or key in inputs:
+        return source, ""
+    arrays = {k: v for k, v in source.arrays.items() if k != key}
+    leading = {a.shape[0] for a in arrays.values() if a.ndim}
+    rows = leading.pop() if len(leading) == 1 and all(a.ndim for a in arrays.values()) else None
+    return replace(source, arrays=arrays, rows=rows), f"array {key!r} left out (labels)"
+
+
+def _refuse_declared_zero(model, source: Arrays, data) -> None:
+    """A dimension declared as 0 takes only empty tensors in ONNX Runtime: say so in one line."""
+    for value in model.graph.inputs:
+        arr = source.arrays.get(value.name)
+        if arr is None or value.shape is None:
+            continue
+        for axis, (dim, got) in enumerate(zip(value.shape, arr.shape)):
+            if isinstance(dim, int) and dim == 0 and got != 0:
+                raise InputError(
+                    f"{data}: input {value.name!r} has size {got} on axis {axis}, where the model "
+                    f"declares 0 (shape {[d if isinstance(d, int) else str(d) for d in value.shape]}): "
+                    "ONNX Runtime accepts only empty tensors there; export the model with a "
+                    "dynamic dimension"
+                )
 
 
 def _first(source: Arrays, plan: _Plan) -> dict[str, np.ndarray]:

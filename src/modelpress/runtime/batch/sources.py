@@ -9,7 +9,6 @@ the row). The fingerprint changes when the items do, so a resumed run refuses ch
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,11 +17,7 @@ import numpy as np
 
 from modelpress.errors import InputError
 from modelpress.ir.feeds import load_npz
-
-EXTENSIONS = {
-    "image": (".png", ".jpg", ".jpeg", ".bmp", ".webp"),
-    "audio": (".wav", ".pcm", ".raw"),
-}
+from modelpress.runtime.samples import SUFFIXES, read_jsonl
 
 
 @dataclass
@@ -69,7 +64,7 @@ def open_data(path: str | os.PathLike, *, kind: str | None) -> Items | Arrays:
             raise InputError(
                 f"{p}: a text model reads a .jsonl file (one text a line), not a folder"
             )
-        return _folder(p, EXTENSIONS[kind])
+        return _folder(p, SUFFIXES[kind])
     if p.suffix.lower() == ".jsonl":
         if kind != "text":
             raise InputError(
@@ -97,34 +92,7 @@ def _folder(root: Path, extensions: tuple[str, ...]) -> Items:
 
 
 def _jsonl(path: Path) -> Items:
-    ids: list[str] = []
-    texts: list[str] = []
-    seen: set[str] = set()
-    try:
-        raw = path.read_bytes()
-        lines = raw.decode("utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: cannot be read as UTF-8 ({type(exc).__name__})") from None
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except ValueError:
-            raise InputError(f"{path}:{number}: not a JSON value") from None
-        if isinstance(value, dict) and isinstance(value.get("text"), str):
-            text, item_id = value["text"], str(value.get("id", number))
-        elif isinstance(value, str):
-            text, item_id = value, str(number)
-        else:
-            raise InputError(f'{path}:{number}: expected a JSON string or an object with "text"')
-        if item_id in seen:
-            raise InputError(f"{path}:{number}: id {item_id!r} appears twice")
-        seen.add(item_id)
-        ids.append(item_id)
-        texts.append(text)
-    if not texts:
-        raise InputError(f"{path}: no texts in the file")
+    ids, texts, _, raw = read_jsonl(path)
     return Items(ids, texts, hashlib.sha256(raw).hexdigest())
 
 

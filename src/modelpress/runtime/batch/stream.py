@@ -55,9 +55,43 @@ class Timing:
 _PROCESSING: Any = None
 
 
-def _init_worker(processing) -> None:
+def _init_worker(processing, owner: int | None = None) -> None:
     global _PROCESSING
     _PROCESSING = processing
+    if owner is not None:
+        die_with(owner)
+
+
+def die_with(owner: int, *, every_s: float = 0.5) -> None:
+    """End this worker process when process ``owner`` (the one that ran ``run``) is gone.
+
+    A worker's parent is the forkserver, not ``owner``: a SIGKILLed run runs no clean-up, and its
+    workers (hundreds of MB each) would live on. On Linux the kernel sends SIGKILL when the parent
+    dies (``prctl(PR_SET_PDEATHSIG)``); everywhere, a daemon thread checks that ``owner`` is alive.
+    """
+    import signal
+    import threading
+
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            pr_set_pdeathsig = 1
+            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL))
+        except (OSError, AttributeError):  # no libc to call: the thread below still works
+            pass
+
+    def watch() -> None:
+        while True:
+            try:
+                os.kill(owner, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except PermissionError:  # alive, under another user (pid reused): keep watching
+                pass
+            time.sleep(every_s)
+
+    threading.Thread(target=watch, name="modelpress-owner-watch", daemon=True).start()
 
 
 def prepare_batch(
@@ -170,7 +204,10 @@ def start_pool(processing, workers: int) -> ProcessPoolExecutor:
     """``workers`` processes holding ``processing``, started now (their start-up then overlaps
     whatever the caller does next); ``stream`` shuts the pool down when it is done."""
     pool = ProcessPoolExecutor(
-        workers, mp_context=_context(), initializer=_init_worker, initargs=(processing,)
+        workers,
+        mp_context=_context(),
+        initializer=_init_worker,
+        initargs=(processing, os.getpid()),
     )
     for _ in range(workers):
         pool.submit(int)  # a submit starts the processes; the no-op leaves them idle

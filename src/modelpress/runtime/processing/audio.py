@@ -34,6 +34,7 @@ from modelpress.runtime.processing.fields import (
 from modelpress.runtime.processing.signature import Tensor, pick_input
 
 FORMATS = ("wav", "s16le", "s32le", "f32le", "u8")
+SUFFIXES = (".wav", ".pcm", ".raw")
 KEYS = {
     "input": as_name,
     "format": as_choice(FORMATS),

@@ -45,6 +45,7 @@ COLORS = ("rgb", "bgr", "gray")
 LAYOUTS = ("nchw", "nhwc")
 DTYPES = ("float32", "float16", "float64", "uint8", "int8")
 FORMATS = ["PNG", "JPEG", "BMP", "WEBP"]
+SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")  # the files of the formats decoded
 
 KEYS = {
     "input": as_name,

@@ -9,6 +9,11 @@ step the answer is ``{output_name: values}``.
 
 Precondition: the output is ``(batch, classes)`` (middle axes of size 1 are allowed), and a label
 map has exactly one label per class.
+
+``boxes=LAYOUT`` (``yolo``, ``rows``, ``yolov5``: see ``boxes.py``) reads a detector's raw output
+``(batch, 4 + C, N)`` or ``(batch, N, 4 + C)`` instead: boxes decoded, non-maximum suppression at
+``iou`` (default 0.45), scores of at least ``threshold`` (default 0.25), at most ``topk`` (default
+100); the answer is ``{"boxes": [{"box": [x1, y1, x2, y2], "index", "score", "label"}...]}``.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from modelpress.runtime.processing.boxes import LAYOUTS, decode, nms
 from modelpress.runtime.processing.fields import (
     as_bool,
     as_float,
@@ -38,6 +44,8 @@ KEYS = {
     "topk": as_int,
     "threshold": as_float,
     "labels": lambda field, v: v,  # a path or a list, read by ``declare``
+    "boxes": as_name,
+    "iou": as_float,
 }
 
 
@@ -49,6 +57,8 @@ class Post:
     topk: int | None = None
     threshold: float | None = None
     labels: tuple[str, ...] | None = None
+    boxes: str | None = None  # a detector's layout (boxes.LAYOUTS): decoded, then NMS
+    iou: float = 0.45
 
     @classmethod
     def declare(
@@ -75,6 +85,8 @@ class Post:
             raise fail("post.sigmoid", "give softmax or sigmoid, not both")
         if f.get("argmax") and "topk" in f:
             raise fail("post.argmax", "argmax is topk=1: give one of them")
+        if "boxes" in f or "iou" in f:
+            return cls._detector(f, target, labels)
         topk = 1 if f.get("argmax") else f.get("topk")
         ranked = topk is not None or "threshold" in f or labels is not None
         dims = target.dims
@@ -107,8 +119,47 @@ class Post:
             labels=labels,
         )
 
+    @classmethod
+    def _detector(cls, f: dict, target: Tensor, labels) -> Post:
+        layout = f.get("boxes")
+        if layout not in LAYOUTS:
+            raise fail("post.boxes", f"{layout!r}: choose one of {', '.join(LAYOUTS)}")
+        if f.get("softmax") or f.get("argmax"):
+            raise fail("post.boxes", "boxes take class scores as they are: no softmax or argmax")
+        iou = f.get("iou", 0.45)
+        if not 0 <= iou <= 1:
+            raise fail("post.iou", f"{iou}: choose a value in [0, 1]")
+        dims = target.dims
+        if dims is not None:
+            if len(dims) != 3:
+                raise fail(
+                    "post.boxes",
+                    f"a detector's output is (batch, 4 + classes, boxes) or (batch, boxes, "
+                    f"4 + classes); {target.describe()} is not",
+                )
+            width = dims[1] if layout == "yolo" else dims[2]
+            head = 5 if layout == "yolov5" else 4
+            if isinstance(width, int) and width <= head:
+                raise fail("post.boxes", f"{target.describe()} has no class scores for {layout}")
+            if labels is not None and isinstance(width, int) and len(labels) != width - head:
+                raise fail(
+                    "post.labels",
+                    f"{len(labels)} labels for {width - head} classes in {target.describe()}",
+                )
+        return cls(
+            output=target.name,
+            sigmoid=f.get("sigmoid", False),
+            topk=f.get("topk", 100),
+            threshold=f.get("threshold", 0.25),
+            labels=labels,
+            boxes=layout,
+            iou=iou,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"output": self.output}
+        if self.boxes is not None:
+            d.update(boxes=self.boxes, iou=self.iou)
         for key in ("softmax", "sigmoid"):
             if getattr(self, key):
                 d[key] = True
@@ -136,6 +187,8 @@ class Post:
 
     def answers(self, values: np.ndarray) -> list[dict[str, Any]]:
         """One answer per item (row along axis 0) of the output's ``values``."""
+        if self.boxes is not None:
+            return [self._detections(item) for item in np.asarray(values)]
         scores = self.scores(values)
         if not self.ranked:
             return [{self.output: row.tolist()} for row in scores]
@@ -160,6 +213,25 @@ class Post:
                 classes.append(entry)
             out.append({"classes": classes})
         return out
+
+    def _detections(self, item: np.ndarray) -> dict[str, Any]:
+        boxes, scores = decode(item, self.boxes)
+        if self.sigmoid:
+            scores = 1.0 / (1.0 + np.exp(-scores))
+        kept = nms(boxes, scores, threshold=self.threshold or 0.0, iou=self.iou, limit=self.topk)
+        out = []
+        for d in kept:
+            entry: dict[str, Any] = {
+                "box": list(d.box),
+                "index": d.cls,
+                "score": d.score,
+            }
+            if self.labels is not None:
+                if d.cls >= len(self.labels):
+                    raise fail("post.labels", f"{len(self.labels)} labels for class index {d.cls}")
+                entry["label"] = self.labels[d.cls]
+            out.append(entry)
+        return {"boxes": out}
 
 
 def _labels(values: list | tuple) -> tuple[str, ...]:

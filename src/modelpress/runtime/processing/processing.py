@@ -60,7 +60,7 @@ class Processing:
         (labels, tokenizer) are read from ``base`` (the spec file's folder; the current one)."""
         if pre is None and post is None:
             raise OptionError(
-                "declare pre-processing (--pre), post-processing (--post) or both (--spec)"
+                "declare pre-processing (`pre`), post-processing (`post`) or both (`spec`)"
             )
         base = Path(base) if base is not None else None
         inputs, outputs = signature.inputs(model), signature.outputs(model)
@@ -210,11 +210,11 @@ def read_spec(path: str | Path) -> dict[str, Any]:
     """A declaration file: JSON, or YAML (``.yaml``/``.yml``), with ``pre`` and/or ``post``."""
     p = Path(path)
     if not p.is_file():
-        raise OptionError(f"--spec {p}: no such file")
+        raise OptionError(f"`spec` {p}: no such file")
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise OptionError(f"--spec {p}: cannot be read ({type(exc).__name__})") from None
+        raise OptionError(f"`spec` {p}: cannot be read ({type(exc).__name__})") from None
     try:
         if p.suffix.lower() in (".yaml", ".yml"):
             yaml = require("yaml", extra="pipeline", purpose="a YAML declaration")
@@ -224,10 +224,10 @@ def read_spec(path: str | Path) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - both parsers raise their own error classes
         first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise OptionError(
-            f"--spec {p}: not valid {'YAML' if p.suffix.lower() in ('.yaml', '.yml') else 'JSON'} ({first})"
+            f"`spec` {p}: not valid {'YAML' if p.suffix.lower() in ('.yaml', '.yml') else 'JSON'} ({first})"
         ) from None
     if not isinstance(data, dict):
-        raise OptionError(f"--spec {p}: expected a mapping with pre and/or post")
+        raise OptionError(f"`spec` {p}: expected a mapping with pre and/or post")
     check_keys(data, {"pre", "post"}, where="spec")
     out: dict[str, Any] = {}
     if data.get("pre") is not None:

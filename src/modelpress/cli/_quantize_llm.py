@@ -1,0 +1,108 @@
+"""``modelpress quantize LLM_DIR -o OUT_DIR --mode int4``: the LLM folder's route of quantize."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from modelpress.cli import options
+from modelpress.cli._common import console, human_bytes
+from modelpress.compress.llm import quantize_llm
+from modelpress.compress.llm.quantize import EMBEDDINGS, LEVELS, METHODS
+
+LLM_MODES = {"int4": 4, "int8": 8}
+
+
+def add_llm_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("LLM folders (--mode int4|int8; --data is a text file)")
+    g.add_argument(
+        "--algorithm",
+        choices=METHODS,
+        default="auto",
+        help="auto (default): per layer the least held-out error of AWQ-scaled clip search, "
+        "GPTQ and GPTQ with act-order; rtn: round to nearest (the only one without --data)",
+    )
+    g.add_argument(
+        "--symmetric", action="store_true", help="int4 without zero points (default: asymmetric)"
+    )
+    g.add_argument(
+        "--act-order",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="GPTQ's order: decreasing activation energy (on), K order (off), both tried (auto)",
+    )
+    g.add_argument(
+        "--embeddings",
+        choices=list(EMBEDDINGS),
+        default="int8",
+        help="the embedding table and LM head (tied or not): int8 (default), int4 or float",
+    )
+    g.add_argument(
+        "--level",
+        choices=list(LEVELS),
+        default="ort",
+        help="ort (default): MatMulNBits/GatherBlockQuantized; standard: DequantizeLinear + MatMul",
+    )
+    g.add_argument(
+        "--seq-len",
+        type=int,
+        default=512,
+        metavar="N",
+        help="tokens per calibration window (default 512)",
+    )
+
+
+def run_llm(args) -> int:
+    recorder = options.Recorder("quantize", args)
+    options.require_positive(args.seq_len, "--seq-len")
+    with Progress(
+        TextColumn("quantizing"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("quantizing", total=None)
+        result = quantize_llm(
+            args.model,
+            args.output,
+            mode=args.mode or "int4",
+            block_size=args.block_size,
+            symmetric=args.symmetric,
+            method=args.algorithm,
+            act_order={"auto": None, "on": True, "off": False}[args.act_order],
+            data=args.data,
+            embeddings=args.embeddings,
+            level=args.level,
+            seq_len=args.seq_len,
+            samples=args.limit or 32,
+            progress=lambda done, total: bar.update(task, completed=done, total=total),
+        )
+    t = Table(
+        title=f"{result.mode} blocks of {result.block_size} ({result.method})", show_edge=False
+    )
+    for col in ("layer", "K×N", "bits", "kept", "AWQ α", "rel. error"):
+        t.add_column(col)
+    for layer in result.layers:
+        t.add_row(
+            layer.name,
+            f"{layer.k}×{layer.n}",
+            str(layer.bits),
+            layer.method,
+            f"{layer.alpha:g}",
+            "" if layer.rel_error is None else f"{layer.rel_error:.2e}",
+        )
+    console.print(t)
+    for note in result.notes:
+        console.print(f"note: {note}")
+    console.print(
+        f"wrote {result.output}: {human_bytes(result.size_before)} → "
+        f"{human_bytes(result.size_after)} ({result.size_after / max(result.size_before, 1):.2f}x) "
+        f"in {result.seconds:.1f} s; kept: "
+        + ", ".join(f"{k} {v}" for k, v in result.methods_kept().items())
+    )
+    recorder.write({**result.to_dict(), "written": result.output})
+    return 0

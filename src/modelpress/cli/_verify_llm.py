@@ -1,0 +1,63 @@
+"""``modelpress verify A_DIR B_DIR --data text.txt``: the LLM folders' route of verify."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.table import Table
+
+from modelpress.cli import options
+from modelpress.cli._common import console
+from modelpress.errors import OptionError
+from modelpress.verify.llm import verify_llm
+
+
+def add_llm_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("LLM folders (--data is a text file)")
+    g.add_argument(
+        "--window", type=int, default=512, metavar="N", help="tokens per scored window (512)"
+    )
+    g.add_argument(
+        "--stride", type=int, default=256, metavar="N", help="tokens between windows (256)"
+    )
+    g.add_argument(
+        "--max-tokens", type=int, metavar="N", help="score only the text's first N tokens"
+    )
+    g.add_argument(
+        "--prompts", type=int, default=8, metavar="N", help="prompts for top-1 agreement (8)"
+    )
+    g.add_argument(
+        "--steps", type=int, default=32, metavar="N", help="greedy tokens per prompt (32)"
+    )
+
+
+def run_llm(args) -> int:
+    record = options.Recorder("verify", args)
+    if not args.data:
+        raise OptionError("--data: two LLM folders are compared on a text file (--data text.txt)")
+    for flag in ("window", "stride", "prompts", "steps", "max_tokens"):
+        options.require_positive(getattr(args, flag), "--" + flag.replace("_", "-"))
+    r = verify_llm(
+        args.reference,
+        args.candidate,
+        args.data,
+        window=args.window,
+        stride=args.stride,
+        max_tokens=args.max_tokens,
+        prompts=args.prompts,
+        steps=args.steps,
+    )
+    t = Table(show_edge=False)
+    for col in ("", "perplexity", "tokens"):
+        t.add_column(col)
+    for role in ("reference", "candidate"):
+        t.add_row(role, f"{r.perplexity[role]:.4f}", str(r.details[role]["tokens"]))
+    console.print(t)
+    agreement = r.details["agreement"]
+    console.print(
+        f"perplexity ratio {r.ratio:.4f} ({(r.ratio - 1) * 100:+.2f}%); top-1 agreement "
+        f"{r.top1_agreement:.4f} over {agreement['positions']} greedy positions "
+        f"({agreement['prompts']} prompts × {agreement['steps']} tokens)"
+    )
+    record.write(r.to_dict())
+    return 0

@@ -1,0 +1,7 @@
+"""Weight quantization of decoder LLM folders: int4/int8 blocks (RTN, AWQ, GPTQ, chosen per
+layer by measured error), and GGUF blocks imported as they are."""
+
+from modelpress.compress.llm.gguf_import import GGUFImportResult, import_gguf_blocks
+from modelpress.compress.llm.quantize import LLMQuantizeResult, quantize_llm
+
+__all__ = ["GGUFImportResult", "LLMQuantizeResult", "import_gguf_blocks", "quantize_llm"]

@@ -1,0 +1,397 @@
+"""``quantize_llm``: int4/int8 weights for the MatMuls of an LLM folder, chosen by evidence.
+
+What is quantized: every MatMul whose ``B`` is a constant float ``[K, N]`` (the projections of
+every layer), in blocks of ``block_size`` along ``K`` (``ir.nbits``), written as ``MatMulNBits``
+(``level="ort"``, the fast kernel) or ``DequantizeLinear`` + ``MatMul`` (``level="standard"``,
+opset 21). The LM head (the MatMul with ``N = vocab``) and the embedding table (a ``Gather`` of a
+``[vocab, hidden]`` constant; a tied head is a copy of it in the folder, both are quantized)
+follow ``embeddings``: ``int8`` (the default: symmetric 8-bit blocks, a small loss on the
+largest tensors of a small model), ``int4`` or ``float``; the table is written as
+``GatherBlockQuantized`` (or ``DequantizeLinear`` + ``Gather``).
+
+How (``method``):
+
+- ``rtn``: each block's min/max range, rounded to nearest. The only choice without calibration
+  text, and then said in the notes.
+- ``awq``: activation-aware scales (``awq.py``) and a per-block clip search (``grid.py``) on the
+  calibration inputs, rounded to nearest.
+- ``gptq``: the clip-searched grid, codes by GPTQ (``gptq.py``; ``act_order`` optional).
+- ``auto`` (the default with data): AWQ's scale search (``α = 0``, no scaling, among the
+  candidates), then per layer the best of clip-searched rounding, GPTQ and GPTQ with act-order,
+  each fitted on the even calibration windows and judged by its output error ``tr(DᵀHD)`` on the
+  odd ones; the winner is fitted again on all windows. The per-layer errors are in the result.
+
+Statistics come from the float model, all layers at once (``calibrate.py``), not from the
+partly quantized one: simpler and a single pass over the text.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import onnx_ir as ir
+
+from modelpress.compress.llm import awq, calibrate
+from modelpress.compress.llm.gptq import gptq_codes
+from modelpress.compress.llm.grid import (
+    block_grid,
+    codes_on_grid,
+    dequantize_codes,
+    output_error,
+    to_blocks,
+)
+from modelpress.compress.llm.output import check_output, write_folder
+from modelpress.errors import OptionError
+from modelpress.ir import llm, load, nbits
+from modelpress.ir.graph import remove_unused_initializers, swap_node
+from modelpress.ir.match import const_array
+from modelpress.ir.opset import at_opset
+from modelpress.verify.llm import read_text
+
+MODES = {"int4": 4, "int8": 8}
+METHODS = ("auto", "rtn", "awq", "gptq")
+EMBEDDINGS = {"int8": 8, "int4": 4, "float": None}
+LEVELS = ("ort", "standard")
+BLOCK_SIZES = (16, 32, 64, 128, 256)
+
+
+@dataclass
+class LayerReport:
+    name: str
+    k: int
+    n: int
+    bits: int
+    method: str  # what was kept: rtn, clip, gptq, gptq-act
+    alpha: float  # the AWQ exponent of its input (0: unscaled)
+    rel_error: float | None  # output error / output energy on the calibration text
+    errors: dict = field(default_factory=dict)  # candidate → held-out output error
+
+
+@dataclass
+class LLMQuantizeResult:
+    output: str
+    mode: str
+    method: str
+    block_size: int
+    symmetric: bool
+    level: str
+    embeddings: str
+    layers: list[LayerReport]
+    notes: list[str]
+    calibration_tokens: int
+    size_before: int
+    size_after: int
+    seconds: float
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["methods_kept"] = self.methods_kept()
+        return d
+
+    def methods_kept(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for layer in self.layers:
+            out[layer.method] = out.get(layer.method, 0) + 1
+        return out
+
+
+def _check_options(mode, block_size, method, embeddings, level) -> None:
+    if mode not in MODES:
+        raise OptionError(f"`mode` {mode!r} is not one of {', '.join(MODES)} for an LLM folder")
+    if block_size not in BLOCK_SIZES:
+        raise OptionError(
+            f"`block_size` {block_size} is not one of {', '.join(map(str, BLOCK_SIZES))}"
+        )
+    if method not in METHODS:
+        raise OptionError(f"`method` {method!r} is not one of {', '.join(METHODS)}")
+    if embeddings not in EMBEDDINGS:
+        raise OptionError(f"`embeddings` {embeddings!r} is not one of {', '.join(EMBEDDINGS)}")
+    if level not in LEVELS:
+        raise OptionError(f"`level` {level!r} is not one of {', '.join(LEVELS)}")
+
+
+def _candidates(method: str, act_order: bool | None) -> tuple[str, ...]:
+    if method == "rtn":
+        return ("rtn",)
+    if method == "awq":
+        return ("clip",)
+    if method == "gptq":
+        return ("gptq-act",) if act_order else ("gptq",)
+    return (
+        ("clip", "gptq", "gptq-act")
+        if act_order is None
+        else (("clip", "gptq-act") if act_order else ("clip", "gptq"))
+    )
+
+
+def _fit(kind, w, h, *, bits, block_size, symmetric):
+    """Grid and codes of ``w`` by one candidate, fitted on ``h``."""
+    scale, zp = block_grid(
+        w, bits=bits, block_size=block_size, symmetric=symmetric, h=None if kind == "rtn" else h
+    )
+    if kind in ("rtn", "clip"):
+        codes = codes_on_grid(w, scale, zp, bits, block_size)
+    else:
+        codes = gptq_codes(
+            w, h, scale, zp, bits=bits, block_size=block_size, act_order=kind == "gptq-act"
+        )
+    return codes, scale, zp
+
+
+def quantize_weight(
+    w: np.ndarray,
+    stats: calibrate.InputStats | None,
+    s: np.ndarray | None,
+    *,
+    bits: int,
+    block_size: int,
+    symmetric: bool,
+    candidates: tuple[str, ...],
+) -> tuple[nbits.Blocks, str, dict, float | None]:
+    """``(blocks of diag(s)·w, kept candidate, {candidate: held-out error}, relative error)``."""
+    s = np.ones(w.shape[0]) if s is None else s
+    ws = (w * s[:, None]).astype(np.float32)
+    opts = dict(bits=bits, block_size=block_size, symmetric=symmetric)
+    if stats is None:
+        codes, scale, zp = _fit("rtn", ws, None, **opts)
+        return to_blocks(codes, scale, zp, bits, block_size), "rtn", {}, None
+    inv = 1.0 / np.outer(s, s)
+    h_all = stats.hessian() * inv
+    errors: dict[str, float] = {}
+    kept = candidates[0]
+    if len(candidates) > 1:
+        h_fit, h_eval = (
+            (stats.hessian(0) * inv, stats.hessian(1) * inv) if stats.split else (h_all, h_all)
+        )
+        for kind in candidates:
+            codes, scale, zp = _fit(kind, ws, h_fit, **opts)
+            w_hat = dequantize_codes(codes, scale, zp, bits, block_size)
+            errors[kind] = output_error(ws, w_hat, h_eval)
+        kept = min(errors, key=errors.get)
+    codes, scale, zp = _fit(kept, ws, h_all, **opts)
+    w_hat = dequantize_codes(codes, scale, zp, bits, block_size)
+    energy = float(np.sum((h_all @ ws.astype(np.float64)) * ws))
+    rel = output_error(ws, w_hat, h_all) / max(energy, 1e-30)
+    return to_blocks(codes, scale, zp, bits, block_size), kept, errors, rel
+
+
+def _embedding_tables(model: ir.Model, vocab: int) -> list[ir.Node]:
+    out = []
+    for node in model.graph:
+        if node.op_type == "Gather" and node.domain in ("", "ai.onnx"):
+            t = const_array(node.inputs[0])
+            if t is not None and t.dtype == np.float32 and t.ndim == 2 and t.shape[0] == vocab:
+                if node.attributes.get_int("axis", 0) == 0:
+                    out.append(node)
+    return out
+
+
+def _table_block(d: int, block_size: int) -> int | None:
+    b = block_size
+    while b >= 16:
+        if d % b == 0:
+            return b
+        b //= 2
+    return None
+
+
+def quantize_llm(
+    folder: str | os.PathLike,
+    output: str | os.PathLike,
+    *,
+    mode: str = "int4",
+    block_size: int = 32,
+    symmetric: bool = False,
+    method: str = "auto",
+    act_order: bool | None = None,
+    data: str | os.PathLike | None = None,
+    embeddings: str = "int8",
+    level: str = "ort",
+    seq_len: int = 512,
+    samples: int = 32,
+    accuracy_level: int = 0,
+    threads: int | None = None,
+    statistics: tuple[dict, int] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> LLMQuantizeResult:
+    """Quantize the LLM folder ``folder`` into ``output`` (module docstring).
+
+    ``statistics``: what ``calibrate.collect`` returned for this folder and ``data`` (to
+    quantize one folder several ways on one calibration pass)."""
+    start = time.perf_counter()
+    _check_options(mode, block_size, method, embeddings, level)
+    src, out = Path(folder), Path(output)
+    config = llm.read_config(src)
+    check_output(out, src)
+    text = read_text(data) if data is not None else None
+    bits = MODES[mode]
+    notes: list[str] = []
+    if text is None and method != "rtn":
+        notes.append(
+            "no calibration text: weights rounded to nearest (RTN); give `data` (a text file) "
+            "for activation-aware scales, clip search and GPTQ"
+        )
+        method = "rtn"
+    model = load(src / llm.MODEL_FILE)
+    size_before = _size(src)
+    nodes = calibrate.quantizable_matmuls(model)
+    head = [n for n in nodes if const_array(n.inputs[1]).shape[1] == config.vocab_size]
+    body = [n for n in nodes if n not in head]
+    stats: dict[str, calibrate.InputStats] = {}
+    tokens = 0
+    if text is not None and method != "rtn" and statistics is not None:
+        stats, tokens = statistics
+    elif text is not None and method != "rtn":
+        stats, tokens = calibrate.collect(
+            src, model, nodes, text, seq_len=seq_len, samples=samples, threads=threads
+        )
+        if not any(st.split for st in stats.values()):
+            notes.append(
+                "the calibration text fills one window: methods judged on the text they fit"
+            )
+    weights = {n.name: const_array(n.inputs[1]).astype(np.float32).copy() for n in nodes}
+
+    # AWQ scales, group by group from the last: a fold into a fused gate|up weight must land
+    # before that weight's own group is searched.
+    group_scale: dict[str, np.ndarray] = {}
+    group_alpha: dict[str, float] = {}
+    if method in ("awq", "auto") and stats:
+        order = {n.name: i for i, n in enumerate(model.graph)}
+        groups: dict[str, list[ir.Node]] = {}
+        for n in body:
+            groups.setdefault(n.inputs[0].name, []).append(n)
+        for name, group in sorted(groups.items(), key=lambda kv: -order[kv[1][0].name]):
+            st, x = stats[name], group[0].inputs[0]
+            k = weights[group[0].name].shape[0]
+            fold = awq.find_fold(x, group, k)
+            if fold is None:
+                continue
+            h_fit, h_eval = (st.hessian(0), st.hessian(1)) if st.split else (st.hessian(),) * 2
+            alpha, s, _ = awq.search(
+                [weights[n.name] for n in group],
+                h_fit,
+                h_eval,
+                st.mean_abs(),
+                bits=bits,
+                block_size=block_size,
+                symmetric=symmetric,
+            )
+            if alpha > 0:
+                awq.apply_fold(fold, s, weights)
+                group_scale[name], group_alpha[name] = s, float(alpha)
+
+    graph = model.graph
+    layers: list[LayerReport] = []
+    standard = level == "standard"
+    candidates = _candidates(method, act_order)
+    head_bits = EMBEDDINGS[embeddings]
+    todo = [(n, bits) for n in body] + [(n, head_bits) for n in head if head_bits is not None]
+    for i, (node, nb) in enumerate(todo):
+        x = node.inputs[0]
+        is_head = node in head
+        blocks, kept, errors, rel = quantize_weight(
+            weights[node.name],
+            stats.get(x.name),
+            group_scale.get(x.name),
+            bits=nb,
+            block_size=block_size,
+            symmetric=symmetric or nb == 8,
+            candidates=("clip",) if is_head and method != "rtn" else candidates,
+        )
+        base = node.name or f"matmul_{i}"
+        if standard:
+            new_nodes, y = nbits.dq_matmul(graph, x, blocks, name=base)
+        else:
+            new_nodes, y = nbits.matmul_nbits(
+                graph, x, blocks, name=base, accuracy_level=accuracy_level
+            )
+        swap_node(graph, node, new_nodes, y)
+        w = weights[node.name]
+        layers.append(
+            LayerReport(
+                node.name,
+                w.shape[0],
+                w.shape[1],
+                nb,
+                kept,
+                group_alpha.get(x.name, 0.0),
+                rel,
+                errors,
+            )
+        )
+        if progress:
+            progress(i + 1, len(todo))
+    if head_bits is not None:
+        for node in _embedding_tables(model, config.vocab_size):
+            table = const_array(node.inputs[0])
+            bsz = _table_block(table.shape[1], block_size)
+            if bsz is None:
+                notes.append(f"{node.name}: width {table.shape[1]} has no block size: kept float")
+                continue
+            sym = head_bits == 8 or symmetric
+            scale, zp = block_grid(table.T, bits=head_bits, block_size=bsz, symmetric=sym)
+            codes = codes_on_grid(table.T, scale, zp, head_bits, bsz)
+            blocks = to_blocks(codes, scale, zp, head_bits, bsz)
+            new_nodes, y = nbits.gather_block_quantized(
+                graph, node.inputs[1], blocks, name=node.name or "embed", standard=standard
+            )
+            swap_node(graph, node, new_nodes, y)
+    remove_unused_initializers(graph)
+    if standard:
+        model, upgraded = at_opset(model, nbits.STANDARD_OPSET, "DequantizeLinear with blocks")
+        notes += upgraded
+    else:
+        model.opset_imports.setdefault(nbits.MS_DOMAIN, 1)
+    quantization = {
+        "mode": mode,
+        "bits": bits,
+        "block_size": block_size,
+        "symmetric": symmetric,
+        "method": method,
+        "methods_kept": _count(layers[: len(body)]),
+        "awq_groups": len(group_scale),
+        "embeddings": embeddings,
+        "format": "DequantizeLinear+MatMul" if standard else "MatMulNBits",
+        "calibration": {"file": str(data), "tokens": tokens} if tokens else None,
+    }
+    new_config = replace(
+        config,
+        quantization=quantization,
+        level="standard" if standard and config.level == "standard" else "ort",
+    )
+    write_folder(src, out, model, new_config)
+    return LLMQuantizeResult(
+        str(out),
+        mode,
+        method,
+        block_size,
+        symmetric,
+        level,
+        embeddings,
+        layers,
+        notes,
+        tokens,
+        size_before,
+        _size(out),
+        time.perf_counter() - start,
+    )
+
+
+def _count(layers: list[LayerReport]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for layer in layers:
+        out[layer.method] = out.get(layer.method, 0) + 1
+    return out
+
+
+def _size(folder: Path) -> int:
+    return sum(
+        f.stat().st_size
+        for f in (folder / llm.MODEL_FILE, folder / (llm.MODEL_FILE + ".data"))
+        if f.exists()
+    )

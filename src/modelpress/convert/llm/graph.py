@@ -1,0 +1,62 @@
+"""The graph under construction: nodes, initializers, shared constants, and the two pieces every
+level builds the same way (a linear layer as a MatMul against an ``[in, out]`` initializer, and a
+norm as one RMSNormalization or LayerNormalization node)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from modelpress.convert.llm.families import Spec
+
+OPSET = 23
+MS = "com.microsoft"  # ONNX Runtime's contrib ops (the ``ort`` level)
+MASKED = float(np.finfo(np.float32).min)
+
+
+def matmul_weight_name(prefix: str) -> str:
+    return f"{prefix}.MatMul.weight"
+
+
+class Graph:
+    def __init__(self):
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self._n = 0
+        self._consts: dict[tuple, str] = {}
+
+    def op(self, op_type: str, inputs: list[str], *, name: str = "", outputs: int = 1, **attrs):
+        self._n += 1
+        base = name or f"{op_type}_{self._n}"
+        outs = [f"{base}/out{k}" if outputs > 1 else f"{base}/out" for k in range(outputs)]
+        self.nodes.append(helper.make_node(op_type, inputs, outs, name=base, **attrs))
+        return outs if outputs > 1 else outs[0]
+
+    def init(self, name: str, array: np.ndarray) -> str:
+        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
+        return name
+
+    def const(self, value, dtype=np.int64) -> str:
+        arr = np.asarray(value, dtype=dtype)
+        key = (arr.dtype.str, arr.shape, arr.tobytes())
+        if key not in self._consts:
+            self._consts[key] = self.init(f"const_{len(self._consts)}", arr)
+        return self._consts[key]
+
+
+def linear(g: Graph, x: str, prefix: str, w: np.ndarray, b: np.ndarray | None) -> str:
+    """``x @ w.T + b`` with ``w`` ``[out, in]`` stored transposed as the MatMul's ``[in, out]``."""
+    y = g.op("MatMul", [x, g.init(matmul_weight_name(prefix), w.T)], name=f"{prefix}/MatMul")
+    if b is not None:
+        y = g.op("Add", [y, g.init(f"{prefix}.bias", b)], name=f"{prefix}/Add")
+    return y
+
+
+def norm(g: Graph, spec: Spec, x: str, name: str, w: np.ndarray, b: np.ndarray | None) -> str:
+    weight = g.init(f"{name}.weight", (w + np.float32(spec.norm_offset)).astype(np.float32))
+    if spec.norm == "rms":
+        return g.op("RMSNormalization", [x, weight], name=name, axis=-1, epsilon=spec.norm_eps)
+    bias = g.init(f"{name}.bias", b) if b is not None else None
+    inputs = [x, weight] + ([bias] if bias else [])
+    return g.op("LayerNormalization", inputs, name=name, axis=-1, epsilon=spec.norm_eps)

@@ -1,0 +1,73 @@
+"""One step of a decoder: token ids, mask, positions and the cache in; last logits and cache out.
+
+``OrtDecoder`` runs the ONNX decoder of an LLM folder with the I/O contract of ``ir.llm``. With
+``binding`` (the default) a step goes through ONNX Runtime's IO binding: the inputs are bound
+from the numpy arrays where they lie and the outputs stay in the buffers ONNX Runtime allocated,
+read back as numpy views (no copy of the cache on either side of a step). Without it a step is a
+plain ``session.run`` (kept to measure the difference: ``benchmarks/bench_llm.py``).
+
+Any callable with ``__call__``'s signature is a decoder: the scheduler's tests drive fake ones.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from modelpress.errors import InputError
+from modelpress.ir.llm import (
+    ATTENTION_MASK,
+    INPUT_IDS,
+    LOGITS,
+    POSITION_IDS,
+    DecoderConfig,
+    past_names,
+    present_names,
+)
+
+
+class OrtDecoder:
+    def __init__(self, session, config: DecoderConfig, *, binding: bool = True) -> None:
+        self.session = session
+        self.config = config
+        self.binding = binding
+        names = {i.name for i in session.get_inputs()}
+        self.past = [past_names(i) for i in range(config.num_layers)]
+        self.present = [present_names(i) for i in range(config.num_layers)]
+        wanted = {INPUT_IDS, ATTENTION_MASK, *(n for pair in self.past for n in pair)}
+        missing = sorted(wanted - names)
+        if missing:
+            raise InputError(
+                f"the decoder lacks the input(s) {', '.join(missing[:4])} of the LLM contract"
+            )
+        self.has_positions = POSITION_IDS in names
+        self.outputs = [LOGITS, *(n for pair in self.present for n in pair)]
+
+    def __call__(
+        self,
+        input_ids: np.ndarray,
+        attention_mask: np.ndarray,
+        position_ids: np.ndarray,
+        keys: list[np.ndarray],
+        values: list[np.ndarray],
+    ) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
+        """``(logits of each row's last token [rows, vocab], present keys, present values)``."""
+        feeds = {INPUT_IDS: input_ids, ATTENTION_MASK: attention_mask}
+        if self.has_positions:
+            feeds[POSITION_IDS] = position_ids
+        for (k_name, v_name), k, v in zip(self.past, keys, values):
+            feeds[k_name], feeds[v_name] = k, v
+        if self.binding:
+            outs = self._run_bound(feeds)
+        else:
+            outs = self.session.run(self.outputs, feeds)
+        logits = outs[0][:, -1, :]
+        return logits, outs[1::2], outs[2::2]
+
+    def _run_bound(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        io = self.session.io_binding()
+        for name, array in feeds.items():
+            io.bind_cpu_input(name, np.ascontiguousarray(array))
+        for name in self.outputs:
+            io.bind_output(name, "cpu")
+        self.session.run_with_iobinding(io)
+        return [v.numpy() for v in io.get_outputs()]

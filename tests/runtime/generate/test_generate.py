@@ -1,0 +1,208 @@
+"""Generation with converted decoders (ONNX Runtime) against transformers' ``generate``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from modelpress.cli.main import main
+from modelpress.errors import ConversionError, InputError, ModelLoadError, OptionError
+from modelpress.runtime.generate import Generator, open_llm
+
+PROMPTS = [
+    "The quick brown fox",
+    "Once upon a time there was",
+    "ONNX Runtime runs",
+    "Hello world! How are",
+    "Quantization trades a little",
+]
+
+
+def _families():
+    from modelpress.zoo.llm import FAMILIES
+
+    return [f for f in FAMILIES if f != "llama"]
+
+
+def _converted(root, family, level="standard"):
+    from modelpress.convert.llm import convert_llm
+    from modelpress.zoo.llm import tiny_checkpoint
+
+    ckpt = tiny_checkpoint(root / f"{family}-hf", family, seed=3)
+    out = root / f"{family}-{level}-llm"
+    try:
+        convert_llm(ckpt, output=out, level=level)
+    except ConversionError as exc:
+        if "is not supported" not in str(exc):
+            raise
+        pytest.skip(f"convert does not read {family} yet")
+    return ckpt, out
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    return _converted(tmp_path_factory.mktemp("gen"), "llama")
+
+
+def _transformers_greedy(ckpt, prompt_ids, n):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(ckpt), dtype=torch.float32).eval()
+    out = []
+    for ids in prompt_ids:
+        x = torch.tensor([ids])
+        with torch.no_grad():
+            y = model.generate(
+                x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=n
+            )
+        out.append(y[0, len(ids) :].tolist())
+    return out
+
+
+def _check_family(ckpt, folder):
+    from transformers import AutoTokenizer
+
+    gen = Generator(folder, threads=1, max_seqs=len(PROMPTS))
+    reference_ids = [AutoTokenizer.from_pretrained(str(ckpt))(p)["input_ids"] for p in PROMPTS]
+    assert [gen.llm.prompt_ids(p) for p in PROMPTS] == reference_ids
+    ours = gen.generate(PROMPTS, max_tokens=32).results
+    want = _transformers_greedy(ckpt, reference_ids, 32)
+    assert [r.token_ids for r in ours] == want
+    return gen, ours
+
+
+def test_greedy_equals_transformers_and_batched_equals_solo(llama):
+    _batched_equals_solo(*_check_family(*llama))
+
+
+def test_ort_level_left_aligned_cache_equals_transformers_batched_and_solo(tmp_path):
+    from modelpress.ir.llm import read_config
+
+    ckpt, folder = _converted(tmp_path, "llama", level="ort")
+    assert read_config(folder).kv_layout == "left_aligned"
+    gen, batched = _check_family(ckpt, folder)
+    _batched_equals_solo(gen, batched)
+    gen.scheduler.engine.prefill_chunk = 3  # a prompt in chunks through the left-aligned cache
+    chunked = gen.generate(PROMPTS, max_tokens=32).results
+    assert [r.token_ids for r in chunked] == [r.token_ids for r in batched]
+
+
+def _batched_equals_solo(gen, batched):
+    solo = [Generator(gen.llm, max_seqs=1).generate(p, max_tokens=32).results[0] for p in PROMPTS]
+    assert [r.token_ids for r in batched] == [r.token_ids for r in solo]
+    assert [r.text for r in batched] == [r.text for r in solo]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", _families())
+def test_greedy_equals_transformers_for_each_family(tmp_path, family):
+    _check_family(*_converted(tmp_path, family))
+
+
+def test_stream_pieces_make_the_text_and_chat_uses_the_template(llama):
+    from transformers import AutoTokenizer
+
+    ckpt, folder = llama
+    gen = Generator(folder, threads=1)
+    stream = gen.stream("Once upon a time", max_tokens=20)
+    text = "".join(stream)
+    assert stream.result is not None and text == stream.result.text
+    assert stream.token_ids == stream.result.token_ids
+    chat = [{"role": "user", "content": "Hello world!"}]
+    want = AutoTokenizer.from_pretrained(str(ckpt)).apply_chat_template(
+        chat, add_generation_prompt=True, tokenize=True
+    )
+    want = want["input_ids"] if isinstance(want, dict) or hasattr(want, "keys") else want
+    assert gen.llm.prompt_ids(messages=chat) == list(want)
+
+
+def test_cli_streams_and_writes_the_record(llama, tmp_path, capsys):
+    _, folder = llama
+    record = tmp_path / "gen.json"
+    argv = ["generate", str(folder), "--prompt", PROMPTS[0], "--prompt", PROMPTS[1]]
+    argv += ["--no-chat-template", "--max-tokens", "8", "--json", str(record)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    data = json.loads(record.read_text())
+    prompts = data["result"]["prompts"]
+    assert data["command"] == "generate" and len(prompts) == 2
+    assert all(len(p["token_ids"]) == 8 and p["time_to_first_token_s"] > 0 for p in prompts)
+    assert out == "".join(p["text"] + "\n" for p in prompts)
+    import modelpress
+
+    greedy = modelpress.generate(folder, PROMPTS[:2], max_tokens=8).results  # the façade
+    assert [p["token_ids"] for p in prompts] == [r.token_ids for r in greedy]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--max-tokens", "0"], "--max-tokens must be an integer of at least 1"),
+        (["--temperature", "-1"], "--temperature must be a number >= 0"),
+        (["--top-p", "1.5"], "--top-p must be a number in (0, 1]"),
+        (["--top-p", "0"], "--top-p must be a number in (0, 1]"),
+        (["--max-context", "12"], "context limit of 12 tokens (--max-context)"),
+    ],
+)
+def test_cli_bad_values_get_one_line(llama, capsys, extra, message):
+    _, folder = llama
+    assert main(["generate", str(folder), "--prompt", PROMPTS[1], *extra]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and message in err and "\n" not in err
+
+
+def test_bad_folders_and_files(llama, tmp_path, capsys):
+    import shutil
+
+    _, folder = llama
+    broken = tmp_path / "broken"
+    shutil.copytree(folder, broken)
+    (broken / "tokenizer.json").unlink()
+    with pytest.raises(ModelLoadError, match="tokenizer.json is missing"):
+        open_llm(broken)
+    assert main(["generate", str(broken), "--prompt", "x"]) == 1
+    assert "tokenizer.json is missing" in capsys.readouterr().err
+    shutil.copy(folder / "tokenizer.json", broken / "tokenizer.json")
+    (broken / "tokenizer.json").write_text("{not json")
+    with pytest.raises(ModelLoadError, match="tokenizer.json: not a valid tokenizer"):
+        open_llm(broken)
+    chats = tmp_path / "chats.jsonl"
+    chats.write_text('[{"role": "user", "content": "hi"}]\n{"messages": 3}\n')
+    assert main(["generate", str(folder), "--chat", str(chats)]) == 1
+    assert "chats.jsonl:2: expected a list of messages" in capsys.readouterr().err
+    gen = Generator(folder)
+    with pytest.raises(InputError, match="`prompt` must be a non-empty string"):
+        gen.generate("")
+    with pytest.raises(OptionError, match="`top_k`"):
+        gen.generate("hi", top_k=0)
+
+
+def test_a_prompt_prefilled_in_chunks_gives_the_same_tokens(llama):
+    from modelpress.runtime.generate import Request, SamplingParams, Scheduler
+
+    _, folder = llama
+    llm = open_llm(folder, threads=1)
+    request = Request(prompt=" ".join(PROMPTS), params=SamplingParams(max_tokens=16))
+    whole = Scheduler(llm).run([request])[0]
+    chunked = Scheduler(llm)
+    chunked.engine.prefill_chunk = 5
+    request.request_id += "-chunked"
+    assert chunked.run([request])[0].token_ids == whole.token_ids
+
+
+@pytest.mark.slow  # the CPU's roofs are measured: about a minute here
+def test_advise_measures_an_llm_folder_beside_its_estimate(llama, tmp_path, capsys):
+    _, folder = llama
+    record = tmp_path / "advise.json"
+    assert main(["advise", str(folder), "--seq", "16", "--json", str(record)]) == 0
+    out = capsys.readouterr().out
+    assert "prefill, 16 tokens" in out and "decode, a token" in out
+    llm = json.loads(record.read_text())["result"]["llm"]
+    assert llm["prompt_tokens"] == 16 and llm["prefill_ms"] > 0 and llm["decode_ms"] > 0
+    assert llm["predicted_prefill_ms"] > 0 and llm["predicted_decode_ms"] > 0
+    assert llm["decode_predicted_over_measured"] == llm["predicted_decode_ms"] / llm["decode_ms"]
+    assert main(["advise", str(folder), "--seq", "300"]) == 1  # over the context of 256
+    err = capsys.readouterr().err
+    assert err.startswith("error: --seq 300 + 32 generated tokens") and "context of 256" in err
