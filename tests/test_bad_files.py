@@ -166,7 +166,7 @@ def test_advise_on_unnamed_and_tied_dimensions_is_one_line(tmp_path, capsys):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     # before: "give --dim None=SIZE", a flag value that cannot name an unnamed dimension
     assert main(["advise", str(path)]) == 1
-    assert "give its shape with --shape x=1xSIZE" in _error(capsys)
+    assert "give its shape in --shape (x=1xSIZE)" in _error(capsys)
     # before: ONNX Runtime's error as a traceback (the state's batch took the --seq size)
     assert main(["advise", str(path), "--seq", "8"]) == 1
     err = _error(capsys)

@@ -38,7 +38,7 @@ class Export:
     package: str
     path: str  # inside the package
     feeds: dict  # name -> (shape, dtype, kind) of a realistic sample
-    generated_ok: bool = True  # whether generated inputs can run it (silero needs a sample rate)
+    generated_ok: bool = True  # whether generated inputs can run it
     quantize_xfail: str | None = None  # the reason, when quantize fails (the lead's area)
     # mode -> what quantize must do when it does not simply write the model: "refused: PHRASE"
     # (a principled refusal, in one line), or "either" (writes it, or refuses in one line: the
@@ -70,7 +70,8 @@ CORPUS = {
             "state": ((2, 1, 128), "float32", "zeros"),
             "sr": ((), "int64", "16000"),
         },
-        generated_ok=False,
+        # generated inputs run it: the batch is shared with `state`, `sr` drawn from the
+        # constants the graph compares it with (verify.fit)
     ),
     "nudenet": Export("nudenet", "320n.onnx", {"images": ((1, 3, 32, 32), "float32", "image")}),
     # already quantized by ONNX Runtime's tool: quantizing it again gains nothing, and says so
