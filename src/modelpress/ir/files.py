@@ -65,6 +65,23 @@ def atomic(path: str | os.PathLike, mode: str = "wb") -> Iterator:
     return
 
 
+def replace_folder(stage: Path, output: Path) -> None:
+    """Move the finished folder ``stage`` to ``output`` (same file system), replacing the folder
+    there, if any, only once the new one is in place; on failure the old one is put back."""
+    old = None
+    try:
+        if output.exists():
+            old = output.with_name(f".{output.name}.old-{os.getpid()}")
+            os.replace(output, old)
+        os.replace(stage, output)
+    except OSError as exc:
+        if old is not None and not output.exists():
+            os.replace(old, output)
+        raise ModelSaveError(f"{output}: could not be written: {_first_line(exc)}") from None
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 def write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     with atomic(path) as f:
         f.write(data)

@@ -7,7 +7,6 @@ target is replaced whole.
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import onnx_ir as ir
 
 from modelpress.errors import ModelSaveError
 from modelpress.ir import llm, save
-from modelpress.ir.files import staging_dir, write_json
+from modelpress.ir.files import replace_folder, staging_dir, write_json
 
 
 def check_output(path: Path, source: Path) -> None:
@@ -47,16 +46,5 @@ def write_folder(source: Path, output: Path, model: ir.Model, config: llm.Decode
                     shutil.copy2(f, stage / f.name)
         except OSError as exc:
             raise ModelSaveError(f"{output}: could not be written: {exc}") from None
-        old = None
-        try:
-            if output.exists():
-                old = output.with_name(f".{output.name}.old-{os.getpid()}")
-                os.replace(output, old)
-            os.replace(stage, output)
-        except OSError as exc:
-            if old is not None and not output.exists():
-                os.replace(old, output)
-            raise ModelSaveError(f"{output}: could not be written: {exc}") from None
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        replace_folder(stage, output)
     return output

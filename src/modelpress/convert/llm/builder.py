@@ -39,7 +39,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from modelpress.convert.llm.families import Spec
-from modelpress.convert.llm.graph import MASKED, MS, OPSET, Graph, linear, norm
+from modelpress.convert.llm.graph import MASKED, MS, OPSET, Graph, linear, norm, qkv_projection
 from modelpress.convert.llm.rope import Rope
 from modelpress.ir.llm import (
     ATTENTION_MASK,
@@ -177,15 +177,8 @@ def _rotate(g: Graph, spec: Spec, x: str, heads: int, cos: str, sin: str, name: 
 def _attention(g: Graph, spec: Spec, shared: _Shared, x: str, w: dict, i: int) -> str:
     p = f"model.layers.{i}.self_attn"
     nh, kvh, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
-    weight = np.concatenate([w["q"], w["k"], w["v"]], axis=0)
     sizes = (nh * d, kvh * d, kvh * d)
-    biases = [w.get(n + "_bias") for n in ("q", "k", "v")]
-    bias = None
-    if any(b is not None for b in biases):
-        bias = np.concatenate(
-            [b if b is not None else np.zeros(n, np.float32) for b, n in zip(biases, sizes)]
-        )
-    qkv = linear(g, x, f"{p}.qkv_proj", weight, bias)
+    qkv = qkv_projection(g, x, p, w, sizes)
     q, k, v = g.op("Split", [qkv, g.const(list(sizes))], name=f"{p}/split", axis=-1, outputs=3)
     if spec.qk_norm:  # RMSNorm over each head: [B, S, heads, head_dim] and back
         q = g.op("Reshape", [q, g.const([0, 0, nh, d])], name=f"{p}/q_heads")

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import onnx
 
 from modelpress.convert.llm.checkpoint import Checkpoint
 from modelpress.errors import ModelSaveError
-from modelpress.ir.files import staging_dir
+from modelpress.ir.files import replace_folder, staging_dir
 from modelpress.ir.llm import CONFIG_FILE, MODEL_FILE, DecoderConfig, is_llm_folder
 
 GENERATION_FILE = "generation_config.json"
@@ -64,18 +63,7 @@ def write_staged(stage: Path, model: onnx.ModelProto, config: DecoderConfig, ckp
 
 def publish(stage: Path, output: Path) -> None:
     """Move the staged folder to ``output``, replacing an earlier LLM folder there."""
-    old = None
-    try:
-        if output.exists():
-            old = output.with_name(f".{output.name}.old-{os.getpid()}")
-            os.replace(output, old)
-        os.replace(stage, output)
-    except OSError as exc:
-        if old is not None and not output.exists():
-            os.replace(old, output)
-        raise ModelSaveError(f"{output}: could not be written: {exc}") from None
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    replace_folder(stage, output)
 
 
 __all__ = ["GENERATION_FILE", "check_output", "publish", "staging_dir", "write_staged"]

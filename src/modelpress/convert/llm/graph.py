@@ -53,6 +53,19 @@ def linear(g: Graph, x: str, prefix: str, w: np.ndarray, b: np.ndarray | None) -
     return y
 
 
+def qkv_projection(g: Graph, x: str, prefix: str, w: dict, sizes: tuple[int, int, int]) -> str:
+    """q, k and v as one MatMul (``{prefix}.qkv_proj``), their biases (zeros where a family has
+    none for one of them) as one Add."""
+    weight = np.concatenate([w["q"], w["k"], w["v"]], axis=0)
+    biases = [w.get(n + "_bias") for n in ("q", "k", "v")]
+    bias = None
+    if any(b is not None for b in biases):
+        bias = np.concatenate(
+            [b if b is not None else np.zeros(n, np.float32) for b, n in zip(biases, sizes)]
+        )
+    return linear(g, x, f"{prefix}.qkv_proj", weight, bias)
+
+
 def norm(g: Graph, spec: Spec, x: str, name: str, w: np.ndarray, b: np.ndarray | None) -> str:
     weight = g.init(f"{name}.weight", (w + np.float32(spec.norm_offset)).astype(np.float32))
     if spec.norm == "rms":

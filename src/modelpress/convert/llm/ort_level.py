@@ -23,7 +23,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from modelpress.convert.llm.families import Spec
-from modelpress.convert.llm.graph import linear, norm
+from modelpress.convert.llm.graph import linear, norm, qkv_projection
 from modelpress.convert.llm.rope import Rope
 from modelpress.errors import ConversionError
 from modelpress.ir.llm import ATTENTION_MASK, past_names, present_names
@@ -85,15 +85,8 @@ class OrtShared:
     def attention(self, g, spec: Spec, x: str, w: dict, i: int) -> str:
         p = f"model.layers.{i}.self_attn"
         nh, kvh, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
-        weight = np.concatenate([w["q"], w["k"], w["v"]], axis=0)
         sizes = (nh * d, kvh * d, kvh * d)
-        biases = [w.get(n + "_bias") for n in ("q", "k", "v")]
-        bias = None
-        if any(b is not None for b in biases):
-            bias = np.concatenate(
-                [b if b is not None else np.zeros(n, np.float32) for b, n in zip(biases, sizes)]
-            )
-        qkv = linear(g, x, f"{p}.qkv_proj", weight, bias)
+        qkv = qkv_projection(g, x, p, w, sizes)
         if spec.qk_norm:
             q, k, v = g.op(
                 "Split", [qkv, g.const(list(sizes))], name=f"{p}/split", axis=-1, outputs=3

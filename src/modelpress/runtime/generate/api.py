@@ -67,6 +67,20 @@ class TextStream:
         self._events.close()
 
 
+def _params(
+    max_tokens, temperature, top_k, top_p, repetition_penalty, seed, stop
+) -> SamplingParams:
+    return SamplingParams(
+        max_tokens=max_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        repetition_penalty=repetition_penalty,
+        seed=seed,
+        stop=tuple([stop] if isinstance(stop, str) else stop),
+    )
+
+
 class Generator:
     """An LLM folder ready to generate (``llm``: its path, or an ``LLM`` from ``open_llm``)."""
 
@@ -96,15 +110,7 @@ class Generator:
         stop: tuple[str, ...] | list[str] | str = (),
     ) -> TextStream:
         """One prompt (or conversation) streamed as text pieces."""
-        params = SamplingParams(
-            max_tokens=max_tokens,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            repetition_penalty=repetition_penalty,
-            seed=seed,
-            stop=tuple([stop] if isinstance(stop, str) else stop),
-        )
+        params = _params(max_tokens, temperature, top_k, top_p, repetition_penalty, seed, stop)
         request = Request(
             prompt=prompt, messages=messages, params=params, chat_template=chat_template
         )
@@ -125,15 +131,7 @@ class Generator:
         stop: tuple[str, ...] | list[str] | str = (),
     ) -> GenerateResult:
         """Several prompts (or conversations: ``messages``, a list of message lists) at once."""
-        params = SamplingParams(
-            max_tokens=max_tokens,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            repetition_penalty=repetition_penalty,
-            seed=seed,
-            stop=tuple([stop] if isinstance(stop, str) else stop),
-        )
+        params = _params(max_tokens, temperature, top_k, top_p, repetition_penalty, seed, stop)
         if isinstance(prompts, str):
             prompts = [prompts]
         if (prompts is None) == (messages is None):
