@@ -425,7 +425,7 @@ def render(data: dict) -> str:
             )
         lines.append("")
         if q.get("notes"):
-            lines += [*q["notes"], ""]
+            lines += [*(f"- {n}" for n in q["notes"]), ""]
     for key, value in data.items():
         if key != "quality" and isinstance(value, dict) and "markdown" in value:
             lines += [value["markdown"], ""]
