@@ -39,7 +39,10 @@ def _logits(path, ids):
 
 def test_formats_agree_and_quality_holds(folder):
     text = folder / "text.txt"
-    fast = quantize_llm(folder / "float", folder / "int4", data=text, seq_len=64, samples=8)
+    # float activations (accuracy_level 0) so that both formats state the same arithmetic
+    fast = quantize_llm(
+        folder / "float", folder / "int4", data=text, seq_len=64, samples=8, accuracy_level=0
+    )
     quantize_llm(
         folder / "float", folder / "int4_std", data=text, seq_len=64, samples=8, level="standard"
     )
@@ -52,6 +55,16 @@ def test_formats_agree_and_quality_holds(folder):
     assert {"MatMulNBits", "GatherBlockQuantized"} <= ops
     ops = {n.op_type for n in load(folder / "int4_std" / llm.MODEL_FILE).graph}
     assert "MatMulNBits" not in ops and "DequantizeLinear" in ops
+    # the default writes int8 activations (accuracy_level 4): the fast CPU kernel
+    quantize_llm(folder / "float", folder / "int4_rtn")
+    levels = {
+        a.value
+        for n in load(folder / "int4_rtn" / llm.MODEL_FILE).graph
+        if n.op_type == "MatMulNBits"
+        for name, a in n.attributes.items()
+        if name == "accuracy_level"
+    }
+    assert levels == {4}
     ids = Decoder.open(folder / "float").encode(TEXT)[:48]
     # the same codes written two ways compute the same logits
     a, b = _logits(folder / "int4", ids), _logits(folder / "int4_std", ids)
@@ -88,7 +101,10 @@ def test_gptq_and_awq_beat_rtn_on_the_models_own_activations(folder):
 
 
 def test_without_data_rtn_and_int8(folder):
-    r = quantize_llm(folder / "float", folder / "int8", mode="int8", embeddings="float")
+    # float activations: the bound is that of the int8 weights' rounding alone
+    r = quantize_llm(
+        folder / "float", folder / "int8", mode="int8", embeddings="float", accuracy_level=0
+    )
     assert r.method == "rtn" and any("RTN" in n for n in r.notes)
     ops = [n.op_type for n in load(folder / "int8" / llm.MODEL_FILE).graph]
     assert "GatherBlockQuantized" not in ops and "Gather" in ops

@@ -214,7 +214,7 @@ def quantize_llm(
     level: str = "ort",
     seq_len: int = 512,
     samples: int = 32,
-    accuracy_level: int = 0,
+    accuracy_level: int = 4,
     threads: int | None = None,
     statistics: tuple[dict, int] | None = None,
     progress: Callable[[int, int], None] | None = None,
