@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from modelpress.ir.files import write_json as write
 
@@ -56,3 +59,19 @@ def write_json(path: str | os.PathLike, data: dict) -> None:
     """Write ``data`` as JSON atomically."""
 
     write(path, data)
+
+
+@contextmanager
+def counted(label: str) -> Iterator[Callable[[int, int | None], None]]:
+    """A transient bar titled ``label`` while a library call runs; yields the ``progress(done,
+    total)`` callback to hand to it."""
+    with Progress(
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from modelpress.cli import options
-from modelpress.cli._common import console, human_bytes
+from modelpress.cli._common import console, counted, human_bytes
 from modelpress.compress.llm import quantize_llm
 from modelpress.compress.llm.quantize import EMBEDDINGS, LEVELS, METHODS
 
@@ -57,15 +56,7 @@ def add_llm_options(p: argparse.ArgumentParser) -> None:
 def run_llm(args) -> int:
     recorder = options.Recorder("quantize", args)
     options.require_positive(args.seq_len, "--seq-len")
-    with Progress(
-        TextColumn("quantizing"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as bar:
-        task = bar.add_task("quantizing", total=None)
+    with counted("quantizing") as progress:
         result = quantize_llm(
             args.model,
             args.output,
@@ -79,7 +70,7 @@ def run_llm(args) -> int:
             level=args.level,
             seq_len=args.seq_len,
             samples=args.limit or 32,
-            progress=lambda done, total: bar.update(task, completed=done, total=total),
+            progress=progress,
         )
     t = Table(
         title=f"{result.mode} blocks of {result.block_size} ({result.method})", show_edge=False

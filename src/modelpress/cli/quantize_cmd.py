@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import argparse
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from modelpress.cli import options
-from modelpress.cli._common import console, human_bytes
+from modelpress.cli._common import console, counted, human_bytes
 from modelpress.cli._quantize_llm import LLM_MODES, add_llm_options, run_llm
 from modelpress.compress.quantize import ImagePreprocess, quantize
 from modelpress.compress.quantize.modes import MODES, mode_names
@@ -224,19 +223,7 @@ def run(args) -> int:
             layout=args.layout,
             mode="L" if args.grayscale else "RGB",
         )
-    with Progress(
-        TextColumn("calibrating"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as bar:
-        task = bar.add_task("calibrating", total=None)
-
-        def progress(done: int, total: int | None) -> None:
-            bar.update(task, completed=done, total=total)
-
+    with counted("calibrating") as progress:
         result = quantize(
             original,
             mode=args.mode,
