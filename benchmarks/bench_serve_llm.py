@@ -206,12 +206,14 @@ def _memory(folder: Path, pid: int, loaded_kb: int, tokens: int) -> dict:
     per_token = 2 * config["num_layers"] * config["num_kv_heads"] * config["head_dim"] * 4
     prompt_tokens = 16  # an upper bound on the prompts' length in tokens
     kv = 16 * (prompt_tokens + tokens) * per_token
+    budget = 16 * config["max_context"] * per_token  # --max-seqs 16, --max-context the model's
     file_mb = sum(f.stat().st_size for f in folder.glob("model.onnx*")) / 1e6
     return {
         "file_mb": file_mb,
         "rss_loaded_mb": loaded_kb / 1024,
         "rss_peak_mb": _status_kb(pid, "VmHWM") / 1024,
         "kv_run_mb": kv / 1e6,
+        "kv_budget_mb": budget / 1e6,
         "stack_mb": _stack_rss_mb(),
         "quantization": config.get("quantization"),
     }
@@ -347,7 +349,10 @@ def _memory_lines(m: dict) -> list[str]:
         f"| {m['rss_peak_mb']:.1f} | {m['stack_mb']:.1f} | {model_part:.1f} | {budget:.1f} |",
         "",
         f"Peak resident set {m['rss_peak_mb'] / budget:.2f}x of 1.5x the file plus the KV cache "
-        f"({model_part / budget:.2f}x without the serving stack's own {m['stack_mb']:.0f} MB).",
+        f"the run needed ({model_part / budget:.2f}x without the serving stack's own "
+        f"{m['stack_mb']:.0f} MB); against 1.5x the file plus the configured KV budget "
+        f"(16 sequences of the model's whole context, {m['kv_budget_mb']:.0f} MB): "
+        f"{m['rss_peak_mb'] / (1.5 * m['file_mb'] + m['kv_budget_mb']):.2f}x.",
         "",
     ]
 
