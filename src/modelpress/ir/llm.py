@@ -15,8 +15,14 @@ inputs
   ``attention_mask``   int64 ``[batch, past + seq]``: 1 for a real token, 0 for a hole
   ``position_ids``     int64 ``[batch, seq]``: each token's position in its own sequence
   ``past_key_values.{i}.key`` / ``.value``  ``[batch, kv_heads, past, head_dim]`` (``kv_dtype``)
+  ``logits_to_keep``   int64 scalar, optional: an input with a default in the file (an
+                       initializer of the same name, so ONNX Runtime lists it among
+                       ``get_overridable_initializers``) that keeps every position; a driver that
+                       needs only the next token's logits feeds 1, and the LM head then runs on
+                       the last position alone (a prompt's prefill: ``seq`` times less head work
+                       and logits memory). Folders written before it have no such input.
 outputs
-  ``logits``           float32 ``[batch, seq, vocab]``
+  ``logits``           float32 ``[batch, seq, vocab]`` (``[batch, min(seq, logits_to_keep), vocab]``)
   ``present.{i}.key`` / ``.value``  ``[batch, kv_heads, past + seq, head_dim]``
 
 ``kv_layout`` says where a step writes its new keys and values:
@@ -50,6 +56,8 @@ INPUT_IDS = "input_ids"
 ATTENTION_MASK = "attention_mask"
 POSITION_IDS = "position_ids"
 LOGITS = "logits"
+LOGITS_TO_KEEP = "logits_to_keep"
+KEEP_ALL = 2**62  # logits_to_keep's default: more positions than any sequence has
 KV_LAYOUTS = ("append", "left_aligned")
 
 

@@ -283,18 +283,28 @@ def dq_matmul(
     return [*nodes, mm], _out(mm, graph, f"{name}.out")
 
 
+def _block_membership(graph: ir.Graph, k: int, block_size: int) -> ir.Value:
+    """``I_blocks [K, n_blocks]`` (1 where row ``k`` is in block ``b``), one per ``(K,
+    block_size)`` in the graph, shared by every weight of that shape."""
+    name = f"block_membership.{k}x{block_size}"
+    value = graph.initializers.get(name)
+    if value is not None:
+        return value
+    member = np.zeros((k, -(-k // block_size)), np.float32)
+    member[np.arange(k), np.arange(k) // block_size] = 1.0
+    return _initializer(graph, member, name)
+
+
 def _with_offsets(graph: ir.Graph, x: ir.Value, blocks: Blocks, name: str, product):
     """``x @ W`` for float zero points (module docstring): ``product`` of the blocks with integer
     zero point 0, plus ``(x @ I_blocks) @ O``."""
     k, n, bs, nb = blocks.k, blocks.n, blocks.block_size, blocks.n_blocks
     at_zero = Blocks(blocks.codes, blocks.scales, np.zeros((n, nb), np.uint8), blocks.bits, bs)
     nodes, y = product(at_zero)
-    member = np.zeros((k, nb), np.float32)
-    member[np.arange(k), np.arange(k) // bs] = 1.0
     offsets = -(blocks.zero_points.astype(np.float32) * blocks.scales).T  # [nb, N]
     sums = ir.node(
         "MatMul",
-        [x, _initializer(graph, member, f"{name}.block_sum")],
+        [x, _block_membership(graph, k, bs)],
         name=unique_name(graph, f"{name}.block_sum"),
     )
     shift = ir.node(

@@ -83,3 +83,26 @@ def test_folder_and_config(converted):
 
     tok_config = json.loads((result.output / "tokenizer_config.json").read_text())
     assert "im_start" in tok_config["chat_template"]
+
+
+def test_logits_to_keep(converted):
+    """``logits_to_keep`` (an input with a default in the file): unfed, every position's logits;
+    fed ``n``, the last ``n`` positions' alone, equal to those rows of the full output."""
+    family, result, _ = converted
+    decoder = OrtDecoder(result.output)
+    overridable = {i.name for i in decoder.sess.get_overridable_initializers()}
+    assert "logits_to_keep" in overridable, family
+    prompt = encode(result.output, PROMPTS[2])
+    ids = np.array([prompt], np.int64)
+    feeds = {
+        "input_ids": ids,
+        "attention_mask": np.ones_like(ids),
+        "position_ids": np.arange(ids.shape[1], dtype=np.int64)[None],
+        **decoder.empty(1),
+    }
+    (full,) = decoder.sess.run(["logits"], feeds)
+    assert full.shape[1] == len(prompt)
+    for keep in (1, 3):
+        (last,) = decoder.sess.run(["logits"], {**feeds, "logits_to_keep": np.array(keep)})
+        assert last.shape == (1, keep, full.shape[2]), family
+        np.testing.assert_allclose(last, full[:, -keep:], rtol=0, atol=RTOL * np.abs(full).max())

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from modelpress.convert.llm.families import Spec
 from modelpress.convert.llm.graph import MASKED, MS, OPSET, Graph, linear, norm, qkv_projection
@@ -44,7 +44,9 @@ from modelpress.convert.llm.rope import Rope
 from modelpress.ir.llm import (
     ATTENTION_MASK,
     INPUT_IDS,
+    KEEP_ALL,
     LOGITS,
+    LOGITS_TO_KEEP,
     POSITION_IDS,
     past_names,
     present_names,
@@ -298,6 +300,19 @@ def _layer(g: Graph, spec: Spec, shared, stream: _Stream, w: dict, i: int) -> No
     stream.add(mlp, f"{p}/mlp")
 
 
+def _last_positions(g: Graph, x: str) -> str:
+    """``x[:, -logits_to_keep:]``: the positions the LM head runs on (``ir.llm``: all of them
+    unless the driver feeds a smaller ``logits_to_keep``)."""
+    # the input's default (a scalar: Graph.init would store it as [1])
+    g.inits.append(numpy_helper.from_array(np.array(KEEP_ALL, np.int64), LOGITS_TO_KEEP))
+    start = g.op(
+        "Neg",
+        [g.op("Reshape", [LOGITS_TO_KEEP, g.const([1])], name="keep/Reshape")],
+        name="keep/Neg",
+    )
+    return g.op("Slice", [x, start, g.const([KEEP_ALL]), g.const([1])], name="keep/Slice")
+
+
 def build_decoder(
     spec: Spec, globals_: dict, layer_weights, *, level: str = "standard"
 ) -> onnx.ModelProto:
@@ -337,6 +352,8 @@ def build_decoder(
     for i in range(spec.num_layers):
         _layer(g, spec, shared, stream, layer_weights(i), i)
     x = stream.norm("model.norm", globals_["final_norm"], globals_.get("final_norm_bias"))
+    inputs.append(helper.make_tensor_value_info(LOGITS_TO_KEEP, i64, []))
+    x = _last_positions(g, x)
     if spec.final_softcap:
         logits = linear(g, x, "lm_head", globals_["lm_head"], globals_.get("lm_head_bias"))
         logits = _softcap(g, logits, spec.final_softcap, "lm_head/softcap")
