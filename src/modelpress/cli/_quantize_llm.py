@@ -20,8 +20,8 @@ def add_llm_options(p: argparse.ArgumentParser) -> None:
         "--algorithm",
         choices=METHODS,
         default="auto",
-        help="auto (default): per layer the least held-out error of AWQ-scaled clip search, "
-        "GPTQ and GPTQ with act-order; rtn: round to nearest (the only one without --data)",
+        help="auto: per layer the least held-out error of AWQ-scaled clip search, GPTQ and GPTQ "
+        "with act-order; rtn: round to nearest, the only one without --data (default auto)",
     )
     g.add_argument(
         "--symmetric", action="store_true", help="int4 without zero points (default: asymmetric)"
@@ -30,32 +30,34 @@ def add_llm_options(p: argparse.ArgumentParser) -> None:
         "--act-order",
         choices=["auto", "on", "off"],
         default="auto",
-        help="GPTQ's order: decreasing activation energy (on), K order (off), both tried (auto)",
+        help="GPTQ's order: decreasing activation energy (on), K order (off), both tried (auto; default auto)",
     )
     g.add_argument(
         "--embeddings",
         choices=list(EMBEDDINGS),
         default="int8",
-        help="the embedding table and LM head (tied or not): int8 (default), int4 or float",
+        help="the embedding table and LM head (tied or not): int8, int4 or float (default int8)",
     )
-    g.add_argument(
-        "--level",
+    ops = g.add_argument(
+        "--ops",
         choices=list(LEVELS),
         default="ort",
-        help="ort (default): MatMulNBits/GatherBlockQuantized; standard: DequantizeLinear + MatMul",
+        help="ort: MatMulNBits/GatherBlockQuantized; standard: DequantizeLinear + MatMul (default ort)",
     )
-    g.add_argument(
-        "--seq-len",
+    options.hidden_alias(g, ops, "--level")
+    window = g.add_argument(
+        "--window",
         type=int,
         default=512,
         metavar="N",
         help="tokens per calibration window (default 512)",
     )
+    options.hidden_alias(g, window, "--seq-len")
 
 
 def run_llm(args) -> int:
     recorder = options.Recorder("quantize", args)
-    options.require_positive(args.seq_len, "--seq-len")
+    options.require_positive(args.window, "--window")
     with counted("quantizing") as progress:
         result = quantize_llm(
             args.model,
@@ -67,8 +69,8 @@ def run_llm(args) -> int:
             act_order={"auto": None, "on": True, "off": False}[args.act_order],
             data=args.data,
             embeddings=args.embeddings,
-            level=args.level,
-            seq_len=args.seq_len,
+            level=args.ops,
+            seq_len=args.window,
             samples=args.limit or 32,
             progress=progress,
         )

@@ -15,27 +15,41 @@ from modelpress.verify.llm import verify_llm
 def add_llm_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("LLM folders (--data is a text file)")
     g.add_argument(
-        "--window", type=int, default=512, metavar="N", help="tokens per scored window (512)"
+        "--window",
+        type=int,
+        default=512,
+        metavar="N",
+        help="tokens per scored window (default 512)",
     )
     g.add_argument(
-        "--stride", type=int, default=256, metavar="N", help="tokens between windows (256)"
+        "--stride", type=int, default=256, metavar="N", help="tokens between windows (default 256)"
     )
+    text = g.add_argument(
+        "--text-tokens", type=int, metavar="N", help="score only the text's first N tokens"
+    )
+    options.hidden_alias(g, text, "--max-tokens")
     g.add_argument(
-        "--max-tokens", type=int, metavar="N", help="score only the text's first N tokens"
+        "--prompts",
+        type=int,
+        default=8,
+        metavar="N",
+        help="prompts for top-1 agreement (default 8)",
     )
-    g.add_argument(
-        "--prompts", type=int, default=8, metavar="N", help="prompts for top-1 agreement (8)"
+    greedy = g.add_argument(
+        "--greedy-tokens",
+        type=int,
+        default=32,
+        metavar="N",
+        help="greedy tokens per prompt (default 32)",
     )
-    g.add_argument(
-        "--steps", type=int, default=32, metavar="N", help="greedy tokens per prompt (32)"
-    )
+    options.hidden_alias(g, greedy, "--steps")
 
 
 def run_llm(args) -> int:
     record = options.Recorder("verify", args)
     if not args.data:
         raise OptionError("--data: two LLM folders are compared on a text file (--data text.txt)")
-    for flag in ("window", "stride", "prompts", "steps", "max_tokens"):
+    for flag in ("window", "stride", "prompts", "greedy_tokens", "text_tokens"):
         options.require_positive(getattr(args, flag), "--" + flag.replace("_", "-"))
     r = verify_llm(
         args.reference,
@@ -43,9 +57,9 @@ def run_llm(args) -> int:
         args.data,
         window=args.window,
         stride=args.stride,
-        max_tokens=args.max_tokens,
+        text_tokens=args.text_tokens,
         prompts=args.prompts,
-        steps=args.steps,
+        greedy_tokens=args.greedy_tokens,
     )
     t = Table(show_edge=False)
     for col in ("", "perplexity", "tokens"):

@@ -119,7 +119,7 @@ def add_parser(sub) -> None:
         "--num-gpus",
         type=int,
         default=1,
-        help="devices per candidate: data parallel for training, replicas or tensor parallel for inference",
+        help="devices per candidate: data parallel for training, replicas or tensor parallel for inference (default 1)",
     )
     p.add_argument(
         "--latency-ms",
@@ -187,7 +187,7 @@ def add_parser(sub) -> None:
         "--engine",
         choices=("compiled", "eager"),
         default="compiled",
-        help="how the GPUs run the model: a compiled engine (TensorRT, ONNX Runtime) or eager PyTorch",
+        help="how the GPUs run the model: a compiled engine (TensorRT, ONNX Runtime) or eager PyTorch (default compiled)",
     )
     s.add_argument(
         "--no-cpu", action="store_true", help="do not measure the .onnx model on this machine's CPU"

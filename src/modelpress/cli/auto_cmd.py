@@ -85,7 +85,7 @@ def add_parser(sub) -> None:
         "--target",
         default="cpu",
         metavar="cpu|GPU",
-        help="cpu (timed here, default) or a GPU of the advisor's catalog (latency estimated)",
+        help="cpu (timed here) or a GPU of the advisor's catalog (latency estimated) (default cpu)",
     )
     p.add_argument(
         "--time-budget",

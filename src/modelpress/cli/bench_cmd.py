@@ -50,7 +50,7 @@ def add_parser(sub) -> None:
         "--runs", type=int, default=50, metavar="N", help="timed runs per model (default 50)"
     )
     p.add_argument(
-        "--warmup", type=int, default=5, metavar="N", help="untimed rounds first (default 5)"
+        "--warmup", type=int, default=5, metavar="N", help="untimed runs first (default 5)"
     )
     p.add_argument(
         "--profile-ops",

@@ -45,7 +45,7 @@ def add_parser(sub) -> None:
         "--scope",
         default="global",
         choices=["global", "layer"],
-        help="one pruning threshold for all layers (default) or per layer",
+        help="one pruning threshold for all layers (global) or per layer (default global)",
     )
     keep = options.add_list(p, "--exclude", metavar="NODE", help="layers left dense")
     options.hidden_alias(p, keep, "--keep")

@@ -66,13 +66,14 @@ def add_parser(sub) -> None:
         "--rtol", type=float, help="relative tolerance (default per dtype: 1e-4 for float32)"
     )
     p.add_argument("--atol", type=float, help="absolute tolerance (default per dtype)")
-    p.add_argument(
-        "--level",
+    ops = p.add_argument(
+        "--ops",
         choices=LLM_LEVELS,
         default="standard",
-        help="decoder LLMs: 'standard' writes ONNX ops only (default); 'ort' uses ONNX Runtime's "
-        "GroupQueryAttention and skip-norm fusions (a left-aligned cache)",
+        help="decoder LLMs: standard writes ONNX ops only; ort uses ONNX Runtime's "
+        "GroupQueryAttention and skip-norm fusions, a left-aligned cache (default standard)",
     )
+    options.hidden_alias(p, ops, "--level")
     options.add_record(p)
     p.set_defaults(func=run)
 
@@ -87,7 +88,7 @@ def print_verify_table(title: str, result) -> None:
         "dynamic": "--dynamic",
         "opset": "--opset",
         "optimize": "--optimize",
-        "level": "--level",
+        "level": "--ops",
         "output": "--output",
         "atol": "--atol",
         "rtol": "--rtol",
@@ -107,7 +108,7 @@ def run(args) -> int:
         optimize=args.optimize,
         rtol=args.rtol,
         atol=args.atol,
-        level=args.level,
+        level=args.ops,
     )
     if isinstance(result, LLMConvertResult):
         print_llm(result)

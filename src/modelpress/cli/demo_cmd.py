@@ -30,12 +30,17 @@ def add_parser(sub) -> None:
         "-o",
         "--output",
         default="demo_out",
-        help="folder for the models and summary.json (created if missing)",
+        help="folder for the models and summary.json (created if missing; default demo_out)",
     )
     options.hidden_alias(p, out, "--out")
-    p.add_argument(
-        "--rounds", type=int, default=200, help="interleaved latency runs per model (default 200)"
+    runs = p.add_argument(
+        "--runs",
+        type=int,
+        default=200,
+        metavar="N",
+        help="timed runs per model, interleaved (default 200)",
     )
+    options.hidden_alias(p, runs, "--rounds")
     options.add_record(p)
     p.set_defaults(func=run)
 
@@ -228,13 +233,12 @@ PRINTERS = {
 
 def run(args) -> int:
 
-    if args.rounds < 1:
-        raise OptionError("--rounds must be at least 1")
+    options.require_positive(args.runs, "--runs")
     out = Path(args.output)
     if out.exists() and not out.is_dir():
-        raise OptionError(f"--out {out}: exists and is not a directory")
+        raise OptionError(f"--output {out}: exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
-    state = DemoState(out_dir=out, latency_rounds=args.rounds)
+    state = DemoState(out_dir=out, latency_runs=args.runs)
     recorder = options.Recorder("demo", args)
     start = time.perf_counter()
     record = {}

@@ -74,7 +74,7 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--device",
         default="cpu",
-        help="where the service runs: cpu (default; this machine is measured) or cuda (a --gpu)",
+        help="where the service runs: cpu (this machine is measured) or cuda (a --gpu) (default cpu)",
     )
     p.add_argument("--name", help="the name the model is served under (default: the file name)")
     p.add_argument("--image", help="the container image KServe runs (default: NAME:latest)")

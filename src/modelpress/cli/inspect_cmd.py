@@ -31,7 +31,7 @@ def add_parser(sub) -> None:
         type=int,
         default=25,
         metavar="N",
-        help="rows of the per-node table, largest FLOPs first (0: all)",
+        help="rows of the per-node table, largest FLOPs first (0: all; default 25)",
     )
     options.add_record(p)
     p.set_defaults(func=run)

@@ -34,7 +34,7 @@ def add_parser(sub) -> None:
         type=int,
         default=2,
         choices=[0, 1, 2, 3],
-        help="1: clean-up, 2: standard ONNX rewrites (default), 3: ONNX Runtime-specific",
+        help="1: clean-up, 2: standard ONNX rewrites, 3: ONNX Runtime-specific (default 2)",
     )
     options.add_list(p, "--passes", metavar="PASS", help="run exactly these passes")
     options.add_list(p, "--skip", metavar="PASS", help="passes not to run")

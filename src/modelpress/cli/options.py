@@ -40,6 +40,8 @@ FIELD_FLAGS = {
     "dims": "--dim",
     "shapes": "--shape",
     "runs": "--runs",
+    "input_sets": "--input-sets",
+    "rounds": "--rounds",
     "rtol": "--rtol",
     "atol": "--atol",
     "ort_level": "--ort-level",
@@ -182,7 +184,9 @@ def add_device(p: argparse.ArgumentParser, *, default_backend: str = "ort") -> N
         choices=backend_names(),
         help=f"execution backend (default {default_backend})",
     )
-    p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps, ...")
+    p.add_argument(
+        "--device", default="auto", help="auto, cpu, cuda, cuda:N, mps, ... (default auto)"
+    )
     p.add_argument(
         "--place",
         action="append",
@@ -405,7 +409,7 @@ def add_batching(p: argparse.ArgumentParser) -> None:
         default="auto",
         choices=["auto", "per-sample", "whole"],
         help="whether requests or items may be joined into batches: auto decides by running a batch "
-        "of 2 against two single samples; per-sample or whole overrides it",
+        "of 2 against two single samples; per-sample or whole overrides it (default auto)",
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes
 from modelpress.cli.options import Recorder, add_data, add_key, add_record
 from modelpress.errors import OptionError
@@ -19,7 +20,7 @@ def add_parser(sub) -> None:
         description="Encrypt a model with AES-256-GCM into a package (.mpk) that run, bench, verify, "
         "inspect and serve open in memory with the key; --obfuscate also hides its architecture "
         "(anonymous operators, perturbed weights, extra structure) and reports how much is hidden.",
-        epilog="example: modelpress protect model.onnx -o model.mpk --key-file key.bin --obfuscate --ratio 0.3",
+        epilog="example: modelpress protect model.onnx -o model.mpk --key-file key.bin --obfuscate --strength 0.3",
     )
     p.add_argument("model", metavar="MODEL", help="the .onnx model to protect")
     p.add_argument(
@@ -31,26 +32,30 @@ def add_parser(sub) -> None:
     )
     add_key(p)
     p.add_argument(
-        "--obfuscate", action="store_true", help="obfuscate the graph (see --mode, --ratio)"
+        "--obfuscate",
+        action="store_true",
+        help="obfuscate the graph (see --obfuscation, --strength)",
     )
-    p.add_argument(
-        "--ratio",
+    strength = p.add_argument(
+        "--strength",
         type=float,
         default=None,
         metavar="R",
-        help="obfuscation strength in (0, 1]: the share of anonymous nodes that get decoys and opaque predicates (0.1 small, the default; 0.3 medium; 0.6 large: each site costs a few scalar kernels at run time)",
+        help=f"obfuscation strength in (0, 1]: the share of anonymous nodes that get decoys and opaque predicates (default {DEFAULT_RATIO:g}, small; 0.3 medium; 0.6 large: each site costs a few scalar kernels at run time)",
     )
+    options.hidden_alias(p, strength, "--ratio")
     p.add_argument(
         "--seed",
         type=int,
         metavar="N",
         help="draws the obfuscated structure (groups, names, decoy sites) reproducibly; keys are always fresh",
     )
-    p.add_argument(
-        "--mode",
+    obfuscation = p.add_argument(
+        "--obfuscation",
         choices=["runtime", "storage"],
-        help="runtime (default with --obfuscate): the obfuscated graph is what runs; storage: the original is restored in memory and runs at full speed",
+        help="what the obfuscation covers: runtime (with --obfuscate, the default): the obfuscated graph is what runs; storage: the original is restored in memory and runs at full speed",
     )
+    options.hidden_alias(p, obfuscation, "--mode")
     p.add_argument(
         "--no-encrypt",
         dest="encrypt",
@@ -82,13 +87,15 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
+# the library's words for the options this command names differently
+@options.speaks_flags(fields={"mode": "--obfuscation", "ratio": "--strength"})
 def run(args) -> int:
 
     recorder = Recorder("protect", args)
     if has_magic(args.model):
         raise OptionError(f"{args.model}: already a protected package")
-    if args.ratio is not None and not args.obfuscate:
-        raise OptionError("--ratio sets the obfuscation: it needs --obfuscate")
+    if args.strength is not None and not args.obfuscate:
+        raise OptionError("--strength sets the obfuscation: it needs --obfuscate")
     key = load_key(args.key_file, args.key_env)
 
     inputs = load_npz(args.data) if args.data else None
@@ -98,9 +105,9 @@ def run(args) -> int:
             key=key,
             output=args.output,
             obfuscate=args.obfuscate,
-            ratio=DEFAULT_RATIO if args.ratio is None else args.ratio,
+            ratio=DEFAULT_RATIO if args.strength is None else args.strength,
             seed=args.seed,
-            mode=args.mode,
+            mode=args.obfuscation,
             encrypt=args.encrypt,
             rename_io=args.rename_io,
             chunk_size=args.chunk_size or DEFAULT_CHUNK,

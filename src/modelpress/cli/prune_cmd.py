@@ -28,7 +28,7 @@ def add_parser(sub) -> None:
         "data, with its labels or against the original model.",
         epilog="examples:\n"
         "  modelpress prune cnn.onnx -o small.onnx --data train.npz --labels-key y --ratio 0.5\n"
-        "  modelpress prune cnn.onnx -o small.onnx --data images/ --ratio 0.5 --iterations 3\n"
+        "  modelpress prune cnn.onnx -o small.onnx --data images/ --ratio 0.5 --rounds 3\n"
         "  modelpress prune bert.onnx -o small.onnx --data text.npz --ratio 0.5 --head-ratio 0.33\n"
         "  modelpress prune cnn.onnx -o sparse.onnx --data train.npz --pattern 2:4",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -57,13 +57,13 @@ def add_parser(sub) -> None:
         "--pattern",
         default="unstructured",
         choices=["unstructured", "2:4"],
-        help="unstructured: 2:4 keeps 2 of every 4 weights (sparse tensor cores)",
+        help="unstructured: 2:4 keeps 2 of every 4 weights, for sparse tensor cores (default unstructured)",
     )
     what.add_argument(
         "--scope",
         default="global",
         choices=["global", "layer"],
-        help="unstructured: one threshold for all layers (default) or per layer",
+        help="unstructured: one threshold for all layers (global) or per layer (default global)",
     )
     what.add_argument(
         "--importance",
@@ -76,13 +76,14 @@ def add_parser(sub) -> None:
         action="store_true",
         help="structured: refit the layers that read removed neurons and heads by least squares on the data",
     )
-    what.add_argument(
-        "--iterations",
+    rounds = what.add_argument(
+        "--rounds",
         type=int,
         default=1,
         metavar="N",
         help="structured: prune in N rounds, fine-tuning after each (default 1)",
     )
+    options.hidden_alias(what, rounds, "--iterations")
     keep = options.add_list(what, "--exclude", metavar="NODE", help="layers that stay whole")
     options.hidden_alias(what, keep, "--keep")
     what.add_argument(
@@ -90,7 +91,7 @@ def add_parser(sub) -> None:
         type=int,
         default=1,
         metavar="N",
-        help="structured: keep a multiple of N channels per group",
+        help="structured: keep a multiple of N channels per group (default 1)",
     )
     what.add_argument(
         "--global-ranking",
@@ -110,7 +111,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from modelpress.compress.prune.api import prune
 
-    options.require_positive(args.iterations, "--iterations")
+    options.require_positive(args.rounds, "--rounds")
     output_dir(args.output)
     recorder = options.Recorder("prune", args)
     model = options.open_model(args.model, args)
@@ -125,7 +126,7 @@ def run(args) -> int:
             pattern=args.pattern,
             scope=args.scope,
             importance=args.importance,
-            steps=args.iterations,
+            rounds=args.rounds,
             keep=options.listed(args.exclude),
             round_to=args.round_to,
             global_ranking=args.global_ranking,
@@ -137,8 +138,8 @@ def run(args) -> int:
             limit=args.limit,
             progress=progress,
         )
-    if result.steps:
-        _print_groups(result.steps[-1]["groups"], result.steps)
+    if result.rounds:
+        _print_groups(result.rounds[-1]["groups"], result.rounds)
     for note in result.notes:
         console.print(f"note: {note}")
     print_training(result.training)
@@ -158,7 +159,7 @@ def run(args) -> int:
     return 0
 
 
-def _print_groups(groups: list[dict], steps: list[dict]) -> None:
+def _print_groups(groups: list[dict], rounds: list[dict]) -> None:
     t = Table(title="dependency groups", show_edge=False)
     t.add_column("#", justify="right")
     t.add_column("kind")
@@ -172,9 +173,9 @@ def _print_groups(groups: list[dict], steps: list[dict]) -> None:
         )
         t.add_row(str(i), g["kind"], str(g["units"]), str(removed), src)
     console.print(t)
-    total = sum(s["removed_units"] for s in steps)
+    total = sum(r["removed_units"] for r in rounds)
     console.print(
-        f"removed {total} units in {len(steps)} round(s), {human_count(sum(s['removed_params'] for s in steps))} parameters"
+        f"removed {total} units in {len(rounds)} round(s), {human_count(sum(r['removed_params'] for r in rounds))} parameters"
     )
 
 

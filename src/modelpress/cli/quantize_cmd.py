@@ -65,8 +65,8 @@ def add_parser(sub) -> None:
         "--target-cpu",
         default="auto",
         choices=["auto", *TARGETS],
-        help="the CPU the int8 formats are for: auto (this one, default), vnni (x86 with VNNI/AMX), "
-        "avx2 (x86 without VNNI), arm64, or portable (exact on all of them)",
+        help="the CPU the int8 formats are for: auto (this one), vnni (x86 with VNNI/AMX), "
+        "avx2 (x86 without VNNI), arm64, or portable (exact on all of them) (default auto)",
     )
     p.add_argument(
         "--method",
@@ -128,17 +128,20 @@ def add_parser(sub) -> None:
         type=_floats,
         default=(0.0,),
         metavar="M[,M,M]",
-        help="image folders: per-channel mean after scaling to 0..1 (comma-separated)",
+        help="image folders: per-channel mean after scaling to 0..1 (comma-separated; default 0)",
     )
     p.add_argument(
         "--std",
         type=_floats,
         default=(1.0,),
         metavar="S[,S,S]",
-        help="image folders: per-channel std (comma-separated)",
+        help="image folders: per-channel std (comma-separated; default 1)",
     )
     p.add_argument(
-        "--layout", default="NCHW", choices=["NCHW", "NHWC"], help="image folders: layout"
+        "--layout",
+        default="NCHW",
+        choices=["NCHW", "NHWC"],
+        help="image folders: layout (default NCHW)",
     )
     p.add_argument("--grayscale", action="store_true", help="image folders: one channel")
     p.add_argument(
@@ -190,7 +193,8 @@ FLAGS = {
     "target_cpu": "--target-cpu",
     "image": "--image-size/--mean/--std/--layout",
     "embeddings": "--embeddings",
-    "level": "--level",
+    "level": "--ops",
+    "seq_len": "--window",
     "act_order": "--act-order",
 }
 

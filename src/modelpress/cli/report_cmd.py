@@ -28,7 +28,11 @@ def add_parser(sub) -> None:
     )
     p.add_argument("runs", nargs="+", metavar="RUN", help="a record (.json) or a folder of records")
     opt.add_output(p, help="the page to write (.html)")
-    p.add_argument("--title", default="modelpress report", help="the page's title")
+    p.add_argument(
+        "--title",
+        default="modelpress report",
+        help="the page's title (default 'modelpress report')",
+    )
     opt.add_record(p)
     p.set_defaults(func=run)
 

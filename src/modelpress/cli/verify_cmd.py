@@ -21,7 +21,7 @@ def add_parser(sub) -> None:
         help="check that two models compute the same outputs",
         description="Run two models under ONNX Runtime (its optimizations off) on the same inputs "
         "and compare every output. Generated inputs are fitted to what the first model can run on.",
-        epilog="examples:\n  modelpress verify model.onnx fast.onnx --dim batch=4 --runs 3\n"
+        epilog="examples:\n  modelpress verify model.onnx fast.onnx --dim batch=4 --input-sets 3\n"
         "  modelpress verify llm_dir int4_dir --data text.txt --json check.json   "
         "(perplexity of each, their ratio, greedy top-1 agreement)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -50,13 +50,14 @@ def add_check_options(p: argparse.ArgumentParser) -> None:
         help="inputs to compare on (an .npz of arrays named after the model's inputs) instead of generated ones",
     )
     options.add_shapes(p)
-    p.add_argument(
-        "--runs",
+    sets = p.add_argument(
+        "--input-sets",
         type=int,
         default=2,
         metavar="N",
         help="number of generated input sets (default 2)",
     )
+    options.hidden_alias(p, sets, "--runs")
     p.add_argument(
         "--rtol", type=float, help="relative tolerance (default per dtype: 1e-4 for float32)"
     )
@@ -66,12 +67,12 @@ def add_check_options(p: argparse.ArgumentParser) -> None:
 def check_options(args) -> dict:
     """The keyword arguments of ``modelpress.verify.verify`` that ``add_check_options`` sets."""
 
-    options.require_positive(args.runs, "--runs")
+    options.require_positive(args.input_sets, "--input-sets")
     return {
         "data": load_npz(args.data) if args.data else None,
         "dims": options.dims(args),
         "shapes": options.shapes(args),
-        "runs": args.runs,
+        "input_sets": args.input_sets,
         "rtol": args.rtol,
         "atol": args.atol,
     }
