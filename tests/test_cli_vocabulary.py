@@ -54,7 +54,7 @@ IDEAS = {
 }
 # Every option of every command, with the one idea it names. A new option is added here with its
 # idea; a flag that would name a second idea gets a precise name of its own instead (the old
-# spelling of a renamed flag stays a hidden alias: ``options.hidden_alias``).
+# spelling of a renamed flag stays a hidden alias: ``options.OLD_SPELLINGS``).
 GLOSSARY = {
     "--act-order": "GPTQ's column order",
     "--activation-type": "the int8 type of activations",
@@ -434,6 +434,19 @@ def test_the_collision_check_finds_planted_ones():
 def test_renamed_flags_still_parse_hidden(argv, dest, value):
     """The flags renamed so that one name means one idea: the old spelling parses, hidden."""
     assert getattr(build_parser().parse_args(argv), dest) == value
+
+
+def test_every_old_spelling_is_hidden_and_fills_the_new_field():
+    from modelpress.cli.options import OLD_SPELLINGS
+
+    for command, renamed in OLD_SPELLINGS.items():
+        parser = COMMANDS[command]
+        for flag, olds in renamed.items():
+            new = parser._option_string_actions[flag]
+            assert new.help != argparse.SUPPRESS, (command, flag)
+            for old in olds:
+                action = parser._option_string_actions[old]
+                assert action.help == argparse.SUPPRESS and action.dest == new.dest, (command, old)
 
 
 def _said_default(help_text: str | None) -> str | None:

@@ -38,21 +38,19 @@ def add_llm_options(p: argparse.ArgumentParser) -> None:
         default="int8",
         help="the embedding table and LM head (tied or not): int8, int4 or float (default int8)",
     )
-    ops = g.add_argument(
+    g.add_argument(
         "--ops",
         choices=list(LEVELS),
         default="ort",
         help="ort: MatMulNBits/GatherBlockQuantized; standard: DequantizeLinear + MatMul (default ort)",
     )
-    options.hidden_alias(g, ops, "--level")
-    window = g.add_argument(
+    g.add_argument(
         "--window",
         type=int,
         default=512,
         metavar="N",
         help="tokens per calibration window (default 512)",
     )
-    options.hidden_alias(g, window, "--seq-len")
 
 
 def run_llm(args) -> int:

@@ -24,10 +24,9 @@ def add_llm_options(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--stride", type=int, default=256, metavar="N", help="tokens between windows (default 256)"
     )
-    text = g.add_argument(
+    g.add_argument(
         "--text-tokens", type=int, metavar="N", help="score only the text's first N tokens"
     )
-    options.hidden_alias(g, text, "--max-tokens")
     g.add_argument(
         "--prompts",
         type=int,
@@ -35,14 +34,13 @@ def add_llm_options(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="prompts for top-1 agreement (default 8)",
     )
-    greedy = g.add_argument(
+    g.add_argument(
         "--greedy-tokens",
         type=int,
         default=32,
         metavar="N",
         help="greedy tokens per prompt (default 32)",
     )
-    options.hidden_alias(g, greedy, "--steps")
 
 
 def run_llm(args) -> int:

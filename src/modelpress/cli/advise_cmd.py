@@ -1,9 +1,17 @@
 """modelpress advise: which accelerator runs a workload, how fast, at what cost; with ``--qps``,
-how many of each serve that traffic at a tail latency."""
+how many of each serve that traffic at a tail latency.
+
+Estimate, for each accelerator in the catalog (or those named with --gpu), whether a workload fits,
+its throughput and latency (roofline per kernel with fitted efficiency factors) and what it costs
+to rent or own; rank them for the scenario asked: training, online inference (--latency-ms), batch
+inference, or edge (--power-cap-w). With --qps and --p99-ms, plan a service instead: the replicas
+of each GPU (and of this machine's CPU, measured) that serve the traffic with dynamic batching at
+that tail latency, the batches they form, the serve settings to use and the cost per million
+requests.
+"""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from modelpress.advisor.calibrate import calibrate_cpu
@@ -13,6 +21,7 @@ from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY
 from modelpress.advisor.measured import measure_curve, record_curve, this_machine
 from modelpress.advisor.recommend import Request, recommend
 from modelpress.advisor.service import plan_service
+from modelpress.cli import options
 from modelpress.cli._common import console, human_count
 from modelpress.cli.options import (
     Recorder,
@@ -22,7 +31,6 @@ from modelpress.cli.options import (
     add_report,
     add_shapes,
     dims,
-    hidden_alias,
     listed,
     open_model,
     shapes,
@@ -39,29 +47,20 @@ from modelpress.report.cards import costs_data, roofline_of_workload
 
 def add_parser(sub) -> None:
 
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "advise",
+        __doc__,
         help="rank accelerators for a model, or plan a service: how many of each GPU serve --qps at --p99-ms",
-        description=(
-            "Estimate, for each accelerator in the catalog (or those named with --gpu), whether a "
-            "workload fits, its throughput and latency (roofline per kernel with fitted efficiency "
-            "factors) and what it costs to rent or own; rank them for the scenario asked: training, "
-            "online inference (--latency-ms), batch inference, or edge (--power-cap-w). With --qps "
-            "and --p99-ms, plan a service instead: the replicas of each GPU (and of this machine's "
-            "CPU, measured) that serve the traffic with dynamic batching at that tail latency, the "
-            "batches they form, the serve settings to use and the cost per million requests."
-        ),
-        epilog=(
-            "examples:\n"
-            "  modelpress advise model.onnx --qps 2000 --p99-ms 50\n"
-            "  modelpress advise --workload bert-base --precision int8 --qps 500 --p99-ms 20 --gpu L4,T4,A10\n"
-            "  modelpress advise --workload resnet50 --task infer --precision int8 --latency-ms 5\n"
-            "  modelpress advise --workload bert-large --precision int8 --batch-size 256 --avg-seq 170 --gpu L4  # padding-free\n"
-            "  modelpress advise --workload llama-2-7b --task infer --precision fp16 --batch-size 16 --seq 1024 --gpu h100-sxm,a100-sxm-80gb\n"
-            "  modelpress advise model.onnx --task train --precision fp16 --batch-size 64 --num-gpus 8 --json out.json --html out.html\n"
-            "  modelpress advise config.json --task infer --precision bf16 --gpu L4 --calibrate"
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=[
+            "modelpress advise model.onnx --qps 2000 --p99-ms 50",
+            "modelpress advise --workload bert-base --precision int8 --qps 500 --p99-ms 20 --gpu L4,T4,A10",
+            "modelpress advise --workload resnet50 --task infer --precision int8 --latency-ms 5",
+            "modelpress advise --workload bert-large --precision int8 --batch-size 256 --avg-seq 170 --gpu L4  # padding-free",
+            "modelpress advise --workload llama-2-7b --task infer --precision fp16 --batch-size 16 --seq 1024 --gpu h100-sxm,a100-sxm-80gb",
+            "modelpress advise model.onnx --task train --precision fp16 --batch-size 64 --num-gpus 8 --json out.json --html out.html",
+            "modelpress advise config.json --task infer --precision bf16 --gpu L4 --calibrate",
+        ],
     )
     add_model(
         p,
@@ -84,12 +83,11 @@ def add_parser(sub) -> None:
         default="fp16",
         help="compute precision (default fp16; training below 32 bits is mixed precision)",
     )
-    batch = p.add_argument(
+    p.add_argument(
         "--batch-size",
         type=int,
         help="batch per device (default: the largest that fits, at most 256, or that meets --latency-ms)",
     )
-    hidden_alias(p, batch, "--batch")
     p.add_argument(
         "--seq", type=int, help="sequence length for transformers (prompt length for LLM inference)"
     )

@@ -1,9 +1,14 @@
 """modelpress auto MODEL -o best.onnx --data val.npz: search for the fastest version within an
-accuracy budget, write it, its recipe, and (optionally) a report page."""
+accuracy budget, write it, its recipe, and (optionally) a report page.
+
+Try optimizer levels, quantization modes and observers, and layers kept in float (all read from
+modelpress's registries); verify, score and time each candidate; keep the Pareto front (latency,
+size, accuracy); write the fastest within the budget (or the closest found, saying by how much it
+missed) and its recipe. Trials are cached: run the same command again to continue a stopped search.
+"""
 
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
 
@@ -43,23 +48,16 @@ def parse_duration(text: str) -> float:
 
 def add_parser(sub) -> None:
 
-    p = sub.add_parser(
+    p = opt.add_command(
+        sub,
         "auto",
+        __doc__,
         help="search for the fastest version of a model within an accuracy budget",
-        description=(
-            "Try optimizer levels, quantization modes and observers, and layers kept in float "
-            "(all read from modelpress's registries); verify, score and time each candidate; keep "
-            "the Pareto front (latency, size, accuracy); write the fastest within the budget (or "
-            "the closest found, saying by how much it missed) and its recipe. Trials are cached: "
-            "run the same command again to continue a stopped search."
-        ),
-        epilog=(
-            "examples:\n"
-            "  modelpress auto cnn.onnx -o best.onnx --data val.npz --labels-key y --max-accuracy-drop 0.01\n"
-            "  modelpress auto minilm.onnx -o best.onnx --data sentences.npz --metric cosine --max-accuracy-drop 0.005 --time-budget 5m\n"
-            "  modelpress auto cnn.onnx -o best.onnx --data val.npz --target 'L4' --report report.html"
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=[
+            "modelpress auto cnn.onnx -o best.onnx --data val.npz --labels-key y --max-accuracy-drop 0.01",
+            "modelpress auto minilm.onnx -o best.onnx --data sentences.npz --metric cosine --max-accuracy-drop 0.005 --time-budget 5m",
+            "modelpress auto cnn.onnx -o best.onnx --data val.npz --target 'L4' --report report.html",
+        ],
     )
     opt.add_model(p, help="an .onnx file")
     opt.add_output(p, help="where to write the chosen model")

@@ -1,5 +1,8 @@
 """modelpress bench MODEL [--vs OTHER ...]: latency, throughput, FLOP/s against the machine's peak,
-peak memory and a per-operator profile, models timed side by side (interleaved)."""
+peak memory and a per-operator profile, models timed side by side (interleaved).
+
+Measure latency (median and spread over interleaved runs), throughput, achieved FLOP/s and memory.
+"""
 
 from __future__ import annotations
 
@@ -19,13 +22,15 @@ from modelpress.runtime.ort import OPT_LEVELS
 
 def add_parser(sub) -> None:
 
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "bench",
+        __doc__,
         help="measure latency, throughput and memory; compare models side by side",
-        description="Measure latency (median and spread over interleaved runs), throughput, achieved FLOP/s and memory.",
-        epilog="examples:\n  modelpress bench model.onnx --vs fast.onnx --dim batch=8 --runs 100 --profile-ops\n"
-        "  modelpress bench model.onnx --vs fast.onnx,int8.onnx --ort-level disabled",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=[
+            "modelpress bench model.onnx --vs fast.onnx --dim batch=8 --runs 100 --profile-ops",
+            "modelpress bench model.onnx --vs fast.onnx,int8.onnx --ort-level disabled",
+        ],
     )
     options.add_model(p)
     options.add_key(p)

@@ -1,8 +1,11 @@
-"""modelpress compress MODEL -o model.mpz: Deep Compression (prune, share weights, entropy code)."""
+"""modelpress compress MODEL -o model.mpz: Deep Compression (prune, share weights, entropy code).
+
+Deep Compression (Han et al.): prune the smallest weights and retrain, cluster each layer's weights
+into 2^bits shared values and retrain the codebooks, entropy code the result into an .mpz file.
+`run`, `bench` and `verify` read .mpz files (decoded in memory).
+"""
 
 from __future__ import annotations
-
-import argparse
 
 from rich.table import Table
 
@@ -14,14 +17,14 @@ from modelpress.ir.files import output_dir, write_bytes
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "compress",
+        __doc__,
         help="Deep Compression to an .mpz file: pruning, shared weights, entropy coding, with retraining",
-        description="Deep Compression (Han et al.): prune the smallest weights and retrain, cluster each "
-        "layer's weights into 2^bits shared values and retrain the codebooks, entropy code the result "
-        "into an .mpz file. `run`, `bench` and `verify` read .mpz files (decoded in memory).",
-        epilog="example:\n  modelpress compress cnn.onnx -o tiny.mpz --sparsity 0.9 --bits 5 --data train.npz --labels-key y",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=[
+            "modelpress compress cnn.onnx -o tiny.mpz --sparsity 0.9 --bits 5 --data train.npz --labels-key y"
+        ],
     )
     options.add_model(p)
     options.add_key(p)
@@ -47,8 +50,7 @@ def add_parser(sub) -> None:
         choices=["global", "layer"],
         help="one pruning threshold for all layers (global) or per layer (default global)",
     )
-    keep = options.add_list(p, "--exclude", metavar="NODE", help="layers left dense")
-    options.hidden_alias(p, keep, "--keep")
+    options.add_list(p, "--exclude", metavar="NODE", help="layers left dense")
     options.add_training(p)
     options.add_budget(p)
     options.add_record(p)

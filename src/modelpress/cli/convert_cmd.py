@@ -1,4 +1,8 @@
-"""modelpress convert SRC -o OUT: a PyTorch/TensorFlow/Keras model to ONNX, verified against the source."""
+"""modelpress convert SRC -o OUT: a PyTorch/TensorFlow/Keras model to ONNX, verified against the source.
+
+Convert a framework model to standard ONNX, then run the original and the ONNX model on the same
+inputs and compare them.
+"""
 
 from __future__ import annotations
 
@@ -22,16 +26,15 @@ def add_parser(sub) -> None:
         for k in SOURCE_KINDS.values()
         if k.name not in ("torch-module", "keras-model")
     )
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "convert",
+        __doc__,
         help="convert a PyTorch, TensorFlow or Keras model to ONNX, verified against the original",
-        description="Convert a framework model to standard ONNX, then run the original and the ONNX model "
-        "on the same inputs and compare them.",
         epilog=f"sources:\n{kinds}\n\nexamples:\n  modelpress convert model.pt2 -o model.onnx --optimize\n"
         "  modelpress convert model.pt -o model.onnx --shape x=1x3x224x224 --dynamic x:0\n"
         "  modelpress convert saved_model/ -o model.onnx --opset 17\n"
         "  modelpress convert SmolLM2.gguf -o smollm2/          (a decoder LLM: an LLM folder)",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "source",
@@ -66,14 +69,13 @@ def add_parser(sub) -> None:
         "--rtol", type=float, help="relative tolerance (default per dtype: 1e-4 for float32)"
     )
     p.add_argument("--atol", type=float, help="absolute tolerance (default per dtype)")
-    ops = p.add_argument(
+    p.add_argument(
         "--ops",
         choices=LLM_LEVELS,
         default="standard",
         help="decoder LLMs: standard writes ONNX ops only; ort uses ONNX Runtime's "
         "GroupQueryAttention and skip-norm fusions, a left-aligned cache (default standard)",
     )
-    options.hidden_alias(p, ops, "--level")
     options.add_record(p)
     p.set_defaults(func=run)
 

@@ -1,8 +1,13 @@
-"""modelpress distill TEACHER -o OUT (--student S.onnx | --width 0.5): knowledge distillation."""
+"""modelpress distill TEACHER -o OUT (--student S.onnx | --width 0.5): knowledge distillation.
+
+Knowledge distillation: the student learns the teacher's softened outputs (KL at a temperature),
+the labels when the data has them, and the teacher's hidden states or feature maps where layers
+correspond (transformers, CNN stages). Default training: 10 epochs, temperature 4. The student is a
+model file with the teacher's inputs and outputs, or the teacher with a fraction of its channels,
+neurons and heads removed.
+"""
 
 from __future__ import annotations
-
-import argparse
 
 from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes, human_count
@@ -13,18 +18,15 @@ from modelpress.ir.files import output_dir
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "distill",
+        __doc__,
         help="train a smaller student on a teacher's outputs (student file, or the teacher made narrower)",
-        description="Knowledge distillation: the student learns the teacher's softened outputs "
-        "(KL at a temperature), the labels when the data has them, and the teacher's hidden states "
-        "or feature maps where layers correspond (transformers, CNN stages). Default training: 10 epochs, "
-        "temperature 4. The student is a model file with the teacher's "
-        "inputs and outputs, or the teacher with a fraction of its channels, neurons and heads removed.",
-        epilog="examples:\n"
-        "  modelpress distill cnn.onnx --width 0.5 -o student.onnx --data train.npz --labels-key y\n"
-        "  modelpress distill bert.onnx --student small.onnx -o student.onnx --data text.npz",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=[
+            "modelpress distill cnn.onnx --width 0.5 -o student.onnx --data train.npz --labels-key y",
+            "modelpress distill bert.onnx --student small.onnx -o student.onnx --data text.npz",
+        ],
     )
     options.add_model(p, help="the teacher: an .onnx file")
     options.add_output(p)

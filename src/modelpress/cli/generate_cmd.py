@@ -1,13 +1,17 @@
-"""modelpress generate LLM_DIR --prompt TEXT | --chat FILE.jsonl: text from a decoder LLM folder."""
+"""modelpress generate LLM_DIR --prompt TEXT | --chat FILE.jsonl: text from a decoder LLM folder.
+
+Generate text with an LLM folder written by `modelpress convert`: greedy or sampled, the model's
+chat template, stop strings, tokens streamed as they come.
+"""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
+from modelpress.cli import options
 from modelpress.cli._common import err_console
 from modelpress.cli.options import Recorder, add_record, require_positive, speaks_flags
 from modelpress.errors import InputError, OptionError
@@ -41,15 +45,12 @@ FLAGS = {
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "generate",
+        __doc__,
         help="generate text with a decoder LLM folder (greedy or sampled, streamed)",
-        description=(
-            "Generate text with an LLM folder written by `modelpress convert`: greedy or sampled, "
-            "the model's chat template, stop strings, tokens streamed as they come."
-        ),
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("model", metavar="LLM_DIR", help="an LLM folder (modelpress_llm.json, ...)")
     p.add_argument(

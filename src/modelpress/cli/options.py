@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import inspect
 import os
 import re
 import time
@@ -94,6 +95,32 @@ def speaks_flags(func=None, *, fields: dict[str, str] | None = None):
         return run
 
     return wrap(func) if func is not None else wrap
+
+
+def add_command(
+    sub,
+    name: str,
+    doc: str | None,
+    *,
+    help: str,
+    epilog: str | None = None,
+    examples: list[str] | tuple[str, ...] = (),
+) -> argparse.ArgumentParser:
+    """The parser of command ``name``: ``modelpress --help`` lists it with ``help``; its own
+    ``--help`` describes it with ``doc``, the command module's docstring (one text for the reader
+    of the code and the user), then ``epilog`` (lists the command reads from a registry) and the
+    ``examples`` (command lines), laid out as written."""
+    tail = [epilog] if epilog else []
+    if examples:
+        lead = "examples:" if len(examples) > 1 else "example:"
+        tail.append("\n".join([lead, *(f"  {e}" for e in examples)]))
+    return sub.add_parser(
+        name,
+        help=help,
+        description=inspect.cleandoc(doc) if doc else None,
+        epilog="\n\n".join(tail) or None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
 
 
 def add_model(
@@ -234,6 +261,33 @@ def hidden_alias(p: argparse.ArgumentParser, action: argparse.Action, *old: str)
             type=action.type, nargs=action.nargs, const=action.const, metavar=action.metavar
         )
     p.add_argument(*old, **kwargs)
+
+
+# The old spellings of renamed options, by command: they parse for one release, into the same
+# place as the new name, and are never shown (``hidden_alias``). One table, so that a rename and
+# its end are one line each. (``--inputs``/``--calib`` for ``--data`` live in ``add_data``.)
+OLD_SPELLINGS: dict[str, dict[str, tuple[str, ...]]] = {
+    "advise": {"--batch-size": ("--batch",)},
+    "compress": {"--exclude": ("--keep",)},
+    "convert": {"--ops": ("--level",)},
+    "demo": {"--output": ("--out",), "--runs": ("--rounds",)},
+    "optimize": {"--input-sets": ("--runs",)},
+    "protect": {"--strength": ("--ratio",), "--obfuscation": ("--mode",)},
+    "prune": {"--exclude": ("--keep",), "--rounds": ("--iterations",)},
+    "quantize": {"--ops": ("--level",), "--window": ("--seq-len",)},
+    "run": {"--replicas": ("--ray-actors",)},
+    "verify": {
+        "--input-sets": ("--runs",),
+        "--greedy-tokens": ("--steps",),
+        "--text-tokens": ("--max-tokens",),
+    },
+}
+
+
+def add_old_spellings(command: str, p: argparse.ArgumentParser) -> None:
+    """The ``OLD_SPELLINGS`` of ``command`` as hidden aliases of its options."""
+    for flag, old in OLD_SPELLINGS.get(command, {}).items():
+        hidden_alias(p, p._option_string_actions[flag], *old)  # argparse's index of its options
 
 
 def listed(values: list[str] | None) -> list[str]:

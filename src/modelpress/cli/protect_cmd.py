@@ -1,4 +1,9 @@
-"""modelpress protect MODEL -o model.mpk --key-file key.bin [--obfuscate]: encrypt and obfuscate."""
+"""modelpress protect MODEL -o model.mpk --key-file key.bin [--obfuscate]: encrypt and obfuscate.
+
+Encrypt a model with AES-256-GCM into a package (.mpk) that run, bench, verify, inspect and serve
+open in memory with the key; --obfuscate also hides its architecture (anonymous operators,
+perturbed weights, extra structure) and reports how much is hidden.
+"""
 
 from __future__ import annotations
 
@@ -14,13 +19,14 @@ from modelpress.protect.package import DEFAULT_CHUNK, has_magic
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "protect",
+        __doc__,
         help="encrypt a model (.mpk) and optionally obfuscate its graph, measuring what is hidden",
-        description="Encrypt a model with AES-256-GCM into a package (.mpk) that run, bench, verify, "
-        "inspect and serve open in memory with the key; --obfuscate also hides its architecture "
-        "(anonymous operators, perturbed weights, extra structure) and reports how much is hidden.",
-        epilog="example: modelpress protect model.onnx -o model.mpk --key-file key.bin --obfuscate --strength 0.3",
+        examples=[
+            "modelpress protect model.onnx -o model.mpk --key-file key.bin --obfuscate --strength 0.3"
+        ],
     )
     p.add_argument("model", metavar="MODEL", help="the .onnx model to protect")
     p.add_argument(
@@ -36,26 +42,24 @@ def add_parser(sub) -> None:
         action="store_true",
         help="obfuscate the graph (see --obfuscation, --strength)",
     )
-    strength = p.add_argument(
+    p.add_argument(
         "--strength",
         type=float,
         default=None,
         metavar="R",
         help=f"obfuscation strength in (0, 1]: the share of anonymous nodes that get decoys and opaque predicates (default {DEFAULT_RATIO:g}, small; 0.3 medium; 0.6 large: each site costs a few scalar kernels at run time)",
     )
-    options.hidden_alias(p, strength, "--ratio")
     p.add_argument(
         "--seed",
         type=int,
         metavar="N",
         help="draws the obfuscated structure (groups, names, decoy sites) reproducibly; keys are always fresh",
     )
-    obfuscation = p.add_argument(
+    p.add_argument(
         "--obfuscation",
         choices=["runtime", "storage"],
         help="what the obfuscation covers: runtime (with --obfuscate, the default): the obfuscated graph is what runs; storage: the original is restored in memory and runs at full speed",
     )
-    options.hidden_alias(p, obfuscation, "--mode")
     p.add_argument(
         "--no-encrypt",
         dest="encrypt",

@@ -1,9 +1,13 @@
 """modelpress prune MODEL -o OUT: structured (channels, heads, neurons removed) or unstructured
-(2:4, magnitude) pruning, fine-tuned on the data given."""
+(2:4, magnitude) pruning, fine-tuned on the data given.
+
+Prune a model: structured pruning finds the channels that must go together on the ONNX graph
+(residuals, concat, depthwise convs, attention heads) and removes them, so the model is smaller and
+faster; unstructured pruning zeroes weights. Then fine-tunes on the data, with its labels or
+against the original model.
+"""
 
 from __future__ import annotations
-
-import argparse
 
 from rich.table import Table
 
@@ -19,19 +23,17 @@ from modelpress.verify import generate_inputs
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "prune",
+        __doc__,
         help="prune channels, heads and neurons (physically) or weights (2:4, magnitude), then fine-tune",
-        description="Prune a model: structured pruning finds the channels that must go together on the "
-        "ONNX graph (residuals, concat, depthwise convs, attention heads) and removes them, so the "
-        "model is smaller and faster; unstructured pruning zeroes weights. Then fine-tunes on the "
-        "data, with its labels or against the original model.",
-        epilog="examples:\n"
-        "  modelpress prune cnn.onnx -o small.onnx --data train.npz --labels-key y --ratio 0.5\n"
-        "  modelpress prune cnn.onnx -o small.onnx --data images/ --ratio 0.5 --rounds 3\n"
-        "  modelpress prune bert.onnx -o small.onnx --data text.npz --ratio 0.5 --head-ratio 0.33\n"
-        "  modelpress prune cnn.onnx -o sparse.onnx --data train.npz --pattern 2:4",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=[
+            "modelpress prune cnn.onnx -o small.onnx --data train.npz --labels-key y --ratio 0.5",
+            "modelpress prune cnn.onnx -o small.onnx --data images/ --ratio 0.5 --rounds 3",
+            "modelpress prune bert.onnx -o small.onnx --data text.npz --ratio 0.5 --head-ratio 0.33",
+            "modelpress prune cnn.onnx -o sparse.onnx --data train.npz --pattern 2:4",
+        ],
     )
     options.add_model(p)
     options.add_key(p)
@@ -76,16 +78,14 @@ def add_parser(sub) -> None:
         action="store_true",
         help="structured: refit the layers that read removed neurons and heads by least squares on the data",
     )
-    rounds = what.add_argument(
+    what.add_argument(
         "--rounds",
         type=int,
         default=1,
         metavar="N",
         help="structured: prune in N rounds, fine-tuning after each (default 1)",
     )
-    options.hidden_alias(what, rounds, "--iterations")
-    keep = options.add_list(what, "--exclude", metavar="NODE", help="layers that stay whole")
-    options.hidden_alias(what, keep, "--keep")
+    options.add_list(what, "--exclude", metavar="NODE", help="layers that stay whole")
     what.add_argument(
         "--round-to",
         type=int,

@@ -1,5 +1,10 @@
 """modelpress quantize MODEL -o OUT: int8/int4/fp16 quantization for a target CPU, checked as it
-will run."""
+will run.
+
+Quantize a model to standard ONNX (QDQ / integer ops) in the formats the target CPU runs exactly,
+report the per-layer error, and check the result as ONNX Runtime runs it here. A result that fails
+the check is not written (exit 1) unless --keep-anyway.
+"""
 
 from __future__ import annotations
 
@@ -23,12 +28,11 @@ from modelpress.runtime.cpu import TARGETS
 def add_parser(sub) -> None:
 
     modes = "\n".join(f"  {name:<12} {MODES[name].help}" for name in mode_names())
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "quantize",
+        __doc__,
         help="quantize a model (static/dynamic int8, weight-only int8/int4, fp16/bf16)",
-        description="Quantize a model to standard ONNX (QDQ / integer ops) in the formats the "
-        "target CPU runs exactly, report the per-layer error, and check the result as ONNX Runtime "
-        "runs it here. A result that fails the check is not written (exit 1) unless --keep-anyway.",
         epilog=f"modes:\n{modes}\n\nexamples:\n"
         "  modelpress quantize cnn.onnx -o int8.onnx --mode static --data calib.npz\n"
         "  modelpress quantize bert.onnx -o int8.onnx --mode dynamic --data sentences.npz\n"
@@ -37,7 +41,6 @@ def add_parser(sub) -> None:
         "  modelpress quantize cnn.onnx -o int8.onnx --data val.npz --labels-key label --max-accuracy-drop 0.003\n"
         "  modelpress quantize cnn.onnx -o int8.onnx --data calib.npz --target-cpu portable\n"
         "  modelpress quantize llm_dir -o int4_dir --mode int4 --block-size 32 --data text.txt",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     options.add_model(p)
     options.add_key(p)

@@ -1,6 +1,12 @@
 """modelpress serve MODEL [MODEL ...]: an Open Inference Protocol (KServe v2) server with dynamic
 batching, on this machine (FastAPI + uvicorn) or on Ray Serve (--ray); an LLM folder is served on
-OpenAI-compatible routes (/v1/completions, /v1/chat/completions) with continuous batching."""
+OpenAI-compatible routes (/v1/completions, /v1/chat/completions) with continuous batching.
+
+Serve models over the Open Inference Protocol (KServe v2) with Triton's binary tensors, dynamic
+batching, back-pressure, Prometheus metrics and graceful shutdown on SIGTERM. MODEL may be one
+folder written by modelpress deploy (DEPLOY_DIR): its serve.yaml gives the model, its name and the
+planned batching and queue (flags given still win).
+"""
 
 from __future__ import annotations
 
@@ -17,16 +23,14 @@ from modelpress.serve.repository import Repository, model_name
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "serve",
+        __doc__,
         help="serve models over HTTP (KServe v2 / Triton protocol) with dynamic batching",
-        description=(
-            "Serve models over the Open Inference Protocol (KServe v2) with Triton's binary tensors, "
-            "dynamic batching, back-pressure, Prometheus metrics and graceful shutdown on SIGTERM. "
-            "MODEL may be one folder written by modelpress deploy (DEPLOY_DIR): its serve.yaml "
-            "gives the model, its name and the planned batching and queue (flags given still win)."
-        ),
-        epilog="example: modelpress serve resnet.onnx bert.onnx --port 8000 --max-batch 32 --max-delay-ms 2",
+        examples=[
+            "modelpress serve resnet.onnx bert.onnx --port 8000 --max-batch 32 --max-delay-ms 2"
+        ],
     )
     p.add_argument(
         "models",

@@ -1,4 +1,8 @@
-"""modelpress verify A B: run both models on the same inputs and compare every output."""
+"""modelpress verify A B: run both models on the same inputs and compare every output.
+
+Run two models under ONNX Runtime (its optimizations off) on the same inputs and compare every
+output. Generated inputs are fitted to what the first model can run on.
+"""
 
 from __future__ import annotations
 
@@ -16,15 +20,15 @@ from modelpress.verify import verify
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "verify",
+        __doc__,
         help="check that two models compute the same outputs",
-        description="Run two models under ONNX Runtime (its optimizations off) on the same inputs "
-        "and compare every output. Generated inputs are fitted to what the first model can run on.",
-        epilog="examples:\n  modelpress verify model.onnx fast.onnx --dim batch=4 --input-sets 3\n"
-        "  modelpress verify llm_dir int4_dir --data text.txt --json check.json   "
-        "(perplexity of each, their ratio, greedy top-1 agreement)",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=[
+            "modelpress verify model.onnx fast.onnx --dim batch=4 --input-sets 3",
+            "modelpress verify llm_dir int4_dir --data text.txt --json check.json   (perplexity of each, their ratio, greedy top-1 agreement)",
+        ],
     )
     p.add_argument(
         "reference",
@@ -50,14 +54,13 @@ def add_check_options(p: argparse.ArgumentParser) -> None:
         help="inputs to compare on (an .npz of arrays named after the model's inputs) instead of generated ones",
     )
     options.add_shapes(p)
-    sets = p.add_argument(
+    p.add_argument(
         "--input-sets",
         type=int,
         default=2,
         metavar="N",
         help="number of generated input sets (default 2)",
     )
-    options.hidden_alias(p, sets, "--runs")
     p.add_argument(
         "--rtol", type=float, help="relative tolerance (default per dtype: 1e-4 for float32)"
     )
