@@ -1,4 +1,5 @@
-"""The progress bar of commands that train: the stage, the step and the running loss."""
+"""What the commands that train share: the progress bar (the stage, the step and the running
+loss), the summary of the training and of the check, and the budget the result is held to."""
 
 from __future__ import annotations
 
@@ -85,3 +86,15 @@ def enforce_budget(args, check, record: dict, recorder, *, what: str | None = No
     if failures:
         console.print(f"[yellow]outside the budget[/] ({'; '.join(failures)}): written anyway")
     return record
+
+
+def write_checked(args, result, trainings, record: dict, recorder, write) -> int:
+    """Print the training and the check of ``result``, hold it to the budget (``enforce_budget``),
+    then write it (``write()``) and the command's record."""
+    print_training(trainings)
+    print_check(result.check)
+    record = enforce_budget(args, result.check, record, recorder)
+    write()
+    console.print(f"wrote {args.output}")
+    recorder.write({**record, "written": args.output})
+    return 0

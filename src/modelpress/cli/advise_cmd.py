@@ -41,7 +41,11 @@ from modelpress.profile.llm import llm_workload, load_config
 from modelpress.profile.training import OPTIMIZER_STATES, PRECISION_BYTES
 from modelpress.profile.workload import workload_from_onnx
 from modelpress.profile.workloads import WORKLOADS, get_workload
-from modelpress.report.advisor_page import write_recommendation_page, write_service_page
+from modelpress.report.advisor_page import (
+    service_table,
+    write_recommendation_page,
+    write_service_page,
+)
 from modelpress.report.cards import costs_data, roofline_of_workload
 
 
@@ -533,35 +537,13 @@ def _print_plan(plan, workload, model_path) -> None:
         "waiting at most --max-delay-ms for company"
     )
     t = Table(show_edge=False)
-    for c in (
-        "#",
-        "device",
-        "replicas",
-        "max batch",
-        "delay ms",
-        "mean batch",
-        "p50 ms",
-        "p99 ms",
-        "busy",
-        "$/M cloud",
-        "$/M own",
-    ):
+    columns, rows = service_table(plan)
+    for c in columns:
         t.add_column(c, justify="left" if c == "device" else "right")
-    for o in plan.options:
-        q = o.queue
-        t.add_row(
-            str(o.rank),
-            o.device.replace("NVIDIA ", "").replace("GeForce ", ""),
-            str(o.replicas),
-            str(o.max_batch),
-            f"{o.max_delay_ms:.3g}",
-            f"{q.mean_batch:.3g}",
-            f"{q.p50_ms:.3g}",
-            f"{q.p99_ms:.3g}",
-            f"{100 * q.utilisation:.0f}%",
-            _money(o.cloud_usd_per_million),
-            _money(o.own_usd_per_million),
-        )
+    for row in rows:
+        row[1] = row[1].replace("NVIDIA ", "").replace("GeForce ", "")
+        row[-2:] = [_money(None if v == "-" else v) for v in row[-2:]]
+        t.add_row(*(f"{v:.3g}" if isinstance(v, float) else str(v) for v in row))
     console.print(t)
     best = plan.options[0]
     console.print(

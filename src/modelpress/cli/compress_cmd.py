@@ -11,7 +11,7 @@ from rich.table import Table
 
 from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes
-from modelpress.cli._training import enforce_budget, print_check, print_training, training_bar
+from modelpress.cli._training import training_bar, write_checked
 from modelpress.errors import OptionError
 from modelpress.ir.files import output_dir, write_bytes
 
@@ -69,18 +69,12 @@ def run(args) -> int:
     with training_bar() as progress:
         result = deep_compress(
             model,
-            data=args.data,
-            labels_key=args.labels_key,
             sparsity=args.sparsity,
             bits=args.bits,
             scope=args.scope,
             keep=options.listed(args.exclude),
-            train=options.training_config(args),
-            alpha=args.alpha,
-            temperature=args.temperature,
-            soft=args.soft_loss,
-            limit=args.limit,
             progress=progress,
+            **options.training_args(args),
         )
     t = Table(title="compression by stage", show_edge=False)
     t.add_column("stage")
@@ -89,12 +83,14 @@ def run(args) -> int:
     for s in result.stages:
         t.add_row(s["stage"], human_bytes(s["bytes"]), f"{s['ratio']:.1f}x")
     console.print(t)
-    print_training(result.training)
-    print_check(result.check)
-    record = enforce_budget(args, result.check, result.to_dict(), recorder)
-    write_bytes(args.output, result.data)
     console.print(
-        f"wrote {args.output} ({human_bytes(len(result.data))}, {result.ratio:.1f}x smaller, sparsity {result.sparsity:.1%}, {result.bits} bits)"
+        f"{human_bytes(len(result.data))}, {result.ratio:.1f}x smaller, sparsity {result.sparsity:.1%}, {result.bits} bits"
     )
-    recorder.write({**record, "written": args.output})
-    return 0
+    return write_checked(
+        args,
+        result,
+        result.training,
+        result.to_dict(),
+        recorder,
+        lambda: write_bytes(args.output, result.data),
+    )

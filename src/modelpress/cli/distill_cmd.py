@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes, human_count
-from modelpress.cli._training import enforce_budget, print_check, print_training, training_bar
-from modelpress.errors import OptionError
+from modelpress.cli._training import training_bar, write_checked
 from modelpress.ir import save
 from modelpress.ir.files import output_dir
 
@@ -71,37 +70,29 @@ def run(args) -> int:
     recorder = options.Recorder("distill", args)
     teacher = options.open_model(args.model, args)
     student = options.open_model(args.student, args) if args.student else None
-    config = options.training_config(args)
-    if config is False:
-        raise OptionError("distill trains the student: --no-train leaves nothing to do")
     with training_bar() as progress:
         result = distill(
             teacher,
-            data=args.data,
             student=student,
             width=args.width,
-            labels_key=args.labels_key,
-            temperature=args.temperature,
-            alpha=args.alpha,
-            soft=args.soft_loss,
             features="none" if args.no_features else "auto",
             feature_weight=args.feature_weight,
-            train=config,
-            limit=args.limit,
             progress=progress,
+            **options.training_args(args),
         )
     for note in result.notes:
         console.print(f"note: {note}")
     if result.features:
         console.print(f"intermediate values matched: {len(result.features)}")
-    print_training([result.training])
-    print_check(result.check)
     console.print(
         f"student ({result.student}): parameters {human_count(result.params_teacher)} → {human_count(result.params_student)}, "
         f"size {human_bytes(result.size_teacher)} → {human_bytes(result.size_student)}"
     )
-    record = enforce_budget(args, result.check, result.to_dict(), recorder)
-    save(result.model, args.output)
-    console.print(f"wrote {args.output}")
-    recorder.write({**record, "written": args.output})
-    return 0
+    return write_checked(
+        args,
+        result,
+        [result.training],
+        result.to_dict(),
+        recorder,
+        lambda: save(result.model, args.output),
+    )

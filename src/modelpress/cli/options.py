@@ -232,6 +232,20 @@ def add_device(p: argparse.ArgumentParser, *, default_backend: str = "ort") -> N
     )
 
 
+def add_ray(p: argparse.ArgumentParser, *, on: str, replicas: str) -> None:
+    """``--ray [ADDRESS]`` (run ``on`` Ray: a local cluster, or the one at ADDRESS) and
+    ``--replicas N``."""
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="ADDRESS",
+        help=f"{on} (a local cluster, or the one at ADDRESS); needs the ray extra",
+    )
+    p.add_argument("--replicas", type=int, metavar="N", help=replicas)
+
+
 def add_key(p: argparse.ArgumentParser) -> None:
     p.add_argument("--key-file", metavar="FILE", help="the key of a protected model (.mpk)")
     p.add_argument("--key-env", metavar="VAR", help="an environment variable holding the key (hex)")
@@ -522,6 +536,21 @@ def budget(args: argparse.Namespace):
         min_agreement=args.min_agreement,
         min_cosine=args.min_cosine,
     )
+
+
+def training_args(args: argparse.Namespace, *, train=None) -> dict:
+    """The library's keywords for what ``add_training_data`` and ``add_training`` set: the data,
+    its labels and limit, the fine-tuning (``training_config``, unless ``train`` is given) and the
+    loss against the teacher. One mapping for prune, distill and deep_compress."""
+    return {
+        "data": args.data,
+        "labels_key": args.labels_key,
+        "limit": args.limit,
+        "train": training_config(args) if train is None else train,
+        "alpha": args.alpha,
+        "temperature": args.temperature,
+        "soft": args.soft_loss,
+    }
 
 
 def training_config(args: argparse.Namespace, *, batch_default: int = 32, lr_default: float = 3e-3):

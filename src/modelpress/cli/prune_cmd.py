@@ -13,7 +13,7 @@ from rich.table import Table
 
 from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes, human_count
-from modelpress.cli._training import enforce_budget, print_check, print_training, training_bar
+from modelpress.cli._training import training_bar, write_checked
 from modelpress.compress.prune import calibration as calib
 from modelpress.compress.prune.importance import METHODS
 from modelpress.ir import save
@@ -118,8 +118,6 @@ def run(args) -> int:
     with training_bar() as progress:
         result = prune(
             model,
-            data=args.data,
-            labels_key=args.labels_key,
             ratio=args.ratio,
             head_ratio=args.head_ratio,
             sparsity=args.sparsity,
@@ -131,32 +129,23 @@ def run(args) -> int:
             round_to=args.round_to,
             global_ranking=args.global_ranking,
             refit=args.refit,
-            train=options.training_config(args) if args.data else False,
-            alpha=args.alpha,
-            temperature=args.temperature,
-            soft=args.soft_loss,
-            limit=args.limit,
             progress=progress,
+            **options.training_args(args, train=None if args.data else False),
         )
     if result.rounds:
         _print_groups(result.rounds[-1]["groups"], result.rounds)
     for note in result.notes:
         console.print(f"note: {note}")
-    print_training(result.training)
-    print_check(result.check)
     latency = None if args.no_latency else _latency(model, result.model, args)
     sparsity = f", sparsity {result.sparsity:.1%}" if result.sparsity is not None else ""
     console.print(
         f"{result.kind}: parameters {human_count(result.params_before)} → {human_count(result.params_after)}, "
         f"size {human_bytes(result.size_before)} → {human_bytes(result.size_after)}{sparsity}"
     )
-    record = result.to_dict()
-    record["latency"] = latency
-    record = enforce_budget(args, result.check, record, recorder)
-    save(result.model, args.output)
-    console.print(f"wrote {args.output}")
-    recorder.write({**record, "written": args.output})
-    return 0
+    record = {**result.to_dict(), "latency": latency}
+    return write_checked(
+        args, result, result.training, record, recorder, lambda: save(result.model, args.output)
+    )
 
 
 def _print_groups(groups: list[dict], rounds: list[dict]) -> None:

@@ -77,17 +77,7 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--restart", action="store_true", help="start over instead of resuming a stopped run"
     )
-    p.add_argument(
-        "--ray",
-        nargs="?",
-        const=True,
-        default=False,
-        metavar="ADDRESS",
-        help="run on Ray Data (a local cluster, or the one at ADDRESS); needs the ray extra",
-    )
-    p.add_argument(
-        "--replicas", type=int, metavar="N", help="model replicas (actors) on Ray (default 1)"
-    )
+    options.add_ray(p, on="run on Ray Data", replicas="model replicas (actors) on Ray (default 1)")
     p.add_argument(
         "--labels-key",
         metavar="KEY",

@@ -138,21 +138,10 @@ def add_parser(sub) -> None:
         metavar="FILE",
         help="require 'Authorization: Bearer KEY' (KEY read from FILE) on every call but health",
     )
-    p.add_argument(
-        "--ray",
-        nargs="?",
-        const=True,
-        default=False,
-        metavar="ADDRESS",
-        help="deploy on Ray Serve (a local cluster, or the one at ADDRESS)",
+    options.add_ray(
+        p, on="deploy on Ray Serve", replicas="Ray Serve replicas per model (with --ray)"
     )
     p.add_argument("--ray-address", help=argparse.SUPPRESS)  # the old spelling of --ray ADDRESS
-    p.add_argument(
-        "--replicas",
-        type=int,
-        metavar="N",
-        help="Ray Serve replicas per model (with --ray)",
-    )
     options.add_device(p)
     options.add_key(p)
     options.add_record(p)
