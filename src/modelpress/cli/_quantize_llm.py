@@ -16,12 +16,12 @@ LLM_MODES = {"int4": 4, "int8": 8}
 
 def add_llm_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("LLM folders (--mode int4|int8; --data is a text file)")
-    g.add_argument(
+    options.add_with_default(
+        g,
         "--algorithm",
         choices=METHODS,
         default="auto",
-        help="auto: per layer the least held-out error of AWQ-scaled clip search, GPTQ and GPTQ "
-        "with act-order; rtn: round to nearest, the only one without --data (default auto)",
+        help="auto: per layer the least held-out error of AWQ-scaled clip search, GPTQ and GPTQ with act-order; rtn: round to nearest, the only one without --data",
     )
     g.add_argument(
         "--symmetric", action="store_true", help="int4 without zero points (default: asymmetric)"
@@ -32,24 +32,22 @@ def add_llm_options(p: argparse.ArgumentParser) -> None:
         default="auto",
         help="GPTQ's order: decreasing activation energy (on), K order (off), both tried (auto; default auto)",
     )
-    g.add_argument(
+    options.add_with_default(
+        g,
         "--embeddings",
         choices=list(EMBEDDINGS),
         default="int8",
-        help="the embedding table and LM head (tied or not): int8, int4 or float (default int8)",
+        help="the embedding table and LM head (tied or not): int8, int4 or float",
     )
-    g.add_argument(
+    options.add_with_default(
+        g,
         "--ops",
         choices=list(LEVELS),
         default="ort",
-        help="ort: MatMulNBits/GatherBlockQuantized; standard: DequantizeLinear + MatMul (default ort)",
+        help="ort: MatMulNBits/GatherBlockQuantized; standard: DequantizeLinear + MatMul",
     )
-    g.add_argument(
-        "--window",
-        type=int,
-        default=512,
-        metavar="N",
-        help="tokens per calibration window (default 512)",
+    options.add_with_default(
+        g, "--window", type=int, default=512, metavar="N", help="tokens per calibration window"
     )
 
 

@@ -14,32 +14,20 @@ from modelpress.verify.llm import verify_llm
 
 def add_llm_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("LLM folders (--data is a text file)")
-    g.add_argument(
-        "--window",
-        type=int,
-        default=512,
-        metavar="N",
-        help="tokens per scored window (default 512)",
+    options.add_with_default(
+        g, "--window", type=int, default=512, metavar="N", help="tokens per scored window"
     )
-    g.add_argument(
-        "--stride", type=int, default=256, metavar="N", help="tokens between windows (default 256)"
+    options.add_with_default(
+        g, "--stride", type=int, default=256, metavar="N", help="tokens between windows"
     )
     g.add_argument(
         "--text-tokens", type=int, metavar="N", help="score only the text's first N tokens"
     )
-    g.add_argument(
-        "--prompts",
-        type=int,
-        default=8,
-        metavar="N",
-        help="prompts for top-1 agreement (default 8)",
+    options.add_with_default(
+        g, "--prompts", type=int, default=8, metavar="N", help="prompts for top-1 agreement"
     )
-    g.add_argument(
-        "--greedy-tokens",
-        type=int,
-        default=32,
-        metavar="N",
-        help="greedy tokens per prompt (default 32)",
+    options.add_with_default(
+        g, "--greedy-tokens", type=int, default=32, metavar="N", help="greedy tokens per prompt"
     )
 
 

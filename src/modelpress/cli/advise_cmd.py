@@ -75,11 +75,12 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--workload", choices=list(WORKLOADS), help="a built-in workload instead of a file"
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--task",
         choices=("train", "infer", "training", "inference"),
         default="infer",
-        help="training step or inference (default infer)",
+        help="training step or inference",
     )
     p.add_argument(
         "--precision",
@@ -105,11 +106,12 @@ def add_parser(sub) -> None:
             "throughput stays in sequences/s (default: every sequence padded to --seq)"
         ),
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--gen-tokens",
         type=int,
         default=128,
-        help="tokens generated per request by decoder LLMs (default 128)",
+        help="tokens generated per request by decoder LLMs",
     )
     add_list(
         p,
@@ -117,11 +119,12 @@ def add_parser(sub) -> None:
         metavar="NAME",
         help="candidate devices, loose names (default: the whole catalog)",
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--num-gpus",
         type=int,
         default=1,
-        help="devices per candidate: data parallel for training, replicas or tensor parallel for inference (default 1)",
+        help="devices per candidate: data parallel for training, replicas or tensor parallel for inference",
     )
     p.add_argument(
         "--latency-ms",
@@ -133,11 +136,8 @@ def add_parser(sub) -> None:
         type=float,
         help="edge scenario: only devices whose TDP is within this many watts",
     )
-    p.add_argument(
-        "--optimizer",
-        choices=list(OPTIMIZER_STATES),
-        default="adam",
-        help="training optimizer (default adam)",
+    options.add_with_default(
+        p, "--optimizer", choices=list(OPTIMIZER_STATES), default="adam", help="training optimizer"
     )
     p.add_argument(
         "--samples",
@@ -150,20 +150,22 @@ def add_parser(sub) -> None:
         metavar="FILE",
         help="CSV or JSON file adding or overriding catalog entries (repeatable)",
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--life-years",
         type=float,
         default=3.0,
-        help="owned hardware: years to amortise the price over (default 3)",
+        help="owned hardware: years to amortise the price over",
     )
-    p.add_argument(
-        "--electricity", type=float, default=0.15, help="owned hardware: USD per kWh (default 0.15)"
+    options.add_with_default(
+        p, "--electricity", type=float, default=0.15, help="owned hardware: USD per kWh"
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--utilization",
         type=float,
         default=0.6,
-        help="owned hardware: fraction of the time busy (default 0.6)",
+        help="owned hardware: fraction of the time busy",
     )
     p.add_argument(
         "--calibrate",
@@ -185,11 +187,12 @@ def add_parser(sub) -> None:
         metavar="D",
         help="fix how long a batch waits for more requests (default: planned)",
     )
-    s.add_argument(
+    options.add_with_default(
+        s,
         "--engine",
         choices=("compiled", "eager"),
         default="compiled",
-        help="how the GPUs run the model: a compiled engine (TensorRT, ONNX Runtime) or eager PyTorch (default compiled)",
+        help="how the GPUs run the model: a compiled engine (TensorRT, ONNX Runtime) or eager PyTorch",
     )
     s.add_argument(
         "--no-cpu", action="store_true", help="do not measure the .onnx model on this machine's CPU"

@@ -79,11 +79,12 @@ def add_parser(sub) -> None:
         metavar="X",
         help="largest drop of the metric allowed (a fraction: 0.01 is one point of top-1; default 0.01)",
     )
-    p.add_argument(
+    opt.add_with_default(
+        p,
         "--target",
         default="cpu",
         metavar="cpu|GPU",
-        help="cpu (timed here) or a GPU of the advisor's catalog (latency estimated) (default cpu)",
+        help="cpu (timed here) or a GPU of the advisor's catalog (latency estimated)",
     )
     p.add_argument(
         "--time-budget",
@@ -96,12 +97,13 @@ def add_parser(sub) -> None:
         metavar="PATH",
         help="training samples: lets pruning and training modes into the search, and calibrates",
     )
-    p.add_argument(
+    opt.add_with_default(
+        p,
         "--batch-size",
         type=int,
         default=1,
         metavar="N",
-        help="batch the latency is measured (or estimated) at (default 1)",
+        help="batch the latency is measured (or estimated) at",
     )
     p.add_argument(
         "--seq", type=int, metavar="N", help="sequence length for the GPU estimate of a text model"
@@ -125,12 +127,13 @@ def add_parser(sub) -> None:
         metavar="N",
         help="keep at most N layers of a quantized candidate in float (default: as many as the budget needs; 0: none)",
     )
-    p.add_argument(
+    opt.add_with_default(
+        p,
         "--timing",
         type=float,
         default=1.0,
         metavar="SECONDS",
-        help="time spent timing each candidate (default 1)",
+        help="time spent timing each candidate",
     )
     p.add_argument(
         "--recipe",

@@ -51,11 +51,11 @@ def add_parser(sub) -> None:
         help="inputs to time on (an .npz of arrays named after the model's inputs) instead of generated ones",
     )
     options.add_shapes(p)
-    p.add_argument(
-        "--runs", type=int, default=50, metavar="N", help="timed runs per model (default 50)"
+    options.add_with_default(
+        p, "--runs", type=int, default=50, metavar="N", help="timed runs per model"
     )
-    p.add_argument(
-        "--warmup", type=int, default=5, metavar="N", help="untimed runs first (default 5)"
+    options.add_with_default(
+        p, "--warmup", type=int, default=5, metavar="N", help="untimed runs first"
     )
     p.add_argument(
         "--profile-ops",

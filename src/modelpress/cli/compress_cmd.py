@@ -30,25 +30,23 @@ def add_parser(sub) -> None:
     options.add_key(p)
     options.add_output(p, help="the .mpz file to write")
     options.add_training_data(p, required=True)
-    p.add_argument(
-        "--sparsity",
-        type=float,
-        default=0.9,
-        metavar="X",
-        help="fraction of weights pruned (default 0.9)",
+    options.add_with_default(
+        p, "--sparsity", type=float, default=0.9, metavar="X", help="fraction of weights pruned"
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--bits",
         type=int,
         default=5,
         metavar="N",
-        help="bits per shared weight: 2^N values per layer (default 5)",
+        help="bits per shared weight: 2^N values per layer",
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--scope",
         default="global",
         choices=["global", "layer"],
-        help="one pruning threshold for all layers (global) or per layer (default global)",
+        help="one pruning threshold for all layers (global) or per layer",
     )
     options.add_list(p, "--exclude", metavar="NODE", help="layers left dense")
     options.add_training(p)

@@ -69,12 +69,12 @@ def add_parser(sub) -> None:
         "--rtol", type=float, help="relative tolerance (default per dtype: 1e-4 for float32)"
     )
     p.add_argument("--atol", type=float, help="absolute tolerance (default per dtype)")
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--ops",
         choices=LLM_LEVELS,
         default="standard",
-        help="decoder LLMs: standard writes ONNX ops only; ort uses ONNX Runtime's "
-        "GroupQueryAttention and skip-norm fusions, a left-aligned cache (default standard)",
+        help="decoder LLMs: standard writes ONNX ops only; ort uses ONNX Runtime's GroupQueryAttention and skip-norm fusions, a left-aligned cache",
     )
     options.add_record(p)
     p.set_defaults(func=run)

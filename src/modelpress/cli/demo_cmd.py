@@ -35,12 +35,8 @@ def add_parser(sub) -> None:
         default="demo_out",
         help="folder for the models and summary.json (created if missing; default demo_out)",
     )
-    p.add_argument(
-        "--runs",
-        type=int,
-        default=200,
-        metavar="N",
-        help="timed runs per model, interleaved (default 200)",
+    options.add_with_default(
+        p, "--runs", type=int, default=200, metavar="N", help="timed runs per model, interleaved"
     )
     options.add_record(p)
     p.set_defaults(func=run)

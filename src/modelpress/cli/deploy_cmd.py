@@ -48,12 +48,13 @@ def add_parser(sub) -> None:
         labels=True,
         help="validation samples (.npz named after the model's inputs): search for a faster version within --max-accuracy-drop",
     )
-    p.add_argument(
+    opt.add_with_default(
+        p,
         "--max-accuracy-drop",
         type=float,
         default=0.01,
         metavar="X",
-        help="largest drop of the metric the search may cost (default 0.01)",
+        help="largest drop of the metric the search may cost",
     )
     p.add_argument(
         "--time-budget",
@@ -69,10 +70,11 @@ def add_parser(sub) -> None:
     )
     opt.add_key(p)
     opt.add_list(p, "--gpu", metavar="NAME", help="GPUs of the advisor's catalog to plan on too")
-    p.add_argument(
+    opt.add_with_default(
+        p,
         "--device",
         default="cpu",
-        help="where the service runs: cpu (this machine is measured) or cuda (a --gpu) (default cpu)",
+        help="where the service runs: cpu (this machine is measured) or cuda (a --gpu)",
     )
     p.add_argument("--name", help="the name the model is served under (default: the file name)")
     p.add_argument("--image", help="the container image KServe runs (default: NAME:latest)")

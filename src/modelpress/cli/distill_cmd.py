@@ -47,12 +47,13 @@ def add_parser(sub) -> None:
         action="store_true",
         help="do not match hidden states (transformers) or stage outputs (CNNs)",
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--feature-weight",
         type=float,
         default=1.0,
         metavar="X",
-        help="weight of the hidden-state / feature-map loss (default 1)",
+        help="weight of the hidden-state / feature-map loss",
     )
     # a student learns from a teacher more slowly than a pruned model recovers: 10 epochs, not 2
     # (benchmarks/results/train.md, distillation); it always trains

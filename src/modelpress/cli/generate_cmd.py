@@ -89,8 +89,8 @@ def add_parser(sub) -> None:
     )
     r = p.add_argument_group("runtime")
     r.add_argument("--threads", type=int, metavar="N", help="intra-op threads (default: all cores)")
-    r.add_argument(
-        "--max-seqs", type=int, default=8, metavar="N", help="prompts run at once (default 8)"
+    options.add_with_default(
+        r, "--max-seqs", type=int, default=8, metavar="N", help="prompts run at once"
     )
     r.add_argument(
         "--max-context",

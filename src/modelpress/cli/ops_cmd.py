@@ -31,8 +31,8 @@ def add_parser(sub) -> None:
         help="an .onnx file: report which of its ops are not supported",
     )
     p.add_argument("--model", dest="model_flag", help=argparse.SUPPRESS)  # the old spelling
-    p.add_argument(
-        "--backend", default="torch", choices=sorted(SUPPORT_LISTS), help="backend (default torch)"
+    options.add_with_default(
+        p, "--backend", default="torch", choices=sorted(SUPPORT_LISTS), help="backend"
     )
     options.add_record(p)
     p.set_defaults(func=run)

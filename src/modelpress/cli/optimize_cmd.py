@@ -30,12 +30,13 @@ def add_parser(sub) -> None:
     options.add_model(p)
     options.add_key(p)
     options.add_output(p, help="where to write the optimized model")
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--level",
         type=int,
         default=2,
         choices=[0, 1, 2, 3],
-        help="1: clean-up, 2: standard ONNX rewrites, 3: ONNX Runtime-specific (default 2)",
+        help="1: clean-up, 2: standard ONNX rewrites, 3: ONNX Runtime-specific",
     )
     options.add_list(p, "--passes", metavar="PASS", help="run exactly these passes")
     options.add_list(p, "--skip", metavar="PASS", help="passes not to run")

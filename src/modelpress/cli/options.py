@@ -205,15 +205,10 @@ def add_shapes(p: argparse.ArgumentParser, *, full_shapes: bool = True) -> None:
 
 def add_device(p: argparse.ArgumentParser, *, default_backend: str = "ort") -> None:
 
-    p.add_argument(
-        "--backend",
-        default=default_backend,
-        choices=backend_names(),
-        help=f"execution backend (default {default_backend})",
+    add_with_default(
+        p, "--backend", default=default_backend, choices=backend_names(), help="execution backend"
     )
-    p.add_argument(
-        "--device", default="auto", help="auto, cpu, cuda, cuda:N, mps, ... (default auto)"
-    )
+    add_with_default(p, "--device", default="auto", help="auto, cpu, cuda, cuda:N, mps, ...")
     p.add_argument(
         "--place",
         action="append",
@@ -249,6 +244,13 @@ def add_ray(p: argparse.ArgumentParser, *, on: str, replicas: str) -> None:
 def add_key(p: argparse.ArgumentParser) -> None:
     p.add_argument("--key-file", metavar="FILE", help="the key of a protected model (.mpk)")
     p.add_argument("--key-env", metavar="VAR", help="an environment variable holding the key (hex)")
+
+
+def add_with_default(p: argparse.ArgumentParser, *flags: str, default, help: str, **kwargs):
+    """An option whose ``--help`` ends with "(default X)", X written from the value the parser fills
+    in, so the help cannot say another default than the code uses. ``kwargs`` go to argparse."""
+    shown = f"{default:g}" if isinstance(default, float) else default
+    return p.add_argument(*flags, default=default, help=f"{help} (default {shown})", **kwargs)
 
 
 def add_list(p: argparse.ArgumentParser, flag: str, *, metavar: str, help: str) -> argparse.Action:
@@ -415,30 +417,28 @@ def add_training(
     """How a command that trains (prune, distill, compress, quantize --mode qat) trains; the help
     shows the defaults the command uses (``--steps`` wins over ``--epochs``)."""
     g = p.add_argument_group("training")
-    g.add_argument(
-        "--epochs",
-        type=int,
-        default=epochs,
-        metavar="N",
-        help=f"passes over the training data (default {epochs})",
+    add_with_default(
+        g, "--epochs", type=int, default=epochs, metavar="N", help="passes over the training data"
     )
     g.add_argument("--steps", type=int, metavar="N", help="optimizer steps (instead of epochs)")
     g.add_argument("--lr", type=float, metavar="X", help="learning rate (default 3e-3; qat 1e-4)")
     g.add_argument(
         "--optimizer", default="adam", choices=["adam", "adamw", "sgd"], help="default adam"
     )
-    g.add_argument(
+    add_with_default(
+        g,
         "--schedule",
         default="cosine",
         choices=["cosine", "linear", "constant"],
-        help="learning-rate schedule after warm-up (default cosine)",
+        help="learning-rate schedule after warm-up",
     )
-    g.add_argument(
+    add_with_default(
+        g,
         "--val-fraction",
         type=float,
         default=0.1,
         metavar="X",
-        help="samples held out for early stopping and the check (default 0.1)",
+        help="samples held out for early stopping and the check",
     )
     g.add_argument(
         "--patience",
@@ -446,7 +446,7 @@ def add_training(
         metavar="N",
         help="stop after N held-out evaluations without improvement (default 5; 10 a run)",
     )
-    g.add_argument("--seed", type=int, default=0, help="shuffling and split seed (default 0)")
+    add_with_default(g, "--seed", type=int, default=0, help="shuffling and split seed")
     if no_train:
         g.add_argument("--no-train", action="store_true", help="no training: compress only")
     if teacher:
@@ -456,12 +456,13 @@ def add_training(
             metavar="X",
             help="weight of the teacher's soft loss when labels exist too (default 0.5; 0: labels only)",
         )
-        g.add_argument(
+        add_with_default(
+            g,
             "--temperature",
             type=float,
             default=temperature,
             metavar="T",
-            help=f"softmax temperature of the soft loss (default {temperature:g})",
+            help="softmax temperature of the soft loss",
         )
         g.add_argument(
             "--soft-loss",
@@ -472,12 +473,12 @@ def add_training(
 
 
 def add_batching(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
+    add_with_default(
+        p,
         "--batching",
         default="auto",
         choices=["auto", "per-sample", "whole"],
-        help="whether requests or items may be joined into batches: auto decides by running a batch "
-        "of 2 against two single samples; per-sample or whole overrides it (default auto)",
+        help="whether requests or items may be joined into batches: auto decides by running a batch of 2 against two single samples; per-sample or whole overrides it",
     )
 
 
@@ -506,19 +507,21 @@ def add_budget(p: argparse.ArgumentParser) -> None:
         metavar="X",
         help="with labels: the most top-1 accuracy may drop (default 0.02, two points)",
     )
-    g.add_argument(
+    add_with_default(
+        g,
         "--min-agreement",
         type=float,
         default=0.90,
         metavar="X",
-        help="class scores without labels: the least top-1 agreement with the original (default 0.9)",
+        help="class scores without labels: the least top-1 agreement with the original",
     )
-    g.add_argument(
+    add_with_default(
+        g,
         "--min-cosine",
         type=float,
         default=0.90,
         metavar="X",
-        help="other outputs: the least mean cosine with the original's (default 0.9)",
+        help="other outputs: the least mean cosine with the original's",
     )
     g.add_argument(
         "--keep-anyway",

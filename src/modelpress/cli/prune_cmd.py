@@ -55,17 +55,19 @@ def add_parser(sub) -> None:
     what.add_argument(
         "--sparsity", type=float, metavar="X", help="unstructured: fraction of weights set to zero"
     )
-    what.add_argument(
+    options.add_with_default(
+        what,
         "--pattern",
         default="unstructured",
         choices=["unstructured", "2:4"],
-        help="unstructured: 2:4 keeps 2 of every 4 weights, for sparse tensor cores (default unstructured)",
+        help="unstructured: 2:4 keeps 2 of every 4 weights, for sparse tensor cores",
     )
-    what.add_argument(
+    options.add_with_default(
+        what,
         "--scope",
         default="global",
         choices=["global", "layer"],
-        help="unstructured: one threshold for all layers (global) or per layer (default global)",
+        help="unstructured: one threshold for all layers (global) or per layer",
     )
     what.add_argument(
         "--importance",
@@ -78,20 +80,22 @@ def add_parser(sub) -> None:
         action="store_true",
         help="structured: refit the layers that read removed neurons and heads by least squares on the data",
     )
-    what.add_argument(
+    options.add_with_default(
+        what,
         "--rounds",
         type=int,
         default=1,
         metavar="N",
-        help="structured: prune in N rounds, fine-tuning after each (default 1)",
+        help="structured: prune in N rounds, fine-tuning after each",
     )
     options.add_list(what, "--exclude", metavar="NODE", help="layers that stay whole")
-    what.add_argument(
+    options.add_with_default(
+        what,
         "--round-to",
         type=int,
         default=1,
         metavar="N",
-        help="structured: keep a multiple of N channels per group (default 1)",
+        help="structured: keep a multiple of N channels per group",
     )
     what.add_argument(
         "--global-ranking",

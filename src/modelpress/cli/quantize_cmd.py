@@ -56,26 +56,28 @@ def add_parser(sub) -> None:
         labels=True,
         limit=True,
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--batch-size",
         type=int,
         default=16,
         metavar="N",
-        help="samples per model run in calibration (default 16)",
+        help="samples per model run in calibration",
     )
     options.add_shapes(p, full_shapes=False)
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--target-cpu",
         default="auto",
         choices=["auto", *TARGETS],
-        help="the CPU the int8 formats are for: auto (this one), vnni (x86 with VNNI/AMX), "
-        "avx2 (x86 without VNNI), arm64, or portable (exact on all of them) (default auto)",
+        help="the CPU the int8 formats are for: auto (this one), vnni (x86 with VNNI/AMX), avx2 (x86 without VNNI), arm64, or portable (exact on all of them)",
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--method",
         default="minmax",
         choices=sorted(set(OBSERVERS) | {"kl"}),
-        help="calibration observer for static mode (default minmax)",
+        help="calibration observer for static mode",
     )
     p.add_argument(
         "--per-tensor",
@@ -90,11 +92,12 @@ def add_parser(sub) -> None:
         help="weight-only: bits per weight (default 8); 4 bits are rounded by GPTQ on the --data "
         "(on generated inputs without it: give --data for the best accuracy)",
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--block-size",
         type=int,
         default=32,
-        help="weight-only 4-bit and LLM folders: elements per scale (default 32)",
+        help="weight-only 4-bit and LLM folders: elements per scale",
     )
     p.add_argument(
         "--activation-type",
@@ -140,11 +143,8 @@ def add_parser(sub) -> None:
         metavar="S[,S,S]",
         help="image folders: per-channel std (comma-separated; default 1)",
     )
-    p.add_argument(
-        "--layout",
-        default="NCHW",
-        choices=["NCHW", "NHWC"],
-        help="image folders: layout (default NCHW)",
+    options.add_with_default(
+        p, "--layout", default="NCHW", choices=["NCHW", "NHWC"], help="image folders: layout"
     )
     p.add_argument("--grayscale", action="store_true", help="image folders: one channel")
     p.add_argument(

@@ -71,12 +71,13 @@ def add_parser(sub) -> None:
         metavar="N",
         help="requests that may wait per model; past it 503 with Retry-After (default 256)",
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--max-body-mb",
         type=float,
         default=64.0,
         metavar="MB",
-        help="largest request body; past it 413 (default 64)",
+        help="largest request body; past it 413",
     )
     p.add_argument(
         "--max-request-rows",
@@ -99,26 +100,29 @@ def add_parser(sub) -> None:
         help="open connections; past it the slowest to send its request is closed "
         "(default 1000, kept below the open-file limit)",
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--header-timeout",
         type=float,
         default=10.0,
         metavar="S",
-        help="seconds for a request's headers to arrive; past it 408 (default 10)",
+        help="seconds for a request's headers to arrive; past it 408",
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--body-timeout",
         type=float,
         default=60.0,
         metavar="S",
-        help="seconds for a request's body to arrive; past it 408 (default 60)",
+        help="seconds for a request's body to arrive; past it 408",
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--max-seqs",
         type=int,
         default=16,
         metavar="N",
-        help="LLM: sequences generated at once; the rest wait (default 16)",
+        help="LLM: sequences generated at once; the rest wait",
     )
     p.add_argument(
         "--max-context",
@@ -126,12 +130,13 @@ def add_parser(sub) -> None:
         metavar="N",
         help="LLM: most tokens of prompt and answer (default: the model's own)",
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--drain-timeout",
         type=float,
         default=30.0,
         metavar="S",
-        help="on SIGTERM, how long to wait for accepted requests (default 30)",
+        help="on SIGTERM, how long to wait for accepted requests",
     )
     p.add_argument(
         "--api-key-file",

@@ -54,12 +54,8 @@ def add_check_options(p: argparse.ArgumentParser) -> None:
         help="inputs to compare on (an .npz of arrays named after the model's inputs) instead of generated ones",
     )
     options.add_shapes(p)
-    p.add_argument(
-        "--input-sets",
-        type=int,
-        default=2,
-        metavar="N",
-        help="number of generated input sets (default 2)",
+    options.add_with_default(
+        p, "--input-sets", type=int, default=2, metavar="N", help="number of generated input sets"
     )
     p.add_argument(
         "--rtol", type=float, help="relative tolerance (default per dtype: 1e-4 for float32)"
