@@ -72,12 +72,10 @@ def add_parser(sub) -> None:
         choices=METRICS,
         help="what to keep: top1 (default with --labels-key), cosine (default without) or mse against the original's outputs",
     )
-    p.add_argument(
-        "--max-accuracy-drop",
-        type=float,
-        default=0.01,
-        metavar="X",
-        help="largest drop of the metric allowed (a fraction: 0.01 is one point of top-1; default 0.01)",
+    opt.add_search_budget(
+        p,
+        drop="largest drop of the metric allowed (a fraction: 0.01 is one point of top-1)",
+        time="stop starting trials past this (90s, 10m, 1h)",
     )
     opt.add_with_default(
         p,
@@ -85,12 +83,6 @@ def add_parser(sub) -> None:
         default="cpu",
         metavar="cpu|GPU",
         help="cpu (timed here) or a GPU of the advisor's catalog (latency estimated)",
-    )
-    p.add_argument(
-        "--time-budget",
-        default="10m",
-        metavar="DURATION",
-        help="stop starting trials past this (90s, 10m, 1h; default 10m)",
     )
     p.add_argument(
         "--train-data",
@@ -160,15 +152,8 @@ def _default_paths(output: Path) -> tuple[Path, Path]:
 
 
 FLAGS = {
-    "levels": "--levels",
-    "modes": "--modes",
     "method": "--methods",
-    "metric": "--metric",
-    "labels_key": "--labels-key",
-    "max_accuracy_drop": "--max-accuracy-drop",
     "time_budget_s": "--time-budget",
-    "batch_size": "--batch-size",
-    "protect": "--protect",
 }
 
 

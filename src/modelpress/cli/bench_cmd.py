@@ -67,7 +67,7 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-@options.speaks_flags(fields={"backend": "--backend", "profile_ops": "--profile-ops"})
+@options.speaks_flags
 def run(args) -> int:
 
     if args.old_optimize is not None:

@@ -87,13 +87,7 @@ def print_verify_table(title: str, result) -> None:
 @options.speaks_flags(
     fields={
         "inputs": "--shape",
-        "dynamic": "--dynamic",
-        "opset": "--opset",
-        "optimize": "--optimize",
         "level": "--ops",
-        "output": "--output",
-        "atol": "--atol",
-        "rtol": "--rtol",
     }
 )
 def run(args) -> int:

@@ -48,19 +48,10 @@ def add_parser(sub) -> None:
         labels=True,
         help="validation samples (.npz named after the model's inputs): search for a faster version within --max-accuracy-drop",
     )
-    opt.add_with_default(
+    opt.add_search_budget(
         p,
-        "--max-accuracy-drop",
-        type=float,
-        default=0.01,
-        metavar="X",
-        help="largest drop of the metric the search may cost",
-    )
-    p.add_argument(
-        "--time-budget",
-        default="10m",
-        metavar="DURATION",
-        help="the search's time budget (90s, 10m, 1h; default 10m)",
+        drop="largest drop of the metric the search may cost",
+        time="the search's time budget (90s, 10m, 1h)",
     )
     p.add_argument(
         "--no-train",
@@ -97,15 +88,7 @@ def add_parser(sub) -> None:
 
 
 FLAGS = {
-    "qps": "--qps",
-    "p99_ms": "--p99-ms",
     "gpus": "--gpu",
-    "device": "--device",
-    "key_env": "--key-env",
-    "key_file": "--key-file",
-    "labels_key": "--labels-key",
-    "max_accuracy_drop": "--max-accuracy-drop",
-    "name": "--name",
 }
 
 

@@ -30,16 +30,6 @@ examples:
 """
 
 FLAGS = {
-    "max_tokens": "--max-tokens",
-    "temperature": "--temperature",
-    "top_k": "--top-k",
-    "top_p": "--top-p",
-    "repetition_penalty": "--repetition-penalty",
-    "seed": "--seed",
-    "stop": "--stop",
-    "max_context": "--max-context",
-    "max_seqs": "--max-seqs",
-    "prompt": "--prompt",
     "messages": "--chat",
 }
 

@@ -530,6 +530,13 @@ def add_budget(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_search_budget(p: argparse.ArgumentParser, *, drop: str, time: str) -> None:
+    """What a search (``auto``, ``deploy``) may spend: accuracy (``--max-accuracy-drop``, a fraction
+    of the metric) and time (``--time-budget``, a duration)."""
+    add_with_default(p, "--max-accuracy-drop", type=float, default=0.01, metavar="X", help=drop)
+    add_with_default(p, "--time-budget", default="10m", metavar="DURATION", help=time)
+
+
 def budget(args: argparse.Namespace):
     """The ``Budget`` of ``add_budget``'s options."""
     from modelpress.compress.train.budget import Budget

@@ -184,21 +184,10 @@ def _floats(text: str) -> tuple[float, ...]:
 # The library's field names → this command's flags, in its error messages.
 FLAGS = {
     "calibration": "--data",
-    "labels_key": "--labels-key",
-    "batch_size": "--batch-size",
-    "method": "--method",
-    "mode": "--mode",
-    "bits": "--bits",
-    "block_size": "--block-size",
-    "exclude": "--exclude",
-    "max_accuracy_drop": "--max-accuracy-drop",
     "activation_dtype": "--activation-type",
-    "target_cpu": "--target-cpu",
     "image": "--image-size/--mean/--std/--layout",
-    "embeddings": "--embeddings",
     "level": "--ops",
     "seq_len": "--window",
-    "act_order": "--act-order",
 }
 
 
