@@ -46,11 +46,7 @@ def add_parser(sub) -> None:
         help="ONNX Runtime's own graph optimization level (ort backend; default all)",
     )
     p.add_argument("--optimize", dest="old_optimize", help=argparse.SUPPRESS)  # now --ort-level
-    options.add_data(
-        p,
-        help="inputs to time on (an .npz of arrays named after the model's inputs) instead of generated ones",
-    )
-    options.add_shapes(p)
+    options.add_inputs(p, to="to time on")
     options.add_with_default(
         p, "--runs", type=int, default=50, metavar="N", help="timed runs per model"
     )

@@ -187,6 +187,17 @@ def add_data(
         p.add_argument("--calib-limit", dest="limit", type=int, help=argparse.SUPPRESS)
 
 
+def add_inputs(p: argparse.ArgumentParser, *, to: str, shapes: bool = True) -> None:
+    """The inputs a command runs the model on (``to``: "to time on"): the user's ``--data`` .npz,
+    or inputs generated to fit the model, sized by ``--dim``/``--shape`` (``shapes``)."""
+    add_data(
+        p,
+        help=f"inputs {to} (an .npz of arrays named after the model's inputs) instead of generated ones",
+    )
+    if shapes:
+        add_shapes(p)
+
+
 def add_shapes(p: argparse.ArgumentParser, *, full_shapes: bool = True) -> None:
     p.add_argument(
         "--dim",

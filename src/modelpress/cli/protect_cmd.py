@@ -11,7 +11,7 @@ from rich.table import Table
 
 from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes
-from modelpress.cli.options import Recorder, add_data, add_key, add_record
+from modelpress.cli.options import Recorder, add_key, add_record
 from modelpress.errors import OptionError
 from modelpress.ir.feeds import load_npz
 from modelpress.protect import DEFAULT_RATIO, load_key, protect
@@ -83,10 +83,7 @@ def add_parser(sub) -> None:
         action="store_true",
         help="skip opening the result and comparing it with the original",
     )
-    add_data(
-        p,
-        help="inputs to check the protected model on (an .npz of arrays named after the model's inputs) instead of generated ones",
-    )
+    options.add_inputs(p, to="to check the protected model on", shapes=False)
     add_record(p)
     p.set_defaults(func=run)
 

@@ -49,11 +49,7 @@ def add_parser(sub) -> None:
 
 def add_check_options(p: argparse.ArgumentParser) -> None:
     """The options of a numeric check: which inputs, how many sets, which tolerance."""
-    options.add_data(
-        p,
-        help="inputs to compare on (an .npz of arrays named after the model's inputs) instead of generated ones",
-    )
-    options.add_shapes(p)
+    options.add_inputs(p, to="to compare on")
     options.add_with_default(
         p, "--input-sets", type=int, default=2, metavar="N", help="number of generated input sets"
     )
