@@ -325,17 +325,11 @@ def _taylor(
     soft,
     batches: int = 8,
 ):
-    from modelpress.compress.train import build_objective, teacher
+    from modelpress.compress.train.finetune import teacher_objective
     from modelpress.compress.train.loop import batch_loss
 
-    frozen = teacher(original)
-    objective = build_objective(
-        model,
-        labels=data.has_labels,
-        teacher=frozen,
-        soft=soft,
-        alpha=alpha,
-        temperature=temperature,
+    objective = teacher_objective(
+        model, data, original, soft=soft, alpha=alpha, temperature=temperature
     )
     rng = np.random.default_rng(config.seed)
     chosen = []
