@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from modelpress.cli import options
 from modelpress.cli._common import console
 from modelpress.errors import VerificationError
+from modelpress.ir.files import output_dir
 
 
 @contextmanager
@@ -34,6 +35,17 @@ def training_bar() -> Iterator:
             bar.update(tasks[stage], completed=step, total=total or None, loss=shown)
 
         yield progress
+
+
+@contextmanager
+def training_run(command: str, args) -> Iterator:
+    """The start of a command that trains: the output's folder checked and the record begun before
+    any work, the model opened, the progress bar shown; yields ``(recorder, model, progress)``."""
+    output_dir(args.output)
+    recorder = options.Recorder(command, args)
+    model = options.open_model(args.model, args)
+    with training_bar() as progress:
+        yield recorder, model, progress
 
 
 def print_training(results) -> None:

@@ -11,9 +11,9 @@ from rich.table import Table
 
 from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes
-from modelpress.cli._training import training_bar, write_checked
+from modelpress.cli._training import training_run, write_checked
 from modelpress.errors import OptionError
-from modelpress.ir.files import output_dir, write_bytes
+from modelpress.ir.files import write_bytes
 
 
 def add_parser(sub) -> None:
@@ -61,10 +61,7 @@ def run(args) -> int:
 
     if not str(args.output).endswith(".mpz"):
         raise OptionError(f"{args.output}: the output of compress is an .mpz file (name it *.mpz)")
-    output_dir(args.output)
-    recorder = options.Recorder("compress", args)
-    model = options.open_model(args.model, args)
-    with training_bar() as progress:
+    with training_run("compress", args) as (recorder, model, progress):
         result = deep_compress(
             model,
             sparsity=args.sparsity,

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes, human_count
-from modelpress.cli._training import training_bar, write_checked
+from modelpress.cli._training import training_run, write_checked
 from modelpress.ir import save
-from modelpress.ir.files import output_dir
 
 
 def add_parser(sub) -> None:
@@ -67,11 +66,8 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from modelpress.compress.distill import distill
 
-    output_dir(args.output)
-    recorder = options.Recorder("distill", args)
-    teacher = options.open_model(args.model, args)
     student = options.open_model(args.student, args) if args.student else None
-    with training_bar() as progress:
+    with training_run("distill", args) as (recorder, teacher, progress):
         result = distill(
             teacher,
             student=student,

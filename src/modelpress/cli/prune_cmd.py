@@ -13,11 +13,10 @@ from rich.table import Table
 
 from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes, human_count
-from modelpress.cli._training import training_bar, write_checked
+from modelpress.cli._training import training_run, write_checked
 from modelpress.compress.prune import calibration as calib
 from modelpress.compress.prune.importance import METHODS
 from modelpress.ir import save
-from modelpress.ir.files import output_dir
 from modelpress.runtime.measure import compare_latency
 from modelpress.verify import generate_inputs
 
@@ -116,10 +115,7 @@ def run(args) -> int:
     from modelpress.compress.prune.api import prune
 
     options.require_positive(args.rounds, "--rounds")
-    output_dir(args.output)
-    recorder = options.Recorder("prune", args)
-    model = options.open_model(args.model, args)
-    with training_bar() as progress:
+    with training_run("prune", args) as (recorder, model, progress):
         result = prune(
             model,
             ratio=args.ratio,
