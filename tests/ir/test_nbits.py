@@ -43,21 +43,48 @@ def _run(model, feed):
 
 @pytest.mark.parametrize("k,bs", [(64, 32), (96, 64), (100, 32), (256, 128)])
 @pytest.mark.parametrize(
-    "bits,zp_kind", [(4, "none"), (4, "int"), (4, "float"), (8, "none"), (8, "int")]
+    "bits,zp_kind",
+    [(4, "none"), (4, "int"), (4, "float"), (8, "none"), (8, "int"), (8, "float")],
 )
 def test_matmul_nbits_and_standard_equal_numpy(k, bs, bits, zp_kind):
     b = _blocks(12, k, bits, bs, zp_kind)
     w = b.dequantize()
     a = RNG.standard_normal((3, k)).astype(np.float32)
     ref = a.astype(np.float64) @ w
-    m = _graph_model(lambda g, x: nbits.matmul_nbits(g, x, b, name="mm"), k)
-    np.testing.assert_allclose(_run(m, {"x": a}), ref, rtol=1e-5, atol=1e-4)
-    if zp_kind == "float" and k % bs:
-        with pytest.raises(OptionError, match="multiple of the block size"):
-            _graph_model(lambda g, x: nbits.dq_matmul(g, x, b, name="mm"), k)
-        return
-    m = _graph_model(lambda g, x: nbits.dq_matmul(g, x, b, name="mm"), k)
-    np.testing.assert_allclose(_run(m, {"x": a}), ref, rtol=1e-5, atol=1e-4)
+    # float32 sums: an error of a few ulps of the summed terms' size; with float zero points the
+    # terms are x·(q·s) and x·(z·s), which cancel down to x·w (up to 255·s each at 8 bits)
+    size = np.abs(a) @ (np.abs(w) + np.abs(_offsets(b)))
+    for build in (nbits.matmul_nbits, nbits.dq_matmul):
+        m = _graph_model(lambda g, x, build=build: build(g, x, b, name="mm"), k)
+        got = _run(m, {"x": a})
+        assert np.all(np.abs(got - ref) <= 1e-5 * np.abs(ref) + 4e-7 * size), build.__name__
+
+
+def _offsets(b):
+    """``[K, N]``: each element's block offset ``z·s`` (0 without float zero points)."""
+    if not b.float_zero_points:
+        return np.zeros((b.k, b.n))
+    per_block = (b.zero_points * b.scales).T  # [n_blocks, N]
+    return np.repeat(per_block, b.block_size, axis=0)[: b.k]
+
+
+@pytest.mark.parametrize("standard", [False, True])
+def test_float_zero_points_use_the_integer_kernel(standard):
+    """Float zero points never reach a kernel's zero-point input (ONNX Runtime's slow path):
+    integer codes at zero point 0, plus the blocks' offsets through two small MatMuls; a rank-3
+    activation (a decoder's [batch, sequence, K]) gives the reference too."""
+    b = _blocks(40, 96, 4, 32, "float")
+    build = nbits.dq_matmul if standard else nbits.matmul_nbits
+    m = _graph_model(lambda g, x: build(g, x, b, name="mm"), 96, shape=(2, None, 96))
+    for node in m.graph:
+        for v in node.inputs:
+            if v is not None and v.const_value is not None and "zero_points" in v.name:
+                assert v.const_value.numpy().dtype != np.float32
+    assert sorted(n.op_type for n in m.graph).count("MatMul") == 2 + standard
+    a = RNG.standard_normal((2, 5, 96)).astype(np.float32)
+    np.testing.assert_allclose(
+        _run(m, {"x": a}), a.astype(np.float64) @ b.dequantize(), rtol=1e-5, atol=1e-4
+    )
 
 
 def test_dequantize_formula():
@@ -104,8 +131,8 @@ def test_gather_block_quantized(bits, zp_kind, standard):
 def test_refusals():
     b = _blocks(4, 64, 8, 32, "float")
     g = ir.Graph([], [], nodes=[], opset_imports={"": 21})
-    with pytest.raises(OptionError, match="8-bit weights with float zero points"):
-        nbits.matmul_nbits(g, ir.Value(name="x"), b, name="mm")
+    with pytest.raises(OptionError, match="integer zero points"):
+        nbits.gather_block_quantized(g, ir.Value(name="x"), b, name="emb")
     with pytest.raises(OptionError, match="block_size"):
         nbits.Blocks(b.codes, b.scales, None, 4, 24)
     with pytest.raises(OptionError, match="bits"):

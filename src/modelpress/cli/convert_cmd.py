@@ -7,6 +7,7 @@ inputs and compare them.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes
@@ -15,7 +16,9 @@ from modelpress.convert import convert, parse_dynamic, parse_input_specs
 from modelpress.convert.kinds import SOURCE_KINDS
 from modelpress.convert.llm import LEVELS as LLM_LEVELS
 from modelpress.convert.llm import LLMConvertResult
+from modelpress.errors import OptionError
 from modelpress.ir import graph_stats
+from modelpress.ir.files import staging_dir
 from modelpress.ir.io import model_bytes
 
 
@@ -76,6 +79,13 @@ def add_parser(sub) -> None:
         default="standard",
         help="decoder LLMs: standard writes ONNX ops only; ort uses ONNX Runtime's GroupQueryAttention and skip-norm fusions, a left-aligned cache",
     )
+    p.add_argument(
+        "--gguf-blocks",
+        action="store_true",
+        help="a quantized .gguf: keep its own Q4_0/Q4_1/Q8_0 blocks (MatMulNBits, or "
+        "DequantizeLinear at --ops standard) instead of float32 weights; the float model is "
+        "still what is verified against transformers",
+    )
     options.add_record(p)
     p.set_defaults(func=run)
 
@@ -93,6 +103,8 @@ def print_verify_table(title: str, result) -> None:
 def run(args) -> int:
 
     record = options.Recorder("convert", args)
+    if args.gguf_blocks:
+        return run_gguf_blocks(args, record)
     console.print(f"converting {args.source} …")
     result = convert(
         args.source,
@@ -129,6 +141,36 @@ def run(args) -> int:
         f"{verified}, {result.seconds:.1f} s"
     )
     record.write(result.to_dict())
+    return 0
+
+
+def run_gguf_blocks(args, record) -> int:
+    """``convert X.gguf --gguf-blocks``: the float folder (verified) in a staging folder beside
+    the output, then the GGUF's own blocks put into it (``compress.llm.import_gguf_blocks``)."""
+    from modelpress.compress.llm import import_gguf_blocks
+
+    if Path(args.source).suffix.lower() != ".gguf":
+        raise OptionError(f"--gguf-blocks: {args.source} is not a .gguf file")
+    console.print(f"converting {args.source} (float, to check it) …")
+    with staging_dir(args.output) as stage:
+        result = convert(
+            args.source,
+            output=stage / "float",
+            verify=not args.no_verify,
+            rtol=args.rtol,
+            atol=args.atol,
+            level=args.level,
+        )
+        print_llm(result)
+        imported = import_gguf_blocks(stage / "float", args.source, args.output, level=args.ops)
+    for note in imported.notes:
+        console.print(f"note: {note}")
+    types = ", ".join(sorted(set(imported.imported.values())))
+    console.print(
+        f"wrote {imported.output}/ with {len(imported.imported)} weights as the GGUF's own blocks "
+        f"({types}), {len(imported.kept_float)} kept float"
+    )
+    record.write({**result.to_dict(), "output": imported.output, "gguf_blocks": imported.to_dict()})
     return 0
 
 

@@ -17,15 +17,20 @@ Written three ways, all checked against ONNX Runtime 1.32's CPU kernels (tests/i
 - ``MatMulNBits`` (``matmul_nbits``): ``B`` uint8 ``[N, n_blocks, block_size*bits/8]`` with two
   4-bit codes a byte, the even element in the low nibble; ``scales`` ``[N*n_blocks]``;
   ``zero_points`` uint8 packed the same way per row (``[N * ceil(n_blocks*bits/8)]``, a row's
-  odd last nibble padded) or float ``[N*n_blocks]``. ``K`` need not be a multiple of
-  ``block_size``: the last block is padded (its padding is never read). The CPU kernel takes 4 and
-  8 bits, but refuses 8 bits with float zero points (``has_unquantized_zero_point``): ``Blocks``
-  refuses that combination for this form.
+  odd last nibble padded). ``K`` need not be a multiple of ``block_size``: the last block is
+  padded (its padding is never read). The CPU kernel takes 4 and 8 bits.
 - standard ONNX (``dq_matmul``): ``DequantizeLinear`` with ``axis=0`` and ``block_size`` (opset
   21) on codes ``[K, N]`` of type int4 (symmetric 4 bits: ``q - 8``, no zero point), uint4 with
-  uint4 zero points, int8 or uint8 likewise; then ``MatMul``. Float zero points have no
-  ``DequantizeLinear`` form: the float ``-z*s`` of each block is added after it (``Add`` of a
-  ``[n_blocks, 1, N]`` constant on the ``[n_blocks, block_size, N]`` view).
+  uint4 zero points, int8 or uint8 likewise; then ``MatMul`` (which ONNX Runtime fuses into the
+  ``MatMulNBits`` kernel).
+
+Float zero points are written in neither kernel's own zero-point input: ONNX Runtime 1.32 takes
+them in ``MatMulNBits`` but only on a slow path (about 150x slower than integer zero points on a
+576x1536 weight, one thread, at accuracy level 0 or 4) and refuses them for 8 bits;
+``DequantizeLinear`` has no float zero point at all. Since ``w = q*s - z*s``, both forms compute
+instead ``x @ (q*s)`` (the codes with integer zero point 0, the fast kernel) plus the blocks'
+offsets ``x @ (I_blocks @ O)``: ``I_blocks [K, n_blocks]`` sums ``x`` over each block and
+``O [n_blocks, N] = -z*s``, two small float ``MatMul`` s (1/block_size of the weight's size).
 - embeddings (``gather_block_quantized``): a table ``T [V, D]`` is ``Blocks`` with ``N = V`` and
   ``K = D`` (a row's blocks run along ``D``); ONNX Runtime's ``GatherBlockQuantized``
   (com.microsoft; uint8 data ``[V, D*bits/8]``, ``bits`` 4 or 8, ``quantize_axis=1``, integer zero
@@ -191,19 +196,21 @@ def matmul_nbits(
     """``MatMulNBits(x, blocks)``: the new node (its initializers registered in ``graph``) and
     its output value. ``accuracy_level`` 4 lets the CPU kernel quantize ``x`` to int8 per block
     (faster, a little less exact); 0 computes in float."""
-    if blocks.bits == 8 and blocks.float_zero_points:
-        raise OptionError("MatMulNBits on CPU does not take 8-bit weights with float zero points")
+    if blocks.float_zero_points:
+        return _with_offsets(
+            graph,
+            x,
+            blocks,
+            name,
+            lambda b: matmul_nbits(graph, x, b, name=name, accuracy_level=accuracy_level),
+        )
     inputs = [
         x,
         _initializer(graph, pack_codes(blocks.codes, blocks.bits, blocks.block_size), f"{name}.B"),
         _initializer(graph, blocks.scales.reshape(-1).astype(np.float32), f"{name}.scales"),
     ]
     if blocks.zero_points is not None:
-        zp = (
-            blocks.zero_points.reshape(-1).astype(np.float32)
-            if blocks.float_zero_points
-            else pack_zero_points(blocks.zero_points, blocks.bits)
-        )
+        zp = pack_zero_points(blocks.zero_points, blocks.bits)
         inputs.append(_initializer(graph, zp, f"{name}.zero_points"))
     node = ir.node(
         "MatMulNBits",
@@ -223,8 +230,7 @@ def matmul_nbits(
 
 def _dq_codes(blocks: Blocks) -> tuple[np.ndarray, np.ndarray | None, ir.DataType]:
     """Codes (and integer zero points) in the ``DequantizeLinear`` type of ``blocks``: signed
-    without zero points (``q - 2**(bits-1)``), unsigned with them; float zero points are left
-    out (the caller adds them)."""
+    without zero points (``q - 2**(bits-1)``), unsigned with them."""
     signed = blocks.zero_points is None
     if blocks.bits == 4:
         dtype = ir.DataType.INT4 if signed else ir.DataType.UINT4
@@ -235,27 +241,18 @@ def _dq_codes(blocks: Blocks) -> tuple[np.ndarray, np.ndarray | None, ir.DataTyp
     codes = blocks.codes.astype(np.int16)
     if signed:
         codes = codes - 2 ** (blocks.bits - 1)
-    zp = None
-    if blocks.zero_points is not None and not blocks.float_zero_points:
-        zp = blocks.zero_points.astype(np_dtype)
+    zp = None if signed else blocks.zero_points.astype(np_dtype)
     return codes.astype(np_dtype), zp, dtype
 
 
 def dequantize_node(
     graph: ir.Graph, blocks: Blocks, *, name: str, axis: int
 ) -> tuple[list[ir.Node], ir.Value]:
-    """Standard ``DequantizeLinear`` of ``blocks``: the float ``W [K, N]`` (``axis=0``) or the
-    table ``[N, K]`` (``axis=1``). Float zero points: integer codes without zero point, then the
-    blocks' ``-z*s`` added (``axis=0`` only, the MatMul form)."""
-    codes, zp, dtype = _dq_codes(
-        Blocks(blocks.codes, blocks.scales, None, blocks.bits, blocks.block_size)
-        if blocks.float_zero_points
-        else blocks
-    )
+    """Standard ``DequantizeLinear`` of ``blocks`` (integer zero points): the float ``W [K, N]``
+    (``axis=0``) or the table ``[N, K]`` (``axis=1``)."""
     if blocks.float_zero_points:
-        # unsigned codes, then z*s subtracted (the signed shift of 2**(bits-1) folded in)
-        codes = blocks.codes.astype(np.uint8 if blocks.bits == 8 else ml_dtypes.uint4)
-        dtype = ir.DataType.UINT8 if blocks.bits == 8 else ir.DataType.UINT4
+        raise OptionError("DequantizeLinear takes integer zero points only")
+    codes, zp, dtype = _dq_codes(blocks)
     scales = blocks.scales.astype(np.float32)
     if axis == 0:
         codes, scales = codes.T, scales.T
@@ -272,36 +269,45 @@ def dequantize_node(
         attributes={"axis": axis, "block_size": blocks.block_size},
         name=unique_name(graph, f"{name}.dq"),
     )
-    w = _out(dq, graph, f"{name}.dq_out")
-    if not blocks.float_zero_points:
-        return [dq], w
-    if axis != 0:
-        raise OptionError("float zero points have no standard form for an embedding table")
-    k, n, bs, nb = blocks.k, blocks.n, blocks.block_size, blocks.n_blocks
-    if k % bs:
-        raise OptionError(
-            f"float zero points in standard form need K ({k}) a multiple of the block size ({bs})"
-        )
-    shift = -(blocks.zero_points.astype(np.float32) * blocks.scales).T.reshape(nb, 1, n)
-    view = _initializer(graph, np.array([nb, bs, n], np.int64), f"{name}.blocks_shape")
-    back = _initializer(graph, np.array([k, n], np.int64), f"{name}.shape")
-    reshape = ir.node("Reshape", [w, view], name=unique_name(graph, f"{name}.view"))
-    add = ir.node(
-        "Add",
-        [reshape.outputs[0], _initializer(graph, shift, f"{name}.shift")],
-        name=unique_name(graph, f"{name}.zero"),
-    )
-    flat = ir.node("Reshape", [add.outputs[0], back], name=unique_name(graph, f"{name}.flat"))
-    return [dq, reshape, add, flat], _out(flat, graph, f"{name}.weight")
+    return [dq], _out(dq, graph, f"{name}.dq_out")
 
 
 def dq_matmul(
     graph: ir.Graph, x: ir.Value, blocks: Blocks, *, name: str
 ) -> tuple[list[ir.Node], ir.Value]:
     """Standard ONNX: ``MatMul(x, DequantizeLinear(codes, scales, zero points))`` (opset 21)."""
+    if blocks.float_zero_points:
+        return _with_offsets(graph, x, blocks, name, lambda b: dq_matmul(graph, x, b, name=name))
     nodes, w = dequantize_node(graph, blocks, name=name, axis=0)
     mm = ir.node("MatMul", [x, w], name=unique_name(graph, name))
     return [*nodes, mm], _out(mm, graph, f"{name}.out")
+
+
+def _with_offsets(graph: ir.Graph, x: ir.Value, blocks: Blocks, name: str, product):
+    """``x @ W`` for float zero points (module docstring): ``product`` of the blocks with integer
+    zero point 0, plus ``(x @ I_blocks) @ O``."""
+    k, n, bs, nb = blocks.k, blocks.n, blocks.block_size, blocks.n_blocks
+    at_zero = Blocks(blocks.codes, blocks.scales, np.zeros((n, nb), np.uint8), blocks.bits, bs)
+    nodes, y = product(at_zero)
+    member = np.zeros((k, nb), np.float32)
+    member[np.arange(k), np.arange(k) // bs] = 1.0
+    offsets = -(blocks.zero_points.astype(np.float32) * blocks.scales).T  # [nb, N]
+    sums = ir.node(
+        "MatMul",
+        [x, _initializer(graph, member, f"{name}.block_sum")],
+        name=unique_name(graph, f"{name}.block_sum"),
+    )
+    shift = ir.node(
+        "MatMul",
+        [_out(sums, graph, f"{name}.block_sums"), _initializer(graph, offsets, f"{name}.offsets")],
+        name=unique_name(graph, f"{name}.offset"),
+    )
+    add = ir.node(
+        "Add",
+        [y, _out(shift, graph, f"{name}.shift")],
+        name=unique_name(graph, f"{name}.with_offsets"),
+    )
+    return [*nodes, sums, shift, add], _out(add, graph, f"{name}.out")
 
 
 def gather_block_quantized(

@@ -74,3 +74,52 @@ def test_smollm2_folder(smol):
     expected = hf_logits(reference, prompt)
     got = OrtDecoder(result.output).logits(prompt)
     assert np.abs(got - expected).max() <= RTOL * np.abs(expected).max()
+
+
+@pytest.mark.slow
+def test_gguf_blocks_imported_compute_the_float_folder(smol, tmp_path):
+    """The GGUF's own Q4_1/Q8_0 blocks (4 fused MatMuls a layer, the embedding, the head) in
+    MatMulNBits (float arithmetic, accuracy level 0) give the logits of the folder whose float
+    weights are those blocks dequantized."""
+    from modelpress.compress.llm import import_gguf_blocks
+
+    result, _ = smol
+    out = tmp_path / "blocks"
+    imported = import_gguf_blocks(result.output, GGUF, out, accuracy_level=0)
+    assert len(imported.imported) == 30 * 4 + 2 and "Q4_1" in set(imported.imported.values())
+    prompt = encode(result.output, PROMPTS[2])
+    expected = OrtDecoder(result.output).logits(prompt)
+    got = OrtDecoder(out).logits(prompt)
+    assert np.abs(got - expected).max() <= RTOL * np.abs(expected).max()
+    assert OrtDecoder(out).greedy(prompt, 8) == OrtDecoder(result.output).greedy(prompt, 8)
+
+
+@pytest.mark.slow
+def test_convert_gguf_blocks_command(tmp_path):
+    """`convert X.gguf --gguf-blocks`: a folder of MatMulNBits at accuracy level 4 (int8
+    activations), smaller than a quarter of the float folder, generating the float model's tokens."""
+    import json
+
+    from modelpress.cli.main import main
+
+    out = tmp_path / "smol-q4"
+    record = tmp_path / "convert.json"
+    args = ["convert", str(GGUF), "-o", str(out), "--gguf-blocks", "--level", "ort"]
+    assert main([*args, "--no-verify", "--json", str(record)]) == 0
+    config = json.loads((out / "modelpress_llm.json").read_text())
+    assert config["quantization"]["method"] == "imported"
+    assert json.loads(record.read_text())["result"]["gguf_blocks"]["imported"]
+    size = sum(f.stat().st_size for f in out.glob("model.onnx*"))
+    assert size < 150e6  # float32: 651 MB
+    assert not list(tmp_path.glob(".modelpress-*"))  # the staging folder is gone
+
+
+def test_gguf_blocks_refuses_other_sources(tmp_path, capsys):
+    from modelpress.cli.main import main
+
+    src = tmp_path / "model.onnx"
+    src.write_bytes(b"")
+    assert main(["convert", str(src), "-o", str(tmp_path / "x"), "--gguf-blocks"]) == 1
+    err = capsys.readouterr().err
+    assert "--gguf-blocks" in err and "not a .gguf" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "x").exists()

@@ -166,9 +166,12 @@ def import_gguf_blocks(
     *,
     level: str = "ort",
     embeddings: bool = True,
+    accuracy_level: int = 4,
 ) -> GGUFImportResult:
     """``output``: ``folder`` with its MatMul weights (and its embedding, ``embeddings``) replaced
-    by the GGUF's own blocks (module docstring)."""
+    by the GGUF's own blocks (module docstring). ``accuracy_level``: MatMulNBits' attribute
+    (4: activations quantized to int8 per block, ONNX Runtime's fast CPU path, as
+    ``quantize_llm``; 0: float arithmetic on the dequantized weights)."""
     gguf = require("gguf", extra="llm", purpose="reading a GGUF file")
     src, gpath = Path(folder), Path(gguf_file)
     config = llm.read_config(src)
@@ -222,7 +225,9 @@ def import_gguf_blocks(
         if level == "standard":
             new_nodes, y = nbits.dq_matmul(graph, node.inputs[0], blocks, name=node.name)
         else:
-            new_nodes, y = nbits.matmul_nbits(graph, node.inputs[0], blocks, name=node.name)
+            new_nodes, y = nbits.matmul_nbits(
+                graph, node.inputs[0], blocks, name=node.name, accuracy_level=accuracy_level
+            )
         swap_node(graph, node, new_nodes, y)
         imported[w_name] = "+".join(sorted(set(types)))
     if embeddings:
