@@ -159,7 +159,7 @@ def run_gguf_blocks(args, record) -> int:
             verify=not args.no_verify,
             rtol=args.rtol,
             atol=args.atol,
-            level=args.level,
+            level=args.ops,
         )
         print_llm(result)
         imported = import_gguf_blocks(stage / "float", args.source, args.output, level=args.ops)
