@@ -50,7 +50,6 @@ def add_parser(sub) -> None:
     )
     options.add_list(p, "--exclude", metavar="NODE", help="layers left dense")
     options.add_training(p)
-    options.add_budget(p)
     options.add_record(p)
     p.set_defaults(func=run)
 

@@ -57,7 +57,6 @@ def add_parser(sub) -> None:
     # a student learns from a teacher more slowly than a pruned model recovers: 10 epochs, not 2
     # (benchmarks/results/train.md, distillation); it always trains
     options.add_training(p, epochs=10, temperature=4.0, no_train=False)
-    options.add_budget(p)
     options.add_record(p)
     p.set_defaults(func=run)
 

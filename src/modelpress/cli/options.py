@@ -424,9 +424,11 @@ def add_training(
     epochs: int = 2,
     temperature: float = 1.0,
     no_train: bool = True,
+    budget: bool = True,
 ) -> None:
     """How a command that trains (prune, distill, compress, quantize --mode qat) trains; the help
-    shows the defaults the command uses (``--steps`` wins over ``--epochs``)."""
+    shows the defaults the command uses (``--steps`` wins over ``--epochs``). With ``budget``, what
+    the result must keep of the original (``add_budget``)."""
     g = p.add_argument_group("training")
     add_with_default(
         g, "--epochs", type=int, default=epochs, metavar="N", help="passes over the training data"
@@ -481,6 +483,8 @@ def add_training(
             choices=["auto", "kl", "mse", "cosine"],
             help="loss against the teacher's outputs (default auto: kl for class scores, mse otherwise)",
         )
+    if budget:
+        add_budget(p)
 
 
 def add_batching(p: argparse.ArgumentParser) -> None:

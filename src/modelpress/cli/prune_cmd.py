@@ -105,7 +105,6 @@ def add_parser(sub) -> None:
         "--no-latency", action="store_true", help="skip the before/after latency check on this CPU"
     )
     options.add_training(p)
-    options.add_budget(p)
     options.add_record(p)
     p.set_defaults(func=run)
 

@@ -161,7 +161,7 @@ def add_parser(sub) -> None:
         help="write the model even when the check fails (larger, slower or less exact than it should be)",
     )
     add_llm_options(p)
-    options.add_training(p, teacher=False)  # qat mode
+    options.add_training(p, teacher=False, budget=False)  # qat mode
     options.add_record(p)
     p.add_argument(
         "--report",
