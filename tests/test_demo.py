@@ -19,7 +19,7 @@ def test_demo_end_to_end(tmp_path):
     # A subprocess: the demo switches ONNX Runtime to one global thread pool for its timings,
     # which must not leak into the other tests' sessions.
     proc = subprocess.run(
-        [sys.executable, "-m", "modelpress.cli.main", "demo", "--out", str(out), "--rounds", "20"],
+        [sys.executable, "-m", "modelpress.cli.main", "demo", "--out", str(out), "--runs", "20"],
         capture_output=True,
         text=True,
         timeout=600,

@@ -112,7 +112,7 @@ def test_sizes_the_user_gave_are_kept(tmp_path, capsys):
         calls.append(feeds["x"].shape)
         return run_model(model, feeds)
 
-    fitted = fit_inputs(model, run, dims={"T": 40}, runs=1)
+    fitted = fit_inputs(model, run, dims={"T": 40}, input_sets=1)
     assert calls == [(2, 40)] and fitted.failed == [] and fitted.note is None
 
 

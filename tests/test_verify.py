@@ -44,7 +44,7 @@ def test_same_model_passes_and_a_changed_weight_fails():
     arr = table.const_value.numpy().copy()
     arr[3, 1] += 0.01
     table.const_value = ir.tensor(arr, name="table")
-    result = verify(a, b, runs=4, dims={"seq": 16})
+    result = verify(a, b, input_sets=4, dims={"seq": 16})
     assert not result.passed
     assert result.outputs[0].max_abs == pytest.approx(0.01, rel=1e-3)
     with pytest.raises(VerificationError, match="output 'y'"):

@@ -59,7 +59,7 @@ ZOO_MODEL = "resnet-digits"
 @dataclass
 class DemoState:
     out_dir: Path
-    latency_rounds: int = 200
+    latency_runs: int = 200
     module: object = None  # the trained torch.nn.Module
     example: tuple = ()
     input_name: str = "x"
@@ -177,7 +177,7 @@ def optimize(state: DemoState) -> OptimizeStepResult:
 
     original = state.models["original"]
     result = run_optimizer(from_proto(to_proto(original)), level=2)
-    check = verify(original, result.model, dims={}, runs=3)
+    check = verify(original, result.model, dims={}, input_sets=3)
     check.raise_if_failed("the optimized demo model and the converted one")
     path = state.out_dir / "model.opt.onnx"
     save(result.model, path)
@@ -323,7 +323,7 @@ def transformer(state: DemoState) -> TransformerStepResult:
     outputs = {k: s.run(None, feeds)[0] for k, s in sessions.items()}
     cosine = mean_cosine(outputs["float32"], outputs["int8"])
     times: dict[str, list[float]] = {k: [] for k in sessions}
-    for _ in range(max(5, state.latency_rounds // 4)):
+    for _ in range(max(5, state.latency_runs // 4)):
         for k, s in sessions.items():
             t0 = time.perf_counter()
             s.run(None, feeds)
@@ -360,7 +360,7 @@ def latency(state: DemoState) -> dict[str, dict[str, LatencyStats]]:
         times: dict[str, list[float]] = {label: [] for label in sessions}
         for sess in sessions.values():  # warm-up
             sess.run(None, feeds)
-        for _ in range(state.latency_rounds):
+        for _ in range(state.latency_runs):
             for label, sess in sessions.items():
                 t0 = time.perf_counter()
                 sess.run(None, feeds)

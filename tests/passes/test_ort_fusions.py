@@ -70,7 +70,7 @@ def test_level3_verifies_against_the_original_and_is_marked():
     assert [v.name for v in model.graph.outputs] == ["logits"]
     assert str(model.graph.inputs[0].shape[0]) == "N"
     # ORT's optimizations disabled in both: the persisted fusions alone must reproduce the results.
-    assert verify(proto, model, dims={"N": 3}, runs=3, rtol=1e-5, atol=1e-6).passed
+    assert verify(proto, model, dims={"N": 3}, input_sets=3, rtol=1e-5, atol=1e-6).passed
 
 
 def test_level2_does_not_run_it():

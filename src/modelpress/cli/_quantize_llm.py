@@ -16,12 +16,12 @@ LLM_MODES = {"int4": 4, "int8": 8}
 
 def add_llm_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("LLM folders (--mode int4|int8; --data is a text file)")
-    g.add_argument(
+    options.add_with_default(
+        g,
         "--algorithm",
         choices=METHODS,
         default="auto",
-        help="auto (default): per layer the least held-out error of AWQ-scaled clip search, "
-        "GPTQ and GPTQ with act-order; rtn: round to nearest (the only one without --data)",
+        help="auto: per layer the least held-out error of AWQ-scaled clip search, GPTQ and GPTQ with act-order; rtn: round to nearest, the only one without --data",
     )
     g.add_argument(
         "--symmetric", action="store_true", help="int4 without zero points (default: asymmetric)"
@@ -30,32 +30,30 @@ def add_llm_options(p: argparse.ArgumentParser) -> None:
         "--act-order",
         choices=["auto", "on", "off"],
         default="auto",
-        help="GPTQ's order: decreasing activation energy (on), K order (off), both tried (auto)",
+        help="GPTQ's order: decreasing activation energy (on), K order (off), both tried (auto; default auto)",
     )
-    g.add_argument(
+    options.add_with_default(
+        g,
         "--embeddings",
         choices=list(EMBEDDINGS),
         default="int8",
-        help="the embedding table and LM head (tied or not): int8 (default), int4 or float",
+        help="the embedding table and LM head (tied or not): int8, int4 or float",
     )
-    g.add_argument(
-        "--level",
+    options.add_with_default(
+        g,
+        "--ops",
         choices=list(LEVELS),
         default="ort",
-        help="ort (default): MatMulNBits/GatherBlockQuantized; standard: DequantizeLinear + MatMul",
+        help="ort: MatMulNBits/GatherBlockQuantized; standard: DequantizeLinear + MatMul",
     )
-    g.add_argument(
-        "--seq-len",
-        type=int,
-        default=512,
-        metavar="N",
-        help="tokens per calibration window (default 512)",
+    options.add_with_default(
+        g, "--window", type=int, default=512, metavar="N", help="tokens per calibration window"
     )
 
 
 def run_llm(args) -> int:
     recorder = options.Recorder("quantize", args)
-    options.require_positive(args.seq_len, "--seq-len")
+    options.require_positive(args.window, "--window")
     with counted("quantizing") as progress:
         result = quantize_llm(
             args.model,
@@ -67,8 +65,8 @@ def run_llm(args) -> int:
             act_order={"auto": None, "on": True, "off": False}[args.act_order],
             data=args.data,
             embeddings=args.embeddings,
-            level=args.level,
-            seq_len=args.seq_len,
+            level=args.ops,
+            seq_len=args.window,
             samples=args.limit or 32,
             progress=progress,
         )

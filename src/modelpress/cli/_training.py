@@ -1,4 +1,5 @@
-"""The progress bar of commands that train: the stage, the step and the running loss."""
+"""What the commands that train share: the progress bar (the stage, the step and the running
+loss), the summary of the training and of the check, and the budget the result is held to."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from modelpress.cli import options
 from modelpress.cli._common import console
 from modelpress.errors import VerificationError
+from modelpress.ir.files import output_dir
 
 
 @contextmanager
@@ -33,6 +35,17 @@ def training_bar() -> Iterator:
             bar.update(tasks[stage], completed=step, total=total or None, loss=shown)
 
         yield progress
+
+
+@contextmanager
+def training_run(command: str, args) -> Iterator:
+    """The start of a command that trains: the output's folder checked and the record begun before
+    any work, the model opened, the progress bar shown; yields ``(recorder, model, progress)``."""
+    output_dir(args.output)
+    recorder = options.Recorder(command, args)
+    model = options.open_model(args.model, args)
+    with training_bar() as progress:
+        yield recorder, model, progress
 
 
 def print_training(results) -> None:
@@ -85,3 +98,15 @@ def enforce_budget(args, check, record: dict, recorder, *, what: str | None = No
     if failures:
         console.print(f"[yellow]outside the budget[/] ({'; '.join(failures)}): written anyway")
     return record
+
+
+def write_checked(args, result, trainings, record: dict, recorder, write) -> int:
+    """Print the training and the check of ``result``, hold it to the budget (``enforce_budget``),
+    then write it (``write()``) and the command's record."""
+    print_training(trainings)
+    print_check(result.check)
+    record = enforce_budget(args, result.check, record, recorder)
+    write()
+    console.print(f"wrote {args.output}")
+    recorder.write({**record, "written": args.output})
+    return 0

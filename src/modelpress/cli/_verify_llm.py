@@ -14,20 +14,20 @@ from modelpress.verify.llm import verify_llm
 
 def add_llm_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("LLM folders (--data is a text file)")
-    g.add_argument(
-        "--window", type=int, default=512, metavar="N", help="tokens per scored window (512)"
+    options.add_with_default(
+        g, "--window", type=int, default=512, metavar="N", help="tokens per scored window"
+    )
+    options.add_with_default(
+        g, "--stride", type=int, default=256, metavar="N", help="tokens between windows"
     )
     g.add_argument(
-        "--stride", type=int, default=256, metavar="N", help="tokens between windows (256)"
+        "--text-tokens", type=int, metavar="N", help="score only the text's first N tokens"
     )
-    g.add_argument(
-        "--max-tokens", type=int, metavar="N", help="score only the text's first N tokens"
+    options.add_with_default(
+        g, "--prompts", type=int, default=8, metavar="N", help="prompts for top-1 agreement"
     )
-    g.add_argument(
-        "--prompts", type=int, default=8, metavar="N", help="prompts for top-1 agreement (8)"
-    )
-    g.add_argument(
-        "--steps", type=int, default=32, metavar="N", help="greedy tokens per prompt (32)"
+    options.add_with_default(
+        g, "--greedy-tokens", type=int, default=32, metavar="N", help="greedy tokens per prompt"
     )
 
 
@@ -35,7 +35,7 @@ def run_llm(args) -> int:
     record = options.Recorder("verify", args)
     if not args.data:
         raise OptionError("--data: two LLM folders are compared on a text file (--data text.txt)")
-    for flag in ("window", "stride", "prompts", "steps", "max_tokens"):
+    for flag in ("window", "stride", "prompts", "greedy_tokens", "text_tokens"):
         options.require_positive(getattr(args, flag), "--" + flag.replace("_", "-"))
     r = verify_llm(
         args.reference,
@@ -43,9 +43,9 @@ def run_llm(args) -> int:
         args.data,
         window=args.window,
         stride=args.stride,
-        max_tokens=args.max_tokens,
+        text_tokens=args.text_tokens,
         prompts=args.prompts,
-        steps=args.steps,
+        greedy_tokens=args.greedy_tokens,
     )
     t = Table(show_edge=False)
     for col in ("", "perplexity", "tokens"):

@@ -1,9 +1,17 @@
 """modelpress advise: which accelerator runs a workload, how fast, at what cost; with ``--qps``,
-how many of each serve that traffic at a tail latency."""
+how many of each serve that traffic at a tail latency.
+
+Estimate, for each accelerator in the catalog (or those named with --gpu), whether a workload fits,
+its throughput and latency (roofline per kernel with fitted efficiency factors) and what it costs
+to rent or own; rank them for the scenario asked: training, online inference (--latency-ms), batch
+inference, or edge (--power-cap-w). With --qps and --p99-ms, plan a service instead: the replicas
+of each GPU (and of this machine's CPU, measured) that serve the traffic with dynamic batching at
+that tail latency, the batches they form, the serve settings to use and the cost per million
+requests.
+"""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from modelpress.advisor.calibrate import calibrate_cpu
@@ -13,6 +21,7 @@ from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY
 from modelpress.advisor.measured import measure_curve, record_curve, this_machine
 from modelpress.advisor.recommend import Request, recommend
 from modelpress.advisor.service import plan_service
+from modelpress.cli import options
 from modelpress.cli._common import console, human_count
 from modelpress.cli.options import (
     Recorder,
@@ -22,7 +31,6 @@ from modelpress.cli.options import (
     add_report,
     add_shapes,
     dims,
-    hidden_alias,
     listed,
     open_model,
     shapes,
@@ -33,35 +41,30 @@ from modelpress.profile.llm import llm_workload, load_config
 from modelpress.profile.training import OPTIMIZER_STATES, PRECISION_BYTES
 from modelpress.profile.workload import workload_from_onnx
 from modelpress.profile.workloads import WORKLOADS, get_workload
-from modelpress.report.advisor_page import write_recommendation_page, write_service_page
+from modelpress.report.advisor_page import (
+    service_table,
+    write_recommendation_page,
+    write_service_page,
+)
 from modelpress.report.cards import costs_data, roofline_of_workload
 
 
 def add_parser(sub) -> None:
 
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "advise",
+        __doc__,
         help="rank accelerators for a model, or plan a service: how many of each GPU serve --qps at --p99-ms",
-        description=(
-            "Estimate, for each accelerator in the catalog (or those named with --gpu), whether a "
-            "workload fits, its throughput and latency (roofline per kernel with fitted efficiency "
-            "factors) and what it costs to rent or own; rank them for the scenario asked: training, "
-            "online inference (--latency-ms), batch inference, or edge (--power-cap-w). With --qps "
-            "and --p99-ms, plan a service instead: the replicas of each GPU (and of this machine's "
-            "CPU, measured) that serve the traffic with dynamic batching at that tail latency, the "
-            "batches they form, the serve settings to use and the cost per million requests."
-        ),
-        epilog=(
-            "examples:\n"
-            "  modelpress advise model.onnx --qps 2000 --p99-ms 50\n"
-            "  modelpress advise --workload bert-base --precision int8 --qps 500 --p99-ms 20 --gpu L4,T4,A10\n"
-            "  modelpress advise --workload resnet50 --task infer --precision int8 --latency-ms 5\n"
-            "  modelpress advise --workload bert-large --precision int8 --batch-size 256 --avg-seq 170 --gpu L4  # padding-free\n"
-            "  modelpress advise --workload llama-2-7b --task infer --precision fp16 --batch-size 16 --seq 1024 --gpu h100-sxm,a100-sxm-80gb\n"
-            "  modelpress advise model.onnx --task train --precision fp16 --batch-size 64 --num-gpus 8 --json out.json --html out.html\n"
-            "  modelpress advise config.json --task infer --precision bf16 --gpu L4 --calibrate"
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=[
+            "modelpress advise model.onnx --qps 2000 --p99-ms 50",
+            "modelpress advise --workload bert-base --precision int8 --qps 500 --p99-ms 20 --gpu L4,T4,A10",
+            "modelpress advise --workload resnet50 --task infer --precision int8 --latency-ms 5",
+            "modelpress advise --workload bert-large --precision int8 --batch-size 256 --avg-seq 170 --gpu L4  # padding-free",
+            "modelpress advise --workload llama-2-7b --task infer --precision fp16 --batch-size 16 --seq 1024 --gpu h100-sxm,a100-sxm-80gb",
+            "modelpress advise model.onnx --task train --precision fp16 --batch-size 64 --num-gpus 8 --json out.json --html out.html",
+            "modelpress advise config.json --task infer --precision bf16 --gpu L4 --calibrate",
+        ],
     )
     add_model(
         p,
@@ -72,11 +75,12 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--workload", choices=list(WORKLOADS), help="a built-in workload instead of a file"
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--task",
         choices=("train", "infer", "training", "inference"),
         default="infer",
-        help="training step or inference (default infer)",
+        help="training step or inference",
     )
     p.add_argument(
         "--precision",
@@ -84,12 +88,11 @@ def add_parser(sub) -> None:
         default="fp16",
         help="compute precision (default fp16; training below 32 bits is mixed precision)",
     )
-    batch = p.add_argument(
+    p.add_argument(
         "--batch-size",
         type=int,
         help="batch per device (default: the largest that fits, at most 256, or that meets --latency-ms)",
     )
-    hidden_alias(p, batch, "--batch")
     p.add_argument(
         "--seq", type=int, help="sequence length for transformers (prompt length for LLM inference)"
     )
@@ -103,11 +106,12 @@ def add_parser(sub) -> None:
             "throughput stays in sequences/s (default: every sequence padded to --seq)"
         ),
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--gen-tokens",
         type=int,
         default=128,
-        help="tokens generated per request by decoder LLMs (default 128)",
+        help="tokens generated per request by decoder LLMs",
     )
     add_list(
         p,
@@ -115,7 +119,8 @@ def add_parser(sub) -> None:
         metavar="NAME",
         help="candidate devices, loose names (default: the whole catalog)",
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--num-gpus",
         type=int,
         default=1,
@@ -131,11 +136,8 @@ def add_parser(sub) -> None:
         type=float,
         help="edge scenario: only devices whose TDP is within this many watts",
     )
-    p.add_argument(
-        "--optimizer",
-        choices=list(OPTIMIZER_STATES),
-        default="adam",
-        help="training optimizer (default adam)",
+    options.add_with_default(
+        p, "--optimizer", choices=list(OPTIMIZER_STATES), default="adam", help="training optimizer"
     )
     p.add_argument(
         "--samples",
@@ -148,20 +150,22 @@ def add_parser(sub) -> None:
         metavar="FILE",
         help="CSV or JSON file adding or overriding catalog entries (repeatable)",
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--life-years",
         type=float,
         default=3.0,
-        help="owned hardware: years to amortise the price over (default 3)",
+        help="owned hardware: years to amortise the price over",
     )
-    p.add_argument(
-        "--electricity", type=float, default=0.15, help="owned hardware: USD per kWh (default 0.15)"
+    options.add_with_default(
+        p, "--electricity", type=float, default=0.15, help="owned hardware: USD per kWh"
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--utilization",
         type=float,
         default=0.6,
-        help="owned hardware: fraction of the time busy (default 0.6)",
+        help="owned hardware: fraction of the time busy",
     )
     p.add_argument(
         "--calibrate",
@@ -183,7 +187,8 @@ def add_parser(sub) -> None:
         metavar="D",
         help="fix how long a batch waits for more requests (default: planned)",
     )
-    s.add_argument(
+    options.add_with_default(
+        s,
         "--engine",
         choices=("compiled", "eager"),
         default="compiled",
@@ -535,35 +540,13 @@ def _print_plan(plan, workload, model_path) -> None:
         "waiting at most --max-delay-ms for company"
     )
     t = Table(show_edge=False)
-    for c in (
-        "#",
-        "device",
-        "replicas",
-        "max batch",
-        "delay ms",
-        "mean batch",
-        "p50 ms",
-        "p99 ms",
-        "busy",
-        "$/M cloud",
-        "$/M own",
-    ):
+    columns, rows = service_table(plan)
+    for c in columns:
         t.add_column(c, justify="left" if c == "device" else "right")
-    for o in plan.options:
-        q = o.queue
-        t.add_row(
-            str(o.rank),
-            o.device.replace("NVIDIA ", "").replace("GeForce ", ""),
-            str(o.replicas),
-            str(o.max_batch),
-            f"{o.max_delay_ms:.3g}",
-            f"{q.mean_batch:.3g}",
-            f"{q.p50_ms:.3g}",
-            f"{q.p99_ms:.3g}",
-            f"{100 * q.utilisation:.0f}%",
-            _money(o.cloud_usd_per_million),
-            _money(o.own_usd_per_million),
-        )
+    for row in rows:
+        row[1] = row[1].replace("NVIDIA ", "").replace("GeForce ", "")
+        row[-2:] = [_money(None if v == "-" else v) for v in row[-2:]]
+        t.add_row(*(f"{v:.3g}" if isinstance(v, float) else str(v) for v in row))
     console.print(t)
     best = plan.options[0]
     console.print(

@@ -1,9 +1,14 @@
 """modelpress auto MODEL -o best.onnx --data val.npz: search for the fastest version within an
-accuracy budget, write it, its recipe, and (optionally) a report page."""
+accuracy budget, write it, its recipe, and (optionally) a report page.
+
+Try optimizer levels, quantization modes and observers, and layers kept in float (all read from
+modelpress's registries); verify, score and time each candidate; keep the Pareto front (latency,
+size, accuracy); write the fastest within the budget (or the closest found, saying by how much it
+missed) and its recipe. Trials are cached: run the same command again to continue a stopped search.
+"""
 
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
 
@@ -43,23 +48,16 @@ def parse_duration(text: str) -> float:
 
 def add_parser(sub) -> None:
 
-    p = sub.add_parser(
+    p = opt.add_command(
+        sub,
         "auto",
+        __doc__,
         help="search for the fastest version of a model within an accuracy budget",
-        description=(
-            "Try optimizer levels, quantization modes and observers, and layers kept in float "
-            "(all read from modelpress's registries); verify, score and time each candidate; keep "
-            "the Pareto front (latency, size, accuracy); write the fastest within the budget (or "
-            "the closest found, saying by how much it missed) and its recipe. Trials are cached: "
-            "run the same command again to continue a stopped search."
-        ),
-        epilog=(
-            "examples:\n"
-            "  modelpress auto cnn.onnx -o best.onnx --data val.npz --labels-key y --max-accuracy-drop 0.01\n"
-            "  modelpress auto minilm.onnx -o best.onnx --data sentences.npz --metric cosine --max-accuracy-drop 0.005 --time-budget 5m\n"
-            "  modelpress auto cnn.onnx -o best.onnx --data val.npz --target 'L4' --report report.html"
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=[
+            "modelpress auto cnn.onnx -o best.onnx --data val.npz --labels-key y --max-accuracy-drop 0.01",
+            "modelpress auto minilm.onnx -o best.onnx --data sentences.npz --metric cosine --max-accuracy-drop 0.005 --time-budget 5m",
+            "modelpress auto cnn.onnx -o best.onnx --data val.npz --target 'L4' --report report.html",
+        ],
     )
     opt.add_model(p, help="an .onnx file")
     opt.add_output(p, help="where to write the chosen model")
@@ -74,36 +72,30 @@ def add_parser(sub) -> None:
         choices=METRICS,
         help="what to keep: top1 (default with --labels-key), cosine (default without) or mse against the original's outputs",
     )
-    p.add_argument(
-        "--max-accuracy-drop",
-        type=float,
-        default=0.01,
-        metavar="X",
-        help="largest drop of the metric allowed (a fraction: 0.01 is one point of top-1; default 0.01)",
+    opt.add_search_budget(
+        p,
+        drop="largest drop of the metric allowed (a fraction: 0.01 is one point of top-1)",
+        time="stop starting trials past this (90s, 10m, 1h)",
     )
-    p.add_argument(
+    opt.add_with_default(
+        p,
         "--target",
         default="cpu",
         metavar="cpu|GPU",
-        help="cpu (timed here, default) or a GPU of the advisor's catalog (latency estimated)",
-    )
-    p.add_argument(
-        "--time-budget",
-        default="10m",
-        metavar="DURATION",
-        help="stop starting trials past this (90s, 10m, 1h; default 10m)",
+        help="cpu (timed here) or a GPU of the advisor's catalog (latency estimated)",
     )
     p.add_argument(
         "--train-data",
         metavar="PATH",
         help="training samples: lets pruning and training modes into the search, and calibrates",
     )
-    p.add_argument(
+    opt.add_with_default(
+        p,
         "--batch-size",
         type=int,
         default=1,
         metavar="N",
-        help="batch the latency is measured (or estimated) at (default 1)",
+        help="batch the latency is measured (or estimated) at",
     )
     p.add_argument(
         "--seq", type=int, metavar="N", help="sequence length for the GPU estimate of a text model"
@@ -127,12 +119,13 @@ def add_parser(sub) -> None:
         metavar="N",
         help="keep at most N layers of a quantized candidate in float (default: as many as the budget needs; 0: none)",
     )
-    p.add_argument(
+    opt.add_with_default(
+        p,
         "--timing",
         type=float,
         default=1.0,
         metavar="SECONDS",
-        help="time spent timing each candidate (default 1)",
+        help="time spent timing each candidate",
     )
     p.add_argument(
         "--recipe",
@@ -159,15 +152,8 @@ def _default_paths(output: Path) -> tuple[Path, Path]:
 
 
 FLAGS = {
-    "levels": "--levels",
-    "modes": "--modes",
     "method": "--methods",
-    "metric": "--metric",
-    "labels_key": "--labels-key",
-    "max_accuracy_drop": "--max-accuracy-drop",
     "time_budget_s": "--time-budget",
-    "batch_size": "--batch-size",
-    "protect": "--protect",
 }
 
 

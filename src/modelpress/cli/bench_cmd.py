@@ -1,5 +1,8 @@
 """modelpress bench MODEL [--vs OTHER ...]: latency, throughput, FLOP/s against the machine's peak,
-peak memory and a per-operator profile, models timed side by side (interleaved)."""
+peak memory and a per-operator profile, models timed side by side (interleaved).
+
+Measure latency (median and spread over interleaved runs), throughput, achieved FLOP/s and memory.
+"""
 
 from __future__ import annotations
 
@@ -19,13 +22,15 @@ from modelpress.runtime.ort import OPT_LEVELS
 
 def add_parser(sub) -> None:
 
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "bench",
+        __doc__,
         help="measure latency, throughput and memory; compare models side by side",
-        description="Measure latency (median and spread over interleaved runs), throughput, achieved FLOP/s and memory.",
-        epilog="examples:\n  modelpress bench model.onnx --vs fast.onnx --dim batch=8 --runs 100 --profile-ops\n"
-        "  modelpress bench model.onnx --vs fast.onnx,int8.onnx --ort-level disabled",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=[
+            "modelpress bench model.onnx --vs fast.onnx --dim batch=8 --runs 100 --profile-ops",
+            "modelpress bench model.onnx --vs fast.onnx,int8.onnx --ort-level disabled",
+        ],
     )
     options.add_model(p)
     options.add_key(p)
@@ -41,16 +46,12 @@ def add_parser(sub) -> None:
         help="ONNX Runtime's own graph optimization level (ort backend; default all)",
     )
     p.add_argument("--optimize", dest="old_optimize", help=argparse.SUPPRESS)  # now --ort-level
-    options.add_data(
-        p,
-        help="inputs to time on (an .npz of arrays named after the model's inputs) instead of generated ones",
+    options.add_inputs(p, to="to time on")
+    options.add_with_default(
+        p, "--runs", type=int, default=50, metavar="N", help="timed runs per model"
     )
-    options.add_shapes(p)
-    p.add_argument(
-        "--runs", type=int, default=50, metavar="N", help="timed runs per model (default 50)"
-    )
-    p.add_argument(
-        "--warmup", type=int, default=5, metavar="N", help="untimed rounds first (default 5)"
+    options.add_with_default(
+        p, "--warmup", type=int, default=5, metavar="N", help="untimed runs first"
     )
     p.add_argument(
         "--profile-ops",
@@ -62,7 +63,7 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-@options.speaks_flags(fields={"backend": "--backend", "profile_ops": "--profile-ops"})
+@options.speaks_flags
 def run(args) -> int:
 
     if args.old_optimize is not None:

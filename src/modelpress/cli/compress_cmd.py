@@ -1,56 +1,55 @@
-"""modelpress compress MODEL -o model.mpz: Deep Compression (prune, share weights, entropy code)."""
+"""modelpress compress MODEL -o model.mpz: Deep Compression (prune, share weights, entropy code).
+
+Deep Compression (Han et al.): prune the smallest weights and retrain, cluster each layer's weights
+into 2^bits shared values and retrain the codebooks, entropy code the result into an .mpz file.
+`run`, `bench` and `verify` read .mpz files (decoded in memory).
+"""
 
 from __future__ import annotations
-
-import argparse
 
 from rich.table import Table
 
 from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes
-from modelpress.cli._training import enforce_budget, print_check, print_training, training_bar
+from modelpress.cli._training import training_run, write_checked
 from modelpress.errors import OptionError
-from modelpress.ir.files import output_dir, write_bytes
+from modelpress.ir.files import write_bytes
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "compress",
+        __doc__,
         help="Deep Compression to an .mpz file: pruning, shared weights, entropy coding, with retraining",
-        description="Deep Compression (Han et al.): prune the smallest weights and retrain, cluster each "
-        "layer's weights into 2^bits shared values and retrain the codebooks, entropy code the result "
-        "into an .mpz file. `run`, `bench` and `verify` read .mpz files (decoded in memory).",
-        epilog="example:\n  modelpress compress cnn.onnx -o tiny.mpz --sparsity 0.9 --bits 5 --data train.npz --labels-key y",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=[
+            "modelpress compress cnn.onnx -o tiny.mpz --sparsity 0.9 --bits 5 --data train.npz --labels-key y"
+        ],
     )
     options.add_model(p)
     options.add_key(p)
     options.add_output(p, help="the .mpz file to write")
     options.add_training_data(p, required=True)
-    p.add_argument(
-        "--sparsity",
-        type=float,
-        default=0.9,
-        metavar="X",
-        help="fraction of weights pruned (default 0.9)",
+    options.add_with_default(
+        p, "--sparsity", type=float, default=0.9, metavar="X", help="fraction of weights pruned"
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--bits",
         type=int,
         default=5,
         metavar="N",
-        help="bits per shared weight: 2^N values per layer (default 5)",
+        help="bits per shared weight: 2^N values per layer",
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--scope",
         default="global",
         choices=["global", "layer"],
-        help="one pruning threshold for all layers (default) or per layer",
+        help="one pruning threshold for all layers (global) or per layer",
     )
-    keep = options.add_list(p, "--exclude", metavar="NODE", help="layers left dense")
-    options.hidden_alias(p, keep, "--keep")
+    options.add_list(p, "--exclude", metavar="NODE", help="layers left dense")
     options.add_training(p)
-    options.add_budget(p)
     options.add_record(p)
     p.set_defaults(func=run)
 
@@ -61,24 +60,15 @@ def run(args) -> int:
 
     if not str(args.output).endswith(".mpz"):
         raise OptionError(f"{args.output}: the output of compress is an .mpz file (name it *.mpz)")
-    output_dir(args.output)
-    recorder = options.Recorder("compress", args)
-    model = options.open_model(args.model, args)
-    with training_bar() as progress:
+    with training_run("compress", args) as (recorder, model, progress):
         result = deep_compress(
             model,
-            data=args.data,
-            labels_key=args.labels_key,
             sparsity=args.sparsity,
             bits=args.bits,
             scope=args.scope,
             keep=options.listed(args.exclude),
-            train=options.training_config(args),
-            alpha=args.alpha,
-            temperature=args.temperature,
-            soft=args.soft_loss,
-            limit=args.limit,
             progress=progress,
+            **options.training_args(args),
         )
     t = Table(title="compression by stage", show_edge=False)
     t.add_column("stage")
@@ -87,12 +77,14 @@ def run(args) -> int:
     for s in result.stages:
         t.add_row(s["stage"], human_bytes(s["bytes"]), f"{s['ratio']:.1f}x")
     console.print(t)
-    print_training(result.training)
-    print_check(result.check)
-    record = enforce_budget(args, result.check, result.to_dict(), recorder)
-    write_bytes(args.output, result.data)
     console.print(
-        f"wrote {args.output} ({human_bytes(len(result.data))}, {result.ratio:.1f}x smaller, sparsity {result.sparsity:.1%}, {result.bits} bits)"
+        f"{human_bytes(len(result.data))}, {result.ratio:.1f}x smaller, sparsity {result.sparsity:.1%}, {result.bits} bits"
     )
-    recorder.write({**record, "written": args.output})
-    return 0
+    return write_checked(
+        args,
+        result,
+        result.training,
+        result.to_dict(),
+        recorder,
+        lambda: write_bytes(args.output, result.data),
+    )

@@ -1,4 +1,8 @@
-"""modelpress convert SRC -o OUT: a PyTorch/TensorFlow/Keras model to ONNX, verified against the source."""
+"""modelpress convert SRC -o OUT: a PyTorch/TensorFlow/Keras model to ONNX, verified against the source.
+
+Convert a framework model to standard ONNX, then run the original and the ONNX model on the same
+inputs and compare them.
+"""
 
 from __future__ import annotations
 
@@ -25,16 +29,15 @@ def add_parser(sub) -> None:
         for k in SOURCE_KINDS.values()
         if k.name not in ("torch-module", "keras-model")
     )
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "convert",
+        __doc__,
         help="convert a PyTorch, TensorFlow or Keras model to ONNX, verified against the original",
-        description="Convert a framework model to standard ONNX, then run the original and the ONNX model "
-        "on the same inputs and compare them.",
         epilog=f"sources:\n{kinds}\n\nexamples:\n  modelpress convert model.pt2 -o model.onnx --optimize\n"
         "  modelpress convert model.pt -o model.onnx --shape x=1x3x224x224 --dynamic x:0\n"
         "  modelpress convert saved_model/ -o model.onnx --opset 17\n"
         "  modelpress convert SmolLM2.gguf -o smollm2/          (a decoder LLM: an LLM folder)",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "source",
@@ -69,18 +72,18 @@ def add_parser(sub) -> None:
         "--rtol", type=float, help="relative tolerance (default per dtype: 1e-4 for float32)"
     )
     p.add_argument("--atol", type=float, help="absolute tolerance (default per dtype)")
-    p.add_argument(
-        "--level",
+    options.add_with_default(
+        p,
+        "--ops",
         choices=LLM_LEVELS,
         default="standard",
-        help="decoder LLMs: 'standard' writes ONNX ops only (default); 'ort' uses ONNX Runtime's "
-        "GroupQueryAttention and skip-norm fusions (a left-aligned cache)",
+        help="decoder LLMs: standard writes ONNX ops only; ort uses ONNX Runtime's GroupQueryAttention and skip-norm fusions, a left-aligned cache",
     )
     p.add_argument(
         "--gguf-blocks",
         action="store_true",
         help="a quantized .gguf: keep its own Q4_0/Q4_1/Q8_0 blocks (MatMulNBits, or "
-        "DequantizeLinear at --level standard) instead of float32 weights; the float model is "
+        "DequantizeLinear at --ops standard) instead of float32 weights; the float model is "
         "still what is verified against transformers",
     )
     options.add_record(p)
@@ -94,13 +97,7 @@ def print_verify_table(title: str, result) -> None:
 @options.speaks_flags(
     fields={
         "inputs": "--shape",
-        "dynamic": "--dynamic",
-        "opset": "--opset",
-        "optimize": "--optimize",
-        "level": "--level",
-        "output": "--output",
-        "atol": "--atol",
-        "rtol": "--rtol",
+        "level": "--ops",
     }
 )
 def run(args) -> int:
@@ -119,7 +116,7 @@ def run(args) -> int:
         optimize=args.optimize,
         rtol=args.rtol,
         atol=args.atol,
-        level=args.level,
+        level=args.ops,
     )
     if isinstance(result, LLMConvertResult):
         print_llm(result)
@@ -162,10 +159,10 @@ def run_gguf_blocks(args, record) -> int:
             verify=not args.no_verify,
             rtol=args.rtol,
             atol=args.atol,
-            level=args.level,
+            level=args.ops,
         )
         print_llm(result)
-        imported = import_gguf_blocks(stage / "float", args.source, args.output, level=args.level)
+        imported = import_gguf_blocks(stage / "float", args.source, args.output, level=args.ops)
     for note in imported.notes:
         console.print(f"note: {note}")
     types = ", ".join(sorted(set(imported.imported.values())))

@@ -1,7 +1,7 @@
-"""modelpress demo --out DIR: the whole flow on a model modelpress builds itself, step by step.
+"""modelpress demo -o DIR: the whole flow on a model modelpress builds itself, step by step.
 
-The steps live in ``modelpress.demo`` (they return data); this module prints them, one printer per
-step name.
+Train a small ResNet-style CNN on scikit-learn's digits, convert it from PyTorch to ONNX, inspect,
+optimize, verify and time it, and print the before/after table.
 """
 
 from __future__ import annotations
@@ -17,24 +17,26 @@ from modelpress.cli.convert_cmd import print_verify_table
 from modelpress.demo import STEPS, DemoState
 from modelpress.errors import OptionError
 
+# The steps live in ``modelpress.demo`` (they return data); this module prints them, one printer
+# per step name.
+
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "demo",
+        __doc__,
         help="run the whole flow on a small CNN it trains itself",
-        description="Train a small ResNet-style CNN on scikit-learn's digits, convert it from PyTorch to ONNX, "
-        "inspect, optimize, verify and time it, and print the before/after table.",
-        epilog="example: modelpress demo -o demo_out",
+        examples=["modelpress demo -o demo_out"],
     )
-    out = p.add_argument(
+    p.add_argument(
         "-o",
         "--output",
         default="demo_out",
-        help="folder for the models and summary.json (created if missing)",
+        help="folder for the models and summary.json (created if missing; default demo_out)",
     )
-    options.hidden_alias(p, out, "--out")
-    p.add_argument(
-        "--rounds", type=int, default=200, help="interleaved latency runs per model (default 200)"
+    options.add_with_default(
+        p, "--runs", type=int, default=200, metavar="N", help="timed runs per model, interleaved"
     )
     options.add_record(p)
     p.set_defaults(func=run)
@@ -228,13 +230,12 @@ PRINTERS = {
 
 def run(args) -> int:
 
-    if args.rounds < 1:
-        raise OptionError("--rounds must be at least 1")
+    options.require_positive(args.runs, "--runs")
     out = Path(args.output)
     if out.exists() and not out.is_dir():
-        raise OptionError(f"--out {out}: exists and is not a directory")
+        raise OptionError(f"--output {out}: exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
-    state = DemoState(out_dir=out, latency_rounds=args.rounds)
+    state = DemoState(out_dir=out, latency_runs=args.runs)
     recorder = options.Recorder("demo", args)
     start = time.perf_counter()
     record = {}

@@ -1,9 +1,15 @@
 """modelpress deploy MODEL -o DEPLOY_DIR --qps N --p99-ms M: search, protect, plan, write a folder
-that platforms run, and check the plan against the real server."""
+that platforms run, and check the plan against the real server.
+
+Search for the fastest version of the model within the accuracy budget (with --data), protect it
+(with a key), plan the service (replicas, batching, queue) with the server's own cost per request
+measured on this machine, write a folder that modelpress serve, Ray Serve, KServe, Triton and
+Docker run (each file read back by its tool), then serve the model as planned, drive it open-loop
+at the planned rate and put the measured p99 beside the promise.
+"""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from rich.markup import escape
@@ -19,25 +25,17 @@ from modelpress.ir import load
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
+    p = opt.add_command(
+        sub,
         "deploy",
+        __doc__,
         help="one command from a model to a service that meets --qps at --p99-ms: a folder for modelpress serve, Ray Serve, KServe, Triton, Docker",
-        description=(
-            "Search for the fastest version of the model within the accuracy budget (with --data), "
-            "protect it (with a key), plan the service (replicas, batching, queue) with the server's "
-            "own cost per request measured on this machine, write a folder that modelpress serve, "
-            "Ray Serve, KServe, Triton and Docker run (each file read back by its tool), then serve "
-            "the model as planned, drive it open-loop at the planned rate and put the measured p99 "
-            "beside the promise."
-        ),
-        epilog=(
-            "examples:\n"
-            "  modelpress deploy cnn.onnx -o cnn-deploy --qps 200 --p99-ms 50\n"
-            "  modelpress deploy cnn.onnx -o cnn-deploy --qps 200 --p99-ms 50 --data val.npz --labels-key y --key-file key.bin\n"
-            "  modelpress deploy bert.onnx -o bert-deploy --qps 2000 --p99-ms 20 --gpu L4,T4 --device cuda\n"
-            "then: modelpress serve cnn-deploy | serve run cnn-deploy/ray-serve.yaml | kubectl apply -f cnn-deploy/kserve.yaml"
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=[
+            "modelpress deploy cnn.onnx -o cnn-deploy --qps 200 --p99-ms 50",
+            "modelpress deploy cnn.onnx -o cnn-deploy --qps 200 --p99-ms 50 --data val.npz --labels-key y --key-file key.bin",
+            "modelpress deploy bert.onnx -o bert-deploy --qps 2000 --p99-ms 20 --gpu L4,T4 --device cuda",
+            "then: modelpress serve cnn-deploy | serve run cnn-deploy/ray-serve.yaml | kubectl apply -f cnn-deploy/kserve.yaml",
+        ],
     )
     opt.add_model(p, help="an .onnx file")
     p.add_argument(
@@ -50,18 +48,10 @@ def add_parser(sub) -> None:
         labels=True,
         help="validation samples (.npz named after the model's inputs): search for a faster version within --max-accuracy-drop",
     )
-    p.add_argument(
-        "--max-accuracy-drop",
-        type=float,
-        default=0.01,
-        metavar="X",
-        help="largest drop of the metric the search may cost (default 0.01)",
-    )
-    p.add_argument(
-        "--time-budget",
-        default="10m",
-        metavar="DURATION",
-        help="the search's time budget (90s, 10m, 1h; default 10m)",
+    opt.add_search_budget(
+        p,
+        drop="largest drop of the metric the search may cost",
+        time="the search's time budget (90s, 10m, 1h)",
     )
     p.add_argument(
         "--no-train",
@@ -71,10 +61,11 @@ def add_parser(sub) -> None:
     )
     opt.add_key(p)
     opt.add_list(p, "--gpu", metavar="NAME", help="GPUs of the advisor's catalog to plan on too")
-    p.add_argument(
+    opt.add_with_default(
+        p,
         "--device",
         default="cpu",
-        help="where the service runs: cpu (default; this machine is measured) or cuda (a --gpu)",
+        help="where the service runs: cpu (this machine is measured) or cuda (a --gpu)",
     )
     p.add_argument("--name", help="the name the model is served under (default: the file name)")
     p.add_argument("--image", help="the container image KServe runs (default: NAME:latest)")
@@ -97,15 +88,7 @@ def add_parser(sub) -> None:
 
 
 FLAGS = {
-    "qps": "--qps",
-    "p99_ms": "--p99-ms",
     "gpus": "--gpu",
-    "device": "--device",
-    "key_env": "--key-env",
-    "key_file": "--key-file",
-    "labels_key": "--labels-key",
-    "max_accuracy_drop": "--max-accuracy-drop",
-    "name": "--name",
 }
 
 

@@ -1,30 +1,30 @@
-"""modelpress distill TEACHER -o OUT (--student S.onnx | --width 0.5): knowledge distillation."""
+"""modelpress distill TEACHER -o OUT (--student S.onnx | --width 0.5): knowledge distillation.
+
+Knowledge distillation: the student learns the teacher's softened outputs (KL at a temperature),
+the labels when the data has them, and the teacher's hidden states or feature maps where layers
+correspond (transformers, CNN stages). Default training: 10 epochs, temperature 4. The student is a
+model file with the teacher's inputs and outputs, or the teacher with a fraction of its channels,
+neurons and heads removed.
+"""
 
 from __future__ import annotations
 
-import argparse
-
 from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes, human_count
-from modelpress.cli._training import enforce_budget, print_check, print_training, training_bar
-from modelpress.errors import OptionError
+from modelpress.cli._training import training_run, write_checked
 from modelpress.ir import save
-from modelpress.ir.files import output_dir
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "distill",
+        __doc__,
         help="train a smaller student on a teacher's outputs (student file, or the teacher made narrower)",
-        description="Knowledge distillation: the student learns the teacher's softened outputs "
-        "(KL at a temperature), the labels when the data has them, and the teacher's hidden states "
-        "or feature maps where layers correspond (transformers, CNN stages). Default training: 10 epochs, "
-        "temperature 4. The student is a model file with the teacher's "
-        "inputs and outputs, or the teacher with a fraction of its channels, neurons and heads removed.",
-        epilog="examples:\n"
-        "  modelpress distill cnn.onnx --width 0.5 -o student.onnx --data train.npz --labels-key y\n"
-        "  modelpress distill bert.onnx --student small.onnx -o student.onnx --data text.npz",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=[
+            "modelpress distill cnn.onnx --width 0.5 -o student.onnx --data train.npz --labels-key y",
+            "modelpress distill bert.onnx --student small.onnx -o student.onnx --data text.npz",
+        ],
     )
     options.add_model(p, help="the teacher: an .onnx file")
     options.add_output(p)
@@ -46,17 +46,17 @@ def add_parser(sub) -> None:
         action="store_true",
         help="do not match hidden states (transformers) or stage outputs (CNNs)",
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--feature-weight",
         type=float,
         default=1.0,
         metavar="X",
-        help="weight of the hidden-state / feature-map loss (default 1)",
+        help="weight of the hidden-state / feature-map loss",
     )
     # a student learns from a teacher more slowly than a pruned model recovers: 10 epochs, not 2
     # (benchmarks/results/train.md, distillation); it always trains
     options.add_training(p, epochs=10, temperature=4.0, no_train=False)
-    options.add_budget(p)
     options.add_record(p)
     p.set_defaults(func=run)
 
@@ -65,41 +65,30 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from modelpress.compress.distill import distill
 
-    output_dir(args.output)
-    recorder = options.Recorder("distill", args)
-    teacher = options.open_model(args.model, args)
     student = options.open_model(args.student, args) if args.student else None
-    config = options.training_config(args)
-    if config is False:
-        raise OptionError("distill trains the student: --no-train leaves nothing to do")
-    with training_bar() as progress:
+    with training_run("distill", args) as (recorder, teacher, progress):
         result = distill(
             teacher,
-            data=args.data,
             student=student,
             width=args.width,
-            labels_key=args.labels_key,
-            temperature=args.temperature,
-            alpha=args.alpha,
-            soft=args.soft_loss,
             features="none" if args.no_features else "auto",
             feature_weight=args.feature_weight,
-            train=config,
-            limit=args.limit,
             progress=progress,
+            **options.training_args(args),
         )
     for note in result.notes:
         console.print(f"note: {note}")
     if result.features:
         console.print(f"intermediate values matched: {len(result.features)}")
-    print_training([result.training])
-    print_check(result.check)
     console.print(
         f"student ({result.student}): parameters {human_count(result.params_teacher)} → {human_count(result.params_student)}, "
         f"size {human_bytes(result.size_teacher)} → {human_bytes(result.size_student)}"
     )
-    record = enforce_budget(args, result.check, result.to_dict(), recorder)
-    save(result.model, args.output)
-    console.print(f"wrote {args.output}")
-    recorder.write({**record, "written": args.output})
-    return 0
+    return write_checked(
+        args,
+        result,
+        [result.training],
+        result.to_dict(),
+        recorder,
+        lambda: save(result.model, args.output),
+    )

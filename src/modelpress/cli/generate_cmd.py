@@ -1,13 +1,17 @@
-"""modelpress generate LLM_DIR --prompt TEXT | --chat FILE.jsonl: text from a decoder LLM folder."""
+"""modelpress generate LLM_DIR --prompt TEXT | --chat FILE.jsonl: text from a decoder LLM folder.
+
+Generate text with an LLM folder written by `modelpress convert`: greedy or sampled, the model's
+chat template, stop strings, tokens streamed as they come.
+"""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
+from modelpress.cli import options
 from modelpress.cli._common import err_console
 from modelpress.cli.options import Recorder, add_record, require_positive, speaks_flags
 from modelpress.errors import InputError, OptionError
@@ -26,30 +30,17 @@ examples:
 """
 
 FLAGS = {
-    "max_tokens": "--max-tokens",
-    "temperature": "--temperature",
-    "top_k": "--top-k",
-    "top_p": "--top-p",
-    "repetition_penalty": "--repetition-penalty",
-    "seed": "--seed",
-    "stop": "--stop",
-    "max_context": "--max-context",
-    "max_seqs": "--max-seqs",
-    "prompt": "--prompt",
     "messages": "--chat",
 }
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "generate",
+        __doc__,
         help="generate text with a decoder LLM folder (greedy or sampled, streamed)",
-        description=(
-            "Generate text with an LLM folder written by `modelpress convert`: greedy or sampled, "
-            "the model's chat template, stop strings, tokens streamed as they come."
-        ),
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("model", metavar="LLM_DIR", help="an LLM folder (modelpress_llm.json, ...)")
     p.add_argument(
@@ -88,8 +79,8 @@ def add_parser(sub) -> None:
     )
     r = p.add_argument_group("runtime")
     r.add_argument("--threads", type=int, metavar="N", help="intra-op threads (default: all cores)")
-    r.add_argument(
-        "--max-seqs", type=int, default=8, metavar="N", help="prompts run at once (default 8)"
+    options.add_with_default(
+        r, "--max-seqs", type=int, default=8, metavar="N", help="prompts run at once"
     )
     r.add_argument(
         "--max-context",

@@ -1,8 +1,9 @@
-"""modelpress inspect MODEL: interface, opsets, op histogram, parameters, FLOPs, per-node table."""
+"""modelpress inspect MODEL: interface, opsets, op histogram, parameters, FLOPs, per-node table.
+
+Show a model's inputs and outputs, opsets, op histogram, parameters and FLOPs.
+"""
 
 from __future__ import annotations
-
-import argparse
 
 from rich.markup import escape
 from rich.table import Table
@@ -13,12 +14,12 @@ from modelpress.profile.inspect import inspect_model
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "inspect",
+        __doc__,
         help="show a model's inputs, outputs, ops, parameters and FLOPs",
-        description="Show a model's inputs and outputs, opsets, op histogram, parameters and FLOPs.",
-        epilog="example: modelpress inspect model.onnx --shape input=1x3x224x224 --nodes",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=["modelpress inspect model.onnx --shape input=1x3x224x224 --nodes"],
     )
     options.add_model(p)
     options.add_key(p)
@@ -31,7 +32,7 @@ def add_parser(sub) -> None:
         type=int,
         default=25,
         metavar="N",
-        help="rows of the per-node table, largest FLOPs first (0: all)",
+        help="rows of the per-node table, largest FLOPs first (0: all; default 25)",
     )
     options.add_record(p)
     p.set_defaults(func=run)

@@ -1,4 +1,8 @@
-"""modelpress keygen -o key.bin: a new 256-bit key for protected models."""
+"""modelpress keygen -o key.bin: a new 256-bit key for protected models.
+
+Write a new random 256-bit key (32 raw bytes) readable by its owner only. Keep it apart from the
+packages it opens: whoever has both has the model.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +13,14 @@ from modelpress.protect.keys import key_id
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "keygen",
+        __doc__,
         help="write a new 256-bit key for `modelpress protect`",
-        description="Write a new random 256-bit key (32 raw bytes) readable by its owner only. "
-        "Keep it apart from the packages it opens: whoever has both has the model.",
-        epilog="example: modelpress keygen -o key.bin && modelpress protect model.onnx -o model.mpk --key-file key.bin",
+        examples=[
+            "modelpress keygen -o key.bin && modelpress protect model.onnx -o model.mpk --key-file key.bin"
+        ],
     )
     options.add_output(p, help="where to write the key (refused if a file is there)")
     p.add_argument(

@@ -11,7 +11,7 @@ import importlib
 import sys
 
 from modelpress import __version__
-from modelpress.cli.options import flags_of, in_flags
+from modelpress.cli.options import add_old_spellings, flags_of, in_flags
 from modelpress.errors import ModelpressError
 
 # Module names under modelpress.cli, in the order `--help` lists them.
@@ -51,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"modelpress.cli.{name}").add_parser(sub)
+    for name, command in sub.choices.items():
+        add_old_spellings(name, command)
     return parser
 
 

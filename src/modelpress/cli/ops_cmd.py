@@ -1,4 +1,8 @@
-"""modelpress ops [MODEL] --backend torch: the ops a backend implements, or a model's missing ones."""
+"""modelpress ops [MODEL] --backend torch: the ops a backend implements, or a model's missing ones.
+
+List the ONNX ops a backend implements, grouped by family; given a model, list the model's ops the
+backend does not implement.
+"""
 
 from __future__ import annotations
 
@@ -13,13 +17,12 @@ from modelpress.runtime.op_support import SUPPORT_LISTS, op_support
 
 def add_parser(sub) -> None:
 
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "ops",
+        __doc__,
         help="list the ops a backend supports (or check a model against them)",
-        description="List the ONNX ops a backend implements, grouped by family; given a model, "
-        "list the model's ops the backend does not implement.",
-        epilog="examples:\n  modelpress ops --backend torch\n  modelpress ops model.onnx --backend torch",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=["modelpress ops --backend torch", "modelpress ops model.onnx --backend torch"],
     )
     p.add_argument(
         "model",
@@ -28,8 +31,8 @@ def add_parser(sub) -> None:
         help="an .onnx file: report which of its ops are not supported",
     )
     p.add_argument("--model", dest="model_flag", help=argparse.SUPPRESS)  # the old spelling
-    p.add_argument(
-        "--backend", default="torch", choices=sorted(SUPPORT_LISTS), help="backend (default torch)"
+    options.add_with_default(
+        p, "--backend", default="torch", choices=sorted(SUPPORT_LISTS), help="backend"
     )
     options.add_record(p)
     p.set_defaults(func=run)

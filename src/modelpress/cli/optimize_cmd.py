@@ -1,8 +1,9 @@
-"""modelpress optimize IN -o OUT: graph rewrites to a fixed point, verified against the input."""
+"""modelpress optimize IN -o OUT: graph rewrites to a fixed point, verified against the input.
+
+Rewrite a model's graph (clean-up, constant folding, fusion, reordering) and verify the result.
+"""
 
 from __future__ import annotations
-
-import argparse
 
 from rich.table import Table
 
@@ -19,22 +20,23 @@ def add_parser(sub) -> None:
         f"  {n:<24} level {c.level}  {(c.__doc__ or '').strip().splitlines()[0]}"
         for n, c in REGISTRY.items()
     )
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "optimize",
+        __doc__,
         help="rewrite a model's graph to run faster, verified against the original",
-        description="Rewrite a model's graph (clean-up, constant folding, fusion, reordering) and verify the result.",
         epilog=f"passes:\n{names}\n\nexample: modelpress optimize model.onnx -o fast.onnx --level 2",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     options.add_model(p)
     options.add_key(p)
     options.add_output(p, help="where to write the optimized model")
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--level",
         type=int,
         default=2,
         choices=[0, 1, 2, 3],
-        help="1: clean-up, 2: standard ONNX rewrites (default), 3: ONNX Runtime-specific",
+        help="1: clean-up, 2: standard ONNX rewrites, 3: ONNX Runtime-specific",
     )
     options.add_list(p, "--passes", metavar="PASS", help="run exactly these passes")
     options.add_list(p, "--skip", metavar="PASS", help="passes not to run")

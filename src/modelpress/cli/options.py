@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import inspect
 import os
 import re
 import time
@@ -40,6 +41,8 @@ FIELD_FLAGS = {
     "dims": "--dim",
     "shapes": "--shape",
     "runs": "--runs",
+    "input_sets": "--input-sets",
+    "rounds": "--rounds",
     "rtol": "--rtol",
     "atol": "--atol",
     "ort_level": "--ort-level",
@@ -92,6 +95,32 @@ def speaks_flags(func=None, *, fields: dict[str, str] | None = None):
         return run
 
     return wrap(func) if func is not None else wrap
+
+
+def add_command(
+    sub,
+    name: str,
+    doc: str | None,
+    *,
+    help: str,
+    epilog: str | None = None,
+    examples: list[str] | tuple[str, ...] = (),
+) -> argparse.ArgumentParser:
+    """The parser of command ``name``: ``modelpress --help`` lists it with ``help``; its own
+    ``--help`` describes it with ``doc``, the command module's docstring (one text for the reader
+    of the code and the user), then ``epilog`` (lists the command reads from a registry) and the
+    ``examples`` (command lines), laid out as written."""
+    tail = [epilog] if epilog else []
+    if examples:
+        lead = "examples:" if len(examples) > 1 else "example:"
+        tail.append("\n".join([lead, *(f"  {e}" for e in examples)]))
+    return sub.add_parser(
+        name,
+        help=help,
+        description=inspect.cleandoc(doc) if doc else None,
+        epilog="\n\n".join(tail) or None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
 
 
 def add_model(
@@ -158,6 +187,17 @@ def add_data(
         p.add_argument("--calib-limit", dest="limit", type=int, help=argparse.SUPPRESS)
 
 
+def add_inputs(p: argparse.ArgumentParser, *, to: str, shapes: bool = True) -> None:
+    """The inputs a command runs the model on (``to``: "to time on"): the user's ``--data`` .npz,
+    or inputs generated to fit the model, sized by ``--dim``/``--shape`` (``shapes``)."""
+    add_data(
+        p,
+        help=f"inputs {to} (an .npz of arrays named after the model's inputs) instead of generated ones",
+    )
+    if shapes:
+        add_shapes(p)
+
+
 def add_shapes(p: argparse.ArgumentParser, *, full_shapes: bool = True) -> None:
     p.add_argument(
         "--dim",
@@ -176,13 +216,10 @@ def add_shapes(p: argparse.ArgumentParser, *, full_shapes: bool = True) -> None:
 
 def add_device(p: argparse.ArgumentParser, *, default_backend: str = "ort") -> None:
 
-    p.add_argument(
-        "--backend",
-        default=default_backend,
-        choices=backend_names(),
-        help=f"execution backend (default {default_backend})",
+    add_with_default(
+        p, "--backend", default=default_backend, choices=backend_names(), help="execution backend"
     )
-    p.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N, mps, ...")
+    add_with_default(p, "--device", default="auto", help="auto, cpu, cuda, cuda:N, mps, ...")
     p.add_argument(
         "--place",
         action="append",
@@ -201,9 +238,30 @@ def add_device(p: argparse.ArgumentParser, *, default_backend: str = "ort") -> N
     )
 
 
+def add_ray(p: argparse.ArgumentParser, *, on: str, replicas: str) -> None:
+    """``--ray [ADDRESS]`` (run ``on`` Ray: a local cluster, or the one at ADDRESS) and
+    ``--replicas N``."""
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="ADDRESS",
+        help=f"{on} (a local cluster, or the one at ADDRESS); needs the ray extra",
+    )
+    p.add_argument("--replicas", type=int, metavar="N", help=replicas)
+
+
 def add_key(p: argparse.ArgumentParser) -> None:
     p.add_argument("--key-file", metavar="FILE", help="the key of a protected model (.mpk)")
     p.add_argument("--key-env", metavar="VAR", help="an environment variable holding the key (hex)")
+
+
+def add_with_default(p: argparse.ArgumentParser, *flags: str, default, help: str, **kwargs):
+    """An option whose ``--help`` ends with "(default X)", X written from the value the parser fills
+    in, so the help cannot say another default than the code uses. ``kwargs`` go to argparse."""
+    shown = f"{default:g}" if isinstance(default, float) else default
+    return p.add_argument(*flags, default=default, help=f"{help} (default {shown})", **kwargs)
 
 
 def add_list(p: argparse.ArgumentParser, flag: str, *, metavar: str, help: str) -> argparse.Action:
@@ -230,6 +288,33 @@ def hidden_alias(p: argparse.ArgumentParser, action: argparse.Action, *old: str)
             type=action.type, nargs=action.nargs, const=action.const, metavar=action.metavar
         )
     p.add_argument(*old, **kwargs)
+
+
+# The old spellings of renamed options, by command: they parse for one release, into the same
+# place as the new name, and are never shown (``hidden_alias``). One table, so that a rename and
+# its end are one line each. (``--inputs``/``--calib`` for ``--data`` live in ``add_data``.)
+OLD_SPELLINGS: dict[str, dict[str, tuple[str, ...]]] = {
+    "advise": {"--batch-size": ("--batch",)},
+    "compress": {"--exclude": ("--keep",)},
+    "convert": {"--ops": ("--level",)},
+    "demo": {"--output": ("--out",), "--runs": ("--rounds",)},
+    "optimize": {"--input-sets": ("--runs",)},
+    "protect": {"--strength": ("--ratio",), "--obfuscation": ("--mode",)},
+    "prune": {"--exclude": ("--keep",), "--rounds": ("--iterations",)},
+    "quantize": {"--ops": ("--level",), "--window": ("--seq-len",)},
+    "run": {"--replicas": ("--ray-actors",)},
+    "verify": {
+        "--input-sets": ("--runs",),
+        "--greedy-tokens": ("--steps",),
+        "--text-tokens": ("--max-tokens",),
+    },
+}
+
+
+def add_old_spellings(command: str, p: argparse.ArgumentParser) -> None:
+    """The ``OLD_SPELLINGS`` of ``command`` as hidden aliases of its options."""
+    for flag, old in OLD_SPELLINGS.get(command, {}).items():
+        hidden_alias(p, p._option_string_actions[flag], *old)  # argparse's index of its options
 
 
 def listed(values: list[str] | None) -> list[str]:
@@ -339,34 +424,34 @@ def add_training(
     epochs: int = 2,
     temperature: float = 1.0,
     no_train: bool = True,
+    budget: bool = True,
 ) -> None:
     """How a command that trains (prune, distill, compress, quantize --mode qat) trains; the help
-    shows the defaults the command uses (``--steps`` wins over ``--epochs``)."""
+    shows the defaults the command uses (``--steps`` wins over ``--epochs``). With ``budget``, what
+    the result must keep of the original (``add_budget``)."""
     g = p.add_argument_group("training")
-    g.add_argument(
-        "--epochs",
-        type=int,
-        default=epochs,
-        metavar="N",
-        help=f"passes over the training data (default {epochs})",
+    add_with_default(
+        g, "--epochs", type=int, default=epochs, metavar="N", help="passes over the training data"
     )
     g.add_argument("--steps", type=int, metavar="N", help="optimizer steps (instead of epochs)")
     g.add_argument("--lr", type=float, metavar="X", help="learning rate (default 3e-3; qat 1e-4)")
     g.add_argument(
         "--optimizer", default="adam", choices=["adam", "adamw", "sgd"], help="default adam"
     )
-    g.add_argument(
+    add_with_default(
+        g,
         "--schedule",
         default="cosine",
         choices=["cosine", "linear", "constant"],
-        help="learning-rate schedule after warm-up (default cosine)",
+        help="learning-rate schedule after warm-up",
     )
-    g.add_argument(
+    add_with_default(
+        g,
         "--val-fraction",
         type=float,
         default=0.1,
         metavar="X",
-        help="samples held out for early stopping and the check (default 0.1)",
+        help="samples held out for early stopping and the check",
     )
     g.add_argument(
         "--patience",
@@ -374,7 +459,7 @@ def add_training(
         metavar="N",
         help="stop after N held-out evaluations without improvement (default 5; 10 a run)",
     )
-    g.add_argument("--seed", type=int, default=0, help="shuffling and split seed (default 0)")
+    add_with_default(g, "--seed", type=int, default=0, help="shuffling and split seed")
     if no_train:
         g.add_argument("--no-train", action="store_true", help="no training: compress only")
     if teacher:
@@ -384,12 +469,13 @@ def add_training(
             metavar="X",
             help="weight of the teacher's soft loss when labels exist too (default 0.5; 0: labels only)",
         )
-        g.add_argument(
+        add_with_default(
+            g,
             "--temperature",
             type=float,
             default=temperature,
             metavar="T",
-            help=f"softmax temperature of the soft loss (default {temperature:g})",
+            help="softmax temperature of the soft loss",
         )
         g.add_argument(
             "--soft-loss",
@@ -397,15 +483,17 @@ def add_training(
             choices=["auto", "kl", "mse", "cosine"],
             help="loss against the teacher's outputs (default auto: kl for class scores, mse otherwise)",
         )
+    if budget:
+        add_budget(p)
 
 
 def add_batching(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
+    add_with_default(
+        p,
         "--batching",
         default="auto",
         choices=["auto", "per-sample", "whole"],
-        help="whether requests or items may be joined into batches: auto decides by running a batch "
-        "of 2 against two single samples; per-sample or whole overrides it",
+        help="whether requests or items may be joined into batches: auto decides by running a batch of 2 against two single samples; per-sample or whole overrides it",
     )
 
 
@@ -434,25 +522,34 @@ def add_budget(p: argparse.ArgumentParser) -> None:
         metavar="X",
         help="with labels: the most top-1 accuracy may drop (default 0.02, two points)",
     )
-    g.add_argument(
+    add_with_default(
+        g,
         "--min-agreement",
         type=float,
         default=0.90,
         metavar="X",
-        help="class scores without labels: the least top-1 agreement with the original (default 0.9)",
+        help="class scores without labels: the least top-1 agreement with the original",
     )
-    g.add_argument(
+    add_with_default(
+        g,
         "--min-cosine",
         type=float,
         default=0.90,
         metavar="X",
-        help="other outputs: the least mean cosine with the original's (default 0.9)",
+        help="other outputs: the least mean cosine with the original's",
     )
     g.add_argument(
         "--keep-anyway",
         action="store_true",
         help="write the result even when it is outside the budget",
     )
+
+
+def add_search_budget(p: argparse.ArgumentParser, *, drop: str, time: str) -> None:
+    """What a search (``auto``, ``deploy``) may spend: accuracy (``--max-accuracy-drop``, a fraction
+    of the metric) and time (``--time-budget``, a duration)."""
+    add_with_default(p, "--max-accuracy-drop", type=float, default=0.01, metavar="X", help=drop)
+    add_with_default(p, "--time-budget", default="10m", metavar="DURATION", help=time)
 
 
 def budget(args: argparse.Namespace):
@@ -464,6 +561,21 @@ def budget(args: argparse.Namespace):
         min_agreement=args.min_agreement,
         min_cosine=args.min_cosine,
     )
+
+
+def training_args(args: argparse.Namespace, *, train=None) -> dict:
+    """The library's keywords for what ``add_training_data`` and ``add_training`` set: the data,
+    its labels and limit, the fine-tuning (``training_config``, unless ``train`` is given) and the
+    loss against the teacher. One mapping for prune, distill and deep_compress."""
+    return {
+        "data": args.data,
+        "labels_key": args.labels_key,
+        "limit": args.limit,
+        "train": training_config(args) if train is None else train,
+        "alpha": args.alpha,
+        "temperature": args.temperature,
+        "soft": args.soft_loss,
+    }
 
 
 def training_config(args: argparse.Namespace, *, batch_default: int = 32, lr_default: float = 3e-3):

@@ -1,9 +1,13 @@
-"""modelpress pipeline MODEL -o OUT --pre ... --post ...: store pre/post-processing in a model."""
+"""modelpress pipeline MODEL -o OUT --pre ... --post ...: store pre/post-processing in a model.
+
+Declare once how raw items (images, texts, audio) become the model's inputs and how its outputs
+become answers; the declaration is checked against the model and stored in its metadata, so `run`,
+`serve` and the Python API apply exactly the same steps.
+"""
 
 from __future__ import annotations
 
-import argparse
-
+from modelpress.cli import options
 from modelpress.cli._common import console
 from modelpress.cli.options import Recorder, add_model, add_output, add_record, open_model
 from modelpress.errors import OptionError
@@ -30,16 +34,12 @@ examples:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "pipeline",
+        __doc__,
         help="store pre- and post-processing in a model, for run, serve and the API",
-        description=(
-            "Declare once how raw items (images, texts, audio) become the model's inputs and how its "
-            "outputs become answers; the declaration is checked against the model and stored in its "
-            "metadata, so `run`, `serve` and the Python API apply exactly the same steps."
-        ),
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model(p, help="an .onnx file")
     add_output(

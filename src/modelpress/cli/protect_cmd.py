@@ -1,11 +1,17 @@
-"""modelpress protect MODEL -o model.mpk --key-file key.bin [--obfuscate]: encrypt and obfuscate."""
+"""modelpress protect MODEL -o model.mpk --key-file key.bin [--obfuscate]: encrypt and obfuscate.
+
+Encrypt a model with AES-256-GCM into a package (.mpk) that run, bench, verify, inspect and serve
+open in memory with the key; --obfuscate also hides its architecture (anonymous operators,
+perturbed weights, extra structure) and reports how much is hidden.
+"""
 
 from __future__ import annotations
 
 from rich.table import Table
 
+from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes
-from modelpress.cli.options import Recorder, add_data, add_key, add_record
+from modelpress.cli.options import Recorder, add_key, add_record
 from modelpress.errors import OptionError
 from modelpress.ir.feeds import load_npz
 from modelpress.protect import DEFAULT_RATIO, load_key, protect
@@ -13,13 +19,14 @@ from modelpress.protect.package import DEFAULT_CHUNK, has_magic
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "protect",
+        __doc__,
         help="encrypt a model (.mpk) and optionally obfuscate its graph, measuring what is hidden",
-        description="Encrypt a model with AES-256-GCM into a package (.mpk) that run, bench, verify, "
-        "inspect and serve open in memory with the key; --obfuscate also hides its architecture "
-        "(anonymous operators, perturbed weights, extra structure) and reports how much is hidden.",
-        epilog="example: modelpress protect model.onnx -o model.mpk --key-file key.bin --obfuscate --ratio 0.3",
+        examples=[
+            "modelpress protect model.onnx -o model.mpk --key-file key.bin --obfuscate --strength 0.3"
+        ],
     )
     p.add_argument("model", metavar="MODEL", help="the .onnx model to protect")
     p.add_argument(
@@ -31,14 +38,16 @@ def add_parser(sub) -> None:
     )
     add_key(p)
     p.add_argument(
-        "--obfuscate", action="store_true", help="obfuscate the graph (see --mode, --ratio)"
+        "--obfuscate",
+        action="store_true",
+        help="obfuscate the graph (see --obfuscation, --strength)",
     )
     p.add_argument(
-        "--ratio",
+        "--strength",
         type=float,
         default=None,
         metavar="R",
-        help="obfuscation strength in (0, 1]: the share of anonymous nodes that get decoys and opaque predicates (0.1 small, the default; 0.3 medium; 0.6 large: each site costs a few scalar kernels at run time)",
+        help=f"obfuscation strength in (0, 1]: the share of anonymous nodes that get decoys and opaque predicates (default {DEFAULT_RATIO:g}, small; 0.3 medium; 0.6 large: each site costs a few scalar kernels at run time)",
     )
     p.add_argument(
         "--seed",
@@ -47,9 +56,9 @@ def add_parser(sub) -> None:
         help="draws the obfuscated structure (groups, names, decoy sites) reproducibly; keys are always fresh",
     )
     p.add_argument(
-        "--mode",
+        "--obfuscation",
         choices=["runtime", "storage"],
-        help="runtime (default with --obfuscate): the obfuscated graph is what runs; storage: the original is restored in memory and runs at full speed",
+        help="what the obfuscation covers: runtime (with --obfuscate, the default): the obfuscated graph is what runs; storage: the original is restored in memory and runs at full speed",
     )
     p.add_argument(
         "--no-encrypt",
@@ -74,21 +83,20 @@ def add_parser(sub) -> None:
         action="store_true",
         help="skip opening the result and comparing it with the original",
     )
-    add_data(
-        p,
-        help="inputs to check the protected model on (an .npz of arrays named after the model's inputs) instead of generated ones",
-    )
+    options.add_inputs(p, to="to check the protected model on", shapes=False)
     add_record(p)
     p.set_defaults(func=run)
 
 
+# the library's words for the options this command names differently
+@options.speaks_flags(fields={"mode": "--obfuscation", "ratio": "--strength"})
 def run(args) -> int:
 
     recorder = Recorder("protect", args)
     if has_magic(args.model):
         raise OptionError(f"{args.model}: already a protected package")
-    if args.ratio is not None and not args.obfuscate:
-        raise OptionError("--ratio sets the obfuscation: it needs --obfuscate")
+    if args.strength is not None and not args.obfuscate:
+        raise OptionError("--strength sets the obfuscation: it needs --obfuscate")
     key = load_key(args.key_file, args.key_env)
 
     inputs = load_npz(args.data) if args.data else None
@@ -98,9 +106,9 @@ def run(args) -> int:
             key=key,
             output=args.output,
             obfuscate=args.obfuscate,
-            ratio=DEFAULT_RATIO if args.ratio is None else args.ratio,
+            ratio=DEFAULT_RATIO if args.strength is None else args.strength,
             seed=args.seed,
-            mode=args.mode,
+            mode=args.obfuscation,
             encrypt=args.encrypt,
             rename_io=args.rename_io,
             chunk_size=args.chunk_size or DEFAULT_CHUNK,

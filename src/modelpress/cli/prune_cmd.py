@@ -1,37 +1,38 @@
 """modelpress prune MODEL -o OUT: structured (channels, heads, neurons removed) or unstructured
-(2:4, magnitude) pruning, fine-tuned on the data given."""
+(2:4, magnitude) pruning, fine-tuned on the data given.
+
+Prune a model: structured pruning finds the channels that must go together on the ONNX graph
+(residuals, concat, depthwise convs, attention heads) and removes them, so the model is smaller and
+faster; unstructured pruning zeroes weights. Then fine-tunes on the data, with its labels or
+against the original model.
+"""
 
 from __future__ import annotations
-
-import argparse
 
 from rich.table import Table
 
 from modelpress.cli import options
 from modelpress.cli._common import console, human_bytes, human_count
-from modelpress.cli._training import enforce_budget, print_check, print_training, training_bar
+from modelpress.cli._training import training_run, write_checked
 from modelpress.compress.prune import calibration as calib
 from modelpress.compress.prune.importance import METHODS
 from modelpress.ir import save
-from modelpress.ir.files import output_dir
 from modelpress.runtime.measure import compare_latency
 from modelpress.verify import generate_inputs
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "prune",
+        __doc__,
         help="prune channels, heads and neurons (physically) or weights (2:4, magnitude), then fine-tune",
-        description="Prune a model: structured pruning finds the channels that must go together on the "
-        "ONNX graph (residuals, concat, depthwise convs, attention heads) and removes them, so the "
-        "model is smaller and faster; unstructured pruning zeroes weights. Then fine-tunes on the "
-        "data, with its labels or against the original model.",
-        epilog="examples:\n"
-        "  modelpress prune cnn.onnx -o small.onnx --data train.npz --labels-key y --ratio 0.5\n"
-        "  modelpress prune cnn.onnx -o small.onnx --data images/ --ratio 0.5 --iterations 3\n"
-        "  modelpress prune bert.onnx -o small.onnx --data text.npz --ratio 0.5 --head-ratio 0.33\n"
-        "  modelpress prune cnn.onnx -o sparse.onnx --data train.npz --pattern 2:4",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=[
+            "modelpress prune cnn.onnx -o small.onnx --data train.npz --labels-key y --ratio 0.5",
+            "modelpress prune cnn.onnx -o small.onnx --data images/ --ratio 0.5 --rounds 3",
+            "modelpress prune bert.onnx -o small.onnx --data text.npz --ratio 0.5 --head-ratio 0.33",
+            "modelpress prune cnn.onnx -o sparse.onnx --data train.npz --pattern 2:4",
+        ],
     )
     options.add_model(p)
     options.add_key(p)
@@ -53,17 +54,19 @@ def add_parser(sub) -> None:
     what.add_argument(
         "--sparsity", type=float, metavar="X", help="unstructured: fraction of weights set to zero"
     )
-    what.add_argument(
+    options.add_with_default(
+        what,
         "--pattern",
         default="unstructured",
         choices=["unstructured", "2:4"],
-        help="unstructured: 2:4 keeps 2 of every 4 weights (sparse tensor cores)",
+        help="unstructured: 2:4 keeps 2 of every 4 weights, for sparse tensor cores",
     )
-    what.add_argument(
+    options.add_with_default(
+        what,
         "--scope",
         default="global",
         choices=["global", "layer"],
-        help="unstructured: one threshold for all layers (default) or per layer",
+        help="unstructured: one threshold for all layers (global) or per layer",
     )
     what.add_argument(
         "--importance",
@@ -76,16 +79,17 @@ def add_parser(sub) -> None:
         action="store_true",
         help="structured: refit the layers that read removed neurons and heads by least squares on the data",
     )
-    what.add_argument(
-        "--iterations",
+    options.add_with_default(
+        what,
+        "--rounds",
         type=int,
         default=1,
         metavar="N",
-        help="structured: prune in N rounds, fine-tuning after each (default 1)",
+        help="structured: prune in N rounds, fine-tuning after each",
     )
-    keep = options.add_list(what, "--exclude", metavar="NODE", help="layers that stay whole")
-    options.hidden_alias(what, keep, "--keep")
-    what.add_argument(
+    options.add_list(what, "--exclude", metavar="NODE", help="layers that stay whole")
+    options.add_with_default(
+        what,
         "--round-to",
         type=int,
         default=1,
@@ -101,7 +105,6 @@ def add_parser(sub) -> None:
         "--no-latency", action="store_true", help="skip the before/after latency check on this CPU"
     )
     options.add_training(p)
-    options.add_budget(p)
     options.add_record(p)
     p.set_defaults(func=run)
 
@@ -110,55 +113,41 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from modelpress.compress.prune.api import prune
 
-    options.require_positive(args.iterations, "--iterations")
-    output_dir(args.output)
-    recorder = options.Recorder("prune", args)
-    model = options.open_model(args.model, args)
-    with training_bar() as progress:
+    options.require_positive(args.rounds, "--rounds")
+    with training_run("prune", args) as (recorder, model, progress):
         result = prune(
             model,
-            data=args.data,
-            labels_key=args.labels_key,
             ratio=args.ratio,
             head_ratio=args.head_ratio,
             sparsity=args.sparsity,
             pattern=args.pattern,
             scope=args.scope,
             importance=args.importance,
-            steps=args.iterations,
+            rounds=args.rounds,
             keep=options.listed(args.exclude),
             round_to=args.round_to,
             global_ranking=args.global_ranking,
             refit=args.refit,
-            train=options.training_config(args) if args.data else False,
-            alpha=args.alpha,
-            temperature=args.temperature,
-            soft=args.soft_loss,
-            limit=args.limit,
             progress=progress,
+            **options.training_args(args, train=None if args.data else False),
         )
-    if result.steps:
-        _print_groups(result.steps[-1]["groups"], result.steps)
+    if result.rounds:
+        _print_groups(result.rounds[-1]["groups"], result.rounds)
     for note in result.notes:
         console.print(f"note: {note}")
-    print_training(result.training)
-    print_check(result.check)
     latency = None if args.no_latency else _latency(model, result.model, args)
     sparsity = f", sparsity {result.sparsity:.1%}" if result.sparsity is not None else ""
     console.print(
         f"{result.kind}: parameters {human_count(result.params_before)} → {human_count(result.params_after)}, "
         f"size {human_bytes(result.size_before)} → {human_bytes(result.size_after)}{sparsity}"
     )
-    record = result.to_dict()
-    record["latency"] = latency
-    record = enforce_budget(args, result.check, record, recorder)
-    save(result.model, args.output)
-    console.print(f"wrote {args.output}")
-    recorder.write({**record, "written": args.output})
-    return 0
+    record = {**result.to_dict(), "latency": latency}
+    return write_checked(
+        args, result, result.training, record, recorder, lambda: save(result.model, args.output)
+    )
 
 
-def _print_groups(groups: list[dict], steps: list[dict]) -> None:
+def _print_groups(groups: list[dict], rounds: list[dict]) -> None:
     t = Table(title="dependency groups", show_edge=False)
     t.add_column("#", justify="right")
     t.add_column("kind")
@@ -172,9 +161,9 @@ def _print_groups(groups: list[dict], steps: list[dict]) -> None:
         )
         t.add_row(str(i), g["kind"], str(g["units"]), str(removed), src)
     console.print(t)
-    total = sum(s["removed_units"] for s in steps)
+    total = sum(r["removed_units"] for r in rounds)
     console.print(
-        f"removed {total} units in {len(steps)} round(s), {human_count(sum(s['removed_params'] for s in steps))} parameters"
+        f"removed {total} units in {len(rounds)} round(s), {human_count(sum(r['removed_params'] for r in rounds))} parameters"
     )
 
 

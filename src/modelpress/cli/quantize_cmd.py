@@ -1,5 +1,10 @@
 """modelpress quantize MODEL -o OUT: int8/int4/fp16 quantization for a target CPU, checked as it
-will run."""
+will run.
+
+Quantize a model to standard ONNX (QDQ / integer ops) in the formats the target CPU runs exactly,
+report the per-layer error, and check the result as ONNX Runtime runs it here. A result that fails
+the check is not written (exit 1) unless --keep-anyway.
+"""
 
 from __future__ import annotations
 
@@ -23,12 +28,11 @@ from modelpress.runtime.cpu import TARGETS
 def add_parser(sub) -> None:
 
     modes = "\n".join(f"  {name:<12} {MODES[name].help}" for name in mode_names())
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "quantize",
+        __doc__,
         help="quantize a model (static/dynamic int8, weight-only int8/int4, fp16/bf16)",
-        description="Quantize a model to standard ONNX (QDQ / integer ops) in the formats the "
-        "target CPU runs exactly, report the per-layer error, and check the result as ONNX Runtime "
-        "runs it here. A result that fails the check is not written (exit 1) unless --keep-anyway.",
         epilog=f"modes:\n{modes}\n\nexamples:\n"
         "  modelpress quantize cnn.onnx -o int8.onnx --mode static --data calib.npz\n"
         "  modelpress quantize bert.onnx -o int8.onnx --mode dynamic --data sentences.npz\n"
@@ -37,7 +41,6 @@ def add_parser(sub) -> None:
         "  modelpress quantize cnn.onnx -o int8.onnx --data val.npz --labels-key label --max-accuracy-drop 0.003\n"
         "  modelpress quantize cnn.onnx -o int8.onnx --data calib.npz --target-cpu portable\n"
         "  modelpress quantize llm_dir -o int4_dir --mode int4 --block-size 32 --data text.txt",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     options.add_model(p)
     options.add_key(p)
@@ -53,26 +56,28 @@ def add_parser(sub) -> None:
         labels=True,
         limit=True,
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--batch-size",
         type=int,
         default=16,
         metavar="N",
-        help="samples per model run in calibration (default 16)",
+        help="samples per model run in calibration",
     )
     options.add_shapes(p, full_shapes=False)
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--target-cpu",
         default="auto",
         choices=["auto", *TARGETS],
-        help="the CPU the int8 formats are for: auto (this one, default), vnni (x86 with VNNI/AMX), "
-        "avx2 (x86 without VNNI), arm64, or portable (exact on all of them)",
+        help="the CPU the int8 formats are for: auto (this one), vnni (x86 with VNNI/AMX), avx2 (x86 without VNNI), arm64, or portable (exact on all of them)",
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--method",
         default="minmax",
         choices=sorted(set(OBSERVERS) | {"kl"}),
-        help="calibration observer for static mode (default minmax)",
+        help="calibration observer for static mode",
     )
     p.add_argument(
         "--per-tensor",
@@ -87,11 +92,12 @@ def add_parser(sub) -> None:
         help="weight-only: bits per weight (default 8); 4 bits are rounded by GPTQ on the --data "
         "(on generated inputs without it: give --data for the best accuracy)",
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--block-size",
         type=int,
         default=32,
-        help="weight-only 4-bit and LLM folders: elements per scale (default 32)",
+        help="weight-only 4-bit and LLM folders: elements per scale",
     )
     p.add_argument(
         "--activation-type",
@@ -128,17 +134,17 @@ def add_parser(sub) -> None:
         type=_floats,
         default=(0.0,),
         metavar="M[,M,M]",
-        help="image folders: per-channel mean after scaling to 0..1 (comma-separated)",
+        help="image folders: per-channel mean after scaling to 0..1 (comma-separated; default 0)",
     )
     p.add_argument(
         "--std",
         type=_floats,
         default=(1.0,),
         metavar="S[,S,S]",
-        help="image folders: per-channel std (comma-separated)",
+        help="image folders: per-channel std (comma-separated; default 1)",
     )
-    p.add_argument(
-        "--layout", default="NCHW", choices=["NCHW", "NHWC"], help="image folders: layout"
+    options.add_with_default(
+        p, "--layout", default="NCHW", choices=["NCHW", "NHWC"], help="image folders: layout"
     )
     p.add_argument("--grayscale", action="store_true", help="image folders: one channel")
     p.add_argument(
@@ -155,7 +161,7 @@ def add_parser(sub) -> None:
         help="write the model even when the check fails (larger, slower or less exact than it should be)",
     )
     add_llm_options(p)
-    options.add_training(p, teacher=False)  # qat mode
+    options.add_training(p, teacher=False, budget=False)  # qat mode
     options.add_record(p)
     p.add_argument(
         "--report",
@@ -178,20 +184,10 @@ def _floats(text: str) -> tuple[float, ...]:
 # The library's field names → this command's flags, in its error messages.
 FLAGS = {
     "calibration": "--data",
-    "labels_key": "--labels-key",
-    "batch_size": "--batch-size",
-    "method": "--method",
-    "mode": "--mode",
-    "bits": "--bits",
-    "block_size": "--block-size",
-    "exclude": "--exclude",
-    "max_accuracy_drop": "--max-accuracy-drop",
     "activation_dtype": "--activation-type",
-    "target_cpu": "--target-cpu",
     "image": "--image-size/--mean/--std/--layout",
-    "embeddings": "--embeddings",
-    "level": "--level",
-    "act_order": "--act-order",
+    "level": "--ops",
+    "seq_len": "--window",
 }
 
 

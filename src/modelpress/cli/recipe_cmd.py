@@ -1,9 +1,11 @@
 """modelpress recipe run RECIPE.yaml: replay a recipe (convert → optimize → quantize → prune →
-protect → bench); modelpress recipe check RECIPE.yaml: validate one."""
+protect → bench); modelpress recipe check RECIPE.yaml: validate one.
+
+Replay a recipe's steps on its model, or check a recipe without running it.
+"""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from rich.markup import escape
@@ -20,18 +22,16 @@ from modelpress.search.steps import STEPS
 
 def add_parser(sub) -> None:
 
-    p = sub.add_parser(
+    p = opt.add_command(
+        sub,
         "recipe",
+        __doc__,
         help="replay or check a recipe (the steps `auto` chose, as YAML)",
-        description="Replay a recipe's steps on its model, or check a recipe without running it.",
-        epilog=(
-            "steps: " + ", ".join(f"{k} ({v.summary})" for k, v in STEPS.items()) + "\n\n"
-            "examples:\n"
-            "  modelpress recipe run best.recipe.yaml\n"
-            "  modelpress recipe run best.recipe.yaml other.onnx -o other-best.onnx\n"
-            "  modelpress recipe check my.yaml"
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="steps: " + ", ".join(f"{k} ({v.summary})" for k, v in STEPS.items()) + "\n\n"
+        "examples:\n"
+        "  modelpress recipe run best.recipe.yaml\n"
+        "  modelpress recipe run best.recipe.yaml other.onnx -o other-best.onnx\n"
+        "  modelpress recipe check my.yaml",
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     r = actions.add_parser("run", help="replay a recipe")

@@ -1,4 +1,8 @@
-"""modelpress run MODEL DATA -o predictions.jsonl: batch inference, resumable, in parallel."""
+"""modelpress run MODEL DATA -o predictions.jsonl: batch inference, resumable, in parallel.
+
+Run a model over a data set: pre-processing in parallel worker processes, the model kept busy with
+batches, answers written one JSON line per item; resumable after a kill.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,6 @@ from modelpress.cli.options import (
     add_model,
     add_output,
     add_record,
-    hidden_alias,
     open_model,
     require_positive,
 )
@@ -37,15 +40,12 @@ examples:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "run",
+        __doc__,
         help="run a model over a folder of images, a .jsonl of texts or an .npz (batch inference)",
-        description=(
-            "Run a model over a data set: pre-processing in parallel worker processes, the model "
-            "kept busy with batches, answers written one JSON line per item; resumable after a kill."
-        ),
         epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model(p)
     p.add_argument("data_pos", nargs="?", metavar="DATA", help="a folder, a .jsonl or an .npz")
@@ -77,18 +77,7 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--restart", action="store_true", help="start over instead of resuming a stopped run"
     )
-    p.add_argument(
-        "--ray",
-        nargs="?",
-        const=True,
-        default=False,
-        metavar="ADDRESS",
-        help="run on Ray Data (a local cluster, or the one at ADDRESS); needs the ray extra",
-    )
-    replicas = p.add_argument(
-        "--replicas", type=int, metavar="N", help="model replicas (actors) on Ray (default 1)"
-    )
-    hidden_alias(p, replicas, "--ray-actors")
+    options.add_ray(p, on="run on Ray Data", replicas="model replicas (actors) on Ray (default 1)")
     p.add_argument(
         "--labels-key",
         metavar="KEY",

@@ -1,6 +1,12 @@
 """modelpress serve MODEL [MODEL ...]: an Open Inference Protocol (KServe v2) server with dynamic
 batching, on this machine (FastAPI + uvicorn) or on Ray Serve (--ray); an LLM folder is served on
-OpenAI-compatible routes (/v1/completions, /v1/chat/completions) with continuous batching."""
+OpenAI-compatible routes (/v1/completions, /v1/chat/completions) with continuous batching.
+
+Serve models over the Open Inference Protocol (KServe v2) with Triton's binary tensors, dynamic
+batching, back-pressure, Prometheus metrics and graceful shutdown on SIGTERM. MODEL may be one
+folder written by modelpress deploy (DEPLOY_DIR): its serve.yaml gives the model, its name and the
+planned batching and queue (flags given still win).
+"""
 
 from __future__ import annotations
 
@@ -17,16 +23,14 @@ from modelpress.serve.repository import Repository, model_name
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "serve",
+        __doc__,
         help="serve models over HTTP (KServe v2 / Triton protocol) with dynamic batching",
-        description=(
-            "Serve models over the Open Inference Protocol (KServe v2) with Triton's binary tensors, "
-            "dynamic batching, back-pressure, Prometheus metrics and graceful shutdown on SIGTERM. "
-            "MODEL may be one folder written by modelpress deploy (DEPLOY_DIR): its serve.yaml "
-            "gives the model, its name and the planned batching and queue (flags given still win)."
-        ),
-        epilog="example: modelpress serve resnet.onnx bert.onnx --port 8000 --max-batch 32 --max-delay-ms 2",
+        examples=[
+            "modelpress serve resnet.onnx bert.onnx --port 8000 --max-batch 32 --max-delay-ms 2"
+        ],
     )
     p.add_argument(
         "models",
@@ -67,12 +71,13 @@ def add_parser(sub) -> None:
         metavar="N",
         help="requests that may wait per model; past it 503 with Retry-After (default 256)",
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--max-body-mb",
         type=float,
         default=64.0,
         metavar="MB",
-        help="largest request body; past it 413 (default 64)",
+        help="largest request body; past it 413",
     )
     p.add_argument(
         "--max-request-rows",
@@ -95,26 +100,29 @@ def add_parser(sub) -> None:
         help="open connections; past it the slowest to send its request is closed "
         "(default 1000, kept below the open-file limit)",
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--header-timeout",
         type=float,
         default=10.0,
         metavar="S",
-        help="seconds for a request's headers to arrive; past it 408 (default 10)",
+        help="seconds for a request's headers to arrive; past it 408",
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--body-timeout",
         type=float,
         default=60.0,
         metavar="S",
-        help="seconds for a request's body to arrive; past it 408 (default 60)",
+        help="seconds for a request's body to arrive; past it 408",
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--max-seqs",
         type=int,
         default=16,
         metavar="N",
-        help="LLM: sequences generated at once; the rest wait (default 16)",
+        help="LLM: sequences generated at once; the rest wait",
     )
     p.add_argument(
         "--max-context",
@@ -122,33 +130,23 @@ def add_parser(sub) -> None:
         metavar="N",
         help="LLM: most tokens of prompt and answer (default: the model's own)",
     )
-    p.add_argument(
+    options.add_with_default(
+        p,
         "--drain-timeout",
         type=float,
         default=30.0,
         metavar="S",
-        help="on SIGTERM, how long to wait for accepted requests (default 30)",
+        help="on SIGTERM, how long to wait for accepted requests",
     )
     p.add_argument(
         "--api-key-file",
         metavar="FILE",
         help="require 'Authorization: Bearer KEY' (KEY read from FILE) on every call but health",
     )
-    p.add_argument(
-        "--ray",
-        nargs="?",
-        const=True,
-        default=False,
-        metavar="ADDRESS",
-        help="deploy on Ray Serve (a local cluster, or the one at ADDRESS)",
+    options.add_ray(
+        p, on="deploy on Ray Serve", replicas="Ray Serve replicas per model (with --ray)"
     )
     p.add_argument("--ray-address", help=argparse.SUPPRESS)  # the old spelling of --ray ADDRESS
-    p.add_argument(
-        "--replicas",
-        type=int,
-        metavar="N",
-        help="Ray Serve replicas per model (with --ray)",
-    )
     options.add_device(p)
     options.add_key(p)
     options.add_record(p)

@@ -1,4 +1,8 @@
-"""modelpress verify A B: run both models on the same inputs and compare every output."""
+"""modelpress verify A B: run both models on the same inputs and compare every output.
+
+Run two models under ONNX Runtime (its optimizations off) on the same inputs and compare every
+output. Generated inputs are fitted to what the first model can run on.
+"""
 
 from __future__ import annotations
 
@@ -16,15 +20,15 @@ from modelpress.verify import verify
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser(
+    p = options.add_command(
+        sub,
         "verify",
+        __doc__,
         help="check that two models compute the same outputs",
-        description="Run two models under ONNX Runtime (its optimizations off) on the same inputs "
-        "and compare every output. Generated inputs are fitted to what the first model can run on.",
-        epilog="examples:\n  modelpress verify model.onnx fast.onnx --dim batch=4 --runs 3\n"
-        "  modelpress verify llm_dir int4_dir --data text.txt --json check.json   "
-        "(perplexity of each, their ratio, greedy top-1 agreement)",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=[
+            "modelpress verify model.onnx fast.onnx --dim batch=4 --input-sets 3",
+            "modelpress verify llm_dir int4_dir --data text.txt --json check.json   (perplexity of each, their ratio, greedy top-1 agreement)",
+        ],
     )
     p.add_argument(
         "reference",
@@ -45,17 +49,9 @@ def add_parser(sub) -> None:
 
 def add_check_options(p: argparse.ArgumentParser) -> None:
     """The options of a numeric check: which inputs, how many sets, which tolerance."""
-    options.add_data(
-        p,
-        help="inputs to compare on (an .npz of arrays named after the model's inputs) instead of generated ones",
-    )
-    options.add_shapes(p)
-    p.add_argument(
-        "--runs",
-        type=int,
-        default=2,
-        metavar="N",
-        help="number of generated input sets (default 2)",
+    options.add_inputs(p, to="to compare on")
+    options.add_with_default(
+        p, "--input-sets", type=int, default=2, metavar="N", help="number of generated input sets"
     )
     p.add_argument(
         "--rtol", type=float, help="relative tolerance (default per dtype: 1e-4 for float32)"
@@ -66,12 +62,12 @@ def add_check_options(p: argparse.ArgumentParser) -> None:
 def check_options(args) -> dict:
     """The keyword arguments of ``modelpress.verify.verify`` that ``add_check_options`` sets."""
 
-    options.require_positive(args.runs, "--runs")
+    options.require_positive(args.input_sets, "--input-sets")
     return {
         "data": load_npz(args.data) if args.data else None,
         "dims": options.dims(args),
         "shapes": options.shapes(args),
-        "runs": args.runs,
+        "input_sets": args.input_sets,
         "rtol": args.rtol,
         "atol": args.atol,
     }

@@ -65,20 +65,20 @@ def _identity(path: Path) -> Path:
 
 def json_body(feeds: dict[str, np.ndarray]) -> bytes:
     """A v2 inference request with every input as JSON data."""
-    return json.dumps(
+    return json.dumps({"inputs": _tensors(feeds)}, separators=(",", ":")).encode()
+
+
+def _tensors(arrays: dict[str, np.ndarray]) -> list[dict]:
+    """Arrays as the protocol's JSON tensors: name, datatype, shape and the data, flat."""
+    return [
         {
-            "inputs": [
-                {
-                    "name": k,
-                    "shape": list(v.shape),
-                    "datatype": datatype_name(v.dtype),
-                    "data": v.reshape(-1).tolist(),
-                }
-                for k, v in feeds.items()
-            ]
-        },
-        separators=(",", ":"),
-    ).encode()
+            "name": k,
+            "datatype": datatype_name(v.dtype),
+            "shape": list(v.shape),
+            "data": v.reshape(-1).tolist(),
+        }
+        for k, v in arrays.items()
+    ]
 
 
 def answer_bytes(outputs: dict[str, np.ndarray], name: str) -> int:
@@ -86,15 +86,7 @@ def answer_bytes(outputs: dict[str, np.ndarray], name: str) -> int:
     doc = {
         "model_name": name,
         "model_version": "1",
-        "outputs": [
-            {
-                "name": k,
-                "datatype": datatype_name(v.dtype),
-                "shape": list(v.shape),
-                "data": v.reshape(-1).tolist(),
-            }
-            for k, v in outputs.items()
-        ],
+        "outputs": _tensors(outputs),
     }
     return len(json.dumps(doc, separators=(",", ":")).encode())
 

@@ -15,24 +15,25 @@ def iter_nodes(graph: ir.Graph | ir.Function, *, recursive: bool = True) -> Iter
     for node in graph:
         yield node
         if recursive:
-            for attr in node.attributes.values():
-                if attr.type == ir.AttributeType.GRAPH:
-                    yield from iter_nodes(attr.value)
-                elif attr.type == ir.AttributeType.GRAPHS:
-                    for g in attr.value:
-                        yield from iter_nodes(g)
+            for sub in subgraphs(node):
+                yield from iter_nodes(sub)
 
 
 def iter_graphs(graph: ir.Graph) -> Iterator[ir.Graph]:
     """``graph`` and every subgraph inside it, outermost first."""
     yield graph
     for node in graph:
-        for attr in node.attributes.values():
-            if attr.type == ir.AttributeType.GRAPH:
-                yield from iter_graphs(attr.value)
-            elif attr.type == ir.AttributeType.GRAPHS:
-                for g in attr.value:
-                    yield from iter_graphs(g)
+        for sub in subgraphs(node):
+            yield from iter_graphs(sub)
+
+
+def subgraphs(node: ir.Node) -> Iterator[ir.Graph]:
+    """The graphs held by ``node``'s attributes (the bodies of If, Loop, Scan), in order."""
+    for attr in node.attributes.values():
+        if attr.type == ir.AttributeType.GRAPH:
+            yield attr.value
+        elif attr.type == ir.AttributeType.GRAPHS:
+            yield from attr.value
 
 
 def describe_value(value: ir.Value) -> dict:

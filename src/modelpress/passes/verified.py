@@ -76,16 +76,17 @@ def optimize_verified(
     data: dict[str, np.ndarray] | list[dict[str, np.ndarray]] | None = None,
     dims: dict[str, int] | None = None,
     shapes: dict[str, tuple[int, ...]] | None = None,
-    runs: int = 2,
+    input_sets: int | None = None,
     rtol: float | None = None,
     atol: float | None = None,
     external_data: bool | None = None,
+    runs: int | None = None,
 ) -> VerifiedOptimize:
     """Optimize a copy of ``model`` (``passes.optimize``), verify it against ``model`` (unless
     ``check=False``) and, when it passes, save it to ``output``.
 
     A failed check raises ``VerificationError`` and writes nothing. The remaining options are those
-    of ``optimize`` and ``verify``.
+    of ``optimize`` and ``verify`` (``runs``: the old name of ``input_sets``).
     """
     if output is not None:
         output_dir(output)  # a missing folder is reported before the work, not after
@@ -100,8 +101,9 @@ def optimize_verified(
             data=data,
             dims=dims,
             shapes=shapes,
-            runs=runs,
+            input_sets=input_sets,
             rtol=rtol,
+            runs=runs,
             atol=atol,
         )
     report = VerifiedOptimize(

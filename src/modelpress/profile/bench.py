@@ -147,7 +147,7 @@ def bench(
     notes: list[str] = []
     if inputs is None:
         fitted = fit_inputs(
-            models[0], lambda f: first.run(f, check=False), dims=dims, shapes=shapes, runs=1
+            models[0], lambda f: first.run(f, check=False), dims=dims, shapes=shapes, input_sets=1
         )
         feeds = fitted.feeds[0]
         if fitted.note:

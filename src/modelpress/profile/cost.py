@@ -16,6 +16,19 @@ import onnx_ir as ir
 from modelpress.ir.shapes import infer_shapes
 from modelpress.ir.stats import iter_nodes
 
+# Pools over a sliding window (one op per output element and kernel element), and ops that reduce
+# whole axes (one op per input element); the workload's kinds (``workload``) reuse both.
+WINDOW_POOLS = ("MaxPool", "AveragePool", "LpPool")
+WHOLE_REDUCTIONS = (
+    "GlobalAveragePool",
+    "GlobalMaxPool",
+    "ReduceMean",
+    "ReduceSum",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceL2",
+)
+
 
 @dataclass(frozen=True)
 class NodeCost:
@@ -146,18 +159,10 @@ def _node_flops(node: ir.Node) -> float:
             return 0.0
         k = a[0] if node.attributes.get_int("transA", 0) else a[-1]
         return 2.0 * _numel(out) * k + (_numel(out) if len(node.inputs) > 2 else 0)
-    if op in ("MaxPool", "AveragePool", "LpPool"):
+    if op in WINDOW_POOLS:
         kernel = node.attributes.get_ints("kernel_shape", [1])
         return float(_numel(out) * math.prod(kernel))
-    if op in (
-        "GlobalAveragePool",
-        "GlobalMaxPool",
-        "ReduceMean",
-        "ReduceSum",
-        "ReduceMax",
-        "ReduceMin",
-        "ReduceL2",
-    ):
+    if op in WHOLE_REDUCTIONS:
         return float(_numel(ins[0])) if ins and ins[0] else 0.0
     if op in ("BatchNormalization", "InstanceNormalization"):
         return 2.0 * _numel(out)

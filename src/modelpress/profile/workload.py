@@ -20,7 +20,7 @@ import onnx_ir as ir
 from modelpress.errors import OptionError
 from modelpress.ir import from_proto, to_proto
 from modelpress.ir.shapes import dim_name
-from modelpress.profile.cost import profile_model
+from modelpress.profile.cost import WHOLE_REDUCTIONS, WINDOW_POOLS, profile_model
 from modelpress.runtime.ort import session
 from modelpress.verify.inputs import generate_inputs
 
@@ -49,22 +49,7 @@ _OP_KIND = {
         "norm",
     ),
     **dict.fromkeys(
-        (
-            "MaxPool",
-            "AveragePool",
-            "LpPool",
-            "GlobalAveragePool",
-            "GlobalMaxPool",
-            "ReduceMean",
-            "ReduceSum",
-            "ReduceMax",
-            "ReduceMin",
-            "ReduceL2",
-            "Softmax",
-            "LogSoftmax",
-            "ArgMax",
-            "TopK",
-        ),
+        (*WINDOW_POOLS, *WHOLE_REDUCTIONS, "Softmax", "LogSoftmax", "ArgMax", "TopK"),
         "reduce",
     ),
     **dict.fromkeys(

@@ -8,6 +8,41 @@ from modelpress.report.advisor_plots import roofline, throughput_vs_cost
 from modelpress.report.html import Page
 
 
+def service_table(plan) -> tuple[list[str], list[list]]:
+    """The columns and rows of a service plan's options, ranked: the one table of ``advise
+    --qps``, on the page and in the terminal."""
+    columns = [
+        "#",
+        "device",
+        "replicas",
+        "max batch",
+        "delay ms",
+        "mean batch",
+        "p50 ms",
+        "p99 ms",
+        "busy",
+        "$/M cloud",
+        "$/M own",
+    ]
+    rows = [
+        [
+            o.rank,
+            o.device,
+            o.replicas,
+            o.max_batch,
+            float(o.max_delay_ms),
+            float(o.queue.mean_batch),
+            float(o.queue.p50_ms),
+            float(o.queue.p99_ms),
+            f"{100 * o.queue.utilisation:.0f}%",
+            "-" if o.cloud_usd_per_million is None else float(o.cloud_usd_per_million),
+            "-" if o.own_usd_per_million is None else float(o.own_usd_per_million),
+        ]
+        for o in plan.options
+    ]
+    return columns, rows
+
+
 def write_service_page(path, plan, workload) -> None:
     """``advise --qps``'s page: the traffic, the options ranked, the devices refused."""
     page = Page(f"modelpress advise: serving {workload.name}")
@@ -18,34 +53,10 @@ def write_service_page(path, plan, workload) -> None:
         "and latencies come from a queueing analysis of that policy at the replica's share of the traffic."
     )
     s = page.section("Options")
+    columns, rows = service_table(plan)
     s.table(
-        [
-            "#",
-            "device",
-            "replicas",
-            "serve",
-            "mean batch",
-            "p50 ms",
-            "p99 ms",
-            "busy",
-            "$/M cloud",
-            "$/M own",
-        ],
-        [
-            [
-                o.rank,
-                o.device,
-                o.replicas,
-                o.serve_args,
-                float(o.queue.mean_batch),
-                float(o.queue.p50_ms),
-                float(o.queue.p99_ms),
-                f"{100 * o.queue.utilisation:.0f}%",
-                "-" if o.cloud_usd_per_million is None else float(o.cloud_usd_per_million),
-                "-" if o.own_usd_per_million is None else float(o.own_usd_per_million),
-            ]
-            for o in plan.options
-        ],
+        [*columns, "serve"],
+        [[*row, o.serve_args] for row, o in zip(rows, plan.options, strict=True)],
     )
     if plan.rejected:
         s.table(["device", "why not"], [list(r) for r in plan.rejected])

@@ -70,7 +70,7 @@ def _evidence(model: ir.Model, run: Runner) -> BatchRule:
         v.shape[0].value for v in model.graph.inputs if isinstance(v.shape[0], ir.SymbolicDim)
     }
     try:
-        fitted = fit_inputs(model, run, dims={n: 1 for n in leading if n}, runs=2, seed=7)
+        fitted = fit_inputs(model, run, dims={n: 1 for n in leading if n}, input_sets=2, seed=7)
     except ModelpressError as exc:
         return BatchRule(False, None, f"it could not be run on generated inputs ({exc})")
     singles = [{k: feeds[k][:1] for k in names} for feeds in fitted.feeds]

@@ -143,15 +143,16 @@ def verify(
     data: dict[str, np.ndarray] | list[dict[str, np.ndarray]] | None = None,
     dims: dict[str, int] | None = None,
     shapes: dict[str, tuple[int, ...]] | None = None,
-    runs: int = 2,
+    input_sets: int | None = None,
     rtol: float | None = None,
     atol: float | None = None,
     seed: int = 0,
     inputs: dict[str, np.ndarray] | list[dict[str, np.ndarray]] | None = None,
+    runs: int | None = None,
 ) -> VerifyResult:
     """Run ``reference`` and ``candidate`` on the same inputs and compare every output.
 
-    ``data``: one feed dict or a non-empty list of them (``inputs``: its old name); otherwise ``runs`` random feeds are
+    ``data``: one feed dict or a non-empty list of them (``inputs``: its old name); otherwise ``input_sets`` (2) random feeds are
     generated, fitted to what the reference can run on (``verify.fit``; dynamic dimensions sized by
     ``dims`` by name, or whole input ``shapes``). Outputs are matched by name, or by position when
     the names differ but the counts agree. Per-output tolerances default to ``TOLERANCES``.
@@ -172,9 +173,15 @@ def verify(
     sess_a = _session(ref)
     notes: list[str] = []
     inputs = renamed(data, inputs, new="data", old="inputs")
+    input_sets = renamed(input_sets, runs, new="input_sets", old="runs") or 2
     if inputs is None:
         fitted = fit_inputs(
-            ref, lambda feeds: _run(sess_a, feeds), dims=dims, shapes=shapes, runs=runs, seed=seed
+            ref,
+            lambda feeds: _run(sess_a, feeds),
+            dims=dims,
+            shapes=shapes,
+            input_sets=input_sets,
+            seed=seed,
         )
         feeds_list, ref_outputs = fitted.feeds, fitted.outputs
         if fitted.note:

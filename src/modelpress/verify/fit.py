@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.errors import InputError
+from modelpress.errors import InputError, renamed
 from modelpress.ir.shapes import static_dim
 from modelpress.verify.inputs import MAX_INPUT_BYTES, dim_name, generate_inputs, planned_shapes
 
@@ -169,18 +169,21 @@ def fit_inputs(
     *,
     dims: dict[str, int] | None = None,
     shapes: dict[str, tuple[int, ...]] | None = None,
-    runs: int = 2,
+    input_sets: int | None = None,
     seed: int = 0,
     max_bytes: int = MAX_INPUT_BYTES,
+    runs: int | None = None,
 ) -> FittedInputs:
-    """``runs`` generated input sets on which ``run`` (the original model) succeeds.
+    """``input_sets`` (2) generated input sets on which ``run`` (the original model) succeeds.
 
     ``run(feeds) -> outputs`` raises on failure. Sizes the caller gave (``dims`` by name, ``shapes``
     per input) are kept; free dynamic dimensions follow ``CANDIDATES``. Raises ``InputError`` when
-    the original fails at every size.
+    the original fails at every size. ``runs`` is the old name of ``input_sets``.
     """
-    if runs < 1:
-        raise InputError("`runs` must be at least 1: there is nothing to compare on")
+    input_sets = renamed(input_sets, runs, new="input_sets", old="runs")
+    input_sets = 2 if input_sets is None else input_sets
+    if input_sets < 1:
+        raise InputError("`input_sets` must be at least 1: there is nothing to compare on")
     dims = dims or {}
     shapes = shapes or {}
     candidates = CANDIDATES if free_dimensions(model, dims, shapes) else (None,)
@@ -206,7 +209,7 @@ def fit_inputs(
                 # larger sizes would pass the memory budget: the search ends here
                 raise _cannot_run(None, failed[-1][1], failed) from None
             feeds_list = [
-                generate_inputs(model, shapes=planned, seed=seed + i) for i in range(runs)
+                generate_inputs(model, shapes=planned, seed=seed + i) for i in range(input_sets)
             ]
             try:
                 outputs = [run(feeds) for feeds in feeds_list]

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from modelpress.errors import InputError, ModelLoadError, OptionError
+from modelpress.errors import InputError, ModelLoadError, OptionError, renamed
 from modelpress.ir import llm
 from modelpress.runtime import ort as ort_backend
 
@@ -250,13 +250,19 @@ def verify_llm(
     *,
     window: int = 512,
     stride: int = 256,
-    max_tokens: int | None = None,
+    text_tokens: int | None = None,
     prompts: int = 8,
-    steps: int = 32,
+    greedy_tokens: int | None = None,
     threads: int | None = None,
+    max_tokens: int | None = None,
+    steps: int | None = None,
 ) -> LLMVerifyResult:
-    """Perplexity of both folders on ``text``, their ratio, and greedy top-1 agreement over
-    ``prompts`` prompts taken from the same text."""
+    """Perplexity of both folders on ``text`` (its first ``text_tokens`` tokens, or all of it),
+    their ratio, and greedy top-1 agreement over ``prompts`` prompts taken from the same text,
+    ``greedy_tokens`` (32) tokens each. ``max_tokens`` and ``steps`` are the old names of
+    ``text_tokens`` and ``greedy_tokens``."""
+    max_tokens = renamed(text_tokens, max_tokens, new="text_tokens", old="max_tokens")
+    steps = renamed(greedy_tokens, steps, new="greedy_tokens", old="steps") or 32
     body = read_text(text)
     ref = Decoder.open(reference, threads=threads)
     cand = Decoder.open(candidate, threads=threads)

@@ -74,12 +74,12 @@ def test_unstructured_fine_tuning_keeps_zeros(rng):
     assert result.training[0].steps == 4 and result.check.cosine is not None
 
 
-def test_structured_with_data_and_iterations(rng):
+def test_structured_with_data_and_rounds(rng):
     model = residual_cnn()
     result = prune(
-        model, data=_data(rng), ratio=0.5, steps=2, train=TrainConfig(steps=2, batch_size=16)
+        model, data=_data(rng), ratio=0.5, rounds=2, train=TrainConfig(steps=2, batch_size=16)
     )
-    assert len(result.steps) == 2 and len(result.training) == 2
+    assert len(result.rounds) == 2 and len(result.training) == 2
     assert result.params_after < 0.6 * result.params_before
     assert result.check is not None and 0 <= result.check.agreement <= 1
 

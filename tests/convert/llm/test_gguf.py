@@ -104,7 +104,7 @@ def test_convert_gguf_blocks_command(tmp_path):
 
     out = tmp_path / "smol-q4"
     record = tmp_path / "convert.json"
-    args = ["convert", str(GGUF), "-o", str(out), "--gguf-blocks", "--level", "ort"]
+    args = ["convert", str(GGUF), "-o", str(out), "--gguf-blocks", "--ops", "ort"]
     assert main([*args, "--no-verify", "--json", str(record)]) == 0
     config = json.loads((out / "modelpress_llm.json").read_text())
     assert config["quantization"]["method"] == "imported"

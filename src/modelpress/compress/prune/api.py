@@ -3,7 +3,7 @@
 Structured (``ratio``): the dependency groups of the graph are found (``depgraph``), their
 components scored (``importance``; by default how much each adds to the layers that read it,
 measured on batches of the data, or on generated inputs without data), the fraction ``ratio`` of
-each group removed physically (``surgery``), in one shot or in ``steps`` rounds with fine-tuning
+each group removed physically (``surgery``), in one shot or in ``rounds`` rounds with fine-tuning
 after each. Unstructured (``sparsity``, ``pattern``): magnitude masks, kept through fine-tuning.
 Fine-tuning trains on the labels when the data has them and against the original model as teacher
 (always, when it has none); ``train=None`` with data uses a short default schedule, ``train=False`` skips it.
@@ -29,7 +29,7 @@ from modelpress.compress.prune.importance import METHODS, taylor_terms
 from modelpress.compress.train import TrainConfig, TrainData, TrainResult
 from modelpress.compress.train.batchnorm import recalibrate
 from modelpress.compress.train.finetune import finetune
-from modelpress.errors import InputError, OptionError
+from modelpress.errors import InputError, OptionError, renamed
 from modelpress.ir.feeds import as_model
 from modelpress.ir.graph import copy_model
 from modelpress.ir.io import model_bytes
@@ -55,7 +55,7 @@ class PruneResult:
     size_after: int
     seconds: float
     sparsity: float | None = None  # unstructured and 2:4: zeros among the prunable weights
-    steps: list[dict] = field(default_factory=list)
+    rounds: list[dict] = field(default_factory=list)  # one report per pruning round
     training: list[TrainResult] = field(default_factory=list)
     check: Comparison | None = None
     notes: list[str] = field(default_factory=list)
@@ -70,7 +70,7 @@ class PruneResult:
             "size_after": self.size_after,
             "sparsity": self.sparsity,
             "seconds": round(self.seconds, 3),
-            "steps": self.steps,
+            "rounds": self.rounds,
             "training": [t.to_dict() for t in self.training],
             "check": self.check.to_dict() if self.check else None,
             "notes": self.notes,
@@ -102,7 +102,7 @@ def prune(
     pattern: str = "unstructured",
     scope: str = "global",
     importance: str = "activation",
-    steps: int = 1,
+    rounds: int | None = None,
     keep: list[str] | tuple[str, ...] = (),
     round_to: int = 1,
     global_ranking: bool = False,
@@ -115,11 +115,15 @@ def prune(
     limit: int | None = None,
     recalibrate_bn: bool = True,
     progress: Progress | None = None,
+    steps: int | None = None,
 ) -> PruneResult:
     """Prune ``model`` (see the module docstring). Give ``ratio`` (structured; ``head_ratio`` for
     attention heads), or ``sparsity`` / ``pattern="2:4"`` (unstructured). ``refit``: before the
     removal, refit the layers that read removed neurons and heads by least squares on the data
-    (``refit.py``)."""
+    (``refit.py``). ``rounds`` (1): prune in that many rounds, fine-tuning after each (``steps``:
+    its old name)."""
+    rounds = renamed(rounds, steps, new="rounds", old="steps")
+    rounds = 1 if rounds is None else rounds
     started = time.perf_counter()
     original = as_model(model)
     structured_mode = ratio is not None or head_ratio is not None
@@ -135,8 +139,8 @@ def prune(
         raise OptionError(
             f"importance {importance!r}: choose one of {', '.join(METHODS + calib.METHODS)}"
         )
-    if steps < 1:
-        raise OptionError(f"steps {steps}: at least 1")
+    if rounds < 1:
+        raise OptionError(f"`rounds` {rounds}: at least 1")
     keep_set = frozenset(keep)
     names = {n.name for n in original.graph}
     unknown = sorted(keep_set - names)
@@ -194,9 +198,9 @@ def prune(
     if structured_mode:
         r = ratio if ratio is not None else 0.0
         hr = head_ratio
-        for i in range(1, steps + 1):
-            step_r = _step_ratio(r, i, steps)
-            step_h = _step_ratio(hr, i, steps) if hr is not None else None
+        for i in range(1, rounds + 1):
+            step_r = _step_ratio(r, i, rounds)
+            step_h = _step_ratio(hr, i, rounds) if hr is not None else None
             taylor = None
             if importance == "taylor":
                 taylor = _taylor(
@@ -209,7 +213,7 @@ def prune(
                     soft,
                 )
             if progress:
-                progress(f"pruning {i}/{steps}", 0, 0, None)
+                progress(f"pruning {i}/{rounds}", 0, 0, None)
             current, report = structured.prune_step(
                 current,
                 feeds,
@@ -223,17 +227,17 @@ def prune(
                 calibration=calibration,
                 refit=refit,
             )
-            result.steps.append(report.to_dict())
+            result.rounds.append(report.to_dict())
             _check_runs(current, feeds)
             if recalibrate_bn and train_part is not None:
                 recalibrate(current, train_part)
             if config:
-                current = tune(current, f"fine-tuning {i}/{steps}")
+                current = tune(current, f"fine-tuning {i}/{rounds}")
         if importance == "activation" and dataset is None:
             result.notes.append(
                 "activation importance was measured on generated inputs: give data for scores that follow real inputs"
             )
-        if all(s["removed_units"] == 0 for s in result.steps):
+        if all(s["removed_units"] == 0 for s in result.rounds):
             result.notes.append(
                 "no unit could be removed: every group is blocked (outputs, unknown ops) or kept"
             )
@@ -276,10 +280,10 @@ def _config(train, dataset: TrainData | None, importance: str) -> TrainConfig | 
     return train if isinstance(train, TrainConfig) else DEFAULT_TRAINING
 
 
-def _step_ratio(ratio: float, i: int, steps: int) -> float:
+def _step_ratio(ratio: float, i: int, rounds: int) -> float:
     """The ratio of step ``i`` that takes the kept fraction linearly from 1 to ``1 - ratio``."""
-    keep_prev = 1 - ratio * (i - 1) / steps
-    keep_now = 1 - ratio * i / steps
+    keep_prev = 1 - ratio * (i - 1) / rounds
+    keep_now = 1 - ratio * i / rounds
     return 1 - keep_now / keep_prev
 
 
@@ -321,17 +325,11 @@ def _taylor(
     soft,
     batches: int = 8,
 ):
-    from modelpress.compress.train import build_objective, teacher
+    from modelpress.compress.train.finetune import teacher_objective
     from modelpress.compress.train.loop import batch_loss
 
-    frozen = teacher(original)
-    objective = build_objective(
-        model,
-        labels=data.has_labels,
-        teacher=frozen,
-        soft=soft,
-        alpha=alpha,
-        temperature=temperature,
+    objective = teacher_objective(
+        model, data, original, soft=soft, alpha=alpha, temperature=temperature
     )
     rng = np.random.default_rng(config.seed)
     chosen = []

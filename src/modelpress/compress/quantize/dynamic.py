@@ -27,12 +27,7 @@ from modelpress.compress.quantize.modes import (
     node_outputs,
     register,
 )
-from modelpress.compress.quantize.qparams import (
-    PerChannel,
-    PerTensor,
-    quantize,
-    weight_qparams,
-)
+from modelpress.compress.quantize.qparams import PerChannel, PerTensor, quantize, weight_qparams
 from modelpress.compress.quantize.smoothing import attention_like, calibrate, kn_weight, smooth
 from modelpress.ir.graph import copy_model, remove_unused_initializers, swap_node
 from modelpress.ir.match import const_array

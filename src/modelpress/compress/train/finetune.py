@@ -29,6 +29,28 @@ from modelpress.compress.train.objective import build_objective
 from modelpress.verify.metrics import compare
 
 
+def teacher_objective(
+    model: ir.Model,
+    data: TrainData,
+    teacher: ir.Model | None,
+    *,
+    soft: str = "auto",
+    alpha: float | None = None,
+    temperature: float = 1.0,
+):
+    """What ``model`` learns on ``data``: its labels, the outputs of ``teacher`` (run frozen), or
+    both mixed (``build_objective``)."""
+    frozen = modules.teacher(teacher) if teacher is not None else None
+    return build_objective(
+        model,
+        labels=data.has_labels,
+        teacher=frozen,
+        soft=soft,
+        alpha=alpha,
+        temperature=temperature,
+    )
+
+
 def finetune(
     model: ir.Model,
     data: TrainData,
@@ -53,14 +75,8 @@ def finetune(
         data, held_out = data.split(config.val_fraction, seed=config.seed)
     student = modules.trainable(model)
     params = prepare(student) if prepare is not None else None
-    frozen = modules.teacher(teacher) if teacher is not None else None
-    objective = build_objective(
-        model,
-        labels=data.has_labels,
-        teacher=frozen,
-        soft=soft,
-        alpha=alpha,
-        temperature=temperature,
+    objective = teacher_objective(
+        model, data, teacher, soft=soft, alpha=alpha, temperature=temperature
     )
     hook = (lambda: after_step(student)) if after_step is not None else None
     result = fit(

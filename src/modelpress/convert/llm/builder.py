@@ -39,7 +39,16 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from modelpress.convert.llm.families import Spec
-from modelpress.convert.llm.graph import MASKED, MS, OPSET, Graph, linear, norm, qkv_projection
+from modelpress.convert.llm.graph import (
+    MASKED,
+    MS,
+    OPSET,
+    Graph,
+    head_norms,
+    linear,
+    norm,
+    qkv_projection,
+)
 from modelpress.convert.llm.rope import Rope
 from modelpress.ir.llm import (
     ATTENTION_MASK,
@@ -182,13 +191,8 @@ def _attention(g: Graph, spec: Spec, shared: _Shared, x: str, w: dict, i: int) -
     sizes = (nh * d, kvh * d, kvh * d)
     qkv = qkv_projection(g, x, p, w, sizes)
     q, k, v = g.op("Split", [qkv, g.const(list(sizes))], name=f"{p}/split", axis=-1, outputs=3)
-    if spec.qk_norm:  # RMSNorm over each head: [B, S, heads, head_dim] and back
-        q = g.op("Reshape", [q, g.const([0, 0, nh, d])], name=f"{p}/q_heads")
-        k = g.op("Reshape", [k, g.const([0, 0, kvh, d])], name=f"{p}/k_heads")
-        q = norm(g, spec, q, f"{p}.q_norm", w["q_norm"], None)
-        k = norm(g, spec, k, f"{p}.k_norm", w["k_norm"], None)
-        q = g.op("Reshape", [q, g.const([0, 0, nh * d])], name=f"{p}/q_merge")
-        k = g.op("Reshape", [k, g.const([0, 0, kvh * d])], name=f"{p}/k_merge")
+    if spec.qk_norm:
+        q, k = head_norms(g, spec, q, k, w, p)
     if spec.positions == "rope":
         cos, sin = shared.rope(spec.rope[i])
         q = _rotate(g, spec, q, nh, cos, sin, f"{p}/q_rope")

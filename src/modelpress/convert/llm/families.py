@@ -215,12 +215,17 @@ def _llama_layer(w: Weights, spec: Spec, i: int) -> dict[str, np.ndarray]:
     return out
 
 
+def _embeddings(w: Weights, c, embed: str, head: str, *, tied: bool = False) -> dict:
+    """The token embeddings and the LM head: the same table when the config ties them (``tied``:
+    the family's default) or the checkpoint has no head of its own."""
+    table = get(w, embed)
+    tied = getattr(c, "tie_word_embeddings", tied) or head not in w
+    return {"embed": table, "lm_head": table if tied else get(w, head)}
+
+
 def _llama_globals(w: Weights, spec: Spec, c) -> dict[str, np.ndarray]:
-    embed = get(w, "model.embed_tokens.weight")
-    tied = getattr(c, "tie_word_embeddings", False) or "lm_head.weight" not in w
     return {
-        "embed": embed,
-        "lm_head": embed if tied else get(w, "lm_head.weight"),
+        **_embeddings(w, c, "model.embed_tokens.weight", "lm_head.weight"),
         "final_norm": get(w, "model.norm.weight"),
     }
 
@@ -340,12 +345,9 @@ def _gpt2_layer(w: Weights, spec: Spec, i: int) -> dict[str, np.ndarray]:
 
 
 def _gpt2_globals(w: Weights, spec: Spec, c) -> dict[str, np.ndarray]:
-    embed = get(w, "transformer.wte.weight")
-    tied = getattr(c, "tie_word_embeddings", True) or "lm_head.weight" not in w
     return {
-        "embed": embed,
+        **_embeddings(w, c, "transformer.wte.weight", "lm_head.weight", tied=True),
         "positions": get(w, "transformer.wpe.weight"),
-        "lm_head": embed if tied else get(w, "lm_head.weight"),
         "final_norm": get(w, "transformer.ln_f.weight"),
         "final_norm_bias": get(w, "transformer.ln_f.bias"),
     }
@@ -392,11 +394,8 @@ def _neox_layer(w: Weights, spec: Spec, i: int) -> dict[str, np.ndarray]:
 
 
 def _neox_globals(w: Weights, spec: Spec, c) -> dict[str, np.ndarray]:
-    embed = get(w, "gpt_neox.embed_in.weight")
-    tied = getattr(c, "tie_word_embeddings", False) or "embed_out.weight" not in w
     return {
-        "embed": embed,
-        "lm_head": embed if tied else get(w, "embed_out.weight"),
+        **_embeddings(w, c, "gpt_neox.embed_in.weight", "embed_out.weight"),
         "final_norm": get(w, "gpt_neox.final_layer_norm.weight"),
         "final_norm_bias": get(w, "gpt_neox.final_layer_norm.bias"),
     }

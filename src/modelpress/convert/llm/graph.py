@@ -73,3 +73,16 @@ def norm(g: Graph, spec: Spec, x: str, name: str, w: np.ndarray, b: np.ndarray |
     bias = g.init(f"{name}.bias", b) if b is not None else None
     inputs = [x, weight] + ([bias] if bias else [])
     return g.op("LayerNormalization", inputs, name=name, axis=-1, epsilon=spec.norm_eps)
+
+
+def head_norms(g: Graph, spec: Spec, q: str, k: str, w: dict, p: str) -> tuple[str, str]:
+    """Qwen3/Gemma3's RMSNorm over each head of ``q`` and ``k``: to [B, S, heads, head_dim], the
+    norm, and back to [B, S, heads * head_dim]."""
+    nh, kvh, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
+    q = g.op("Reshape", [q, g.const([0, 0, nh, d])], name=f"{p}/q_heads")
+    k = g.op("Reshape", [k, g.const([0, 0, kvh, d])], name=f"{p}/k_heads")
+    q = norm(g, spec, q, f"{p}.q_norm", w["q_norm"], None)
+    k = norm(g, spec, k, f"{p}.k_norm", w["k_norm"], None)
+    q = g.op("Reshape", [q, g.const([0, 0, nh * d])], name=f"{p}/q_merge")
+    k = g.op("Reshape", [k, g.const([0, 0, kvh * d])], name=f"{p}/k_merge")
+    return q, k

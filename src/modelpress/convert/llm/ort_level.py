@@ -23,7 +23,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 from modelpress.convert.llm.families import Spec
-from modelpress.convert.llm.graph import linear, norm, qkv_projection
+from modelpress.convert.llm.graph import head_norms, linear, qkv_projection
 from modelpress.convert.llm.rope import Rope
 from modelpress.errors import ConversionError
 from modelpress.ir.llm import ATTENTION_MASK, past_names, present_names
@@ -91,12 +91,7 @@ class OrtShared:
             q, k, v = g.op(
                 "Split", [qkv, g.const(list(sizes))], name=f"{p}/split", axis=-1, outputs=3
             )
-            q = g.op("Reshape", [q, g.const([0, 0, nh, d])], name=f"{p}/q_heads")
-            k = g.op("Reshape", [k, g.const([0, 0, kvh, d])], name=f"{p}/k_heads")
-            q = norm(g, spec, q, f"{p}.q_norm", w["q_norm"], None)
-            k = norm(g, spec, k, f"{p}.k_norm", w["k_norm"], None)
-            q = g.op("Reshape", [q, g.const([0, 0, nh * d])], name=f"{p}/q_merge")
-            k = g.op("Reshape", [k, g.const([0, 0, kvh * d])], name=f"{p}/k_merge")
+            q, k = head_norms(g, spec, q, k, w, p)
             qkv_inputs = [q, k, v]
         else:
             qkv_inputs = [qkv, "", ""]

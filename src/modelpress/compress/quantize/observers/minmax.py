@@ -23,10 +23,13 @@ class MinMaxObserver(Observer):
     def observe(self, x: np.ndarray) -> None:
         if np.size(x) == 0:
             return
-        lo, hi = self._channel_minmax(x)
+        self._update(*self._channel_minmax(x))
+        self.count += int(np.size(x))
+
+    def _update(self, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Fold one batch's range (per channel where asked) into the running one."""
         self.lo = lo if self.lo is None else np.minimum(self.lo, lo)
         self.hi = hi if self.hi is None else np.maximum(self.hi, hi)
-        self.count += int(np.size(x))
 
     def _range(self):
         return self.lo, self.hi

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from modelpress.compress.quantize.observers.base import Observer
+from modelpress.compress.quantize.observers.minmax import MinMaxObserver
 
 
-class MovingAverageMinMaxObserver(Observer):
+class MovingAverageMinMaxObserver(MinMaxObserver):
     name = "moving-average"
     supports_per_channel = True
 
@@ -21,19 +21,10 @@ class MovingAverageMinMaxObserver(Observer):
         if not 0 < averaging_constant <= 1:
             raise ValueError("averaging_constant must be in (0, 1]")
         self.c = averaging_constant
-        self.lo: np.ndarray | None = None
-        self.hi: np.ndarray | None = None
 
-    def observe(self, x: np.ndarray) -> None:
-        if np.size(x) == 0:
-            return
-        lo, hi = self._channel_minmax(x)
+    def _update(self, lo: np.ndarray, hi: np.ndarray) -> None:
         if self.lo is None:
             self.lo, self.hi = lo.astype(np.float64), hi.astype(np.float64)
         else:
             self.lo = self.lo + self.c * (lo - self.lo)
             self.hi = self.hi + self.c * (hi - self.hi)
-        self.count += int(np.size(x))
-
-    def _range(self):
-        return self.lo, self.hi
