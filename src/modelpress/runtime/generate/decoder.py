@@ -27,7 +27,6 @@ from modelpress.ir.llm import (
     present_names,
 )
 
-
 _ONE = np.array(1, np.int64)
 
 
