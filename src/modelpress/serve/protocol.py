@@ -30,6 +30,7 @@ request it takes the same strings, or the bare tokens; a finite number outside t
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import zlib
@@ -74,6 +75,7 @@ if _BF16 is not None:
     DATATYPES["BF16"] = _BF16
 
 
+@functools.cache  # a handful of dtypes, asked for on every answer
 def datatype_name(dtype: np.dtype) -> str:
     """The v2 name of a numpy dtype (``float32`` → ``FP32``); ``BYTES`` for strings and objects."""
     if dtype.kind in "OSU":
