@@ -353,8 +353,8 @@ def test_a_request_cut_by_the_drain_timeout_gets_503_and_is_reported(tmp_path):
 def test_header_deadlines_close_idle_connections_quietly_and_late_requests_with_408(server, model):
     """After an answer, a keep-alive connection on which nothing comes is closed without a word
     (a client reusing it must not read a 408 as its next answer); one whose next request has
-    begun but not finished its headers by --header-timeout gets a 408; so does a new connection
-    that sends nothing. Every connection in one test, closed in about the deadline (2 s)."""
+    begun but not finished its headers --header-timeout after its first byte gets a 408; so does
+    a new connection that sends nothing. All in one test: each closes in about 2 s."""
     before = server.metric('modelpress_request_failures_total{code="408"')
     x = np.zeros((1, 3, 8, 8), np.float32)
     header = _v2(

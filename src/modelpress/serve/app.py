@@ -71,6 +71,10 @@ class ServerState:
         self.receiving: dict[int, float] = {}
         self.active = 0  # infer requests inside a handler
         self.held_bytes = 0  # request bytes held: bodies being read, decoded, queued or run
+        self.infer_active = 0  # of them, on the infer route
+        # gauges read when scraped, not set on every request
+        metrics.held_bytes.set_function(lambda: self.held_bytes)
+        metrics.in_progress.set_function(lambda: self.infer_active)
         self.coder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="decode")
         self.llms: dict = {}  # name -> openai_routes.LLMService
         self.batchers = {

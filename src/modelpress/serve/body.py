@@ -44,13 +44,11 @@ class Held:
             raise exc
         state.held_bytes += n
         self.bytes += n
-        state.metrics.held_bytes.set(state.held_bytes)
 
     def release(self) -> None:
         if self.bytes:
             self.state.held_bytes -= self.bytes
             self.bytes = 0
-            self.state.metrics.held_bytes.set(self.state.held_bytes)
 
 
 async def read_body(

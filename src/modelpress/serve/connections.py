@@ -9,11 +9,12 @@ is pure Python (slower per request) and granian's timeouts are for idle HTTP/2; 
 installed with modelpress. So the server keeps uvicorn and its httptools parser and adds, per
 connection:
 
-- a header deadline: from the moment a connection opens, or its previous answer is sent, the next
-  request's headers must be complete within ``header_timeout_s``, bytes or no bytes; past it the
-  client gets a 408 (JSON) and the connection closes (a keep-alive connection on which no byte
-  came since its last answer is closed without a word, as uvicorn closes idle ones: a client
-  reusing it would read a 408 as the answer to its next request);
+- a header deadline: from the moment a connection opens, or the first byte of its next request
+  arrives, the request's headers must be complete within ``header_timeout_s``; past it the client
+  gets a 408 (JSON) and the connection closes. A keep-alive connection on which no byte came
+  since its last answer is closed without a word after uvicorn's ``timeout_keep_alive`` (or the
+  header deadline, if shorter), as uvicorn closes idle ones: a client reusing it would read a
+  408 as the answer to its next request;
 - a cap on open connections: when one more opens past ``max_connections``, the connection that has
   waited longest for a request's headers, or for the rest of a body, is closed to make room (a
   client that sends a whole request at once is never the one waiting); only when no connection is
@@ -21,12 +22,11 @@ connection:
 
 Deadlines cost no timer per request: uvloop's ``call_later`` with its ``cancel`` takes about 7 µs
 of the event loop (measured here; a bare coroutine call takes 0.3), and a keep-alive connection
-would make two per request (uvicorn's keep-alive wait and the header deadline). Instead the connections waiting for
-headers sit in one dict in the order their waits began, and one sweep, every eighth of the
-shortest deadline (at most a second), closes the ones at the front whose time is up: an idle
-keep-alive connection (no byte since its last answer) silently after uvicorn's
-``timeout_keep_alive`` (or the header deadline, if shorter), one that has begun a request with a
-408. A deadline is thus kept to within an eighth of itself.
+would make two per request (uvicorn's keep-alive wait and the header deadline). Instead the
+connections waiting for headers sit in two dicts (idle, and begun), each in the order its waits
+began, and one sweep, every eighth of the shortest deadline (at most a second), closes the ones
+at their fronts whose time is up: reading only those, it costs nothing for the hundreds of slow
+connections of an attack that are not due yet. A deadline is kept to within an eighth of itself.
 
 The body's own deadline is the app's (``body.receive_body``: a 408 that the metrics count),
 armed only for a body that had not all arrived with its headers (``body_arrived``). Every
@@ -91,15 +91,18 @@ def guarded_protocol(
     # the connections waiting for a request's headers or body, longest-waiting first (a dict
     # keeps insertion order): finding the one to close is O(1), even in a burst of connections
     waiting: dict[HttpToolsProtocol, None] = {}
-    # the connections waiting for a request's headers, by the loop time the wait began; they
-    # were inserted in that order, so the sweep reads only the front of it
-    due: dict[HttpToolsProtocol, float] = {}
+    # the waits for headers, by the loop time each began, in that order (so a sweep reads only
+    # the front): keep-alive connections idle since their last answer, and connections whose
+    # request has begun (or that are new)
+    idle: dict[HttpToolsProtocol, float] = {}
+    begun: dict[HttpToolsProtocol, float] = {}
     sweep: list[asyncio.TimerHandle | None] = [None]
 
     class GuardedProtocol(HttpToolsProtocol):
         def connection_made(self, transport: asyncio.Transport) -> None:
             super().connection_made(transport)
-            self._await_headers(idle=False)  # a new connection owes its headers: 408 when late
+            self._wait()
+            self._await(begun)  # a new connection owes its headers: 408 when late
             if len(self.connections) > max_connections and not self._make_room():
                 self._refuse(
                     503,
@@ -107,13 +110,10 @@ def guarded_protocol(
                     f"the server has {max_connections} connections open: retry later",
                 )
 
-        def _await_headers(self, *, idle: bool) -> None:
-            """Start the wait for the next request's headers. ``idle``: a keep-alive connection
-            after an answer, closed without a word if no byte comes before its deadline."""
-            self._wait()
-            self._idle = idle
-            due.pop(self, None)
-            due[self] = self.loop.time()
+        def _await(self, waits: dict[HttpToolsProtocol, float]) -> None:
+            idle.pop(self, None)
+            begun.pop(self, None)
+            waits[self] = self.loop.time()
             if sweep[0] is None:
                 sweep[0] = self.loop.call_later(_tick(self), _sweep, self.loop, self)
 
@@ -123,7 +123,8 @@ def guarded_protocol(
 
         def _done_waiting(self) -> None:
             waiting.pop(self, None)
-            due.pop(self, None)
+            idle.pop(self, None)
+            begun.pop(self, None)
 
         def _make_room(self) -> bool:
             victim = next((c for c in waiting if c is not self), None)
@@ -139,38 +140,35 @@ def guarded_protocol(
 
         def _refuse(self, status: int, reason: str, message: str) -> None:
             self._done_waiting()
-            idle = self.cycle is None or self.cycle.response_complete
-            if idle:  # else the app counts it: its request ends with the client gone (499)
+            between = self.cycle is None or self.cycle.response_complete  # no request running
+            if between:  # else the app counts it: its request ends with the client gone (499)
                 on_refused(status)
             if not self.transport.is_closing():
-                if idle or not self.cycle.response_started:
+                if between or not self.cycle.response_started:
                     self.transport.write(_response(status, reason, message))
-                if not idle:
+                if not between:
                     self.cycle.disconnected = True  # the app's answer, if any, goes nowhere
                 self.transport.close()
 
-        def _expire(self, now: float, since: float, keep_alive_s: float) -> bool:
-            """Close this connection if its wait for headers is over (True when closed)."""
-            if self._idle and now >= since + min(keep_alive_s, header_timeout_s):
-                self._done_waiting()  # an idle keep-alive connection: closed, as uvicorn does
-                if not self.transport.is_closing():
-                    self.transport.close()
-                return True
-            if now >= since + header_timeout_s:
-                self._refuse(
-                    408,
-                    "Request Timeout",
-                    f"the request's headers did not arrive within {header_timeout_s:g} s",
-                )
-                return True
-            return False
+        def _close_idle(self) -> None:
+            self._done_waiting()  # nothing to answer: closed as uvicorn closes idle connections
+            if not self.transport.is_closing():
+                self.transport.close()
+
+        def _headers_late(self) -> None:
+            self._refuse(
+                408,
+                "Request Timeout",
+                f"the request's headers did not arrive within {header_timeout_s:g} s",
+            )
 
         def data_received(self, data: bytes) -> None:
-            self._idle = False  # a request has begun: its headers are now due
+            if self in idle:  # the next request has begun: its headers are due from now
+                self._await(begun)
             super().data_received(data)
 
         def on_headers_complete(self) -> None:
-            due.pop(self, None)
+            begun.pop(self, None)
             # a request with a body keeps waiting (for the body) until on_message_complete
             has_body = any(
                 name in (b"content-length", b"transfer-encoding") and value not in (b"0",)
@@ -201,7 +199,8 @@ def guarded_protocol(
                 cycle, app = self.pipeline.pop()
                 self._start_asgi_task(cycle, app)
             else:
-                self._await_headers(idle=True)
+                self._wait()
+                self._await(idle)
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._done_waiting()
@@ -220,20 +219,25 @@ def guarded_protocol(
         """How often the sweep runs: a deadline is kept to within an eighth of itself."""
         return min(1.0, min(header_timeout_s, proto.timeout_keep_alive) / 8)
 
+    def _over(waits: dict[HttpToolsProtocol, float], deadline: float) -> list[HttpToolsProtocol]:
+        """The connections at the front of ``waits`` that began waiting before ``deadline``."""
+        out = []
+        for proto, since in waits.items():
+            if since > deadline:
+                break  # every later wait began later
+            out.append(proto)
+        return out
+
     def _sweep(loop: asyncio.AbstractEventLoop, some: HttpToolsProtocol) -> None:
-        """Close the connections whose wait for headers is over, then come back in a tick."""
+        """Close the connections whose wait is over, then come back in a tick."""
         sweep[0] = None
         now = loop.time()
-        keep_alive_s = some.timeout_keep_alive
-        first = min(header_timeout_s, keep_alive_s)  # the earliest any wait can end
-        over = []
-        for proto, since in due.items():
-            if now < since + first:
-                break  # every later wait began later
-            over.append((proto, since))
-        for proto, since in over:
-            proto._expire(now, since, keep_alive_s)
-        if due:
+        keep_alive_s = min(some.timeout_keep_alive, header_timeout_s)
+        for proto in _over(idle, now - keep_alive_s):
+            proto._close_idle()
+        for proto in _over(begun, now - header_timeout_s):
+            proto._headers_late()
+        if idle or begun:
             sweep[0] = loop.call_later(_tick(some), _sweep, loop, some)
 
     return GuardedProtocol

@@ -110,8 +110,8 @@ class InferRoute:
         model = state.repository.models.get(name)
         m = state.metrics.model(name if model is not None else "_unknown")  # bounded labels
         m.requests.inc()
-        state.metrics.in_progress.inc()
         state.active += 1
+        state.infer_active += 1
         held = Held(state)
         try:
             model = state.repository.get(name, version)
@@ -133,7 +133,7 @@ class InferRoute:
         finally:
             held.release()
             state.active -= 1
-            state.metrics.in_progress.dec()
+            state.infer_active -= 1
         m.latency.observe(time.perf_counter() - start)
         return answer
 
