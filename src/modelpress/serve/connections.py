@@ -46,6 +46,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 _RESERVED_FILES = 64  # descriptors kept for the models, logs and the runtime's own files
 BODY_ARRIVED = "modelpress.body_arrived"  # in scope["extensions"]: see body_arrived
+COALESCE_BYTES = 64 * 1024  # writes up to this wait for the end of the loop's turn (_Coalescing)
 
 
 def raise_file_limit() -> int:
@@ -75,6 +76,45 @@ def _response(status: int, reason: str, message: str) -> bytes:
     return head.encode() + body
 
 
+class _Coalescing:
+    """A connection's transport whose small writes within one turn of the event loop go out as
+    one: uvicorn writes an answer's head and its body apart, which costs a second system call
+    and gives the client two segments to read. Writes keep their order; a large write, a close
+    and the end of the turn send what is held first."""
+
+    __slots__ = ("_transport", "_loop", "_held")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop):
+        self._transport = transport
+        self._loop = loop
+        self._held: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if len(data) > COALESCE_BYTES:
+            self.flush()
+            self._transport.write(data)
+            return
+        if not self._held:
+            self._loop.call_soon(self.flush)
+        self._held.append(data)
+
+    def flush(self) -> None:
+        if self._held:
+            held, self._held = self._held, []
+            if not self._transport.is_closing():
+                self._transport.write(held[0] if len(held) == 1 else b"".join(held))
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def __getattr__(self, name: str):  # the rest of the transport's interface, as it is
+        return getattr(self._transport, name)
+
+
 def body_arrived(scope) -> bool:
     """True when the request's whole body had arrived by the time its headers were parsed (its
     reader needs no deadline then)."""
@@ -101,6 +141,7 @@ def guarded_protocol(
     class GuardedProtocol(HttpToolsProtocol):
         def connection_made(self, transport: asyncio.Transport) -> None:
             super().connection_made(transport)
+            self.transport = _Coalescing(transport, self.loop)
             self._wait()
             self._await(begun)  # a new connection owes its headers: 408 when late
             if len(self.connections) > max_connections and not self._make_room():
