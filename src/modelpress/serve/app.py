@@ -205,7 +205,10 @@ class _App(FastAPI):
     async def __call__(self, scope, receive, send) -> None:
         route = self.infer_route
         if route is not None and scope["type"] == "http" and scope["method"] == "POST":
-            target = infer_target(scope["path"])
+            path, root = scope["path"], scope.get("root_path")
+            if root and path.startswith(root):  # mounted under a prefix: route on the rest
+                path = path[len(root) :]
+            target = infer_target(path)
             if target is not None:
                 await route(scope, receive, send, *target)
                 return
