@@ -348,3 +348,52 @@ def test_a_request_cut_by_the_drain_timeout_gets_503_and_is_reported(tmp_path):
     assert "1 accepted requests were not answered" in srv.proc.stdout.read()
     result = json.loads(record.read_text())["result"]
     assert result["cut"] == 1 and result["models"][0]["failures"] == {"503": 1}
+
+
+def test_header_deadlines_close_idle_connections_quietly_and_late_requests_with_408(server, model):
+    """After an answer, a keep-alive connection on which nothing comes is closed without a word
+    (a client reusing it must not read a 408 as its next answer); one whose next request has
+    begun but not finished its headers --header-timeout after its first byte gets a 408; so does
+    a new connection that sends nothing. All in one test: each closes in about 2 s."""
+    before = server.metric('modelpress_request_failures_total{code="408"')
+    x = np.zeros((1, 3, 8, 8), np.float32)
+    header = _v2(
+        [
+            {
+                "name": "x",
+                "datatype": "FP32",
+                "shape": list(x.shape),
+                "parameters": {"binary_data_size": x.nbytes},
+            }
+        ]
+    )
+    request = (
+        b"POST /v2/models/cnn/infer HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n"
+        b"Inference-Header-Content-Length: %d\r\n\r\n"
+        % (len(header) + x.nbytes, len(header))
+        + header
+        + x.tobytes()
+    )
+    idle, partial, silent = (
+        socket.create_connection(("127.0.0.1", server.port), timeout=30) for _ in range(3)
+    )
+    for s in (idle, partial):
+        s.sendall(request)
+        reader = s.makefile("rb")
+        assert reader.readline().startswith(b"HTTP/1.1 200")
+        length = 0
+        while (line := reader.readline()) != b"\r\n":
+            name, _, value = line.partition(b":")
+            if name.lower() == b"content-length":
+                length = int(value)
+        assert len(reader.read(length)) == length
+    partial.sendall(b"POST /v2/models/cnn/infer HTTP/1.1\r\nHost: t\r\n")
+    assert idle.recv(65536) == b""  # closed, nothing said
+    for s in (partial, silent):
+        answer = s.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 408")
+        assert "did not arrive within 2 s" in json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]
+    for s in (idle, partial, silent):
+        s.close()
+    assert server.metric('modelpress_request_failures_total{code="408"') == before + 2
+    _control(server, model)

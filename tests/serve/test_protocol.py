@@ -170,3 +170,28 @@ def test_fields_of_any_json_type_give_request_errors_only():
         except RequestError as exc:
             assert exc.status == 400
     assert decoded > 0  # some were valid
+
+
+def test_a_repeated_header_is_read_once_and_each_body_keeps_its_own_tensors():
+    """decode_request keeps a parsed header for the next request with the same header bytes, and
+    encode_response keeps the JSON header of all-binary answers: answers must still be each
+    request's own, and a body that does not fit a kept header still a 400."""
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((2, 3)).astype(np.float32) for _ in range(2))
+    body_a, size_a = _client_body({"x": a}, binary=True)
+    body_b, size_b = _client_body({"x": b}, binary=True)
+    assert body_a[:size_a] == body_b[:size_b]  # the same header, other tensor bytes
+    for body, want in ((body_a, a), (body_b, b), (body_a, a)):
+        got = decode_request(body, header_length=size_a).inputs["x"]
+        np.testing.assert_array_equal(got, want)
+    for cut in (body_a[:-4], body_a + b"\0\0\0\0"):
+        with pytest.raises(RequestError) as info:
+            decode_request(cut, header_length=size_a)
+        assert info.value.status == 400 and "binary data" in info.value.message
+    for arr, request_id in ((a, "r1"), (b, "r1"), (b[:1], "r2"), (a[:1], None)):
+        request = InferRequest(inputs={}, id=request_id, binary_output=True)
+        payload, headers = encode_response({"y": arr}, model_name="m", request=request)
+        length = int(headers["inference-header-content-length"])
+        result = th.InferResult.from_response_body(payload, header_length=length)
+        assert result.get_response().get("id") == request_id
+        np.testing.assert_array_equal(result.as_numpy("y"), arr)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 
 import numpy as np
 import onnxruntime as ort
@@ -260,3 +261,53 @@ def test_metrics_count_requests_failures_batches_and_busy_time(server):
         'modelpress_inferences_total{model="cnn"}'
     )
     assert server.metric("modelpress_queue_depth") == 0
+
+
+def test_every_spelling_of_the_infer_path_gets_the_same_answers(server, models):
+    """The infer route runs in front of FastAPI's router: versioned paths, pipelined requests on
+    one keep-alive connection, and the paths and methods it does not take still get JSON errors."""
+    x = np.random.default_rng(5).standard_normal((2, 3, 6, 6)).astype(np.float32)
+    want = ref(models["cnn"], {"x": x})
+    doc = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 3, 6, 6], "data": []}]}
+    doc["inputs"][0]["data"] = x.reshape(-1).tolist()
+    body = json.dumps(doc).encode()
+    json_type = {"Content-Type": "application/json"}
+    for path in ("/v2/models/cnn/infer", "/v2/models/cnn/versions/1/infer"):
+        status, headers, answer = _post(server, path, body, json_type)
+        assert status == 200 and headers["content-type"] == "application/json"
+        assert int(headers["content-length"]) == len(answer)
+        got = np.array(json.loads(answer)["outputs"][0]["data"], np.float32).reshape(want.shape)
+        np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
+    cases = [
+        ("/v2/models/cnn/versions/7/infer", 404, "no version '7'"),
+        ("/v2/models/absent/infer", 404, "no model named 'absent'"),
+        ("/v2/models//infer", 404, "Not Found"),
+    ]
+    for path, code, words in cases:
+        status, headers, answer = _post(server, path, body, json_type)
+        assert (status, headers.get("content-type")) == (code, "application/json"), path
+        assert words in json.loads(answer)["error"], path
+    status, headers, _ = _post(server, "/v2/models/cnn/infer/", body, json_type)
+    assert status == 307 and headers["location"].endswith("/v2/models/cnn/infer")  # FastAPI's
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    conn.request("GET", "/v2/models/cnn/infer")
+    r = conn.getresponse()
+    assert r.status == 405 and "error" in json.loads(r.read())
+    conn.close()
+    # three requests written at once on one connection: three answers, in order
+    one = b"POST /v2/models/cnn/infer HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n" % len(body)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        s.sendall((one + body) * 3)
+        reader = s.makefile("rb")
+        for _ in range(3):
+            status = reader.readline().split()[1]
+            length = 0
+            while (line := reader.readline()) != b"\r\n":
+                name, _, value = line.partition(b":")
+                if name.lower() == b"content-length":
+                    length = int(value)
+            assert status == b"200"
+            got = json.loads(reader.read(length))["outputs"][0]["data"]
+            np.testing.assert_allclose(
+                np.array(got, np.float32).reshape(want.shape), want, rtol=RTOL, atol=ATOL
+            )

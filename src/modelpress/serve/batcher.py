@@ -59,7 +59,9 @@ class Batcher:
         self.max_batch = max(1, max_batch)
         self.max_delay_s = max(0.0, max_delay_s)
         self.max_queue = max(1, max_queue)
-        self.metrics = metrics
+        self.metrics = metrics.model(name) if metrics is not None else None
+        if self.metrics is not None:  # read when scraped, not set on every request
+            self.metrics.queue_depth.set_function(lambda: self._queued)
         self._arriving = arriving
         self._queues: dict[tuple | None, deque[_Pending]] = {}
         self._rows: dict[tuple | None, int] = {}
@@ -93,13 +95,8 @@ class Batcher:
         self._queues.setdefault(key, deque()).append(item)
         self._rows[key] = self._rows.get(key, 0) + rows
         self._queued += 1
-        self._set_depth()
         self._wake.set()
         return await item.future
-
-    def _set_depth(self) -> None:
-        if self.metrics is not None:
-            self.metrics.queue_depth.labels(self.name).set(self._queued)
 
     async def _schedule(self) -> None:
         while True:
@@ -146,7 +143,6 @@ class Batcher:
         if not queue:
             del self._queues[key]
             del self._rows[key]
-        self._set_depth()
         return batch
 
     async def _run(self, batch: list[_Pending]) -> None:
@@ -202,9 +198,9 @@ class Batcher:
             return self._run_model(feeds)
         finally:
             if self.metrics is not None:
-                self.metrics.busy.labels(self.name).inc(time.perf_counter() - start)
-                self.metrics.batch_size.labels(self.name).observe(rows)
-                self.metrics.inferences.labels(self.name).inc(rows)
+                self.metrics.busy.inc(time.perf_counter() - start)
+                self.metrics.batch_size.observe(rows)
+                self.metrics.inferences.inc(rows)
 
     async def close(self) -> None:
         """Stop scheduling (after the server has answered what it accepted) and free the thread."""

@@ -8,6 +8,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from fastapi import Request
+from starlette.requests import ClientDisconnect
 
 from modelpress.serve.errors import Overloaded, RequestError
 
@@ -43,13 +44,11 @@ class Held:
             raise exc
         state.held_bytes += n
         self.bytes += n
-        state.metrics.held_bytes.set(state.held_bytes)
 
     def release(self) -> None:
         if self.bytes:
             self.state.held_bytes -= self.bytes
             self.bytes = 0
-            self.state.metrics.held_bytes.set(self.state.held_bytes)
 
 
 async def read_body(
@@ -60,10 +59,31 @@ async def read_body(
     timeout_s: float | None = None,
     why: str = "--max-body-mb",
 ) -> bytes:
-    """The request body, refused with 413 as soon as it is known to pass ``limit`` bytes, with
-    503 when the server holds too many request bytes (taken chunk by chunk, so a slow sender holds
-    only what it sent), and with 408 when it has not all arrived within ``timeout_s``."""
-    declared = request.headers.get("content-length")
+    """The body of ``request``, as ``receive_body`` reads it."""
+    return await receive_body(
+        request.receive,
+        request.headers.get("content-length"),
+        limit,
+        held=held,
+        timeout_s=timeout_s,
+        why=why,
+    )
+
+
+async def receive_body(
+    receive,
+    declared: str | None,
+    limit: int,
+    *,
+    held: Held | None = None,
+    timeout_s: float | None = None,
+    why: str = "--max-body-mb",
+) -> bytes:
+    """A request's body from the ASGI ``receive`` (``declared``: its Content-Length header),
+    refused with 413 as soon as it is known to pass ``limit`` bytes, with 503 when the server
+    holds too many request bytes (taken chunk by chunk, so a slow sender holds only what it sent),
+    and with 408 when it has not all arrived within ``timeout_s``. ``ClientDisconnect`` when the
+    client goes away first."""
     if declared is not None:
         if not is_count(declared):
             raise RequestError(400, "Content-Length is not a number")
@@ -77,15 +97,22 @@ async def read_body(
 
     async def read() -> None:
         nonlocal size
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise RequestError(
-                    413, f"the body is larger than the {limit} bytes allowed ({why})"
-                )
-            if held is not None:
-                held.take(len(chunk))
-            chunks.append(chunk)
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # http.disconnect
+                raise ClientDisconnect()
+            chunk = message.get("body", b"")
+            if chunk:
+                size += len(chunk)
+                if size > limit:
+                    raise RequestError(
+                        413, f"the body is larger than the {limit} bytes allowed ({why})"
+                    )
+                if held is not None:
+                    held.take(len(chunk))
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                return
 
     if timeout_s is None:
         await read()
@@ -102,4 +129,6 @@ async def read_body(
                 f"the body did not arrive within {timeout_s:g} s ({size} bytes came)",
                 headers=CLOSE,
             ) from None
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    if len(chunks) == 1:
+        return chunks[0]
+    return b"".join(chunks)

@@ -52,11 +52,34 @@ _LATENCY_BUCKETS = (
 )
 
 
+class ModelMetrics:
+    """One model's children of the metrics (``Metrics.model``): looked up once, not with
+    ``labels()`` (a lock and a dict) on every request."""
+
+    def __init__(self, metrics: Metrics, label: str):
+        self.label = label
+        self.requests = metrics.requests.labels(label)
+        self.latency = metrics.latency.labels(label)
+        self.queue_depth = metrics.queue_depth.labels(label)
+        self.batch_size = metrics.batch_size.labels(label)
+        self.busy = metrics.busy.labels(label)
+        self.inferences = metrics.inferences.labels(label)
+        self._failures = metrics.failures
+        self._failure: dict[int, Counter] = {}
+
+    def failure(self, status: int) -> Counter:
+        child = self._failure.get(status)
+        if child is None:
+            child = self._failure[status] = self._failures.labels(self.label, str(status))
+        return child
+
+
 class Metrics:
     content_type = CONTENT_TYPE_LATEST
 
     def __init__(self, *, max_batch: int = 64):
         self.registry = CollectorRegistry(auto_describe=True)
+        self._models: dict[str, ModelMetrics] = {}
         r = self.registry
         self.requests = Counter(
             "modelpress_requests", "Infer requests received", ["model"], registry=r
@@ -110,6 +133,13 @@ class Metrics:
         self.inferences = Counter(
             "modelpress_inferences", "Rows the model ran", ["model"], registry=r
         )
+
+    def model(self, label: str) -> ModelMetrics:
+        """The metrics of one model label, made on first use."""
+        child = self._models.get(label)
+        if child is None:
+            child = self._models[label] = ModelMetrics(self, label)
+        return child
 
     def add_llm(self) -> None:
         """The metrics of decoder LLMs (created once, when the server holds one)."""

@@ -30,6 +30,7 @@ request it takes the same strings, or the bare tokens; a finite number outside t
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import zlib
@@ -74,6 +75,7 @@ if _BF16 is not None:
     DATATYPES["BF16"] = _BF16
 
 
+@functools.cache  # a handful of dtypes, asked for on every answer
 def datatype_name(dtype: np.dtype) -> str:
     """The v2 name of a numpy dtype (``float32`` → ``FP32``); ``BYTES`` for strings and objects."""
     if dtype.kind in "OSU":
@@ -120,17 +122,87 @@ def decompress(body: bytes, encoding: str | None, *, limit: int) -> bytes:
     return out
 
 
-def decode_request(body: bytes, *, header_length: int | None = None) -> InferRequest:
-    """Parse an infer request body (JSON, or JSON followed by binary tensors)."""
-    if header_length is None:
-        header, binary = body, b""
-    else:
-        if header_length < 0 or header_length > len(body):
+CACHED_HEADER_BYTES = 4096  # request headers up to this are parsed once (see decode_request)
+
+
+@dataclass(frozen=True)
+class _Tensor:
+    """An input as a request's JSON header declares it."""
+
+    name: str
+    datatype: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    size: int | None  # binary_data_size; None: the values are in ``data``
+    data: object = None
+
+
+@dataclass(frozen=True)
+class _Header:
+    """A request's JSON header, checked: everything but the binary tensors' bytes."""
+
+    tensors: tuple[_Tensor, ...]
+    id: str | None
+    outputs: tuple[RequestedOutput, ...] | None
+    binary_output: bool
+    parameters: dict
+
+    def request(self, binary: memoryview | bytes) -> InferRequest:
+        arrays: dict[str, np.ndarray] = {}
+        offset = 0
+        for t in self.tensors:
+            if t.size is None:
+                arrays[t.name] = _from_json(t.data, t.dtype, t.shape, t.name, t.datatype)
+                continue
+            if offset + t.size > len(binary):
+                raise RequestError(
+                    400,
+                    f"input {t.name!r}: the body ends {offset + t.size - len(binary)} bytes before its binary data does (truncated request?)",
+                )
+            arrays[t.name] = _from_binary(
+                binary[offset : offset + t.size], t.dtype, t.shape, t.name, t.datatype
+            )
+            offset += t.size
+        if offset != len(binary):
             raise RequestError(
                 400,
-                f"Inference-Header-Content-Length is {header_length} but the body has only {len(body)} bytes",
+                f"the body has {len(binary) - offset} bytes of binary data that no input declares",
             )
-        header, binary = body[:header_length], memoryview(body)[header_length:]
+        return InferRequest(
+            inputs=arrays,
+            id=self.id,
+            outputs=list(self.outputs) if self.outputs is not None else None,
+            binary_output=self.binary_output,
+            parameters=dict(self.parameters),
+        )
+
+
+def decode_request(body: bytes, *, header_length: int | None = None) -> InferRequest:
+    """Parse an infer request body (JSON, or JSON followed by binary tensors).
+
+    A client sends the same JSON header with every request of a shape (only the binary tensors
+    change), so a small header is parsed and checked once and kept (``CACHED_HEADER_BYTES``, the
+    last 256): the next request with the same header bytes only slices its tensors out of the
+    body. A JSON body without binary data is parsed every time."""
+    if header_length is None:
+        return _read_header(body).request(b"")
+    if header_length < 0 or header_length > len(body):
+        raise RequestError(
+            400,
+            f"Inference-Header-Content-Length is {header_length} but the body has only {len(body)} bytes",
+        )
+    header, binary = bytes(body[:header_length]), memoryview(body)[header_length:]
+    if len(header) <= CACHED_HEADER_BYTES:
+        return _cached_header(header).request(binary)
+    return _read_header(header).request(binary)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_header(header: bytes) -> _Header:
+    return _read_header(header)  # (a header that raises is not kept)
+
+
+def _read_header(header: bytes) -> _Header:
     try:
         doc = json.loads(header)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -146,13 +218,12 @@ def decode_request(body: bytes, *, header_length: int | None = None) -> InferReq
     if not isinstance(params, dict):
         raise RequestError(400, "'parameters' must be a JSON object")
 
-    arrays: dict[str, np.ndarray] = {}
-    offset = 0
+    tensors: dict[str, _Tensor] = {}
     for i, tensor in enumerate(inputs):
         if not isinstance(tensor, dict) or not isinstance(tensor.get("name"), str):
             raise RequestError(400, f"inputs[{i}] must be an object with a 'name'")
         name = tensor["name"]
-        if name in arrays:
+        if name in tensors:
             raise RequestError(400, f"input {name!r} is given twice")
         tparams = _parameters(tensor, f"input {name!r}")
         if "shared_memory_region" in tparams:
@@ -160,27 +231,15 @@ def decode_request(body: bytes, *, header_length: int | None = None) -> InferReq
         dtype, shape = _datatype(tensor, name), _shape(tensor, name)
         size = tparams.get("binary_data_size")
         if size is not None:
-            if not isinstance(size, int) or size < 0:
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
                 raise RequestError(
                     400, f"input {name!r}: binary_data_size must be a non-negative integer"
                 )
-            if offset + size > len(binary):
-                raise RequestError(
-                    400,
-                    f"input {name!r}: the body ends {offset + size - len(binary)} bytes before its binary data does (truncated request?)",
-                )
-            arrays[name] = _from_binary(
-                binary[offset : offset + size], dtype, shape, name, tensor["datatype"]
-            )
-            offset += size
+            tensors[name] = _Tensor(name, tensor["datatype"], dtype, shape, size)
         elif "data" in tensor:
-            arrays[name] = _from_json(tensor["data"], dtype, shape, name, tensor["datatype"])
+            tensors[name] = _Tensor(name, tensor["datatype"], dtype, shape, None, tensor["data"])
         else:
             raise RequestError(400, f"input {name!r} has neither 'data' nor binary_data_size")
-    if offset != len(binary):
-        raise RequestError(
-            400, f"the body has {len(binary) - offset} bytes of binary data that no input declares"
-        )
 
     outputs = None
     if doc.get("outputs") is not None:
@@ -204,10 +263,10 @@ def decode_request(body: bytes, *, header_length: int | None = None) -> InferReq
                 RequestedOutput(out["name"], None if binary_flag is None else bool(binary_flag))
             )
     request_id = doc.get("id")
-    return InferRequest(
-        inputs=arrays,
+    return _Header(
+        tensors=tuple(tensors.values()),
         id=str(request_id) if request_id is not None else None,
-        outputs=outputs,
+        outputs=tuple(outputs) if outputs is not None else None,
         binary_output=bool(params.get("binary_data_output", False)),
         parameters=params,
     )
@@ -371,31 +430,64 @@ def encode_response(
     model_version: str = "1",
     request: InferRequest,
 ) -> tuple[bytes, dict[str, str]]:
-    """The response body and its headers for ``outputs`` (already restricted to what was asked)."""
+    """The response body and its headers for ``outputs`` (already restricted to what was asked).
+
+    When every output is binary, the JSON header depends only on names, datatypes, shapes and
+    sizes: it is written once per such combination and kept (the last 256)."""
     binary_of = {o.name: o.binary for o in request.outputs or []}
+    binary = [
+        request.binary_output if binary_of.get(name) is None else binary_of[name]
+        for name in outputs
+    ]
+    if binary and all(binary):
+        chunks = [_to_binary(arr) for arr in outputs.values()]
+        key = tuple(
+            (name, datatype_name(arr.dtype), arr.shape, len(raw))
+            for (name, arr), raw in zip(outputs.items(), chunks)
+        )
+        header = _binary_header(model_name, model_version, request.id, key)
+        return b"".join([header, *chunks]), {
+            "content-type": "application/octet-stream",
+            "inference-header-content-length": str(len(header)),
+        }
     tensors, chunks = [], []
-    for name, arr in outputs.items():
-        binary = binary_of.get(name)
-        if binary is None:
-            binary = request.binary_output
+    for (name, arr), as_binary in zip(outputs.items(), binary):
         entry = {"name": name, "datatype": datatype_name(arr.dtype), "shape": list(arr.shape)}
-        if binary:
+        if as_binary:
             raw = _to_binary(arr)
             entry["parameters"] = {"binary_data_size": len(raw)}
             chunks.append(raw)
         else:
             entry["data"] = _to_json(arr)
         tensors.append(entry)
-    doc = {"model_name": model_name, "model_version": model_version, "outputs": tensors}
-    if request.id is not None:
-        doc["id"] = request.id
-    header = json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+    header = _header_json(model_name, model_version, request.id, tensors)
     if not chunks:
         return header, {"content-type": "application/json"}
     return b"".join([header, *chunks]), {
         "content-type": "application/octet-stream",
         "inference-header-content-length": str(len(header)),
     }
+
+
+@functools.lru_cache(maxsize=256)
+def _binary_header(model_name: str, model_version: str, request_id: str | None, key) -> bytes:
+    tensors = [
+        {
+            "name": name,
+            "datatype": datatype,
+            "shape": list(shape),
+            "parameters": {"binary_data_size": size},
+        }
+        for name, datatype, shape, size in key
+    ]
+    return _header_json(model_name, model_version, request_id, tensors)
+
+
+def _header_json(model_name: str, model_version: str, request_id: str | None, tensors) -> bytes:
+    doc = {"model_name": model_name, "model_version": model_version, "outputs": tensors}
+    if request_id is not None:
+        doc["id"] = request_id
+    return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
 
 
 def _to_binary(arr: np.ndarray) -> bytes:

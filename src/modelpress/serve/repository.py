@@ -109,6 +109,7 @@ class ServedModel:
         self._graph = graph  # to name the inputs behind a node the runtime blames (inputs_of)
         self._inputs = {s.name: s for s in self.inputs}
         self._outputs = {s.name: s for s in self.outputs}
+        self._max_body: dict[int, int | None] = {}
 
     @property
     def batchable(self) -> bool:
@@ -218,6 +219,11 @@ class ServedModel:
         size per row is fixed (None otherwise): its values as JSON text (at most
         ``JSON_CHARS_PER_VALUE`` each) or binary, whichever is larger, plus ``HEADER_SLACK``
         for the rest of the request. A body declaring more is refused before it is read."""
+        if rows not in self._max_body:  # asked on every request: worked out once
+            self._max_body[rows] = self._largest_body(rows)
+        return self._max_body[rows]
+
+    def _largest_body(self, rows: int) -> int | None:
         total = 0
         for spec in self.inputs:
             if spec.shape is None or spec.dtype.kind in "OSU":

@@ -135,6 +135,8 @@ def serve(
         lifespan="on",
         timeout_graceful_shutdown=options.drain_timeout_s,
         http=http,
+        proxy_headers=False,  # nothing here reads the client's address: no X-Forwarded-* to parse
+        server_header=False,  # (and no "server: uvicorn" to write on every answer)
         loop="uvloop" if _has("uvloop") else "asyncio",
     )
     started = (lambda: on_started(host, bound_port)) if on_started else None
