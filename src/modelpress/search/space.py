@@ -164,22 +164,26 @@ class Space:
 
     def candidates(self) -> list[Candidate]:
         """Every point, the likeliest first: at the optimizer's default level the float model and
-        each quantization variant; then the other levels; then pruning."""
+        each mode's first variant; then pruning and distillation (they change the speed, where
+        another observer or bit width of a mode changes only the accuracy, so they come before
+        those); then the modes' other variants; then the other levels."""
         levels = [self.default_level] + [lv for lv in self.levels if lv != self.default_level]
         levels = [lv for lv in levels if lv in self.levels]
         variants = dict(self.variants)
-        out: list[Candidate] = []
+        first: list[Candidate] = []
+        later: list[Candidate] = []
         for level in levels:
             for mode in self.modes:
-                for variant in variants.get(mode, ({},)):
-                    out.append(self._candidate(level, mode, dict(variant)))
+                for i, variant in enumerate(variants.get(mode, ({},))):
+                    c = self._candidate(level, mode, dict(variant))
+                    (first if level == self.default_level and i == 0 else later).append(c)
         for prune in self.prune:
-            out.append(self._candidate(self.default_level, FLOAT, {}, dict(prune)))
+            first.append(self._candidate(self.default_level, FLOAT, {}, dict(prune)))
         for distill in self.distill:
             base = self._candidate(self.default_level, FLOAT, {})
             step = Step.of("distill", **dict(self.train_options), **dict(distill))
-            out.append(Candidate((*base.steps, step)))
-        return list(dict.fromkeys(out))
+            first.append(Candidate((*base.steps, step)))
+        return list(dict.fromkeys(first + later))
 
 
 def _half_float(mode: str) -> bool:
