@@ -239,7 +239,12 @@ def test_labelled_data_is_split_between_training_and_scoring(tmp_path):
     kinds = {s.kind for c in space.candidates() for s in c.steps}
     assert {"prune", "distill"} <= kinds and "qat" in space.modes
     (distill,) = [c for c in space.candidates() if c.step("distill")]
-    assert distill.step("distill").opts == {"data": train, "labels_key": "y", "width": 0.5}
+    assert distill.step("distill").opts == {
+        "data": train,
+        "labels_key": "y",
+        "width": 0.5,
+        "min_train_steps": 150,
+    }
     assert "distill(width=0.5)" in distill.label()
 
 
