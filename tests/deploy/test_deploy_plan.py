@@ -243,7 +243,7 @@ def test_labelled_data_is_split_between_training_and_scoring(tmp_path):
         "data": train,
         "labels_key": "y",
         "width": 0.5,
-        "min_train_steps": 150,
+        "min_train_steps": 300,
     }
     assert "distill(width=0.5)" in distill.label()
 

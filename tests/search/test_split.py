@@ -97,6 +97,7 @@ def _top1(model, x, y) -> float:
     return float((runner(model)({"x": x})["y"].argmax(axis=1) == y).mean())
 
 
+@pytest.mark.slow  # three candidates train (300 steps each) and one is trained again
 def test_auto_trains_on_one_part_and_judges_every_candidate_on_the_other(labelled, tmp_path):
     folder, model, x, y = labelled
     result = auto(
