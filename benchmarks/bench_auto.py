@@ -46,8 +46,8 @@ WORK = ROOT / "benchmarks" / "_work" / "bench_auto"
 
 # model: (metric, budget, time budget s, timing s per trial, side-by-side timing s)
 SETTINGS = {
-    "resnet-digits": ("top1", 0.01, 120.0, 1.0, 20.0),
-    "mobilenet-digits": ("top1", 0.01, 120.0, 1.0, 20.0),
+    "resnet-digits": ("top1", 0.01, 240.0, 1.0, 20.0),
+    "mobilenet-digits": ("top1", 0.01, 240.0, 1.0, 20.0),
     "minilm": ("cosine", 0.01, 300.0, 1.0, 40.0),
 }
 QUICK = {k: (m, b, 20.0, 0.2, 2.0) for k, (m, b, *_rest) in SETTINGS.items()}
