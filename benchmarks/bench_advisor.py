@@ -10,14 +10,15 @@ ResNet-50 Offline and SingleStream, NVIDIA's PyTorch ResNet-50 inference tables,
 
 Method:
 1. ``gemm_ceiling``: the median achieved/dense-peak of the NVIDIA BF16 GEMM rows.
-2. Four factors, one least-squares fit in log(predicted / measured) over the training and the
+2. Five factors, one least-squares fit in log(predicted / measured) over the training and the
    inference rows together: ``eager`` and ``eager_overhead_us`` (eager training and eager
    inference), ``clock_headroom`` (sustained clock = min(boost, headroom x base x activity^-1/3),
-   ``advisor/clocks.py``) and ``kernel_overhead_us`` (fixed cost of a compiled kernel). Every other
+   ``advisor/clocks.py``), ``kernel_overhead_us`` (fixed cost of a compiled kernel, in SM cycles)
+   and ``conv`` (implicit-GEMM convolutions' share of the GEMM ceiling). Every other
    factor is a physical prior (``advisor/efficiency.py``).
 3. Held out: leave one GPU out (each GPU's rows predicted by a fit that never saw that GPU) and
    leave one source out (each source family of inference rows predicted by a fit without it).
-   The target (median |error| <= 20%, no miss over 1.5x) is checked on these predictions.
+   The target (median |error| <= 15%, no miss over 1.5x) is checked on these predictions.
 4. Ablations: the fit and its error again without the sustained-clock model and without the L2
    model, to show what each cause accounts for.
 5. The service planner's queue analysis against a discrete-event simulation written here.
@@ -65,6 +66,7 @@ FIT = {
     "eager_overhead_us": (70.0, 0.0, 300.0, 10.0),
     "clock_headroom": (1.4, 1.0, 3.0, 0.1),
     "kernel_overhead_us": (6.0, 0.0, 30.0, 1.0),
+    "conv": (0.7, 0.3, 1.0, 0.1),
 }
 FITTED = tuple(FIT)
 
@@ -102,8 +104,16 @@ class Data:
 
 
 def _fit(
-    data: Data, base: Efficiency, train: list, inference: list, names: tuple[str, ...] = FITTED
+    data: Data,
+    base: Efficiency,
+    train: list,
+    inference: list,
+    names: tuple[str, ...] = FITTED,
+    start: Efficiency | None = None,
 ) -> Efficiency:
+    """The least-squares fit of ``names``, from ``FIT``'s starting values or from ``start`` (a
+    warm start for the held-out fits: the same optimum, fewer iterations)."""
+
     def eff_of(x):
         return replace(base, **dict(zip(names, x, strict=True)))
 
@@ -111,8 +121,10 @@ def _fit(
         eff = eff_of(x)
         return [np.log(data.pred(r, eff) / r.measured) for r in (*train, *inference)]
 
-    start, lo, hi, scale = zip(*(FIT[n] for n in names), strict=True)
-    sol = least_squares(residuals, start, bounds=(lo, hi), x_scale=scale)
+    x0, lo, hi, scale = zip(*(FIT[n] for n in names), strict=True)
+    if start is not None:
+        x0 = [min(max(getattr(start, n), a), b) for n, a, b in zip(names, lo, hi, strict=True)]
+    sol = least_squares(residuals, x0, bounds=(lo, hi), x_scale=scale)
     return replace(base, **{k: round(float(v), 3) for k, v in zip(names, sol.x, strict=True)})
 
 
@@ -140,7 +152,15 @@ def _gpu(r) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-cpu", action="store_true", help="skip the local CPU calibration")
+    ap.add_argument(
+        "--render", action="store_true", help="rewrite advisor.md from advisor.json, no fitting"
+    )
     args = ap.parse_args()
+    if args.render:
+        (RESULTS / "advisor.md").write_text(
+            _markdown(json.loads((RESULTS / "advisor.json").read_text()))
+        )
+        return 0
     t0 = time.time()
     catalog = load_catalog()
     data = Data(catalog)
@@ -160,6 +180,7 @@ def main() -> int:
             base,
             [r for r in data.train if r.gpu != gpu],
             [r for r in data.inference if r.gpu != gpu],
+            start=fitted,
         )
         for r in (*data.train, *data.inference):
             if r.gpu == gpu:
@@ -169,7 +190,13 @@ def main() -> int:
     lso: dict[int, float] = {}
     families = sorted({_source_family(r) for r in data.inference})
     for fam in families:
-        eff = _fit(data, base, data.train, [r for r in data.inference if _source_family(r) != fam])
+        eff = _fit(
+            data,
+            base,
+            data.train,
+            [r for r in data.inference if _source_family(r) != fam],
+            start=fitted,
+        )
         for r in data.inference:
             if _source_family(r) == fam:
                 lso[id(r)] = data.pred(r, eff)
@@ -261,7 +288,7 @@ def main() -> int:
 
 
 def _target(s: dict) -> bool:
-    return s["median_abs_pct"] <= 20.0 and s["max_ratio"] <= 1.5
+    return s["median_abs_pct"] <= 15.0 and s["max_ratio"] <= 1.5
 
 
 def _ablations(data: Data, base: Efficiency, fitted: Efficiency) -> dict:
@@ -401,10 +428,28 @@ def _reading(rep: dict) -> list[str]:
         "",
         f"- Rows over 1.5x, one GPU held out: {'; '.join(loo) or 'none'}. One source held out: "
         f"{'; '.join(lso) or 'none'}.",
-        "- The L4 (72 W, base 795 MHz, boost 2040 MHz) runs MLPerf ResNet-50 faster than its base "
-        "clock suggests: the one clock headroom that fits the T4, A10 and A30 leaves it about 1.5x "
-        "slow. PyTorch eager rows at batch 1 are host dispatch; with no eager-inference row in the "
-        "fit, the per-op cost comes from training alone, where autograd makes each op dearer.",
+        "- What the worst rows of the previous round (L4 0.65, eager FP32 batch 1 on V100 and T4 "
+        "0.60-0.62 held out) came from: (1) every MLPerf ResNet-50 row, not the L4's alone, was 10-13% "
+        "slow on cards that hold their clock (A100, H100): the convolution factor was a prior (0.70) "
+        "below what TensorRT's INT8 implicit GEMM reaches; fitted, it is 0.98 of the GEMM ceiling. (2) "
+        "A kernel's fixed cost (launch, ramp-up, tail) is clocked by the SM clock: at batch 1 the L4 "
+        "runs near its 2,040 MHz boost and beats a 1,410 MHz A100 (0.36 against 0.45 ms); a fixed "
+        "cost in microseconds could not show it. MLPerf's closed division runs the reference weights, "
+        "so no 2:4 sparsity is involved; the L4's Offline run uses CUDA graphs (NVIDIA's config). "
+        "(3) Eager PyTorch at batch 1 is host dispatch overlapped with the GPU (NVIDIA's table: latency "
+        "flat from batch 1 to 4), and AMP adds one weight cast per convolution, which is why batch-1 "
+        "AMP is slower than FP32 there (12.78 against 10.37 ms); the previous model summed host and GPU "
+        "time and had no casts, so one per-op cost could not fit both rows.",
+        "- Held out by source, NVIDIA's PyTorch tables get the host's cost per op from the training "
+        "rows alone (72 us per launch there, against 58 us with the tables in: training's launches "
+        "also carry autograd and the GPU-side cost of small unfused kernels), so their batch-1 rows "
+        "come out 0.77-0.83. The table's 10.4 ms at batch 1 is about 60 us per op (42-45 us per op "
+        "by the AMP-FP32 difference), more than dispatch alone: the harness (data loading, metrics) likely counts too. "
+        "The held-out fits start from the full fit's values (fewer iterations); started from the "
+        "defaults of `FIT` they reach the same optimum (checked for this family).",
+        "- What is left over 1.5x: one TensorRT BERT row, bert-base FP16 at batch 1, sequence 128 on the "
+        "A100 (0.65 held out by source, 0.67 in-sample): 0.67 ms per sample measured, a chain of short "
+        "kernels, probably fused further by TensorRT's BERT plugins than in the advisor's kernel list.",
         "- The T4 row the issue named: NVIDIA's PyTorch ResNet-50 table gives 1,198 img/s (AMP, batch "
         "256), about a third of a compiled engine at the boost clock (3,259 predicted). Two causes: the "
         "table runs op by op (eager PyTorch), and a 70 W T4 sustains about half its boost clock. With "
@@ -435,14 +480,16 @@ def _markdown(rep: dict) -> str:
         "x activity^-1/3), base and boost clocks in the catalog with sources); activations that fit in the "
         "L2 cache kept on chip (the part of a kernel's input and output over the L2 size goes to DRAM); "
         "8-bit work at the 16-bit tensor rate on cards whose 8-bit units are slower (V100); FP32 "
-        "convolutions on SIMT cores at SGEMM efficiency; eager inference as unfused kernels dispatched op "
-        "by op. `gemm_ceiling` is the median achieved/peak of the NVIDIA BF16 GEMM rows; four factors "
-        "are one least-squares fit in log space over the training and inference rows together; all other "
-        "factors are physical priors (`advisor/efficiency.py`).",
+        "convolutions on SIMT cores at SGEMM efficiency; a compiled kernel's fixed cost counted in SM "
+        "clock cycles (`advisor/clocks.py`); eager inference as unfused kernels dispatched op by op by the "
+        "host while the GPU runs (the pass takes the longer of the two), with autocast's weight casts below "
+        "32 bits (`advisor/dispatch.py`). `gemm_ceiling` is the median achieved/peak of the NVIDIA BF16 "
+        "GEMM rows; five factors are one least-squares fit in log space over the training and inference "
+        "rows together; all other factors are physical priors (`advisor/efficiency.py`).",
         "",
         "Held out: **leave one GPU out** (each GPU's rows predicted by a fit that never saw that GPU) and "
         "**leave one source out** (each family of published inference rows predicted by a fit without it). "
-        "Target: median error <= 20% and no miss over 1.5x on held-out inference rows: "
+        "Target: median error <= 15% and no miss over 1.5x on held-out inference rows: "
         + ("**met**." if rep["target_met"] else "**not met**."),
         "",
         "## Fitted factors",

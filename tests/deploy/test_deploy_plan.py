@@ -219,22 +219,17 @@ def test_deploy_writes_the_folder_and_checks_the_plan(tmp_path):
 
 
 def test_labelled_data_is_split_between_training_and_scoring(tmp_path):
-    from modelpress.deploy.api import training_split
+    # deploy's search splits labelled data itself (``search.split``, tested in tests/search)
     from modelpress.ir.feeds import load_npz
     from modelpress.ir.files import write_npz
     from modelpress.search.space import build_space
+    from modelpress.search.split import holdout_split, write_parts
 
     n = 200
     x = np.arange(n * 4, dtype=np.float32).reshape(n, 4)
     write_npz(tmp_path / "d.npz", {"x": x, "y": np.arange(n) % 10})
-    score, train = training_split(tmp_path / "d.npz", labels_key="y", folder=tmp_path / "c")
-    a, b = load_npz(score), load_npz(train)
-    rows = {tuple(r) for r in a["x"]}, {tuple(r) for r in b["x"]}
-    assert not rows[0] & rows[1] and len(rows[0] | rows[1]) == n  # disjoint, nothing lost
-    np.testing.assert_array_equal(a["y"], a["x"][:, 0].astype(int) // 4 % 10)  # rows kept whole
-    # too few samples to split: scored on all of them, nothing trains
-    write_npz(tmp_path / "s.npz", {"x": x[:50], "y": np.arange(50)})
-    assert training_split(tmp_path / "s.npz", labels_key="y", folder=tmp_path / "c2")[1] is None
+    split = holdout_split(np.arange(n) % 10)
+    score, train = write_parts(load_npz(tmp_path / "d.npz"), split, tmp_path / "c")
     # with training data the space holds pruning, QAT and distillation candidates
     space = build_space(
         gpu=False,
@@ -244,7 +239,12 @@ def test_labelled_data_is_split_between_training_and_scoring(tmp_path):
     kinds = {s.kind for c in space.candidates() for s in c.steps}
     assert {"prune", "distill"} <= kinds and "qat" in space.modes
     (distill,) = [c for c in space.candidates() if c.step("distill")]
-    assert distill.step("distill").opts == {"data": train, "labels_key": "y", "width": 0.5}
+    assert distill.step("distill").opts == {
+        "data": train,
+        "labels_key": "y",
+        "width": 0.5,
+        "min_train_steps": 300,
+    }
     assert "distill(width=0.5)" in distill.label()
 
 

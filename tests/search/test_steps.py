@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from modelpress.ir import parse
@@ -49,3 +50,20 @@ def test_a_new_kind_is_a_class_and_the_bench_compares_with_the_context(tmp_path)
             register_step(Identity)
     finally:
         del STEPS["identity-test"]
+
+
+def test_training_steps_train_for_at_least_min_train_steps(tmp_path):
+    from modelpress.compress.prune.api import DEFAULT_TRAINING
+    from modelpress.ir.files import write_npz
+    from modelpress.search.steps import _at_least
+
+    assert (DEFAULT_TRAINING.epochs, DEFAULT_TRAINING.batch_size) == (2, 32)
+    assert DEFAULT_TRAINING.val_fraction == 0.1
+    ref = "modelpress.compress.prune.api:DEFAULT_TRAINING"
+    for n, want in ((227, 150), (10_000, 2 * 282)):  # 2 epochs of ceil(0.9 n / 32) steps
+        write_npz(tmp_path / "d.npz", {"x": np.zeros((n, 2), np.float32), "y": np.zeros(n, int)})
+        config = _at_least(ref, 150, str(tmp_path / "d.npz"), None)
+        assert config.steps == want and config.lr == DEFAULT_TRAINING.lr
+    # a limit on the samples counts too: 1,000 of them, 2 epochs of 29 steps < 150
+    assert _at_least(ref, 150, str(tmp_path / "d.npz"), 1000).steps == 150
+    assert _at_least(ref, 10, str(tmp_path / "d.npz"), 1000).steps == 58

@@ -8,18 +8,21 @@
   peak (cuBLAS SGEMM reaches about 90%).
 - ``matmul``, ``conv``, ``attention``: fraction of that ceiling that a model's GEMMs, implicit-GEMM
   convolutions and attention products reach on tensor cores at their real shapes (FP32
-  convolutions on SIMT cores run as well as SGEMM: no conv factor there).
+  convolutions on SIMT cores run as well as SGEMM: no conv factor there). ``conv`` is fitted:
+  TensorRT's INT8 ResNet-50 (MLPerf) reaches the GEMM ceiling on every card that holds its
+  clock, where the earlier prior (0.70) left every such row 10-13% slow.
 - ``bandwidth``: fraction of the datasheet DRAM bandwidth that streaming kernels sustain.
 - ``kernel_overhead_us``: fixed cost of a compiled kernel (launch, ramp-up, tail, the first DRAM
-  round trips), which dominates at batch 1.
+  round trips), which dominates at batch 1; counted in SM clock cycles and stated at 1410 MHz
+  (``clocks.kernel_overhead_s``: a card at f MHz pays it × 1410 / f).
 - ``clock_headroom``: how far above its base clock a card runs under a load that keeps it busy
   (``clocks.py``: sustained clock = min(boost, headroom × base × activity^(-1/3))); what makes a
   70 W T4 or L4 slower than its boost-clock peaks say.
 - ``eager``: training runs eagerly (PyTorch autograd: unfused kernels, gradient kernels that reach
   less of the peak than an inference engine's forward kernels, BatchNorm statistics passes): one
   factor multiplies the compute and bandwidth factors above for training. ``eager_overhead_us``
-  replaces the per-kernel overhead for every eager pass (host dispatch, op by op), training or
-  eager inference.
+  is the host's cost per op of an eager pass (Python, dispatch, launch): summed with the kernels
+  per launch in training; overlapped with the GPU's work in eager inference (``dispatch.py``).
 
 How the defaults were set, and from which measurements: ``docs/defaults.md``.
 """
@@ -34,15 +37,15 @@ class Efficiency:
     gemm_ceiling: float = 0.811
     simt_ceiling: float = 0.90
     matmul: float = 0.85
-    conv: float = 0.70
+    conv: float = 0.979
     attention: float = 0.60
     bandwidth: float = 0.85
     # fitted by benchmarks/bench_advisor.py on the published training and inference rows
-    kernel_overhead_us: float = 6.603
-    eager: float = 0.71
-    eager_overhead_us: float = 59.818
+    kernel_overhead_us: float = 6.825  # at 1410 MHz
+    eager: float = 0.67
+    eager_overhead_us: float = 58.083
     # sustained clock under load = min(boost, clock_headroom x base x activity^-1/3); clocks.py
-    clock_headroom: float = 1.43
+    clock_headroom: float = 1.428
 
     def to_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -25,8 +25,11 @@ for the kernel's kind; vector ops use the FP32 vector peak. See ``efficiency.py`
 - Precision: 8-bit work runs at the better of the 8-bit and 16-bit rates (``GPU.peak_tflops``);
   FP32 convolutions on SIMT cores take no conv factor (cuDNN's FP32 kernels run like SGEMM).
 - Inference runs a compiled graph (``engine="compiled"``): elementwise ops and BatchNorm fuse
-  into the producing kernel (no launch, no extra memory trip). ``engine="eager"`` (PyTorch
-  without a compiler) and training run every op as its own kernel at the host's dispatch cost.
+  into the producing kernel (no launch, no extra memory trip); each kernel pays a fixed cost
+  counted in SM cycles (``clocks.kernel_overhead_s``). ``engine="eager"`` (PyTorch without a
+  compiler) runs every op as its own kernel, dispatched by the host while the GPU runs
+  (``dispatch.py``: the pass takes the longer of the two; autocast's casts below 32 bits).
+  Training runs every op as its own kernel too, at the host's dispatch cost per launch.
 - Training: backward costs 2× the forward FLOPs and bytes, with two kernels (input and weight
   gradient) for ops with weights; then an optimizer step streams every parameter's state.
 - Data-parallel training on N devices all-reduces the gradients (ring: 2(N-1)/N × bytes over
@@ -46,7 +49,8 @@ import math
 from dataclasses import asdict, astuple, dataclass
 
 from modelpress.advisor.catalog import GPU
-from modelpress.advisor.clocks import sustained_clock
+from modelpress.advisor.clocks import kernel_overhead_s, sustained_clock
+from modelpress.advisor.dispatch import autocast_casts, overlapped
 from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from modelpress.errors import OptionError
 from modelpress.profile.training import is_mixed, precision_bytes, training_memory
@@ -78,6 +82,7 @@ class Roof:
     sm_count: float | None = None  # streaming multiprocessors / compute units; None: no wave model
     clock_note: str = ""  # set when the card cannot hold its boost clock under load
     l2_bytes: float = 0.0  # last-level cache; 0: unknown (every activation goes to DRAM)
+    clock_mhz: float | None = None  # the SM clock it runs at (None: unknown)
 
 
 @dataclass(frozen=True)
@@ -152,6 +157,7 @@ def roof_for(
         gpu.sm_count,
         clock.note if tensor_clock < 1 else "",
         (gpu.l2_mb or 0.0) * 2**20,
+        clock.mhz,
     )
 
 
@@ -247,12 +253,14 @@ def _time(
     scale: float = 1.0,
     split: int = 1,
     eager: bool = False,
+    casts: int = 0,
+    training: bool = False,
 ) -> PassTime:
     """Time of one pass over ``batch`` samples; ``scale`` multiplies work (backward = 2),
-    ``split`` divides it across tensor-parallel devices, ``eager`` applies the training factors."""
-    compute = memory = overhead = 0.0
+    ``split`` divides it across tensor-parallel devices, ``eager`` runs it op by op from the
+    host with ``casts`` more ops (autocast): summed in ``training``, else overlapped."""
+    compute = memory = 0.0
     count = 0
-    over = (eff.eager_overhead_us if eager else eff.kernel_overhead_us) * 1e-6
     for _, _, _, t_c, t_m, launches in _kernel_costs(
         rows, batch, roof, eff, width, scale=scale, split=split, eager=eager
     ):
@@ -260,8 +268,15 @@ def _time(
             compute += t_c
         else:
             memory += t_m
-        overhead += launches * over
         count += launches
+    count += casts
+    if not eager:
+        overhead = count * kernel_overhead_s(eff.kernel_overhead_us, roof.clock_mhz)
+    elif training:
+        overhead = count * eff.eager_overhead_us * 1e-6
+    else:
+        gpu = compute + memory + count * kernel_overhead_s(eff.kernel_overhead_us, roof.clock_mhz)
+        overhead = overlapped(count, gpu, eff.eager_overhead_us) - compute - memory
     return PassTime(compute + memory + overhead, compute, memory, overhead, count)
 
 
@@ -294,7 +309,7 @@ def kernel_points(
     roof = roof_for(gpu, precision, eff)
     width = max(precision_bytes(precision), precision_bytes(roof.precision_used))
     kernels = workload.decode if workload.is_generative else workload.kernels
-    over = eff.kernel_overhead_us * 1e-6
+    over = kernel_overhead_s(eff.kernel_overhead_us, roof.clock_mhz)
     return [
         KernelPoint(kind, f, b, max(t_c, t_m) + over)
         for kind, f, b, t_c, t_m, _ in _kernel_costs(
@@ -452,8 +467,11 @@ def _estimate(
     comm = 0.0
     if task == "train":
         rows = _kernel_rows(workload.kernels, fuse=False)
-        fwd = _time(rows, batch, roof, eff, width, eager=True)
-        bwd = _time(rows, batch, roof, eff, width, scale=2.0, eager=True)
+        casts = autocast_casts(rows, precision)  # forward: weights; backward: their gradients
+        fwd = _time(rows, batch, roof, eff, width, eager=True, casts=casts, training=True)
+        bwd = _time(
+            rows, batch, roof, eff, width, scale=2.0, eager=True, casts=casts, training=True
+        )
         mem = training_memory(workload.params, precision=precision, optimizer=optimizer)
         # optimizer step: read gradients, master weights and state, write weights and state back
         opt_bytes = mem.gradients + 2 * (mem.master_weights + mem.optimizer_state) + mem.weights
@@ -480,7 +498,8 @@ def _estimate(
             notes.append("mixed precision: fp32 master weights and optimizer state")
     else:
         rows = _kernel_rows(workload.kernels, fuse=not eager)
-        fwd = _time(rows, batch, roof, eff, width, split=split, eager=eager)
+        casts = autocast_casts(rows, precision) if eager else 0
+        fwd = _time(rows, batch, roof, eff, width, split=split, eager=eager, casts=casts)
         if split > 1:
             row_parallel = [r for r in rows if r[0] == "matmul" and r[2]][1::2]
             # activations of a row-parallel product's output, summed across devices
@@ -494,7 +513,10 @@ def _estimate(
         replicas = num_gpus if split == 1 else 1
         if workload.is_generative:
             dec_rows = _kernel_rows(workload.decode, fuse=not eager)
-            step_t = _time(dec_rows, batch, roof, eff, width, split=split, eager=eager)
+            dec_casts = autocast_casts(dec_rows, precision) if eager else 0
+            step_t = _time(
+                dec_rows, batch, roof, eff, width, split=split, eager=eager, casts=dec_casts
+            )
             dec_comm = comm / max(workload.tokens_per_sample, 1) if split > 1 else 0.0
             decode_s = step_t.seconds + dec_comm
             total = fwd.seconds + comm + workload.gen_tokens * decode_s

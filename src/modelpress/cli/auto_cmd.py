@@ -25,6 +25,7 @@ from modelpress.ir.files import output_dir, write_bytes
 from modelpress.report.cards import advisor_charts
 from modelpress.search import auto
 from modelpress.search.metric import METRICS
+from modelpress.search.split import VALIDATION_FRACTION
 from modelpress.search.steps import Context, get_step
 from modelpress.search.target import precision_of, target_for
 
@@ -65,7 +66,9 @@ def add_parser(sub) -> None:
         p,
         required=True,
         labels=True,
-        help="validation samples: an .npz of arrays named after the model's inputs (the first ones calibrate, the rest score)",
+        help="samples: an .npz of arrays named after the model's inputs; with --labels-key a held-out part "
+        "scores and the rest calibrates and trains (--validation-fraction), without labels the first "
+        "ones calibrate and the rest score",
     )
     p.add_argument(
         "--metric",
@@ -88,6 +91,27 @@ def add_parser(sub) -> None:
         "--train-data",
         metavar="PATH",
         help="training samples: lets pruning and training modes into the search, and calibrates",
+    )
+    p.add_argument(
+        "--validation-fraction",
+        type=float,
+        default=VALIDATION_FRACTION,
+        metavar="F",
+        help="with --labels-key and no --train-data: the part of --data held out (at random, "
+        "stratified by class) to score every candidate; the rest calibrates and trains pruned, "
+        f"QAT and distilled candidates (default {VALIDATION_FRACTION:g}; 0: no split, nothing trains)",
+    )
+    p.add_argument(
+        "--split-seed",
+        type=int,
+        default=0,
+        metavar="N",
+        help="seed of that split (default 0)",
+    )
+    p.add_argument(
+        "--no-train",
+        action="store_true",
+        help="post-training candidates only (still scored on the held-out part)",
     )
     opt.add_with_default(
         p,
@@ -217,6 +241,9 @@ def run(args) -> int:
             target=args.target,
             time_budget_s=budget_s,
             train_data=args.train_data,
+            validation_fraction=args.validation_fraction,
+            split_seed=args.split_seed,
+            train=not args.no_train,
             protect=protect,
             batch_size=args.batch_size,
             seq=args.seq,

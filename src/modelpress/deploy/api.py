@@ -1,9 +1,10 @@
 """``deploy()``: from a model and a traffic target to a folder that serves it, and a measured check.
 
 1. Search (``search.auto``) for the fastest version within the accuracy budget, when ``data``
-   is given; otherwise the model is deployed as given. With labels, half the samples (at random)
-   train the candidates that train (structured pruning with fine-tuning, QAT, distillation into
-   a narrower student) and the other half score every candidate (``training_split``).
+   is given; otherwise the model is deployed as given. With labels, the search holds out half the
+   samples (seeded, stratified by class: ``search.split``) to score every candidate and trains
+   the candidates that train (structured pruning with fine-tuning, QAT, distillation into a
+   narrower student) on the other half only.
 2. Protect it (an ``.mpk`` package) when a key is given.
 3. Plan the service (``plan.plan``): the model's service curve measured on this CPU and, for
    ``gpus``, estimated; the server's own cost per request measured against the real server
@@ -22,7 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import onnx_ir as ir
 
 from modelpress.advisor.catalog import load_catalog
@@ -36,7 +36,6 @@ from modelpress.deploy.validate import Check
 from modelpress.errors import OptionError
 from modelpress.ir import load
 from modelpress.ir.feeds import as_model, load_npz
-from modelpress.ir.files import write_npz
 from modelpress.protect import load_key, protect
 from modelpress.search import AutoResult, Recipe, auto
 from modelpress.serve.repository import model_name
@@ -72,33 +71,6 @@ class DeployResult:
             "search": self.search.to_dict() if self.search else None,
             "notes": list(self.notes),
         }
-
-
-TRAIN_FRACTION = 0.5  # of labelled data, the part pruning, QAT and distillation train on
-MIN_TRAIN = 64  # fewer samples than this in either part: no training candidates
-
-
-def training_split(
-    data: str | os.PathLike, *, labels_key: str, folder: Path, seed: int = 0
-) -> tuple[str, str | None]:
-    """Labelled ``data`` split in two, at random: the part the search scores candidates on, and
-    the part training candidates (pruning with fine-tuning, QAT, distillation) train on, so no
-    candidate is scored on samples it was trained on. ``(data, None)`` when too small to split."""
-    arrays = load_npz(data)
-    if labels_key not in arrays:
-        return str(data), None
-    n = len(arrays[labels_key])
-    k = int(n * TRAIN_FRACTION)
-    if min(k, n - k) < MIN_TRAIN:
-        return str(data), None
-    order = np.random.default_rng(seed).permutation(n)
-    folder.mkdir(parents=True, exist_ok=True)
-    parts = []
-    for name, idx in (("score", order[k:]), ("train", order[:k])):
-        path = folder / f"{name}.npz"
-        write_npz(path, {key: a[np.sort(idx)] for key, a in arrays.items() if len(a) == n})
-        parts.append(str(path))
-    return parts[0], parts[1]
 
 
 def deploy(
@@ -145,17 +117,10 @@ def deploy(
     result = None
     if data is not None:
         cache = out.with_name(out.name + ".auto")
-        score, train_data = data, None
-        if labels_key and train:
-            score, train_data = training_split(data, labels_key=labels_key, folder=cache)
-            if train_data is None:
-                notes.append(
-                    f"{data}: too few samples to train on part of them; post-training only"
-                )
         result = auto(
             model,
-            data=score,
-            train_data=train_data,
+            data=data,
+            train=train,
             labels_key=labels_key,
             max_accuracy_drop=max_accuracy_drop,
             time_budget_s=time_budget_s,
@@ -165,6 +130,8 @@ def deploy(
         )
         if result.model is None:
             raise OptionError("the search built no candidate; see `modelpress auto` for why")
+        if labels_key and train and result.split is None:
+            notes.append(f"{data}: too few samples to train on part of them; post-training only")
         chosen_model: ir.Model = result.model
         recipe = result.recipe
         if not result.met:

@@ -10,7 +10,9 @@ given.
 
 Every trial is cached on disk as soon as it ends (``cache.TrialCache``): a search that is stopped,
 by the time budget, Ctrl-C or a crash, and started again with the same inputs reuses its trials and
-goes on. The time budget stops the search from starting a trial that would end past it (judged by
+goes on. With labels and no separate training data, a validation part of ``data`` is held out
+(``split.py``: seeded, stratified by class): every candidate is scored on it, and calibration and
+the candidates that train use only the rest. The time budget stops the search from starting a trial that would end past it (judged by
 the longest trial so far); the original and the first candidate always run, so a search never ends with
 nothing. The result holds the Pareto front, the winner (the fastest within the budget) or, when no
 candidate met the budget, the closest one found and by how much it missed.
@@ -38,6 +40,7 @@ from modelpress.search.metric import Scorer, eval_data
 from modelpress.search.recipe import Recipe
 from modelpress.search.result import AutoResult, SearchEvent
 from modelpress.search.space import Candidate, Space, Step, build_space
+from modelpress.search.split import VALIDATION_FRACTION, Split, holdout_split, write_parts
 from modelpress.search.steps import STEPS, Context
 from modelpress.search.target import Target, target_for
 from modelpress.search.trial import Bench, Trial, build, evaluate
@@ -259,6 +262,9 @@ def auto(
     target: str = "cpu",
     time_budget_s: float = 600.0,
     train_data: str | os.PathLike | None = None,
+    validation_fraction: float | None = VALIDATION_FRACTION,
+    split_seed: int = 0,
+    train: bool = True,
     protect: dict | None = None,
     batch_size: int = 1,
     seq: int | None = None,
@@ -281,6 +287,10 @@ def auto(
     ``cache_dir``: where trials are kept, so a stopped search resumes (None: in memory only).
     ``levels``/``modes``/``methods`` restrict the space; ``protect`` (the protect step's options)
     adds protection after the winner; ``train_data`` lets pruning and training modes in.
+    With labels and no ``train_data``, ``validation_fraction`` of ``data`` (drawn with
+    ``split_seed``, stratified by class; ``split.py``) is held out to score every candidate and the
+    rest calibrates and, when ``train``, trains pruned, QAT and distilled candidates; None or 0:
+    no split (the first samples calibrate, the others score, nothing trains).
     ``batch_size`` and ``seq`` size the batch latency is measured (or estimated) at.
     ``max_float_layers`` bounds how many layers a quantized candidate may keep in float (0: none).
     """
@@ -311,7 +321,17 @@ def auto(
                 f"{data_path}: no array named after the model's inputs ({', '.join(names)})"
             )
         n = min(arrays[k].shape[0] for k in present)
-        if train_data is not None:
+        notes: list[str] = []
+        split = _split(arrays, labels_key, train_data, validation_fraction, split_seed, notes)
+        if split is not None:
+            kept = {k: arrays[k] for k in (*names, labels_key) if k in arrays}
+            data_path, train_part = write_parts(kept, split, work / "split")
+            arrays = {k: a[split.validation] for k, a in kept.items()}
+            train_data = train_part if train else None
+            calib_source = train_part
+        else:
+            calib_source = str(train_data) if train_data is not None else None
+        if calib_source is not None:
             calib_n, score_from = None, 0
         else:
             calib_n = calibration_samples or max(1, min(CALIBRATION_SAMPLES, n // 4))
@@ -332,9 +352,9 @@ def auto(
             ctx=ctx,
             seq=seq,
         )
-        calib_path = str(train_data or data_path)
+        calib_path = calib_source or data_path
         extra = set(arrays) - set(names) - {labels_key}
-        if train_data is None and extra:
+        if calib_source is None and extra:
             # the quantizer takes every array of its data for an input: give it the inputs alone
 
             calib_path = str(work / "calibration.npz")
@@ -348,7 +368,7 @@ def auto(
             quant["limit"] = calib_n
         if labels_key:
             quant["labels_key"] = labels_key
-        train = (
+        train_options = (
             {"data": str(train_data), **({"labels_key": labels_key} if labels_key else {})}
             if train_data
             else None
@@ -359,7 +379,7 @@ def auto(
             levels=levels,
             modes=modes,
             methods=methods,
-            train_options=train,
+            train_options=train_options,
         )
         cache = TrialCache(
             folder,
@@ -367,6 +387,7 @@ def auto(
                 "model": source_digest,
                 "data": file_digest(data_path),
                 "train_data": file_digest(train_data) if train_data else None,
+                "calibration_data": file_digest(calib_path),
                 "metric": scorer.name
                 if isinstance(metric, str)
                 else f"{getattr(metric, '__module__', '')}.{scorer.name}",
@@ -419,8 +440,7 @@ def auto(
             if winner
             else None
         )
-        notes = []
-        if score_from == 0 and train_data is None:
+        if score_from == 0 and calib_source is None:
             notes.append(
                 f"{data_path}: {n} sample(s), too few to hold out; calibrated and scored on the same samples"
             )
@@ -442,6 +462,7 @@ def auto(
             space=space.to_dict(),
             recipe=recipe,
             notes=notes,
+            split=split.to_dict() if split is not None else None,
         )
         if progress:
             progress(
@@ -453,6 +474,20 @@ def auto(
     finally:
         if tmp is not None:
             tmp.cleanup()
+
+
+def _split(arrays, labels_key, train_data, fraction, seed, notes: list[str]) -> Split | None:
+    """The validation split of labelled ``arrays`` (``split.py``), or None: no labels, training
+    data given apart, no split asked for, or too few samples (said in ``notes``)."""
+    if not labels_key or labels_key not in arrays or train_data is not None or not fraction:
+        return None
+    split = holdout_split(arrays[labels_key], fraction=fraction, seed=seed)
+    if split is None:
+        notes.append(
+            f"{len(arrays[labels_key])} labelled sample(s): too few to hold out a validation part "
+            "and train on the rest; post-training candidates only"
+        )
+    return split
 
 
 def _version() -> str:

@@ -45,6 +45,7 @@ class AutoResult:
     space: dict
     recipe: Recipe | None = None
     notes: list[str] = field(default_factory=list)
+    split: dict | None = None  # the validation split of labelled data (``split.Split.to_dict``)
 
     @property
     def reference_ms(self) -> float:
@@ -115,6 +116,7 @@ class AutoResult:
             "trials": [dict(self._trial(t), on_front=t.key in front) for t in self.trials],
             "front": [t.key for t in self.front],
             "recipe": self.recipe.to_dict() if self.recipe else None,
+            "split": self.split,
             "notes": self.notes,
         }
 

@@ -264,18 +264,56 @@ class QuantizeStep(StepKind):
         return Applied(result.model, result.to_dict())
 
 
+class TrainingStep(StepKind):
+    """A step that trains. ``min_train_steps`` (a recipe option) makes it train for at least
+    that many optimizer steps: the library's default is counted in epochs, which on a small
+    training set is a handful of updates (pruning's 2 epochs are 15 steps on 227 samples), too
+    few to recover what pruning or a narrower student lost. Otherwise the library's own
+    training (``defaults``) as it is."""
+
+    defaults: str = ""  # "module:NAME" of the library's default TrainConfig
+
+    def options(self) -> dict[str, Option]:
+        least = Option("min_train_steps", (int, type(None)))
+        return {**super().options(), "min_train_steps": least}
+
+    def apply(self, model, opts, ctx: Context) -> Applied:
+        opts = dict(opts)
+        least = opts.pop("min_train_steps", None)
+        if least:
+            data = self.resolve(opts, ctx).get("data")
+            opts["train"] = _at_least(self.defaults, least, data, opts.get("limit"))
+        return super().apply(model, opts, ctx)
+
+
+def _at_least(defaults: str, least: int, data, limit: int | None):
+    """The library's default training, run for at least ``least`` steps on ``data``."""
+    from dataclasses import replace
+
+    module, _, name = defaults.partition(":")
+    config = getattr(importlib.import_module(module), name)
+    n = 0
+    if isinstance(data, (str, os.PathLike)):
+        n = max((len(a) for a in load_npz(data).values() if a.ndim), default=0)
+    n = min(n, limit) if limit else n
+    per_epoch = -(-int(n * (1 - config.val_fraction)) // config.batch_size)
+    return replace(config, steps=max(least, (config.epochs or 1) * per_epoch))
+
+
 @register_step
-class PruneStep(StepKind):
+class PruneStep(TrainingStep):
     name = "prune"
     summary = "pruning with fine-tuning"
     function = "modelpress.compress.prune.api:prune"
+    defaults = "modelpress.compress.prune.api:DEFAULT_TRAINING"
 
 
 @register_step
-class DistillStep(StepKind):
+class DistillStep(TrainingStep):
     name = "distill"
     summary = "distillation into a narrower student"
     function = "modelpress.compress.distill.api:distill"
+    defaults = "modelpress.compress.distill.api:DEFAULT_TRAINING"
 
 
 @register_step
