@@ -12,6 +12,7 @@ checks it against the original on generated inputs, and measures the obfuscation
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from dataclasses import dataclass, field
@@ -147,18 +148,25 @@ def protect(
             done.library_constants,
         )
 
-        result.metrics = measure(original, model_bytes(content), interface_kept=not rename_io)
+        done = None
+        result.metrics = measure(original, content, interface_kept=not rename_io)
+        _release(original)
 
     check = verify and not big
     if big and verify:
         result.notes.append("not verified: models over 1.8 GB cannot run from memory")
     if encrypt:
         size, segments = payload.model_stream(content)
+        # the stream holds the model's tensors until it is used up; then only `original` is kept
+        content = None
         result.chunk_size = chunk_size
         if output is None:
             buf = bytearray()
             header = package.encrypt_stream(segments, size, key, buf.extend, chunk_size=chunk_size)
+            segments = None
+            gc.collect()  # the graph's reference cycles keep its tensors until collected
             result.data = bytes(buf)
+            del buf
             if check:
                 result.verification = _verify(original, result.data, key, inputs=inputs)
         else:
@@ -166,6 +174,8 @@ def protect(
             # fails its check is never left behind.
             with atomic(output) as f:
                 header = package.encrypt_stream(segments, size, key, f.write, chunk_size=chunk_size)
+                segments = None
+                gc.collect()  # the graph's reference cycles keep its tensors until collected
                 f.flush()
                 if check:
                     result.verification = _verify(
@@ -192,9 +202,14 @@ def protect(
 def _verify(
     original: ir.Model, written, key: bytes, *, name: str | None = None, inputs=None
 ) -> dict:
-    """Open what was written and compare it with the original on generated inputs."""
+    """Open what was written and compare it with the original on generated inputs. The original
+    runs first, and its weights are let go before what was written is opened: the two are never
+    in memory together."""
 
-    opened = open_package(written, key, name=name)
+    def opened() -> ir.Model:
+        _release(original)
+        return open_package(written, key, name=name)
+
     try:
         check = verify(original, opened, inputs=inputs, runs=2, rtol=VERIFY_RTOL)
     except ModelpressError as exc:
@@ -208,6 +223,18 @@ def _verify(
             "please report this model"
         )
     return {"passed": True, "max_rel": check.max_rel, "runs": check.runs, "rtol": VERIFY_RTOL}
+
+
+def _release(model: ir.Model) -> None:
+    """Unmap the weights of a model read lazily from disk (they are mapped again when next read),
+    so that the pages read so far stop counting in the process's memory."""
+    for graph in model.graphs():
+        for value in graph.initializers.values():
+            if isinstance(value.const_value, ir.ExternalTensor):
+                try:
+                    value.const_value.release()
+                except BufferError:  # an array of it is still in use: it stays mapped
+                    pass
 
 
 def is_package(source: str | os.PathLike | bytes) -> bool:

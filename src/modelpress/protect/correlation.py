@@ -49,9 +49,44 @@ def views(array: np.ndarray) -> list[np.ndarray]:
     return [array.transpose(order) for order in itertools.permutations(range(array.ndim))]
 
 
-def _rows(arrays: list[np.ndarray]) -> np.ndarray:
-    x = standardized(arrays)
-    return x[np.abs(x).sum(axis=1) > 0]
+_CHUNK_BYTES = 32 << 20  # float64 working set of one column chunk, all rows of a size together
+
+
+def _flat(array: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """Elements ``start:stop`` of ``array`` flattened in its own (C) order, as float64."""
+    if array.flags.c_contiguous:
+        return array.reshape(-1)[start:stop].astype(np.float64)
+    return np.asarray(array.flat[start:stop], dtype=np.float64)
+
+
+def _pairs(stored: list[np.ndarray], original: list[np.ndarray]) -> np.ndarray:
+    """|Pearson r| of every (stored, original) pair of same-size tensors, rows with no
+    correlation (constant, NaN or inf) dropped: one pass over the tensors in column chunks, so
+    the working set stays at ``_CHUNK_BYTES`` whatever their size (``standardized`` rows of
+    them all would take twice their size in float64)."""
+    arrays = [*stored, *original]
+    with np.errstate(invalid="ignore", over="ignore"):
+        means = np.array([np.mean(a, dtype=np.float64) for a in arrays])
+    size = arrays[0].size
+    step = max(1, _CHUNK_BYTES // (8 * len(arrays)))
+    dots = np.zeros((len(stored), len(original)))
+    squares = np.zeros(len(arrays))
+    block = np.empty((len(arrays), min(step, size)))
+    finite = np.isfinite(means)
+    for start in range(0, size, step):
+        stop = min(start + step, size)
+        rows = block[:, : stop - start]
+        for i, a in enumerate(arrays):
+            rows[i] = _flat(a, start, stop) - means[i] if finite[i] else 0.0
+        with np.errstate(invalid="ignore", over="ignore"):
+            squares += np.einsum("ij,ij->i", rows, rows)
+            dots += rows[: len(stored)] @ rows[len(stored) :].T
+    norms = np.sqrt(squares)
+    good = finite & (norms > 0) & np.isfinite(norms)
+    s, o = good[: len(stored)], good[len(stored) :]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = dots / norms[: len(stored), None] / norms[None, len(stored) :]
+    return np.abs(r[s][:, o])
 
 
 def max_correlation(
@@ -62,12 +97,13 @@ def max_correlation(
     worst, pairs = 0.0, 0
     sizes = {a.size for a in stored} & {a.size for a in original}
     for size in sorted(sizes):
-        s = _rows([a for a in stored if a.size == size])
         same = [a for a in original if a.size == size]
-        o = _rows([v for a in same for v in (views(a) if transposed else [a])])
-        if not len(s) or not len(o):
+        c = _pairs(
+            [a for a in stored if a.size == size],
+            [v for a in same for v in (views(a) if transposed else [a])],
+        )
+        if not c.size:
             continue
-        c = np.abs(s @ o.T)
         pairs += c.size
         worst = max(worst, float(c.max()))
     return worst, pairs
