@@ -6,7 +6,8 @@ model's size. Run by ``bench_protect.py``; by hand:
     .venv/bin/python benchmarks/protect_memory.py run MLP.onnx STEP KEYFILE [OUT]
 
 STEP: ``encrypt`` (protect without obfuscation, the check after it included), ``obfuscate``
-(runtime mode, the check included), ``open`` (``open_package`` and one run).
+(runtime mode, the check included), ``storage`` (obfuscation in storage mode, the check
+included), ``open`` (``open_package``, a session and one run).
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ def run(path: Path, step: str, key_file: Path, out: Path | None) -> dict:
         protect(path, key=key, output=out)
     elif step == "obfuscate":
         protect(path, key=key, output=out, obfuscate=True, ratio=0.1, seed=0)
+    elif step == "storage":
+        protect(path, key=key, output=out, obfuscate=True, ratio=0.1, seed=0, mode="storage")
     else:
         model = open_package(path, key)
         width = model.graph.inputs[0].shape[1]

@@ -211,7 +211,7 @@ def _verify(
         return open_package(written, key, name=name)
 
     try:
-        check = verify(original, opened, inputs=inputs, runs=2, rtol=VERIFY_RTOL)
+        check = verify(original, opened, data=inputs, runs=2, rtol=VERIFY_RTOL)
     except ModelpressError as exc:
         raise VerificationError(
             f"the protected model could not be checked against the original ({exc}); "

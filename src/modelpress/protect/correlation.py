@@ -49,7 +49,7 @@ def views(array: np.ndarray) -> list[np.ndarray]:
     return [array.transpose(order) for order in itertools.permutations(range(array.ndim))]
 
 
-_CHUNK_BYTES = 32 << 20  # float64 working set of one column chunk, all rows of a size together
+_CHUNK_BYTES = 32 << 20  # float64 working set of one column chunk
 
 
 def _flat(array: np.ndarray, start: int, stop: int) -> np.ndarray:
@@ -59,34 +59,76 @@ def _flat(array: np.ndarray, start: int, stop: int) -> np.ndarray:
     return np.asarray(array.flat[start:stop], dtype=np.float64)
 
 
-def _pairs(stored: list[np.ndarray], original: list[np.ndarray]) -> np.ndarray:
-    """|Pearson r| of every (stored, original) pair of same-size tensors, rows with no
-    correlation (constant, NaN or inf) dropped: one pass over the tensors in column chunks, so
-    the working set stays at ``_CHUNK_BYTES`` whatever their size (``standardized`` rows of
-    them all would take twice their size in float64)."""
-    arrays = [*stored, *original]
-    with np.errstate(invalid="ignore", over="ignore"):
-        means = np.array([np.mean(a, dtype=np.float64) for a in arrays])
-    size = arrays[0].size
-    step = max(1, _CHUNK_BYTES // (8 * len(arrays)))
-    dots = np.zeros((len(stored), len(original)))
-    squares = np.zeros(len(arrays))
-    block = np.empty((len(arrays), min(step, size)))
-    finite = np.isfinite(means)
-    for start in range(0, size, step):
-        stop = min(start + step, size)
-        rows = block[:, : stop - start]
-        for i, a in enumerate(arrays):
-            rows[i] = _flat(a, start, stop) - means[i] if finite[i] else 0.0
+def _array(item) -> np.ndarray:
+    return item if isinstance(item, np.ndarray) else np.asarray(item.numpy())
+
+
+class Targets:
+    """Same-size tensors as the rows of ``standardized(arrays)``, without holding those rows:
+    ``X @ v`` is computed in column chunks (its working set ``_CHUNK_BYTES``), ``X * v`` and
+    ``dense()`` build the rows (for small tensors, or the rare case that needs them)."""
+
+    def __init__(self, arrays: list):
+        self.arrays = arrays
+        self.size = _array(arrays[0]).size if arrays else 0
         with np.errstate(invalid="ignore", over="ignore"):
-            squares += np.einsum("ij,ij->i", rows, rows)
-            dots += rows[: len(stored)] @ rows[len(stored) :].T
-    norms = np.sqrt(squares)
-    good = finite & (norms > 0) & np.isfinite(norms)
-    s, o = good[: len(stored)], good[len(stored) :]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = dots / norms[: len(stored), None] / norms[None, len(stored) :]
-    return np.abs(r[s][:, o])
+            self.means = np.array([np.mean(_array(a), dtype=np.float64) for a in arrays])
+        squares = np.zeros(len(arrays))
+        for _, _, rows in self._chunks():
+            with np.errstate(invalid="ignore", over="ignore"):
+                squares += np.einsum("ij,ij->i", rows, rows)
+        norms = np.sqrt(squares)
+        self.good = np.isfinite(self.means) & (norms > 0) & np.isfinite(norms)
+        self.norms = np.where(self.good, norms, 1.0)
+
+    def __len__(self) -> int:
+        return len(self.arrays)
+
+    def _chunks(self):
+        step = max(1, _CHUNK_BYTES // (8 * max(len(self.arrays), 1)))
+        block = np.empty((len(self.arrays), min(step, self.size)))
+        finite = np.isfinite(self.means)
+        for start in range(0, self.size, step):
+            stop = min(start + step, self.size)
+            rows = block[:, : stop - start]
+            for i, a in enumerate(self.arrays):
+                rows[i] = _flat(_array(a), start, stop) - self.means[i] if finite[i] else 0.0
+            yield start, stop, rows
+
+    def __matmul__(self, v: np.ndarray) -> np.ndarray:
+        out = np.zeros(len(self.arrays))
+        flat = v.reshape(-1)
+        for start, stop, rows in self._chunks():
+            with np.errstate(invalid="ignore", over="ignore"):
+                out += rows @ flat[start:stop].astype(np.float64)
+        return np.where(self.good, out / self.norms, 0.0)
+
+    def dense(self) -> np.ndarray:
+        return standardized([_array(a) for a in self.arrays])
+
+    def __mul__(self, v: np.ndarray) -> np.ndarray:
+        return self.dense() * v
+
+
+def _pairs(stored: list, original: list) -> np.ndarray:
+    """|Pearson r| of every (stored, original) pair of same-size tensors (arrays, or tensors read
+    when needed), rows with no correlation (constant, NaN or inf) dropped. The stored tensors are
+    taken one at a time against the originals in column chunks, so that neither side is ever
+    held as float64 rows (``standardized`` rows of them all would take twice their size)."""
+    targets = Targets(original)
+    r = np.zeros((len(stored), len(original)))
+    kept = np.zeros(len(stored), dtype=bool)
+    for i, item in enumerate(stored):
+        a = _array(item)
+        with np.errstate(invalid="ignore", over="ignore"):
+            mean = np.mean(a, dtype=np.float64)
+            centered = a.reshape(-1).astype(np.float64) - mean if np.isfinite(mean) else None
+            norm = math.sqrt(float(centered @ centered)) if centered is not None else 0.0
+        if norm > 0 and math.isfinite(norm):
+            kept[i] = True
+            r[i] = np.abs(targets @ centered) / norm
+        del a, centered
+    return r[kept][:, targets.good]
 
 
 def max_correlation(
@@ -100,7 +142,7 @@ def max_correlation(
         same = [a for a in original if a.size == size]
         c = _pairs(
             [a for a in stored if a.size == size],
-            [v for a in same for v in (views(a) if transposed else [a])],
+            [v for a in same for v in (views(_array(a)) if transposed else [a])],
         )
         if not c.size:
             continue

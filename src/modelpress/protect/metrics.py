@@ -36,7 +36,7 @@ from modelpress.ir import from_bytes
 from modelpress.protect import payload
 from modelpress.protect.correlation import max_correlation
 from modelpress.protect.names import all_names
-from modelpress.protect.weights import constant_arrays
+from modelpress.protect.weights import constant_tensors
 
 STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training")
 MIN_NAME_CHARS = 5
@@ -158,8 +158,8 @@ def measure(
     hist_o = Counter((n.domain, n.op_type) for n in orig_compute)
     hist_f = Counter((n.domain, n.op_type) for n in compute)
     corr, pairs = max_correlation(
-        constant_arrays(model, kinds="fiub", min_size=MIN_WEIGHT_ELEMENTS),
-        constant_arrays(original, kinds="fiub", min_size=MIN_WEIGHT_ELEMENTS),
+        constant_tensors(model, kinds="fiub", min_size=MIN_WEIGHT_ELEMENTS),
+        constant_tensors(original, kinds="fiub", min_size=MIN_WEIGHT_ELEMENTS),
     )
     names = all_names(original)
     # The interface stays in the file on purpose: its dimension names always, its value names
