@@ -67,7 +67,7 @@ def _as_model(model) -> ir.Model:
     if isinstance(model, ir.Model):
         return model
     if isinstance(model, (str, os.PathLike)):
-        return payload.load_lazily(model)
+        return payload.load_original(model)
     raise OptionError(f"protect needs an onnx_ir.Model or a path, not {type(model).__name__}")
 
 
@@ -116,6 +116,7 @@ def protect(
     if output is not None:
         output_dir(output)
     original = _as_model(model)
+    owned = original is not model  # read here from a file: the check may let its weights go
     if lib.is_obfuscated(original):
         raise OptionError(
             "the model is already protected (an obfuscated graph): protect the original"
@@ -149,8 +150,10 @@ def protect(
         )
 
         done = None
+        gc.collect()  # what obfuscation left behind (graphs hold reference cycles)
         result.metrics = measure(original, content, interface_kept=not rename_io)
         _release(original)
+        gc.collect()
 
     check = verify and not big
     if big and verify:
@@ -168,7 +171,9 @@ def protect(
             result.data = bytes(buf)
             del buf
             if check:
-                result.verification = _verify(original, result.data, key, inputs=inputs)
+                result.verification = _verify(
+                    original, result.data, key, inputs=inputs, owned=owned
+                )
         else:
             # Checked from the staged file before it takes the output's place: a package that
             # fails its check is never left behind.
@@ -179,7 +184,7 @@ def protect(
                 f.flush()
                 if check:
                     result.verification = _verify(
-                        original, f.name, key, name=str(output), inputs=inputs
+                        original, f.name, key, name=str(output), inputs=inputs, owned=owned
                     )
         result.chunks = header.chunk_count
         result.bytes = header.file_size
@@ -200,14 +205,21 @@ def protect(
 
 
 def _verify(
-    original: ir.Model, written, key: bytes, *, name: str | None = None, inputs=None
+    original: ir.Model,
+    written,
+    key: bytes,
+    *,
+    name: str | None = None,
+    inputs=None,
+    owned: bool = False,
 ) -> dict:
     """Open what was written and compare it with the original on generated inputs. The original
     runs first, and its weights are let go before what was written is opened: the two are never
-    in memory together."""
+    in memory together (``owned``: the original was read by ``protect`` itself, and its weights in
+    memory are dropped too)."""
 
     def opened() -> ir.Model:
-        _release(original)
+        _release(original, drop=owned)
         return open_package(written, key, name=name)
 
     try:
@@ -225,12 +237,15 @@ def _verify(
     return {"passed": True, "max_rel": check.max_rel, "runs": check.runs, "rtol": VERIFY_RTOL}
 
 
-def _release(model: ir.Model) -> None:
+def _release(model: ir.Model, *, drop: bool = False) -> None:
     """Unmap the weights of a model read lazily from disk (they are mapped again when next read),
-    so that the pages read so far stop counting in the process's memory."""
+    so that the pages read so far stop counting in the process's memory; with ``drop``, the
+    weights held in memory go too (the model is no longer usable)."""
     for graph in model.graphs():
         for value in graph.initializers.values():
-            if isinstance(value.const_value, ir.ExternalTensor):
+            if drop and not isinstance(value.const_value, ir.ExternalTensor):
+                value.const_value = None
+            elif isinstance(value.const_value, ir.ExternalTensor):
                 try:
                     value.const_value.release()
                 except BufferError:  # an array of it is still in use: it stays mapped

@@ -49,7 +49,7 @@ def views(array: np.ndarray) -> list[np.ndarray]:
     return [array.transpose(order) for order in itertools.permutations(range(array.ndim))]
 
 
-_CHUNK_BYTES = 32 << 20  # float64 working set of one column chunk
+_CHUNK_BYTES = 8 << 20  # float64 working set of one column chunk
 
 
 def _flat(array: np.ndarray, start: int, stop: int) -> np.ndarray:
@@ -95,19 +95,33 @@ class Targets:
                 rows[i] = _flat(_array(a), start, stop) - self.means[i] if finite[i] else 0.0
             yield start, stop, rows
 
-    def __matmul__(self, v: np.ndarray) -> np.ndarray:
+    def dot(self, v: np.ndarray, shift: float = 0.0) -> np.ndarray:
+        """``X @ (v - shift)``, ``v`` read in chunks (never converted whole)."""
         out = np.zeros(len(self.arrays))
         flat = v.reshape(-1)
         for start, stop, rows in self._chunks():
             with np.errstate(invalid="ignore", over="ignore"):
-                out += rows @ flat[start:stop].astype(np.float64)
+                out += rows @ (flat[start:stop].astype(np.float64) - shift)
         return np.where(self.good, out / self.norms, 0.0)
+
+    def __matmul__(self, v: np.ndarray) -> np.ndarray:
+        return self.dot(v)
 
     def dense(self) -> np.ndarray:
         return standardized([_array(a) for a in self.arrays])
 
     def __mul__(self, v: np.ndarray) -> np.ndarray:
         return self.dense() * v
+
+
+def _squares(flat: np.ndarray, mean: float) -> float:
+    """``sum((flat - mean)**2)`` in float64, in chunks."""
+    step = _CHUNK_BYTES // 8
+    total = 0.0
+    for start in range(0, flat.size, step):
+        c = flat[start : start + step].astype(np.float64) - mean
+        total += float(c @ c)
+    return total
 
 
 def _pairs(stored: list, original: list) -> np.ndarray:
@@ -119,15 +133,14 @@ def _pairs(stored: list, original: list) -> np.ndarray:
     r = np.zeros((len(stored), len(original)))
     kept = np.zeros(len(stored), dtype=bool)
     for i, item in enumerate(stored):
-        a = _array(item)
+        a = _array(item).reshape(-1)
         with np.errstate(invalid="ignore", over="ignore"):
-            mean = np.mean(a, dtype=np.float64)
-            centered = a.reshape(-1).astype(np.float64) - mean if np.isfinite(mean) else None
-            norm = math.sqrt(float(centered @ centered)) if centered is not None else 0.0
+            mean = float(np.mean(a, dtype=np.float64))
+            norm = math.sqrt(_squares(a, mean)) if math.isfinite(mean) else 0.0
         if norm > 0 and math.isfinite(norm):
             kept[i] = True
-            r[i] = np.abs(targets @ centered) / norm
-        del a, centered
+            r[i] = np.abs(targets.dot(a, mean)) / norm
+        del a
     return r[kept][:, targets.good]
 
 

@@ -19,6 +19,7 @@ protection can be repeated, while the weights' noise keys are fresh random bytes
 
 from __future__ import annotations
 
+import gc
 import secrets
 from dataclasses import dataclass
 
@@ -135,6 +136,7 @@ def obfuscate(
     before = set(work.graph)
     if mode == "runtime":
         mixed = mixing.mix(work.graph, rng=rng, secret=secret_input, new_name=mixed_name)
+        gc.collect()  # the weights mixing replaced (graphs hold reference cycles)
     unmixing = set(work.graph) - before
     domain = "x" + namer()
     opsets = {d: v for d, v in work.opset_imports.items()}

@@ -65,7 +65,7 @@ def session_options(
     return so
 
 
-LEND_BYTES = 256 << 20  # models with more initializer bytes than this lend them to the session
+LEND_BYTES = 16 << 20  # models with more initializer bytes than this lend them to the session
 _LEND_MIN = 1 << 20
 _LENT_LOCATION = "modelpress-lent-initializer"
 _LENDABLE = {"float32", "float16", "float64", "int8", "uint8", "int16", "int32", "int64", "bool"}
@@ -85,6 +85,19 @@ def _lent(model: ir.Model, so: ort.SessionOptions, lend_bytes: int) -> tuple[byt
         and not v.is_graph_input()
         and v.const_value.dtype.numpy().name in _LENDABLE
     ]
+    folders = {
+        str(v.const_value.base_dir)
+        for v in graph.initializers.values()
+        if isinstance(v.const_value, ir.ExternalTensor)
+    }
+    if len(folders) == 1 and "" not in folders:
+        # a model read lazily from one folder: ONNX Runtime reads its external data itself (the
+        # bytes keep the references; the folder is named in the options), once; lent, the
+        # arrays mapped from the files would be copied again
+        so.add_session_config_entry(
+            "session.model_external_initializers_file_folder_path", folders.pop()
+        )
+        big = [v for v in big if not isinstance(v.const_value, ir.ExternalTensor)]
     on_disk = any(isinstance(v.const_value, ir.ExternalTensor) for v in big)
     if sum(v.const_value.nbytes for v in big) < lend_bytes and not on_disk:
         return model_bytes(model), []  # (a model read lazily is lent: bytes cannot point at files)
