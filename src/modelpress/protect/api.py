@@ -250,6 +250,19 @@ def _release(model: ir.Model, *, drop: bool = False) -> None:
                     value.const_value.release()
                 except BufferError:  # an array of it is still in use: it stays mapped
                     pass
+    gc.collect()
+    _trim()
+
+
+def _trim() -> None:
+    """Give the C heap's free memory back to the system (glibc keeps what ONNX Runtime and numpy
+    freed, and the next big step would count it again)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to do
+        pass
 
 
 def is_package(source: str | os.PathLike | bytes) -> bool:
