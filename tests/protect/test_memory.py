@@ -24,7 +24,8 @@ from modelpress.verify import verify
 
 # The goal is 3x (met on a 1.1 GB model: benchmarks/results/protect.md). On a 128 MiB model the
 # fixed costs weigh more, and the check's peak varies from run to run with what the C heap
-# keeps (2.2x to 3.2x measured for the same encryption): the test allows that spread.
+# keeps (encryption: 2.2x to 3.2x over runs; runtime obfuscation 3.2x, storage 3.4x, opening
+# 2.2x to 3.0x): the test allows that spread.
 LIMIT = 3.5
 
 
