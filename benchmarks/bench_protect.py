@@ -427,8 +427,6 @@ def write_report(report: dict) -> None:
             for r in report["metrics"]
         ],
     )
-    lines += ["", *report["summary"], ""]
-    (RESULTS / "protect.md").write_text("\n".join(lines))
     if report.get("recovery"):
         lines += [
             "",
@@ -468,7 +466,8 @@ def write_report(report: dict) -> None:
             "Runtime session on it and one run. One process at a time (`benchmarks/protect_memory.py`).",
             "",
             f"Command: `.venv/bin/python benchmarks/bench_protect.py --memory-only --memory-mib 1100`; "
-            f"date: {report.get('memory_date', report['date'])}.",
+            f"date: {report.get('memory_date', report['date'])}."
+            + (f" {report['memory_note']}" if report.get("memory_note") else ""),
             "",
         ]
         lines += _md_table(
@@ -485,6 +484,8 @@ def write_report(report: dict) -> None:
                 for r in report["memory"]
             ],
         )
+    lines += ["", *report["summary"], ""]
+    (RESULTS / "protect.md").write_text("\n".join(lines))
     (RESULTS / "protect.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
 
 
