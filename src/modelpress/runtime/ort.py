@@ -128,12 +128,12 @@ def session(
     optimize: str = "all",
     providers: list[str] | None = None,
     options: ort.SessionOptions | None = None,
-    lend_bytes: int = LEND_BYTES,
+    lend_bytes: int | None = None,
 ) -> ort.InferenceSession:
     """An ``InferenceSession`` for ``model`` (path, onnx_ir.Model, ModelProto or bytes).
 
     ``lend_bytes``: an ``onnx_ir.Model`` with at least this many bytes of large initializers
-    lends them to the session instead of serializing them (0: always; the bytes and ONNX
+    (default ``LEND_BYTES``) lends them to the session instead of serializing them (0: always; the bytes and ONNX
     Runtime's parse of them cost about 3x the weights at the session's creation)."""
     so = options or session_options(optimize=optimize)
     providers = providers or ["CPUExecutionProvider"]
@@ -143,7 +143,7 @@ def session(
     elif isinstance(model, bytes):
         source = model
     elif isinstance(model, ir.Model):
-        source, keep = _lent(model, so, lend_bytes)
+        source, keep = _lent(model, so, LEND_BYTES if lend_bytes is None else lend_bytes)
     else:
         source = model_bytes(model)
     try:
