@@ -1,19 +1,19 @@
 """Peak memory of protecting and of opening a big model, each in a fresh process (its peak RSS,
-``ru_maxrss``, less the RSS of the same process once its imports are done), as a multiple of the
+``VmHWM``, less the RSS of the same process once its imports are done), as a multiple of the
 model's size. Run by ``bench_protect.py``; by hand:
 
     .venv/bin/python benchmarks/protect_memory.py build MLP.onnx --mib 1100
     .venv/bin/python benchmarks/protect_memory.py run MLP.onnx STEP KEYFILE [OUT]
 
 STEP: ``encrypt`` (protect without obfuscation, the check after it included), ``obfuscate``
-(runtime mode, the check included), ``open`` (``open_package`` and one run).
+(runtime mode, the check included), ``storage`` (obfuscation in storage mode, the check
+included), ``open`` (``open_package``, a session and one run).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -56,12 +56,22 @@ def build(path: Path, mib: int, width: int = 4096) -> Path:
     return path
 
 
-def _rss_kib() -> int:
+def _status_kib(field: str) -> int:
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
     return 0
+
+
+def _rss_kib() -> int:
+    return _status_kib("VmRSS")
+
+
+def _peak_kib() -> int:
+    """This process's peak RSS. ``VmHWM``, not ``ru_maxrss``: the latter keeps the parent's
+    peak across fork and exec, so a child of a big process reports the parent's."""
+    return _status_kib("VmHWM")
 
 
 def run(path: Path, step: str, key_file: Path, out: Path | None) -> dict:
@@ -74,11 +84,13 @@ def run(path: Path, step: str, key_file: Path, out: Path | None) -> dict:
         protect(path, key=key, output=out)
     elif step == "obfuscate":
         protect(path, key=key, output=out, obfuscate=True, ratio=0.1, seed=0)
+    elif step == "storage":
+        protect(path, key=key, output=out, obfuscate=True, ratio=0.1, seed=0, mode="storage")
     else:
         model = open_package(path, key)
         width = model.graph.inputs[0].shape[1]
         session(model).run(None, {"x": np.ones((1, width), np.float32)})
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = _peak_kib()
     return {"step": step, "baseline_mib": base / 1024, "peak_mib": peak / 1024}
 
 

@@ -12,6 +12,7 @@ checks it against the original on generated inputs, and measures the obfuscation
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from dataclasses import dataclass, field
@@ -66,7 +67,7 @@ def _as_model(model) -> ir.Model:
     if isinstance(model, ir.Model):
         return model
     if isinstance(model, (str, os.PathLike)):
-        return payload.load_lazily(model)
+        return payload.load_original(model)
     raise OptionError(f"protect needs an onnx_ir.Model or a path, not {type(model).__name__}")
 
 
@@ -115,6 +116,7 @@ def protect(
     if output is not None:
         output_dir(output)
     original = _as_model(model)
+    owned = original is not model  # read here from a file: the check may let its weights go
     if lib.is_obfuscated(original):
         raise OptionError(
             "the model is already protected (an obfuscated graph): protect the original"
@@ -147,29 +149,42 @@ def protect(
             done.library_constants,
         )
 
-        result.metrics = measure(original, model_bytes(content), interface_kept=not rename_io)
+        done = None
+        gc.collect()  # what obfuscation left behind (graphs hold reference cycles)
+        result.metrics = measure(original, content, interface_kept=not rename_io)
+        _release(original)
+        gc.collect()
 
     check = verify and not big
     if big and verify:
         result.notes.append("not verified: models over 1.8 GB cannot run from memory")
     if encrypt:
         size, segments = payload.model_stream(content)
+        # the stream holds the model's tensors until it is used up; then only `original` is kept
+        content = None
         result.chunk_size = chunk_size
         if output is None:
             buf = bytearray()
             header = package.encrypt_stream(segments, size, key, buf.extend, chunk_size=chunk_size)
+            segments = None
+            gc.collect()  # the graph's reference cycles keep its tensors until collected
             result.data = bytes(buf)
+            del buf
             if check:
-                result.verification = _verify(original, result.data, key, inputs=inputs)
+                result.verification = _verify(
+                    original, result.data, key, inputs=inputs, owned=owned
+                )
         else:
             # Checked from the staged file before it takes the output's place: a package that
             # fails its check is never left behind.
             with atomic(output) as f:
                 header = package.encrypt_stream(segments, size, key, f.write, chunk_size=chunk_size)
+                segments = None
+                gc.collect()  # the graph's reference cycles keep its tensors until collected
                 f.flush()
                 if check:
                     result.verification = _verify(
-                        original, f.name, key, name=str(output), inputs=inputs
+                        original, f.name, key, name=str(output), inputs=inputs, owned=owned
                     )
         result.chunks = header.chunk_count
         result.bytes = header.file_size
@@ -190,13 +205,25 @@ def protect(
 
 
 def _verify(
-    original: ir.Model, written, key: bytes, *, name: str | None = None, inputs=None
+    original: ir.Model,
+    written,
+    key: bytes,
+    *,
+    name: str | None = None,
+    inputs=None,
+    owned: bool = False,
 ) -> dict:
-    """Open what was written and compare it with the original on generated inputs."""
+    """Open what was written and compare it with the original on generated inputs. The original
+    runs first, and its weights are let go before what was written is opened: the two are never
+    in memory together (``owned``: the original was read by ``protect`` itself, and its weights in
+    memory are dropped too)."""
 
-    opened = open_package(written, key, name=name)
+    def opened() -> ir.Model:
+        _release(original, drop=owned)
+        return open_package(written, key, name=name)
+
     try:
-        check = verify(original, opened, inputs=inputs, runs=2, rtol=VERIFY_RTOL)
+        check = verify(original, opened, data=inputs, input_sets=2, rtol=VERIFY_RTOL)
     except ModelpressError as exc:
         raise VerificationError(
             f"the protected model could not be checked against the original ({exc}); "
@@ -208,6 +235,34 @@ def _verify(
             "please report this model"
         )
     return {"passed": True, "max_rel": check.max_rel, "runs": check.runs, "rtol": VERIFY_RTOL}
+
+
+def _release(model: ir.Model, *, drop: bool = False) -> None:
+    """Unmap the weights of a model read lazily from disk (they are mapped again when next read),
+    so that the pages read so far stop counting in the process's memory; with ``drop``, the
+    weights held in memory go too (the model is no longer usable)."""
+    for graph in model.graphs():
+        for value in graph.initializers.values():
+            if drop and not isinstance(value.const_value, ir.ExternalTensor):
+                value.const_value = None
+            elif isinstance(value.const_value, ir.ExternalTensor):
+                try:
+                    value.const_value.release()
+                except BufferError:  # an array of it is still in use: it stays mapped
+                    pass
+    gc.collect()
+    _trim()
+
+
+def _trim() -> None:
+    """Give the C heap's free memory back to the system (glibc keeps what ONNX Runtime and numpy
+    freed, and the next big step would count it again)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to do
+        pass
 
 
 def is_package(source: str | os.PathLike | bytes) -> bool:

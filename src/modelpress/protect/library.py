@@ -186,29 +186,51 @@ def restore(model: ir.Model, library: Library, *, name: str) -> ir.Model:
     assert skeleton is not None
     stored = model.graph.initializers
 
+    def placeholder(tensor: ir.TensorProtocol) -> str | None:
+        if isinstance(tensor, ir.ExternalTensor) and str(tensor.location).startswith(PLACEHOLDER):
+            return str(tensor.location)[len(PLACEHOLDER) :]
+        return None
+
+    # how many placeholders read each stored tensor: it is let go after its last one, so that
+    # the stored tensors (float64: twice the weights) shrink as the weights are rebuilt
+    uses: dict[str, int] = {}
+    for graph in skeleton.graphs():
+        tensors = [v.const_value for v in graph.initializers.values()]
+        tensors += [n.attributes["value"].value for n in graph if _is_constant(n)]
+        for t in tensors:
+            if (where := placeholder(t)) is not None:
+                uses[where] = uses.get(where, 0) + 1
+
     def fill(tensor: ir.TensorProtocol) -> ir.TensorProtocol:
-        if not isinstance(tensor, ir.ExternalTensor) or not str(tensor.location).startswith(
-            PLACEHOLDER
-        ):
+        where = placeholder(tensor)
+        if where is None:
             return tensor
-        source = stored.get(str(tensor.location)[len(PLACEHOLDER) :])
+        source = stored.get(where)
         if source is None or source.const_value is None:
             raise ModelLoadError(
                 f"{name}: a stored weight the library refers to is missing (a damaged model)"
             )
         transform = weights.Transform.from_json(tensor.metadata_props[TRANSFORM_META])
-        return ir.Tensor(
+        weight = ir.Tensor(
             weights.decode(source.const_value.numpy(), transform),
             dtype=transform.dtype,
             name=tensor.name,
         )
+        uses[where] -= 1
+        if not uses[where]:
+            source.const_value = None
+        return weight
 
     for graph in skeleton.graphs():
         for value in graph.initializers.values():
             value.const_value = fill(value.const_value)
         for node in graph:
-            if node.op_type == "Constant" and "value" in node.attributes:
+            if _is_constant(node):
                 node.attributes["value"] = ir.AttrTensor(
                     "value", fill(node.attributes["value"].value)
                 )
     return skeleton
+
+
+def _is_constant(node: ir.Node) -> bool:
+    return node.op_type == "Constant" and "value" in node.attributes

@@ -1,7 +1,9 @@
 """The protection, measured: what the obfuscated file shows, compared with the original model.
 
-Each number is computed from the obfuscated file's bytes alone (plus the original, to compare),
-with no knowledge of how the obfuscation was done:
+Each number is computed from what the obfuscated file holds alone (plus the original, to
+compare), with no knowledge of how the obfuscation was done: its bytes, or the model that is
+written (then the bytes searched are its payload stream, ``payload.model_stream``, read piece by
+piece, so the file is never held whole in memory):
 
 - ``anonymous_share``: of the compute nodes (every node but Constant), the share whose op type
   belongs to no standard domain (so no runtime or reader knows what it computes);
@@ -24,15 +26,17 @@ with no knowledge of how the obfuscation was done:
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import onnx_ir as ir
 
 from modelpress.ir import from_bytes
+from modelpress.protect import payload
 from modelpress.protect.correlation import max_correlation
 from modelpress.protect.names import all_names
-from modelpress.protect.weights import constant_arrays
+from modelpress.protect.weights import constant_tensors
 
 STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training")
 MIN_NAME_CHARS = 5
@@ -116,11 +120,36 @@ def names_in(data: bytes, names: list[str]) -> list[str]:
     return found
 
 
+_SEARCH_PIECE = 8 << 20  # names_in's working set is a few times the bytes it is given
+
+
+def names_in_pieces(pieces: Iterable[bytes | memoryview], names: list[str]) -> list[str]:
+    """``names_in`` over the concatenation of ``pieces``, never held whole: each piece is searched
+    together with the end of the one before (a name's length less one byte), so a name across a
+    boundary is found too. The order is ``names``'s."""
+    longest = max((len(n.encode()) for n in names), default=0)
+    found: set[str] = set()
+    tail = b""
+    for piece in pieces:
+        view = memoryview(piece).cast("B")
+        for start in range(0, len(view), _SEARCH_PIECE):
+            data = tail + bytes(view[start : start + _SEARCH_PIECE])
+            found.update(names_in(data, [n for n in names if n not in found]))
+            tail = data[-(longest - 1) :] if longest > 1 else b""
+    return [n for n in names if n in found]
+
+
 def measure(
-    original: ir.Model, obfuscated: bytes, *, interface_kept: bool = True
+    original: ir.Model, obfuscated: ir.Model | bytes, *, interface_kept: bool = True
 ) -> ProtectionMetrics:
-    """The metrics of the obfuscated model file ``obfuscated`` against ``original``."""
-    model = from_bytes(obfuscated, source="obfuscated model")
+    """The metrics of the obfuscated model ``obfuscated`` (the model that is written, or the
+    file's bytes) against ``original``."""
+    if isinstance(obfuscated, ir.Model):
+        model = obfuscated
+        pieces: Iterable = payload.model_stream(model)[1]
+    else:
+        model = from_bytes(obfuscated, source="obfuscated model")
+        pieces = [obfuscated]
     nodes = _nodes(model)
     compute = _compute(nodes)
     anonymous = [n for n in compute if not is_standard(n.domain)]
@@ -129,8 +158,8 @@ def measure(
     hist_o = Counter((n.domain, n.op_type) for n in orig_compute)
     hist_f = Counter((n.domain, n.op_type) for n in compute)
     corr, pairs = max_correlation(
-        constant_arrays(model, kinds="fiub", min_size=MIN_WEIGHT_ELEMENTS),
-        constant_arrays(original, kinds="fiub", min_size=MIN_WEIGHT_ELEMENTS),
+        constant_tensors(model, kinds="fiub", min_size=MIN_WEIGHT_ELEMENTS),
+        constant_tensors(original, kinds="fiub", min_size=MIN_WEIGHT_ELEMENTS),
     )
     names = all_names(original)
     # The interface stays in the file on purpose: its dimension names always, its value names
@@ -146,7 +175,7 @@ def measure(
     in_interface = {n for n in names if any(n in s for s in interface)}
     names -= in_interface
     checked = sorted(n for n in names if len(n.encode()) >= MIN_NAME_CHARS)
-    found = names_in(obfuscated, checked)
+    found = names_in_pieces(pieces, checked)
     return ProtectionMetrics(
         compute_nodes=len(compute),
         anonymous_nodes=len(anonymous),

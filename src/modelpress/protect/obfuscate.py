@@ -19,6 +19,7 @@ protection can be repeated, while the weights' noise keys are fresh random bytes
 
 from __future__ import annotations
 
+import gc
 import secrets
 from dataclasses import dataclass
 
@@ -30,7 +31,7 @@ from modelpress.ir.shapes import ensure_types
 from modelpress.protect import library as lib
 from modelpress.protect import mixing, signature, weights
 from modelpress.protect.compress_graph import find_groups
-from modelpress.protect.correlation import standardized
+from modelpress.protect.correlation import Targets, standardized
 from modelpress.protect.expand import expand, type_decoys
 from modelpress.protect.names import Namer, all_names, rename, subgraphs
 from modelpress.protect.optypes import DECODE_DOMAIN, Visible, const_tensor, extract
@@ -135,6 +136,7 @@ def obfuscate(
     before = set(work.graph)
     if mode == "runtime":
         mixed = mixing.mix(work.graph, rng=rng, secret=secret_input, new_name=mixed_name)
+        gc.collect()  # the weights mixing replaced (graphs hold reference cycles)
     unmixing = set(work.graph) - before
     domain = "x" + namer()
     opsets = {d: v for d, v in work.opset_imports.items()}
@@ -142,7 +144,7 @@ def obfuscate(
     by_size: dict[int, list[np.ndarray]] = {}
     for a in weights.constant_arrays(model, kinds="fiu", min_size=weights.MIN_ELEMENTS):
         by_size.setdefault(a.size, []).append(a)
-    targets: dict[int, np.ndarray] = {}  # standardized, once per size
+    targets: dict[int, Targets] = {}  # the originals of each size, to stay clear of
     stored: dict[ir.Value, Visible] = {}
     inlined: set[ir.Value] = set()
     skeleton_slots: dict[
@@ -167,7 +169,7 @@ def obfuscate(
             inlined.add(value)
             return None
         if array.size not in targets:
-            targets[array.size] = standardized(by_size.get(array.size) or [array])
+            targets[array.size] = Targets(by_size.get(array.size) or [array])
         s, transform = weights.encode(
             array, rng=rng, targets=targets[array.size], permute=not runtime
         )
@@ -190,8 +192,11 @@ def obfuscate(
         if closest > 2 * weights.TARGET_CORRELATION:
             inlined.add(value)  # too many same-size originals to stay clear of: keep it sealed
             return None
+        del s
         name = namer()
-        holder = ir.Value(name=name, const_value=ir.tensor(s, name=name))
+        # S is recomputed each time it is read (signed, measured, written): never all held
+        lazy = weights.lazy_stored(const_tensor(value), transform, name)
+        holder = ir.Value(name=name, const_value=lazy)
         work.graph.register_initializer(holder)
         visible = Visible(holder, transform.to_json())
         stored[value] = visible

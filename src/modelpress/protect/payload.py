@@ -16,6 +16,7 @@ a few chunks; nothing is written to disk.
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -183,6 +184,48 @@ def model_payload_bytes(model: ir.Model) -> bytes:
     out = b"".join(bytes(s) for s in segments)
     assert len(out) == size
     return out
+
+
+def _owned(t: ir.TensorProtocol) -> ir.TensorProtocol:
+    if isinstance(t, ir.serde.TensorProtoTensor) and t.dtype.bitwidth >= 8:
+        try:
+            return ir.Tensor(t.numpy(), dtype=t.dtype, name=t.name, doc_string=t.doc_string)
+        except Exception:  # noqa: BLE001 - a type numpy cannot hold stays as it was
+            return t
+    return t
+
+
+def load_original(path: str | os.PathLike) -> ir.Model:
+    """``load_lazily``, the tensors stored inline copied out of the protobuf once (each read of
+    a protobuf tensor copies it again, and any one of them keeps the whole message alive), and
+    the message let go: an inline model then takes its size in memory once."""
+    model = load_lazily(path)
+    functions = [f.graph for f in model.functions.values()]
+    graphs = [g for g in model.graphs()] + [s for f in functions for s in _all_graphs(f)]
+    for graph in graphs:
+        if isinstance(graph, ir.Graph):
+            for value in graph.initializers.values():
+                if value.const_value is not None:
+                    value.const_value = _owned(value.const_value)
+        for node in graph:
+            for name, attr in list(node.attributes.items()):
+                if attr.type == ir.AttributeType.TENSOR:
+                    node.attributes[name] = ir.AttrTensor(name, _owned(attr.value))
+                elif attr.type == ir.AttributeType.TENSORS:
+                    node.attributes[name] = ir.AttrTensors(name, [_owned(t) for t in attr.value])
+    gc.collect()
+    return model
+
+
+def _all_graphs(graph) -> Iterator:
+    yield graph
+    for node in graph:
+        for attr in node.attributes.values():
+            if attr.type == ir.AttributeType.GRAPH:
+                yield from _all_graphs(attr.value)
+            elif attr.type == ir.AttributeType.GRAPHS:
+                for g in attr.value:
+                    yield from _all_graphs(g)
 
 
 def load_lazily(path: str | os.PathLike) -> ir.Model:

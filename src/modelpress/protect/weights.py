@@ -283,6 +283,30 @@ def encode(
     return s.astype(t.store_dtype), t
 
 
+def stored(array: np.ndarray, t: Transform) -> np.ndarray:
+    """``S`` again, from the weight and its transform (what ``encode`` returned, bit for bit)."""
+    w = np.ascontiguousarray(_as_numpy(array)).reshape(-1)
+    p = w[_permutation(t.size, t.a, t.b)]
+    del w
+    p64 = p.astype(t.store_dtype)
+    del p
+    s = p64 + noise(t)
+    s[t.exceptions] = p64[t.exceptions]
+    return s
+
+
+def lazy_stored(source: ir.TensorProtocol, t: Transform, name: str) -> ir.LazyTensor:
+    """``S`` as a tensor computed from ``source`` (the weight) each time it is read, never kept:
+    a storage-mode model holds its stored weights (twice the weights' size in float64) only
+    one at a time, while it is signed, measured and written."""
+    return ir.LazyTensor(
+        lambda: ir.tensor(stored(source.numpy(), t)),
+        dtype=ir.DataType.from_numpy(t.store_dtype),
+        shape=ir.Shape([t.size]),
+        name=name,
+    )
+
+
 def decode(stored: np.ndarray, t: Transform) -> np.ndarray:
     """The weight back from ``S`` (numpy; bit for bit what the ONNX form computes)."""
     target = np.dtype(t.dtype.numpy())
@@ -323,6 +347,26 @@ def decode_nodes(t: Transform, stored: ir.Value, opset: int) -> tuple[list[ir.No
         )
         nodes += [diff, cast, idx, gather, reshape]
     return nodes, reshape.outputs[0]
+
+
+def constant_tensors(model: ir.Model, *, kinds: str, min_size: int) -> list[ir.TensorProtocol]:
+    """``constant_arrays``, as the tensors themselves (read only when used)."""
+    out = []
+    for graph in model.graphs():
+        tensors = [v.const_value for v in graph.initializers.values() if v.const_value is not None]
+        tensors += [
+            n.attributes["value"].value
+            for n in graph
+            if n.op_type == "Constant" and "value" in n.attributes
+        ]
+        for t in tensors:
+            try:
+                kind = np.dtype(t.dtype.numpy()).kind
+            except Exception:  # noqa: BLE001 - strings and exotic types are not weights
+                continue
+            if kind in kinds and t.size >= min_size and t.dtype.bitwidth >= 8:
+                out.append(t)
+    return out
 
 
 def constant_arrays(model: ir.Model, *, kinds: str, min_size: int) -> list[np.ndarray]:

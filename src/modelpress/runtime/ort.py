@@ -65,13 +65,13 @@ def session_options(
     return so
 
 
-LEND_BYTES = 256 << 20  # models with more initializer bytes than this lend them to the session
+LEND_BYTES = 16 << 20  # models with more initializer bytes than this lend them to the session
 _LEND_MIN = 1 << 20
 _LENT_LOCATION = "modelpress-lent-initializer"
 _LENDABLE = {"float32", "float16", "float64", "int8", "uint8", "int16", "int32", "int64", "bool"}
 
 
-def _lent(model: ir.Model, so: ort.SessionOptions) -> tuple[bytes, list]:
+def _lent(model: ir.Model, so: ort.SessionOptions, lend_bytes: int) -> tuple[bytes, list]:
     """The model's bytes, its big initializers left out and lent to the session instead
     (``add_external_initializers``: ONNX Runtime reads the arrays where they are, on the CPU), so
     a big model in memory is not held twice more (serialized, then parsed); small models and
@@ -85,8 +85,21 @@ def _lent(model: ir.Model, so: ort.SessionOptions) -> tuple[bytes, list]:
         and not v.is_graph_input()
         and v.const_value.dtype.numpy().name in _LENDABLE
     ]
+    folders = {
+        str(v.const_value.base_dir)
+        for v in graph.initializers.values()
+        if isinstance(v.const_value, ir.ExternalTensor)
+    }
+    if len(folders) == 1 and "" not in folders:
+        # a model read lazily from one folder: ONNX Runtime reads its external data itself (the
+        # bytes keep the references; the folder is named in the options), once; lent, the
+        # arrays mapped from the files would be copied again
+        so.add_session_config_entry(
+            "session.model_external_initializers_file_folder_path", folders.pop()
+        )
+        big = [v for v in big if not isinstance(v.const_value, ir.ExternalTensor)]
     on_disk = any(isinstance(v.const_value, ir.ExternalTensor) for v in big)
-    if sum(v.const_value.nbytes for v in big) < LEND_BYTES and not on_disk:
+    if sum(v.const_value.nbytes for v in big) < lend_bytes and not on_disk:
         return model_bytes(model), []  # (a model read lazily is lent: bytes cannot point at files)
     arrays = [np.ascontiguousarray(v.const_value.numpy()) for v in big]
     saved = [v.const_value for v in big]
@@ -115,8 +128,13 @@ def session(
     optimize: str = "all",
     providers: list[str] | None = None,
     options: ort.SessionOptions | None = None,
+    lend_bytes: int | None = None,
 ) -> ort.InferenceSession:
-    """An ``InferenceSession`` for ``model`` (path, onnx_ir.Model, ModelProto or bytes)."""
+    """An ``InferenceSession`` for ``model`` (path, onnx_ir.Model, ModelProto or bytes).
+
+    ``lend_bytes``: an ``onnx_ir.Model`` with at least this many bytes of large initializers
+    (default ``LEND_BYTES``) lends them to the session instead of serializing them (0: always; the bytes and ONNX
+    Runtime's parse of them cost about 3x the weights at the session's creation)."""
     so = options or session_options(optimize=optimize)
     providers = providers or ["CPUExecutionProvider"]
     keep: list = []
@@ -125,7 +143,7 @@ def session(
     elif isinstance(model, bytes):
         source = model
     elif isinstance(model, ir.Model):
-        source, keep = _lent(model, so)
+        source, keep = _lent(model, so, LEND_BYTES if lend_bytes is None else lend_bytes)
     else:
         source = model_bytes(model)
     try:

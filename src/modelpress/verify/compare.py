@@ -124,8 +124,9 @@ def _run(
 
 
 def _session(model):
-
-    return session(model, options=session_options(optimize="disabled"))
+    # lent, whatever the model's size: its bytes and ONNX Runtime's parse of them would cost
+    # about 3x the weights, for a session that runs a few times
+    return session(model, options=session_options(optimize="disabled"), lend_bytes=0)
 
 
 def run_model(
@@ -152,6 +153,9 @@ def verify(
 ) -> VerifyResult:
     """Run ``reference`` and ``candidate`` on the same inputs and compare every output.
 
+    ``candidate``: a model, or a function that returns one, called once the reference has run and
+    its session is gone (so that a big candidate is only made when the reference's memory is free).
+
     ``data``: one feed dict or a non-empty list of them (``inputs``: its old name); otherwise ``input_sets`` (2) random feeds are
     generated, fitted to what the reference can run on (``verify.fit``; dynamic dimensions sized by
     ``dims`` by name, or whole input ``shapes``). Outputs are matched by name, or by position when
@@ -160,16 +164,7 @@ def verify(
     ``VerificationError`` when the candidate cannot run where the reference does.
     """
     ref = as_model(reference)
-    cand = as_model(candidate)
     ref_names = [v.name for v in ref.graph.outputs]
-    cand_names = [v.name for v in cand.graph.outputs]
-    if len(ref_names) != len(cand_names):
-        raise VerificationError(f"the models have different outputs: {ref_names} vs {cand_names}")
-    pairs = (
-        list(zip(ref_names, ref_names))
-        if set(ref_names) == set(cand_names)
-        else list(zip(ref_names, cand_names))
-    )
     sess_a = _session(ref)
     notes: list[str] = []
     inputs = renamed(data, inputs, new="data", old="inputs")
@@ -197,6 +192,18 @@ def verify(
             _run(sess_a, feeds, what="the original model failed to run on the given inputs")
             for feeds in feeds_list
         ]
+    # The reference's session is gone before the candidate is made (a function is called only
+    # now): the two models' weights are never in memory together.
+    sess_a = None
+    cand = as_model(candidate() if callable(candidate) else candidate)
+    cand_names = [v.name for v in cand.graph.outputs]
+    if len(ref_names) != len(cand_names):
+        raise VerificationError(f"the models have different outputs: {ref_names} vs {cand_names}")
+    pairs = (
+        list(zip(ref_names, ref_names))
+        if set(ref_names) == set(cand_names)
+        else list(zip(ref_names, cand_names))
+    )
     sess_b = _session(cand)
     cand_inputs = {i.name for i in cand.graph.inputs}
     worst: dict[str, OutputDiff] = {}
