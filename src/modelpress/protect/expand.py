@@ -464,11 +464,22 @@ _FOLDED_OFTEN = {
 }
 
 
+def _copies(op_type: str, count: int) -> int:
+    """How many decoys of ``op_type`` (``count`` in the original): never the original count, so
+    that a tool that removes or converts every real node of the type leaves a different count."""
+    copies = 2 if op_type in _FOLDED_OFTEN else 1
+    return copies + 1 if copies == count else copies
+
+
 def _type_zero(
-    b: _Body, formal: ir.Value, rank: int, wanted: list[str], rng, opset: int
+    b: _Body, formal: ir.Value, rank: int, wanted: dict[str, int], rng, opset: int
 ) -> ir.Value:
-    """The decoys of ``wanted`` types on the first element of ``formal`` (of ``rank``), and
-    their exact int64 zero (a scalar)."""
+    """The decoys of ``wanted`` types (type -> copies) on the first element of ``formal`` (of
+    ``rank``), and their exact int64 zero (a scalar).
+
+    The decoys sit in the branch of an ``If`` that is never taken (its condition: the element
+    is greater than +inf, which no value is, NaN included): they are in the graph for every
+    reader and tool, no folder can evaluate the condition, and at run time they cost nothing."""
     if opset >= 10:
         first = b.op(
             "Slice",
@@ -480,29 +491,49 @@ def _type_zero(
         first = b.add(
             ir.node("Slice", [formal], attributes={"starts": [0] * rank, "ends": [1] * rank})
         )
-    # f's shape is [1, 1, 1, 1] computed from data (ones plus a zero no folder can evaluate), so
-    # that no tool can fold the shape ops among the decoys either
     value = b.op("Cast", first, to=_F32)
     inf = b.add(_c(np.array(np.inf, dtype=np.float32)))
-    zero = b.op(
-        "Reshape", b.op("Cast", b.op("Greater", value, inf), to=ir.DataType.INT64), _ones(b, 1)
+    gate = b.op("Greater", b.op("ReduceMax", value, keepdims=0), inf)
+    branch = _Body(ir.Graph([], [], nodes=[], name="then"))
+    # f's shape is [1, 1, 1, 1] computed from data (ones plus a zero no folder can evaluate), so
+    # that no tool can fold the shape ops among the decoys either
+    zero = branch.op(
+        "Reshape",
+        branch.op("Cast", branch.op("Greater", value, inf), to=ir.DataType.INT64),
+        _ones(branch, 1),
     )
-    f = b.op("Reshape", value, b.op("Add", _ones(b, 4), zero))
+    f = branch.op("Reshape", value, branch.op("Add", _ones(branch, 4), zero))
     scalars = []
-    for t in [wanted[i] for i in rng.permutation(len(wanted))]:
+    order = sorted(wanted)
+    for t in [order[i] for i in rng.permutation(len(order))]:
         # shape ops are the ones optimizers remove from a graph: one removed from the real ones
         # would bring a single decoy's type back to its count
-        for _ in range(2 if t in _FOLDED_OFTEN else 1):
-            out = _TYPE_DECOYS[t](b, f, opset)
+        for copy in range(wanted[t]):
+            # each copy reads its own value: a runtime's common-subexpression elimination would
+            # merge identical ones back into one
+            source = f if copy == 0 else branch.op("Add", f, branch.add(_c(np.float32(copy))))
+            out = _TYPE_DECOYS[t](branch, source, opset)
             if out is not None:
-                scalars.append(b.op("ReduceMax", b.op("Cast", out, to=_F32), keepdims=0))
-    never = b.op("Greater", b.op("Sum", *scalars), inf)
-    return b.op("Cast", never, to=ir.DataType.INT64)
+                scalars.append(branch.op("ReduceMax", branch.op("Cast", out, to=_F32), keepdims=0))
+    never = branch.op("Greater", branch.op("Sum", *scalars), inf)
+    branch.graph.outputs.append(branch.op("Cast", never, to=ir.DataType.INT64))
+    other = _Body(ir.Graph([], [], nodes=[], name="else"))
+    other.graph.outputs.append(other.const(0))
+    return b.add(
+        ir.node(
+            "If",
+            [gate],
+            attributes={
+                "then_branch": ir.AttrGraph("then_branch", branch.graph),
+                "else_branch": ir.AttrGraph("else_branch", other.graph),
+            },
+        )
+    )
 
 
 def type_decoys(
     graph: ir.Graph,
-    types: set[str],
+    types: dict[str, int],
     *,
     rng: np.random.Generator,
     domain: str,
@@ -511,10 +542,11 @@ def type_decoys(
     opsets: dict[str, int],
     into: Anonymous | None = None,
 ) -> list[Anonymous]:
-    """One decoy node of each op type in ``types`` (default domain) that has a builder. With
+    """Decoy nodes of each op type in ``types`` (default domain; type -> its count in the
+    original) that has a builder, as many as ``_copies`` says. With
     ``into`` (the expansion chain's first decoy), inside it: its zero joins the chain. Else in a
     new anonymous node whose zero every output subtracts. Returns the new anonymous nodes."""
-    wanted = sorted(t for t in types if t in _TYPE_DECOYS)
+    wanted = {t: _copies(t, c) for t, c in types.items() if t in _TYPE_DECOYS}
     if not wanted:
         return []
     if into is not None:
