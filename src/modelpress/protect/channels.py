@@ -86,19 +86,6 @@ def _rank(v: ir.Value) -> int | None:
     return None if v.shape is None else len(v.shape)
 
 
-def _dim(v: ir.Value | None, axis: int) -> int | None:
-    """``v``'s size on negative ``axis`` (1 when it has no such axis: it broadcasts)."""
-    if v is None:
-        return 1
-    r = _rank(v)
-    if r is None:
-        return None
-    if r < -axis:
-        return 1
-    d = v.shape[axis]
-    return d if isinstance(d, int) else None
-
-
 def _ints(node: ir.Node, name: str, index: int) -> list[int] | None:
     """An int list given as attribute ``name`` or as constant input ``index``."""
     attr = node.attributes.get(name)
@@ -127,6 +114,60 @@ class _Walk:
         self.bounds: dict[tuple[ir.Value, int], Boundary] = {}
         self.pending: list[Edit] = []
         self.joins: list[tuple[int, int]] = []
+        self.ranks: dict[ir.Value, int] = {}
+        self.flat: dict[ir.Value, int] = {}  # value -> a negative axis where its size is 1
+
+    def rank(self, v: ir.Value | None) -> int | None:
+        if v is None:
+            return None
+        return _rank(v) if v.shape is not None else self.ranks.get(v)
+
+    def dim(self, v: ir.Value | None, axis: int) -> int | None:
+        """``v``'s size on negative ``axis`` (1 when it has no such axis: it broadcasts)."""
+        if v is None or self.flat.get(v) == axis:
+            return 1
+        r = self.rank(v)
+        if r is None:
+            return None
+        if r < -axis:
+            return 1
+        if v.shape is None:
+            return None
+        d = v.shape[axis]
+        return d if isinstance(d, int) else None
+
+    def _infer_rank(self, node: ir.Node) -> None:
+        """Ranks (and size-1 axes) the shape inference left out, for the handlers."""
+        out = node.outputs[0] if node.outputs else None
+        if out is None:
+            return
+        ranks = [self.rank(v) for v in node.inputs if v is not None]
+        op = node.op_type
+        r = None
+        if op in _ELEMENTWISE:
+            for axis in {self.flat[v] for v in node.inputs if v in self.flat}:
+                if all(self.dim(v, axis) == 1 for v in node.inputs if v is not None):
+                    self.flat[out] = axis
+        if op in _ELEMENTWISE and ranks and None not in ranks:
+            r = max(ranks)
+        elif op in _REDUCE and ranks and _attr(node, "keepdims", 1):
+            r = ranks[0]
+        elif op in _SAME_RANK and ranks:
+            r = ranks[0]
+        elif op == "MatMul" and len(ranks) == 2 and None not in ranks and min(ranks) >= 2:
+            r = max(ranks)
+        elif op in ("Gemm", "Flatten"):
+            r = 2
+        elif op in ("Shape", "Size"):
+            r = 1 if op == "Shape" else 0
+        elif op == "Gather" and len(ranks) == 2 and None not in ranks:
+            r = ranks[0] + ranks[1] - 1
+        elif op == "Reshape" and len(node.inputs) > 1 and node.inputs[1] is not None:
+            shape = node.inputs[1].shape
+            if shape is not None and len(shape) == 1 and isinstance(shape[0], int):
+                r = shape[0]
+        if r is not None and out.shape is None:
+            self.ranks[out] = r
 
     def find(self, g: int) -> int:
         while self.parent[g] != g:
@@ -164,6 +205,7 @@ class _Walk:
 
     def run(self) -> Plan:
         for node in self.graph:
+            self._infer_rank(node)
             permuted = [
                 (i, v) for i, v in enumerate(node.inputs) if v is not None and v in self.state
             ]
@@ -245,12 +287,12 @@ def _broadcast(w: _Walk, node: ir.Node, permuted, *, only: set[int] | None = Non
     for i, v in enumerate(node.inputs):
         if v is None or i in carried or (only is not None and i not in only):
             continue
-        d = _dim(v, axis)
+        d = w.dim(v, axis)
         if d == 1:
             continue
         if d != n:
             raise _Refused
-        w.edit(node, i, _rank(v) + axis, g)
+        w.edit(node, i, w.rank(v) + axis, g)
     return g, axis
 
 
@@ -259,8 +301,8 @@ def _elementwise(w, node, permuted):
     return {i: st for i in range(len(node.outputs))}
 
 
-def _channel_axis(v: ir.Value, axis: int) -> None:
-    r = _rank(v)
+def _channel_axis(w, v: ir.Value, axis: int) -> None:
+    r = w.rank(v)
     if r is None or r < 2 or r + axis != 1:
         raise _Refused
 
@@ -270,7 +312,7 @@ def _normalization(count: int):
         (i, v, g, axis), *rest = permuted
         if i != 0 or rest:
             raise _Refused
-        _channel_axis(v, axis)
+        _channel_axis(w, v, axis)
         for k in range(1, count + 1):
             w.edit(node, k, 0, g)
         if any(o.uses() for o in node.outputs[1:]):
@@ -282,7 +324,7 @@ def _normalization(count: int):
 
 def _layer_norm(w, node, permuted):
     (i, v, g, axis), *rest = permuted
-    r = _rank(v)
+    r = w.rank(v)
     if i != 0 or rest or r is None:
         raise _Refused
     start = _attr(node, "axis", -1) % r
@@ -298,7 +340,7 @@ def _conv(w, node, permuted):
     (i, v, g, axis), *rest = permuted
     if i != 0 or rest:
         raise _Refused
-    _channel_axis(v, axis)
+    _channel_axis(w, v, axis)
     weight = const_array(node.inputs[1])
     if weight is None:
         raise _Refused
@@ -338,7 +380,7 @@ def _gemm(w, node, permuted):
 
 def _gather(w, node, permuted):
     (i, v, g, axis), *rest = permuted
-    r, k = _rank(v), _rank(node.inputs[1])
+    r, k = w.rank(v), w.rank(node.inputs[1])
     if i != 0 or rest or r is None or k is None:
         raise _Refused
     at, pa = _attr(node, "axis", 0) % r, r + axis
@@ -350,8 +392,8 @@ def _gather(w, node, permuted):
 
 def _reduce(w, node, permuted):
     (i, v, g, axis), *rest = permuted
-    r = _rank(v)
-    if i != 0 or rest or r is None:
+    r = w.rank(v)
+    if i != 0 or rest:
         raise _Refused
     axes = _ints(node, "axes", 1)
     if axes is None or not axes:
@@ -360,20 +402,25 @@ def _reduce(w, node, permuted):
         if len(node.inputs) > 1 and node.inputs[1] is not None and axes is None:
             raise _Refused  # axes computed at run time
         return {}  # every axis: the order does not matter
-    axes = [a % r for a in axes]
-    pa = r + axis
-    if pa in axes:
+    if any(a >= 0 for a in axes):
+        if r is None:
+            raise _Refused
+        axes = [a - r if a >= 0 else a for a in axes]
+    keep = _attr(node, "keepdims", 1)
+    if axis in axes:
+        if keep:
+            w.flat[node.outputs[0]] = axis
         return {}
-    if _attr(node, "keepdims", 1):
+    if keep:
         return {0: (g, axis)}
-    return {0: (g, pa - sum(a < pa for a in axes) - (r - len(axes)))}
+    return {0: (g, axis + sum(a > axis for a in axes))}
 
 
 def _pool(w, node, permuted):
     (i, v, g, axis), *rest = permuted
     if i != 0 or rest:
         raise _Refused
-    _channel_axis(v, axis)
+    _channel_axis(w, v, axis)
     if len(node.outputs) > 1 and node.outputs[1].uses():
         raise _Refused  # MaxPool's indices count channels
     return {0: (g, axis)}
@@ -381,7 +428,7 @@ def _pool(w, node, permuted):
 
 def _transpose(w, node, permuted):
     (i, v, g, axis), *_ = permuted
-    r = _rank(v)
+    r = w.rank(v)
     if r is None:
         raise _Refused
     perm = list(_attr(node, "perm", list(range(r))[::-1]))
@@ -416,7 +463,7 @@ def _reshape_like(w, node, permuted):
 
 def _pad(w, node, permuted):
     (i, v, g, axis), *rest = permuted
-    r = _rank(v)
+    r = w.rank(v)
     if i != 0 or rest or r is None or (len(node.inputs) > 3 and node.inputs[3] is not None):
         raise _Refused
     pads = _ints(node, "pads", 1)
@@ -428,7 +475,7 @@ def _pad(w, node, permuted):
 
 def _slice(w, node, permuted):
     (i, v, g, axis), *rest = permuted
-    r = _rank(v)
+    r = w.rank(v)
     if i != 0 or rest or r is None:
         raise _Refused
     starts = _ints(node, "starts", 1)
@@ -449,7 +496,15 @@ GreaterOrEqual And Or Xor BitShift Mod""".split()
 _REDUCE = """ReduceMean ReduceSum ReduceMax ReduceMin ReduceProd ReduceL1 ReduceL2 ReduceSumSquare
 ReduceLogSum ReduceLogSumExp""".split()
 
+_ELEMENTWISE = set(_UNARY + _BINARY)
+_SAME_RANK = {
+    *"Transpose Softmax LogSoftmax LayerNormalization BatchNormalization Conv Pad Slice".split(),
+    *"InstanceNormalization MaxPool AveragePool GlobalAveragePool GlobalMaxPool Erf".split(),
+}
+
 _HANDLERS: dict[str, Handler] = {
+    "Shape": lambda w, node, p: {},  # the shape does not depend on the order
+    "Size": lambda w, node, p: {},
     **{op: _elementwise for op in _UNARY + _BINARY},
     **{op: _reduce for op in _REDUCE},
     **{op: _pool for op in "MaxPool AveragePool LpPool GlobalAveragePool GlobalMaxPool".split()},
