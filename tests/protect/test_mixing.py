@@ -263,3 +263,32 @@ def test_derangements_leave_nothing_in_place_and_values_repeat(n, block):
         assert not (q == np.arange(n)).any()
     spec = {"seed": "cd" * 16, "n": n, "part": "index"}
     np.testing.assert_array_equal(mixing.values(spec), mixing.values(dict(spec)))
+
+
+def test_the_protected_cnn_has_nothing_between_its_convolutions(zoo_paths):
+    """resnet-digits protected end to end, opened and inlined as ONNX Runtime inlines it: no
+    Gather or Mul (the old per-layer inverse) feeds a convolution, directly or through others."""
+    import onnx.inliner
+
+    from modelpress.ir import to_proto
+    from modelpress.protect import open_package, protect
+
+    key = bytes(range(32))
+    result = protect(zoo_paths["resnet-digits"], key=key, obfuscate=True, ratio=0.6, seed=3)
+    graph = onnx.inliner.inline_local_functions(to_proto(open_package(result.data, key))).graph
+    readers: dict[str, list] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    convs = [n for n in graph.node if n.op_type == "Conv"]
+    assert len(convs) >= 9
+    for node in graph.node:
+        if node.op_type not in ("Gather", "Mul"):
+            continue
+        seen, todo = set(), list(node.output)
+        while todo:
+            for reader in readers.get(todo.pop(), []):
+                assert reader.op_type != "Conv", f"a {node.op_type} feeds a convolution"
+                if id(reader) not in seen:
+                    seen.add(id(reader))
+                    todo += list(reader.output)
