@@ -12,7 +12,9 @@ channels of the axis alike (``_HANDLERS``):
 - BatchNormalization, InstanceNormalization, LayerNormalization over that axis (their parameters
   permuted), Softmax, pooling, Pad and Slice on other axes, a depthwise Conv (its filters
   permuted), Transpose, Flatten, Squeeze/Unsqueeze and Reshape where the axis stays whole;
-- reductions over the axis (ReduceMean, ...) end it: their result does not depend on the order;
+- reductions over the axis (ReduceMean, ...) and Shape end it: their result does not depend on
+  the order (a reduction's size-1 result broadcasts back over permuted tensors: LayerNorm's
+  primitives);
 - a *consumer* that sums over the axis (Conv with one group, MatMul, Gemm on its input's last axis)
   absorbs it: its weight's input axis is permuted the same way, and its output is in the original
   order (or starts a group of its own, as a producer).

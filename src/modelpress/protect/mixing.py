@@ -57,8 +57,10 @@ from modelpress.protect.correlation import standardized, views
 MIN_ELEMENTS = 16384
 # the orders are drawn among this many candidates per group, scored on the weights whose size is
 # in SCORED_ELEMENTS (smaller ones are at the chance level anyway; larger ones cost too much)
-CANDIDATES = 8
+CANDIDATES = (4, 16)
+TARGET_Z = 3.5  # the largest |r| * sqrt(n) over the pairs scored: chance for a few thousand pairs
 SCORED_ELEMENTS = (256, 1 << 22)
+CROSS_ELEMENTS = 1 << 16  # weights up to this size are also scored against every same-size one
 _FLOATS = {ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE, ir.DataType.BFLOAT16}
 
 
@@ -376,17 +378,34 @@ def _taken(array: np.ndarray, how: list[tuple[int, int]], orders: dict) -> np.nd
 
 
 def _choose(
-    sizes: dict[int, int], tensors: list[tuple[np.ndarray, list]], rng: np.random.Generator
+    sizes: dict[int, int],
+    tensors: list[tuple[np.ndarray, list]],
+    originals: list[np.ndarray],
+    rng: np.random.Generator,
 ) -> dict[int, str]:
-    """A seed per group: of ``CANDIDATES`` fresh ones, the one whose order leaves the group's
-    weights least correlated with themselves (the largest z-score of |Pearson r| over every axis
-    order of each weight, the other groups' orders as chosen so far). Any derangement keeps a
-    weight at the chance level on average; trained weights have some structure (filters alike),
-    and this keeps the worst case away from the threshold the recovery checks apply."""
-    seeds = {g: [_seed(rng) for _ in range(CANDIDATES)] for g in sizes}
+    """A seed per group: of ``CANDIDATES`` fresh ones (more, up to the second number, until one
+    scores under ``TARGET_Z``), the one whose order leaves the group's
+    weights least correlated with the originals (the largest z-score of |Pearson r| over every
+    axis order of the weight itself and, up to ``CROSS_ELEMENTS``, of every original constant of
+    its size; the other groups' orders as chosen so far). Any derangement keeps a weight at the
+    chance level on average; trained weights have structure (filters alike, the same outlier
+    channels in every LayerNorm of a transformer, which an order may happen to line up), and
+    this keeps the worst case away from the threshold the recovery checks apply."""
+    seeds: dict[int, list[str]] = {g: [_seed(rng)] for g in sizes}
     chosen = {g: 0 for g in sizes}
+    by_size: dict[int, list[np.ndarray]] = {}
+    for a in originals:
+        if SCORED_ELEMENTS[0] <= a.size <= CROSS_ELEMENTS and a.dtype.kind == "f":
+            by_size.setdefault(a.size, []).extend(views(a))
+    cross = {n: standardized(rows) for n, rows in by_size.items()}
+    # a permutation changes neither mean nor norm: the standardized weight, permuted, is the
+    # permuted weight standardized
     scored = [
-        (standardized(views(a)), a, how)
+        (
+            cross[a.size] if a.size in cross else standardized(views(a)),
+            standardized([a])[0].reshape(a.shape),
+            how,
+        )
         for a, how in tensors
         if SCORED_ELEMENTS[0] <= a.size <= SCORED_ELEMENTS[1] and a.dtype.kind == "f"
     ]
@@ -398,13 +417,16 @@ def _choose(
         mine = [t for t in scored if any(group == g for _, group in t[2])]
         if len(mine) == 0:
             continue
-        worst = []
-        for k in range(CANDIDATES):
+        worst: list[float] = []
+        while len(worst) < CANDIDATES[1] and (len(worst) < CANDIDATES[0] or min(worst) > TARGET_Z):
+            k = len(worst)
+            if k == len(seeds[g]):
+                seeds[g].append(_seed(rng))
             orders = {
                 h: order(h, k if h == g else chosen[h]) for _, h in sum((t[2] for t in mine), [])
             }
             z = max(
-                float(np.abs(v @ standardized([_taken(a, how, orders)])[0]).max()) * np.sqrt(a.size)
+                float(np.abs(v @ _taken(a, how, orders).reshape(-1)).max()) * np.sqrt(a.size)
                 for v, a, how in mine
             )
             worst.append(z)
@@ -422,7 +444,13 @@ def mix(
     for e in plan.edits:
         takes.setdefault((e.node, e.index), set()).add((e.axis, e.group))
     arrays = {key: channels.const_array(key[0].inputs[key[1]]) for key in takes}
-    seeds = _choose(plan.sizes, [(arrays[k], sorted(how)) for k, how in takes.items()], rng)
+    originals = [
+        v.const_value.numpy()
+        for v in graph.initializers.values()
+        if v.const_value is not None and v.const_value.size <= CROSS_ELEMENTS
+    ]
+    chosen = [(arrays[k], sorted(how)) for k, how in takes.items()]
+    seeds = _choose(plan.sizes, chosen, originals, rng)
     orders = {g: derangement(seeds[g], n, n) for g, n in plan.sizes.items()}
     for (node, index), how in takes.items():
         _set(node, index, _taken(arrays[node, index], sorted(how), orders), new_name())
