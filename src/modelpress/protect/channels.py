@@ -23,8 +23,12 @@ Anything else that reads a permuted activation, and every graph output, is a *bo
 the activation is put back in order (``mixing``: a Gather whose indices the runtime supplies).
 
 The analysis walks the main graph once, in order; a group whose permutation would have to be
-undone inside the graph (an interior boundary) is given up when each of its producers' weights is
-permuted on its input axis anyway (``plan``), so that no operator is added for it.
+undone inside the graph on a convolution's activation is given up when each of its producers'
+weights is permuted on its input axis anyway (``plan``), so that no operator is added for it.
+On a transformer's last axis (a projection's output, before the reshape into attention heads)
+the order is kept and undone there: the Gather costs little, and the projection's weight and
+bias are then permuted on both axes (on one axis only, its columns keep their means, which line
+up with the other projections' of the layer).
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ class Boundary:
     axis: int
     users: list[ir.Node] = field(default_factory=list)
     output: bool = False
+    rank: int | None = None
 
 
 @dataclass
@@ -69,8 +74,14 @@ class Plan:
     boundaries: list[Boundary]
     producers: dict[int, list[ir.Node]]  # group -> the nodes that start it
 
-    def interior(self, group: int) -> bool:
-        return any(b.users for b in self.boundaries if b.group == group)
+    def costly(self, group: int) -> bool:
+        """Whether the group's order is undone inside the graph on a tensor of rank 4 or more
+        (or of unknown rank): a convolution's activation, where a Gather on the channel axis
+        also makes ONNX Runtime leave its blocked layout. (On the last axis of a transformer's
+        activations, a Gather costs about as much as a copy: the order is kept and undone.)"""
+        return any(
+            b.users and (b.rank is None or b.rank >= 4) for b in self.boundaries if b.group == group
+        )
 
 
 class _Refused(Exception):
@@ -188,7 +199,7 @@ class _Walk:
 
     def bound(self, value: ir.Value, user: ir.Node | None) -> None:
         g, axis = self.state[value]
-        b = self.bounds.setdefault((value, axis), Boundary(value, g, axis))
+        b = self.bounds.setdefault((value, axis), Boundary(value, g, axis, rank=self.rank(value)))
         if user is None:
             b.output = True
         elif user not in b.users:
@@ -583,15 +594,16 @@ _PRODUCERS = {
 
 
 def plan(graph: ir.Graph, *, rounds: int = 8) -> Plan:
-    """The channel groups of ``graph``'s main graph. A group with an interior boundary is given
-    up (its producers excluded, the walk repeated) when every producer's weight is permuted on
-    its input axis by another group, so that giving it up leaves no weight unpermuted."""
+    """The channel groups of ``graph``'s main graph. A group whose order would be undone inside
+    the graph at a cost (``Plan.costly``) is given up (its producers excluded, the walk
+    repeated) when every producer's weight is permuted on its input axis by another group, so
+    that giving it up leaves no weight unpermuted."""
     excluded: set[ir.Node] = set()
     for _ in range(rounds):
         result = _Walk(graph, excluded).run()
         drop = set()
         for g, nodes in result.producers.items():
-            if not result.interior(g):
+            if not result.costly(g):
                 continue
             inputs = {(e.node, e.index) for e in result.edits if e.group != g}
             if all((p, 0 if p.op_type == "Gather" else 1) in inputs for p in nodes):
