@@ -430,7 +430,6 @@ def write_report(report: dict) -> None:
         ],
     )
     lines += ["", *report["summary"], ""]
-    (RESULTS / "protect.md").write_text("\n".join(lines))
     if report.get("recovery"):
         lines += [
             "",
@@ -482,6 +481,7 @@ def write_report(report: dict) -> None:
                 for r in report["memory"]
             ],
         )
+    (RESULTS / "protect.md").write_text("\n".join(lines) + "\n")
     (RESULTS / "protect.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
 
 
