@@ -347,6 +347,16 @@ def write_report(report: dict) -> None:
         "",
         "## Latency after load (ONNX Runtime, CPU)",
         "",
+        *(
+            [
+                f"Measured {report['models_date']} (with load time, protection and recovery below): "
+                "`.venv/bin/python benchmarks/bench_protect.py --models-only`; the sections above "
+                f"and the memory one are from {report['date']}.",
+                "",
+            ]
+            if report.get("models_date")
+            else []
+        ),
         "ms per call: the median of 5 blocks' medians (the blocks' range); within a block all variants run interleaved, "
         "round by round, in one process on the global thread pool, ORT's optimizations on. `vs original`: the median over "
         "blocks of each block's ratio to the original (range). `storage`: the obfuscated package, opened (the original restored in memory); `runtime R`: the obfuscated graph "
@@ -485,7 +495,7 @@ def write_report(report: dict) -> None:
             ],
         )
     lines += ["", *report["summary"], ""]
-    (RESULTS / "protect.md").write_text("\n".join(lines))
+    (RESULTS / "protect.md").write_text("\n".join(lines) + "\n")
     (RESULTS / "protect.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
 
 
@@ -570,6 +580,12 @@ def main() -> None:
         "--memory-only", action="store_true", help="measure memory only, into protect.json's report"
     )
     parser.add_argument(
+        "--models-only",
+        action="store_true",
+        help="measure the models only (latency, load, protection, recovery) into protect.json's "
+        "report, keeping its throughput and memory",
+    )
+    parser.add_argument(
         "--rewrite",
         action="store_true",
         help="rewrite protect.md from protect.json, measuring nothing",
@@ -592,6 +608,7 @@ def main() -> None:
     WORK.mkdir(exist_ok=True)
     RESULTS.mkdir(exist_ok=True)
     key = os.urandom(32)
+    previous = json.loads((RESULTS / "protect.json").read_text()) if args.models_only else None
     names = ["resnet-digits", "mobilenet-digits", "bert-tiny"] + ([] if args.quick else ["minilm"])
     paths = {n: zoo.build(n, WORK / f"{n}.onnx") for n in names}
     recovered = []
@@ -612,10 +629,15 @@ def main() -> None:
             "cryptography": cryptography.__version__,
         },
     }
-    print("throughput…", flush=True)
-    report["throughput"] = bench_throughput(key, repeats=3 if args.quick else 7)
-    disk_model = paths.get("minilm", paths["bert-tiny"])
-    report["disk"] = bench_disk(key, disk_model, repeats=2 if args.quick else 3)
+    if previous is not None:  # measured before, by the full run: kept with its own date
+        report["models_date"] = report["date"]
+        for k in ("date", "quick", "throughput", "disk"):
+            report[k] = previous[k]
+    else:
+        print("throughput…", flush=True)
+        report["throughput"] = bench_throughput(key, repeats=3 if args.quick else 7)
+        disk_model = paths.get("minilm", paths["bert-tiny"])
+        report["disk"] = bench_disk(key, disk_model, repeats=2 if args.quick else 3)
     report["latency"], report["load"], report["metrics"] = [], [], []
     for name in names:
         print(f"{name}: protecting…", flush=True)
@@ -639,8 +661,12 @@ def main() -> None:
             if label != "original":
                 f.unlink()
     report["recovery"] = recovered
-    report["memory"] = bench_memory(args.memory_mib, key)
-    report["memory_date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    if previous is not None:
+        report["memory"] = previous.get("memory", [])
+        report["memory_date"] = previous.get("memory_date")
+    else:
+        report["memory"] = bench_memory(args.memory_mib, key)
+        report["memory_date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     report["summary"] = summarize(report)
     write_report(report)
     print("\n".join(report["summary"]))

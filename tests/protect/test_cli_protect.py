@@ -113,7 +113,9 @@ def test_run_opens_every_kind_with_the_key(packaged, zoo_paths, capsys, kind):
     assert code == 0, err
     want, got = np.load(folder / "want.npz"), np.load(folder / f"{kind}.npz")
     for name in want.files:
-        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=0)
+        # runtime mode's layers add their products in another channel order: float rounding
+        scale = float(np.abs(want[name]).max())
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6 * scale)
 
 
 def test_the_key_from_the_environment(packaged, capsys, monkeypatch):

@@ -94,7 +94,9 @@ def test_ratio_0_6_hides_what_the_issue_asks(zoo_paths, key, tmp_path, name):
 
     stored, weights = _tensors(obf), _tensors(original)
     pairs = [(s, w) for s in stored for w in weights if s.size == w.size]
-    assert len(pairs) >= 5  # the weights are in the file (perturbed), so the check is not vacuous
+    # the large weights are in the file (in a secret channel order; smaller ones are sealed in
+    # the library), so the check is not vacuous
+    assert len(pairs) >= 2
     correlations = [c for s, w in pairs if (c := _pearson(s, w)) is not None]
     assert max(correlations) < 0.05
     assert _pearson(weights[0], weights[0]) == pytest.approx(1.0)  # the measure itself works

@@ -1,25 +1,28 @@
 """Graph expansion: extra nodes and edges so that the visible dependencies are not the real ones.
 
 At ``round(ratio * anonymous nodes)`` sites, chosen at random, the graph gains a *decoy* node and
-a chain of fake dependencies that is live at run time, yet provably cancels:
+a chain of fake dependencies that is live at run time, yet provably never changes a value:
 
-    t_i = D_i(s_{i-1}, u_i)      a decoy reads one element of an unrelated tensor u_i
-                                 (an edge the real computation does not have): b = [u_i[0] > 0],
-                                 t_i = s_{i-1} + b, which is 0 or 1
-    s_i = P_i(..., t_i)          the protected node gains that input and one more output: an opaque
-                                 predicate of t_i that is 0 for every integer (n(n+1) mod 2;
-                                 (n^3 - n) mod 3; n^2 mod 4 == 2 choosing a branch never taken;
-                                 2n - (n + n)), drawn per site
+    t_1 = D_1(u_1)               the first decoy compares one element of an unrelated tensor u_1
+                                 (an edge the real computation does not have) with the largest
+                                 value of its type: t_1 = [u_1[0] > max], false (NaN included)
+    t_i = D_i(s_{i-1}, u_i)      each next decoy: If(s_{i-1}, then: [u_i[0] > 0], else: false)
+    s_i = P_i(..., t_i)          the protected node gains that input and one more output:
+                                 If(t_i, then: an opaque predicate of t_i that is 0 for every
+                                 integer (n(n+1) mod 2; (n^3 - n) mod 3; n^2 mod 4 == 2 choosing a
+                                 branch never taken; 2n - (n + n)), drawn per site, else: false)
     y' = F(y, s_last)            each graph output becomes y - s_last (y xor s_last for booleans;
                                  other types are left alone): the chain's end is subtracted from
                                  the real result, so the runtime cannot drop it as dead code, and the
                                  subtraction of an exact zero leaves every value (even -0.0) alone.
 
-All of it stays in one-element integer tensors: a site costs a few scalar kernels at run time
-(about a microsecond each under ONNX Runtime), whatever the tensors' sizes; so its relative cost
-is largest on the smallest models. The unrelated tensors are graph inputs or values the graph already reads several
-times, so the extra reader blocks no fusion the runtime would make. Decoys and final nodes are
-anonymous functions like the rest, so nothing in the file tells them apart from real layers.
+No folder can evaluate the chain (it starts from data), so every decoy, predicate and If stays in
+the graph, for every reader and tool; at run time a branch that is never taken costs nothing, so
+a site costs two one-element kernels (its decoy's If and its predicate's If, about a microsecond
+each under ONNX Runtime), whatever the tensors' sizes. The unrelated tensors are graph inputs or
+values the graph already reads several times, so the extra reader blocks no fusion the runtime
+would make. Decoys and final nodes are anonymous functions like the rest, so nothing in the file
+tells them apart from real layers.
 
 Precondition: the graph is sorted and its anonymous nodes are ``Anonymous`` pairs (``optypes``).
 """
@@ -116,37 +119,62 @@ def _templates(opset: int) -> list[Callable[[_Body, ir.Value], ir.Value]]:
     return [_parity, _cubic, _square, _cancel] if opset >= 10 else [_cancel]
 
 
+def _if(b: _Body, gate: ir.Value, then: _Body, rank: int) -> ir.Value:
+    """``If(gate, then, else: false of shape [1] * rank)``: ``gate`` is never true, so at run time
+    the If costs one kernel whatever ``then`` holds."""
+    other = _Body(ir.Graph([], [], nodes=[], name="else"))
+    other.graph.outputs.append(other.add(_c(np.zeros([1] * rank, dtype=np.bool_))))
+    return b.add(
+        ir.node(
+            "If",
+            [gate],
+            attributes={
+                "then_branch": ir.AttrGraph("then_branch", then.graph),
+                "else_branch": ir.AttrGraph("else_branch", other.graph),
+            },
+        )
+    )
+
+
+def _first(b: _Body, u: ir.Value, rank: int, opset: int) -> ir.Value:
+    """One element of ``u`` (shape [1, ..., 1]): a reshape of a tensor others read would copy it."""
+    zeros, ones = np.zeros(rank, dtype=np.int64), np.ones(rank, dtype=np.int64)
+    if opset >= 10:
+        return b.op("Slice", u, b.add(_c(zeros)), b.add(_c(ones)))
+    return b.add(
+        ir.node("Slice", [u], attributes={"starts": zeros.tolist(), "ends": ones.tolist()})
+    )
+
+
+def _above(b: _Body, x: ir.Value, dtype: ir.DataType | None, top: bool) -> ir.Value:
+    """``x > 0`` or, with ``top``, ``x > the largest value of its type`` (never true, NaN
+    included), on a comparable type (other types are cast to float first)."""
+    if dtype not in _COMPARABLE:
+        x, dtype = b.op("Cast", x, to=ir.DataType.FLOAT), ir.DataType.FLOAT
+    np_type = dtype.numpy()
+    bound = (np.inf if np_type.kind == "f" else np.iinfo(np_type).max) if top else 0
+    return b.op("Greater", x, b.add(_c(np.array(bound, dtype=np_type))))
+
+
 def _decoy(
     domain: str, op_type: str, u: ir.Value, previous: ir.Value | None, opset: int, opsets: dict
 ) -> Anonymous:
-    """``t = previous + [u.flat[0] > 0]`` (int64, shape [1, ..., 1]) as an anonymous node."""
+    """The chain's next value (boolean, never true) as an anonymous node that reads ``u``.
+
+    The first decoy compares an element of ``u`` with the largest value of its type; each next
+    one is ``If(previous, then: an element of u > 0, else: false)``: one kernel at run time."""
     formals = [ir.Value(name="u")] + ([ir.Value(name="s")] if previous is not None else [])
     graph = ir.Graph(formals, [], nodes=[], opset_imports=dict(opsets), name=op_type)
     b = _Body(graph)
-    # Slice one element in every axis: reshaping a tensor that others read would copy it whole.
     rank = len(u.shape)
-    zeros, ones = np.zeros(rank, dtype=np.int64), np.ones(rank, dtype=np.int64)
-    if opset >= 10:
-        first = b.op("Slice", formals[0], b.add(_c(zeros)), b.add(_c(ones)))
+    if previous is None:
+        t = _above(b, _first(b, formals[0], rank, opset), u.dtype, top=True)
     else:
-        first = b.add(
-            ir.node(
-                "Slice", [formals[0]], attributes={"starts": zeros.tolist(), "ends": ones.tolist()}
-            )
+        then = _Body(ir.Graph([], [], nodes=[], name="then"))
+        then.graph.outputs.append(
+            _above(then, _first(then, formals[0], rank, opset), u.dtype, top=False)
         )
-    scalar = first  # shape [1, ..., 1]: the chain broadcasts to the largest rank; F reduces it
-    if u.dtype in _COMPARABLE:
-        zero = b.add(_c(np.zeros((), dtype=u.dtype.numpy())))
-        positive = b.op("Greater", scalar, zero)
-    else:
-        positive = b.op(
-            "Greater",
-            b.op("Cast", scalar, to=ir.DataType.FLOAT),
-            b.add(_c(np.array(0.0, dtype=np.float32))),
-        )
-    t = b.op("Cast", positive, to=ir.DataType.INT64)
-    if previous is not None:
-        t = b.op("Add", formals[1], t)
+        t = _if(b, formals[1], then, rank)
     graph.outputs.append(t)
     actuals = [u] + ([previous] if previous is not None else [])
     call = ir.Node(domain, op_type, actuals, num_outputs=1)
@@ -154,24 +182,34 @@ def _decoy(
 
 
 def _thread(site: Anonymous, t: ir.Value, template, opset: int) -> ir.Value:
-    """Make ``site`` read ``t`` and return its opaque zero as an extra output."""
+    """Make ``site`` read ``t`` and return ``If(t, then: template(t) != 0, else: false)`` as an
+    extra output: the opaque predicate sits in the branch that is never taken."""
     body = site.function.graph
     formal = ir.Value(name=f"in{len(body.inputs)}")
     body.inputs.append(formal)
-    body.outputs.append(template(_Body(body), formal))
+    then = _Body(ir.Graph([], [], nodes=[], name="then"))
+    zero = template(then, then.op("Cast", formal, to=ir.DataType.INT64))
+    zero = then.op("ReduceMax", zero, keepdims=0)
+    then.graph.outputs.append(then.op("Cast", zero, to=ir.DataType.BOOL))
+    body.outputs.append(_if(_Body(body), formal, then, 0))
     call = site.call
     call.resize_inputs(len(call.inputs) + 1)
     call.replace_input_with(len(call.inputs) - 1, t)
     call.resize_outputs(len(call.outputs) + 1)
-    return call.outputs[-1]
+    out = call.outputs[-1]
+    out.type, out.shape = ir.TensorType(ir.DataType.BOOL), ir.Shape([])
+    return out
 
 
 def _final(domain: str, op_type: str, y: ir.Value, s: ir.Value, opsets: dict) -> Anonymous:
-    """``y - s`` (``s`` is an exact zero), or for a boolean ``y``, ``y xor (s != 0)``."""
+    """``y - s`` (``s`` is false: an exact zero), or for a boolean ``y``, ``y xor s``."""
     fy, fs = ir.Value(name="y"), ir.Value(name="s")
     graph = ir.Graph([fy, fs], [], nodes=[], opset_imports=dict(opsets), name=op_type)
     b = _Body(graph)
-    zero = b.op("ReduceMax", fs, keepdims=0)  # a scalar: y keeps its own shape whatever its rank
+    if s.shape is not None and len(s.shape) == 0:  # the chain ends in a scalar: y keeps its shape
+        zero = fs
+    else:  # a scalar: y keeps its own shape whatever its rank
+        zero = b.op("ReduceMax", b.op("Cast", fs, to=ir.DataType.INT64), keepdims=0)
     if y.dtype in _SUBTRACTABLE:
         out = b.op("Sub", fy, b.op("Cast", zero, to=y.dtype))
     else:
@@ -464,45 +502,62 @@ _FOLDED_OFTEN = {
 }
 
 
+def _copies(op_type: str, count: int) -> int:
+    """How many decoys of ``op_type`` (``count`` in the original): never the original count, so
+    that a tool that removes or converts every real node of the type leaves a different count."""
+    copies = 2 if op_type in _FOLDED_OFTEN else 1
+    return copies + 1 if copies == count else copies
+
+
 def _type_zero(
-    b: _Body, formal: ir.Value, rank: int, wanted: list[str], rng, opset: int
+    b: _Body,
+    formal: ir.Value,
+    u: ir.Value,
+    wanted: dict[str, int],
+    rng,
+    opset: int,
+    gate: ir.Value | None = None,
 ) -> ir.Value:
-    """The decoys of ``wanted`` types on the first element of ``formal`` (of ``rank``), and
-    their exact int64 zero (a scalar)."""
-    if opset >= 10:
-        first = b.op(
-            "Slice",
-            formal,
-            b.add(_c(np.zeros(rank, dtype=np.int64))),
-            b.add(_c(np.ones(rank, dtype=np.int64))),
-        )
-    else:
-        first = b.add(
-            ir.node("Slice", [formal], attributes={"starts": [0] * rank, "ends": [1] * rank})
-        )
+    """The decoys of ``wanted`` types (type -> copies) on the first element of ``formal`` (the
+    body's name for ``u``), and their result: false (a scalar).
+
+    The decoys sit in the branch of an ``If`` that is never taken (``gate``: by default, that
+    element is greater than the largest value of its type, which none is, NaN included): they
+    are in the graph for every reader and tool, no folder can evaluate the condition, and at run
+    time they cost nothing."""
+    rank = len(u.shape)
+    if gate is None:
+        gate = _above(b, _first(b, formal, rank, opset), u.dtype, top=True)
+    branch = _Body(ir.Graph([], [], nodes=[], name="then"))
+    value = branch.op("Cast", _first(branch, formal, rank, opset), to=_F32)
+    inf = branch.add(_c(np.array(np.inf, dtype=np.float32)))
     # f's shape is [1, 1, 1, 1] computed from data (ones plus a zero no folder can evaluate), so
     # that no tool can fold the shape ops among the decoys either
-    value = b.op("Cast", first, to=_F32)
-    inf = b.add(_c(np.array(np.inf, dtype=np.float32)))
-    zero = b.op(
-        "Reshape", b.op("Cast", b.op("Greater", value, inf), to=ir.DataType.INT64), _ones(b, 1)
+    zero = branch.op(
+        "Reshape",
+        branch.op("Cast", branch.op("Greater", value, inf), to=ir.DataType.INT64),
+        _ones(branch, 1),
     )
-    f = b.op("Reshape", value, b.op("Add", _ones(b, 4), zero))
+    f = branch.op("Reshape", value, branch.op("Add", _ones(branch, 4), zero))
     scalars = []
-    for t in [wanted[i] for i in rng.permutation(len(wanted))]:
+    order = sorted(wanted)
+    for t in [order[i] for i in rng.permutation(len(order))]:
         # shape ops are the ones optimizers remove from a graph: one removed from the real ones
         # would bring a single decoy's type back to its count
-        for _ in range(2 if t in _FOLDED_OFTEN else 1):
-            out = _TYPE_DECOYS[t](b, f, opset)
+        for copy in range(wanted[t]):
+            # each copy reads its own value: a runtime's common-subexpression elimination would
+            # merge identical ones back into one
+            source = f if copy == 0 else branch.op("Add", f, branch.add(_c(np.float32(copy))))
+            out = _TYPE_DECOYS[t](branch, source, opset)
             if out is not None:
-                scalars.append(b.op("ReduceMax", b.op("Cast", out, to=_F32), keepdims=0))
-    never = b.op("Greater", b.op("Sum", *scalars), inf)
-    return b.op("Cast", never, to=ir.DataType.INT64)
+                scalars.append(branch.op("ReduceMax", branch.op("Cast", out, to=_F32), keepdims=0))
+    branch.graph.outputs.append(branch.op("Greater", branch.op("Sum", *scalars), inf))
+    return _if(b, gate, branch, 0)
 
 
 def type_decoys(
     graph: ir.Graph,
-    types: set[str],
+    types: dict[str, int],
     *,
     rng: np.random.Generator,
     domain: str,
@@ -511,18 +566,20 @@ def type_decoys(
     opsets: dict[str, int],
     into: Anonymous | None = None,
 ) -> list[Anonymous]:
-    """One decoy node of each op type in ``types`` (default domain) that has a builder. With
+    """Decoy nodes of each op type in ``types`` (default domain; type -> its count in the
+    original) that has a builder, as many as ``_copies`` says. With
     ``into`` (the expansion chain's first decoy), inside it: its zero joins the chain. Else in a
     new anonymous node whose zero every output subtracts. Returns the new anonymous nodes."""
-    wanted = sorted(t for t in types if t in _TYPE_DECOYS)
+    wanted = {t: _copies(t, c) for t, c in types.items() if t in _TYPE_DECOYS}
     if not wanted:
         return []
     if into is not None:
         body = into.function.graph
         b = _Body(body)
         u = into.call.inputs[0]
-        s = _type_zero(b, body.inputs[0], len(u.shape), wanted, rng, opset)
-        body.outputs[0] = b.op("Add", body.outputs[0], s)
+        # the decoy's value (never true) is the If's condition: the If's value takes its place
+        gate = body.outputs[0]
+        body.outputs[0] = _type_zero(b, body.inputs[0], u, wanted, rng, opset, gate=gate)
         return []
     sources = [v for v in graph.inputs if _readable(v) and not v.is_initializer()]
     if not sources:
@@ -531,12 +588,13 @@ def type_decoys(
     op_type = new_type()
     formal = ir.Value(name="u")
     body = ir.Graph([formal], [], nodes=[], opset_imports=dict(opsets), name=op_type)
-    body.outputs.append(_type_zero(_Body(body), formal, len(u.shape), wanted, rng, opset))
+    body.outputs.append(_type_zero(_Body(body), formal, u, wanted, rng, opset))
     call = ir.Node(domain, op_type, [u], num_outputs=1)
     decoy = Anonymous(call, ir.Function(domain, op_type, graph=body, attributes=[]))
     graph.insert_before(next(iter(graph)), call)
     added = [decoy]
     s = call.outputs[0]
+    s.type, s.shape = ir.TensorType(ir.DataType.BOOL), ir.Shape([])
     for i, y in enumerate(list(graph.outputs)):
         if (
             y.producer() is None

@@ -1,28 +1,42 @@
-"""Weight mixing (runtime mode): the layers that carry the big weights compute on a shuffled,
-sign-flipped weight, and their *output* is put back in order by values the runtime supplies.
+"""Weight mixing (runtime mode): every layer that carries a weight computes in a secret channel
+order, and the order is put back only where the graph needs it (the graph's outputs, mostly),
+by values the runtime supplies.
 
-The rule, for a layer whose output channel ``o`` (Conv's axis 1, the last axis of MatMul, Gemm
-and an embedding Gather) is computed from slice ``o`` of its weight ``W``::
+The rule (``channels.py`` finds where it applies). Each *group* of activations that share a
+channel axis gets a random derangement ``q`` of its ``n`` channels; stored channel ``j`` holds
+original channel ``q[j]``:
 
-    S[o] = eps[o] * W[q[o]]            (q: a derangement, within Conv's groups; eps: random signs)
-    z    = layer(x, S, bias')          (bias'[o] = eps[o] * bias[q[o]])
-    y    = Gather(z, idx, axis) * sgn  (idx = q^-1, sgn = eps[q^-1]: both supplied at run time)
+    producer:   S = take(W, q, output axis), bias' = bias[q]     (Conv, MatMul, Gemm, embedding)
+    in between: per-channel constants (BatchNorm, a bias Add, LayerNorm's scale and shift, a
+                depthwise Conv's filters) are taken by ``q`` too; ReLU, Clip, pooling, Add of
+                two tensors of one group, ... need nothing: no operator is added between layers
+    consumer:   S' = take(W', q, input axis)                     (the next Conv, MatMul, Gemm)
+    boundary:   y = Gather(z, idx, axis), idx = q^-1 a graph input supplied at run time
 
-and an embedding table's rows are shuffled too (``S[r] = W[p[r]]``, the ids mapped through
-``p^-1``, supplied at run time). ``y`` is exactly the original output: a sign flip and a
-reordering change no bit. The stored ``S`` has no fixed point and random signs, so it correlates
-with ``W`` (in any layout) only by chance.
+A large embedding table also has its rows deranged and sign-flipped (``S[r] = s[r] W[p[r]]``):
+the ids go through ``p^-1`` and the looked-up rows are multiplied by their sign, both supplied at
+run time. A layer the groups do not reach keeps the per-layer rule (``_conv``, ``_matmul``,
+``_gemm``, ``_embedding``): its output gathered back and sign-flipped by run-time values after
+it, its input sign-flipped before it.
 
-Why the inverse acts on the output: constant folding (ONNX Runtime at any level, onnxsim,
-onnxslim) only evaluates nodes whose inputs are all constants, and here the inverse reads the
-layer's output, an activation; and the values it needs are graph inputs with no value in the file
-(``secret_input``), computed by ``values`` from the library's spec when the model is opened. So no
-folder can give ``W`` back, whatever it holds; and the cost per call is a gather and a multiply
-over the layer's output, not a pass over the weight.
+Exactness: a permutation changes no value, only the order in which a layer adds its products
+(the input axis of a consumer): outputs agree with the original's to float rounding.
 
-Preconditions: the node is in the main graph, in the default domain; its weight is a float
-constant of at least ``MIN_ELEMENTS`` elements read by it alone; Gemm's bias is absent or one-dimensional; the Gather reads a
-two-dimensional table on axis 0.
+What the file gives back, and what it does not: a tensor of the file is an original weight in a
+secret channel order (both axes permuted where the layer reads and writes a group). Its Pearson
+correlation with the original weight, in any axis order, is at the chance level for its size
+(tested against ONNX Runtime's optimizer, the ONNX inliner, onnxsim and onnxslim, which fold
+BatchNorm into the convolutions: ``tests/protect/test_recovery.py``). The orders between two
+layers are nowhere in the file or the library: nothing needs them. But a network in another
+channel order computes the same function (the permutation symmetry of neural networks): whoever
+holds the key and runs the model holds a functionally equal network, as anyone who can query it
+enough could distil one; what the file keeps from them is the original tensors themselves.
+Constant folding cannot undo a boundary either: its indices are graph inputs, with no value in
+the file.
+
+Preconditions: the node is in the main graph, in the default domain; its weight is constant.
+The per-layer rule needs a float weight of at least ``MIN_ELEMENTS`` elements read by that node
+alone, Gemm's bias absent or one-dimensional, a Gather of a two-dimensional table on axis 0.
 """
 
 from __future__ import annotations
@@ -34,11 +48,19 @@ from collections.abc import Callable
 import numpy as np
 import onnx_ir as ir
 
+from modelpress.protect import channels
 from modelpress.protect.compress_graph import is_constant
+from modelpress.protect.correlation import standardized, views
 
 # Below this, a shuffled tensor correlates with the original (or another weight) by chance alone
 # more than the file's metric allows (|r| < 0.05: chance is 1/sqrt(n)); smaller weights get noise.
 MIN_ELEMENTS = 16384
+# the orders are drawn among this many candidates per group, scored on the weights whose size is
+# in SCORED_ELEMENTS (smaller ones are at the chance level anyway; larger ones cost too much)
+CANDIDATES = (4, 16)
+TARGET_Z = 3.5  # the largest |r| * sqrt(n) over the pairs scored: chance for a few thousand pairs
+SCORED_ELEMENTS = (256, 1 << 22)
+CROSS_ELEMENTS = 1 << 16  # weights up to this size are also scored against every same-size one
 _FLOATS = {ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE, ir.DataType.BFLOAT16}
 
 
@@ -133,7 +155,16 @@ def _bias(node: ir.Node, index: int, n: int) -> np.ndarray | None | bool:
 def _set(node: ir.Node, index: int, array: np.ndarray, name: str) -> None:
     value = ir.Value(name=name, const_value=ir.tensor(array, name=name))
     node.graph.register_initializer(value)
+    old = node.inputs[index]
     node.replace_input_with(index, value)
+    if (
+        old is not None
+        and old.is_initializer()
+        and not old.uses()
+        and not old.is_graph_input()
+        and not old.is_graph_output()
+    ):
+        del node.graph.initializers[old.name]  # a weight no node reads any more
 
 
 def _unmix(
@@ -279,19 +310,25 @@ def _embedding(node, graph, rng, secret, new_name) -> bool:
     rows, n = w.shape
     spec = {"seed": _seed(rng), "n": n, "chunk": chunk_of(n)}
     q = columns(spec["seed"], n, spec["chunk"])
-    p = derangement(spec["seed"], rows, rows, "rows")
-    # rows flip signs too: neighbouring rows of a table (positions) resemble each other
-    row_signs = signs(spec["seed"], rows, "rowsign")
-    s = w[p][:, q] * signs(spec["seed"], n) * row_signs[:, None]
-    _set(node, 0, s.astype(w.dtype), new_name())
-    # row r of S is row p[r] of W: the ids go through p^-1, and the row's sign is undone
-    ids = secret(
-        {"seed": spec["seed"], "n": rows, "perm": "rows", "part": "index"}, ir.DataType.INT64, 1
-    )
+    _set(node, 0, (w[:, q] * signs(spec["seed"], n)).astype(w.dtype), new_name())
+    unsign = _rows(node, graph, spec["seed"], secret, new_name)
+    _unmix(graph, unsign, -1, None, spec, secret)
+    return True
+
+
+def _rows(node: ir.Node, graph: ir.Graph, seed: str, secret: SecretInput, new_name) -> ir.Node:
+    """An embedding table's rows deranged and sign-flipped: row ``r`` of the stored table is
+    ``s[r] * W[p[r]]``; the ids go through ``p^-1`` and the looked-up rows are multiplied by
+    their sign, both supplied at run time (neighbouring rows of a table, positions, resemble
+    each other, and a table's columns have means that no order hides: the signs do)."""
+    w = channels.const_array(node.inputs[0])
+    rows = w.shape[0]
+    p = derangement(seed, rows, rows, "rows")
+    row_signs = signs(seed, rows, "rowsign")
+    _set(node, 0, (w[p] * row_signs[:, None]).astype(w.dtype), new_name())
+    ids = secret({"seed": seed, "n": rows, "perm": "rows", "part": "index"}, ir.DataType.INT64, 1)
     dtype = ir.DataType.from_numpy(w.dtype)
-    row_sign = secret(
-        {"seed": spec["seed"], "n": rows, "part": "rowsign", "dtype": int(dtype)}, dtype, 2
-    )
+    row_sign = secret({"seed": seed, "n": rows, "part": "rowsign", "dtype": int(dtype)}, dtype, 2)
     remap = ir.node("Gather", [ids, node.inputs[1]], attributes={"axis": 0})
     sign = ir.node("Gather", [row_sign, remap.outputs[0]], attributes={"axis": 0})
     graph.insert_before(node, [remap, sign])
@@ -306,22 +343,131 @@ def _embedding(node, graph, rng, secret, new_name) -> bool:
         unsigned.name, z.name = z.name, f"{z.name}.mixed{id(z):x}"
     unsign.replace_input_with(0, z)
     graph.insert_after(node, unsign)
-    _unmix(graph, unsign, -1, None, spec, secret)
-    return True
+    return unsign
 
 
 MIXERS = {"Conv": _conv, "MatMul": _matmul, "Gemm": _gemm, "Gather": _embedding}
 
 
+def _restore(graph: ir.Graph, bound: channels.Boundary, seed: str, n: int, secret) -> None:
+    """``y = Gather(z, q^-1, axis)`` for the boundary's users (and the graph's outputs)."""
+    z = bound.value
+    idx = secret({"seed": seed, "n": n, "part": "index"}, ir.DataType.INT64, 1)
+    axis = bound.axis if z.shape is None else len(z.shape) + bound.axis
+    gather = ir.node("Gather", [z, idx], attributes={"axis": axis})
+    y = gather.outputs[0]
+    y.type, y.shape = z.type, z.shape
+    graph.insert_after(z.producer(), gather)
+    for user in bound.users:
+        for i, v in enumerate(user.inputs):
+            if v is z:
+                user.replace_input_with(i, y)
+    if bound.output:
+        name = z.name
+        z.name = f"{name}.mixed{id(z):x}"  # names.py renames every value later
+        y.name = name
+        for i, out in enumerate(graph.outputs):
+            if out is z:
+                graph.outputs[i] = y
+
+
+def _taken(array: np.ndarray, how: list[tuple[int, int]], orders: dict) -> np.ndarray:
+    for axis, group in how:
+        array = np.take(array, orders[group], axis=axis)
+    return np.ascontiguousarray(array)
+
+
+def _choose(
+    sizes: dict[int, int],
+    tensors: list[tuple[np.ndarray, list]],
+    originals: list[np.ndarray],
+    rng: np.random.Generator,
+) -> dict[int, str]:
+    """A seed per group: of ``CANDIDATES`` fresh ones (more, up to the second number, until one
+    scores under ``TARGET_Z``), the one whose order leaves the group's
+    weights least correlated with the originals (the largest z-score of |Pearson r| over every
+    axis order of the weight itself and, up to ``CROSS_ELEMENTS``, of every original constant of
+    its size; the other groups' orders as chosen so far). Any derangement keeps a weight at the
+    chance level on average; trained weights have structure (filters alike, the same outlier
+    channels in every LayerNorm of a transformer, which an order may happen to line up), and
+    this keeps the worst case away from the threshold the recovery checks apply."""
+    seeds: dict[int, list[str]] = {g: [_seed(rng)] for g in sizes}
+    chosen = {g: 0 for g in sizes}
+    by_size: dict[int, list[np.ndarray]] = {}
+    for a in originals:
+        if SCORED_ELEMENTS[0] <= a.size <= CROSS_ELEMENTS and a.dtype.kind == "f":
+            by_size.setdefault(a.size, []).extend(views(a))
+    cross = {n: standardized(rows) for n, rows in by_size.items()}
+    # a permutation changes neither mean nor norm: the standardized weight, permuted, is the
+    # permuted weight standardized
+    scored = [
+        (
+            cross[a.size] if a.size in cross else standardized(views(a)),
+            standardized([a])[0].reshape(a.shape),
+            how,
+        )
+        for a, how in tensors
+        if SCORED_ELEMENTS[0] <= a.size <= SCORED_ELEMENTS[1] and a.dtype.kind == "f"
+    ]
+
+    def order(g: int, k: int) -> np.ndarray:
+        return derangement(seeds[g][k], sizes[g], sizes[g])
+
+    for g in sorted(sizes, key=sizes.get, reverse=True):
+        mine = [t for t in scored if any(group == g for _, group in t[2])]
+        if len(mine) == 0:
+            continue
+        worst: list[float] = []
+        while len(worst) < CANDIDATES[1] and (len(worst) < CANDIDATES[0] or min(worst) > TARGET_Z):
+            k = len(worst)
+            if k == len(seeds[g]):
+                seeds[g].append(_seed(rng))
+            orders = {
+                h: order(h, k if h == g else chosen[h]) for _, h in sum((t[2] for t in mine), [])
+            }
+            z = max(
+                float(np.abs(v @ _taken(a, how, orders).reshape(-1)).max()) * np.sqrt(a.size)
+                for v, a, how in mine
+            )
+            worst.append(z)
+        chosen[g] = int(np.argmin(worst))
+    return {g: seeds[g][k] for g, k in chosen.items()}
+
+
 def mix(
     graph: ir.Graph, *, rng: np.random.Generator, secret: SecretInput, new_name: Callable[[], str]
 ) -> int:
-    """Mix every layer of ``graph`` that the rule covers (in place); returns how many."""
-    done = 0
+    """Mix every layer of ``graph`` that the rule covers (in place); returns how many layers'
+    weights changed."""
+    plan = channels.plan(graph)
+    takes: dict[tuple[ir.Node, int], set[tuple[int, int]]] = {}
+    for e in plan.edits:
+        takes.setdefault((e.node, e.index), set()).add((e.axis, e.group))
+    arrays = {key: channels.const_array(key[0].inputs[key[1]]) for key in takes}
+    originals = [
+        v.const_value.numpy()
+        for v in graph.initializers.values()
+        if v.const_value is not None and v.const_value.size <= CROSS_ELEMENTS
+    ]
+    chosen = [(arrays[k], sorted(how)) for k, how in takes.items()]
+    seeds = _choose(plan.sizes, chosen, originals, rng)
+    orders = {g: derangement(seeds[g], n, n) for g, n in plan.sizes.items()}
+    for (node, index), how in takes.items():
+        _set(node, index, _taken(arrays[node, index], sorted(how), orders), new_name())
+    for bound in plan.boundaries:
+        _restore(graph, bound, seeds[bound.group], plan.sizes[bound.group], secret)
+    changed = {node for node, _ in takes}
+    for g, producers in plan.producers.items():
+        for node in producers:
+            table = channels.const_array(node.inputs[0]) if node.op_type == "Gather" else None
+            if table is not None and table.size >= MIN_ELEMENTS:
+                _rows(node, graph, seeds[g], secret, new_name)
+    done = len(changed)
     for node in list(graph):
         rule = MIXERS.get(node.op_type)
         if (
-            rule is not None
+            node not in changed
+            and rule is not None
             and node.domain in ("", "ai.onnx")
             and rule(node, graph, rng, secret, new_name)
         ):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gc
 import secrets
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,7 @@ import onnx_ir as ir
 
 from modelpress.errors import OptionError
 from modelpress.ir.shapes import ensure_types
+from modelpress.passes.constant_folding import FoldConstants
 from modelpress.protect import library as lib
 from modelpress.protect import mixing, signature, weights
 from modelpress.protect.compress_graph import find_groups
@@ -135,6 +137,7 @@ def obfuscate(
     mixed = 0
     before = set(work.graph)
     if mode == "runtime":
+        FoldConstants()(work)  # shapes computed from constants (pads, ...) become constants
         mixed = mixing.mix(work.graph, rng=rng, secret=secret_input, new_name=mixed_name)
         gc.collect()  # the weights mixing replaced (graphs hold reference cycles)
     unmixing = set(work.graph) - before
@@ -158,9 +161,12 @@ def obfuscate(
             array = const_tensor(value).numpy()
         except Exception:  # noqa: BLE001 - strings and exotic types go into the library whole
             array = None
-        if value.name in mixed_names and array is not None and array.size >= weights.MIN_ELEMENTS:
-            # mixed (mixing.py): it stays as it is. A smaller one (a bias, a first layer) gets
-            # noise too: chance alone would let a few hundred values correlate visibly
+        if value.name in mixed_names and array is not None:
+            # mixed (mixing.py): it stays as it is, in the file when large, else in the library
+            # (in the file, chance alone would let a few hundred values correlate visibly)
+            if array.size < mixing.MIN_ELEMENTS:
+                inlined.add(value)
+                return None
             stored[value] = Visible(value)
             return stored[value]
         runtime = mode == "runtime"
@@ -231,7 +237,7 @@ def obfuscate(
     )
     decoys = len(added)
     if mode == "runtime":
-        types = {n.op_type for g in model.graphs() for n in g if n.domain in ("", "ai.onnx")}
+        types = Counter(n.op_type for g in model.graphs() for n in g if n.domain in ("", "ai.onnx"))
         added += type_decoys(
             work.graph,
             types,
