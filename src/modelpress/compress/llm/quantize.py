@@ -37,13 +37,14 @@ import numpy as np
 import onnx_ir as ir
 
 from modelpress.compress.llm import awq, calibrate
-from modelpress.compress.llm.gptq import gptq_codes
+from modelpress.compress.llm.gptq import gptq
 from modelpress.compress.llm.grid import (
     block_grid,
     codes_on_grid,
     dequantize_codes,
     output_error,
     to_blocks,
+    zero_point_form,
 )
 from modelpress.compress.llm.output import check_output, write_folder
 from modelpress.errors import OptionError
@@ -129,18 +130,16 @@ def _candidates(method: str, act_order: bool | None) -> tuple[str, ...]:
     )
 
 
-def _fit(kind, w, h, *, bits, block_size, symmetric):
+def _fit(kind, w, h, *, bits, block_size, form):
     """Grid and codes of ``w`` by one candidate, fitted on ``h``."""
+    if kind.startswith("gptq"):
+        return gptq(w, h, bits=bits, block_size=block_size, form=form, act_order=kind == "gptq-act")
+    sym, fzp = form == "symmetric", form == "float"
+    hh = None if kind == "rtn" else h
     scale, zp = block_grid(
-        w, bits=bits, block_size=block_size, symmetric=symmetric, h=None if kind == "rtn" else h
+        w, bits=bits, block_size=block_size, symmetric=sym, float_zero_point=fzp, h=hh
     )
-    if kind in ("rtn", "clip"):
-        codes = codes_on_grid(w, scale, zp, bits, block_size)
-    else:
-        codes = gptq_codes(
-            w, h, scale, zp, bits=bits, block_size=block_size, act_order=kind == "gptq-act"
-        )
-    return codes, scale, zp
+    return codes_on_grid(w, scale, zp, bits, block_size), scale, zp
 
 
 def quantize_weight(
@@ -152,14 +151,18 @@ def quantize_weight(
     block_size: int,
     symmetric: bool,
     candidates: tuple[str, ...],
+    float_zero_point: bool = False,
 ) -> tuple[nbits.Blocks, str, dict, float | None]:
-    """``(blocks of diag(s)·w, kept candidate, {candidate: held-out error}, relative error)``."""
+    """``(blocks of diag(s)·w, kept candidate, {candidate: held-out error}, relative error)``;
+    ``float_zero_point``: asymmetric grids with float zero points (``grid.py``)."""
     s = np.ones(w.shape[0]) if s is None else s
     ws = (w * s[:, None]).astype(np.float32)
-    opts = dict(bits=bits, block_size=block_size, symmetric=symmetric)
+    form = zero_point_form(symmetric=symmetric, float_zero_point=float_zero_point)
+    opts = dict(bits=bits, block_size=block_size, form=form)
+    fzp = form == "float"
     if stats is None:
         codes, scale, zp = _fit("rtn", ws, None, **opts)
-        return to_blocks(codes, scale, zp, bits, block_size), "rtn", {}, None
+        return to_blocks(codes, scale, zp, bits, block_size, float_zero_point=fzp), "rtn", {}, None
     inv = 1.0 / np.outer(s, s)
     h_all = stats.hessian() * inv
     errors: dict[str, float] = {}
@@ -177,7 +180,8 @@ def quantize_weight(
     w_hat = dequantize_codes(codes, scale, zp, bits, block_size)
     energy = float(np.sum((h_all @ ws.astype(np.float64)) * ws))
     rel = output_error(ws, w_hat, h_all) / max(energy, 1e-30)
-    return to_blocks(codes, scale, zp, bits, block_size), kept, errors, rel
+    blocks = to_blocks(codes, scale, zp, bits, block_size, float_zero_point=fzp)
+    return blocks, kept, errors, rel
 
 
 def _embedding_tables(model: ir.Model, vocab: int) -> list[ir.Node]:
@@ -280,6 +284,7 @@ def quantize_llm(
                 bits=bits,
                 block_size=block_size,
                 symmetric=symmetric,
+                float_zero_point=level == "ort" and not symmetric and bits == 4,
             )
             if alpha > 0:
                 awq.apply_fold(fold, s, weights)
@@ -289,6 +294,8 @@ def quantize_llm(
     layers: list[LayerReport] = []
     standard = level == "standard"
     candidates = _candidates(method, act_order)
+    # MatMulNBits takes float zero points (4 bits on CPU); DequantizeLinear integer ones only
+    float_zp = not standard and not symmetric and bits == 4
     head_bits = EMBEDDINGS[embeddings]
     todo = [(n, bits) for n in body] + [(n, head_bits) for n in head if head_bits is not None]
     for i, (node, nb) in enumerate(todo):
@@ -301,6 +308,7 @@ def quantize_llm(
             bits=nb,
             block_size=block_size,
             symmetric=symmetric or nb == 8,
+            float_zero_point=float_zp,
             candidates=("clip",) if is_head and method != "rtn" else candidates,
         )
         base = node.name or f"matmul_{i}"
