@@ -177,10 +177,35 @@ def rotated_folder() -> Path:
 MODELS = {"smollm2": float_folder, "smollm2-rotated": rotated_folder}
 
 
-def section_quality(args) -> dict:
-    from modelpress.compress.llm import quantize_llm
+def _statistics(name: str, folder: Path, calib: Path, threads: int):
+    """The calibration statistics of ``folder`` (one pass, shared by every variant), kept in
+    ``_work`` between runs of this bench (``--fresh-statistics`` collects them again)."""
+    import pickle
+
     from modelpress.compress.llm.calibrate import collect, quantizable_matmuls
     from modelpress.ir import load
+
+    path = WORK / f"{name}.stats.pkl"
+    if path.exists() and not FRESH_STATISTICS:
+        return pickle.loads(path.read_bytes())
+    model = load(folder / "model.onnx")
+    stats = collect(
+        folder,
+        model,
+        quantizable_matmuls(model),
+        calib.read_text(),
+        samples=SAMPLES,
+        threads=threads,
+    )
+    path.write_bytes(pickle.dumps(stats))
+    return stats
+
+
+FRESH_STATISTICS = False
+
+
+def section_quality(args) -> dict:
+    from modelpress.compress.llm import quantize_llm
     from modelpress.verify.llm import (
         Decoder,
         greedy_paths,
@@ -218,17 +243,7 @@ def section_quality(args) -> dict:
                 out = WORK / f"{name}-int4-b{block}-{method}"
                 t0 = time.perf_counter()
                 if method != "rtn" and stats is None:
-                    model = load(folder / "model.onnx")
-                    nodes = quantizable_matmuls(model)
-                    stats = collect(
-                        folder,
-                        model,
-                        nodes,
-                        calib.read_text(),
-                        samples=SAMPLES,
-                        threads=args.threads,
-                    )
-                    del model
+                    stats = _statistics(name, folder, calib, args.threads)
                 r = quantize_llm(
                     folder,
                     out,
@@ -240,6 +255,7 @@ def section_quality(args) -> dict:
                     threads=args.threads,
                     samples=SAMPLES,
                     statistics=None if method == "rtn" else stats,
+                    stages=1 if method == "rtn" else args.stages,
                 )
                 seconds = time.perf_counter() - t0
                 cand = Decoder.open(out, threads=args.threads)
@@ -247,7 +263,8 @@ def section_quality(args) -> dict:
                 agree = top1_agreement(ref, cand, prompts, steps=32, paths=paths)
                 row = {
                     "model": name,
-                    "variant": f"int4 b{block} {method}",
+                    "variant": f"int4 b{block} {method}"
+                    + (f" {args.stages} stages" if method != "rtn" and args.stages > 1 else ""),
                     "perplexity": p.perplexity,
                     "ratio": p.perplexity / base.perplexity,
                     "top1_agreement": agree.top1_agreement,
@@ -438,12 +455,18 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     ap.add_argument("--blocks", nargs="+", type=int, default=[32, 128])
     ap.add_argument("--methods", nargs="+", default=["rtn", "auto"])
+    ap.add_argument(
+        "--stages", type=int, default=1, help="sequential calibration stages (non-RTN rows)"
+    )
+    ap.add_argument("--fresh-statistics", action="store_true")
     ap.add_argument("--threads", type=int, default=None, help="default: 2 (quality), 1 (decode)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--decode-tokens", type=int, default=48)
     ap.add_argument("--decode-llm", action="append", default=[], metavar="DIR")
     ap.add_argument("--install-peers", action="store_true")
     args = ap.parse_args()
+    global FRESH_STATISTICS
+    FRESH_STATISTICS = args.fresh_statistics
     if args.threads is None:
         args.threads = 1 if set(args.only) <= {"decode", "decode_batch"} else 2
     WORK.mkdir(parents=True, exist_ok=True)

@@ -35,7 +35,7 @@ import numpy as np
 from modelpress.ir.nbits import Blocks
 
 FORMS = ("float", "integer", "symmetric")
-CLIP_RATIOS = (1.0, 0.95, 0.9, 0.85, 0.8, 0.7)
+CLIP_RATIOS = (1.0, 0.9, 0.8, 0.7)
 REFITS = 2
 COLUMNS = 128
 

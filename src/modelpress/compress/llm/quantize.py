@@ -59,6 +59,7 @@ METHODS = ("auto", "rtn", "awq", "gptq")
 EMBEDDINGS = {"int8": 8, "int4": 4, "float": None}
 LEVELS = ("ort", "standard")
 BLOCK_SIZES = (16, 32, 64, 128, 256)
+SELECT_COLUMNS = 192  # columns of a weight (evenly spaced) on which `auto` judges candidates
 
 
 @dataclass
@@ -101,7 +102,7 @@ class LLMQuantizeResult:
         return out
 
 
-def _check_options(mode, block_size, method, embeddings, level) -> None:
+def _check_options(mode, block_size, method, embeddings, level, stages, int8_layers) -> None:
     if mode not in MODES:
         raise OptionError(f"`mode` {mode!r} is not one of {', '.join(MODES)} for an LLM folder")
     if block_size not in BLOCK_SIZES:
@@ -114,6 +115,10 @@ def _check_options(mode, block_size, method, embeddings, level) -> None:
         raise OptionError(f"`embeddings` {embeddings!r} is not one of {', '.join(EMBEDDINGS)}")
     if level not in LEVELS:
         raise OptionError(f"`level` {level!r} is not one of {', '.join(LEVELS)}")
+    if stages < 1:
+        raise OptionError(f"`stages` must be at least 1, got {stages}")
+    if int8_layers < 0:
+        raise OptionError(f"`int8_layers` must be at least 0, got {int8_layers}")
 
 
 def _candidates(method: str, act_order: bool | None) -> tuple[str, ...]:
@@ -171,10 +176,12 @@ def quantize_weight(
         h_fit, h_eval = (
             (stats.hessian(0) * inv, stats.hessian(1) * inv) if stats.split else (h_all, h_all)
         )
+        # columns are quantized independently: the candidates are judged on a sample of them
+        wc = ws[:, :: max(1, ws.shape[1] // SELECT_COLUMNS)]
         for kind in candidates:
-            codes, scale, zp = _fit(kind, ws, h_fit, **opts)
+            codes, scale, zp = _fit(kind, wc, h_fit, **opts)
             w_hat = dequantize_codes(codes, scale, zp, bits, block_size)
-            errors[kind] = output_error(ws, w_hat, h_eval)
+            errors[kind] = output_error(wc, w_hat, h_eval)
         kept = min(errors, key=errors.get)
     codes, scale, zp = _fit(kept, ws, h_all, **opts)
     w_hat = dequantize_codes(codes, scale, zp, bits, block_size)
@@ -221,14 +228,17 @@ def quantize_llm(
     accuracy_level: int = 4,
     threads: int | None = None,
     statistics: tuple[dict, int] | None = None,
+    stages: int = 1,
+    int8_layers: int = 0,
     progress: Callable[[int, int], None] | None = None,
 ) -> LLMQuantizeResult:
     """Quantize the LLM folder ``folder`` into ``output`` (module docstring).
 
     ``statistics``: what ``calibrate.collect`` returned for this folder and ``data`` (to
-    quantize one folder several ways on one calibration pass)."""
+    quantize one folder several ways on one calibration pass). ``stages`` > 1: sequential
+    calibration; ``int8_layers``: that many body MatMuls kept at 8 bits (module docstring)."""
     start = time.perf_counter()
-    _check_options(mode, block_size, method, embeddings, level)
+    _check_options(mode, block_size, method, embeddings, level, stages, int8_layers)
     src, out = Path(folder), Path(output)
     config = llm.read_config(src)
     check_output(out, src)
@@ -297,19 +307,36 @@ def quantize_llm(
     # MatMulNBits takes float zero points (4 bits on CPU); DequantizeLinear integer ones only
     float_zp = not standard and not symmetric and bits == 4
     head_bits = EMBEDDINGS[embeddings]
-    todo = [(n, bits) for n in body] + [(n, head_bits) for n in head if head_bits is not None]
+    wide = _most_sensitive(body, weights, stats, int8_layers, block_size) if bits == 4 else set()
+    todo = [(n, 8 if n.name in wide else bits) for n in body]
+    todo += [(n, head_bits) for n in head if head_bits is not None]
+    stage_of = _stages(body, stages) if stats and stages > 1 else {}
+    if stage_of:  # the float graph computes with the AWQ-folded weights from here on
+        for n in body:
+            n.inputs[1].const_value = ir.tensor(weights[n.name], name=n.inputs[1].name)
+    stage, stage_stats = 0, {}
     for i, (node, nb) in enumerate(todo):
         x = node.inputs[0]
         is_head = node in head
+        w, st, s = weights[node.name], stats.get(x.name), group_scale.get(x.name)
+        if stage_of.get(node.name, 0) > 0:
+            if stage_of[node.name] != stage:  # inputs through the layers quantized so far
+                stage = stage_of[node.name]
+                mine = [n for n in body if stage_of[n.name] == stage]
+                stage_stats, _ = calibrate.collect(
+                    src, model, mine, text, seq_len=seq_len, samples=samples, threads=threads
+                )
+            st = stage_stats[x.name]  # statistics of the folded input x/s: weights diag(s)·w
+            w, s = w if s is None else (w * s[:, None]).astype(np.float32), None
         blocks, kept, errors, rel = quantize_weight(
-            weights[node.name],
-            stats.get(x.name),
-            group_scale.get(x.name),
+            w,
+            st,
+            s,
             bits=nb,
             block_size=block_size,
             symmetric=symmetric or nb == 8,
             float_zero_point=float_zp,
-            candidates=("clip",) if is_head and method != "rtn" else candidates,
+            candidates=("clip",) if (is_head or nb > bits) and method != "rtn" else candidates,
         )
         base = node.name or f"matmul_{i}"
         if standard:
@@ -388,6 +415,35 @@ def quantize_llm(
         _size(out),
         time.perf_counter() - start,
     )
+
+
+def _most_sensitive(body, weights, stats, count: int, block_size: int) -> set[str]:
+    """The ``count`` body MatMuls with the largest relative output error rounded to nearest at
+    4 bits (min/max float grids) on the calibration inputs (by size of weight without them)."""
+    if count <= 0:
+        return set()
+    score = {}
+    for n in body:
+        w, st = weights[n.name], stats.get(n.inputs[0].name)
+        scale, zp = block_grid(
+            w, bits=4, block_size=block_size, symmetric=False, float_zero_point=True
+        )
+        w_hat = dequantize_codes(
+            codes_on_grid(w, scale, zp, 4, block_size), scale, zp, 4, block_size
+        )
+        if st is None:
+            score[n.name] = float(np.sum((w_hat - w) ** 2) / max(np.sum(w * w), 1e-30))
+            continue
+        h = st.hessian()
+        energy = float(np.sum((h @ w.astype(np.float64)) * w))
+        score[n.name] = output_error(w, w_hat, h) / max(energy, 1e-30)
+    return set(sorted(score, key=score.get, reverse=True)[:count])
+
+
+def _stages(body: list[ir.Node], count: int) -> dict[str, int]:
+    """``{MatMul name: stage}``: the body in graph order cut into ``count`` consecutive runs."""
+    count = min(count, len(body))
+    return {n.name: i * count // len(body) for i, n in enumerate(body)}
 
 
 def _count(layers: list[LayerReport]) -> dict[str, int]:
