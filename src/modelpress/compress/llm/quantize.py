@@ -9,20 +9,31 @@ follow ``embeddings``: ``int8`` (the default: symmetric 8-bit blocks, a small lo
 largest tensors of a small model), ``int4`` or ``float``; the table is written as
 ``GatherBlockQuantized`` (or ``DequantizeLinear`` + ``Gather``).
 
+Grids (``grid.py``): asymmetric int4 blocks for ``MatMulNBits`` take float zero points (each
+block's own range, no forced 0); ``DequantizeLinear`` takes integer zero points of the code
+type, so the standard level searches the best integer (scale, zero point) pair instead.
+
 How (``method``):
 
 - ``rtn``: each block's min/max range, rounded to nearest. The only choice without calibration
   text, and then said in the notes.
-- ``awq``: activation-aware scales (``awq.py``) and a per-block clip search (``grid.py``) on the
-  calibration inputs, rounded to nearest.
-- ``gptq``: the clip-searched grid, codes by GPTQ (``gptq.py``; ``act_order`` optional).
+- ``awq``: activation-aware scales (``awq.py``) and the per-block grid search (``grid.py``,
+  weighted by the calibration inputs), rounded to nearest.
+- ``gptq``: codes by GPTQ (``gptq.py``; ``act_order`` optional), each block's grid searched on
+  the block's rows as GPTQ's updates have left them when its first row comes.
 - ``auto`` (the default with data): AWQ's scale search (``α = 0``, no scaling, among the
-  candidates), then per layer the best of clip-searched rounding, GPTQ and GPTQ with act-order,
+  candidates), then per layer the best of grid-searched rounding, GPTQ and GPTQ with act-order,
   each fitted on the even calibration windows and judged by its output error ``tr(DᵀHD)`` on the
-  odd ones; the winner is fitted again on all windows. The per-layer errors are in the result.
+  odd ones, on ``SELECT_COLUMNS`` evenly spaced columns (columns are quantized independently);
+  the winner is fitted again on all windows and columns. The per-layer errors are in the result.
 
-Statistics come from the float model, all layers at once (``calibrate.py``), not from the
-partly quantized one: simpler and a single pass over the text.
+Statistics come from the float model, all layers at once (``calibrate.py``): one pass over the
+text. ``stages`` > 1 (sequential calibration): the body MatMuls, in graph order, are cut into
+that many runs, and the inputs of each run after the first are measured again through the runs
+already quantized (one more pass over the text each), so that a layer is fitted to the inputs it
+will see. ``int8_layers``: that many body MatMuls, those with the largest relative output error
+under 4-bit rounding to nearest on the calibration inputs, are written at 8 bits (symmetric)
+instead: a larger file, said in the result's layers.
 """
 
 from __future__ import annotations
