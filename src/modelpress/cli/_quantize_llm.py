@@ -61,6 +61,12 @@ def add_llm_options(p: argparse.ArgumentParser) -> None:
         "runs already quantized (default 1: all from the float model; costs N-1 more passes)",
     )
     g.add_argument(
+        "--float-zero-points",
+        action="store_true",
+        help="int4 MatMulNBits: each block's own min/max range with a float zero point "
+        "(exact on weights from Q4_1-style blocks; default: integer zero points)",
+    )
+    g.add_argument(
         "--int8-layers",
         type=int,
         default=0,
@@ -91,6 +97,7 @@ def run_llm(args) -> int:
             samples=args.limit or 32,
             stages=args.stages,
             int8_layers=args.int8_layers,
+            float_zero_points=args.float_zero_points,
             progress=progress,
         )
     t = Table(

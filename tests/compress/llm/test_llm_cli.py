@@ -24,6 +24,7 @@ def test_quantize_and_verify(folder, capsys):
     f, q, text = folder / "f", folder / "q", folder / "text.txt"
     argv = ["quantize", str(f), "-o", str(q), "--mode", "int4", "--data", str(text)]
     argv += ["--seq-len", "32", "--limit", "4", "--stages", "2", "--int8-layers", "1"]
+    argv += ["--float-zero-points"]
     assert main([*argv, "--json", str(folder / "q.json")]) == 0
     assert json.loads((q / llm.CONFIG_FILE).read_text())["quantization"]["bits"] == 4
     record = json.loads((folder / "q.json").read_text())

@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import onnx_ir as ir
 import pytest
 
 from modelpress.compress.llm import quantize_llm
@@ -110,6 +111,7 @@ def test_sequential_stages_and_int8_layers(folder):
         samples=8,
         stages=3,
         int8_layers=2,
+        float_zero_points=True,
         accuracy_level=0,
     )
     eight = [layer for layer in r.layers if layer.bits == 8 and layer.n != VOCAB]
@@ -120,6 +122,12 @@ def test_sequential_stages_and_int8_layers(folder):
         if n.op_type == "MatMulNBits"
     }
     assert sorted(nbits_of.values()).count(8) == sum(layer.bits == 8 for layer in r.layers)
+    zp_types = {
+        n.inputs[3].const_value.dtype
+        for n in load(folder / "int4_seq" / llm.MODEL_FILE).graph
+        if n.op_type == "MatMulNBits" and n.attributes["bits"].value == 4
+    }
+    assert zp_types == {ir.DataType.FLOAT}  # float zero points as asked
     ref, q = Decoder.open(folder / "float"), Decoder.open(folder / "int4_seq")
     ids = ref.encode(TEXT)
     p_ref = perplexity_of_ids(ref, ids, window=64, stride=32)

@@ -9,9 +9,14 @@ follow ``embeddings``: ``int8`` (the default: symmetric 8-bit blocks, a small lo
 largest tensors of a small model), ``int4`` or ``float``; the table is written as
 ``GatherBlockQuantized`` (or ``DequantizeLinear`` + ``Gather``).
 
-Grids (``grid.py``): asymmetric int4 blocks for ``MatMulNBits`` take float zero points (each
-block's own range, no forced 0); ``DequantizeLinear`` takes integer zero points of the code
-type, so the standard level searches the best integer (scale, zero point) pair instead.
+Grids (``grid.py``): asymmetric blocks take integer zero points of the code type by default
+(their range holds 0; with data the best integer (scale, zero point) pair is searched).
+``float_zero_points`` (``MatMulNBits`` only, 4 bits) takes float zero points instead: each
+block's own range, no forced 0. They reproduce weights that came from Q4_1-style blocks exactly,
+but on weights not from such blocks rounding to nearest on them measured WORSE end to end
+(SmolLM2 rotated, block 32: perplexity 19.90 against 18.57 with integer zero points, float
+11.71), although their per-layer output error on the calibration inputs is lower
+(``benchmarks/results/llm.md``); hence off by default.
 
 How (``method``):
 
@@ -241,13 +246,15 @@ def quantize_llm(
     statistics: tuple[dict, int] | None = None,
     stages: int = 1,
     int8_layers: int = 0,
+    float_zero_points: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> LLMQuantizeResult:
     """Quantize the LLM folder ``folder`` into ``output`` (module docstring).
 
     ``statistics``: what ``calibrate.collect`` returned for this folder and ``data`` (to
     quantize one folder several ways on one calibration pass). ``stages`` > 1: sequential
-    calibration; ``int8_layers``: that many body MatMuls kept at 8 bits (module docstring)."""
+    calibration; ``int8_layers``: that many body MatMuls kept at 8 bits; ``float_zero_points``:
+    asymmetric ``MatMulNBits`` grids with float zero points (module docstring)."""
     start = time.perf_counter()
     _check_options(mode, block_size, method, embeddings, level, stages, int8_layers)
     src, out = Path(folder), Path(output)
@@ -305,7 +312,7 @@ def quantize_llm(
                 bits=bits,
                 block_size=block_size,
                 symmetric=symmetric,
-                float_zero_point=level == "ort" and not symmetric and bits == 4,
+                float_zero_point=float_zero_points and level == "ort" and bits == 4,
             )
             if alpha > 0:
                 awq.apply_fold(fold, s, weights)
@@ -316,7 +323,7 @@ def quantize_llm(
     standard = level == "standard"
     candidates = _candidates(method, act_order)
     # MatMulNBits takes float zero points (4 bits on CPU); DequantizeLinear integer ones only
-    float_zp = not standard and not symmetric and bits == 4
+    float_zp = float_zero_points and not standard and not symmetric and bits == 4
     head_bits = EMBEDDINGS[embeddings]
     wide = _most_sensitive(body, weights, stats, int8_layers, block_size) if bits == 4 else set()
     todo = [(n, 8 if n.name in wide else bits) for n in body]
