@@ -10,6 +10,7 @@ from modelpress.cli import options
 from modelpress.cli._common import console, counted, human_bytes
 from modelpress.compress.llm import quantize_llm
 from modelpress.compress.llm.quantize import EMBEDDINGS, LEVELS, METHODS
+from modelpress.errors import OptionError
 
 LLM_MODES = {"int4": 4, "int8": 8}
 
@@ -49,11 +50,35 @@ def add_llm_options(p: argparse.ArgumentParser) -> None:
     options.add_with_default(
         g, "--window", type=int, default=512, metavar="N", help="tokens per calibration window"
     )
+    g.add_argument(
+        "--stages",
+        type=int,
+        default=1,
+        metavar="N",
+        help="sequential calibration: inputs of each of N runs of layers measured through the "
+        "runs already quantized (default 1: all from the float model; costs N-1 more passes)",
+    )
+    g.add_argument(
+        "--float-zero-points",
+        action="store_true",
+        help="int4 MatMulNBits: each block's own min/max range with a float zero point "
+        "(exact on weights from Q4_1-style blocks; default: integer zero points)",
+    )
+    g.add_argument(
+        "--int8-layers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="int4: keep the N MatMuls most hurt by 4 bits at 8 bits (default 0; larger file)",
+    )
 
 
 def run_llm(args) -> int:
     recorder = options.Recorder("quantize", args)
     options.require_positive(args.window, "--window")
+    options.require_positive(args.stages, "--stages")
+    if args.int8_layers < 0:
+        raise OptionError("--int8-layers must be at least 0")
     with counted("quantizing") as progress:
         result = quantize_llm(
             args.model,
@@ -68,6 +93,9 @@ def run_llm(args) -> int:
             level=args.ops,
             seq_len=args.window,
             samples=args.limit or 32,
+            stages=args.stages,
+            int8_layers=args.int8_layers,
+            float_zero_points=args.float_zero_points,
             progress=progress,
         )
     t = Table(

@@ -23,7 +23,9 @@ def folder(tmp_path_factory):
 def test_quantize_and_verify(folder, capsys):
     f, q, text = folder / "f", folder / "q", folder / "text.txt"
     argv = ["quantize", str(f), "-o", str(q), "--mode", "int4", "--data", str(text)]
-    assert main([*argv, "--seq-len", "32", "--limit", "4", "--json", str(folder / "q.json")]) == 0
+    argv += ["--seq-len", "32", "--limit", "4", "--stages", "2", "--int8-layers", "1"]
+    argv += ["--float-zero-points"]
+    assert main([*argv, "--json", str(folder / "q.json")]) == 0
     assert json.loads((q / llm.CONFIG_FILE).read_text())["quantization"]["bits"] == 4
     record = json.loads((folder / "q.json").read_text())
     assert record["result"]["mode"] == "int4" and record["result"]["layers"]
@@ -43,6 +45,10 @@ def test_bad_input_is_one_line(folder, capsys):
     err = capsys.readouterr().err
     assert "error: /no/such.txt: no such file" in err and "--data" in err
     assert "Traceback" not in err
+    for flag, value in (("--stages", "0"), ("--int8-layers", "-1")):
+        argv = ["quantize", str(f), "-o", str(folder / "x"), "--mode", "int4", flag, value]
+        assert main(argv) == 1
+        assert f"error: {flag} must be at least" in capsys.readouterr().err
     # an ONNX file with an LLM mode is refused with the flags to use instead
     assert (
         main(["quantize", str(f / llm.MODEL_FILE), "-o", str(folder / "y.onnx"), "--mode", "int4"])

@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import onnx_ir as ir
 import pytest
 
 from modelpress.compress.llm import quantize_llm
@@ -11,6 +12,7 @@ from modelpress.compress.llm.quantize import quantize_weight
 from modelpress.errors import InputError, ModelSaveError, OptionError
 from modelpress.ir import llm, load
 from modelpress.verify.llm import Decoder, perplexity_of_ids, prompts_from_text, top1_agreement
+from modelpress.zoo.llm import VOCAB
 
 TEXT = (
     "The quick brown fox jumps over the lazy dog. A language model predicts the next word from "
@@ -39,13 +41,11 @@ def _logits(path, ids):
 
 def test_formats_agree_and_quality_holds(folder):
     text = folder / "text.txt"
-    # float activations (accuracy_level 0) so that both formats state the same arithmetic
-    fast = quantize_llm(
-        folder / "float", folder / "int4", data=text, seq_len=64, samples=8, accuracy_level=0
-    )
-    quantize_llm(
-        folder / "float", folder / "int4_std", data=text, seq_len=64, samples=8, level="standard"
-    )
+    # float activations (accuracy_level 0) so that both formats state the same arithmetic;
+    # symmetric, as asymmetric grids differ by level (float zero points for MatMulNBits only)
+    opts = dict(data=text, seq_len=64, samples=8, symmetric=True)
+    fast = quantize_llm(folder / "float", folder / "int4", accuracy_level=0, **opts)
+    quantize_llm(folder / "float", folder / "int4_std", level="standard", **opts)
     assert {layer.method for layer in fast.layers} <= {"clip", "gptq", "gptq-act"}
     cfg = json.loads((folder / "int4" / llm.CONFIG_FILE).read_text())
     assert cfg["quantization"]["mode"] == "int4" and cfg["quantization"]["calibration"]["tokens"]
@@ -98,6 +98,45 @@ def test_gptq_and_awq_beat_rtn_on_the_models_own_activations(folder):
         wins += min(errors["gptq"], errors["gptq-act"]) < errors["rtn"]
         assert errors["clip"] <= errors["rtn"] * 1.05
     assert wins >= len(nodes[:-1]) - 1
+
+
+def test_sequential_stages_and_int8_layers(folder):
+    """Inputs measured through the layers already quantized, and the two MatMuls most hurt by
+    4 bits kept at 8: still runs in ONNX Runtime, 8-bit where reported, perplexity near float."""
+    r = quantize_llm(
+        folder / "float",
+        folder / "int4_seq",
+        data=folder / "text.txt",
+        seq_len=64,
+        samples=8,
+        stages=3,
+        int8_layers=2,
+        float_zero_points=True,
+        accuracy_level=0,
+    )
+    eight = [layer for layer in r.layers if layer.bits == 8 and layer.n != VOCAB]
+    assert len(eight) >= 2
+    nbits_of = {
+        n.name: n.attributes["bits"].value
+        for n in load(folder / "int4_seq" / llm.MODEL_FILE).graph
+        if n.op_type == "MatMulNBits"
+    }
+    assert sorted(nbits_of.values()).count(8) == sum(layer.bits == 8 for layer in r.layers)
+    zp_types = {
+        n.inputs[3].const_value.dtype
+        for n in load(folder / "int4_seq" / llm.MODEL_FILE).graph
+        if n.op_type == "MatMulNBits" and n.attributes["bits"].value == 4
+    }
+    assert zp_types == {ir.DataType.FLOAT}  # float zero points as asked
+    ref, q = Decoder.open(folder / "float"), Decoder.open(folder / "int4_seq")
+    ids = ref.encode(TEXT)
+    p_ref = perplexity_of_ids(ref, ids, window=64, stride=32)
+    p_q = perplexity_of_ids(q, ids, window=64, stride=32)
+    assert 0.9 < p_q.perplexity / p_ref.perplexity < 1.1
+    with pytest.raises(OptionError, match="`stages`"):
+        quantize_llm(folder / "float", folder / "x", stages=0)
+    with pytest.raises(OptionError, match="`int8_layers`"):
+        quantize_llm(folder / "float", folder / "x", int8_layers=-1)
 
 
 def test_without_data_rtn_and_int8(folder):

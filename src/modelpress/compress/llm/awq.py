@@ -146,6 +146,7 @@ def search(
     bits: int,
     block_size: int,
     symmetric: bool,
+    float_zero_point: bool = False,
 ) -> tuple[float, np.ndarray, dict[float, float]]:
     """``(α, s, {α: group output error})`` with the least error on ``h_eval`` (module
     docstring). As in the paper, the search rounds on min/max grids (the clip search comes
@@ -162,7 +163,13 @@ def search(
         err = 0.0
         for w in sampled:
             ws = (w * s[:, None]).astype(np.float32)
-            scale, zp = block_grid(ws, bits=bits, block_size=block_size, symmetric=symmetric)
+            scale, zp = block_grid(
+                ws,
+                bits=bits,
+                block_size=block_size,
+                symmetric=symmetric,
+                float_zero_point=float_zero_point,
+            )
             codes = codes_on_grid(ws, scale, zp, bits, block_size)
             w_hat = dequantize_codes(codes, scale, zp, bits, block_size) / s[:, None]
             err += output_error(w, w_hat, h_eval)

@@ -9,20 +9,36 @@ follow ``embeddings``: ``int8`` (the default: symmetric 8-bit blocks, a small lo
 largest tensors of a small model), ``int4`` or ``float``; the table is written as
 ``GatherBlockQuantized`` (or ``DequantizeLinear`` + ``Gather``).
 
+Grids (``grid.py``): asymmetric blocks take integer zero points of the code type by default
+(their range holds 0; with data the best integer (scale, zero point) pair is searched).
+``float_zero_points`` (``MatMulNBits`` only, 4 bits) takes float zero points instead: each
+block's own range, no forced 0. They reproduce weights that came from Q4_1-style blocks exactly,
+but on weights not from such blocks rounding to nearest on them measured WORSE end to end
+(SmolLM2 rotated, block 32: perplexity 19.90 against 18.57 with integer zero points, float
+11.71), although their per-layer output error on the calibration inputs is lower
+(``benchmarks/results/llm.md``); hence off by default.
+
 How (``method``):
 
 - ``rtn``: each block's min/max range, rounded to nearest. The only choice without calibration
   text, and then said in the notes.
-- ``awq``: activation-aware scales (``awq.py``) and a per-block clip search (``grid.py``) on the
-  calibration inputs, rounded to nearest.
-- ``gptq``: the clip-searched grid, codes by GPTQ (``gptq.py``; ``act_order`` optional).
+- ``awq``: activation-aware scales (``awq.py``) and the per-block grid search (``grid.py``,
+  weighted by the calibration inputs), rounded to nearest.
+- ``gptq``: codes by GPTQ (``gptq.py``; ``act_order`` optional), each block's grid searched on
+  the block's rows as GPTQ's updates have left them when its first row comes.
 - ``auto`` (the default with data): AWQ's scale search (``α = 0``, no scaling, among the
-  candidates), then per layer the best of clip-searched rounding, GPTQ and GPTQ with act-order,
+  candidates), then per layer the best of grid-searched rounding, GPTQ and GPTQ with act-order,
   each fitted on the even calibration windows and judged by its output error ``tr(DᵀHD)`` on the
-  odd ones; the winner is fitted again on all windows. The per-layer errors are in the result.
+  odd ones, on ``SELECT_COLUMNS`` evenly spaced columns (columns are quantized independently);
+  the winner is fitted again on all windows and columns. The per-layer errors are in the result.
 
-Statistics come from the float model, all layers at once (``calibrate.py``), not from the
-partly quantized one: simpler and a single pass over the text.
+Statistics come from the float model, all layers at once (``calibrate.py``): one pass over the
+text. ``stages`` > 1 (sequential calibration): the body MatMuls, in graph order, are cut into
+that many runs, and the inputs of each run after the first are measured again through the runs
+already quantized (one more pass over the text each), so that a layer is fitted to the inputs it
+will see. ``int8_layers``: that many body MatMuls, those with the largest relative output error
+under 4-bit rounding to nearest on the calibration inputs, are written at 8 bits (symmetric)
+instead: a larger file, said in the result's layers.
 """
 
 from __future__ import annotations
@@ -37,13 +53,14 @@ import numpy as np
 import onnx_ir as ir
 
 from modelpress.compress.llm import awq, calibrate
-from modelpress.compress.llm.gptq import gptq_codes
+from modelpress.compress.llm.gptq import gptq
 from modelpress.compress.llm.grid import (
     block_grid,
     codes_on_grid,
     dequantize_codes,
     output_error,
     to_blocks,
+    zero_point_form,
 )
 from modelpress.compress.llm.output import check_output, write_folder
 from modelpress.errors import OptionError
@@ -58,6 +75,7 @@ METHODS = ("auto", "rtn", "awq", "gptq")
 EMBEDDINGS = {"int8": 8, "int4": 4, "float": None}
 LEVELS = ("ort", "standard")
 BLOCK_SIZES = (16, 32, 64, 128, 256)
+SELECT_COLUMNS = 192  # columns of a weight (evenly spaced) on which `auto` judges candidates
 
 
 @dataclass
@@ -100,7 +118,7 @@ class LLMQuantizeResult:
         return out
 
 
-def _check_options(mode, block_size, method, embeddings, level) -> None:
+def _check_options(mode, block_size, method, embeddings, level, stages, int8_layers) -> None:
     if mode not in MODES:
         raise OptionError(f"`mode` {mode!r} is not one of {', '.join(MODES)} for an LLM folder")
     if block_size not in BLOCK_SIZES:
@@ -113,6 +131,10 @@ def _check_options(mode, block_size, method, embeddings, level) -> None:
         raise OptionError(f"`embeddings` {embeddings!r} is not one of {', '.join(EMBEDDINGS)}")
     if level not in LEVELS:
         raise OptionError(f"`level` {level!r} is not one of {', '.join(LEVELS)}")
+    if stages < 1:
+        raise OptionError(f"`stages` must be at least 1, got {stages}")
+    if int8_layers < 0:
+        raise OptionError(f"`int8_layers` must be at least 0, got {int8_layers}")
 
 
 def _candidates(method: str, act_order: bool | None) -> tuple[str, ...]:
@@ -129,18 +151,16 @@ def _candidates(method: str, act_order: bool | None) -> tuple[str, ...]:
     )
 
 
-def _fit(kind, w, h, *, bits, block_size, symmetric):
+def _fit(kind, w, h, *, bits, block_size, form):
     """Grid and codes of ``w`` by one candidate, fitted on ``h``."""
+    if kind.startswith("gptq"):
+        return gptq(w, h, bits=bits, block_size=block_size, form=form, act_order=kind == "gptq-act")
+    sym, fzp = form == "symmetric", form == "float"
+    hh = None if kind == "rtn" else h
     scale, zp = block_grid(
-        w, bits=bits, block_size=block_size, symmetric=symmetric, h=None if kind == "rtn" else h
+        w, bits=bits, block_size=block_size, symmetric=sym, float_zero_point=fzp, h=hh
     )
-    if kind in ("rtn", "clip"):
-        codes = codes_on_grid(w, scale, zp, bits, block_size)
-    else:
-        codes = gptq_codes(
-            w, h, scale, zp, bits=bits, block_size=block_size, act_order=kind == "gptq-act"
-        )
-    return codes, scale, zp
+    return codes_on_grid(w, scale, zp, bits, block_size), scale, zp
 
 
 def quantize_weight(
@@ -152,14 +172,18 @@ def quantize_weight(
     block_size: int,
     symmetric: bool,
     candidates: tuple[str, ...],
+    float_zero_point: bool = False,
 ) -> tuple[nbits.Blocks, str, dict, float | None]:
-    """``(blocks of diag(s)·w, kept candidate, {candidate: held-out error}, relative error)``."""
+    """``(blocks of diag(s)·w, kept candidate, {candidate: held-out error}, relative error)``;
+    ``float_zero_point``: asymmetric grids with float zero points (``grid.py``)."""
     s = np.ones(w.shape[0]) if s is None else s
     ws = (w * s[:, None]).astype(np.float32)
-    opts = dict(bits=bits, block_size=block_size, symmetric=symmetric)
+    form = zero_point_form(symmetric=symmetric, float_zero_point=float_zero_point)
+    opts = dict(bits=bits, block_size=block_size, form=form)
+    fzp = form == "float"
     if stats is None:
         codes, scale, zp = _fit("rtn", ws, None, **opts)
-        return to_blocks(codes, scale, zp, bits, block_size), "rtn", {}, None
+        return to_blocks(codes, scale, zp, bits, block_size, float_zero_point=fzp), "rtn", {}, None
     inv = 1.0 / np.outer(s, s)
     h_all = stats.hessian() * inv
     errors: dict[str, float] = {}
@@ -168,16 +192,19 @@ def quantize_weight(
         h_fit, h_eval = (
             (stats.hessian(0) * inv, stats.hessian(1) * inv) if stats.split else (h_all, h_all)
         )
+        # columns are quantized independently: the candidates are judged on a sample of them
+        wc = ws[:, :: max(1, ws.shape[1] // SELECT_COLUMNS)]
         for kind in candidates:
-            codes, scale, zp = _fit(kind, ws, h_fit, **opts)
+            codes, scale, zp = _fit(kind, wc, h_fit, **opts)
             w_hat = dequantize_codes(codes, scale, zp, bits, block_size)
-            errors[kind] = output_error(ws, w_hat, h_eval)
+            errors[kind] = output_error(wc, w_hat, h_eval)
         kept = min(errors, key=errors.get)
     codes, scale, zp = _fit(kept, ws, h_all, **opts)
     w_hat = dequantize_codes(codes, scale, zp, bits, block_size)
     energy = float(np.sum((h_all @ ws.astype(np.float64)) * ws))
     rel = output_error(ws, w_hat, h_all) / max(energy, 1e-30)
-    return to_blocks(codes, scale, zp, bits, block_size), kept, errors, rel
+    blocks = to_blocks(codes, scale, zp, bits, block_size, float_zero_point=fzp)
+    return blocks, kept, errors, rel
 
 
 def _embedding_tables(model: ir.Model, vocab: int) -> list[ir.Node]:
@@ -217,14 +244,19 @@ def quantize_llm(
     accuracy_level: int = 4,
     threads: int | None = None,
     statistics: tuple[dict, int] | None = None,
+    stages: int = 1,
+    int8_layers: int = 0,
+    float_zero_points: bool = False,
     progress: Callable[[int, int], None] | None = None,
 ) -> LLMQuantizeResult:
     """Quantize the LLM folder ``folder`` into ``output`` (module docstring).
 
     ``statistics``: what ``calibrate.collect`` returned for this folder and ``data`` (to
-    quantize one folder several ways on one calibration pass)."""
+    quantize one folder several ways on one calibration pass). ``stages`` > 1: sequential
+    calibration; ``int8_layers``: that many body MatMuls kept at 8 bits; ``float_zero_points``:
+    asymmetric ``MatMulNBits`` grids with float zero points (module docstring)."""
     start = time.perf_counter()
-    _check_options(mode, block_size, method, embeddings, level)
+    _check_options(mode, block_size, method, embeddings, level, stages, int8_layers)
     src, out = Path(folder), Path(output)
     config = llm.read_config(src)
     check_output(out, src)
@@ -280,6 +312,7 @@ def quantize_llm(
                 bits=bits,
                 block_size=block_size,
                 symmetric=symmetric,
+                float_zero_point=float_zero_points and level == "ort" and bits == 4,
             )
             if alpha > 0:
                 awq.apply_fold(fold, s, weights)
@@ -289,19 +322,39 @@ def quantize_llm(
     layers: list[LayerReport] = []
     standard = level == "standard"
     candidates = _candidates(method, act_order)
+    # MatMulNBits takes float zero points (4 bits on CPU); DequantizeLinear integer ones only
+    float_zp = float_zero_points and not standard and not symmetric and bits == 4
     head_bits = EMBEDDINGS[embeddings]
-    todo = [(n, bits) for n in body] + [(n, head_bits) for n in head if head_bits is not None]
+    wide = _most_sensitive(body, weights, stats, int8_layers, block_size) if bits == 4 else set()
+    todo = [(n, 8 if n.name in wide else bits) for n in body]
+    todo += [(n, head_bits) for n in head if head_bits is not None]
+    stage_of = _stages(body, stages) if stats and stages > 1 else {}
+    if stage_of:  # the float graph computes with the AWQ-folded weights from here on
+        for n in body:
+            n.inputs[1].const_value = ir.tensor(weights[n.name], name=n.inputs[1].name)
+    stage, stage_stats = 0, {}
     for i, (node, nb) in enumerate(todo):
         x = node.inputs[0]
         is_head = node in head
+        w, st, s = weights[node.name], stats.get(x.name), group_scale.get(x.name)
+        if stage_of.get(node.name, 0) > 0:
+            if stage_of[node.name] != stage:  # inputs through the layers quantized so far
+                stage = stage_of[node.name]
+                mine = [n for n in body if stage_of[n.name] == stage]
+                stage_stats, _ = calibrate.collect(
+                    src, model, mine, text, seq_len=seq_len, samples=samples, threads=threads
+                )
+            st = stage_stats[x.name]  # statistics of the folded input x/s: weights diag(s)·w
+            w, s = w if s is None else (w * s[:, None]).astype(np.float32), None
         blocks, kept, errors, rel = quantize_weight(
-            weights[node.name],
-            stats.get(x.name),
-            group_scale.get(x.name),
+            w,
+            st,
+            s,
             bits=nb,
             block_size=block_size,
             symmetric=symmetric or nb == 8,
-            candidates=("clip",) if is_head and method != "rtn" else candidates,
+            float_zero_point=float_zp,
+            candidates=("clip",) if (is_head or nb > bits) and method != "rtn" else candidates,
         )
         base = node.name or f"matmul_{i}"
         if standard:
@@ -380,6 +433,35 @@ def quantize_llm(
         _size(out),
         time.perf_counter() - start,
     )
+
+
+def _most_sensitive(body, weights, stats, count: int, block_size: int) -> set[str]:
+    """The ``count`` body MatMuls with the largest relative output error rounded to nearest at
+    4 bits (min/max float grids) on the calibration inputs (by size of weight without them)."""
+    if count <= 0:
+        return set()
+    score = {}
+    for n in body:
+        w, st = weights[n.name], stats.get(n.inputs[0].name)
+        scale, zp = block_grid(
+            w, bits=4, block_size=block_size, symmetric=False, float_zero_point=True
+        )
+        w_hat = dequantize_codes(
+            codes_on_grid(w, scale, zp, 4, block_size), scale, zp, 4, block_size
+        )
+        if st is None:
+            score[n.name] = float(np.sum((w_hat - w) ** 2) / max(np.sum(w * w), 1e-30))
+            continue
+        h = st.hessian()
+        energy = float(np.sum((h @ w.astype(np.float64)) * w))
+        score[n.name] = output_error(w, w_hat, h) / max(energy, 1e-30)
+    return set(sorted(score, key=score.get, reverse=True)[:count])
+
+
+def _stages(body: list[ir.Node], count: int) -> dict[str, int]:
+    """``{MatMul name: stage}``: the body in graph order cut into ``count`` consecutive runs."""
+    count = min(count, len(body))
+    return {n.name: i * count // len(body) for i, n in enumerate(body)}
 
 
 def _count(layers: list[LayerReport]) -> dict[str, int]:
