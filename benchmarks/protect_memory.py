@@ -23,37 +23,10 @@ import numpy as np
 
 def build(path: Path, mib: int, width: int = 4096) -> Path:
     """A wide MLP of about ``mib`` MiB: MatMul + Add + Relu layers of ``width`` x ``width``."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from modelpress.zoo.mlp import wide_mlp
 
     layers = max(1, round(mib * 2**20 / (4 * width * width)))
-    rng = np.random.default_rng(0)
-    nodes, inits = [], []
-    x = "x"
-    for i in range(layers):
-        w = (rng.standard_normal((width, width), dtype=np.float32) / np.sqrt(width)).astype(
-            np.float32
-        )
-        inits += [
-            numpy_helper.from_array(w, f"w{i}"),
-            numpy_helper.from_array(np.full(width, 0.01, np.float32), f"b{i}"),
-        ]
-        nodes += [
-            helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"]),
-            helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"]),
-            helper.make_node("Relu", [f"a{i}"], [f"h{i}"]),
-        ]
-        x = f"h{i}"
-    graph = helper.make_graph(
-        nodes,
-        "wide_mlp",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width])],
-        [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["batch", width])],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    onnx.save(model, str(path), save_as_external_data=True, location=path.name + ".data")
-    return path
+    return wide_mlp(path, width=width, layers=layers)
 
 
 def _status_kib(field: str) -> int:

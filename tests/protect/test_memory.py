@@ -12,15 +12,14 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
-import onnx
 import onnx_ir as ir
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 import modelpress
 from modelpress.protect import correlation, open_package, protect, weights
 from modelpress.protect.metrics import names_in, names_in_pieces
 from modelpress.verify import verify
+from modelpress.zoo.mlp import wide_mlp
 
 # The goal is 3x (met on a 1.1 GB model: benchmarks/results/protect.md). On a 128 MiB model the
 # fixed costs weigh more, and the check's peak varies from run to run with what the C heap
@@ -30,32 +29,7 @@ LIMIT = 3.5
 
 
 def _mlp(path: Path, *, width: int, layers: int) -> Path:
-    rng = np.random.default_rng(0)
-    nodes, inits, x = [], [], "x"
-    for i in range(layers):
-        w = (rng.standard_normal((width, width), dtype=np.float32) / np.sqrt(width)).astype(
-            np.float32
-        )
-        inits += [
-            numpy_helper.from_array(w, f"w{i}"),
-            numpy_helper.from_array(rng.standard_normal(width).astype(np.float32), f"b{i}"),
-        ]
-        nodes += [
-            helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"]),
-            helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"]),
-            helper.make_node("Relu", [f"a{i}"], [f"h{i}"]),
-        ]
-        x = f"h{i}"
-    graph = helper.make_graph(
-        nodes,
-        "mlp",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width])],
-        [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["batch", width])],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-    onnx.save(model, str(path), save_as_external_data=True, location=path.name + ".data")
-    return path
+    return wide_mlp(path, width=width, layers=layers)
 
 
 _STEP = textwrap.dedent(

@@ -373,19 +373,4 @@ def constant_arrays(model: ir.Model, *, kinds: str, min_size: int) -> list[np.nd
     """Every constant tensor of ``model`` (initializers and Constant nodes, in every graph) of a
     numeric ``kinds`` and at least ``min_size`` elements, as arrays: the weights the correlation
     checks compare."""
-    out = []
-    for graph in model.graphs():
-        tensors = [v.const_value for v in graph.initializers.values() if v.const_value is not None]
-        tensors += [
-            n.attributes["value"].value
-            for n in graph
-            if n.op_type == "Constant" and "value" in n.attributes
-        ]
-        for t in tensors:
-            try:
-                a = t.numpy()
-            except Exception:  # noqa: BLE001 - strings and exotic types are not weights
-                continue
-            if a.dtype.kind in kinds and a.size >= min_size:
-                out.append(a)
-    return out
+    return [t.numpy() for t in constant_tensors(model, kinds=kinds, min_size=min_size)]
