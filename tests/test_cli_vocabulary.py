@@ -58,6 +58,8 @@ IDEAS = {
 GLOSSARY = {
     "--act-order": "GPTQ's column order",
     "--activation-type": "the int8 type of activations",
+    "--float-zero-points": "int4 blocks with each block's own float zero point",
+    "--int8-layers": "how many LLM MatMuls most hurt by 4 bits stay at 8 bits",
     "--algorithm": "how LLM weights are rounded to int4/int8 (AWQ, GPTQ, RTN)",
     "--alpha": "weight of the teacher's soft loss when labels exist too",
     "--api-key-file": "the file holding the API key callers must send",
@@ -200,6 +202,7 @@ GLOSSARY = {
     "--schedule": "learning-rate schedule after warm-up",
     "--scope": "one pruning threshold for all layers or per layer",
     "--seed": "the random seed",
+    "--stages": "sequential calibration: runs of layers measured through those already quantized",
     "--split-seed": "the seed of the split of --data into training and validation parts",
     "--seq": "sequence length of a text model",
     "--shape": "the whole shape of an input",

@@ -59,7 +59,7 @@ MIN_ELEMENTS = 16384
 # in SCORED_ELEMENTS (smaller ones are at the chance level anyway; larger ones cost too much)
 CANDIDATES = (4, 16)
 TARGET_Z = 3.5  # the largest |r| * sqrt(n) over the pairs scored: chance for a few thousand pairs
-SCORED_ELEMENTS = (256, 1 << 22)
+SCORED_ELEMENTS = (256, 1 << 20)
 CROSS_ELEMENTS = 1 << 16  # weights up to this size are also scored against every same-size one
 _FLOATS = {ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.DOUBLE, ir.DataType.BFLOAT16}
 
@@ -400,21 +400,22 @@ def _choose(
     cross = {n: standardized(rows) for n, rows in by_size.items()}
     # a permutation changes neither mean nor norm: the standardized weight, permuted, is the
     # permuted weight standardized
-    scored = [
-        (
-            cross[a.size] if a.size in cross else standardized(views(a)),
-            standardized([a])[0].reshape(a.shape),
-            how,
-        )
+    candidates = [
+        (a, how)
         for a, how in tensors
         if SCORED_ELEMENTS[0] <= a.size <= SCORED_ELEMENTS[1] and a.dtype.kind == "f"
     ]
+
+    def scored(a: np.ndarray, how: list) -> tuple[np.ndarray, np.ndarray, list]:
+        # float64 rows of every view: made for one group at a time (memory: issue 27)
+        rows = cross[a.size] if a.size in cross else standardized(views(a))
+        return rows, standardized([a])[0].reshape(a.shape), how
 
     def order(g: int, k: int) -> np.ndarray:
         return derangement(seeds[g][k], sizes[g], sizes[g])
 
     for g in sorted(sizes, key=sizes.get, reverse=True):
-        mine = [t for t in scored if any(group == g for _, group in t[2])]
+        mine = [scored(a, how) for a, how in candidates if any(group == g for _, group in how)]
         if len(mine) == 0:
             continue
         worst: list[float] = []

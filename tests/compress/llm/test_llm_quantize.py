@@ -122,12 +122,14 @@ def test_sequential_stages_and_int8_layers(folder):
         if n.op_type == "MatMulNBits"
     }
     assert sorted(nbits_of.values()).count(8) == sum(layer.bits == 8 for layer in r.layers)
-    zp_types = {
-        n.inputs[3].const_value.dtype
-        for n in load(folder / "int4_seq" / llm.MODEL_FILE).graph
-        if n.op_type == "MatMulNBits" and n.attributes["bits"].value == 4
-    }
-    assert zp_types == {ir.DataType.FLOAT}  # float zero points as asked
+    graph = load(folder / "int4_seq" / llm.MODEL_FILE).graph
+    four = [n for n in graph if n.op_type == "MatMulNBits" and n.attributes["bits"].value == 4]
+    # float zero points as asked, written as codes at zero point 0 plus each block's offset
+    # (``ir.nbits``): every 4-bit product is followed by the Add of its offsets
+    assert {n.inputs[3].const_value.dtype for n in four} == {ir.DataType.UINT8}
+    assert all(any(c.op_type == "Add" for c in n.outputs[0].consumers()) for n in four), (
+        "4-bit products without their block offsets"
+    )
     ref, q = Decoder.open(folder / "float"), Decoder.open(folder / "int4_seq")
     ids = ref.encode(TEXT)
     p_ref = perplexity_of_ids(ref, ids, window=64, stride=32)
