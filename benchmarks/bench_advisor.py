@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
+import math
 import platform
 import random
 import statistics
@@ -44,6 +46,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
+from modelpress.advisor import waves
 from modelpress.advisor.batching import analyse
 from modelpress.advisor.catalog import Catalog, load_catalog
 from modelpress.advisor.curve import estimate_curve
@@ -312,17 +315,35 @@ def _ablations(data: Data, base: Efficiency, fitted: Efficiency) -> dict:
         ),
     }
     for name, (d, b, frozen) in variants.items():
-        eff = _fit(d, b, d.train, d.inference, tuple(k for k in FITTED if k not in frozen))
-        out[name] = {
-            "training": _stats([(d.pred(r, eff), r.measured) for r in d.train]),
-            "inference": _stats([(d.pred(r, eff), r.measured) for r in d.inference]),
-            "worst": sorted(
-                ((d.pred(r, eff) / r.measured, r.label) for r in d.inference),
-                key=lambda x: -max(x[0], 1 / x[0]),
-            )[:3],
-        }
+        out[name] = _ablation(d, b, frozen)
         print(f"  ablation: {name}", file=sys.stderr)
+    # split-K off: no reduction is ever cut (every slice would have to be infinitely deep)
+    with _patched(waves, "SPLIT_K_MIN_DEPTH", math.inf):
+        out["no split-K (one slice of the reduction per tile)"] = _ablation(data, base, ())
+    print("  ablation: no split-K", file=sys.stderr)
     return out
+
+
+def _ablation(d: Data, b: Efficiency, frozen: tuple[str, ...]) -> dict:
+    eff = _fit(d, b, d.train, d.inference, tuple(k for k in FITTED if k not in frozen))
+    return {
+        "training": _stats([(d.pred(r, eff), r.measured) for r in d.train]),
+        "inference": _stats([(d.pred(r, eff), r.measured) for r in d.inference]),
+        "worst": sorted(
+            ((d.pred(r, eff) / r.measured, r.label) for r in d.inference),
+            key=lambda x: -max(x[0], 1 / x[0]),
+        )[:3],
+    }
+
+
+@contextlib.contextmanager
+def _patched(module, name: str, value):
+    old = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, old)
 
 
 def _with_catalog(data: Data, catalog: Catalog) -> Data:

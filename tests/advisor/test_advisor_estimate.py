@@ -46,6 +46,24 @@ def test_roofline_formula(catalog):
     )
 
 
+def test_a_gather_reads_the_rows_it_writes(catalog):
+    a100 = catalog.find("A100 SXM4 40GB")
+    no_l2 = replace(a100, l2_mb=None)
+    # an embedding table of 30522 x 768, 128 tokens looked up per sample
+    table, rows = 30522 * 768, 128 * 768
+    w = Workload(
+        "emb", (Kernel("emb", "memory", 0.0, table, 128, rows),), params=table, sample="row"
+    )
+    e = estimate(w, no_l2, task="infer", precision="fp16", batch=2, eff=EFF)
+    # 2 samples read 2 x 128 rows of the table and read/write their ids and outputs
+    expected = (2 * rows * 2 + 2 * (128 + rows) * 2) / (1555e9 * 0.5) + 10e-6
+    assert e.latency_ms == pytest.approx(expected * 1e3, rel=1e-12)
+    # a batch that touches more rows than the table holds reads the table once
+    big = estimate(w, no_l2, task="infer", precision="fp16", batch=1000, eff=EFF)
+    expected = (table * 2 + 1000 * (128 + rows) * 2) / (1555e9 * 0.5) + 10e-6
+    assert big.latency_ms == pytest.approx(expected * 1e3, rel=1e-12)
+
+
 @pytest.mark.parametrize(
     "workload,task",
     [("resnet50", "train"), ("resnet50", "infer"), ("bert-base", "infer"), ("llama-2-7b", "infer")],

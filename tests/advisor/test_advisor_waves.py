@@ -11,10 +11,12 @@ import pytest
 
 from modelpress.advisor.catalog import load_catalog
 from modelpress.advisor.efficiency import Efficiency
-from modelpress.advisor.estimate import (
-    estimate,
+from modelpress.advisor.estimate import estimate
+from modelpress.advisor.waves import (
+    SPLIT_K_MIN_DEPTH,
     gemm_utilisation,
     output_tiles,
+    split_k,
     wave_utilisation,
 )
 from modelpress.profile import get_workload
@@ -62,6 +64,23 @@ def test_output_tiles_by_hand():
     assert gemm_utilisation(8192 * 8192, 8192, 108) == pytest.approx(4096 / 4104, rel=1e-15)
 
 
+def test_split_k_by_hand():
+    assert SPLIT_K_MIN_DEPTH == 256
+    # BERT-Base FFN output at batch 1, sequence 128: 128 x 768, K = 3072 -> 24 tiles of 64²;
+    # 4 slices fill 96 of 108 SMs (12 slices of 256 would be possible, 4 fill the wave)
+    assert split_k(24, 3072, 108) == 4
+    assert gemm_utilisation(128 * 768, 768, 108, depth=3072) == pytest.approx(96 / 108)
+    # K = 768: 3 slices of 256 at most -> 72 of 108
+    assert split_k(24, 768, 108) == 3
+    assert gemm_utilisation(128 * 768, 768, 108, depth=768) == pytest.approx(72 / 108)
+    # a shallow reduction (a slice would be under 256 deep) or a full wave: no split
+    assert split_k(24, 511, 108) == 1
+    assert split_k(108, 1 << 20, 108) == 1
+    assert split_k(200, 1 << 20, 108) == 1
+    # unknown depth (0): no split, the plain wave model
+    assert gemm_utilisation(128 * 768, 768, 108) == pytest.approx(24 / 108)
+
+
 def _gemm(m: int, n: int, k: int) -> Workload:
     """One M x K by K x N product per sample (weights excluded so it stays compute-bound)."""
     return Workload(
@@ -86,6 +105,17 @@ def test_small_gemm_is_slowed_by_the_partial_wave(catalog):
     expected = 2.0 * 384 * 1024 * 1024 / (312e12 * 0.8 * 0.5)
     assert _compute_s(plain) == pytest.approx(expected, rel=1e-9)
     assert _compute_s(with_waves) == pytest.approx(expected * 108 / 96, rel=1e-9)
+
+
+def test_small_output_with_a_deep_reduction_is_split(catalog):
+    a100 = catalog.find("A100 SXM4 40GB")
+    w = _gemm(128, 768, 3072)
+    split = estimate(w, a100, task="infer", precision="fp16", batch=1, eff=EFF)
+    plain = estimate(
+        w, replace(a100, sm_count=None), task="infer", precision="fp16", batch=1, eff=EFF
+    )
+    # 24 tiles of 64², 4 slices each: 96 of 108 SMs (without split-K: 24 of 108)
+    assert _compute_s(split) / _compute_s(plain) == pytest.approx(108 / 96, rel=1e-9)
 
 
 def test_large_gemm_is_unaffected(catalog):

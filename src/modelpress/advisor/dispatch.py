@@ -32,7 +32,7 @@ AUTOCAST = ("fp16", "bf16")  # eager precisions that run under torch.autocast
 
 def autocast_casts(rows, precision: str) -> int:
     """Casts autocast adds to one eager pass at ``precision``: one per weighted tensor op
-    (``rows`` as ``estimate._kernel_rows`` gives them)."""
+    (``rows`` as ``launches.launches`` gives them)."""
     if precision not in AUTOCAST:
         return 0
     return sum(1 for kind, _f, weights, *_ in rows if kind in TENSOR_KINDS and weights)

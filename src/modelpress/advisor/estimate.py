@@ -5,25 +5,19 @@ per-kernel overhead; a pass is the sum over its kernels (kernels run one after a
 stream). Achievable compute is the dense peak at the precision × the GEMM ceiling × the factor
 for the kernel's kind; vector ops use the FP32 vector peak. See ``efficiency.py`` for the factors.
 
-- Wave quantisation: a matrix-like kernel (GEMM, convolution as implicit GEMM, attention
-  product) is cut into square output tiles, one tile per streaming multiprocessor (compute unit)
-  at a time. With T tiles on S SMs the last wave is partly empty, so the kernel reaches
-  T / (ceil(T / S) · S) of the device's compute and its compute time divides by that. The tile
-  is the one of ``GEMM_TILES`` (128 × 128, the usual tensor-core GEMM tile at FP16/BF16/INT8/FP8,
-  and 64 × 64, the smaller one cuBLAS/CUTLASS/TensorRT fall back to for small outputs) that keeps
-  more SMs busy, as a library's heuristic or TensorRT's tactic timing would pick; the smaller
-  tile is assumed as efficient per FLOP, and split-K is not modelled. It matters at small batch
-  (BERT-Large at batch 1: a 384 × 1024 output is 24 tiles of 128² on an A100's 108 SMs) and
-  vanishes for large products. Applied to forward kernels whose output width is known
-  (``Kernel.out_cols``) on devices whose SM count the catalog has; backward kernels (other
-  output shapes) are left as they were.
+- Wave quantisation and split-K (``waves.py``): a matrix-like forward kernel whose output
+  width is known (``Kernel.out_cols``) reaches the share of the device its output tiles (and
+  the slices of a deep reduction) keep busy, on devices whose SM count the catalog has.
 - Clocks: peaks are scaled to the clock the card sustains at the pass's load (``clocks.py``); the
   pass is timed at boost first to measure that load (the share of its time spent in kernels).
 - L2: the part of a kernel's activations (input and output, whole batch) that fits in the L2
   cache stays on chip between producer and consumer; only the rest goes to DRAM. Weights always
   come from DRAM (a pass reads each once).
-- Precision: 8-bit work runs at the better of the 8-bit and 16-bit rates (``GPU.peak_tflops``);
-  FP32 convolutions on SIMT cores take no conv factor (cuDNN's FP32 kernels run like SGEMM).
+- Precision and clocks: what the device offers a kernel (``roof.py``); FP32 convolutions on
+  SIMT cores take no conv factor (cuDNN's FP32 kernels run like SGEMM).
+- Gathers: a ``memory`` kernel with weights (an embedding lookup) reads the table rows it
+  writes, not the whole table (its backward, in training, still writes a gradient of the table's
+  size).
 - Inference runs a compiled graph (``engine="compiled"``): elementwise ops and BatchNorm fuse
   into the producing kernel (no launch, no extra memory trip); each kernel pays a fixed cost
   counted in SM cycles (``clocks.kernel_overhead_s``). ``engine="eager"`` (PyTorch without a
@@ -39,50 +33,31 @@ for the kernel's kind; vector ops use the FP32 vector peak. See ``efficiency.py`
   (weights and work split N ways, an all-reduce after every second matrix product).
 - Decoder LLMs infer as a prefill of the prompt then ``gen_tokens`` decode steps; throughput
   counts generated tokens, ``latency_ms`` is the time per generated token.
-- Memory: the bytes a pass holds × ``ALLOCATOR_SLACK`` + ``RUNTIME_OVERHEAD_GB`` (CUDA context,
-  library workspaces).
+- Memory: ``memory.py``.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, astuple, dataclass
+from functools import partial
 
 from modelpress.advisor.catalog import GPU
-from modelpress.advisor.clocks import kernel_overhead_s, sustained_clock
+from modelpress.advisor.clocks import kernel_overhead_s
 from modelpress.advisor.dispatch import autocast_casts, overlapped
 from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY, Efficiency
+from modelpress.advisor.launches import Launch, launches
+from modelpress.advisor.memory import MAX_BATCH, max_batch, needed_gb
+from modelpress.advisor.roof import Roof, roof_for
+from modelpress.advisor.waves import gemm_utilisation
 from modelpress.errors import OptionError
 from modelpress.profile.training import is_mixed, precision_bytes, training_memory
-from modelpress.profile.workload import TENSOR_KINDS, Kernel, Workload
+from modelpress.profile.workload import TENSOR_KINDS, Workload
 
 TASKS = ("train", "infer")
 # How inference runs: a compiled engine (TensorRT, ONNX Runtime: fused epilogues, planned memory)
 # or eagerly, op by op (PyTorch without a compiler), priced like the forward pass of training.
 ENGINES = ("compiled", "eager")
-RUNTIME_OVERHEAD_GB = 1.0  # CUDA context, cuBLAS/cuDNN workspaces, engine buffers
-ALLOCATOR_SLACK = 1.10  # caching-allocator fragmentation
 COLLECTIVE_LATENCY_S = 10e-6  # fixed cost of one all-reduce call
-MAX_BATCH = 1 << 16
-# Output tile edges a tensor-core GEMM library chooses between (see the module docstring).
-GEMM_TILES = (128, 64)
-
-
-@dataclass(frozen=True)
-class Roof:
-    """What a kernel sees of a device: peaks after precision fallback, bandwidth, capacity."""
-
-    name: str
-    tensor_tflops: float
-    vector_tflops: float
-    bandwidth_gbs: float
-    gemm_ceiling: float
-    memory_gb: float
-    precision_used: str
-    sm_count: float | None = None  # streaming multiprocessors / compute units; None: no wave model
-    clock_note: str = ""  # set when the card cannot hold its boost clock under load
-    l2_bytes: float = 0.0  # last-level cache; 0: unknown (every activation goes to DRAM)
-    clock_mhz: float | None = None  # the SM clock it runs at (None: unknown)
 
 
 @dataclass(frozen=True)
@@ -127,86 +102,8 @@ class Estimate:
         return d
 
 
-def roof_for(
-    gpu: GPU, precision: str, eff: Efficiency = DEFAULT_EFFICIENCY, *, activity: float = 1.0
-) -> Roof:
-    """What ``gpu`` offers a kernel at ``precision`` under a load that keeps it busy a share
-    ``activity`` of the time (1: a dense load that holds the card at its power limit; 0: boost)."""
-    peak = gpu.peak_tflops(precision)
-    if peak is None:
-        raise OptionError(f"{gpu.name} has no {precision} (or fallback) peak in the catalog")
-    tflops, used = peak
-    # FP32 without tensor units runs on the SIMT cores, whose GEMMs get much closer to peak
-    # (cuBLAS SGEMM reaches ~90%) than tensor-core GEMMs do.
-    ceiling = eff.simt_ceiling if used == "fp32" else eff.gemm_ceiling
-    clock = sustained_clock(gpu, eff.clock_headroom, activity=activity)
-    tensor_clock = clock.fraction
-    if gpu.matmul_bf16_tflops_measured and used != "fp32" and gpu.bf16_tflops:
-        # the device's own measured ceiling; its software stack and clocks under load reach the
-        # same fraction of the tensor peak at the other tensor precisions
-        ceiling = gpu.matmul_bf16_tflops_measured / gpu.bf16_tflops
-        tensor_clock = 1.0  # the measurement ran at the clock the card sustains
-    return Roof(
-        gpu.name,
-        tflops * tensor_clock,
-        gpu.vector_tflops() * clock.fraction,
-        gpu.memory_bandwidth_gbs,
-        ceiling,
-        gpu.memory_gb,
-        used,
-        gpu.sm_count,
-        clock.note if tensor_clock < 1 else "",
-        (gpu.l2_mb or 0.0) * 2**20,
-        clock.mhz,
-    )
-
-
-def wave_utilisation(tiles: int, sm_count: float) -> float:
-    """Fraction of the device a kernel of ``tiles`` output tiles keeps busy: tiles run one per SM
-    in waves, and the last wave leaves ``ceil(tiles / SMs) · SMs - tiles`` SMs idle."""
-    sms = int(sm_count)
-    if tiles < 1 or sms < 1:
-        raise ValueError(f"wave_utilisation needs tiles >= 1 and SMs >= 1, got {tiles}, {sm_count}")
-    return tiles / (-(-tiles // sms) * sms)
-
-
-def output_tiles(out_elems: float, out_cols: float, *, tile: int) -> int:
-    """Output tiles of a matrix-like kernel whose output (all samples) is ``out_elems`` elements
-    in rows of ``out_cols``: ceil(M / tile) · ceil(N / tile) with M = out_elems / out_cols."""
-    rows = out_elems / out_cols
-    return max(1, math.ceil(rows / tile - 1e-9)) * max(1, math.ceil(out_cols / tile - 1e-9))
-
-
-def gemm_utilisation(out_elems: float, out_cols: float, sm_count: float) -> float:
-    """Wave utilisation of a matrix-like kernel with the tile the library would pick: the one
-    of ``GEMM_TILES`` that keeps the most SMs busy (the largest tile on a tie)."""
-    return max(
-        wave_utilisation(output_tiles(out_elems, out_cols, tile=t), sm_count) for t in GEMM_TILES
-    )
-
-
-def _kernel_rows(
-    kernels: tuple[Kernel, ...], *, fuse: bool
-) -> list[tuple[str, float, float, float, float, float]]:
-    """(kind, FLOPs per sample, weight elements, activation elements per sample, output elements
-    per sample, output width) per launched kernel."""
-    rows: list[list] = []
-    for k in kernels:
-        if k.kind == "free":
-            continue
-        if fuse and k.fusable and rows:
-            # folded into the producer's epilogue; a residual add still reads its second input
-            rows[-1][1] += k.flops
-            rows[-1][3] += max(0.0, k.in_elems - k.out_elems)
-            continue
-        rows.append(
-            [k.kind, k.flops, k.weight_elems, k.in_elems + k.out_elems, k.out_elems, k.out_cols]
-        )
-    return [tuple(r) for r in rows]  # type: ignore[misc]
-
-
 def _kernel_costs(
-    rows,
+    rows: list[Launch],
     batch: float,
     roof: Roof,
     eff: Efficiency,
@@ -223,7 +120,7 @@ def _kernel_costs(
     c_mult = eff.eager if eager and scale > 1 else 1.0
     bw = roof.bandwidth_gbs * 1e9 * eff.bandwidth * c_mult
     for kind, flops, weights, acts, out, cols in rows:
-        launches = 2 if (scale > 1 and weights) else 1  # input- and weight-gradient kernels
+        n_launch = 2 if (scale > 1 and weights) else 1  # input- and weight-gradient kernels
         if kind in TENSOR_KINDS:
             # the conv factor is the cost of feeding tensor cores from an implicit GEMM; FP32
             # convolutions on the SIMT cores run as well as SGEMM (cuDNN's FP32 kernels, with
@@ -232,19 +129,23 @@ def _kernel_costs(
             rate = roof.tensor_tflops * 1e12 * roof.gemm_ceiling * factor * c_mult
             if roof.sm_count and cols and out and scale == 1:
                 # a tensor-parallel device computes its share of the output columns
-                rate *= gemm_utilisation(out * batch, cols / split, roof.sm_count)
+                rate *= gemm_utilisation(
+                    out * batch, cols / split, roof.sm_count, depth=flops / (2 * out)
+                )
         else:
             rate = roof.vector_tflops * 1e12 * roof.gemm_ceiling * c_mult
         f = scale * flops * batch / split
         # activations that fit in the L2 cache stay on chip between producer and consumer; only
         # the part of the kernel's input and output that does not fit goes to DRAM
         act_bytes = max(0.0, scale * acts * batch * width / split - roof.l2_bytes)
+        if kind == "memory" and scale == 1:
+            weights = min(weights, out * batch)  # a gather reads the rows it writes
         b = scale * weights * width / split + act_bytes
-        yield kind, f, b, f / rate, b / bw, launches
+        yield kind, f, b, f / rate, b / bw, n_launch
 
 
 def _time(
-    rows,
+    rows: list[Launch],
     batch: float,
     roof: Roof,
     eff: Efficiency,
@@ -261,14 +162,14 @@ def _time(
     host with ``casts`` more ops (autocast): summed in ``training``, else overlapped."""
     compute = memory = 0.0
     count = 0
-    for _, _, _, t_c, t_m, launches in _kernel_costs(
+    for _, _, _, t_c, t_m, n_launch in _kernel_costs(
         rows, batch, roof, eff, width, scale=scale, split=split, eager=eager
     ):
         if t_c >= t_m:
             compute += t_c
         else:
             memory += t_m
-        count += launches
+        count += n_launch
     count += casts
     if not eager:
         overhead = count * kernel_overhead_s(eff.kernel_overhead_us, roof.clock_mhz)
@@ -313,52 +214,9 @@ def kernel_points(
     return [
         KernelPoint(kind, f, b, max(t_c, t_m) + over)
         for kind, f, b, t_c, t_m, _ in _kernel_costs(
-            _kernel_rows(kernels, fuse=True), batch, roof, eff, width
+            launches(kernels, fuse=True), batch, roof, eff, width
         )
     ]
-
-
-def memory_bytes(
-    workload: Workload,
-    *,
-    task: str,
-    precision: str,
-    batch: int,
-    split: int = 1,
-    optimizer: str = "adam",
-) -> float:
-    """Bytes one device holds (before runtime overhead) for a pass at ``batch`` per device."""
-    width = precision_bytes(precision)
-    if task == "train":
-        mem = training_memory(
-            workload.params,
-            precision=precision,
-            optimizer=optimizer,
-            activation_elems=workload.saved_elems_per_sample * batch,
-        )
-        return mem.total
-    weights = workload.params * width
-    # working set: the largest kernel's input and output, for the whole batch (one prompt at a
-    # time for LLM prefill, which serving engines schedule in chunks)
-    per_pass = 1 if workload.is_generative else batch
-    acts = (
-        2
-        * max((k.in_elems + k.out_elems for k in workload.kernels), default=0.0)
-        * per_pass
-        * width
-    )
-    cache = workload.cache_elems * batch * max(width, 2 if width > 1 else 1)
-    return (weights + cache) / split + acts
-
-
-def _fits(
-    workload, *, task, precision, batch, roof: Roof, split: int, optimizer: str
-) -> tuple[bool, float]:
-    need = memory_bytes(
-        workload, task=task, precision=precision, batch=batch, split=split, optimizer=optimizer
-    )
-    gb = need * ALLOCATOR_SLACK / 1e9 + RUNTIME_OVERHEAD_GB
-    return gb <= roof.memory_gb, gb
 
 
 def _allreduce_s(nbytes: float, n: int, link_gbs: float, eff: Efficiency) -> float:
@@ -443,30 +301,17 @@ def _estimate(
         raise OptionError(
             f"{gpu.name}: the catalog has no interconnect figure for {num_gpus} devices"
         )
-    split = 1
-    if task == "infer" and num_gpus > 1:
-        alone, _ = _fits(
-            workload,
-            task=task,
-            precision=precision,
-            batch=batch,
-            roof=roof,
-            split=1,
-            optimizer=optimizer,
-        )
-        split = 1 if alone else num_gpus
-    fits, need_gb = _fits(
-        workload,
-        task=task,
-        precision=precision,
-        batch=batch,
-        roof=roof,
-        split=split,
-        optimizer=optimizer,
+    need = partial(
+        needed_gb, workload, task=task, precision=precision, batch=batch, optimizer=optimizer
     )
+    # inference on several devices: replicas when the model fits one, else tensor parallel
+    alone = task != "infer" or num_gpus == 1 or need(split=1) <= roof.memory_gb
+    split = 1 if alone else num_gpus
+    need_gb = need(split=split)
+    fits = need_gb <= roof.memory_gb
     comm = 0.0
     if task == "train":
-        rows = _kernel_rows(workload.kernels, fuse=False)
+        rows = launches(workload.kernels, fuse=False)
         casts = autocast_casts(rows, precision)  # forward: weights; backward: their gradients
         fwd = _time(rows, batch, roof, eff, width, eager=True, casts=casts, training=True)
         bwd = _time(
@@ -497,13 +342,13 @@ def _estimate(
         if is_mixed(precision):
             notes.append("mixed precision: fp32 master weights and optimizer state")
     else:
-        rows = _kernel_rows(workload.kernels, fuse=not eager)
+        rows = launches(workload.kernels, fuse=not eager)
         casts = autocast_casts(rows, precision) if eager else 0
         fwd = _time(rows, batch, roof, eff, width, split=split, eager=eager, casts=casts)
         if split > 1:
-            row_parallel = [r for r in rows if r[0] == "matmul" and r[2]][1::2]
+            row_parallel = [r for r in rows if r.kind == "matmul" and r.weights][1::2]
             # activations of a row-parallel product's output, summed across devices
-            out_elems = sum(r[3] for r in row_parallel) / 2
+            out_elems = sum(r.acts for r in row_parallel) / 2
             comm = _allreduce_s(
                 out_elems * batch * width, num_gpus, link[0], eff
             ) + COLLECTIVE_LATENCY_S * len(row_parallel)
@@ -512,7 +357,7 @@ def _estimate(
             )
         replicas = num_gpus if split == 1 else 1
         if workload.is_generative:
-            dec_rows = _kernel_rows(workload.decode, fuse=not eager)
+            dec_rows = launches(workload.decode, fuse=not eager)
             dec_casts = autocast_casts(dec_rows, precision) if eager else 0
             step_t = _time(
                 dec_rows, batch, roof, eff, width, split=split, eager=eager, casts=dec_casts
@@ -567,55 +412,6 @@ def _estimate(
     return est, activity
 
 
-def max_batch(
-    workload: Workload,
-    gpu: GPU,
-    *,
-    task: str,
-    precision: str,
-    num_gpus: int = 1,
-    optimizer: str = "adam",
-    eff: Efficiency = DEFAULT_EFFICIENCY,
-) -> int:
-    """Largest per-device batch that fits (0 when not even one sample fits)."""
-    roof = roof_for(gpu, precision, eff)
-    split = num_gpus if task == "infer" else 1
-
-    def ok(b: int) -> bool:
-        alone = _fits(
-            workload,
-            task=task,
-            precision=precision,
-            batch=b,
-            roof=roof,
-            split=1,
-            optimizer=optimizer,
-        )[0]
-        return alone or (
-            split > 1
-            and _fits(
-                workload,
-                task=task,
-                precision=precision,
-                batch=b,
-                roof=roof,
-                split=split,
-                optimizer=optimizer,
-            )[0]
-        )
-
-    if not ok(1):
-        return 0
-    lo, hi = 1, 2
-    while hi <= MAX_BATCH and ok(hi):
-        lo, hi = hi, hi * 2
-    hi = min(hi, MAX_BATCH + 1)
-    while hi - lo > 1:  # ok(lo) and not ok(hi)
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return lo
-
-
 def best_under_latency(
     workload: Workload,
     gpu: GPU,
@@ -660,20 +456,15 @@ def time_to_train(est: Estimate, amount: float) -> float:
 
 __all__ = [
     "ENGINES",
-    "GEMM_TILES",
     "TASKS",
     "Estimate",
     "KernelPoint",
     "PassTime",
-    "kernel_points",
     "Roof",
     "best_under_latency",
     "estimate",
-    "gemm_utilisation",
+    "kernel_points",
     "max_batch",
-    "memory_bytes",
-    "output_tiles",
     "roof_for",
     "time_to_train",
-    "wave_utilisation",
 ]

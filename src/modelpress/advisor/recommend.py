@@ -26,13 +26,8 @@ from dataclasses import dataclass
 from modelpress.advisor.catalog import GPU
 from modelpress.advisor.cost import Cost, Pricing, cost_of
 from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY, Efficiency
-from modelpress.advisor.estimate import (
-    Estimate,
-    best_under_latency,
-    estimate,
-    max_batch,
-    memory_bytes,
-)
+from modelpress.advisor.estimate import Estimate, best_under_latency, estimate
+from modelpress.advisor.memory import max_batch, memory_bytes
 from modelpress.errors import ModelpressError, OptionError
 from modelpress.profile.workload import Workload
 
