@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY, Efficiency
-from modelpress.advisor.estimate import _time
+from modelpress.advisor.estimate import Target, _time
 from modelpress.advisor.launches import launches
 from modelpress.advisor.roof import Roof
 from modelpress.profile.workload import Workload, input_shapes
@@ -125,7 +125,7 @@ def predict_cpu_ms(
     """Predicted ms per batch on the measured CPU roof: measured peaks need no ceiling or
     bandwidth factor; the per-kind factors and the measured per-node cost still apply."""
     cpu_eff = replace(eff, bandwidth=1.0, kernel_overhead_us=node_overhead_us)
-    t = _time(launches(workload.kernels, fuse=True), batch, roof, cpu_eff, 4)
+    t = _time(launches(workload.kernels, fuse=True), batch, Target(roof, cpu_eff, 4))
     return t.seconds * 1e3, t.bound
 
 

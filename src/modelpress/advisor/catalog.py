@@ -31,15 +31,19 @@ from pathlib import Path
 
 from modelpress.errors import InputError, OptionError
 
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")
+_PEAK_FIELD = {
+    "fp32": "fp32_tflops",
+    "tf32": "tf32_tflops",
+    "fp16": "fp16_tflops",
+    "bf16": "bf16_tflops",
+    "fp8": "fp8_tflops",
+    "int8": "int8_tops",
+}
 NUMERIC = (
     "memory_gb",
     "memory_bandwidth_gbs",
-    "fp32_tflops",
-    "tf32_tflops",
-    "fp16_tflops",
-    "bf16_tflops",
-    "fp8_tflops",
-    "int8_tops",
+    *_PEAK_FIELD.values(),
     "matmul_bf16_tflops_measured",
     "tdp_w",
     "nvlink_gbs",
@@ -57,18 +61,7 @@ NUMERIC = (
 SOURCE_OF = {
     "memory_gb": "src_memory",
     "memory_bandwidth_gbs": "src_memory",
-    **dict.fromkeys(
-        (
-            "fp32_tflops",
-            "tf32_tflops",
-            "fp16_tflops",
-            "bf16_tflops",
-            "fp8_tflops",
-            "int8_tops",
-            "launch_year",
-        ),
-        "src_compute",
-    ),
+    **dict.fromkeys((*_PEAK_FIELD.values(), "launch_year"), "src_compute"),
     "matmul_bf16_tflops_measured": "src_measured",
     "sm_count": "src_sm",
     **dict.fromkeys(("base_clock_mhz", "boost_clock_mhz"), "src_clock"),
@@ -77,15 +70,6 @@ SOURCE_OF = {
     **dict.fromkeys(("nvlink_gbs", "nvlink_max_gpus", "pcie_gbs"), "src_interconnect"),
     "price_usd": "src_price",
     "cloud_usd_hr": "src_cloud",
-}
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "fp8", "int8")
-_PEAK_FIELD = {
-    "fp32": "fp32_tflops",
-    "tf32": "tf32_tflops",
-    "fp16": "fp16_tflops",
-    "bf16": "bf16_tflops",
-    "fp8": "fp8_tflops",
-    "int8": "int8_tops",
 }
 # A precision a device lacks runs at the next one it has: TF32 without TF32 units is plain FP32,
 # FP8 on pre-Hopper GPUs is computed in 16 bits, FP16 on TPUs is BF16.

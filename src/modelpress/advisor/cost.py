@@ -29,6 +29,12 @@ class Pricing:
             raise OptionError("pricing: life must be > 0, electricity >= 0, utilisation in (0, 1]")
 
 
+def cheaper(*usd: float | None) -> float | None:
+    """The lowest of the known figures (None when none is known): renting or owning."""
+    known = [v for v in usd if v is not None]
+    return min(known) if known else None
+
+
 @dataclass(frozen=True)
 class Cost:
     cloud_usd_per_hour: float | None
@@ -41,15 +47,11 @@ class Cost:
 
     @property
     def best_per_million(self) -> float | None:
-        values = [
-            v for v in (self.cloud_usd_per_million, self.own_usd_per_million) if v is not None
-        ]
-        return min(values) if values else None
+        return cheaper(self.cloud_usd_per_million, self.own_usd_per_million)
 
     @property
     def best_job_usd(self) -> float | None:
-        values = [v for v in (self.cloud_job_usd, self.own_job_usd) if v is not None]
-        return min(values) if values else None
+        return cheaper(self.cloud_job_usd, self.own_job_usd)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -88,4 +90,4 @@ def cost_of(
     )
 
 
-__all__ = ["Cost", "Pricing", "cost_of", "hourly_rates"]
+__all__ = ["Cost", "Pricing", "cheaper", "cost_of", "hourly_rates"]

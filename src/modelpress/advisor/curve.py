@@ -97,7 +97,7 @@ def estimate_curve(
     not even one sample fits."""
     top = min(
         CURVE_LIMIT,
-        max_batch(workload, gpu, task="infer", precision=precision, eff=eff),
+        max_batch(workload, gpu, task="infer", precision=precision),
     )
     if top < 1:
         return None

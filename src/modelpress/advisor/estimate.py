@@ -46,7 +46,7 @@ from modelpress.advisor.clocks import kernel_overhead_s
 from modelpress.advisor.dispatch import autocast_casts, overlapped
 from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from modelpress.advisor.launches import Launch, launches
-from modelpress.advisor.memory import MAX_BATCH, max_batch, needed_gb
+from modelpress.advisor.memory import MAX_BATCH, device_gb, max_batch, memory_bytes
 from modelpress.advisor.roof import Roof, roof_for
 from modelpress.advisor.waves import gemm_utilisation
 from modelpress.errors import OptionError
@@ -102,22 +102,36 @@ class Estimate:
         return d
 
 
-def _kernel_costs(
-    rows: list[Launch],
-    batch: float,
-    roof: Roof,
-    eff: Efficiency,
-    width: float,
-    *,
-    scale: float = 1.0,
-    split: int = 1,
-    eager: bool = False,
-):
+@dataclass(frozen=True)
+class Target:
+    """What a pass runs on: the device's roof, the efficiency factors, bytes per element."""
+
+    roof: Roof
+    eff: Efficiency
+    width: float
+
+
+@dataclass(frozen=True)
+class PassMode:
+    """How a pass runs: ``scale`` multiplies its work (backward = 2), ``split`` divides it
+    across tensor-parallel devices, ``eager`` runs it op by op from the host."""
+
+    scale: float = 1.0
+    split: int = 1
+    eager: bool = False
+
+
+FORWARD = PassMode()
+
+
+def _kernel_costs(rows: list[Launch], batch: float, on: Target, how: PassMode = FORWARD):
     """Per launched kernel: (kind, FLOPs, bytes, compute s, memory s, launches)."""
     # ``eager`` (fitted on training) covers what slows training kernels beyond missing fusion:
     # autograd's backward kernels, BatchNorm statistics. Eager inference runs the same forward
     # kernels as an engine, only unfused and dispatched op by op: no factor.
-    c_mult = eff.eager if eager and scale > 1 else 1.0
+    roof, eff, width = on.roof, on.eff, on.width
+    scale, split = how.scale, how.split
+    c_mult = eff.eager if how.eager and scale > 1 else 1.0
     bw = roof.bandwidth_gbs * 1e9 * eff.bandwidth * c_mult
     for kind, flops, weights, acts, out, cols in rows:
         n_launch = 2 if (scale > 1 and weights) else 1  # input- and weight-gradient kernels
@@ -147,36 +161,31 @@ def _kernel_costs(
 def _time(
     rows: list[Launch],
     batch: float,
-    roof: Roof,
-    eff: Efficiency,
-    width: float,
+    on: Target,
+    how: PassMode = FORWARD,
     *,
-    scale: float = 1.0,
-    split: int = 1,
-    eager: bool = False,
     casts: int = 0,
     training: bool = False,
 ) -> PassTime:
-    """Time of one pass over ``batch`` samples; ``scale`` multiplies work (backward = 2),
-    ``split`` divides it across tensor-parallel devices, ``eager`` runs it op by op from the
-    host with ``casts`` more ops (autocast): summed in ``training``, else overlapped."""
+    """Time of one pass over ``batch`` samples run as ``how`` says; an eager pass dispatches
+    ``casts`` more ops (autocast) from the host: summed with the GPU's time in ``training``,
+    else overlapped with it."""
     compute = memory = 0.0
     count = 0
-    for _, _, _, t_c, t_m, n_launch in _kernel_costs(
-        rows, batch, roof, eff, width, scale=scale, split=split, eager=eager
-    ):
+    for _, _, _, t_c, t_m, n_launch in _kernel_costs(rows, batch, on, how):
         if t_c >= t_m:
             compute += t_c
         else:
             memory += t_m
         count += n_launch
     count += casts
-    if not eager:
-        overhead = count * kernel_overhead_s(eff.kernel_overhead_us, roof.clock_mhz)
+    eff, clock_mhz = on.eff, on.roof.clock_mhz
+    if not how.eager:
+        overhead = count * kernel_overhead_s(eff.kernel_overhead_us, clock_mhz)
     elif training:
         overhead = count * eff.eager_overhead_us * 1e-6
     else:
-        gpu = compute + memory + count * kernel_overhead_s(eff.kernel_overhead_us, roof.clock_mhz)
+        gpu = compute + memory + count * kernel_overhead_s(eff.kernel_overhead_us, clock_mhz)
         overhead = overlapped(count, gpu, eff.eager_overhead_us) - compute - memory
     return PassTime(compute + memory + overhead, compute, memory, overhead, count)
 
@@ -214,7 +223,7 @@ def kernel_points(
     return [
         KernelPoint(kind, f, b, max(t_c, t_m) + over)
         for kind, f, b, t_c, t_m, _ in _kernel_costs(
-            launches(kernels, fuse=True), batch, roof, eff, width
+            launches(kernels, fuse=True), batch, Target(roof, eff, width)
         )
     ]
 
@@ -301,22 +310,21 @@ def _estimate(
         raise OptionError(
             f"{gpu.name}: the catalog has no interconnect figure for {num_gpus} devices"
         )
-    need = partial(
-        needed_gb, workload, task=task, precision=precision, batch=batch, optimizer=optimizer
-    )
+    need = partial(memory_bytes, workload, task=task, precision=precision, batch=batch)
     # inference on several devices: replicas when the model fits one, else tensor parallel
-    alone = task != "infer" or num_gpus == 1 or need(split=1) <= roof.memory_gb
+    alone = task != "infer" or num_gpus == 1
+    alone = alone or device_gb(need(split=1, optimizer=optimizer)) <= roof.memory_gb
     split = 1 if alone else num_gpus
-    need_gb = need(split=split)
+    need_gb = device_gb(need(split=split, optimizer=optimizer))
     fits = need_gb <= roof.memory_gb
     comm = 0.0
+    on = Target(roof, eff, width)
     if task == "train":
         rows = launches(workload.kernels, fuse=False)
         casts = autocast_casts(rows, precision)  # forward: weights; backward: their gradients
-        fwd = _time(rows, batch, roof, eff, width, eager=True, casts=casts, training=True)
-        bwd = _time(
-            rows, batch, roof, eff, width, scale=2.0, eager=True, casts=casts, training=True
-        )
+        fwd = _time(rows, batch, on, PassMode(eager=True), casts=casts, training=True)
+        backward = PassMode(scale=2.0, eager=True)
+        bwd = _time(rows, batch, on, backward, casts=casts, training=True)
         mem = training_memory(workload.params, precision=precision, optimizer=optimizer)
         # optimizer step: read gradients, master weights and state, write weights and state back
         opt_bytes = mem.gradients + 2 * (mem.master_weights + mem.optimizer_state) + mem.weights
@@ -344,7 +352,8 @@ def _estimate(
     else:
         rows = launches(workload.kernels, fuse=not eager)
         casts = autocast_casts(rows, precision) if eager else 0
-        fwd = _time(rows, batch, roof, eff, width, split=split, eager=eager, casts=casts)
+        how = PassMode(split=split, eager=eager)
+        fwd = _time(rows, batch, on, how, casts=casts)
         if split > 1:
             row_parallel = [r for r in rows if r.kind == "matmul" and r.weights][1::2]
             # activations of a row-parallel product's output, summed across devices
@@ -359,9 +368,7 @@ def _estimate(
         if workload.is_generative:
             dec_rows = launches(workload.decode, fuse=not eager)
             dec_casts = autocast_casts(dec_rows, precision) if eager else 0
-            step_t = _time(
-                dec_rows, batch, roof, eff, width, split=split, eager=eager, casts=dec_casts
-            )
+            step_t = _time(dec_rows, batch, on, how, casts=dec_casts)
             dec_comm = comm / max(workload.tokens_per_sample, 1) if split > 1 else 0.0
             decode_s = step_t.seconds + dec_comm
             total = fwd.seconds + comm + workload.gen_tokens * decode_s
@@ -427,7 +434,7 @@ def best_under_latency(
     batch."""
     top = min(
         cap,
-        max_batch(workload, gpu, task="infer", precision=precision, num_gpus=num_gpus, eff=eff),
+        max_batch(workload, gpu, task="infer", precision=precision, num_gpus=num_gpus),
     )
     if top == 0:
         return None

@@ -13,8 +13,6 @@ from __future__ import annotations
 from functools import partial
 
 from modelpress.advisor.catalog import GPU
-from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY, Efficiency
-from modelpress.advisor.roof import roof_for
 from modelpress.profile.training import precision_bytes, training_memory
 from modelpress.profile.workload import Workload
 
@@ -54,20 +52,10 @@ def memory_bytes(
     return (weights + cache) / split + acts
 
 
-def needed_gb(
-    workload: Workload,
-    *,
-    task: str,
-    precision: str,
-    batch: int,
-    split: int = 1,
-    optimizer: str = "adam",
-) -> float:
-    """GB one device needs for the pass, with the allocator's slack and the runtime's own."""
-    need = memory_bytes(
-        workload, task=task, precision=precision, batch=batch, split=split, optimizer=optimizer
-    )
-    return need * ALLOCATOR_SLACK / 1e9 + RUNTIME_OVERHEAD_GB
+def device_gb(nbytes: float) -> float:
+    """GB a device needs to hold ``nbytes`` of a pass: the allocator's slack and the runtime's
+    own memory on top."""
+    return nbytes * ALLOCATOR_SLACK / 1e9 + RUNTIME_OVERHEAD_GB
 
 
 def max_batch(
@@ -78,18 +66,16 @@ def max_batch(
     precision: str,
     num_gpus: int = 1,
     optimizer: str = "adam",
-    eff: Efficiency = DEFAULT_EFFICIENCY,
 ) -> int:
     """Largest per-device batch that fits (0 when not even one sample fits): on one device, or
     for inference split across ``num_gpus`` (tensor parallel)."""
-    capacity = roof_for(gpu, precision, eff).memory_gb
     split = num_gpus if task == "infer" else 1
 
     def ok(b: int) -> bool:
-        need = partial(
-            needed_gb, workload, task=task, precision=precision, batch=b, optimizer=optimizer
+        need = partial(memory_bytes, workload, task=task, precision=precision, batch=b)
+        return any(
+            device_gb(need(split=s, optimizer=optimizer)) <= gpu.memory_gb for s in {1, split}
         )
-        return need(split=1) <= capacity or (split > 1 and need(split=split) <= capacity)
 
     if not ok(1):
         return 0
@@ -107,7 +93,7 @@ __all__ = [
     "ALLOCATOR_SLACK",
     "MAX_BATCH",
     "RUNTIME_OVERHEAD_GB",
+    "device_gb",
     "max_batch",
     "memory_bytes",
-    "needed_gb",
 ]

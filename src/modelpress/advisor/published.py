@@ -110,7 +110,7 @@ def predict(row: PublishedRow, catalog: Catalog, eff: Efficiency) -> float:
         1,
         min(
             DEFAULT_BATCH_CAP,
-            max_batch(workload, gpu, task="train", precision=row.precision, eff=eff),
+            max_batch(workload, gpu, task="train", precision=row.precision),
         ),
     )
     est = estimate(

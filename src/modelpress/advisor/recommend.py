@@ -22,6 +22,7 @@ precision) is listed after the ranked ones with the reason. When no device can r
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from modelpress.advisor.catalog import GPU
 from modelpress.advisor.cost import Cost, Pricing, cost_of
@@ -110,6 +111,7 @@ def _evaluate(
         return Ranked(None, gpu, None, None, f"no {req.precision} compute figure in the catalog")
     if n > 1 and gpu.link_gbs(n) is None:
         return Ranked(None, gpu, None, None, f"no interconnect figure for {n} devices")
+    run = partial(estimate, workload, gpu, precision=req.precision, num_gpus=n, eff=eff)
     if req.latency_ms is not None and req.task == "infer":
         est = best_under_latency(
             workload,
@@ -121,19 +123,9 @@ def _evaluate(
             cap=BATCH_CAP,
         )
         if est is not None and req.batch and est.batch > req.batch:
-            est = estimate(
-                workload,
-                gpu,
-                task="infer",
-                precision=req.precision,
-                batch=req.batch,
-                num_gpus=n,
-                eff=eff,
-            )
+            est = run(task="infer", batch=req.batch)
         if est is None:
-            one = estimate(
-                workload, gpu, task="infer", precision=req.precision, batch=1, num_gpus=n, eff=eff
-            )
+            one = run(task="infer", batch=1)
             why = (
                 one.notes[-1]
                 if not one.fits
@@ -142,28 +134,16 @@ def _evaluate(
             )
             return Ranked(None, gpu, one, None, why)
     else:
-        batch = req.batch
-        if batch is None:
-            top = max_batch(
-                workload,
-                gpu,
-                task=req.task,
-                precision=req.precision,
-                num_gpus=n,
-                optimizer=req.optimizer,
-                eff=eff,
-            )
-            batch = max(1, min(top, BATCH_CAP))
-        est = estimate(
+        top = max_batch(
             workload,
             gpu,
             task=req.task,
             precision=req.precision,
-            batch=batch,
             num_gpus=n,
             optimizer=req.optimizer,
-            eff=eff,
         )
+        batch = req.batch or max(1, min(top, BATCH_CAP))
+        est = run(task=req.task, batch=batch, optimizer=req.optimizer)
     if not est.fits:
         return Ranked(
             None,

@@ -27,11 +27,11 @@ replicas first; rejected devices are listed with the reason.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 from modelpress.advisor.batching import QueueStats, analyse
 from modelpress.advisor.catalog import GPU
-from modelpress.advisor.cost import Pricing, hourly_rates
+from modelpress.advisor.cost import Pricing, cheaper, hourly_rates
 from modelpress.advisor.curve import ServiceCurve, estimate_curve
 from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from modelpress.errors import ModelpressError, OptionError
@@ -75,36 +75,24 @@ class ServiceOption:
 
     @property
     def best_per_million(self) -> float | None:
-        values = [
-            v for v in (self.cloud_usd_per_million, self.own_usd_per_million) if v is not None
-        ]
-        return min(values) if values else None
+        return cheaper(self.cloud_usd_per_million, self.own_usd_per_million)
 
     @property
     def serve_args(self) -> str:
         return f"--max-batch {self.max_batch} --max-delay-ms {_ms(self.max_delay_ms)}"
 
     def to_dict(self) -> dict:
+        q = self.queue
         return {
-            "rank": self.rank,
-            "device": self.device,
-            "kind": self.kind,
-            "replicas": self.replicas,
-            "max_batch": self.max_batch,
-            "max_delay_ms": self.max_delay_ms,
+            **_plain_fields(self, "queue", "curve"),
             "serve_args": self.serve_args,
-            "mean_batch": self.queue.mean_batch,
-            "p50_ms": self.queue.p50_ms,
-            "p99_ms": self.queue.p99_ms,
-            "mean_ms": self.queue.mean_ms,
-            "utilisation": self.queue.utilisation,
-            "queue": self.queue.to_dict(),
+            "mean_batch": q.mean_batch,
+            "p50_ms": q.p50_ms,
+            "p99_ms": q.p99_ms,
+            "mean_ms": q.mean_ms,
+            "utilisation": q.utilisation,
+            "queue": q.to_dict(),
             "service_curve": self.curve.to_dict(),
-            "cloud_usd_per_hour": self.cloud_usd_per_hour,
-            "own_usd_per_hour": self.own_usd_per_hour,
-            "cloud_usd_per_million": self.cloud_usd_per_million,
-            "own_usd_per_million": self.own_usd_per_million,
-            "notes": list(self.notes),
         }
 
 
@@ -120,14 +108,19 @@ class ServicePlan:
 
     def to_dict(self) -> dict:
         return {
-            "workload": self.workload,
-            "qps": self.qps,
-            "p99_ms": self.p99_ms,
-            "precision": self.precision,
+            **_plain_fields(self, "options", "rejected"),
             "options": [o.to_dict() for o in self.options],
             "rejected": [{"device": d, "reason": r} for d, r in self.rejected],
-            "notes": list(self.notes),
         }
+
+
+def _plain_fields(obj, *skip: str) -> dict:
+    """A record's fields but ``skip`` as they are (tuples as lists), for ``to_dict``."""
+    return {
+        f.name: list(v) if isinstance(v := getattr(obj, f.name), tuple) else v
+        for f in fields(obj)
+        if f.name not in skip
+    }
 
 
 def _ms(value: float) -> str:
