@@ -18,11 +18,12 @@ from modelpress.advisor.calibrate import calibrate_cpu
 from modelpress.advisor.catalog import load_catalog
 from modelpress.advisor.cost import Pricing
 from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY
-from modelpress.advisor.measured import measure_curve, record_curve, this_machine
 from modelpress.advisor.recommend import Request, recommend
-from modelpress.advisor.service import plan_service
 from modelpress.cli import options
-from modelpress.cli._common import console, human_count
+from modelpress.cli._advise_llm import advise_llm
+from modelpress.cli._advise_output import print_catalog, print_ranking, workload_record
+from modelpress.cli._advise_service import advise_service
+from modelpress.cli._common import console
 from modelpress.cli.options import (
     Recorder,
     add_list,
@@ -36,15 +37,13 @@ from modelpress.cli.options import (
     shapes,
 )
 from modelpress.errors import OptionError
-from modelpress.ir.llm import is_llm_folder, read_config
+from modelpress.ir.llm import is_llm_folder
 from modelpress.profile.llm import llm_workload, load_config
 from modelpress.profile.training import OPTIMIZER_STATES, PRECISION_BYTES
 from modelpress.profile.workload import workload_from_onnx
 from modelpress.profile.workloads import WORKLOADS, get_workload
 from modelpress.report.advisor_page import (
-    service_table,
     write_recommendation_page,
-    write_service_page,
 )
 from modelpress.report.cards import costs_data, roofline_of_workload
 
@@ -259,7 +258,7 @@ def run(args) -> int:
     args.task = {"training": "train", "inference": "infer"}.get(args.task, args.task)
     catalog = load_catalog(args.catalog)
     if args.list_gpus:
-        _print_catalog(catalog)
+        print_catalog(catalog)
         return 0
     for name, value in (
         ("--batch-size", args.batch_size),
@@ -272,7 +271,7 @@ def run(args) -> int:
     if (args.qps is None) != (args.p99_ms is None):
         raise OptionError("service planning needs both --qps and --p99-ms")
     if args.model and is_llm_folder(args.model):
-        return _advise_llm(args, recorder)
+        return advise_llm(args, recorder)
     workload, model = _workload(args)
     found = [catalog.lookup(n) for n in dict.fromkeys(listed(args.gpu))]
     for f in found:
@@ -285,7 +284,7 @@ def run(args) -> int:
         utilization=args.utilization,
     )
     if args.qps is not None:
-        return _plan(args, recorder, workload, model, candidates, found, pricing)
+        return advise_service(args, recorder, workload, model, candidates, found, pricing)
     req = Request(
         task=args.task,
         precision=args.precision,
@@ -303,10 +302,10 @@ def run(args) -> int:
                 workload, model=model, batch=args.batch_size or 1, seq=args.seq
             )
     rec = recommend(workload, candidates, req, eff=DEFAULT_EFFICIENCY, pricing=pricing)
-    _print(rec, workload, calibration)
+    print_ranking(rec, workload, calibration)
     recorder.write(
         {
-            "workload": _workload_dict(workload),
+            "workload": workload_record(workload),
             "scenario": rec.scenario,
             "request": dict(req.__dict__),
             "pricing": dict(pricing.__dict__),
@@ -323,51 +322,6 @@ def run(args) -> int:
     return 0
 
 
-def _advise_llm(args, recorder) -> int:
-    """An LLM folder: prefill and decode measured on this CPU beside the estimate of its graph."""
-    from modelpress.advisor.llm_measured import calibrate_llm
-
-    prompt = args.seq or 256
-    tokens = min(args.gen_tokens, 32)
-    context = read_config(args.model).max_context
-    if prompt + tokens > context:
-        raise OptionError(
-            f"--seq {prompt} + {tokens} generated tokens is over the model's context of {context}"
-        )
-    with console.status(f"measuring {args.model} on this CPU"):
-        cal = calibrate_llm(args.model, prompt_tokens=prompt, gen_tokens=tokens)
-    console.print(
-        f"{args.model} on {cal.cpu} ({cal.threads} threads): matmul {cal.matmul_gflops:.1f} "
-        f"GFLOP/s, copy {cal.copy_gbs:.1f} GB/s, {cal.node_overhead_us:.2f} µs a node"
-    )
-    rows = [
-        (
-            f"prefill, {prompt} tokens",
-            cal.prefill_ms,
-            cal.prefill_range_ms,
-            cal.predicted_prefill_ms,
-            cal.prefill_bound,
-        ),
-        (
-            f"decode, a token ({cal.decode_tokens_per_s:.1f}/s)",
-            cal.decode_ms,
-            cal.decode_range_ms,
-            cal.predicted_decode_ms,
-            cal.decode_bound,
-        ),
-    ]
-    console.print(f"{'':28} {'measured ms':>20} {'estimate ms':>11} {'est/meas':>9}")
-    for name, ms, (lo, hi), est, bound in rows:
-        spread = f"({lo:.0f}-{hi:.0f})"
-        console.print(f"{name:28} {ms:>9.1f} {spread:>10} {est:>11.1f} {est / ms:>9.2f}  {bound}")
-    console.print(
-        f"median of {cal.runs} runs, {tokens} greedy tokens each; the estimate is the decoder "
-        "graph's roofline on the roof measured above. For GPUs, give the checkpoint's config.json."
-    )
-    recorder.write({"llm": cal.to_dict()})
-    return 0
-
-
 def _charts(rec, workload) -> dict:
     """The record's charts (``--report``, ``--json``): the advisor's costs and the roofline on
     the device ranked first."""
@@ -379,232 +333,3 @@ def _charts(rec, workload) -> dict:
             workload, best.gpu, precision=rec.request.precision, batch=best.estimate.batch
         )
     return charts
-
-
-def _plan(args, recorder, workload, model, candidates, found, pricing) -> int:
-    """``--qps``/``--p99-ms``: plan the service on every candidate and this machine's CPU."""
-
-    if args.task != "infer":
-        raise OptionError("--qps plans an inference service: drop --task train")
-    if args.check:
-        return _checked(args, recorder, workload, model, candidates, found)
-    machine = None
-    measured = listed(args.measured)
-    if measured:
-        machine = this_machine(
-            record_curve(measured), cloud_usd_hr=args.cpu_usd_hr, own_usd_hr=args.cpu_own_usd_hr
-        )
-    elif model is not None and not args.no_cpu:
-        with console.status("measuring the model on this CPU (ONNX Runtime)"):
-            curve = measure_curve(
-                model,
-                target_s=args.p99_ms / 1e3,
-                dims=dims(args),
-                shapes=shapes(args),
-                limit=args.max_batch or 256,
-            )
-        machine = this_machine(curve, cloud_usd_hr=args.cpu_usd_hr, own_usd_hr=args.cpu_own_usd_hr)
-    with console.status(f"planning {len(candidates)} devices"):
-        plan = plan_service(
-            workload,
-            candidates,
-            qps=args.qps,
-            p99_ms=args.p99_ms,
-            precision=args.precision,
-            machine=machine,
-            eff=DEFAULT_EFFICIENCY,
-            pricing=pricing,
-            max_batch=args.max_batch,
-            max_delay_ms=args.max_delay_ms,
-            engine=args.engine,
-            gpu_notes={f.gpu.name: f.note for f in found if f.note},
-        )
-    _print_plan(plan, workload, args.model)
-    recorder.write({"workload": _workload_dict(workload), "service": plan.to_dict()})
-    if args.html:
-        write_service_page(args.html, plan, workload)
-    return 0
-
-
-def _checked(args, recorder, workload, model, candidates, found) -> int:
-    """``--check``: the plan with the server's measured cost, and this CPU's option measured."""
-    from modelpress.deploy.checked import checked_plan
-
-    if model is None:
-        raise OptionError("--check serves the model: give an .onnx file")
-    with console.status("measuring the server and the model here, planning, then checking"):
-        got = checked_plan(
-            model,
-            name=workload.name,
-            qps=args.qps,
-            p99_ms=args.p99_ms,
-            gpus=[f.gpu for f in found],
-            cpu=not args.no_cpu,
-            precision=args.precision,
-            max_batch=args.max_batch,
-        )
-    _print_plan(got.plan, workload, args.model)
-    c = got.check
-    if c is not None:
-        console.print(
-            f"check on this CPU ({c.rate:.4g} requests/s to one replica, open loop): measured p99 "
-            f"{c.load.p99_ms:.3g} ms, {c.load.throughput:.4g} answered/s; "
-            + ("[red]missed[/]: " if c.missed else "[green]held[/]: ")
-            + c.reason,
-            soft_wrap=True,
-        )
-    recorder.write({"workload": _workload_dict(workload), **got.to_dict()})
-    return 0
-
-
-def _workload_dict(w) -> dict:
-    return {
-        "name": w.name,
-        "params": w.params,
-        "sample": w.sample,
-        "unit": w.unit,
-        "flops_per_sample": w.flops_per_sample,
-        "kernels": len(w.kernels),
-        "notes": list(w.notes),
-    }
-
-
-def _money(v) -> str:
-    return "-" if v is None else f"${v:.3g}"
-
-
-def _print(rec, workload, calibration) -> None:
-    from rich.table import Table
-
-    req = rec.request
-    console.print(
-        f"[bold]{workload.name}[/]: {human_count(workload.params)} parameters, {human_count(workload.flops_per_sample)} FLOPs "
-        f"per {workload.sample}; scenario [bold]{rec.scenario}[/] ({req.task}, {req.precision}"
-        + (f", {req.num_gpus} devices" if req.num_gpus > 1 else "")
-        + ")"
-    )
-    unit = next((r.estimate.unit for r in rec.rows if r.estimate), "samples/s")
-    t = Table(show_edge=False)
-    cols = ["#", "gpu", "fits", "mem GB", "batch", unit, "lat ms", "bound", "$/M cloud", "$/M own"]
-    if req.amount:
-        cols += ["job h", "job $"]
-    for c in cols:
-        t.add_column(c, justify="left" if c in ("gpu", "bound") else "right")
-    for r in rec.rows:
-        e, c = r.estimate, r.cost
-        row = [
-            str(r.rank) if r.rank else "-",
-            r.gpu.name.replace("NVIDIA ", "").replace("GeForce ", ""),
-            "-" if e is None else ("yes" if e.fits else "no"),
-            "-" if e is None else f"{e.memory_gb:.1f}",
-            "-" if e is None else str(e.batch),
-            "-"
-            if e is None
-            else f"{e.throughput:,.0f}"
-            if e.throughput >= 100
-            else f"{e.throughput:.3g}",
-            "-" if e is None else f"{e.latency_ms:.3g}",
-            "-" if e is None else e.bound,
-            _money(c.cloud_usd_per_million if c else None),
-            _money(c.own_usd_per_million if c else None),
-        ]
-        if req.amount:
-            row += [
-                "-" if not c or c.job_hours is None else f"{c.job_hours:.3g}",
-                _money(c.best_job_usd if c else None),
-            ]
-        t.add_row(*row)
-    console.print(t)
-    for r in rec.rows:
-        console.print(f"  {r.rank or '-'}. {r.gpu.name}: {r.reason}", soft_wrap=True)
-    if calibration:
-        c = calibration
-        console.print(
-            f"calibration on {c.cpu} ({c.threads} threads): matmul {c.matmul_gflops:.1f} GFLOP/s, copy {c.copy_gbs:.1f} GB/s, "
-            f"{c.node_overhead_us:.2f} µs per node; "
-            + (
-                f"model at batch {c.batch}: predicted {c.predicted_ms:.3g} ms, measured {c.measured_ms:.3g} ms "
-                f"(p25-p75 {c.measured_p25_ms:.3g}-{c.measured_p75_ms:.3g}), ratio {c.ratio:.2f}"
-                if c.measured_ms is not None
-                else f"model predicted {c.predicted_ms:.3g} ms at batch {c.batch} (give an .onnx file to time it)"
-            )
-        )
-
-
-def _print_plan(plan, workload, model_path) -> None:
-    from rich.table import Table
-
-    console.print(
-        f"[bold]{workload.name}[/]: {plan.qps:g} requests/s at p99 {plan.p99_ms:g} ms ({plan.precision}); "
-        "each replica batches dynamically: it takes what waited while it was busy, up to --max-batch, "
-        "waiting at most --max-delay-ms for company"
-    )
-    t = Table(show_edge=False)
-    columns, rows = service_table(plan)
-    for c in columns:
-        t.add_column(c, justify="left" if c == "device" else "right")
-    for row in rows:
-        row[1] = row[1].replace("NVIDIA ", "").replace("GeForce ", "")
-        row[-2:] = [_money(None if v == "-" else v) for v in row[-2:]]
-        t.add_row(*(f"{v:.3g}" if isinstance(v, float) else str(v) for v in row))
-    console.print(t)
-    best = plan.options[0]
-    console.print(
-        f"cheapest: {best.replicas} x {best.device}, each serving with "
-        f"`modelpress serve {model_path or 'MODEL'} {best.serve_args}` "
-        f"(batches of {best.queue.mean_batch:.3g} on average, p99 {best.queue.p99_ms:.3g} ms)",
-        soft_wrap=True,
-    )
-    for o in plan.options:
-        if o.kind == "cpu":  # GPU notes (loose names) were printed above
-            for note in o.notes:
-                console.print(f"  {o.device}: {note}", soft_wrap=True)
-    for device, reason in plan.rejected:
-        console.print(f"  - {device}: {reason}", soft_wrap=True)
-    sources = sorted({o.curve.source for o in plan.options})
-    console.print(
-        "service times: " + "; ".join(sources) + ". Latency is device time plus queueing; network "
-        "and request decoding are not included.",
-        soft_wrap=True,
-    )
-
-
-def _print_catalog(catalog) -> None:
-    from rich.table import Table
-
-    t = Table(show_edge=False, title="accelerator catalog (dense peaks)")
-    for c in (
-        "name",
-        "mem GB",
-        "GB/s",
-        "fp32",
-        "tf32",
-        "fp16",
-        "bf16",
-        "fp8",
-        "int8",
-        "TDP W",
-        "price $",
-        "cloud $/h",
-    ):
-        t.add_column(c, justify="left" if c == "name" else "right", no_wrap=c == "name")
-
-    def f(v):
-        return "-" if v is None else f"{v:g}"
-
-    for g in catalog.gpus:
-        t.add_row(
-            g.name,
-            f(g.memory_gb),
-            f(g.memory_bandwidth_gbs),
-            f(g.fp32_tflops),
-            f(g.tf32_tflops),
-            f(g.fp16_tflops),
-            f(g.bf16_tflops),
-            f(g.fp8_tflops),
-            f(g.int8_tops),
-            f(g.tdp_w),
-            f(g.price_usd),
-            f(g.cloud_usd_hr),
-        )
-    console.print(t)
