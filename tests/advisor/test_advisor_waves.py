@@ -95,38 +95,32 @@ def _compute_s(est, eff: Efficiency = EFF) -> float:
     return est.latency_ms / 1e3 - eff.kernel_overhead_us * 1e-6
 
 
-def test_small_gemm_is_slowed_by_the_partial_wave(catalog):
+@pytest.mark.parametrize(
+    "m,n,k,slowdown",
+    [
+        # 384 x 1024: 96 tiles of 64² on 108 SMs; K = 1024 is too shallow to split 2 ways
+        (384, 1024, 1024, 108 / 96),
+        # 128 x 768, K = 3072: 24 tiles of 64², 4 slices each -> 96 of 108 SMs (not 24)
+        (128, 768, 3072, 108 / 96),
+        # 8192²: 4096 tiles of 128² in 38 waves of 108
+        (8192, 8192, 8192, 4104 / 4096),
+    ],
+)
+def test_gemm_time_is_the_roofline_over_the_wave_utilisation(catalog, m, n, k, slowdown):
     a100 = catalog.find("A100 SXM4 40GB")
     assert a100.sm_count == 108
-    without = replace(a100, sm_count=None)
-    w = _gemm(384, 1024, 1024)
+    w = _gemm(m, n, k)
     with_waves = estimate(w, a100, task="infer", precision="fp16", batch=1, eff=EFF)
-    plain = estimate(w, without, task="infer", precision="fp16", batch=1, eff=EFF)
-    expected = 2.0 * 384 * 1024 * 1024 / (312e12 * 0.8 * 0.5)
+    plain = estimate(
+        w, replace(a100, sm_count=None), task="infer", precision="fp16", batch=1, eff=EFF
+    )
+    expected = 2.0 * m * n * k / (312e12 * 0.8 * 0.5)
     assert _compute_s(plain) == pytest.approx(expected, rel=1e-9)
-    assert _compute_s(with_waves) == pytest.approx(expected * 108 / 96, rel=1e-9)
+    assert _compute_s(with_waves) == pytest.approx(expected * slowdown, rel=1e-9)
 
 
-def test_small_output_with_a_deep_reduction_is_split(catalog):
+def test_large_batch_bert_is_unaffected(catalog):
     a100 = catalog.find("A100 SXM4 40GB")
-    w = _gemm(128, 768, 3072)
-    split = estimate(w, a100, task="infer", precision="fp16", batch=1, eff=EFF)
-    plain = estimate(
-        w, replace(a100, sm_count=None), task="infer", precision="fp16", batch=1, eff=EFF
-    )
-    # 24 tiles of 64², 4 slices each: 96 of 108 SMs (without split-K: 24 of 108)
-    assert _compute_s(split) / _compute_s(plain) == pytest.approx(108 / 96, rel=1e-9)
-
-
-def test_large_gemm_is_unaffected(catalog):
-    a100 = catalog.find("A100 SXM4 40GB")
-    w = _gemm(8192, 8192, 8192)
-    with_waves = estimate(w, a100, task="infer", precision="fp16", batch=1, eff=EFF)
-    plain = estimate(
-        w, replace(a100, sm_count=None), task="infer", precision="fp16", batch=1, eff=EFF
-    )
-    assert _compute_s(with_waves) / _compute_s(plain) == pytest.approx(4104 / 4096, rel=1e-9)
-    # and a large-batch BERT changes by well under 1%
     bert = get_workload("bert-large", seq=384)
     a = estimate(bert, a100, task="infer", precision="fp16", batch=128)
     b = estimate(bert, replace(a100, sm_count=None), task="infer", precision="fp16", batch=128)

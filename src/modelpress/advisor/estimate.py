@@ -39,14 +39,13 @@ for the kernel's kind; vector ops use the FP32 vector peak. See ``efficiency.py`
 from __future__ import annotations
 
 from dataclasses import asdict, astuple, dataclass
-from functools import partial
 
 from modelpress.advisor.catalog import GPU
 from modelpress.advisor.clocks import kernel_overhead_s
 from modelpress.advisor.dispatch import autocast_casts, overlapped
 from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from modelpress.advisor.launches import Launch, launches
-from modelpress.advisor.memory import MAX_BATCH, device_gb, max_batch, memory_bytes
+from modelpress.advisor.memory import MAX_BATCH, Footprint, max_batch
 from modelpress.advisor.roof import Roof, roof_for
 from modelpress.advisor.waves import gemm_utilisation
 from modelpress.errors import OptionError
@@ -310,12 +309,11 @@ def _estimate(
         raise OptionError(
             f"{gpu.name}: the catalog has no interconnect figure for {num_gpus} devices"
         )
-    need = partial(memory_bytes, workload, task=task, precision=precision, batch=batch)
+    held = Footprint(workload, task, precision, optimizer)
     # inference on several devices: replicas when the model fits one, else tensor parallel
-    alone = task != "infer" or num_gpus == 1
-    alone = alone or device_gb(need(split=1, optimizer=optimizer)) <= roof.memory_gb
+    alone = task != "infer" or num_gpus == 1 or held.device_gb(batch) <= roof.memory_gb
     split = 1 if alone else num_gpus
-    need_gb = device_gb(need(split=split, optimizer=optimizer))
+    need_gb = held.device_gb(batch, split=split)
     fits = need_gb <= roof.memory_gb
     comm = 0.0
     on = Target(roof, eff, width)

@@ -10,7 +10,7 @@ cache split across tensor-parallel devices, the working set does not.
 
 from __future__ import annotations
 
-from functools import partial
+from dataclasses import dataclass
 
 from modelpress.advisor.catalog import GPU
 from modelpress.profile.training import precision_bytes, training_memory
@@ -21,41 +21,55 @@ ALLOCATOR_SLACK = 1.10  # caching-allocator fragmentation
 MAX_BATCH = 1 << 16
 
 
-def memory_bytes(
-    workload: Workload,
-    *,
-    task: str,
-    precision: str,
-    batch: int,
-    split: int = 1,
-    optimizer: str = "adam",
-) -> float:
-    """Bytes one device holds (before runtime overhead) for a pass at ``batch`` per device."""
-    width = precision_bytes(precision)
-    if task == "train":
-        mem = training_memory(
-            workload.params,
-            precision=precision,
-            optimizer=optimizer,
-            activation_elems=workload.saved_elems_per_sample * batch,
-        )
-        return mem.total
-    weights = workload.params * width
-    per_pass = 1 if workload.is_generative else batch
-    acts = (
-        2
-        * max((k.in_elems + k.out_elems for k in workload.kernels), default=0.0)
-        * per_pass
-        * width
-    )
-    cache = workload.cache_elems * batch * max(width, 2 if width > 1 else 1)
-    return (weights + cache) / split + acts
+@dataclass(frozen=True)
+class Footprint:
+    """What a pass of ``workload`` holds on one device, by batch (module rule)."""
 
+    workload: Workload
+    task: str
+    precision: str
+    optimizer: str = "adam"
 
-def device_gb(nbytes: float) -> float:
-    """GB a device needs to hold ``nbytes`` of a pass: the allocator's slack and the runtime's
-    own memory on top."""
-    return nbytes * ALLOCATOR_SLACK / 1e9 + RUNTIME_OVERHEAD_GB
+    def bytes(self, batch: int, *, split: int = 1) -> float:
+        """Bytes one device holds (before runtime overhead) at ``batch`` per device, with the
+        weights and cache split ``split`` ways."""
+        w = self.workload
+        width = precision_bytes(self.precision)
+        if self.task == "train":
+            mem = training_memory(
+                w.params,
+                precision=self.precision,
+                optimizer=self.optimizer,
+                activation_elems=w.saved_elems_per_sample * batch,
+            )
+            return mem.total
+        per_pass = 1 if w.is_generative else batch
+        largest = max((k.in_elems + k.out_elems for k in w.kernels), default=0.0)
+        acts = 2 * largest * per_pass * width
+        cache = w.cache_elems * batch * max(width, 2 if width > 1 else 1)
+        return (w.params * width + cache) / split + acts
+
+    def device_gb(self, batch: int, *, split: int = 1) -> float:
+        """GB a device needs: the bytes with the allocator's slack and the runtime's own."""
+        return self.bytes(batch, split=split) * ALLOCATOR_SLACK / 1e9 + RUNTIME_OVERHEAD_GB
+
+    def max_batch(self, capacity_gb: float, *, split: int = 1) -> int:
+        """Largest batch that fits ``capacity_gb`` on one device, or split ``split`` ways (0 when
+        not even one sample fits)."""
+
+        def ok(b: int) -> bool:
+            return any(self.device_gb(b, split=s) <= capacity_gb for s in {1, split})
+
+        if not ok(1):
+            return 0
+        lo, hi = 1, 2
+        while hi <= MAX_BATCH and ok(hi):
+            lo, hi = hi, hi * 2
+        hi = min(hi, MAX_BATCH + 1)
+        while hi - lo > 1:  # ok(lo) and not ok(hi)
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+        return lo
 
 
 def max_batch(
@@ -67,33 +81,10 @@ def max_batch(
     num_gpus: int = 1,
     optimizer: str = "adam",
 ) -> int:
-    """Largest per-device batch that fits (0 when not even one sample fits): on one device, or
-    for inference split across ``num_gpus`` (tensor parallel)."""
+    """Largest per-device batch of ``workload`` that fits ``gpu`` (0 when not even one sample
+    fits): on one device, or for inference split across ``num_gpus`` (tensor parallel)."""
     split = num_gpus if task == "infer" else 1
-
-    def ok(b: int) -> bool:
-        need = partial(memory_bytes, workload, task=task, precision=precision, batch=b)
-        return any(
-            device_gb(need(split=s, optimizer=optimizer)) <= gpu.memory_gb for s in {1, split}
-        )
-
-    if not ok(1):
-        return 0
-    lo, hi = 1, 2
-    while hi <= MAX_BATCH and ok(hi):
-        lo, hi = hi, hi * 2
-    hi = min(hi, MAX_BATCH + 1)
-    while hi - lo > 1:  # ok(lo) and not ok(hi)
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return lo
+    return Footprint(workload, task, precision, optimizer).max_batch(gpu.memory_gb, split=split)
 
 
-__all__ = [
-    "ALLOCATOR_SLACK",
-    "MAX_BATCH",
-    "RUNTIME_OVERHEAD_GB",
-    "device_gb",
-    "max_batch",
-    "memory_bytes",
-]
+__all__ = ["ALLOCATOR_SLACK", "MAX_BATCH", "RUNTIME_OVERHEAD_GB", "Footprint", "max_batch"]

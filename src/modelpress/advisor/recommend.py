@@ -28,7 +28,7 @@ from modelpress.advisor.catalog import GPU
 from modelpress.advisor.cost import Cost, Pricing, cost_of
 from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from modelpress.advisor.estimate import Estimate, best_under_latency, estimate
-from modelpress.advisor.memory import max_batch, memory_bytes
+from modelpress.advisor.memory import Footprint, max_batch
 from modelpress.errors import ModelpressError, OptionError
 from modelpress.profile.workload import Workload
 
@@ -238,16 +238,8 @@ def _why_none(
     what = f"{workload.name} ({req.task}, {req.precision}"
     what += f", {req.num_gpus} devices)" if req.num_gpus > 1 else ")"
     if all(r.estimate is not None and not r.estimate.fits for r in rows):
-        need = (
-            memory_bytes(
-                workload,
-                task=req.task,
-                precision=req.precision,
-                batch=req.batch or 1,
-                optimizer=req.optimizer,
-            )
-            / 1e9
-        )
+        held = Footprint(workload, req.task, req.precision, req.optimizer)
+        need = held.bytes(req.batch or 1) / 1e9
         biggest = max(g.memory_gb for g in candidates)
         return (
             f"{what} fits on none of the {len(candidates)} candidate devices: it needs about {need:.1f} GB "

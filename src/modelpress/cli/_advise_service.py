@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY
 from modelpress.advisor.measured import measure_curve, record_curve, this_machine
 from modelpress.advisor.service import plan_service
 from modelpress.cli._advise_output import print_plan, workload_record
 from modelpress.cli._common import console
-from modelpress.cli.options import dims, listed, shapes
+from modelpress.cli.options import dims, listed, same_named, shapes
 from modelpress.errors import OptionError
 from modelpress.report.advisor_page import write_service_page
 
@@ -40,16 +39,10 @@ def advise_service(args, recorder, workload, model, candidates, found, pricing) 
         plan = plan_service(
             workload,
             candidates,
-            qps=args.qps,
-            p99_ms=args.p99_ms,
-            precision=args.precision,
             machine=machine,
-            eff=DEFAULT_EFFICIENCY,
             pricing=pricing,
-            max_batch=args.max_batch,
-            max_delay_ms=args.max_delay_ms,
-            engine=args.engine,
             gpu_notes={f.gpu.name: f.note for f in found if f.note},
+            **same_named(args, "qps", "p99_ms", "precision", "max_batch", "max_delay_ms", "engine"),
         )
     print_plan(plan, workload, args.model)
     recorder.write({"workload": workload_record(workload), "service": plan.to_dict()})

@@ -260,14 +260,13 @@ def run(args) -> int:
     if args.list_gpus:
         print_catalog(catalog)
         return 0
-    for name, value in (
+    for flag, value in (
         ("--batch-size", args.batch_size),
         ("--seq", args.seq),
         ("--num-gpus", args.num_gpus),
         ("--max-batch", args.max_batch),
     ):
-        if value is not None and value < 1:
-            raise OptionError(f"{name} must be at least 1")
+        options.require_positive(value, flag)
     if (args.qps is None) != (args.p99_ms is None):
         raise OptionError("service planning needs both --qps and --p99-ms")
     if args.model and is_llm_folder(args.model):
@@ -286,14 +285,11 @@ def run(args) -> int:
     if args.qps is not None:
         return advise_service(args, recorder, workload, model, candidates, found, pricing)
     req = Request(
-        task=args.task,
-        precision=args.precision,
         batch=args.batch_size,
-        num_gpus=args.num_gpus,
-        latency_ms=args.latency_ms,
-        power_cap_w=args.power_cap_w,
         amount=args.samples,
-        optimizer=args.optimizer,
+        **options.same_named(
+            args, "task", "precision", "num_gpus", "latency_ms", "power_cap_w", "optimizer"
+        ),
     )
     calibration = None
     if args.calibrate:

@@ -400,6 +400,12 @@ class Recorder:
         write_report([record], page, title=f"modelpress {self.command}")
 
 
+def same_named(args: argparse.Namespace, *names: str) -> dict:
+    """The values of the options ``names`` as keywords of the library function that takes them
+    under the same names (one word for one idea in the CLI and in the library)."""
+    return {name: getattr(args, name) for name in names}
+
+
 def require_positive(value: int | None, flag: str) -> None:
     if value is not None and value < 1:
         raise OptionError(f"{flag} must be at least 1")
