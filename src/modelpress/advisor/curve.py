@@ -20,8 +20,7 @@ import numpy as np
 
 from modelpress.advisor.catalog import GPU
 from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY, Efficiency
-from modelpress.advisor.estimate import estimate
-from modelpress.advisor.memory import max_batch
+from modelpress.advisor.estimate import estimate, max_batch
 from modelpress.errors import OptionError
 from modelpress.profile.workload import Workload
 

@@ -45,7 +45,7 @@ from modelpress.advisor.clocks import kernel_overhead_s
 from modelpress.advisor.dispatch import autocast_casts, overlapped
 from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY, Efficiency
 from modelpress.advisor.launches import Launch, launches
-from modelpress.advisor.memory import MAX_BATCH, Footprint, max_batch
+from modelpress.advisor.memory import MAX_BATCH, Footprint
 from modelpress.advisor.roof import Roof, roof_for
 from modelpress.advisor.waves import gemm_utilisation
 from modelpress.errors import OptionError
@@ -415,6 +415,21 @@ def _estimate(
         notes=tuple(notes),
     )
     return est, activity
+
+
+def max_batch(
+    workload: Workload,
+    gpu: GPU,
+    *,
+    task: str,
+    precision: str,
+    num_gpus: int = 1,
+    optimizer: str = "adam",
+) -> int:
+    """Largest per-device batch of ``workload`` that fits ``gpu`` (0 when not even one sample
+    fits): on one device, or for inference split across ``num_gpus`` (tensor parallel)."""
+    split = num_gpus if task == "infer" else 1
+    return Footprint(workload, task, precision, optimizer).max_batch(gpu.memory_gb, split=split)
 
 
 def best_under_latency(

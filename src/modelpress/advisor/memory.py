@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from modelpress.advisor.catalog import GPU
 from modelpress.profile.training import precision_bytes, training_memory
 from modelpress.profile.workload import Workload
 
@@ -72,19 +71,4 @@ class Footprint:
         return lo
 
 
-def max_batch(
-    workload: Workload,
-    gpu: GPU,
-    *,
-    task: str,
-    precision: str,
-    num_gpus: int = 1,
-    optimizer: str = "adam",
-) -> int:
-    """Largest per-device batch of ``workload`` that fits ``gpu`` (0 when not even one sample
-    fits): on one device, or for inference split across ``num_gpus`` (tensor parallel)."""
-    split = num_gpus if task == "infer" else 1
-    return Footprint(workload, task, precision, optimizer).max_batch(gpu.memory_gb, split=split)
-
-
-__all__ = ["ALLOCATOR_SLACK", "MAX_BATCH", "RUNTIME_OVERHEAD_GB", "Footprint", "max_batch"]
+__all__ = ["ALLOCATOR_SLACK", "MAX_BATCH", "RUNTIME_OVERHEAD_GB", "Footprint"]

@@ -32,8 +32,7 @@ from importlib import resources
 
 from modelpress.advisor.catalog import Catalog
 from modelpress.advisor.efficiency import Efficiency
-from modelpress.advisor.estimate import estimate
-from modelpress.advisor.memory import max_batch
+from modelpress.advisor.estimate import estimate, max_batch
 from modelpress.errors import OptionError
 from modelpress.profile.workloads import get_workload
 

@@ -27,8 +27,8 @@ from functools import partial
 from modelpress.advisor.catalog import GPU
 from modelpress.advisor.cost import Cost, Pricing, cost_of
 from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY, Efficiency
-from modelpress.advisor.estimate import Estimate, best_under_latency, estimate
-from modelpress.advisor.memory import Footprint, max_batch
+from modelpress.advisor.estimate import Estimate, best_under_latency, estimate, max_batch
+from modelpress.advisor.memory import Footprint
 from modelpress.errors import ModelpressError, OptionError
 from modelpress.profile.workload import Workload
 
