@@ -14,6 +14,7 @@ from modelpress.advisor.efficiency import Efficiency
 from modelpress.advisor.estimate import estimate
 from modelpress.advisor.waves import (
     SPLIT_K_MIN_DEPTH,
+    TILE_EFFICIENCY,
     gemm_utilisation,
     output_tiles,
     split_k,
@@ -58,27 +59,31 @@ def test_output_tiles_by_hand():
     # partial tiles count whole: 100 x 200 is 1 x 2 tiles of 128, 2 x 4 of 64
     assert output_tiles(100 * 200, 200, tile=128) == 2
     assert output_tiles(100 * 200, 200, tile=64) == 8
-    # the library picks the tile that keeps more SMs busy: 96 tiles of 64² beat 24 of 128²
-    assert gemm_utilisation(384 * 1024, 1024, 108) == pytest.approx(96 / 108, rel=1e-15)
+    # the library picks the tile that does the most work per unit of time: 96 tiles of 64² at
+    # half an SM's rate (48/108) beat 24 of 128² (24/108)
+    assert TILE_EFFICIENCY == {128: 1.0, 64: 0.5}
+    assert gemm_utilisation(384 * 1024, 1024, 108) == pytest.approx(48 / 108, rel=1e-15)
     # a tie keeps the same value whichever tile: 8192² is 4096 tiles of 128², 16384 of 64²
     assert gemm_utilisation(8192 * 8192, 8192, 108) == pytest.approx(4096 / 4104, rel=1e-15)
 
 
 def test_split_k_by_hand():
     assert SPLIT_K_MIN_DEPTH == 256
-    # BERT-Base FFN output at batch 1, sequence 128: 128 x 768, K = 3072 -> 24 tiles of 64²;
-    # 4 slices fill 96 of 108 SMs (12 slices of 256 would be possible, 4 fill the wave)
+    # BERT-Base FFN output at batch 1, sequence 128: 128 x 768, K = 3072. 24 tiles of 64² take
+    # 4 slices (they fill the wave; 12 of 256 would be possible): 96 of 108 SMs at half rate;
+    # 6 tiles of 128² take 12 slices: 72 of 108 at full rate, the better
     assert split_k(24, 3072, 108) == 4
-    assert gemm_utilisation(128 * 768, 768, 108, depth=3072) == pytest.approx(96 / 108)
-    # K = 768: 3 slices of 256 at most -> 72 of 108
+    assert split_k(6, 3072, 108) == 12
+    assert gemm_utilisation(128 * 768, 768, 108, depth=3072) == pytest.approx(72 / 108)
+    # K = 768: 3 slices of 256 at most -> 18 of 108 SMs (128²) or 72 at half rate (64²)
     assert split_k(24, 768, 108) == 3
-    assert gemm_utilisation(128 * 768, 768, 108, depth=768) == pytest.approx(72 / 108)
+    assert gemm_utilisation(128 * 768, 768, 108, depth=768) == pytest.approx(36 / 108)
     # a shallow reduction (a slice would be under 256 deep) or a full wave: no split
     assert split_k(24, 511, 108) == 1
     assert split_k(108, 1 << 20, 108) == 1
     assert split_k(200, 1 << 20, 108) == 1
-    # unknown depth (0): no split, the plain wave model
-    assert gemm_utilisation(128 * 768, 768, 108) == pytest.approx(24 / 108)
+    # unknown depth (0): no split, the plain wave model (24 tiles of 64² at half rate)
+    assert gemm_utilisation(128 * 768, 768, 108) == pytest.approx(12 / 108)
 
 
 def _gemm(m: int, n: int, k: int) -> Workload:
@@ -98,10 +103,10 @@ def _compute_s(est, eff: Efficiency = EFF) -> float:
 @pytest.mark.parametrize(
     "m,n,k,slowdown",
     [
-        # 384 x 1024: 96 tiles of 64² on 108 SMs; K = 1024 is too shallow to split 2 ways
+        # 384 x 1024, K = 1024: 24 tiles of 128², 4 slices each -> 96 of 108 SMs
         (384, 1024, 1024, 108 / 96),
-        # 128 x 768, K = 3072: 24 tiles of 64², 4 slices each -> 96 of 108 SMs (not 24)
-        (128, 768, 3072, 108 / 96),
+        # 128 x 768, K = 3072: 6 tiles of 128², 12 slices each -> 72 of 108 SMs (not 6)
+        (128, 768, 3072, 108 / 72),
         # 8192²: 4096 tiles of 128² in 38 waves of 108
         (8192, 8192, 8192, 4104 / 4096),
     ],

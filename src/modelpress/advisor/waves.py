@@ -3,28 +3,35 @@
 A matrix-like kernel (GEMM, convolution as implicit GEMM, attention product) is cut into square
 output tiles, one tile per streaming multiprocessor (compute unit) at a time. With T tiles on S
 SMs the last wave is partly empty, so the kernel reaches T / (ceil(T / S) · S) of the device's
-compute and its compute time divides by that. The tile is the one of ``GEMM_TILES`` (128 × 128,
-the usual tensor-core GEMM tile at FP16/BF16/INT8/FP8, and 64 × 64, the smaller one
-cuBLAS/CUTLASS/TensorRT fall back to for small outputs) that keeps more SMs busy, as a library's
-heuristic or TensorRT's tactic timing would pick; the smaller tile is assumed as efficient per
-FLOP. It matters at small batch (BERT-Large at batch 1: a 384 × 1024 output is 24 tiles of 128²
-on an A100's 108 SMs) and vanishes for large products.
+compute and its compute time divides by that. It matters at small batch (BERT-Large at batch 1: a
+384 × 1024 output is 24 tiles of 128² on an A100's 108 SMs) and vanishes for large products.
+
+Tiles: 128 × 128, the usual tensor-core GEMM tile at FP16/BF16/INT8/FP8, and 64 × 64, the
+smaller one cuBLAS/CUTLASS/TensorRT fall back to for small outputs. The smaller tile reaches
+half an SM's tensor rate (``TILE_EFFICIENCY``): a square tile of edge t does t/2 multiply-adds
+per operand element it loads, so a 64² tile feeds the tensor cores twice the shared-memory and
+L2 traffic per FLOP of a 128² one, and at these sizes the feed sets the pace. The library picks
+the tile (and split, below) that gives the most work per unit of time, as its heuristic or
+TensorRT's tactic timing would.
 
 Split-K: an output with fewer tiles than SMs and a deep reduction is also cut along K, the
 libraries' answer to a small output (cuBLAS and CUTLASS split-K, TensorRT's split-K tactics):
 ``s`` slices of every tile run on ``s`` SMs and their partial sums are added at the end. A slice
 keeps at least ``SPLIT_K_MIN_DEPTH`` of the reduction (four main-loop steps of a 64-deep k-tile),
 and no more slices are cut than fill one wave. It is what lets a batch-1 BERT-Base FFN output
-(128 × 768, K = 3072: 24 tiles of 64²) use 96 of an A100's SMs, not 24. The partial sums (a few
-hundred KB at these sizes) stay in the L2 cache and are not charged.
+(128 × 768, K = 3072: 6 tiles of 128², 12 slices of 256 each) keep 72 of an A100's 108 SMs
+busy, not 6. The partial sums (a few hundred KB at these sizes) stay in the L2 cache and are
+not charged.
 """
 
 from __future__ import annotations
 
 import math
 
-# Output tile edges a tensor-core GEMM library chooses between (see the module docstring).
+# Output tile edges a tensor-core GEMM library chooses between, and the share of an SM's
+# tensor rate each reaches (see the module docstring).
 GEMM_TILES = (128, 64)
+TILE_EFFICIENCY = {128: 1.0, 64: 0.5}
 SPLIT_K_MIN_DEPTH = 256  # reduction elements a split-K slice keeps at least
 
 
@@ -55,13 +62,15 @@ def split_k(tiles: int, depth: float, sm_count: float) -> int:
 def gemm_utilisation(
     out_elems: float, out_cols: float, sm_count: float, *, depth: float = 0.0
 ) -> float:
-    """Wave utilisation of a matrix-like kernel with the tile the library would pick: the one
-    of ``GEMM_TILES`` that keeps the most SMs busy (the largest tile on a tie), its reduction of
-    ``depth`` elements split as ``split_k`` says (0: unknown, no split)."""
+    """Share of the device's tensor rate a matrix-like kernel reaches with the tile the library
+    would pick: the one of ``GEMM_TILES`` whose wave utilisation × ``TILE_EFFICIENCY`` is the
+    highest (the largest tile on a tie), its reduction of ``depth`` elements split as
+    ``split_k`` says (0: unknown, no split)."""
     best = 0.0
     for tile in GEMM_TILES:
         tiles = output_tiles(out_elems, out_cols, tile=tile)
-        best = max(best, wave_utilisation(tiles * split_k(tiles, depth, sm_count), sm_count))
+        util = wave_utilisation(tiles * split_k(tiles, depth, sm_count), sm_count)
+        best = max(best, util * TILE_EFFICIENCY[tile])
     return best
 
 
