@@ -428,8 +428,8 @@ def max_batch(
 ) -> int:
     """Largest per-device batch of ``workload`` that fits ``gpu`` (0 when not even one sample
     fits): on one device, or for inference split across ``num_gpus`` (tensor parallel)."""
-    split = num_gpus if task == "infer" else 1
-    return Footprint(workload, task, precision, optimizer).max_batch(gpu.memory_gb, split=split)
+    held = Footprint(workload, task, precision, optimizer)
+    return held.max_batch(gpu.memory_gb, num_gpus=num_gpus)
 
 
 def best_under_latency(

@@ -52,9 +52,10 @@ class Footprint:
         """GB a device needs: the bytes with the allocator's slack and the runtime's own."""
         return self.bytes(batch, split=split) * ALLOCATOR_SLACK / 1e9 + RUNTIME_OVERHEAD_GB
 
-    def max_batch(self, capacity_gb: float, *, split: int = 1) -> int:
-        """Largest batch that fits ``capacity_gb`` on one device, or split ``split`` ways (0 when
-        not even one sample fits)."""
+    def max_batch(self, capacity_gb: float, *, num_gpus: int = 1) -> int:
+        """Largest per-device batch that fits ``capacity_gb`` (0 when not even one sample fits):
+        on one device, or for inference split across ``num_gpus`` (tensor parallel)."""
+        split = num_gpus if self.task == "infer" else 1
 
         def ok(b: int) -> bool:
             return any(self.device_gb(b, split=s) <= capacity_gb for s in {1, split})

@@ -27,7 +27,7 @@ from functools import partial
 from modelpress.advisor.catalog import GPU
 from modelpress.advisor.cost import Cost, Pricing, cost_of
 from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY, Efficiency
-from modelpress.advisor.estimate import Estimate, best_under_latency, estimate, max_batch
+from modelpress.advisor.estimate import Estimate, best_under_latency, estimate
 from modelpress.advisor.memory import Footprint
 from modelpress.errors import ModelpressError, OptionError
 from modelpress.profile.workload import Workload
@@ -134,14 +134,8 @@ def _evaluate(
             )
             return Ranked(None, gpu, one, None, why)
     else:
-        top = max_batch(
-            workload,
-            gpu,
-            task=req.task,
-            precision=req.precision,
-            num_gpus=n,
-            optimizer=req.optimizer,
-        )
+        held = Footprint(workload, req.task, req.precision, req.optimizer)
+        top = held.max_batch(gpu.memory_gb, num_gpus=n)
         batch = req.batch or max(1, min(top, BATCH_CAP))
         est = run(task=req.task, batch=batch, optimizer=req.optimizer)
     if not est.fits:

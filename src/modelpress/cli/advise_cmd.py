@@ -18,6 +18,7 @@ from modelpress.advisor.calibrate import calibrate_cpu
 from modelpress.advisor.catalog import load_catalog
 from modelpress.advisor.cost import Pricing
 from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY
+from modelpress.advisor.estimate import ENGINES, TASKS
 from modelpress.advisor.recommend import Request, recommend
 from modelpress.cli import options
 from modelpress.cli._advise_llm import advise_llm
@@ -77,7 +78,7 @@ def add_parser(sub) -> None:
     options.add_with_default(
         p,
         "--task",
-        choices=("train", "infer", "training", "inference"),
+        choices=(*TASKS, "training", "inference"),
         default="infer",
         help="training step or inference",
     )
@@ -189,7 +190,7 @@ def add_parser(sub) -> None:
     options.add_with_default(
         s,
         "--engine",
-        choices=("compiled", "eager"),
+        choices=ENGINES,
         default="compiled",
         help="how the GPUs run the model: a compiled engine (TensorRT, ONNX Runtime) or eager PyTorch",
     )
