@@ -44,6 +44,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from advisor_page import markdown  # beside this script: the page's layout and reading
 from scipy.optimize import least_squares
 
 from modelpress.advisor import waves
@@ -142,12 +143,6 @@ def _stats(pairs: list[tuple[float, float]]) -> dict | None:
     }
 
 
-def _fmt(s: dict | None) -> str:
-    if not s:
-        return "no rows"
-    return f"{s['rows']} rows, median error {s['median_abs_pct']:.1f}%, worst ratio {s['max_ratio']:.2f}x"
-
-
 def _gpu(r) -> str:
     return r.gpu
 
@@ -161,7 +156,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.render:
         (RESULTS / "advisor.md").write_text(
-            _markdown(json.loads((RESULTS / "advisor.json").read_text()))
+            markdown(json.loads((RESULTS / "advisor.json").read_text()))
         )
         return 0
     t0 = time.time()
@@ -280,7 +275,7 @@ def main() -> int:
     }
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "advisor.json").write_text(json.dumps(report, indent=2) + "\n")
-    (RESULTS / "advisor.md").write_text(_markdown(report))
+    (RESULTS / "advisor.md").write_text(markdown(report))
     print((RESULTS / "advisor.md").read_text())
     if not defaults_match:
         print(
@@ -427,186 +422,6 @@ def _cpu_calibration() -> list[dict]:
             cal = calibrate_cpu(w, model=model, batch=batch, seq=seq, runs=15)
             out.append({"model": name, "batch": batch, "seq": seq, **cal.to_dict()})
     return out
-
-
-def _short_source(src: str) -> str:
-    return src.split(" (")[0].replace("https://github.com/", "")
-
-
-def _reading(rep: dict) -> list[str]:
-    """What the numbers say, with the rows that miss the 1.5x bound named."""
-
-    def misses(key):
-        return [
-            f"{x['row']} ({x[key]:.2f})"
-            for x in rep["inference_rows"]
-            if max(x[key], 1 / x[key]) > 1.5
-        ]
-
-    loo, lso = misses("ratio_held_out"), misses("ratio_held_out_source")
-    return [
-        "Reading the results:",
-        "",
-        f"- Rows over 1.5x, one GPU held out: {'; '.join(loo) or 'none'}. One source held out: "
-        f"{'; '.join(lso) or 'none'}.",
-        "- What the worst rows of the previous round (L4 0.65, eager FP32 batch 1 on V100 and T4 "
-        "0.60-0.62 held out) came from: (1) every MLPerf ResNet-50 row, not the L4's alone, was 10-13% "
-        "slow on cards that hold their clock (A100, H100): the convolution factor was a prior (0.70) "
-        "below what TensorRT's INT8 implicit GEMM reaches; fitted, it is 0.98 of the GEMM ceiling. (2) "
-        "A kernel's fixed cost (launch, ramp-up, tail) is clocked by the SM clock: at batch 1 the L4 "
-        "runs near its 2,040 MHz boost and beats a 1,410 MHz A100 (0.36 against 0.45 ms); a fixed "
-        "cost in microseconds could not show it. MLPerf's closed division runs the reference weights, "
-        "so no 2:4 sparsity is involved; the L4's Offline run uses CUDA graphs (NVIDIA's config). "
-        "(3) Eager PyTorch at batch 1 is host dispatch overlapped with the GPU (NVIDIA's table: latency "
-        "flat from batch 1 to 4), and AMP adds one weight cast per convolution, which is why batch-1 "
-        "AMP is slower than FP32 there (12.78 against 10.37 ms); the previous model summed host and GPU "
-        "time and had no casts, so one per-op cost could not fit both rows.",
-        "- Held out by source, NVIDIA's PyTorch tables get the host's cost per op from the training "
-        "rows alone (72 us per launch there, against 58 us with the tables in: training's launches "
-        "also carry autograd and the GPU-side cost of small unfused kernels), so their batch-1 rows "
-        "come out 0.77-0.83. The table's 10.4 ms at batch 1 is about 60 us per op (42-45 us per op "
-        "by the AMP-FP32 difference), more than dispatch alone: the harness (data loading, metrics) likely counts too. "
-        "The held-out fits start from the full fit's values (fewer iterations); started from the "
-        "defaults of `FIT` they reach the same optimum (checked for this family).",
-        "- What is left over 1.5x: one TensorRT BERT row, bert-base FP16 at batch 1, sequence 128 on the "
-        "A100 (0.65 held out by source, 0.67 in-sample): 0.67 ms per sample measured, a chain of short "
-        "kernels, probably fused further by TensorRT's BERT plugins than in the advisor's kernel list.",
-        "- The T4 row the issue named: NVIDIA's PyTorch ResNet-50 table gives 1,198 img/s (AMP, batch "
-        "256), about a third of a compiled engine at the boost clock (3,259 predicted). Two causes: the "
-        "table runs op by op (eager PyTorch), and a 70 W T4 sustains about half its boost clock. With "
-        "both modelled the row is predicted within 10% (see the table); without the clock model the "
-        "T4's TensorRT BERT rows come out 1.9-2.1x too fast (ablation below).",
-        "- Honest caveats: `clock_headroom` and `kernel_overhead_us` are fitted on these inference rows "
-        "too, so the package defaults are in-sample for them; the held-out columns are the fair test. "
-        "The A100 BERT and TensorRT-LLM rows were in the previous round's report; the 64x64-tile wave "
-        "model was chosen after seeing them.",
-        "",
-    ]
-
-
-def _markdown(rep: dict) -> str:
-    f = rep["fitted"]
-    s = rep["summary"]
-    lines = [
-        "# Hardware advisor: fit and error on published measurements",
-        "",
-        "Command: `.venv/bin/python benchmarks/bench_advisor.py` "
-        f"(took {rep['seconds']} s on {rep['machine']}). Data: `src/modelpress/advisor/data/calibration_benchmarks.csv` "
-        "(training, GEMM) and `src/modelpress/advisor/data/published_inference.csv` (inference), every row with its source.",
-        "",
-        "## Method",
-        "",
-        "Per-kernel roofline over the workload's kernels (max of compute and memory time plus a fixed "
-        "per-kernel cost), with: the clock a card sustains at the pass's load (min(boost, headroom x base "
-        "x activity^-1/3), base and boost clocks in the catalog with sources); activations that fit in the "
-        "L2 cache kept on chip (the part of a kernel's input and output over the L2 size goes to DRAM); "
-        "8-bit work at the 16-bit tensor rate on cards whose 8-bit units are slower (V100); FP32 "
-        "convolutions on SIMT cores at SGEMM efficiency; a compiled kernel's fixed cost counted in SM "
-        "clock cycles (`advisor/clocks.py`); eager inference as unfused kernels dispatched op by op by the "
-        "host while the GPU runs (the pass takes the longer of the two), with autocast's weight casts below "
-        "32 bits (`advisor/dispatch.py`). `gemm_ceiling` is the median achieved/peak of the NVIDIA BF16 "
-        "GEMM rows; five factors are one least-squares fit in log space over the training and inference "
-        "rows together; all other factors are physical priors (`advisor/efficiency.py`).",
-        "",
-        "Held out: **leave one GPU out** (each GPU's rows predicted by a fit that never saw that GPU) and "
-        "**leave one source out** (each family of published inference rows predicted by a fit without it). "
-        "Target: median error <= 15% and no miss over 1.5x on held-out inference rows: "
-        + ("**met**." if rep["target_met"] else "**not met**."),
-        "",
-        "## Fitted factors",
-        "",
-        "| factor | value |",
-        "| --- | --- |",
-        *[f"| {k} | {v} |" for k, v in f.items()],
-        "",
-        f"Package defaults match this fit: {'yes' if rep['package_defaults_match_fit'] else 'NO'}.",
-        "",
-        "## Error",
-        "",
-        *[f"- {k}: {_fmt(v)}" for k, v in s.items()],
-        "",
-        "Held-out inference (leave one GPU out) by source family and by batch:",
-        "",
-        *[f"- {k}: {_fmt(v)}" for k, v in rep["inference_by_source_family"].items()],
-        *[f"- {k}: {_fmt(v)}" for k, v in rep["inference_by_batch"].items()],
-        "",
-        *_reading(rep),
-        "## Ablations (refitted without one mechanism; in-sample)",
-        "",
-        "| variant | training | inference | worst inference rows |",
-        "| --- | --- | --- | --- |",
-        *[
-            f"| {k} | {_fmt(v['training'])} | {_fmt(v['inference'])} | "
-            + "; ".join(f"{lab} {q:.2f}" for q, lab in v.get("worst", []))
-            + " |"
-            for k, v in rep["ablations"].items()
-        ],
-        "",
-        "## Held-out inference rows",
-        "",
-        "Ratio = predicted / measured; `held out` is the leave-one-GPU-out prediction, `source out` the "
-        "leave-one-source-out one, `defaults` the package's factors (fitted on every row).",
-        "",
-        "| row | measured | held out | ratio | source out | defaults | source |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-        *[
-            f"| {x['row']} | {x['measured']:g} {x['unit']} | {x['predicted_held_out']:g} | {x['ratio_held_out']:.2f} | "
-            f"{x['ratio_held_out_source']:.2f} | {x['ratio_defaults']:.2f} | {_short_source(x['source'])} |"
-            for x in rep["inference_rows"]
-        ],
-        "",
-        'GPU names the sources give loosely ("A100 (40GB)", "V100 (16GB)") resolve by the catalog\'s '
-        "most-common-variant rule; the row keeps the note. Skipped: "
-        + ("; ".join(rep["skipped"]) or "none")
-        + ".",
-        "",
-        "## Training rows",
-        "",
-        "| row | batch | measured | fitted | held out |",
-        "| --- | --- | --- | --- | --- |",
-        *[
-            f"| {r['row']} | {r['batch'] or 'max fit'} | {r['measured']:g} | {r['ratio_fitted']:.2f} | {r['ratio_held_out']:.2f} |"
-            for r in rep["training_rows"]
-        ],
-        "",
-        "## Service planner: queue analysis against a simulation",
-        "",
-        "ResNet-50 INT8 on a T4 (service times from the estimate), one replica, max batch 64; the "
-        "analysis of `advisor/batching.py` against a discrete-event simulation of the same policy "
-        "(100,000 Poisson requests, first 10% dropped).",
-        "",
-        "| requests/s | max delay ms | mean batch (analysis / simulated) | p99 ms (analysis / simulated) |",
-        "| --- | --- | --- | --- |",
-        *[
-            f"| {p['rate']} | {p['max_delay_ms']:g} | {p['analysis_mean_batch']:.3f} / {p['simulated_mean_batch']:.3f} | "
-            f"{p['analysis_p99_ms']:.3f} / {p['simulated_p99_ms']:.3f} |"
-            for p in rep["planner_vs_simulation"]
-        ],
-        "",
-    ]
-    if rep["cpu_calibration"]:
-        lines += [
-            "## This CPU (`advise --calibrate`)",
-            "",
-            "| model | batch | matmul GFLOP/s | copy GB/s | µs per node | predicted ms | measured ms (p25-p75) | ratio |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |",
-        ]
-        for c in rep["cpu_calibration"]:
-            if "error" in c:
-                lines.append(f"| {c['model']} | - | - | - | - | - | {c['error']} | - |")
-                continue
-            lines.append(
-                f"| {c['model']} seq {c['seq']} | {c['batch']} | {c['matmul_gflops']:.1f} | {c['copy_gbs']:.1f} | {c['node_overhead_us']:.2f} | {c['predicted_ms']:.2f} | "
-                f"{c['measured_ms']:.2f} ({c['measured_p25_ms']:.2f}-{c['measured_p75_ms']:.2f}) | {c['predicted_over_measured']:.2f} |"
-            )
-        lines.append("")
-    return "\n".join(lines)
-
-
-def rewrite_page() -> None:
-    """Rewrite ``advisor.md`` from ``advisor.json`` (the page's text changed, not the numbers)."""
-    rep = json.loads((RESULTS / "advisor.json").read_text())
-    (RESULTS / "advisor.md").write_text(_markdown(rep))
 
 
 if __name__ == "__main__":
