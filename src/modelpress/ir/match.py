@@ -6,6 +6,22 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+#: The reductions over the axes they are given (every axis by default) and the pools over every
+#: spatial axis: op families that several layers (costs, channel analysis, decoys) read alike.
+REDUCTIONS = (
+    "ReduceMean",
+    "ReduceSum",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceSumSquare",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+)
+GLOBAL_POOLS = ("GlobalAveragePool", "GlobalMaxPool")
+
 
 def const_array(value: ir.Value | None) -> np.ndarray | None:
     """The constant behind ``value`` (initializer or Constant node) as numpy, else None.
