@@ -26,6 +26,7 @@ import onnx_ir as ir
 
 from modelpress.errors import ModelLoadError
 from modelpress.ir import from_bytes, model_bytes
+from modelpress.ir.files import existing_file
 from modelpress.ir.stats import all_graphs
 
 PAYLOAD_MAGIC = b"MPKMODEL"
@@ -217,11 +218,7 @@ def load_original(path: str | os.PathLike) -> ir.Model:
 
 def load_lazily(path: str | os.PathLike) -> ir.Model:
     """An ONNX file whose external data stays on disk until streamed (for models over 2 GB)."""
-    from pathlib import Path
-
-    p = Path(path)
-    if not p.is_file():
-        raise ModelLoadError(f"{p}: no such file")
+    p = existing_file(path, what="an .onnx file", error=ModelLoadError)
     try:
         return ir.load(p)
     except Exception as exc:  # protobuf and onnx_ir raise many types for a file that is not ONNX
