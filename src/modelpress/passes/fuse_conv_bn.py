@@ -39,7 +39,7 @@ from modelpress.ir.match import (
     known_rank,
     producer_of,
 )
-from modelpress.passes.rule import RewritePass
+from modelpress.passes.rule import FusionPass
 
 
 def bn_refusal(bn: ir.Node, opset: int) -> str | None:
@@ -199,12 +199,10 @@ class _Match:
     t: np.ndarray | None = None
 
 
-class FuseConvBatchNorm(RewritePass[_Match]):
+class FuseConvBatchNorm(FusionPass[_Match]):
     """Conv/ConvTranspose/Gemm/MatMul + inference BatchNormalization → the linear op alone."""
 
     name = "fuse-conv-bn"
-    level = 2
-    functions = False
     ops = ("BatchNormalization",)
 
     def matches(self, graph, bn: ir.Node) -> Iterator[_Match]:

@@ -26,7 +26,7 @@ import onnx_ir as ir
 from modelpress.ir.graph import replace_value
 from modelpress.ir.match import attr, const_array, in_graph, is_single_use, producer_of
 from modelpress.passes.fuse_conv_bn import channel_affine_refusal, fold_channel_affine
-from modelpress.passes.rule import RewritePass
+from modelpress.passes.rule import FusionPass
 
 
 def per_channel(c: np.ndarray, channels: int, out_rank: int) -> np.ndarray | None:
@@ -49,12 +49,10 @@ class _Match:
     t: np.ndarray | None = None
 
 
-class FuseConvScale(RewritePass[_Match]):
+class FuseConvScale(FusionPass[_Match]):
     """Conv followed by a constant per-channel Mul/Add/Sub/Div → Conv with folded weights."""
 
     name = "fuse-conv-scale"
-    level = 2
-    functions = False
     ops = ("Mul", "Add", "Sub", "Div")
 
     def matches(self, graph, node: ir.Node) -> Iterator[_Match]:

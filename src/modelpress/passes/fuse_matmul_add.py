@@ -33,7 +33,7 @@ from modelpress.ir.match import (
     other_input,
     producer_of,
 )
-from modelpress.passes.rule import RewritePass
+from modelpress.passes.rule import FusionPass
 
 _GEMM_DTYPES = {"float16", "float32", "float64"}
 
@@ -53,12 +53,10 @@ class _Match:
     transpose: ir.Node | None = None  # absorbed as transB=1
 
 
-class FuseMatMulAdd(RewritePass[_Match]):
+class FuseMatMulAdd(FusionPass[_Match]):
     """MatMul(x 2-D, W 2-D) + Add(constant bias on the last axis) → Gemm."""
 
     name = "fuse-matmul-add"
-    level = 2
-    functions = False
     ops = ("Add",)
 
     def check_graph(self, graph) -> str | None:
