@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.ir.match import GLOBAL_POOLS, REDUCTIONS
+from modelpress.ir.match import BROADCASTING, GLOBAL_POOLS, REDUCTIONS
 from modelpress.protect.compress_graph import is_constant
 
 if TYPE_CHECKING:
@@ -273,10 +273,8 @@ def _slice(w, node, permuted):
 _UNARY = """Relu LeakyRelu Elu Selu Celu Sigmoid HardSigmoid Tanh Erf Gelu HardSwish Mish Softplus
 Softsign Exp Log Abs Neg Sqrt Reciprocal Floor Ceil Round Sign Sin Cos Identity Cast Dropout
 IsNaN IsInf Not ThresholdedRelu Shrink Clip""".split()
-_BINARY = """Add Sub Mul Div Pow Max Min Sum Mean Where PRelu Equal Less Greater LessOrEqual
-GreaterOrEqual And Or Xor BitShift Mod""".split()
 
-ELEMENTWISE = set(_UNARY + _BINARY)
+ELEMENTWISE = {*_UNARY, *BROADCASTING}
 SAME_RANK = {
     *"Transpose Softmax LogSoftmax LayerNormalization BatchNormalization Conv Pad Slice".split(),
     *"InstanceNormalization MaxPool AveragePool Erf".split(),
@@ -286,7 +284,7 @@ SAME_RANK = {
 HANDLERS: dict[str, Handler] = {
     "Shape": lambda w, node, p: {},  # the shape does not depend on the order
     "Size": lambda w, node, p: {},
-    **{op: _elementwise for op in _UNARY + _BINARY},
+    **dict.fromkeys(ELEMENTWISE, _elementwise),
     **{op: _reduce for op in REDUCTIONS},
     **{op: _pool for op in ("MaxPool", "AveragePool", "LpPool", "GlobalLpPool", *GLOBAL_POOLS)},
     **{op: _reshape_like for op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze")},

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.ir.match import GLOBAL_POOLS, REDUCTIONS
+from modelpress.ir.match import ARITHMETIC, GLOBAL_POOLS, REDUCTIONS
 from modelpress.protect.branches import (
     Body,
     above,
@@ -152,23 +152,7 @@ _TYPE_DECOYS = {
         )
     },
     **{
-        op: _binary(op)
-        for op in (
-            "Add",
-            "Sub",
-            "Mul",
-            "Div",
-            "Pow",
-            "Max",
-            "Min",
-            "Sum",
-            "Mean",
-            "Equal",
-            "Greater",
-            "Less",
-            "Conv",
-            "ConvTranspose",
-        )
+        op: _binary(op) for op in (*ARITHMETIC, "Equal", "Greater", "Less", "Conv", "ConvTranspose")
     },
     "GreaterOrEqual": _binary("GreaterOrEqual", 12),
     "LessOrEqual": _binary("LessOrEqual", 12),
