@@ -11,7 +11,7 @@ import onnx_ir as ir
 
 from modelpress.compress.prune.depgraph import param
 from modelpress.compress.prune.registry import Refuse, norm_axis, rule
-from modelpress.ir.match import attr
+from modelpress.ir.match import BROADCASTING, attr
 
 if TYPE_CHECKING:
     from modelpress.compress.prune.analyzer import Analyzer
@@ -144,32 +144,7 @@ def _softmax(a: Analyzer, node: ir.Node) -> None:
     _unary(a, node)
 
 
-_ELEMENTWISE = (
-    "Add",
-    "Sub",
-    "Mul",
-    "Div",
-    "Pow",
-    "Max",
-    "Min",
-    "Mean",
-    "Sum",
-    "Where",
-    "PRelu",
-    "Equal",
-    "Greater",
-    "Less",
-    "GreaterOrEqual",
-    "LessOrEqual",
-    "And",
-    "Or",
-    "Xor",
-    "Mod",
-    "BitShift",
-)
-
-
-@rule(*_ELEMENTWISE)
+@rule(*BROADCASTING)
 def _elementwise(a: Analyzer, node: ir.Node) -> None:
     y = node.outputs[0]
     r = len(a.shape(y))

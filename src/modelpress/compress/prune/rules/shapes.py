@@ -12,7 +12,7 @@ import onnx_ir as ir
 
 from modelpress.compress.prune.depgraph import SMALL_INTS, Track, param
 from modelpress.compress.prune.registry import Refuse, norm_axis, rule
-from modelpress.ir.match import attr, const_array, ints_arg, slice_params
+from modelpress.ir.match import REDUCTIONS, attr, const_array, ints_arg, slice_params
 
 if TYPE_CHECKING:
     from modelpress.compress.prune.analyzer import Analyzer
@@ -228,20 +228,7 @@ def _gather(a: Analyzer, node: ir.Node) -> None:
     a.link(x, y)
 
 
-@rule(
-    "ReduceMean",
-    "ReduceSum",
-    "ReduceMax",
-    "ReduceMin",
-    "ReduceProd",
-    "ReduceL1",
-    "ReduceL2",
-    "ReduceLogSumExp",
-    "ReduceSumSquare",
-    "ReduceLogSum",
-    "ArgMax",
-    "ArgMin",
-)
+@rule(*REDUCTIONS, "ArgMax", "ArgMin")
 def _reduce(a: Analyzer, node: ir.Node) -> None:
     x, y = node.inputs[0], node.outputs[0]
     t = a.track(x)
