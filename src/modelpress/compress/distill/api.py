@@ -107,14 +107,14 @@ def distill(
     student=None,
     width: float | None = None,
     labels_key: str | None = None,
+    image=None,
+    limit: int | None = None,
     temperature: float = 4.0,
     alpha: float | None = None,
     soft: str = "auto",
     features: str = "auto",
     feature_weight: float = 1.0,
     train: TrainConfig | None = None,
-    image=None,
-    limit: int | None = None,
     progress: Progress | None = None,
 ) -> DistillResult:
     """Distill ``teacher`` into ``student`` (a model or path) or into its ``width`` reduction."""
