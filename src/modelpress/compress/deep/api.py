@@ -38,6 +38,7 @@ from modelpress.compress.deep import half, kmeans, mpz
 from modelpress.compress.prune import unstructured as unstr
 from modelpress.compress.train import TeacherLoss, TrainConfig, TrainData, TrainResult
 from modelpress.compress.train.finetune import finetune
+from modelpress.compress.train.results import result_dict
 from modelpress.errors import OptionError
 from modelpress.ir.feeds import as_model
 from modelpress.ir.graph import copy_model
@@ -72,17 +73,11 @@ class DeepResult:
         return self.stages[-1]["ratio"]
 
     def to_dict(self) -> dict:
+        # the file's size and ratio, not its bytes
         return {
-            "sparsity": self.sparsity,
-            "bits": self.bits,
+            **result_dict(self, skip=("model", "data")),
             "size": len(self.data),
             "ratio": self.ratio,
-            "stages": self.stages,
-            "parts": self.parts,
-            "seconds": round(self.seconds, 3),
-            "training": [t.to_dict() for t in self.training],
-            "check": self.check.to_dict() if self.check else None,
-            "notes": self.notes,
         }
 
 

@@ -35,6 +35,7 @@ from modelpress.compress.train import (
 from modelpress.compress.train import module as modules
 from modelpress.compress.train.batchnorm import recalibrate
 from modelpress.compress.train.loop import to_tensors
+from modelpress.compress.train.results import result_dict
 from modelpress.errors import InputError, OptionError
 from modelpress.ir.feeds import as_model
 from modelpress.ir.io import model_bytes
@@ -59,18 +60,7 @@ class DistillResult:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {
-            "student": self.student,
-            "params_teacher": self.params_teacher,
-            "params_student": self.params_student,
-            "size_teacher": self.size_teacher,
-            "size_student": self.size_student,
-            "seconds": round(self.seconds, 3),
-            "features": [list(p) for p in self.features],
-            "training": self.training.to_dict() if self.training else None,
-            "check": self.check.to_dict() if self.check else None,
-            "notes": self.notes,
-        }
+        return result_dict(self)
 
 
 def _check_interface(teacher: ir.Model, student: ir.Model) -> None:

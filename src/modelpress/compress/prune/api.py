@@ -29,6 +29,7 @@ from modelpress.compress.prune.importance import METHODS, taylor_terms
 from modelpress.compress.train import TeacherLoss, TrainConfig, TrainData, TrainResult
 from modelpress.compress.train.batchnorm import recalibrate
 from modelpress.compress.train.finetune import finetune
+from modelpress.compress.train.results import result_dict
 from modelpress.errors import InputError, OptionError, renamed
 from modelpress.ir.feeds import as_model
 from modelpress.ir.graph import copy_model
@@ -61,20 +62,7 @@ class PruneResult:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {
-            "kind": self.kind,
-            "importance": self.importance,
-            "params_before": self.params_before,
-            "params_after": self.params_after,
-            "size_before": self.size_before,
-            "size_after": self.size_after,
-            "sparsity": self.sparsity,
-            "seconds": round(self.seconds, 3),
-            "rounds": self.rounds,
-            "training": [t.to_dict() for t in self.training],
-            "check": self.check.to_dict() if self.check else None,
-            "notes": self.notes,
-        }
+        return result_dict(self)
 
 
 def param_count(model: ir.Model) -> int:
