@@ -63,8 +63,8 @@ FRAMEWORK_KINDS = (
         tflite.convert_tflite,
     ),
 )
-# The framework kinds lead: detection and the listings (`convert --help`) walk the registry in order,
-# and the decoder checkpoints registered themselves on import.
+# The framework kinds lead: detection and the listings (`convert --help`) walk the registry in
+# order, and the decoder checkpoints registered themselves on import.
 _decoders = dict(SOURCE_KINDS)
 SOURCE_KINDS.clear()
 SOURCE_KINDS.update({kind.name: kind for kind in FRAMEWORK_KINDS} | _decoders)

@@ -120,7 +120,7 @@ class CancelSqueeze(PairRewritePass[_Match]):
 
     name = "cancel-squeeze"
     ops = _OPS
-    match = _Match
+    match_type = _Match
 
     def check_pair(self, graph, m: _Match) -> str | None:
         inner_axes, outer_axes = _axes(m.inner), _axes(m.outer)

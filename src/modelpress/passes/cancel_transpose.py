@@ -39,7 +39,7 @@ class CancelTranspose(PairRewritePass[_Match]):
 
     name = "cancel-transpose"
     ops = ("Transpose",)
-    match = _Match
+    match_type = _Match
 
     def check_pair(self, graph, m: _Match) -> str | None:
         if "perm" not in m.inner.attributes and "perm" not in m.outer.attributes:

@@ -51,7 +51,7 @@ class MergeSlice(PairRewritePass[_Match]):
 
     name = "merge-slice"
     ops = ("Slice",)
-    match = _Match
+    match_type = _Match
 
     def check_pair(self, graph, m: _Match) -> str | None:
         p1, p2 = slice_params(m.inner), slice_params(m.outer)

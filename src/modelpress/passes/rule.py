@@ -111,17 +111,18 @@ P = TypeVar("P", bound=Pair)
 class PairRewritePass(RewritePass[P]):
     """``outer(inner(x))``, two nodes of ``ops`` in a row, rewritten into one node (or ``x``).
 
-    ``match`` is the pass's match class: a ``Pair``, with the fields its check derives. Every pair
-    is checked first for an inner node in the rewritten graph itself (a subgraph's rewrite cannot
-    remove a node of an enclosing graph), then by ``check_pair``; ``remove_pair`` ends a rewrite.
+    ``match_type`` is the pass's match class: a ``Pair``, with the fields its check derives.
+    Every pair is checked first for an inner node in the rewritten graph itself (a subgraph's
+    rewrite cannot remove a node of an enclosing graph), then by ``check_pair``; ``remove_pair``
+    ends a rewrite.
     """
 
-    match: type[Pair] = Pair
+    match_type: type[Pair] = Pair
 
     def matches(self, graph: ir.Graph | ir.Function, node: ir.Node) -> Iterator[P]:
         inner = producer_of(node.inputs[0], *self.ops)
         if inner is not None:
-            yield self.match(inner, node)
+            yield self.match_type(inner, node)
 
     def check(self, graph: ir.Graph | ir.Function, match: P) -> str | None:
         if not in_graph(match.inner, graph):

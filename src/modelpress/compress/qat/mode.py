@@ -18,7 +18,8 @@ from modelpress.errors import OptionError, require
 
 @register
 class QatMode(StaticMode):
-    """Static mode's calibration, layers and int8 forms, then training (so the same needs)."""
+    """Static mode's plan, observers and int8 forms, then training: it needs what static mode
+    needs (calibration data, an observer) and writes the same int8 layers."""
 
     name = "qat"
     order = 5
