@@ -63,9 +63,7 @@ def run(args) -> int:
     with training_run("compress", args) as (recorder, model, progress):
         result = deep_compress(
             model,
-            sparsity=args.sparsity,
-            bits=args.bits,
-            scope=args.scope,
+            **options.keywords(args, "sparsity", "bits", "scope"),
             keep=options.listed(args.exclude),
             progress=progress,
             **options.training_args(args),

@@ -230,10 +230,7 @@ def run(args) -> int:
         llms = [(name, open_llm(path)) for name, path in llm_named]
     repo = Repository.open(
         [(name, options.open_model(path, args)) for name, path in named],
-        backend=args.backend,
-        device=args.device,
-        place=args.place,
-        strict=args.strict,
+        **options.placement(args),
         batching=args.batching,
     )
     for m in repo.models.values():

@@ -30,19 +30,23 @@ from modelpress.cli.options.command import (
     add_command,
     add_list,
     add_old_spellings,
+    add_switch,
     add_with_default,
     flags_of,
     hidden_alias,
     in_flags,
+    keywords,
     listed,
     require_positive,
     speaks_flags,
 )
 from modelpress.cli.options.data import (
     add_data,
+    add_image_folder,
     add_inputs,
     add_shapes,
     dims,
+    image_preprocess,
     shapes,
 )
 from modelpress.cli.options.files import (
@@ -59,9 +63,12 @@ from modelpress.cli.options.running import (
     add_device,
     add_ray,
     batching_rule,
+    placement,
 )
 from modelpress.cli.options.search import (
     add_search_budget,
+    parse_duration,
+    search_args,
 )
 from modelpress.cli.options.training import (
     add_budget,
@@ -83,6 +90,8 @@ __all__ = [
     "hidden_alias",
     "OLD_SPELLINGS",
     "add_old_spellings",
+    "add_switch",
+    "keywords",
     "listed",
     "require_positive",
     "add_model",
@@ -93,14 +102,17 @@ __all__ = [
     "open_model",
     "Recorder",
     "add_data",
+    "add_image_folder",
     "add_inputs",
     "add_shapes",
     "dims",
+    "image_preprocess",
     "shapes",
     "add_device",
     "add_ray",
     "add_batching",
     "batching_rule",
+    "placement",
     "add_training_data",
     "add_training",
     "add_budget",
@@ -108,4 +120,6 @@ __all__ = [
     "training_args",
     "training_config",
     "add_search_budget",
+    "parse_duration",
+    "search_args",
 ]

@@ -118,6 +118,11 @@ def add_list(p: argparse.ArgumentParser, flag: str, *, metavar: str, help: str) 
     )
 
 
+def add_switch(p: argparse.ArgumentParser, flag: str, help: str) -> argparse.Action:
+    """An on/off option: off unless given."""
+    return p.add_argument(flag, action="store_true", help=help)
+
+
 def hidden_alias(p: argparse.ArgumentParser, action: argparse.Action, *old: str) -> None:
     """``old`` spellings of ``action``'s option that still parse (into the same place) but are no
     longer shown: one name for one idea in ``--help``, nothing broken for a script."""
@@ -163,6 +168,12 @@ def add_old_spellings(command: str, p: argparse.ArgumentParser) -> None:
 def listed(values: list[str] | None) -> list[str]:
     """The values of an ``add_list`` option, flattened."""
     return [v.strip() for value in values or [] for v in value.split(",") if v.strip()]
+
+
+def keywords(args: argparse.Namespace, *names: str) -> dict:
+    """The options ``names`` as the library's keywords of the same names: what a command passes on
+    as the user gave it (the rest it converts by hand beside them)."""
+    return {name: getattr(args, name) for name in names}
 
 
 def require_positive(value: int | None, flag: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from modelpress.cli.options.command import add_with_default
+from modelpress.cli.options.command import add_switch, add_with_default, keywords
 from modelpress.runtime.backend import backend_names
 
 
@@ -21,16 +21,14 @@ def add_device(p: argparse.ArgumentParser, *, default_backend: str = "ort") -> N
         metavar="PATTERN=DEVICE",
         help="pin an op type or node-name glob to a device (repeatable)",
     )
-    p.add_argument(
-        "--strict",
-        action="store_true",
-        help="fail instead of falling back to the CPU when a device is missing",
-    )
-    p.add_argument(
-        "--log-placement",
-        action="store_true",
-        help="print node → device and the copies between devices",
-    )
+    add_switch(p, "--strict", "fail instead of falling back to the CPU when a device is missing")
+    add_switch(p, "--log-placement", "print node → device and the copies between devices")
+
+
+def placement(args: argparse.Namespace) -> dict:
+    """The library's keywords for ``add_device``'s options (``--log-placement`` is the command's
+    own: it prints the plan the library returns)."""
+    return keywords(args, "backend", "device", "place", "strict")
 
 
 def add_ray(p: argparse.ArgumentParser, *, on: str, replicas: str) -> None:

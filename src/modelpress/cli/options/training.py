@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from modelpress.cli.options.command import add_with_default
+from modelpress.cli.options.command import add_switch, add_with_default
 from modelpress.cli.options.data import add_data
 
 
@@ -65,7 +65,7 @@ def add_training(
     )
     add_with_default(g, "--seed", type=int, default=0, help="shuffling and split seed")
     if no_train:
-        g.add_argument("--no-train", action="store_true", help="no training: compress only")
+        add_switch(g, "--no-train", "no training: compress only")
     if teacher:
         g.add_argument(
             "--alpha",
@@ -119,11 +119,7 @@ def add_budget(p: argparse.ArgumentParser) -> None:
         metavar="X",
         help="other outputs: the least mean cosine with the original's",
     )
-    g.add_argument(
-        "--keep-anyway",
-        action="store_true",
-        help="write the result even when it is outside the budget",
-    )
+    add_switch(g, "--keep-anyway", "write the result even when it is outside the budget")
 
 
 def budget(args: argparse.Namespace):
