@@ -157,17 +157,6 @@ FLAGS = {
     "method": "--methods",
     "time_budget_s": "--time-budget",
 }
-# The options ``auto`` takes as they are, beside the search's own (``options.search_args``).
-PASSED_ON = (
-    "metric",
-    "target",
-    "train_data",
-    "validation_fraction",
-    "split_seed",
-    "batch_size",
-    "seq",
-    "max_float_layers",
-)
 
 
 @opt.speaks_flags(fields=FLAGS)
@@ -219,7 +208,17 @@ def run(args) -> int:
         result = auto(
             args.model,
             **search,
-            **opt.keywords(args, *PASSED_ON),
+            **opt.keywords(
+                args,
+                "metric",
+                "target",
+                "train_data",
+                "validation_fraction",
+                "split_seed",
+                "batch_size",
+                "seq",
+                "max_float_layers",
+            ),
             protect=protect,
             cache_dir=cache,
             levels=levels or None,

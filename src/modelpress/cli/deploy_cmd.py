@@ -87,8 +87,6 @@ def add_parser(sub) -> None:
 FLAGS = {
     "gpus": "--gpu",
 }
-# The options ``deploy`` takes as they are, beside the search's own (``options.search_args``).
-PASSED_ON = ("qps", "p99_ms", "key_file", "key_env", "device", "name", "check_seconds", "image")
 
 
 @opt.speaks_flags(fields=FLAGS)
@@ -102,7 +100,17 @@ def run(args) -> int:
             args.model,
             args.output,
             **search,
-            **opt.keywords(args, *PASSED_ON),
+            **opt.keywords(
+                args,
+                "qps",
+                "p99_ms",
+                "key_file",
+                "key_env",
+                "device",
+                "name",
+                "check_seconds",
+                "image",
+            ),
             gpus=opt.listed(args.gpu) or None,
             check=not args.no_check,
             catalog_files=args.catalog,

@@ -147,19 +147,6 @@ FLAGS = {
     "level": "--ops",
     "seq_len": "--window",
 }
-# The options ``quantize`` takes as they are.
-PASSED_ON = (
-    "mode",
-    "data",
-    "method",
-    "bits",
-    "block_size",
-    "max_accuracy_drop",
-    "labels_key",
-    "batch_size",
-    "limit",
-    "target_cpu",
-)
 
 
 @options.speaks_flags(fields=FLAGS)
@@ -183,7 +170,19 @@ def run(args) -> int:
     with counted("calibrating") as progress:
         result = quantize(
             original,
-            **options.keywords(args, *PASSED_ON),
+            **options.keywords(
+                args,
+                "mode",
+                "data",
+                "method",
+                "bits",
+                "block_size",
+                "max_accuracy_drop",
+                "labels_key",
+                "batch_size",
+                "limit",
+                "target_cpu",
+            ),
             per_channel=not args.per_tensor,
             activation_dtype=args.activation_type,
             bias_correction=not args.no_bias_correction,

@@ -297,11 +297,7 @@ def _run_ray(args, named, settings, recorder) -> int:
         sources,
         settings,
         address=args.ray_address,
-        host=args.host,
-        port=args.port,
-        replicas=args.replicas,
-        backend=args.backend,
-        device=args.device,
+        **options.keywords(args, "host", "port", "replicas", "backend", "device"),
     )
     console.print(
         f"serving on Ray Serve at http://{args.host}:{deployment.port} (SIGTERM or Ctrl+C stops)"
