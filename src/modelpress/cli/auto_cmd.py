@@ -74,21 +74,19 @@ def add_parser(sub) -> None:
         metavar="PATH",
         help="training samples: lets pruning and training modes into the search, and calibrates",
     )
-    p.add_argument(
+    opt.add_with_default(
+        p,
         "--validation-fraction",
         type=float,
         default=VALIDATION_FRACTION,
         metavar="F",
         help="with --labels-key and no --train-data: the part of --data held out (at random, "
         "stratified by class) to score every candidate; the rest calibrates and trains pruned, "
-        f"QAT and distilled candidates (default {VALIDATION_FRACTION:g}; 0: no split, nothing trains)",
+        "QAT and distilled candidates",
+        note="0: no split, nothing trains",
     )
-    p.add_argument(
-        "--split-seed",
-        type=int,
-        default=0,
-        metavar="N",
-        help="seed of that split (default 0)",
+    opt.add_with_default(
+        p, "--split-seed", type=int, default=0, metavar="N", help="seed of that split"
     )
     opt.add_switch(
         p, "--no-train", "post-training candidates only (still scored on the held-out part)"

@@ -69,12 +69,14 @@ def add_parser(sub) -> None:
     p.add_argument("--name", help="the name the model is served under (default: the file name)")
     p.add_argument("--image", help="the container image KServe runs (default: NAME:latest)")
     opt.add_switch(p, "--no-check", "do not serve and measure the plan after writing")
-    p.add_argument(
+    opt.add_with_default(
+        p,
         "--check-seconds",
         type=float,
         default=10.0,
         metavar="S",
-        help="how long the check sends requests (default 10; at most 2000 requests)",
+        help="how long the check sends requests",
+        note="at most 2000 requests",
     )
     p.add_argument(
         "--catalog", action="append", metavar="FILE", help="CSV/JSON adding catalog entries"

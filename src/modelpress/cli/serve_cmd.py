@@ -38,13 +38,11 @@ def add_parser(sub) -> None:
         metavar="MODEL",
         help=".onnx files (a protected .mpk with --key-file), or LLM folders (modelpress convert)",
     )
-    p.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)",
+    options.add_with_default(
+        p, "--host", default="127.0.0.1", help="address to listen on", note="0.0.0.0 for all"
     )
-    p.add_argument(
-        "--port", type=int, default=8000, help="port to listen on (default 8000; 0: any free port)"
+    options.add_with_default(
+        p, "--port", type=int, default=8000, help="port to listen on", note="0: any free port"
     )
     options.add_list(
         p,

@@ -100,11 +100,15 @@ def add_command(
     )
 
 
-def add_with_default(p: argparse.ArgumentParser, *flags: str, default, help: str, **kwargs):
-    """An option whose ``--help`` ends with "(default X)", X written from the value the parser fills
-    in, so the help cannot say another default than the code uses. ``kwargs`` go to argparse."""
+def add_with_default(
+    p: argparse.ArgumentParser, *flags: str, default, help: str, note: str | None = None, **kwargs
+):
+    """An option whose ``--help`` ends with "(default X)", or "(default X; ``note``)", X written
+    from the value the parser fills in, so the help cannot say another default than the code uses.
+    ``kwargs`` go to argparse."""
     shown = f"{default:g}" if isinstance(default, float) else default
-    return p.add_argument(*flags, default=default, help=f"{help} (default {shown})", **kwargs)
+    said = f"default {shown}; {note}" if note else f"default {shown}"
+    return p.add_argument(*flags, default=default, help=f"{help} ({said})", **kwargs)
 
 
 def add_list(p: argparse.ArgumentParser, flag: str, *, metavar: str, help: str) -> argparse.Action:
