@@ -41,13 +41,7 @@ def add_parser(sub) -> None:
         metavar="N",
         help="bits per shared weight: 2^N values per layer",
     )
-    options.add_with_default(
-        p,
-        "--scope",
-        default="global",
-        choices=["global", "layer"],
-        help="one pruning threshold for all layers (global) or per layer",
-    )
+    options.add_scope(p, help="one pruning threshold for all layers (global) or per layer")
     options.add_list(p, "--exclude", metavar="NODE", help="layers left dense")
     options.add_training(p)
     options.add_record(p)

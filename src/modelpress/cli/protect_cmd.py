@@ -15,6 +15,7 @@ from modelpress.cli.options import Recorder, add_key, add_record
 from modelpress.errors import OptionError
 from modelpress.ir.feeds import load_npz
 from modelpress.protect import DEFAULT_RATIO, load_key, protect
+from modelpress.protect.library import MODES
 from modelpress.protect.package import DEFAULT_CHUNK, has_magic
 
 
@@ -53,7 +54,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--obfuscation",
-        choices=["runtime", "storage"],
+        choices=MODES,
         help="what the obfuscation covers: runtime (with --obfuscate, the default): the obfuscated graph is what runs; storage: the original is restored in memory and runs at full speed",
     )
     p.add_argument(

@@ -16,6 +16,7 @@ from modelpress.cli._common import console, human_bytes, human_count, print_note
 from modelpress.cli._training import training_run, write_checked
 from modelpress.compress.prune import calibration as calib
 from modelpress.compress.prune.importance import METHODS
+from modelpress.compress.prune.unstructured import PATTERNS
 from modelpress.ir import save
 from modelpress.runtime.measure import compare_latency
 from modelpress.verify import generate_inputs
@@ -57,17 +58,11 @@ def add_parser(sub) -> None:
     options.add_with_default(
         what,
         "--pattern",
-        default="unstructured",
-        choices=["unstructured", "2:4"],
+        default=PATTERNS[0],
+        choices=PATTERNS,
         help="unstructured: 2:4 keeps 2 of every 4 weights, for sparse tensor cores",
     )
-    options.add_with_default(
-        what,
-        "--scope",
-        default="global",
-        choices=["global", "layer"],
-        help="unstructured: one threshold for all layers (global) or per layer",
-    )
+    options.add_scope(what, help="unstructured: one threshold for all layers (global) or per layer")
     what.add_argument(
         "--importance",
         default="activation",

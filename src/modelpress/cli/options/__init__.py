@@ -72,6 +72,7 @@ from modelpress.cli.options.search import (
 )
 from modelpress.cli.options.training import (
     add_budget,
+    add_scope,
     add_training,
     add_training_data,
     budget,
@@ -116,6 +117,7 @@ __all__ = [
     "add_training_data",
     "add_training",
     "add_budget",
+    "add_scope",
     "budget",
     "training_args",
     "training_config",

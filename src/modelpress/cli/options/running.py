@@ -7,6 +7,7 @@ import argparse
 
 from modelpress.cli.options.command import add_switch, add_with_default, keywords
 from modelpress.runtime.backend import backend_names
+from modelpress.verify.batching import OVERRIDES, decide_batching
 
 
 def add_device(p: argparse.ArgumentParser, *, default_backend: str = "ort") -> None:
@@ -50,7 +51,7 @@ def add_batching(p: argparse.ArgumentParser) -> None:
         p,
         "--batching",
         default="auto",
-        choices=["auto", "per-sample", "whole"],
+        choices=OVERRIDES,
         help="whether requests or items may be joined into batches: auto decides by running a batch of 2 against two single samples; per-sample or whole overrides it",
     )
 
@@ -58,8 +59,6 @@ def add_batching(p: argparse.ArgumentParser) -> None:
 def batching_rule(args: argparse.Namespace):
     """The one batching decision of ``serve`` and ``run`` (``verify.batching``), as a function of
     a way to run the model (``rule(run)``), so that it is made on the command's own session."""
-    from modelpress.verify.batching import decide_batching
-
     override = getattr(args, "batching", None)
 
     def rule(model):

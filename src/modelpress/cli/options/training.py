@@ -7,6 +7,7 @@ import argparse
 
 from modelpress.cli.options.command import add_switch, add_with_default
 from modelpress.cli.options.data import add_data
+from modelpress.compress.prune.unstructured import SCOPES
 
 
 def add_training_data(p: argparse.ArgumentParser, *, required: bool = False) -> None:
@@ -89,6 +90,12 @@ def add_training(
         )
     if budget:
         add_budget(p)
+
+
+def add_scope(p: argparse.ArgumentParser, *, help: str) -> None:
+    """``--scope``: magnitude pruning ranks the weights over all layers at once or in each layer
+    alone (``compress.prune.unstructured.SCOPES``)."""
+    add_with_default(p, "--scope", default=SCOPES[0], choices=SCOPES, help=help)
 
 
 def add_budget(p: argparse.ArgumentParser) -> None:
