@@ -111,11 +111,12 @@ def run(args) -> int:
         result = run_batch(
             model,
             data,
-            **options.keywords(args, "output", "batch_size", "prefetch", "restart", "ray"),
+            **options.keywords(
+                args, "output", "batch_size", "prefetch", "restart", "ray", "labels_key"
+            ),
             **options.placement(args),
             workers=workers,
             ray_actors=args.replicas,
-            labels_key=args.labels_key,
             rule=options.batching_rule(args)(model),
             source_file=args.model,
             progress=progress,
