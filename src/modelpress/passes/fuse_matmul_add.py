@@ -33,7 +33,7 @@ from modelpress.ir.match import (
     other_input,
     producer_of,
 )
-from modelpress.passes.rule import FusionPass
+from modelpress.passes.rule import FusionPass, absorb_refusal
 
 _GEMM_DTYPES = {"float16", "float32", "float64"}
 
@@ -72,10 +72,9 @@ class FuseMatMulAdd(FusionPass[_Match]):
 
     def check(self, graph, m: _Match) -> str | None:
         product = m.matmul.outputs[0]
-        if not in_graph(m.matmul, graph):
-            return "the MatMul belongs to an enclosing graph"
-        if not is_single_use(product):
-            return "the product has other readers or is a graph output: Gemm yields only product + bias"
+        reason = absorb_refusal(graph, m.matmul, product, "Gemm yields only product + bias")
+        if reason is not None:
+            return reason
         bias = const_array(m.bias)
         # Add requires equal operand types, so the bias's dtype is the product's dtype.
         if bias is None:

@@ -32,7 +32,7 @@ from typing import Generic, TypeVar
 import onnx_ir as ir
 
 from modelpress.ir.graph import remove_node, replace_value
-from modelpress.ir.match import can_become_output_of, in_graph, producer_of
+from modelpress.ir.match import can_become_output_of, in_graph, is_single_use, producer_of
 from modelpress.passes.base import GraphPass
 
 M = TypeVar("M")
@@ -138,6 +138,20 @@ class PairRewritePass(RewritePass[P]):
         if not any(v.uses() or v.is_graph_output() for v in match.inner.outputs):
             remove_node(graph, match.inner)
         return 1
+
+
+def absorb_refusal(
+    graph: ir.Graph | ir.Function, producer: ir.Node, value: ir.Value, because: str = ""
+) -> str | None:
+    """Why a fusion cannot absorb ``producer``, whose output ``value`` it consumes, or None: the
+    producer belongs to an enclosing graph, or something else reads ``value`` (or it is a graph
+    output), which would then still need it. ``because`` is added to the second reason."""
+    if not in_graph(producer, graph):
+        return f"the {producer.op_type} belongs to an enclosing graph"
+    if not is_single_use(value):
+        reason = f"the {producer.op_type} output has other readers or is a graph output"
+        return f"{reason}: {because}" if because else reason
+    return None
 
 
 def output_refusal(old: ir.Value, new: ir.Value, graph: ir.Graph | ir.Function) -> str | None:
