@@ -59,7 +59,7 @@ def run(args) -> int:
     record = options.Recorder("optimize", args)
     # (the optimizer works in place: the record's card of the input is read from a copy)
     original = options.open_model(args.model, args) if record.wanted else None
-    kwargs = check_options(args)
+    verify_options = check_options(args)
     result = optimize_verified(
         options.open_model(args.model, args),
         output=args.output,
@@ -68,8 +68,8 @@ def run(args) -> int:
         skip=options.listed(args.skip),
         opset=args.opset,
         check=not args.no_verify,
+        verify_options=verify_options,
         external_data=True if args.external_data else None,
-        **kwargs,
     )
     t = Table(title="passes", show_edge=False)
     t.add_column("pass")

@@ -36,7 +36,7 @@ import onnx_ir as ir
 
 from modelpress.compress.deep import half, kmeans, mpz
 from modelpress.compress.prune import unstructured as unstr
-from modelpress.compress.train import TrainConfig, TrainData, TrainResult
+from modelpress.compress.train import TeacherLoss, TrainConfig, TrainData, TrainResult
 from modelpress.compress.train.finetune import finetune
 from modelpress.errors import OptionError
 from modelpress.ir.feeds import as_model
@@ -91,6 +91,8 @@ def deep_compress(
     *,
     data,
     labels_key: str | None = None,
+    image=None,
+    limit: int | None = None,
     sparsity: float = 0.9,
     bits: int = 5,
     scope: str = "global",
@@ -99,8 +101,6 @@ def deep_compress(
     alpha: float | None = None,
     temperature: float = 1.0,
     soft: str = "auto",
-    image=None,
-    limit: int | None = None,
     optimize_graph: bool = True,
     float16: bool = True,
     progress: Progress | None = None,
@@ -139,9 +139,7 @@ def deep_compress(
             train_part,
             teacher=original,
             config=train_config,
-            soft=soft,
-            alpha=alpha,
-            temperature=temperature,
+            loss=TeacherLoss(soft=soft, alpha=alpha, temperature=temperature),
             held_out=held,
             prepare=prepare,
             progress=stage_progress(stage),

@@ -24,7 +24,14 @@ import torch
 from modelpress.compress.distill import features as feats
 from modelpress.compress.prune.api import param_count, prune
 from modelpress.compress.prune.depgraph import probe_shapes
-from modelpress.compress.train import TrainConfig, TrainData, TrainResult, build_objective, fit
+from modelpress.compress.train import (
+    TeacherLoss,
+    TrainConfig,
+    TrainData,
+    TrainResult,
+    build_objective,
+    fit,
+)
 from modelpress.compress.train import module as modules
 from modelpress.compress.train.batchnorm import recalibrate
 from modelpress.compress.train.loop import to_tensors
@@ -100,14 +107,14 @@ def distill(
     student=None,
     width: float | None = None,
     labels_key: str | None = None,
+    image=None,
+    limit: int | None = None,
     temperature: float = 4.0,
     alpha: float | None = None,
     soft: str = "auto",
     features: str = "auto",
     feature_weight: float = 1.0,
     train: TrainConfig | None = None,
-    image=None,
-    limit: int | None = None,
     progress: Progress | None = None,
 ) -> DistillResult:
     """Distill ``teacher`` into ``student`` (a model or path) or into its ``width`` reduction."""
@@ -154,9 +161,7 @@ def distill(
         s_model,
         labels=dataset.has_labels,
         teacher=frozen,
-        soft=soft,
-        alpha=alpha,
-        temperature=temperature,
+        loss=TeacherLoss(soft=soft, alpha=alpha, temperature=temperature),
         features=pairs,
         feature_weight=feature_weight,
     )

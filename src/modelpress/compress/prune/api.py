@@ -26,7 +26,7 @@ from modelpress.compress.prune import calibration as calib
 from modelpress.compress.prune import structured
 from modelpress.compress.prune import unstructured as unstr
 from modelpress.compress.prune.importance import METHODS, taylor_terms
-from modelpress.compress.train import TrainConfig, TrainData, TrainResult
+from modelpress.compress.train import TeacherLoss, TrainConfig, TrainData, TrainResult
 from modelpress.compress.train.batchnorm import recalibrate
 from modelpress.compress.train.finetune import finetune
 from modelpress.errors import InputError, OptionError, renamed
@@ -96,6 +96,8 @@ def prune(
     *,
     data=None,
     labels_key: str | None = None,
+    image=None,
+    limit: int | None = None,
     ratio: float | None = None,
     head_ratio: float | None = None,
     sparsity: float | None = None,
@@ -111,8 +113,6 @@ def prune(
     alpha: float | None = None,
     temperature: float = 1.0,
     soft: str = "auto",
-    image=None,
-    limit: int | None = None,
     recalibrate_bn: bool = True,
     progress: Progress | None = None,
     steps: int | None = None,
@@ -152,6 +152,7 @@ def prune(
         else None
     )
     config = _config(train, dataset, importance)
+    loss = TeacherLoss(soft=soft, alpha=alpha, temperature=temperature)
     train_part, held = (
         dataset.split(config.val_fraction, seed=config.seed)
         if dataset is not None and config
@@ -185,9 +186,7 @@ def prune(
             train_part,
             teacher=original,
             config=config,
-            soft=soft,
-            alpha=alpha,
-            temperature=temperature,
+            loss=loss,
             held_out=held,
             prepare=prepare,
             progress=_training_progress(progress, stage),
@@ -203,15 +202,7 @@ def prune(
             step_h = _step_ratio(hr, i, rounds) if hr is not None else None
             taylor = None
             if importance == "taylor":
-                taylor = _taylor(
-                    current,
-                    original,
-                    train_part,
-                    config or DEFAULT_TRAINING,
-                    alpha,
-                    temperature,
-                    soft,
-                )
+                taylor = _taylor(current, original, train_part, config or DEFAULT_TRAINING, loss)
             if progress:
                 progress(f"pruning {i}/{rounds}", 0, 0, None)
             current, report = structured.prune_step(
@@ -320,17 +311,13 @@ def _taylor(
     original,
     data: TrainData,
     config: TrainConfig,
-    alpha,
-    temperature,
-    soft,
+    loss: TeacherLoss,
     batches: int = 8,
 ):
     from modelpress.compress.train.finetune import teacher_objective
     from modelpress.compress.train.loop import batch_loss
 
-    objective = teacher_objective(
-        model, data, original, soft=soft, alpha=alpha, temperature=temperature
-    )
+    objective = teacher_objective(model, data, original, loss=loss)
     rng = np.random.default_rng(config.seed)
     chosen = []
     for batch in data.batches(config.batch_size, rng=rng):
