@@ -45,12 +45,8 @@ def add_parser(sub) -> None:
         type=int,
         help="upgrade to this opset first (lets fusions use newer standard ops)",
     )
-    p.add_argument(
-        "--no-verify", action="store_true", help="do not compare the result with the input"
-    )
-    p.add_argument(
-        "--external-data", action="store_true", help="store weights in OUT.data beside the model"
-    )
+    options.add_switch(p, "--no-verify", "do not compare the result with the input")
+    options.add_switch(p, "--external-data", "store weights in OUT.data beside the model")
     add_check_options(p)
     options.add_record(p)
     options.add_report(p)

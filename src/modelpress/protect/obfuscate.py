@@ -5,7 +5,7 @@
    in a private domain; the weights it reads are stored perturbed (keyed noise and mapping) in the
    visible graph, smaller constants move into the function;
 3. ``expand``: decoys, extra edges from unrelated tensors and a cancelling chain of opaque
-   predicates are added;
+   predicates are added (``type_decoys``: in runtime mode, decoys of the model's op types);
 4. ``names``: every name becomes a random token, and doc strings, metadata and the shapes of
    intermediate values are cleared;
 5. ``library``: the functions (runtime mode) or the original structure (storage mode) are sealed
