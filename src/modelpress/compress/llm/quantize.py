@@ -293,7 +293,14 @@ def quantize_llm(
     wide: set[str] = set()
     if bits == 4 and int8_layers > 0 and text is not None:
         cost = sensitivity.measure(
-            src, model, body, text, block_size=block_size, symmetric=symmetric, threads=threads
+            src,
+            model,
+            body,
+            text,
+            block_size=block_size,
+            symmetric=symmetric,
+            threads=threads,
+            progress=progress,
         )
         wide = sensitivity.choose(cost, int8_layers)
     elif bits == 4 and int8_layers > 0:

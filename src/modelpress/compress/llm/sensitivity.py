@@ -2,9 +2,7 @@
 
 A layer's own output error (``grid.output_error``) says how well a weight is rounded, not what the
 rounding costs the model: an error early in the residual stream, or in a layer the rest of the
-network amplifies, costs more than the same error elsewhere. Measured on SmolLM2 (rotated, block
-32), the layer with the largest int4 cost end to end was not among the ten with the largest
-relative output error (``benchmarks/results/llm.md``).
+network amplifies, costs more than the same error elsewhere.
 
 So each candidate weight is measured directly: the float decoder runs on a few windows of the
 calibration text with that one weight replaced by its 4-bit rounding (min/max blocks of the
@@ -19,18 +17,15 @@ weights whose removal from int4 saves the most.
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.compress.llm.calibrate import text_windows
+from modelpress.compress.llm.calibrate import decoder_of, text_windows
 from modelpress.compress.llm.grid import block_grid, codes_on_grid, dequantize_codes
-from modelpress.ir import llm, save
-from modelpress.runtime import ort as ort_backend
-from modelpress.verify.llm import Decoder
+from modelpress.ir import llm
 
 WINDOWS = 2  # calibration windows a weight is judged on
 SEQ_LEN = 256  # tokens a window
@@ -66,19 +61,14 @@ def measure(
     """``{MatMul name: mean KL per token}`` with that MatMul's weight rounded alone (module
     docstring). ``model`` is left as it was."""
     weights = {n.name: n.inputs[1] for n in nodes}
-    added = [v for v in weights.values() if v not in model.graph.inputs]
+    added = list({id(v): v for v in weights.values() if v not in model.graph.inputs}.values())
     model.graph.inputs.extend(added)
     try:
-        with tempfile.TemporaryDirectory(prefix="modelpress-sensitivity-") as tmp:
-            path = Path(tmp) / llm.MODEL_FILE
-            save(model, path, external_data=True)
-            base = Decoder.open(folder, threads=threads)
-            so = ort_backend.session_options(optimize="basic", intra_op_threads=threads)
-            session = ort_backend.session(path, options=so)
+        decoder = decoder_of(folder, model, threads=threads)
     finally:
         for v in added:
             model.graph.inputs.remove(v)
-    decoder = Decoder(folder, base.config, session, base.tokenizer, base.input_names)
+    session = decoder.session
     feeds = [
         decoder.feeds(ids[None])
         for ids in text_windows(decoder, text, seq_len=seq_len, samples=windows)
