@@ -7,7 +7,7 @@ from modelpress.advisor.measured import measure_curve, record_curve, this_machin
 from modelpress.advisor.service import plan_service
 from modelpress.cli._advise_output import print_plan, workload_record
 from modelpress.cli._common import console
-from modelpress.cli.options import dims, listed, same_named, shapes
+from modelpress.cli.options import dims, keywords, listed, shapes
 from modelpress.errors import OptionError
 from modelpress.report.advisor_page import write_service_page
 
@@ -42,7 +42,7 @@ def advise_service(args, recorder, workload, model, candidates, found, pricing) 
             machine=machine,
             pricing=pricing,
             gpu_notes={f.gpu.name: f.note for f in found if f.note},
-            **same_named(args, "qps", "p99_ms", "precision", "max_batch", "max_delay_ms", "engine"),
+            **keywords(args, "qps", "p99_ms", "precision", "max_batch", "max_delay_ms", "engine"),
         )
     print_plan(plan, workload, args.model)
     recorder.write({"workload": workload_record(workload), "service": plan.to_dict()})
@@ -63,10 +63,12 @@ def _checked(args, recorder, workload, model, candidates, found) -> int:
             name=workload.name,
             qps=args.qps,
             p99_ms=args.p99_ms,
-            gpus=[f.gpu for f in found],
-            cpu=not args.no_cpu,
-            precision=args.precision,
-            max_batch=args.max_batch,
+            plan_options={
+                "gpus": [f.gpu for f in found],
+                "cpu": not args.no_cpu,
+                "precision": args.precision,
+                "max_batch": args.max_batch,
+            },
         )
     print_plan(got.plan, workload, args.model)
     c = got.check

@@ -288,7 +288,7 @@ def run(args) -> int:
     req = Request(
         batch=args.batch_size,
         amount=args.samples,
-        **options.same_named(
+        **options.keywords(
             args, "task", "precision", "num_gpus", "latency_ms", "power_cap_w", "optimizer"
         ),
     )
