@@ -38,6 +38,31 @@ FILLER = "The quick brown fox jumps over the lazy dog while the model writes one
 
 
 @dataclass(frozen=True)
+class Phase:
+    """One phase of generation (prefill or decode) measured here, beside its estimate."""
+
+    measured_ms: float  # median of the runs
+    range_ms: tuple[float, float]
+    predicted_ms: float
+    bound: str
+
+    @classmethod
+    def of(cls, times_ms: list[float], predicted: tuple[float, str]) -> Phase:
+        """The phase from its measured times and the estimate's (ms, bound)."""
+        return cls(statistics.median(times_ms), (min(times_ms), max(times_ms)), *predicted)
+
+    def to_dict(self, name: str) -> dict:
+        """The record's keys for phase ``name``."""
+        return {
+            f"{name}_ms": self.measured_ms,
+            f"{name}_range_ms": list(self.range_ms),
+            f"predicted_{name}_ms": self.predicted_ms,
+            f"{name}_bound": self.bound,
+            f"{name}_predicted_over_measured": self.predicted_ms / self.measured_ms,
+        }
+
+
+@dataclass(frozen=True)
 class LLMCalibration:
     folder: str
     cpu: str
@@ -45,30 +70,24 @@ class LLMCalibration:
     prompt_tokens: int
     gen_tokens: int
     runs: int
-    prefill_ms: float
-    prefill_range_ms: tuple[float, float]
-    decode_ms: float  # per token
-    decode_range_ms: tuple[float, float]
-    predicted_prefill_ms: float
-    prefill_bound: str
-    predicted_decode_ms: float
-    decode_bound: str
+    prefill: Phase  # the time to the first token
+    decode: Phase  # per token
     matmul_gflops: float
     copy_gbs: float
     node_overhead_us: float
 
     @property
     def decode_tokens_per_s(self) -> float:
-        return 1e3 / self.decode_ms
+        return 1e3 / self.decode.measured_ms
 
     def to_dict(self) -> dict:
-        d = dict(self.__dict__)
-        d["prefill_range_ms"] = list(self.prefill_range_ms)
-        d["decode_range_ms"] = list(self.decode_range_ms)
-        d["decode_tokens_per_s"] = self.decode_tokens_per_s
-        d["prefill_predicted_over_measured"] = self.predicted_prefill_ms / self.prefill_ms
-        d["decode_predicted_over_measured"] = self.predicted_decode_ms / self.decode_ms
-        return d
+        d = {k: v for k, v in self.__dict__.items() if k not in ("prefill", "decode")}
+        return {
+            **d,
+            **self.prefill.to_dict("prefill"),
+            **self.decode.to_dict("decode"),
+            "decode_tokens_per_s": self.decode_tokens_per_s,
+        }
 
 
 def _dim_names(model) -> dict[str, str]:
@@ -125,8 +144,6 @@ def calibrate_llm(
     gflops, copy = machine_peak_gflops(n=1024, runs=5), measure_copy_gbs()
     overhead = measure_node_overhead_us()
     roof = cpu_roof(gflops, copy)
-    p_ms, p_bound = predict_cpu_ms(wl_prefill, roof, batch=1, node_overhead_us=overhead)
-    d_ms, d_bound = predict_cpu_ms(wl_decode, roof, batch=1, node_overhead_us=overhead)
     return LLMCalibration(
         folder=str(folder),
         cpu=cpu_name(),
@@ -134,18 +151,16 @@ def calibrate_llm(
         prompt_tokens=prompt_tokens,
         gen_tokens=gen_tokens,
         runs=runs,
-        prefill_ms=statistics.median(prefill),
-        prefill_range_ms=(min(prefill), max(prefill)),
-        decode_ms=statistics.median(decode),
-        decode_range_ms=(min(decode), max(decode)),
-        predicted_prefill_ms=p_ms,
-        prefill_bound=p_bound,
-        predicted_decode_ms=d_ms,
-        decode_bound=d_bound,
+        prefill=Phase.of(
+            prefill, predict_cpu_ms(wl_prefill, roof, batch=1, node_overhead_us=overhead)
+        ),
+        decode=Phase.of(
+            decode, predict_cpu_ms(wl_decode, roof, batch=1, node_overhead_us=overhead)
+        ),
         matmul_gflops=gflops,
         copy_gbs=copy,
         node_overhead_us=overhead,
     )
 
 
-__all__ = ["LLMCalibration", "calibrate_llm"]
+__all__ = ["LLMCalibration", "Phase", "calibrate_llm"]

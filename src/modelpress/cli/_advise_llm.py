@@ -26,25 +26,16 @@ def advise_llm(args, recorder) -> int:
         f"GFLOP/s, copy {cal.copy_gbs:.1f} GB/s, {cal.node_overhead_us:.2f} µs a node"
     )
     rows = [
-        (
-            f"prefill, {prompt} tokens",
-            cal.prefill_ms,
-            cal.prefill_range_ms,
-            cal.predicted_prefill_ms,
-            cal.prefill_bound,
-        ),
-        (
-            f"decode, a token ({cal.decode_tokens_per_s:.1f}/s)",
-            cal.decode_ms,
-            cal.decode_range_ms,
-            cal.predicted_decode_ms,
-            cal.decode_bound,
-        ),
+        (f"prefill, {prompt} tokens", cal.prefill),
+        (f"decode, a token ({cal.decode_tokens_per_s:.1f}/s)", cal.decode),
     ]
     console.print(f"{'':28} {'measured ms':>20} {'estimate ms':>11} {'est/meas':>9}")
-    for name, ms, (lo, hi), est, bound in rows:
+    for name, phase in rows:
+        ms, (lo, hi), est = phase.measured_ms, phase.range_ms, phase.predicted_ms
         spread = f"({lo:.0f}-{hi:.0f})"
-        console.print(f"{name:28} {ms:>9.1f} {spread:>10} {est:>11.1f} {est / ms:>9.2f}  {bound}")
+        console.print(
+            f"{name:28} {ms:>9.1f} {spread:>10} {est:>11.1f} {est / ms:>9.2f}  {phase.bound}"
+        )
     console.print(
         f"median of {cal.runs} runs, {tokens} greedy tokens each; the estimate is the decoder "
         "graph's roofline on the roof measured above. For GPUs, give the checkpoint's config.json."
