@@ -9,6 +9,7 @@ import mmap
 import numpy as np
 import pytest
 
+from modelpress.ir.llm import DecoderConfig
 from modelpress.runtime.generate.cache import KVCache
 from modelpress.runtime.generate.kv_store import KVStore
 
@@ -16,15 +17,16 @@ LAYERS, HEADS, DIM = 2, 3, 4
 
 
 def _empty(layout, rows=0, stored=False):
-    return KVCache.empty(
-        layers=LAYERS,
-        kv_heads=HEADS,
+    config = DecoderConfig(
+        family="llama",
+        num_layers=LAYERS,
+        num_kv_heads=HEADS,
         head_dim=DIM,
-        dtype="float32",
-        layout=layout,
-        rows=rows,
-        stored=stored,
+        vocab_size=16,
+        max_context=64,
+        kv_layout=layout,
     )
+    return KVCache.empty(config, rows=rows, stored=stored)
 
 
 def _step(cache, rng, new=1, *, into_spare=False):

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from modelpress.ir.llm import KV_LAYOUTS
+from modelpress.ir.llm import KV_LAYOUTS, DecoderConfig
 from modelpress.runtime.generate.kv_store import KVStore
 
 KV_DTYPES = {"float32": np.float32, "float16": np.float16}
@@ -44,28 +44,20 @@ class KVCache:
     store: KVStore | None = None
 
     @classmethod
-    def empty(
-        cls,
-        *,
-        layers: int,
-        kv_heads: int,
-        head_dim: int,
-        dtype: str,
-        layout: str,
-        rows: int = 0,
-        stored: bool = False,
-    ) -> KVCache:
-        """An empty cache; ``stored``: in a ``KVStore`` (the running batch's cache)."""
-        assert layout in KV_LAYOUTS, layout
-        shape = (rows, kv_heads, 0, head_dim)
-        np_dtype = KV_DTYPES[dtype]
+    def empty(cls, config: DecoderConfig, *, rows: int = 0, stored: bool = False) -> KVCache:
+        """An empty cache of ``rows`` for the decoder of ``config``; ``stored``: in a ``KVStore``
+        (the running batch's cache)."""
+        assert config.kv_layout in KV_LAYOUTS, config.kv_layout
+        shape = (rows, config.num_kv_heads, 0, config.head_dim)
+        dtype = KV_DTYPES[config.kv_dtype]
+        layers = config.num_layers
         return cls(
-            layout=layout,
-            keys=[np.zeros(shape, np_dtype) for _ in range(layers)],
-            values=[np.zeros(shape, np_dtype) for _ in range(layers)],
+            layout=config.kv_layout,
+            keys=[np.zeros(shape, dtype) for _ in range(layers)],
+            values=[np.zeros(shape, dtype) for _ in range(layers)],
             mask=np.zeros((rows, 0), np.int64),
             lengths=np.zeros(rows, np.int64),
-            store=KVStore(2 * layers, np_dtype) if stored else None,
+            store=KVStore(2 * layers, dtype) if stored else None,
         )
 
     @property

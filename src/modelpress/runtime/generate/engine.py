@@ -37,16 +37,7 @@ class Engine:
         self.steps = 0  # decode steps run (for tests and metrics)
 
     def _empty(self, rows: int = 0, *, stored: bool = False) -> KVCache:
-        c = self.config
-        return KVCache.empty(
-            layers=c.num_layers,
-            kv_heads=c.num_kv_heads,
-            head_dim=c.head_dim,
-            dtype=c.kv_dtype,
-            layout=c.kv_layout,
-            rows=rows,
-            stored=stored,
-        )
+        return KVCache.empty(self.config, rows=rows, stored=stored)
 
     def reset(self) -> list[Sequence]:
         """Drop every running sequence and the cache (after a failure); the dropped ones."""
