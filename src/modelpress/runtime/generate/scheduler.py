@@ -44,8 +44,8 @@ could still flip in principle: the matrix products of a batch may sum in another
 of a single row. With int4 weights whose activations are quantized per block (``MatMulNBits``
 ``accuracy_level`` 4) it does: the sums over a batch's masked hole columns round differently
 (about 1e-5 in fp32), the int8 rounding of the activations magnifies that (0.5 in the logits of
-SmolLM2 int4 for three hole columns), and 2 to 13 of 16 SmolLM2 int4 answers of 64 tokens differ
-from their solo run somewhere (``benchmarks/results/serve_llm.md``; the same before the cache had
+SmolLM2 int4 for three hole columns), and of 16 SmolLM2 int4 answers of 64 tokens only 2 to 10
+equal their solo run (``benchmarks/results/serve_llm.md``; the same tokens before the cache had
 a store).
 
 Without ``start()`` the scheduler is driven by its caller: ``run(requests)`` and ``stream(request)``
