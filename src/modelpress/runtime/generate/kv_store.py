@@ -23,6 +23,11 @@ import numpy as np
 
 _PAGE = mmap.PAGESIZE
 _MIN_BYTES = 1 << 20  # the smallest buffer reserved (address space, not resident memory)
+_PRIVATE = (
+    mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+    if hasattr(mmap, "MAP_PRIVATE") and hasattr(mmap, "MAP_ANONYMOUS")
+    else None
+)
 
 
 class _Buffer:
@@ -31,14 +36,19 @@ class _Buffer:
     def __init__(self, elements: int, dtype: np.dtype) -> None:
         nbytes = max(_MIN_BYTES, elements * dtype.itemsize)
         nbytes = -(-nbytes // _PAGE) * _PAGE
-        self.map = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        self.array = np.frombuffer(self.map, dtype)
+        if _PRIVATE is None:  # no private anonymous maps (Windows): plain memory, kept
+            self.map = None
+            self.array = np.zeros(nbytes // dtype.itemsize, dtype)
+        else:
+            self.map = mmap.mmap(-1, nbytes, flags=_PRIVATE)
+            self.array = np.frombuffer(self.map, dtype)
+        self.nbytes = nbytes
 
     def release_from(self, nbytes: int) -> None:
         """Give the pages from ``nbytes`` on back to the system (they read as zeros after)."""
         start = -(-nbytes // _PAGE) * _PAGE
-        if start < len(self.map) and hasattr(self.map, "madvise"):
-            self.map.madvise(mmap.MADV_DONTNEED, start, len(self.map) - start)
+        if start < self.nbytes and self.map is not None and hasattr(mmap, "MADV_DONTNEED"):
+            self.map.madvise(mmap.MADV_DONTNEED, start, self.nbytes - start)
 
 
 class KVStore:
@@ -86,4 +96,4 @@ class KVStore:
                     buffer.release_from(elements * self.dtype.itemsize)
 
     def reserved_bytes(self) -> int:
-        return sum(len(b.map) for side in self._sides for b in side if b is not None)
+        return sum(b.nbytes for side in self._sides for b in side if b is not None)
