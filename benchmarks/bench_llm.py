@@ -53,6 +53,7 @@ import sys
 import time
 from pathlib import Path
 
+import bench_llm_ogenai
 import numpy as np
 from bench_llm_decode import float_folder, gguf_path, machine, section_decode, section_decode_batch
 
@@ -242,8 +243,19 @@ def section_quality(args) -> dict:
         )
         print(f"{name} float32: ppl {base.perplexity:.4f} ({base.tokens} tokens)", flush=True)
         for block in args.blocks:
+            if args.ogenai:
+                rows += bench_llm_ogenai.rows(
+                    name,
+                    block,
+                    ids,
+                    base.perplexity,
+                    window=WINDOW,
+                    stride=STRIDE,
+                    threads=args.threads,
+                )
             for method in args.methods:
-                out = WORK / f"{name}-int4-b{block}-{method}"
+                suffix = f"-int8x{args.int8_layers}" if args.int8_layers else ""
+                out = WORK / f"{name}-int4-b{block}-{method}{suffix}"
                 t0 = time.perf_counter()
                 if method != "rtn" and stats is None:
                     stats = _statistics(name, folder, calib, args.threads)
@@ -259,6 +271,7 @@ def section_quality(args) -> dict:
                     samples=SAMPLES,
                     statistics=None if method == "rtn" else stats,
                     stages=1 if method == "rtn" else args.stages,
+                    int8_layers=args.int8_layers,
                 )
                 seconds = time.perf_counter() - t0
                 cand = Decoder.open(out, threads=args.threads)
@@ -267,7 +280,8 @@ def section_quality(args) -> dict:
                 row = {
                     "model": name,
                     "variant": f"int4 b{block} {method}"
-                    + (f" {args.stages} stages" if method != "rtn" and args.stages > 1 else ""),
+                    + (f" {args.stages} stages" if method != "rtn" and args.stages > 1 else "")
+                    + (f" int8 x{args.int8_layers}" if args.int8_layers else ""),
                     "perplexity": p.perplexity,
                     "ratio": p.perplexity / base.perplexity,
                     "top1_agreement": agree.top1_agreement,
@@ -412,7 +426,12 @@ def _row_order(row: dict) -> tuple:
     m = models.index(row["model"]) if row["model"] in models else len(models)
     if v[0] == "float32":
         return (m, 0, 0, 0, "")
-    return (m, 1, int(v[1][1:]), v[2] != "rtn", row["variant"])
+    block = next(int(t[1:]) for t in v if t[0] == "b" and t[1:].isdigit())
+    return (m, 1, block, v[0] == "int4", v[-1] != "rtn", row["variant"])
+
+
+def _agreement(row: dict) -> str:
+    return "n/a" if row.get("top1_agreement") is None else f"{row['top1_agreement']:.3f}"
 
 
 def _mb(folder: Path) -> float:
@@ -450,14 +469,15 @@ def render(data: dict) -> str:
                 kept += f"; AWQ-scaled {r['awq_groups']}"
             lines.append(
                 f"| {r['model']} | {r['variant']} | {r['perplexity']:.3f} | "
-                f"{(r['ratio'] - 1) * 100:+.2f}% | {r['top1_agreement']:.3f} | {r['size_mb']:.1f} | "
+                f"{(r['ratio'] - 1) * 100:+.2f}% | {_agreement(r)} | {r['size_mb']:.1f} | "
                 f"{r.get('quantize_s', 0):.0f} | {kept} |"
             )
         lines.append("")
         if q.get("notes"):
             lines += [*(f"- {n}" for n in q["notes"]), ""]
     for key, value in data.items():
-        if key != "quality" and isinstance(value, dict) and "markdown" in value:
+        own_page = ("quality", "decode", "decode_batch")  # decode: llm_decode.md
+        if key not in own_page and isinstance(value, dict) and "markdown" in value:
             lines += [value["markdown"], ""]
     return "\n".join(lines)
 
@@ -477,6 +497,15 @@ def main() -> None:
     ap.add_argument("--decode-tokens", type=int, default=48)
     ap.add_argument("--decode-llm", action="append", default=[], metavar="DIR")
     ap.add_argument("--install-peers", action="store_true")
+    ap.add_argument(
+        "--int8-layers", type=int, default=0, help="quality: body MatMuls kept at 8 bits (non-RTN)"
+    )
+    ap.add_argument(
+        "--no-ogenai",
+        dest="ogenai",
+        action="store_false",
+        help="quality: without onnxruntime-genai's rows (its builder, RTN and k_quant_mixed)",
+    )
     args = ap.parse_args()
     global FRESH_STATISTICS
     FRESH_STATISTICS = args.fresh_statistics

@@ -243,7 +243,7 @@ GLOSSARY = {
 }
 # "(default X)" in a help text: X is what the option is when it is not given.
 SAYS_DEFAULT = re.compile(r"(?:^|\(|; )default:? ([^);,:]+)")
-# Commands whose parser has not moved to cli/options.py yet (owner in the reason).
+# Commands whose parser has not moved to cli/options/ yet (owner in the reason).
 NOT_YET = {}
 
 

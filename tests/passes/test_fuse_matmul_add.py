@@ -98,7 +98,7 @@ def test_transposed_weight_becomes_trans_b(rng):
             {"bias_shape": (5, 1), "x": "5, 6", "y": "5, 4"},
         ),
         (
-            "the product has other readers or is a graph output: Gemm yields only product + bias",
+            "the MatMul output has other readers or is a graph output: Gemm yields only product + bias",
             {"body": "m = MatMul(x, W)\n y = Add(m, b)\n m2 = Identity(m)"},
         ),
     ],

@@ -11,6 +11,7 @@ from mp_testing import model_from_text
 
 from modelpress.protect import expand as ex
 from modelpress.protect import open_package, protect
+from modelpress.protect.branches import Body
 from modelpress.runtime.ort import session
 
 
@@ -18,7 +19,7 @@ from modelpress.runtime.ort import session
 def test_each_opaque_predicate_is_zero_for_every_value_it_can_get(template):
     n = ir.Value(name="n", type=ir.TensorType(ir.DataType.INT64), shape=ir.Shape([]))
     graph = ir.Graph([n], [], nodes=[], opset_imports={"": 17})
-    out = template(ex._Body(graph), n)
+    out = template(Body(graph), n)
     out.name = "z"
     graph.outputs.append(out)
     sess = session(ir.Model(graph, ir_version=8), optimize="disabled")

@@ -1,4 +1,5 @@
-"""Helpers shared by the subcommands: console, number formatting, JSON records."""
+"""Helpers shared by the subcommands: console, notes, progress bars, number formatting, JSON
+records."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from modelpress.errors import VerificationError
 from modelpress.ir.files import write_json as write
 
 # Piped or captured output has no width: rich would assume 80 columns and wrap lines and cut
@@ -41,6 +44,17 @@ def heading(text: str) -> None:
         console.print(f"── {text} ──")
 
 
+def print_notes(notes, *, to: Console = console) -> None:
+    """A result's notes, one ``note:`` line each (escaped: a note is text, never markup)."""
+    for note in notes:
+        to.print(f"note: {escape(note)}")
+
+
+def transient_bar(*columns, to: Console = console) -> Progress:
+    """A progress bar of ``columns`` that goes away when done (the output keeps the results)."""
+    return Progress(*columns, console=to, transient=True)
+
+
 def human_count(n: float) -> str:
     for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(n) >= div:
@@ -61,17 +75,22 @@ def write_json(path: str | os.PathLike, data: dict) -> None:
     write(path, data)
 
 
+def refuse_unless_kept(args, failures: list[str], record: dict, recorder, **cards) -> None:
+    """A result that failed its check is not written unless --keep-anyway: ``VerificationError``,
+    after writing the command's record (``recorder.write``, with ``cards``) with nothing written."""
+    if failures and not args.keep_anyway:
+        recorder.write({**record, "written": None}, **cards)
+        raise VerificationError(
+            f"{args.output} not written: {'; '.join(failures)} (--keep-anyway writes it regardless)"
+        )
+
+
 @contextmanager
 def counted(label: str) -> Iterator[Callable[[int, int | None], None]]:
     """A transient bar titled ``label`` while a library call runs; yields the ``progress(done,
     total)`` callback to hand to it."""
-    with Progress(
-        TextColumn(label),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
+    with transient_bar(
+        TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
     ) as bar:
         task = bar.add_task(label, total=None)
         yield lambda done, total: bar.update(task, completed=done, total=total)

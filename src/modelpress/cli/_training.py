@@ -6,25 +6,22 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 
 from modelpress.cli import options
-from modelpress.cli._common import console
-from modelpress.errors import VerificationError
+from modelpress.cli._common import console, refuse_unless_kept, transient_bar
 from modelpress.ir.files import output_dir
 
 
 @contextmanager
 def training_bar() -> Iterator:
     """``progress(stage, step, total, loss)`` for the library functions, drawn as a rich bar."""
-    with Progress(
+    with transient_bar(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("loss {task.fields[loss]}"),
         TimeElapsedColumn(),
-        console=console,
-        transient=True,
     ) as bar:
         tasks: dict[str, int] = {}
 
@@ -81,7 +78,7 @@ def print_check(check) -> None:
     console.print(f"check on {check.samples} held-out samples: " + ", ".join(parts))
 
 
-def enforce_budget(args, check, record: dict, recorder, *, what: str | None = None) -> dict:
+def enforce_budget(args, check, record: dict, recorder) -> dict:
     """The record with the budget's verdict; ``VerificationError`` (after writing the record, not
     the model) when the result is outside the budget and --keep-anyway was not given."""
     budget = options.budget(args)
@@ -89,12 +86,7 @@ def enforce_budget(args, check, record: dict, recorder, *, what: str | None = No
     record = {**record, "budget": {**budget.to_dict(), "failures": failures}}
     if check is None:
         console.print("note: no held-out samples to check the result on (give --data)")
-    if failures and not args.keep_anyway:
-        recorder.write({**record, "written": None})
-        raise VerificationError(
-            f"{what or args.output} not written: {'; '.join(failures)} "
-            "(--keep-anyway writes it regardless)"
-        )
+    refuse_unless_kept(args, failures, record, recorder)
     if failures:
         console.print(f"[yellow]outside the budget[/] ({'; '.join(failures)}): written anyway")
     return record

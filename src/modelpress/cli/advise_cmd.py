@@ -438,10 +438,12 @@ def _checked(args, recorder, workload, model, candidates, found) -> int:
             name=workload.name,
             qps=args.qps,
             p99_ms=args.p99_ms,
-            gpus=[f.gpu for f in found],
-            cpu=not args.no_cpu,
-            precision=args.precision,
-            max_batch=args.max_batch,
+            plan_options={
+                "gpus": [f.gpu for f in found],
+                "cpu": not args.no_cpu,
+                "precision": args.precision,
+                "max_batch": args.max_batch,
+            },
         )
     _print_plan(got.plan, workload, args.model)
     c = got.check

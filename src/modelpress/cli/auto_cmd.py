@@ -9,15 +9,14 @@ missed) and its recipe. Trials are cached: run the same command again to continu
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from modelpress.cli import options as opt
-from modelpress.cli._common import console, human_bytes
+from modelpress.cli._common import console, human_bytes, print_notes, transient_bar
 from modelpress.compress.quantize import MODES
 from modelpress.errors import OptionError
 from modelpress.ir import load, save
@@ -28,23 +27,6 @@ from modelpress.search.metric import METRICS
 from modelpress.search.split import VALIDATION_FRACTION
 from modelpress.search.steps import Context, get_step
 from modelpress.search.target import precision_of, target_for
-
-_UNITS = {"s": 1, "m": 60, "h": 3600}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in ``90``, ``90s``, ``10m``, ``1h30m``, ``1.5h``."""
-    t = text.strip().lower().replace(" ", "")
-    if re.fullmatch(r"\d+(\.\d+)?", t):
-        seconds = float(t)
-    else:
-        parts = re.findall(r"(\d+(?:\.\d+)?)([smh])", t)
-        if not parts or "".join(n + u for n, u in parts) != t:
-            raise OptionError(f"--time-budget {text}: write a duration such as 90s, 10m or 1h30m")
-        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
-    if seconds <= 0:
-        raise OptionError(f"--time-budget {text}: must be more than 0")
-    return seconds
 
 
 def add_parser(sub) -> None:
@@ -92,26 +74,22 @@ def add_parser(sub) -> None:
         metavar="PATH",
         help="training samples: lets pruning and training modes into the search, and calibrates",
     )
-    p.add_argument(
+    opt.add_with_default(
+        p,
         "--validation-fraction",
         type=float,
         default=VALIDATION_FRACTION,
         metavar="F",
         help="with --labels-key and no --train-data: the part of --data held out (at random, "
         "stratified by class) to score every candidate; the rest calibrates and trains pruned, "
-        f"QAT and distilled candidates (default {VALIDATION_FRACTION:g}; 0: no split, nothing trains)",
+        "QAT and distilled candidates",
+        note="0: no split, nothing trains",
     )
-    p.add_argument(
-        "--split-seed",
-        type=int,
-        default=0,
-        metavar="N",
-        help="seed of that split (default 0)",
+    opt.add_with_default(
+        p, "--split-seed", type=int, default=0, metavar="N", help="seed of that split"
     )
-    p.add_argument(
-        "--no-train",
-        action="store_true",
-        help="post-training candidates only (still scored on the held-out part)",
+    opt.add_switch(
+        p, "--no-train", "post-training candidates only (still scored on the held-out part)"
     )
     opt.add_with_default(
         p,
@@ -161,9 +139,7 @@ def add_parser(sub) -> None:
         metavar="DIR",
         help="where trials are kept (default: OUTPUT with .auto/ beside it)",
     )
-    p.add_argument(
-        "--protect", action="store_true", help="protect the chosen model last (needs --key-file)"
-    )
+    opt.add_switch(p, "--protect", "protect the chosen model last (needs --key-file)")
     opt.add_key(p)
     opt.add_report(p)
     opt.add_record(p)
@@ -190,7 +166,8 @@ def run(args) -> int:
     cache = Path(args.cache) if args.cache else cache
     for path in [output, recipe_path] + [Path(p) for p in (args.report, args.json) if p]:
         output_dir(path)  # before minutes of search, not after
-    budget_s = parse_duration(args.time_budget)
+    search = opt.search_args(args)
+    budget_s = search["time_budget_s"]
     protect = None
     if args.protect:
         if not (args.key_file or args.key_env):
@@ -204,13 +181,7 @@ def run(args) -> int:
     # (no process-wide ONNX Runtime pool here: the timing sessions do not spin between runs,
     # and a global pool would bind every later session of a process that calls main() again)
     recorder = opt.Recorder("auto", args)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as bar:
+    with transient_bar(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn()) as bar:
         task = bar.add_task("search", total=budget_s)
 
         def progress(event) -> None:
@@ -234,25 +205,24 @@ def run(args) -> int:
 
         result = auto(
             args.model,
-            data=args.data,
-            labels_key=args.labels_key,
-            metric=args.metric,
-            max_accuracy_drop=args.max_accuracy_drop,
-            target=args.target,
-            time_budget_s=budget_s,
-            train_data=args.train_data,
-            validation_fraction=args.validation_fraction,
-            split_seed=args.split_seed,
-            train=not args.no_train,
+            **search,
+            **opt.keywords(
+                args,
+                "metric",
+                "target",
+                "train_data",
+                "validation_fraction",
+                "split_seed",
+                "batch_size",
+                "seq",
+                "max_float_layers",
+            ),
             protect=protect,
-            batch_size=args.batch_size,
-            seq=args.seq,
             cache_dir=cache,
             levels=levels or None,
             modes=opt.listed(args.modes) or None,
             methods=opt.listed(args.methods) or None,
             timing_s=args.timing,
-            max_float_layers=args.max_float_layers,
             progress=progress,
         )
     _print(result)
@@ -340,5 +310,4 @@ def _print(result) -> None:
     console.print(
         f"{result.stopped}; {result.evaluated} trial(s) run, {result.cached} from the cache, {result.seconds:.0f} s"
     )
-    for n in result.notes:
-        console.print(f"note: {escape(n)}")
+    print_notes(result.notes)

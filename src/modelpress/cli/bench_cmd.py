@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from modelpress.cli import options
-from modelpress.cli._common import console, err_console, human_count
+from modelpress.cli._common import console, err_console, human_count, print_notes
 from modelpress.errors import OptionError
 from modelpress.ir.feeds import load_npz
 from modelpress.profile.bench import bench
@@ -53,11 +53,7 @@ def add_parser(sub) -> None:
     options.add_with_default(
         p, "--warmup", type=int, default=5, metavar="N", help="untimed runs first"
     )
-    p.add_argument(
-        "--profile-ops",
-        action="store_true",
-        help="per-operator time from the runtime's profiler (ort)",
-    )
+    options.add_switch(p, "--profile-ops", "per-operator time from the runtime's profiler (ort)")
     options.add_record(p)
     options.add_report(p)
     p.set_defaults(func=run)
@@ -80,19 +76,11 @@ def run(args) -> int:
             data=load_npz(args.data) if args.data else None,
             dims=options.dims(args),
             shapes=options.shapes(args),
-            backend=args.backend,
-            device=args.device,
-            place=args.place,
-            strict=args.strict,
-            threads=args.threads,
-            ort_level=args.ort_level,
-            runs=args.runs,
-            warmup=args.warmup,
-            profile_ops=args.profile_ops,
+            **options.placement(args),
+            **options.keywords(args, "threads", "ort_level", "runs", "warmup", "profile_ops"),
             progress=lambda msg: status.update(f"{msg}…"),
         )
-    for note in result.notes:
-        err_console.print(f"note: {escape(note)}")
+    print_notes(result.notes, to=err_console)
     for m in result.models:
         for w in m.warnings:
             err_console.print(f"warning: {escape(m.name)}: {escape(w)}")

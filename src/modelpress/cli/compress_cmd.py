@@ -41,13 +41,7 @@ def add_parser(sub) -> None:
         metavar="N",
         help="bits per shared weight: 2^N values per layer",
     )
-    options.add_with_default(
-        p,
-        "--scope",
-        default="global",
-        choices=["global", "layer"],
-        help="one pruning threshold for all layers (global) or per layer",
-    )
+    options.add_scope(p, help="one pruning threshold for all layers (global) or per layer")
     options.add_list(p, "--exclude", metavar="NODE", help="layers left dense")
     options.add_training(p)
     options.add_record(p)
@@ -63,9 +57,7 @@ def run(args) -> int:
     with training_run("compress", args) as (recorder, model, progress):
         result = deep_compress(
             model,
-            sparsity=args.sparsity,
-            bits=args.bits,
-            scope=args.scope,
+            **options.keywords(args, "sparsity", "bits", "scope"),
             keep=options.listed(args.exclude),
             progress=progress,
             **options.training_args(args),

@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 
 from modelpress.cli import options
-from modelpress.cli._common import console, human_bytes
+from modelpress.cli._common import console, human_bytes, print_notes
 from modelpress.cli.verify_cmd import print_verify
 from modelpress.convert import convert, parse_dynamic, parse_input_specs
 from modelpress.convert.kinds import SOURCE_KINDS
@@ -60,14 +60,10 @@ def add_parser(sub) -> None:
         metavar="NAME:AXIS",
         help="keep this axis of an input dynamic (repeatable)",
     )
-    p.add_argument(
-        "--optimize",
-        action="store_true",
-        help="then run modelpress's optimizer (level 2) and verify again",
+    options.add_switch(
+        p, "--optimize", "then run modelpress's optimizer (level 2) and verify again"
     )
-    p.add_argument(
-        "--no-verify", action="store_true", help="do not compare the ONNX model with the original"
-    )
+    options.add_switch(p, "--no-verify", "do not compare the ONNX model with the original")
     p.add_argument(
         "--rtol", type=float, help="relative tolerance (default per dtype: 1e-4 for float32)"
     )
@@ -79,10 +75,10 @@ def add_parser(sub) -> None:
         default="standard",
         help="decoder LLMs: standard writes ONNX ops only; ort uses ONNX Runtime's GroupQueryAttention and skip-norm fusions, a left-aligned cache",
     )
-    p.add_argument(
+    options.add_switch(
+        p,
         "--gguf-blocks",
-        action="store_true",
-        help="a quantized .gguf: keep its own Q4_0/Q4_1/Q8_0 blocks (MatMulNBits, or "
+        "a quantized .gguf: keep its own Q4_0/Q4_1/Q8_0 blocks (MatMulNBits, or "
         "DequantizeLinear at --ops standard) instead of float32 weights; the float model is "
         "still what is verified against transformers",
     )
@@ -125,8 +121,7 @@ def run(args) -> int:
     stats = graph_stats(result.model)
     opsets = ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in stats.opsets.items())
     console.print(f"source kind {result.source_kind}, exporter {result.exporter}, opsets: {opsets}")
-    for note in result.notes:
-        console.print(f"note: {note}")
+    print_notes(result.notes)
     if result.verify is not None:
         print_verify_table(f"ONNX vs original ({result.verify.runs} input sets)", result.verify)
     if result.optimized is not None:
@@ -163,8 +158,7 @@ def run_gguf_blocks(args, record) -> int:
         )
         print_llm(result)
         imported = import_gguf_blocks(stage / "float", args.source, args.output, level=args.ops)
-    for note in imported.notes:
-        console.print(f"note: {note}")
+    print_notes(imported.notes)
     types = ", ".join(sorted(set(imported.imported.values())))
     console.print(
         f"wrote {imported.output}/ with {len(imported.imported)} weights as the GGUF's own blocks "

@@ -12,7 +12,14 @@ from pathlib import Path
 from rich.table import Table
 
 from modelpress.cli import options
-from modelpress.cli._common import console, heading, human_bytes, human_count, write_json
+from modelpress.cli._common import (
+    console,
+    heading,
+    human_bytes,
+    human_count,
+    print_notes,
+    write_json,
+)
 from modelpress.cli.convert_cmd import print_verify_table
 from modelpress.demo import STEPS, DemoState
 from modelpress.errors import OptionError
@@ -57,8 +64,7 @@ def _print_build(r) -> None:
 def _print_convert(r) -> None:
 
     console.print(f"exporter {r.exporter}, {r.nodes_converted} nodes, wrote {r.output}")
-    for note in r.notes:
-        console.print(f"note: {note}")
+    print_notes(r.notes)
     print_verify_table(f"ONNX Runtime vs PyTorch ({r.verify.runs} input sets)", r.verify)
 
 
@@ -88,8 +94,7 @@ def _print_quantize(r) -> None:
         f"{r.mode}: {human_bytes(r.size_before)} → {human_bytes(r.size_after)} "
         f"({r.size_after / r.size_before:.2f}×) in {r.seconds:.1f} s; output error vs float (relative) {err}"
     )
-    for note in r.notes:
-        console.print(f"note: {note}")
+    print_notes(r.notes)
 
 
 def _print_protect(r) -> None:
@@ -155,8 +160,7 @@ def _print_transformer(r) -> None:
         + ", ".join(f"{k} {_ms(v)}" for k, v in lat.items())
         + f"; int8 {lat['int8'].median_ms / lat['float32'].median_ms:.2f}× float32"
     )
-    for note in r.notes:
-        console.print(f"note: {note}")
+    print_notes(r.notes)
 
 
 def _print_latency(r) -> None:
@@ -208,8 +212,7 @@ def _print_decoder(r) -> None:
         f"along its greedy path {r.top1_agreement:.0%} (random weights: near-ties everywhere)"
     )
     console.print(f"served (POST /v1/chat/completions): {r.chat_answer!r}")
-    for note in r.notes:
-        console.print(f"note: {note}")
+    print_notes(r.notes)
 
 
 PRINTERS = {

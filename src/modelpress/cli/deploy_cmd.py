@@ -16,8 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from modelpress.cli import options as opt
-from modelpress.cli._common import console
-from modelpress.cli.auto_cmd import parse_duration
+from modelpress.cli._common import console, print_notes
 from modelpress.deploy import deploy
 from modelpress.deploy.bundle import RECORDS
 from modelpress.errors import OptionError
@@ -53,10 +52,10 @@ def add_parser(sub) -> None:
         drop="largest drop of the metric the search may cost",
         time="the search's time budget (90s, 10m, 1h)",
     )
-    p.add_argument(
+    opt.add_switch(
+        p,
         "--no-train",
-        action="store_true",
-        help="search post-training steps only (by default, with --labels-key, half the samples "
+        "search post-training steps only (by default, with --labels-key, half the samples "
         "train pruned, QAT and distilled candidates)",
     )
     opt.add_key(p)
@@ -69,15 +68,15 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--name", help="the name the model is served under (default: the file name)")
     p.add_argument("--image", help="the container image KServe runs (default: NAME:latest)")
-    p.add_argument(
-        "--no-check", action="store_true", help="do not serve and measure the plan after writing"
-    )
-    p.add_argument(
+    opt.add_switch(p, "--no-check", "do not serve and measure the plan after writing")
+    opt.add_with_default(
+        p,
         "--check-seconds",
         type=float,
         default=10.0,
         metavar="S",
-        help="how long the check sends requests (default 10; at most 2000 requests)",
+        help="how long the check sends requests",
+        note="at most 2000 requests",
     )
     p.add_argument(
         "--catalog", action="append", metavar="FILE", help="CSV/JSON adding catalog entries"
@@ -96,27 +95,26 @@ FLAGS = {
 def run(args) -> int:
     if args.check_seconds <= 0:
         raise OptionError("--check-seconds must be positive")
-    budget = parse_duration(args.time_budget)
+    search = opt.search_args(args)
     recorder = opt.Recorder("deploy", args)
     with console.status("searching, planning and writing the folder"):
         result = deploy(
             args.model,
             args.output,
-            qps=args.qps,
-            p99_ms=args.p99_ms,
-            data=args.data,
-            labels_key=args.labels_key,
-            max_accuracy_drop=args.max_accuracy_drop,
-            time_budget_s=budget,
-            key_file=args.key_file,
-            key_env=args.key_env,
+            **search,
+            **opt.keywords(
+                args,
+                "qps",
+                "p99_ms",
+                "key_file",
+                "key_env",
+                "device",
+                "name",
+                "check_seconds",
+                "image",
+            ),
             gpus=opt.listed(args.gpu) or None,
-            device=args.device,
-            name=args.name,
-            train=not args.no_train,
             check=not args.no_check,
-            check_seconds=args.check_seconds,
-            image=args.image,
             catalog_files=args.catalog,
         )
     _print(result)
@@ -183,8 +181,7 @@ def _print(result) -> None:
         )
         if m.missed:
             console.print(f"  {escape(m.reason)}", highlight=False)
-    for n in result.notes:
-        console.print(f"note: {escape(n)}", highlight=False)
+    print_notes(result.notes)
     console.print(
         f"wrote {escape(result.folder)}: modelpress serve {escape(result.folder)} | "
         f"serve run {escape(result.folder)}/ray-serve.yaml | kubectl apply -f {escape(result.folder)}/kserve.yaml",

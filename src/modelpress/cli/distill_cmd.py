@@ -10,7 +10,7 @@ neurons and heads removed.
 from __future__ import annotations
 
 from modelpress.cli import options
-from modelpress.cli._common import console, human_bytes, human_count
+from modelpress.cli._common import console, human_bytes, human_count, print_notes
 from modelpress.cli._training import training_run, write_checked
 from modelpress.ir import save
 
@@ -41,10 +41,8 @@ def add_parser(sub) -> None:
         metavar="X",
         help="make the student from the teacher: keep this fraction of its channels, neurons and heads",
     )
-    p.add_argument(
-        "--no-features",
-        action="store_true",
-        help="do not match hidden states (transformers) or stage outputs (CNNs)",
+    options.add_switch(
+        p, "--no-features", "do not match hidden states (transformers) or stage outputs (CNNs)"
     )
     options.add_with_default(
         p,
@@ -76,8 +74,7 @@ def run(args) -> int:
             progress=progress,
             **options.training_args(args),
         )
-    for note in result.notes:
-        console.print(f"note: {note}")
+    print_notes(result.notes)
     if result.features:
         console.print(f"intermediate values matched: {len(result.features)}")
     console.print(

@@ -131,15 +131,8 @@ def run(args) -> int:
     if bool(args.prompt) == bool(args.chat):
         raise OptionError("give --prompt TEXT (repeatable) or --chat FILE.jsonl")
     require_positive(args.threads, "--threads")
-    params = SamplingParams(
-        max_tokens=args.max_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        repetition_penalty=args.repetition_penalty,
-        seed=args.seed,
-        stop=tuple(args.stop),
-    )
+    sampling = ("max_tokens", "temperature", "top_k", "top_p", "repetition_penalty", "seed")
+    params = SamplingParams(**options.keywords(args, *sampling), stop=tuple(args.stop))
     chats = read_chats(args.chat) if args.chat else None
     recorder = Recorder("generate", args)
     llm = open_llm(args.model, threads=args.threads)

@@ -24,9 +24,7 @@ def add_parser(sub) -> None:
     options.add_model(p)
     options.add_key(p)
     options.add_shapes(p)
-    p.add_argument(
-        "--nodes", action="store_true", help="print a per-node table (FLOPs, bytes, output shape)"
-    )
+    options.add_switch(p, "--nodes", "print a per-node table (FLOPs, bytes, output shape)")
     p.add_argument(
         "--top",
         type=int,

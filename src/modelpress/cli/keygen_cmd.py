@@ -23,10 +23,8 @@ def add_parser(sub) -> None:
         ],
     )
     options.add_output(p, help="where to write the key (refused if a file is there)")
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="replace an existing file (packages made with the old key stay locked)",
+    options.add_switch(
+        p, "--force", "replace an existing file (packages made with the old key stay locked)"
     )
     options.add_record(p)
     p.set_defaults(func=run)

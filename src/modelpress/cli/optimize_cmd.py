@@ -45,12 +45,8 @@ def add_parser(sub) -> None:
         type=int,
         help="upgrade to this opset first (lets fusions use newer standard ops)",
     )
-    p.add_argument(
-        "--no-verify", action="store_true", help="do not compare the result with the input"
-    )
-    p.add_argument(
-        "--external-data", action="store_true", help="store weights in OUT.data beside the model"
-    )
+    options.add_switch(p, "--no-verify", "do not compare the result with the input")
+    options.add_switch(p, "--external-data", "store weights in OUT.data beside the model")
     add_check_options(p)
     options.add_record(p)
     options.add_report(p)
@@ -63,7 +59,7 @@ def run(args) -> int:
     record = options.Recorder("optimize", args)
     # (the optimizer works in place: the record's card of the input is read from a copy)
     original = options.open_model(args.model, args) if record.wanted else None
-    kwargs = check_options(args)
+    verify_options = check_options(args)
     result = optimize_verified(
         options.open_model(args.model, args),
         output=args.output,
@@ -72,8 +68,8 @@ def run(args) -> int:
         skip=options.listed(args.skip),
         opset=args.opset,
         check=not args.no_verify,
+        verify_options=verify_options,
         external_data=True if args.external_data else None,
-        **kwargs,
     )
     t = Table(title="passes", show_edge=False)
     t.add_column("pass")

@@ -62,7 +62,7 @@ def add_parser(sub) -> None:
         metavar="FILE",
         help="a JSON or YAML file with pre and/or post (--pre/--post override it)",
     )
-    p.add_argument("--remove", action="store_true", help="remove the model's declaration")
+    options.add_switch(p, "--remove", "remove the model's declaration")
     add_record(p)
     p.set_defaults(func=run)
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 from rich.table import Table
 
 from modelpress.cli import options
-from modelpress.cli._common import console, human_bytes
+from modelpress.cli._common import console, human_bytes, print_notes
 from modelpress.cli.options import Recorder, add_key, add_record
 from modelpress.errors import OptionError
 from modelpress.ir.feeds import load_npz
 from modelpress.protect import DEFAULT_RATIO, load_key, protect
+from modelpress.protect.library import MODES
 from modelpress.protect.package import DEFAULT_CHUNK, has_magic
 
 
@@ -37,11 +38,7 @@ def add_parser(sub) -> None:
         help="the package (.mpk), or with --no-encrypt the obfuscated .onnx",
     )
     add_key(p)
-    p.add_argument(
-        "--obfuscate",
-        action="store_true",
-        help="obfuscate the graph (see --obfuscation, --strength)",
-    )
+    options.add_switch(p, "--obfuscate", "obfuscate the graph (see --obfuscation, --strength)")
     p.add_argument(
         "--strength",
         type=float,
@@ -57,7 +54,7 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--obfuscation",
-        choices=["runtime", "storage"],
+        choices=MODES,
         help="what the obfuscation covers: runtime (with --obfuscate, the default): the obfuscated graph is what runs; storage: the original is restored in memory and runs at full speed",
     )
     p.add_argument(
@@ -66,10 +63,10 @@ def add_parser(sub) -> None:
         action="store_false",
         help="write the obfuscated graph as .onnx (its operator library stays encrypted inside)",
     )
-    p.add_argument(
+    options.add_switch(
+        p,
         "--rename-io",
-        action="store_true",
-        help="rename the graph's inputs and outputs too (restored when the model is opened)",
+        "rename the graph's inputs and outputs too (restored when the model is opened)",
     )
     p.add_argument(
         "--chunk-size",
@@ -78,10 +75,8 @@ def add_parser(sub) -> None:
         metavar="BYTES",
         help="bytes per encrypted chunk (default 1 MiB)",
     )
-    p.add_argument(
-        "--no-verify",
-        action="store_true",
-        help="skip opening the result and comparing it with the original",
+    options.add_switch(
+        p, "--no-verify", "skip opening the result and comparing it with the original"
     )
     options.add_inputs(p, to="to check the protected model on", shapes=False)
     add_record(p)
@@ -124,8 +119,7 @@ def run(args) -> int:
         console.print(
             f"verified: outputs equal the original's (max relative error {result.verification['max_rel']:.2g})"
         )
-    for note in result.notes:
-        console.print(f"note: {note}")
+    print_notes(result.notes)
     if result.metrics:
         console.print(_metrics_table(result))
     recorder.write(result.to_dict())

@@ -12,10 +12,11 @@ from __future__ import annotations
 from rich.table import Table
 
 from modelpress.cli import options
-from modelpress.cli._common import console, human_bytes, human_count
+from modelpress.cli._common import console, human_bytes, human_count, print_notes
 from modelpress.cli._training import training_run, write_checked
 from modelpress.compress.prune import calibration as calib
 from modelpress.compress.prune.importance import METHODS
+from modelpress.compress.prune.unstructured import PATTERNS
 from modelpress.ir import save
 from modelpress.runtime.measure import compare_latency
 from modelpress.verify import generate_inputs
@@ -57,27 +58,21 @@ def add_parser(sub) -> None:
     options.add_with_default(
         what,
         "--pattern",
-        default="unstructured",
-        choices=["unstructured", "2:4"],
+        default=PATTERNS[0],
+        choices=PATTERNS,
         help="unstructured: 2:4 keeps 2 of every 4 weights, for sparse tensor cores",
     )
-    options.add_with_default(
-        what,
-        "--scope",
-        default="global",
-        choices=["global", "layer"],
-        help="unstructured: one threshold for all layers (global) or per layer",
-    )
+    options.add_scope(what, help="unstructured: one threshold for all layers (global) or per layer")
     what.add_argument(
         "--importance",
         default="activation",
         choices=METHODS + calib.METHODS,
         help="structured: what ranks channels, neurons and heads (default activation: the weights that read them times their size on the data); fisher and obs measure neurons and heads",
     )
-    what.add_argument(
+    options.add_switch(
+        what,
         "--refit",
-        action="store_true",
-        help="structured: refit the layers that read removed neurons and heads by least squares on the data",
+        "structured: refit the layers that read removed neurons and heads by least squares on the data",
     )
     options.add_with_default(
         what,
@@ -96,17 +91,30 @@ def add_parser(sub) -> None:
         metavar="N",
         help="structured: keep a multiple of N channels per group",
     )
-    what.add_argument(
+    options.add_switch(
+        what,
         "--global-ranking",
-        action="store_true",
-        help="structured: rank the units of each kind across all groups (the ratio of the total, at most 90%% of one group) instead of a ratio per group",
+        "structured: rank the units of each kind across all groups (the ratio of the total, at most 90%% of one group) instead of a ratio per group",
     )
-    p.add_argument(
-        "--no-latency", action="store_true", help="skip the before/after latency check on this CPU"
-    )
+    options.add_switch(p, "--no-latency", "skip the before/after latency check on this CPU")
     options.add_training(p)
     options.add_record(p)
     p.set_defaults(func=run)
+
+
+# The options of "what to prune" that ``prune`` takes as they are (--exclude is its ``keep``).
+WHAT = (
+    "ratio",
+    "head_ratio",
+    "sparsity",
+    "pattern",
+    "scope",
+    "importance",
+    "rounds",
+    "round_to",
+    "global_ranking",
+    "refit",
+)
 
 
 @options.speaks_flags
@@ -117,24 +125,14 @@ def run(args) -> int:
     with training_run("prune", args) as (recorder, model, progress):
         result = prune(
             model,
-            ratio=args.ratio,
-            head_ratio=args.head_ratio,
-            sparsity=args.sparsity,
-            pattern=args.pattern,
-            scope=args.scope,
-            importance=args.importance,
-            rounds=args.rounds,
+            **options.keywords(args, *WHAT),
             keep=options.listed(args.exclude),
-            round_to=args.round_to,
-            global_ranking=args.global_ranking,
-            refit=args.refit,
             progress=progress,
             **options.training_args(args, train=None if args.data else False),
         )
     if result.rounds:
         _print_groups(result.rounds[-1]["groups"], result.rounds)
-    for note in result.notes:
-        console.print(f"note: {note}")
+    print_notes(result.notes)
     latency = None if args.no_latency else _latency(model, result.model, args)
     sparsity = f", sparsity {result.sparsity:.1%}" if result.sparsity is not None else ""
     console.print(

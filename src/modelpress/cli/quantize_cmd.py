@@ -8,17 +8,15 @@ the check is not written (exit 1) unless --keep-anyway.
 
 from __future__ import annotations
 
-import argparse
-
 from rich.table import Table
 
 from modelpress.cli import options
-from modelpress.cli._common import console, counted, human_bytes
+from modelpress.cli._common import console, counted, human_bytes, print_notes, refuse_unless_kept
 from modelpress.cli._quantize_llm import LLM_MODES, add_llm_options, run_llm
-from modelpress.compress.quantize import ImagePreprocess, quantize
+from modelpress.compress.quantize import quantize
 from modelpress.compress.quantize.modes import MODES, mode_names
 from modelpress.compress.quantize.observers import OBSERVERS
-from modelpress.errors import OptionError, VerificationError
+from modelpress.errors import OptionError
 from modelpress.ir import save
 from modelpress.ir.files import output_dir
 from modelpress.ir.llm import is_llm_folder
@@ -79,11 +77,7 @@ def add_parser(sub) -> None:
         choices=sorted(set(OBSERVERS) | {"kl"}),
         help="calibration observer for static mode",
     )
-    p.add_argument(
-        "--per-tensor",
-        action="store_true",
-        help="one weight scale per tensor instead of per channel",
-    )
+    options.add_switch(p, "--per-tensor", "one weight scale per tensor instead of per channel")
     p.add_argument(
         "--bits",
         type=int,
@@ -105,16 +99,14 @@ def add_parser(sub) -> None:
         choices=["uint8", "int8"],
         help="static: activation type (default uint8, fastest on x86)",
     )
-    p.add_argument("--no-bias-correction", action="store_true", help="static: skip bias correction")
-    p.add_argument(
-        "--no-gptq",
-        action="store_true",
-        help="static and weight-only: round weights to nearest instead of by GPTQ",
+    options.add_switch(p, "--no-bias-correction", "static: skip bias correction")
+    options.add_switch(
+        p, "--no-gptq", "static and weight-only: round weights to nearest instead of by GPTQ"
     )
-    p.add_argument(
+    options.add_switch(
+        p,
         "--no-smooth",
-        action="store_true",
-        help="dynamic, and static on transformers: do not move activation outliers into the weights",
+        "dynamic, and static on transformers: do not move activation outliers into the weights",
     )
     options.add_list(p, "--exclude", metavar="NODE", help="a node to keep in float")
     p.add_argument(
@@ -123,42 +115,17 @@ def add_parser(sub) -> None:
         metavar="X",
         help="keep sensitive layers in float until the metric drops by at most X (a fraction: 0.01 is one point)",
     )
-    p.add_argument(
-        "--image-size", type=int, nargs=2, metavar=("H", "W"), help="image folders: resize to H W"
-    )
-    p.add_argument(
-        "--crop", type=int, nargs=2, metavar=("H", "W"), help="image folders: centre crop"
-    )
-    p.add_argument(
-        "--mean",
-        type=_floats,
-        default=(0.0,),
-        metavar="M[,M,M]",
-        help="image folders: per-channel mean after scaling to 0..1 (comma-separated; default 0)",
-    )
-    p.add_argument(
-        "--std",
-        type=_floats,
-        default=(1.0,),
-        metavar="S[,S,S]",
-        help="image folders: per-channel std (comma-separated; default 1)",
-    )
-    options.add_with_default(
-        p, "--layout", default="NCHW", choices=["NCHW", "NHWC"], help="image folders: layout"
-    )
-    p.add_argument("--grayscale", action="store_true", help="image folders: one channel")
-    p.add_argument(
-        "--no-optimize", action="store_true", help="do not run the optimizer (level 2) first"
-    )
-    p.add_argument(
+    options.add_image_folder(p)
+    options.add_switch(p, "--no-optimize", "do not run the optimizer (level 2) first")
+    options.add_switch(
+        p,
         "--no-latency",
-        action="store_true",
-        help="skip timing float against int8 on this CPU (static int8 must be faster; about 2 s)",
+        "skip timing float against int8 on this CPU (static int8 must be faster; about 2 s)",
     )
-    p.add_argument(
+    options.add_switch(
+        p,
         "--keep-anyway",
-        action="store_true",
-        help="write the model even when the check fails (larger, slower or less exact than it should be)",
+        "write the model even when the check fails (larger, slower or less exact than it should be)",
     )
     add_llm_options(p)
     options.add_training(p, teacher=False, budget=False)  # qat mode
@@ -170,15 +137,6 @@ def add_parser(sub) -> None:
         "chart, latency)",
     )
     p.set_defaults(func=run)
-
-
-def _floats(text: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: expected numbers separated by commas"
-        ) from None
 
 
 # The library's field names → this command's flags, in its error messages.
@@ -209,37 +167,30 @@ def run(args) -> int:
     recorder = options.Recorder("quantize", args)
     output_dir(args.output)  # before minutes of calibration, not after
     original = options.open_model(args.model, args)
-    image = None
-    if args.image_size or args.crop or args.grayscale:
-        image = ImagePreprocess(
-            size=tuple(args.image_size) if args.image_size else None,
-            crop=tuple(args.crop) if args.crop else None,
-            mean=tuple(args.mean),
-            std=tuple(args.std),
-            layout=args.layout,
-            mode="L" if args.grayscale else "RGB",
-        )
     with counted("calibrating") as progress:
         result = quantize(
             original,
-            mode=args.mode,
-            data=args.data,
-            method=args.method,
+            **options.keywords(
+                args,
+                "mode",
+                "data",
+                "method",
+                "bits",
+                "block_size",
+                "max_accuracy_drop",
+                "labels_key",
+                "batch_size",
+                "limit",
+                "target_cpu",
+            ),
             per_channel=not args.per_tensor,
-            bits=args.bits,
-            block_size=args.block_size,
             activation_dtype=args.activation_type,
             bias_correction=not args.no_bias_correction,
             smooth=not args.no_smooth,
             gptq=not args.no_gptq,
             exclude=options.listed(args.exclude),
-            max_accuracy_drop=args.max_accuracy_drop,
-            labels_key=args.labels_key,
-            batch_size=args.batch_size,
-            limit=args.limit,
-            image=image,
+            image=options.image_preprocess(args),
             optimize=not args.no_optimize,
-            target_cpu=args.target_cpu,
             dims=options.dims(args),
             check_latency=not args.no_latency,
             train=options.training_config(
@@ -250,8 +201,7 @@ def run(args) -> int:
             progress=progress,
         )
     _print_layers(result)
-    for note in result.notes:
-        console.print(f"note: {note}")
+    print_notes(result.notes)
     _print_check(result)
     if result.accuracy is not None:
         a = result.accuracy
@@ -263,22 +213,15 @@ def run(args) -> int:
             f"{status}; kept in float: {', '.join(a.kept_float) or 'none'}"
         )
     data = result.to_dict()
-    if result.failures and not args.keep_anyway:
-        recorder.write(
-            {**data, "written": None}, models={"input": original, "output": result.model}
-        )
-        raise VerificationError(
-            f"{args.output} not written: {'; '.join(result.failures)} (--keep-anyway writes it regardless)"
-        )
+    models = {"input": original, "output": result.model}
+    refuse_unless_kept(args, result.failures, data, recorder, models=models)
     save(result.model, args.output)
     console.print(
         f"wrote {args.output}: {human_bytes(result.size_before)} → {human_bytes(result.size_after)} "
         f"({result.size_after / max(result.size_before, 1):.2f}x) in {result.seconds:.1f} s"
         + ("" if result.check is None or result.check.verified else " [yellow](not verified)[/]")
     )
-    recorder.write(
-        {**data, "written": args.output}, models={"input": original, "output": result.model}
-    )
+    recorder.write({**data, "written": args.output}, models=models)
     return 0
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from modelpress.cli import options
-from modelpress.cli._common import console, err_console
+from modelpress.cli._common import console, err_console, transient_bar
 from modelpress.cli.options import (
     Recorder,
     add_device,
@@ -74,9 +74,7 @@ def add_parser(sub) -> None:
         metavar="N",
         help="prepared batches kept ready (default 2 per worker)",
     )
-    p.add_argument(
-        "--restart", action="store_true", help="start over instead of resuming a stopped run"
-    )
+    options.add_switch(p, "--restart", "start over instead of resuming a stopped run")
     options.add_ray(p, on="run on Ray Data", replicas="model replicas (actors) on Ray (default 1)")
     p.add_argument(
         "--labels-key",
@@ -84,7 +82,7 @@ def add_parser(sub) -> None:
         help="an array of the .npz to leave out, as labels (default: one named 'labels')",
     )
     options.add_batching(p)
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    options.add_switch(p, "--quiet", "no progress bar")
     add_device(p)
     add_key(p)
     add_record(p)
@@ -113,18 +111,12 @@ def run(args) -> int:
         result = run_batch(
             model,
             data,
-            output=args.output,
-            batch_size=args.batch_size,
+            **options.keywords(
+                args, "output", "batch_size", "prefetch", "restart", "ray", "labels_key"
+            ),
+            **options.placement(args),
             workers=workers,
-            prefetch=args.prefetch,
-            backend=args.backend,
-            device=args.device,
-            place=args.place,
-            strict=args.strict,
-            restart=args.restart,
-            ray=args.ray,
             ray_actors=args.replicas,
-            labels_key=args.labels_key,
             rule=options.batching_rule(args)(model),
             source_file=args.model,
             progress=progress,
@@ -165,21 +157,19 @@ class _progress:
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
-            Progress,
             TaskProgressColumn,
             TextColumn,
             TimeRemainingColumn,
         )
 
-        self.bar = Progress(
+        self.bar = transient_bar(
             TextColumn("run"),
             BarColumn(),
             MofNCompleteColumn(),
             TaskProgressColumn(),
             TextColumn("{task.fields[rate]}"),
             TimeRemainingColumn(),
-            console=err_console,
-            transient=True,
+            to=err_console,
         )
         self.bar.start()
         self.task = self.bar.add_task("run", total=None, rate="")

@@ -38,13 +38,11 @@ def add_parser(sub) -> None:
         metavar="MODEL",
         help=".onnx files (a protected .mpk with --key-file), or LLM folders (modelpress convert)",
     )
-    p.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)",
+    options.add_with_default(
+        p, "--host", default="127.0.0.1", help="address to listen on", note="0.0.0.0 for all"
     )
-    p.add_argument(
-        "--port", type=int, default=8000, help="port to listen on (default 8000; 0: any free port)"
+    options.add_with_default(
+        p, "--port", type=int, default=8000, help="port to listen on", note="0: any free port"
     )
     options.add_list(
         p,
@@ -231,10 +229,7 @@ def run(args) -> int:
         llms = [(name, open_llm(path, spinning=False)) for name, path in llm_named]
     repo = Repository.open(
         [(name, options.open_model(path, args)) for name, path in named],
-        backend=args.backend,
-        device=args.device,
-        place=args.place,
-        strict=args.strict,
+        **options.placement(args),
         batching=args.batching,
     )
     for m in repo.models.values():
@@ -301,11 +296,7 @@ def _run_ray(args, named, settings, recorder) -> int:
         sources,
         settings,
         address=args.ray_address,
-        host=args.host,
-        port=args.port,
-        replicas=args.replicas,
-        backend=args.backend,
-        device=args.device,
+        **options.keywords(args, "host", "port", "replicas", "backend", "device"),
     )
     console.print(
         f"serving on Ray Serve at http://{args.host}:{deployment.port} (SIGTERM or Ctrl+C stops)"

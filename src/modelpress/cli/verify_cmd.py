@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from modelpress.cli import options
-from modelpress.cli._common import console, err_console
+from modelpress.cli._common import console, err_console, print_notes
 from modelpress.cli._verify_llm import add_llm_options, run_llm
 from modelpress.ir.feeds import load_npz
 from modelpress.ir.llm import is_llm_folder
@@ -74,8 +74,7 @@ def check_options(args) -> dict:
 
 
 def print_verify(result, title: str | None = None) -> None:
-    for note in result.notes:
-        err_console.print(f"note: {escape(note)}")
+    print_notes(result.notes, to=err_console)
     t = Table(title=title, show_edge=False)
     for col in ("output", "dtype", "shape", "max abs", "max rel", "tolerance", ""):
         t.add_column(col)

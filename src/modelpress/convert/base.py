@@ -3,7 +3,7 @@
 A *source kind* (``pt2``, ``torchscript``, ``savedmodel``, ...) is registered with a function that
 says whether it accepts a source (a path or an in-memory model) and a function that converts it.
 ``detect()`` walks the registry in order; the first kind that accepts the source wins, so a new
-framework is one more ``@register`` and nothing else changes.
+framework is one more row in ``kinds.FRAMEWORK_KINDS`` and nothing else changes.
 
 A converter returns an ``Exported``: the ONNX model plus a ``reference`` callable that runs the
 *original* framework on numpy feeds (keyed by ONNX input name), which is what verification compares
@@ -12,9 +12,10 @@ against, and the concrete input shapes the model was traced at.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -144,3 +145,16 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
         if line:
             return line[:limit]
     return type(exc).__name__
+
+
+@contextlib.contextmanager
+def reading(path: object, what: str, hint: str = "") -> Iterator[None]:
+    """Turn whatever a framework raises while opening ``path`` into one ConversionError line:
+    ``<path>: not a readable <what> (<its first line>)<hint>``."""
+    try:
+        yield
+    # The frameworks raise many types for a bad file; each becomes one line.
+    except Exception as exc:
+        raise ConversionError(
+            f"{path}: not a readable {what} ({first_line(exc, 200)}){hint}"
+        ) from None

@@ -27,8 +27,7 @@ from modelpress.convert.base import (
     ConvertOptions,
     Exported,
     first_line,
-    has_suffix,
-    register,
+    reading,
 )
 from modelpress.errors import OptionError, require
 from modelpress.ir import from_proto
@@ -65,12 +64,12 @@ def _quiet():
             lg.setLevel(level)
 
 
-def _is_keras_model(source: object) -> bool:
+def is_keras_model(source: object) -> bool:
     keras = sys.modules.get("keras")
     return keras is not None and isinstance(source, keras.Model)
 
 
-def _is_saved_model(source: object) -> bool:
+def is_saved_model(source: object) -> bool:
     return isinstance(source, (str, os.PathLike)) and (Path(source) / "saved_model.pb").is_file()
 
 
@@ -168,31 +167,14 @@ def _convert_keras(model, options: ConvertOptions, source: str) -> Exported:
 def _load_keras(path: Path):
     _tf()
     keras = require("keras", extra="tensorflow", purpose="converting a Keras model")
-    try:
-        with _quiet():
-            return keras.models.load_model(str(path), compile=False)
-    except Exception as exc:
-        raise ConversionError(
-            f"{path}: not a readable Keras model ({first_line(exc, 200)})"
-        ) from None
+    with reading(path, "Keras model"), _quiet():
+        return keras.models.load_model(str(path), compile=False)
 
 
-@register(
-    "keras-model",
-    description="a keras.Model (Python API)",
-    extra="tensorflow",
-    accepts=_is_keras_model,
-)
 def convert_keras_model(model, options: ConvertOptions) -> Exported:
     return _convert_keras(model, options, f"Keras model {model.name!r}")
 
 
-@register(
-    "keras",
-    description="a Keras model file (.keras, .h5)",
-    extra="tensorflow",
-    accepts=has_suffix(".keras", ".h5", ".hdf5"),
-)
 def convert_keras_file(path, options: ConvertOptions) -> Exported:
     return _convert_keras(_load_keras(Path(path)), options, str(path))
 
@@ -213,23 +195,12 @@ def _signature(loaded, path: Path):
     return name, sigs[name], sorted(sigs)
 
 
-@register(
-    "savedmodel",
-    description="a TensorFlow SavedModel directory (with a signature)",
-    extra="tensorflow",
-    accepts=_is_saved_model,
-)
 def convert_saved_model(path, options: ConvertOptions) -> Exported:
     tf = _tf()
     tf2onnx = _tf2onnx()
     path = Path(path)
-    try:
-        with _quiet():
-            loaded = tf.saved_model.load(str(path))
-    except Exception as exc:
-        raise ConversionError(
-            f"{path}: not a readable SavedModel ({first_line(exc, 200)})"
-        ) from None
+    with reading(path, "SavedModel"), _quiet():
+        loaded = tf.saved_model.load(str(path))
     sig_name, sig, all_sigs = _signature(loaded, path)
     arg_specs = sig.structured_input_signature[1]
     names = sorted(arg_specs)

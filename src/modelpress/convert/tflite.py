@@ -27,8 +27,7 @@ from modelpress.convert.base import (
     ConvertOptions,
     Exported,
     first_line,
-    has_suffix,
-    register,
+    reading,
 )
 from modelpress.convert.tensorflow import (
     DEFAULT_OPSET,
@@ -121,12 +120,6 @@ def _convert_isolated(path: Path, opset: int):
         )
 
 
-@register(
-    "tflite",
-    description="a TensorFlow Lite flatbuffer (.tflite)",
-    extra="tensorflow",
-    accepts=has_suffix(".tflite"),
-)
 def convert_tflite(path, options: ConvertOptions) -> Exported:
     tf = _tf()
     _tf2onnx()  # a missing extra is reported here, not as a child's failure
@@ -134,13 +127,8 @@ def convert_tflite(path, options: ConvertOptions) -> Exported:
     opset = options.opset or DEFAULT_OPSET
     _check_header(path)
     proto = _convert_isolated(path, opset)
-    try:
-        with _quiet():
-            interpreter = tf.lite.Interpreter(model_path=str(path))
-    except Exception as exc:
-        raise ConversionError(
-            f"{path}: not a readable TFLite model ({first_line(exc, 200)})"
-        ) from None
+    with reading(path, "TFLite model"), _quiet():
+        interpreter = tf.lite.Interpreter(model_path=str(path))
     in_details = interpreter.get_input_details()
     names = [d["name"] for d in in_details]
     _check_names(options, names, str(path))

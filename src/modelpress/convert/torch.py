@@ -29,8 +29,7 @@ from modelpress.convert.base import (
     ConvertOptions,
     Exported,
     first_line,
-    has_suffix,
-    register,
+    reading,
 )
 from modelpress.errors import OptionError, require
 from modelpress.ir import from_proto
@@ -65,7 +64,7 @@ def _quiet():
         logging.disable(previous)
 
 
-def _is_module(source: object) -> bool:
+def is_module(source: object) -> bool:
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(source, torch.nn.Module)
 
@@ -374,12 +373,6 @@ def _example_feeds(names: list[str], tensors: list) -> dict[str, np.ndarray]:
     return {n: t.detach().cpu().numpy() for n, t in zip(names, tensors, strict=False)}
 
 
-@register(
-    "torch-module",
-    description="a torch.nn.Module with example_inputs (Python API)",
-    extra="torch",
-    accepts=_is_module,
-)
 def convert_module(module, options: ConvertOptions) -> Exported:
     torch = _torch()
     args, kwargs = _split_example(module, options)
@@ -478,12 +471,6 @@ def _example_from_program(ep, options: ConvertOptions, path: Path) -> tuple[tupl
     return tuple(args), {}
 
 
-@register(
-    "pt2",
-    description="a torch.export program (.pt2)",
-    extra="torch",
-    accepts=has_suffix(".pt2"),
-)
 def convert_pt2(path, options: ConvertOptions) -> Exported:
     torch = _torch()
     path = Path(path)
@@ -492,14 +479,9 @@ def convert_pt2(path, options: ConvertOptions) -> Exported:
             f"{path}: a .pt2 program's dynamic dimensions are fixed when it is exported "
             "(torch.export.export(..., dynamic_shapes=...)); `dynamic` cannot change them"
         )
-    try:
-        with _quiet():
-            ep = torch.export.load(str(path))
-    except Exception as exc:
-        raise ConversionError(
-            f"{path}: not a readable torch.export program ({first_line(exc, 200)}); "
-            "save one with torch.export.save(torch.export.export(model, args), 'model.pt2')"
-        ) from None
+    advice = "; save one with torch.export.save(torch.export.export(model, args), 'model.pt2')"
+    with reading(path, "torch.export program", advice), _quiet():
+        ep = torch.export.load(str(path))
     args, kwargs = _example_from_program(ep, options, path)
     model = _dynamo(ep, options.opset, options.exporter_optimizations)
     feeder = _Feeder(args, kwargs)
@@ -517,24 +499,15 @@ def convert_pt2(path, options: ConvertOptions) -> Exported:
     )
 
 
-@register(
-    "torchscript",
-    description="a TorchScript module (.pt, .pth, with input shapes)",
-    extra="torch",
-    accepts=has_suffix(".pt", ".pth", ".ptl"),
-)
 def convert_torchscript(path, options: ConvertOptions) -> Exported:
     torch = _torch()
     path = Path(path)
-    try:
-        with _quiet():
-            module = torch.jit.load(str(path), map_location="cpu")
-    except Exception as exc:
-        raise ConversionError(
-            f"{path}: not a readable TorchScript file ({first_line(exc, 200)}); a state_dict or a "
-            "pickled module cannot be converted: save with torch.jit.save(torch.jit.script(model), path) "
-            "or torch.export.save(...) as .pt2"
-        ) from None
+    advice = (
+        "; a state_dict or a pickled module cannot be converted: save with "
+        "torch.jit.save(torch.jit.script(model), path) or torch.export.save(...) as .pt2"
+    )
+    with reading(path, "TorchScript file", advice), _quiet():
+        module = torch.jit.load(str(path), map_location="cpu")
     params = _forward_params(module)
     missing = [n for n in params if n not in options.inputs]
     if missing:

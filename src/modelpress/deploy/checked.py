@@ -4,12 +4,13 @@ measured check of this machine's option (what ``deploy`` does, without writing a
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import onnx_ir as ir
 
-from modelpress.advisor.catalog import GPU
 from modelpress.advisor.service import ServicePlan
 from modelpress.deploy.check import PlanCheck, check_option
 from modelpress.deploy.overhead import ServerCost, calibrate
@@ -37,31 +38,18 @@ def checked_plan(
     name: str,
     qps: float,
     p99_ms: float,
-    gpus: list[GPU] | None = None,
-    cpu: bool = True,
-    precision: str = "fp32",
-    max_batch: int | None = None,
-    gpu_notes: dict[str, str] | None = None,
     cost: ServerCost | None = None,
+    plan_options: Mapping[str, Any] | None = None,
     check_requests: int = 2000,
     check_seconds: float = 10.0,
 ) -> CheckedPlan:
     """Plan ``model`` with the server's own cost (calibrated here unless ``cost``), then serve it
-    as this machine's option plans and measure it open-loop at its rate."""
+    as this machine's option plans and measure it open-loop at its rate. ``plan_options``: the
+    other keyword arguments of ``plan`` (``gpus``, ``cpu``, ``precision``, ``max_batch``, ...)."""
     cost = cost or calibrate()
     sample = sample_request(model, name)
     service = plan(
-        model,
-        name=name,
-        qps=qps,
-        p99_ms=p99_ms,
-        cost=cost,
-        sample=sample,
-        gpus=gpus,
-        cpu=cpu,
-        precision=precision,
-        max_batch=max_batch,
-        gpu_notes=gpu_notes,
+        model, name=name, qps=qps, p99_ms=p99_ms, cost=cost, sample=sample, **(plan_options or {})
     )
     option = next((o for o in service.options if o.kind == "cpu"), None)
     measured = None

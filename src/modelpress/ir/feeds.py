@@ -6,12 +6,12 @@ from __future__ import annotations
 import os
 import zipfile
 import zlib
-from pathlib import Path
 
 import numpy as np
 import onnx_ir as ir
 
 from modelpress.errors import InputError
+from modelpress.ir.files import existing_file
 from modelpress.ir.io import from_proto, load
 from modelpress.ir.shapes import static_dim
 
@@ -33,11 +33,7 @@ def numpy_dtype(value: ir.Value) -> np.dtype:
 
 def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """The arrays of an ``.npz`` file by name, or one ``InputError`` line saying what is wrong."""
-    p = Path(path)
-    if not p.exists():
-        raise InputError(f"{p}: no such file")
-    if p.is_dir():
-        raise InputError(f"{p}: is a directory, expected an .npz file")
+    p = existing_file(path, what="an .npz file")
     try:
         data = np.load(p, allow_pickle=False)
         if not isinstance(data, np.lib.npyio.NpzFile):

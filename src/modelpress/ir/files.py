@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from modelpress.errors import InputError, ModelSaveError
+from modelpress.errors import InputError, ModelpressError, ModelSaveError
 
 
 def _first_line(exc: BaseException) -> str:
@@ -100,6 +100,19 @@ def write_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> Path:
     with atomic(path) as f:
         np.savez(f, **arrays)
     return Path(path)
+
+
+def existing_file(
+    path: str | os.PathLike, *, what: str, error: type[ModelpressError] = InputError
+) -> Path:
+    """``path`` when a file is there, else one ``error`` line: no such file, or a directory where
+    ``what`` (say "an .npz file") was expected."""
+    p = Path(path)
+    if not p.exists():
+        raise error(f"{p}: no such file")
+    if p.is_dir():
+        raise error(f"{p}: is a directory, expected {what}")
+    return p
 
 
 def read_json(path: str | os.PathLike, *, what: str = "JSON file"):

@@ -25,7 +25,7 @@ import onnx_ir as ir
 from google.protobuf.message import DecodeError
 
 from modelpress.errors import ModelLoadError, ModelSaveError
-from modelpress.ir.files import staging_dir
+from modelpress.ir.files import existing_file, staging_dir
 
 # Protobuf refuses messages over 2 GiB; past this many bytes of weights, save them externally.
 EXTERNAL_DATA_THRESHOLD = 1_800_000_000
@@ -38,11 +38,7 @@ def _first_line(exc: BaseException) -> str:
 
 def load_proto(path: str | os.PathLike, *, check: bool = True) -> onnx.ModelProto:
     """Read an ONNX file (with its external data) into a ``ModelProto``, checking it."""
-    p = Path(path)
-    if not p.exists():
-        raise ModelLoadError(f"{p}: no such file")
-    if p.is_dir():
-        raise ModelLoadError(f"{p}: is a directory, expected an .onnx file")
+    p = existing_file(path, what="an .onnx file", error=ModelLoadError)
     try:
         proto = onnx.load(str(p), load_external_data=False)
     except DecodeError as exc:

@@ -6,6 +6,28 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+# Op families that several layers (costs, channel analysis, pruning rules, decoys) read alike.
+#: The reductions over the axes they are given (every axis by default); the pools over every
+#: spatial axis.
+REDUCTIONS = (
+    "ReduceMean",
+    "ReduceSum",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceSumSquare",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+)
+GLOBAL_POOLS = ("GlobalAveragePool", "GlobalMaxPool")
+#: Ops that combine their inputs element by element, numpy-style broadcasting: arithmetic (binary
+#: and variadic), comparisons, logic, Where.
+ARITHMETIC = ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean")
+COMPARISONS = ("Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual")
+BROADCASTING = (*ARITHMETIC, "Where", "PRelu", *COMPARISONS, "And", "Or", "Xor", "Mod", "BitShift")
+
 
 def const_array(value: ir.Value | None) -> np.ndarray | None:
     """The constant behind ``value`` (initializer or Constant node) as numpy, else None.

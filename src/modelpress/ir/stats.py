@@ -27,6 +27,13 @@ def iter_graphs(graph: ir.Graph) -> Iterator[ir.Graph]:
             yield from iter_graphs(sub)
 
 
+def all_graphs(model: ir.Model) -> Iterator[ir.Graph]:
+    """The main graph, the bodies of the model's functions, and every subgraph of either."""
+    yield from iter_graphs(model.graph)
+    for f in model.functions.values():
+        yield from iter_graphs(f.graph)
+
+
 def subgraphs(node: ir.Node) -> Iterator[ir.Graph]:
     """The graphs held by ``node``'s attributes (the bodies of If, Loop, Scan), in order."""
     for attr in node.attributes.values():

@@ -14,7 +14,6 @@ every dimension of ``x`` is a known integer. The outer node is rewritten; the in
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,19 +22,16 @@ import onnx_ir as ir
 from modelpress.ir.graph import (
     add_initializer,
     insert_node,
-    remove_node,
     replace_value,
     replace_with_new,
 )
 from modelpress.ir.match import (
     graph_opset,
-    in_graph,
     ints_arg,
     known_rank,
-    producer_of,
     static_shape,
 )
-from modelpress.passes.rule import RewritePass
+from modelpress.passes.rule import Pair, PairRewritePass
 
 _OPS = ("Squeeze", "Unsqueeze")
 
@@ -110,9 +106,7 @@ def _nth_free(taken: list[int], indices: list[int]) -> list[int]:
 
 
 @dataclass
-class _Match:
-    inner: ir.Node
-    outer: ir.Node
+class _Match(Pair):
     # derived by the check: the merged node's axes (None when the pair cancels)
     axes: list[int] | None = None
 
@@ -121,20 +115,14 @@ def _axes(node: ir.Node) -> list[int] | None:
     return _unsqueeze_axes(node) if node.op_type == "Unsqueeze" else _squeeze_axes(node)
 
 
-class CancelSqueeze(RewritePass[_Match]):
+class CancelSqueeze(PairRewritePass[_Match]):
     """Squeeze∘Unsqueeze and Unsqueeze∘Squeeze with the same axes cancel; runs of either merge."""
 
     name = "cancel-squeeze"
     ops = _OPS
+    match_type = _Match
 
-    def matches(self, graph, outer: ir.Node) -> Iterator[_Match]:
-        inner = producer_of(outer.inputs[0], *_OPS)
-        if inner is not None:
-            yield _Match(inner, outer)
-
-    def check(self, graph, m: _Match) -> str | None:
-        if not in_graph(m.inner, graph):
-            return f"the inner {m.inner.op_type} belongs to an enclosing graph"
+    def check_pair(self, graph, m: _Match) -> str | None:
         inner_axes, outer_axes = _axes(m.inner), _axes(m.outer)
         if inner_axes is None or outer_axes is None:
             return "the axes are unknown: not constants, negative with an unknown rank, or all size-1 axes of a dynamic shape"
@@ -166,7 +154,4 @@ class CancelSqueeze(RewritePass[_Match]):
         else:
             new = insert_node(graph, m.outer, m.outer.op_type, [x], {"axes": m.axes}, like=out)
             replace_with_new(out, new.outputs[0])
-        remove_node(graph, m.outer)
-        if not any(v.uses() or v.is_graph_output() for v in m.inner.outputs):
-            remove_node(graph, m.inner)
-        return 1
+        return self.remove_pair(graph, m)

@@ -12,14 +12,13 @@ needs the rank; two reversals cancel whatever the rank, otherwise the rank must 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import onnx_ir as ir
 
-from modelpress.ir.graph import insert_node, remove_node, replace_value, replace_with_new
-from modelpress.ir.match import in_graph, known_rank, producer_of
-from modelpress.passes.rule import RewritePass
+from modelpress.ir.graph import insert_node, replace_value, replace_with_new
+from modelpress.ir.match import known_rank
+from modelpress.passes.rule import Pair, PairRewritePass
 
 
 def _perm(node: ir.Node, rank: int | None) -> list[int] | None:
@@ -30,27 +29,19 @@ def _perm(node: ir.Node, rank: int | None) -> list[int] | None:
 
 
 @dataclass
-class _Match:
-    inner: ir.Node
-    outer: ir.Node
+class _Match(Pair):
     # derived by the check: the composed permutation (None: reverse∘reverse, the identity)
     composed: list[int] | None = None
 
 
-class CancelTranspose(RewritePass[_Match]):
+class CancelTranspose(PairRewritePass[_Match]):
     """Transpose(Transpose(x, p1), p2) → Transpose(x, p1∘p2), or x when that is the identity."""
 
     name = "cancel-transpose"
     ops = ("Transpose",)
+    match_type = _Match
 
-    def matches(self, graph, outer: ir.Node) -> Iterator[_Match]:
-        inner = producer_of(outer.inputs[0], "Transpose")
-        if inner is not None:
-            yield _Match(inner, outer)
-
-    def check(self, graph, m: _Match) -> str | None:
-        if not in_graph(m.inner, graph):
-            return "the inner Transpose belongs to an enclosing graph"
+    def check_pair(self, graph, m: _Match) -> str | None:
         if "perm" not in m.inner.attributes and "perm" not in m.outer.attributes:
             return None  # reverse∘reverse: the identity at any rank
         rank = known_rank(m.inner.inputs[0])
@@ -66,9 +57,7 @@ class CancelTranspose(RewritePass[_Match]):
     def rewrite(self, graph, m: _Match) -> int:
         x, out = m.inner.inputs[0], m.outer.outputs[0]
         identity = m.composed is None or m.composed == list(range(len(m.composed)))
-        if identity and replace_value(out, x):
-            remove_node(graph, m.outer)
-        else:
+        if not (identity and replace_value(out, x)):
             # Not the identity, or the identity of a graph input onto a graph output (whose names
             # are fixed): one Transpose (or Identity) reading x replaces the pair.
             if identity:
@@ -76,7 +65,4 @@ class CancelTranspose(RewritePass[_Match]):
             else:
                 new = insert_node(graph, m.outer, "Transpose", [x], {"perm": m.composed}, like=out)
             replace_with_new(out, new.outputs[0])
-            remove_node(graph, m.outer)
-        if not any(v.uses() or v.is_graph_output() for v in m.inner.outputs):
-            remove_node(graph, m.inner)
-        return 1
+        return self.remove_pair(graph, m)

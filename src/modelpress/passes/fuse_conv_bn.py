@@ -34,12 +34,10 @@ from modelpress.ir.match import (
     attr,
     const_array,
     graph_opset,
-    in_graph,
-    is_single_use,
     known_rank,
     producer_of,
 )
-from modelpress.passes.rule import RewritePass
+from modelpress.passes.rule import FusionPass, absorb_refusal
 
 
 def bn_refusal(bn: ir.Node, opset: int) -> str | None:
@@ -199,12 +197,10 @@ class _Match:
     t: np.ndarray | None = None
 
 
-class FuseConvBatchNorm(RewritePass[_Match]):
+class FuseConvBatchNorm(FusionPass[_Match]):
     """Conv/ConvTranspose/Gemm/MatMul + inference BatchNormalization → the linear op alone."""
 
     name = "fuse-conv-bn"
-    level = 2
-    functions = False
     ops = ("BatchNormalization",)
 
     def matches(self, graph, bn: ir.Node) -> Iterator[_Match]:
@@ -213,11 +209,10 @@ class FuseConvBatchNorm(RewritePass[_Match]):
             yield _Match(bn, linear)
 
     def check(self, graph, m: _Match) -> str | None:
-        if not in_graph(m.linear, graph):
-            return f"the {m.linear.op_type} belongs to an enclosing graph"
         # The un-normalized output must have no other reader (and be no graph output).
-        if not is_single_use(m.bn.inputs[0]):
-            return f"the {m.linear.op_type} output has other readers or is a graph output"
+        reason = absorb_refusal(graph, m.linear, m.bn.inputs[0])
+        if reason is not None:
+            return reason
         opset = graph_opset(graph, self.model)
         reason = bn_refusal(m.bn, opset)
         if reason is not None:

@@ -24,9 +24,9 @@ import numpy as np
 import onnx_ir as ir
 
 from modelpress.ir.graph import replace_value
-from modelpress.ir.match import attr, const_array, in_graph, is_single_use, producer_of
+from modelpress.ir.match import attr, const_array, producer_of
 from modelpress.passes.fuse_conv_bn import channel_affine_refusal, fold_channel_affine
-from modelpress.passes.rule import RewritePass
+from modelpress.passes.rule import FusionPass, absorb_refusal
 
 
 def per_channel(c: np.ndarray, channels: int, out_rank: int) -> np.ndarray | None:
@@ -49,12 +49,10 @@ class _Match:
     t: np.ndarray | None = None
 
 
-class FuseConvScale(RewritePass[_Match]):
+class FuseConvScale(FusionPass[_Match]):
     """Conv followed by a constant per-channel Mul/Add/Sub/Div → Conv with folded weights."""
 
     name = "fuse-conv-scale"
-    level = 2
-    functions = False
     ops = ("Mul", "Add", "Sub", "Div")
 
     def matches(self, graph, node: ir.Node) -> Iterator[_Match]:
@@ -70,12 +68,11 @@ class FuseConvScale(RewritePass[_Match]):
 
     def check(self, graph, m: _Match) -> str | None:
         y, other = m.node.inputs[m.position], m.node.inputs[1 - m.position]
-        if not in_graph(m.conv, graph):
-            return f"the {m.conv.op_type} belongs to an enclosing graph"
         if y is other:
             return f"the {m.conv.op_type} output is both operands"
-        if not is_single_use(y):
-            return f"the {m.conv.op_type} output has other readers or is a graph output"
+        reason = absorb_refusal(graph, m.conv, y)
+        if reason is not None:
+            return reason
         w = const_array(m.conv.inputs[1]) if len(m.conv.inputs) > 1 else None
         if w is None or w.ndim < 3:
             return f"the {m.conv.op_type} weight is not a constant of rank >= 3"

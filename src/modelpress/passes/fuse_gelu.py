@@ -47,7 +47,7 @@ from modelpress.ir.match import (
     producer_of,
     sole_consumer,
 )
-from modelpress.passes.rule import RewritePass
+from modelpress.passes.rule import FusionPass
 
 SQRT2 = math.sqrt(2.0)
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -249,12 +249,10 @@ class _Match:
     since: int  # the first opset that has it
 
 
-class FuseGelu(RewritePass[_Match]):
+class FuseGelu(FusionPass[_Match]):
     """Erf/Tanh GELU patterns → Gelu (opset >= 20); x·HardSigmoid(x), x·Relu6(x+3)/6 → HardSwish (>= 14)."""
 
     name = "fuse-gelu"
-    level = 2
-    functions = False
     ops = tuple(_RULES)
 
     def matches(self, graph, node: ir.Node) -> Iterator[_Match]:

@@ -42,7 +42,7 @@ from modelpress.ir.match import (
     other_input,
     sole_consumer,
 )
-from modelpress.passes.rule import RewritePass
+from modelpress.passes.rule import FusionPass
 
 
 def _one(value: ir.Value | None) -> float | None:
@@ -103,12 +103,10 @@ class _Match:
     out: ir.Value | None = None
 
 
-class FuseLayerNorm(RewritePass[_Match]):
+class FuseLayerNorm(FusionPass[_Match]):
     """ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div[/Mul/Add] → LayerNormalization."""
 
     name = "fuse-layernorm"
-    level = 2
-    functions = False
     ops = ("ReduceMean",)
 
     def matches(self, graph, mean: ir.Node) -> Iterator[_Match]:

@@ -33,7 +33,7 @@ from modelpress.ir.match import (
     other_input,
     producer_of,
 )
-from modelpress.passes.rule import RewritePass
+from modelpress.passes.rule import FusionPass, absorb_refusal
 
 _GEMM_DTYPES = {"float16", "float32", "float64"}
 
@@ -53,12 +53,10 @@ class _Match:
     transpose: ir.Node | None = None  # absorbed as transB=1
 
 
-class FuseMatMulAdd(RewritePass[_Match]):
+class FuseMatMulAdd(FusionPass[_Match]):
     """MatMul(x 2-D, W 2-D) + Add(constant bias on the last axis) → Gemm."""
 
     name = "fuse-matmul-add"
-    level = 2
-    functions = False
     ops = ("Add",)
 
     def check_graph(self, graph) -> str | None:
@@ -74,10 +72,9 @@ class FuseMatMulAdd(RewritePass[_Match]):
 
     def check(self, graph, m: _Match) -> str | None:
         product = m.matmul.outputs[0]
-        if not in_graph(m.matmul, graph):
-            return "the MatMul belongs to an enclosing graph"
-        if not is_single_use(product):
-            return "the product has other readers or is a graph output: Gemm yields only product + bias"
+        reason = absorb_refusal(graph, m.matmul, product, "Gemm yields only product + bias")
+        if reason is not None:
+            return reason
         bias = const_array(m.bias)
         # Add requires equal operand types, so the bias's dtype is the product's dtype.
         if bias is None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import onnx_ir as ir
 
 from modelpress.ir.match import attr, const_array, const_scalar, ints_arg, is_single_use, known_rank
-from modelpress.passes.rule import RewritePass
+from modelpress.passes.rule import FusionPass
 
 _CONSUMERS = ("Conv", "AveragePool", "MaxPool")
 _NON_NEGATIVE = ("Relu", "Sigmoid", "Softplus", "Abs", "Exp")
@@ -87,12 +87,10 @@ class _Match:
     pads: list[int] | None = None  # the consumer's new pads
 
 
-class FusePad(RewritePass[_Match]):
+class FusePad(FusionPass[_Match]):
     """Pad (constant 0, spatial axes) + Conv / AveragePool / MaxPool → the consumer with larger pads."""
 
     name = "fuse-pad"
-    level = 2
-    functions = False
     ops = ("Pad",)
 
     def matches(self, graph, pad: ir.Node) -> Iterator[_Match]:

@@ -33,7 +33,7 @@ import onnx_ir as ir
 from modelpress.ir.graph import add_initializer, insert_node, replace_with_new
 from modelpress.ir.match import const_array, is_single_use
 from modelpress.ir.shapes import ensure_types
-from modelpress.passes.rule import RewritePass
+from modelpress.passes.rule import FusionPass
 
 _OPS = ("Mul", "Add", "Sub", "Div", "Neg")
 
@@ -116,12 +116,10 @@ class _Match:
     plan: list[str] | None = None
 
 
-class MergeScaleChains(RewritePass[_Match]):
+class MergeScaleChains(FusionPass[_Match]):
     """Merge a chain of constant Mul/Add/Sub/Div/Neg into ``x·s + t`` (rules in the module doc)."""
 
     name = "merge-scale-chains"
-    level = 2
-    functions = False
     ops = _OPS
 
     def call(self, model: ir.Model):

@@ -15,14 +15,11 @@ axes of the same sign to be compared. The inner Slice goes once nothing else use
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
-import onnx_ir as ir
-
-from modelpress.ir.graph import make_slice, remove_node, replace_with_new
-from modelpress.ir.match import graph_opset, in_graph, known_rank, producer_of, slice_params
-from modelpress.passes.rule import RewritePass
+from modelpress.ir.graph import make_slice, replace_with_new
+from modelpress.ir.match import graph_opset, known_rank, slice_params
+from modelpress.passes.rule import Pair, PairRewritePass
 
 _INT64_MAX = 2**63 - 1
 
@@ -44,27 +41,19 @@ def _compose(s1: int, e1: int, s2: int, e2: int, dim: int | None) -> tuple[int, 
 
 
 @dataclass
-class _Match:
-    inner: ir.Node
-    outer: ir.Node
+class _Match(Pair):
     # derived by the check: (starts, ends, axes, steps) of the merged Slice
     merged: tuple[list[int], list[int], list[int], list[int]] | None = None
 
 
-class MergeSlice(RewritePass[_Match]):
+class MergeSlice(PairRewritePass[_Match]):
     """Slice(Slice(x)) → one Slice, on disjoint axes or step-1 slices of the same axis."""
 
     name = "merge-slice"
     ops = ("Slice",)
+    match_type = _Match
 
-    def matches(self, graph, outer: ir.Node) -> Iterator[_Match]:
-        inner = producer_of(outer.inputs[0], "Slice")
-        if inner is not None:
-            yield _Match(inner, outer)
-
-    def check(self, graph, m: _Match) -> str | None:
-        if not in_graph(m.inner, graph):
-            return "the inner Slice belongs to an enclosing graph"
+    def check_pair(self, graph, m: _Match) -> str | None:
         p1, p2 = slice_params(m.inner), slice_params(m.outer)
         if p1 is None or p2 is None:
             return "a Slice's parameters are not all constant"
@@ -112,7 +101,4 @@ class MergeSlice(RewritePass[_Match]):
             name_hint=f"{out.name}_slice",
         )
         replace_with_new(out, new.outputs[0])
-        remove_node(graph, m.outer)
-        if not m.inner.outputs[0].uses() and not m.inner.outputs[0].is_graph_output():
-            remove_node(graph, m.inner)
-        return 1
+        return self.remove_pair(graph, m)

@@ -108,42 +108,49 @@ def _is_shape_of(value: ir.Value | None, x: ir.Value) -> bool:
     )
 
 
-def _reshape(node: ir.Node) -> ir.Value | str:
+def _to_target(node: ir.Node) -> ir.Value | str:
+    """Reshape and Expand, to a target shape (their second input): the input itself when the
+    target is ``Shape(x)``, or a constant that ``_TARGET_REFUSALS`` finds keeps x's shape."""
     x = node.inputs[0]
     if _is_shape_of(_input(node, 1), x):
         return x
     dims = _dims(x)
     target = const_array(_input(node, 1))
-    if dims is None or target is None or target.ndim != 1 or len(target) != len(dims):
-        return "the input's shape or the target shape is not known, or their ranks differ"
+    if dims is None or target is None or target.ndim != 1:
+        return "the input's shape or the target shape is not known"
+    reason = _TARGET_REFUSALS[node.op_type](node, dims, target.tolist())
+    return x if reason is None else reason
+
+
+def _reshape_refusal(node: ir.Node, dims: list, target: list[int]) -> str | None:
+    if len(target) != len(dims):
+        return "the target's rank differs from the input's"
     allowzero = node.attributes.get_int("allowzero", 0) == 1
     minus_one = 0
-    for want, dim in zip(target.tolist(), dims, strict=True):
+    for want, dim in zip(target, dims, strict=True):
         if want == 0 and not allowzero:
             continue  # copies the input's dimension
         if want == -1:
             minus_one += 1
         elif not (isinstance(dim, int) and dim == want):
-            return f"the target {target.tolist()} is not known to equal the input's shape"
+            return f"the target {target} is not known to equal the input's shape"
     # With every other dimension equal, a single -1 can only resolve to the input's own dimension,
     # unless a literal zero-size dimension (allowzero) makes it ambiguous.
-    if minus_one > 1 or (minus_one and allowzero and 0 in target.tolist()):
+    if minus_one > 1 or (minus_one and allowzero and 0 in target):
         return "more than one -1, or a -1 beside a literal 0"
-    return x
+    return None
 
 
-def _expand(node: ir.Node) -> ir.Value | str:
-    x = node.inputs[0]
-    if _is_shape_of(_input(node, 1), x):
-        return x
-    dims = _dims(x)
-    shape = const_array(_input(node, 1))
-    if dims is None or shape is None or shape.ndim != 1 or len(shape) > len(dims):
-        return "the input's shape or the target shape is not known, or the target has a higher rank"
-    for want, dim in zip(shape.tolist()[::-1], dims[::-1], strict=False):
+def _expand_refusal(node: ir.Node, dims: list, shape: list[int]) -> str | None:
+    if len(shape) > len(dims):
+        return "the target has a higher rank than the input"
+    for want, dim in zip(shape[::-1], dims[::-1], strict=False):
         if want != 1 and not (isinstance(dim, int) and dim == want):
-            return f"the target {shape.tolist()} may broadcast the input"
-    return x
+            return f"the target {shape} may broadcast the input"
+    return None
+
+
+_TARGET_REFUSALS = {"Reshape": _reshape_refusal, "Expand": _expand_refusal}
 
 
 def _transpose(node: ir.Node) -> ir.Value | str:
@@ -265,8 +272,8 @@ RULES: dict[str, Rule] = {
     "Dropout": _dropout,
     "Cast": _cast,
     "CastLike": _cast_like,
-    "Reshape": _reshape,
-    "Expand": _expand,
+    "Reshape": _to_target,
+    "Expand": _to_target,
     "Transpose": _transpose,
     "Pad": _pad,
     "Slice": _slice,

@@ -18,17 +18,21 @@ runs such a pass; a subclass declares:
 The first candidate of an anchor whose check passes is rewritten; each refused candidate is
 logged with its reason (``GraphPass.refuse``). ``check_graph`` refuses a whole graph at once (an
 opset without the op the rewrite needs).
+
+Two common kinds have their own base: ``FusionPass`` (level 2, main graph and subgraphs, not local
+functions) and ``PairRewritePass`` (two nodes of the pass's ops in a row become one).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import onnx_ir as ir
 
-from modelpress.ir.graph import replace_value
-from modelpress.ir.match import can_become_output_of, in_graph
+from modelpress.ir.graph import remove_node, replace_value
+from modelpress.ir.match import can_become_output_of, in_graph, is_single_use, producer_of
 from modelpress.passes.base import GraphPass
 
 M = TypeVar("M")
@@ -82,6 +86,73 @@ class RewritePass(GraphPass, Generic[M]):
                 return self.rewrite(graph, match)
             self.refuse(node, reason)
         return 0
+
+
+class FusionPass(RewritePass[M]):
+    """A level-2 rewrite that fuses nodes into one op or folds constants into a weight. It leaves
+    local functions alone: there the weights are arguments, not constants, and a function holds no
+    initializer for a folded one."""
+
+    level = 2
+    functions = False
+
+
+@dataclass
+class Pair:
+    """Two nodes in a row: ``inner``'s output is ``outer``'s first input."""
+
+    inner: ir.Node
+    outer: ir.Node
+
+
+P = TypeVar("P", bound=Pair)
+
+
+class PairRewritePass(RewritePass[P]):
+    """``outer(inner(x))``, two nodes of ``ops`` in a row, rewritten into one node (or ``x``).
+
+    ``match_type`` is the pass's match class: a ``Pair``, with the fields its check derives.
+    Every pair is checked first for an inner node in the rewritten graph itself (a subgraph's
+    rewrite cannot remove a node of an enclosing graph), then by ``check_pair``; ``remove_pair``
+    ends a rewrite.
+    """
+
+    match_type: type[Pair] = Pair
+
+    def matches(self, graph: ir.Graph | ir.Function, node: ir.Node) -> Iterator[P]:
+        inner = producer_of(node.inputs[0], *self.ops)
+        if inner is not None:
+            yield self.match_type(inner, node)
+
+    def check(self, graph: ir.Graph | ir.Function, match: P) -> str | None:
+        if not in_graph(match.inner, graph):
+            return f"the inner {match.inner.op_type} belongs to an enclosing graph"
+        return self.check_pair(graph, match)
+
+    def check_pair(self, graph: ir.Graph | ir.Function, match: P) -> str | None:  # pragma: no cover
+        raise NotImplementedError
+
+    def remove_pair(self, graph: ir.Graph | ir.Function, match: P) -> int:
+        """Remove ``outer``, whose output has been replaced, and ``inner`` unless something else
+        reads it; one rewrite."""
+        remove_node(graph, match.outer)
+        if not any(v.uses() or v.is_graph_output() for v in match.inner.outputs):
+            remove_node(graph, match.inner)
+        return 1
+
+
+def absorb_refusal(
+    graph: ir.Graph | ir.Function, producer: ir.Node, value: ir.Value, because: str = ""
+) -> str | None:
+    """Why a fusion cannot absorb ``producer``, whose output ``value`` it consumes, or None: the
+    producer belongs to an enclosing graph, or something else reads ``value`` (or it is a graph
+    output), which would then still need it. ``because`` is added to the second reason."""
+    if not in_graph(producer, graph):
+        return f"the {producer.op_type} belongs to an enclosing graph"
+    if not is_single_use(value):
+        reason = f"the {producer.op_type} output has other readers or is a graph output"
+        return f"{reason}: {because}" if because else reason
+    return None
 
 
 def output_refusal(old: ir.Value, new: ir.Value, graph: ir.Graph | ir.Function) -> str | None:

@@ -8,10 +8,11 @@ passes (or was not asked for). The original model is not changed.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-import numpy as np
 import onnx_ir as ir
 
 from modelpress.ir import graph_stats, model_bytes, save
@@ -73,20 +74,15 @@ def optimize_verified(
     skip: list[str] | None = None,
     opset: int | None = None,
     check: bool = True,
-    data: dict[str, np.ndarray] | list[dict[str, np.ndarray]] | None = None,
-    dims: dict[str, int] | None = None,
-    shapes: dict[str, tuple[int, ...]] | None = None,
-    input_sets: int | None = None,
-    rtol: float | None = None,
-    atol: float | None = None,
+    verify_options: Mapping[str, Any] | None = None,
     external_data: bool | None = None,
-    runs: int | None = None,
 ) -> VerifiedOptimize:
     """Optimize a copy of ``model`` (``passes.optimize``), verify it against ``model`` (unless
     ``check=False``) and, when it passes, save it to ``output``.
 
-    A failed check raises ``VerificationError`` and writes nothing. The remaining options are those
-    of ``optimize`` and ``verify`` (``runs``: the old name of ``input_sets``).
+    A failed check raises ``VerificationError`` and writes nothing. ``level``, ``passes``,
+    ``skip`` and ``opset`` are ``optimize``'s options; ``verify_options``, the keyword arguments of
+    ``verify`` (``data``, ``dims``, ``shapes``, ``input_sets``, ``rtol``, ``atol``, ...).
     """
     if output is not None:
         output_dir(output)  # a missing folder is reported before the work, not after
@@ -95,17 +91,7 @@ def optimize_verified(
     result = optimize(copy_model(model), level=level, passes=passes, skip=skip, opset=opset)
     checked = None
     if check:
-        checked = verify(
-            model,
-            result.model,
-            data=data,
-            dims=dims,
-            shapes=shapes,
-            input_sets=input_sets,
-            rtol=rtol,
-            runs=runs,
-            atol=atol,
-        )
+        checked = verify(model, result.model, **(verify_options or {}))
     report = VerifiedOptimize(
         optimized=result,
         nodes_before=before.node_count,

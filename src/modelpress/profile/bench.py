@@ -10,7 +10,7 @@ first model: a detector whose height and width are dynamic gets sizes it can run
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import onnx_ir as ir
@@ -73,16 +73,7 @@ class BenchResult:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {
-            "backend": self.backend,
-            "device": self.device,
-            "batch": self.batch,
-            "runs": self.runs,
-            "shapes": self.shapes,
-            "machine_peak_gflops": self.machine_peak_gflops,
-            "notes": self.notes,
-            "models": [m.to_dict() for m in self.models],
-        }
+        return {**asdict(self), "models": [m.to_dict() for m in self.models]}
 
 
 def _backend(backend: str, threads: int | None, ort_level: str, profile: bool):

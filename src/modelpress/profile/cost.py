@@ -13,21 +13,14 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
+from modelpress.ir.match import GLOBAL_POOLS, REDUCTIONS, static_shape
 from modelpress.ir.shapes import infer_shapes
 from modelpress.ir.stats import iter_nodes
 
 # Pools over a sliding window (one op per output element and kernel element), and ops that reduce
 # whole axes (one op per input element); the workload's kinds (``workload``) reuse both.
 WINDOW_POOLS = ("MaxPool", "AveragePool", "LpPool")
-WHOLE_REDUCTIONS = (
-    "GlobalAveragePool",
-    "GlobalMaxPool",
-    "ReduceMean",
-    "ReduceSum",
-    "ReduceMax",
-    "ReduceMin",
-    "ReduceL2",
-)
+WHOLE_REDUCTIONS = (*GLOBAL_POOLS, *REDUCTIONS)
 
 
 @dataclass(frozen=True)
@@ -70,15 +63,6 @@ class ModelCost:
         return sum(n.weight_bytes for n in self.nodes)
 
 
-def _shape(value: ir.Value | None) -> tuple[int, ...] | None:
-    if value is None or value.shape is None:
-        return None
-    dims = tuple(value.shape)
-    if not all(isinstance(d, int) for d in dims):
-        return None
-    return dims  # type: ignore[return-value]
-
-
 def _numel(shape) -> int:
     return int(math.prod(shape)) if shape is not None else 0
 
@@ -93,11 +77,11 @@ def _itemsize(value: ir.Value | None) -> int:
 
 
 def _bytes(value: ir.Value | None) -> int:
-    return _numel(_shape(value)) * _itemsize(value) if _shape(value) is not None else 0
+    return _numel(static_shape(value)) * _itemsize(value) if static_shape(value) is not None else 0
 
 
 def _elems(value: ir.Value | None) -> int:
-    return _numel(_shape(value)) if _shape(value) is not None else 0
+    return _numel(static_shape(value)) if static_shape(value) is not None else 0
 
 
 def _is_weight(value: ir.Value | None) -> bool:
@@ -127,8 +111,8 @@ _ELEMENTWISE_COST = {
 
 def _node_flops(node: ir.Node) -> float:
     op = node.op_type
-    out = _shape(node.outputs[0]) if node.outputs else None
-    ins = [_shape(v) for v in node.inputs]
+    out = static_shape(node.outputs[0]) if node.outputs else None
+    ins = [static_shape(v) for v in node.inputs]
     if op in ("Conv", "ConvInteger", "QLinearConv", "FusedConv"):
         w = ins[1] if op != "QLinearConv" else ins[3]
         if out is None or w is None:
@@ -220,7 +204,7 @@ def profile_model(model: ir.Model, shapes: dict[str, tuple[int, ...]] | None = N
     for node in iter_nodes(inferred.graph):
         if node.op_type == "Constant":
             continue
-        out = _shape(node.outputs[0]) if node.outputs else None
+        out = static_shape(node.outputs[0]) if node.outputs else None
         if out is None and node.outputs:
             unknown += 1
         weight = sum(_bytes(v) for v in node.inputs if _is_weight(v))

@@ -100,15 +100,7 @@ class _Net:
         self._add(
             "global_pool", "reduce", self.c * self.h * self.w, 0, self.c * self.h * self.w, self.c
         )
-        self._add(
-            "fc",
-            "matmul",
-            2 * self.c * classes + classes,
-            self.c * classes + classes,
-            self.c,
-            classes,
-            out_cols=classes,
-        )
+        self.kernels.append(_dense("fc", 1, self.c, classes))
 
     def conv_bn(
         self, name: str, out: int, k: int, stride: int = 1, groups: int = 1, act: bool = True
@@ -182,6 +174,15 @@ class _Encoder:
     default_seq: int = 128
 
 
+def _dense(name: str, rows: float, n_in: int, n_out: int) -> Kernel:
+    """A linear layer with bias on ``rows`` tokens: ``n_in`` features in, ``n_out`` out."""
+    flops = 2.0 * rows * n_in * n_out + rows * n_out
+    weights, reads, writes = n_in * n_out + n_out, rows * n_in, rows * n_out
+    return Kernel(
+        name, "matmul", flops, float(weights), float(reads), float(writes), False, float(n_out)
+    )
+
+
 def _encoder(cfg: _Encoder, seq: int | None, avg_seq: float | None = None) -> Workload:
     padded = seq or cfg.default_seq
     if padded > cfg.positions:
@@ -200,15 +201,7 @@ def _encoder(cfg: _Encoder, seq: int | None, avg_seq: float | None = None) -> Wo
     for n in range(cfg.layers):
         p = f"layer{n}"
         k += [
-            Kernel(
-                p + ".qkv",
-                "matmul",
-                2.0 * s * h * 3 * h + 3 * s * h,
-                3 * h * h + 3 * h,
-                s * h,
-                3 * s * h,
-                out_cols=3 * h,
-            ),
+            _dense(p + ".qkv", s, h, 3 * h),
             # unfused attention, as in the reference implementations: scores and probabilities
             # are materialised (B·heads·s² each), softmax and dropout run as separate kernels
             Kernel(p + ".scores", "matmul", 2.0 * s * s * h, 0, 2 * s * h, scores, out_cols=s),
@@ -216,29 +209,11 @@ def _encoder(cfg: _Encoder, seq: int | None, avg_seq: float | None = None) -> Wo
             Kernel(
                 p + ".context", "matmul", 2.0 * s * s * h, 0, scores + s * h, s * h, out_cols=hd
             ),
-            Kernel(
-                p + ".out", "matmul", 2.0 * s * h * h + s * h, h * h + h, s * h, s * h, out_cols=h
-            ),
+            _dense(p + ".out", s, h, h),
             Kernel(p + ".add_norm1", "norm", 9.0 * s * h, 2 * h, 2 * s * h, s * h),
-            Kernel(
-                p + ".ffn_in",
-                "matmul",
-                2.0 * s * h * i + s * i,
-                h * i + i,
-                s * h,
-                s * i,
-                out_cols=i,
-            ),
+            _dense(p + ".ffn_in", s, h, i),
             Kernel(p + ".gelu", "elementwise", 8.0 * s * i, 0, s * i, s * i, True),
-            Kernel(
-                p + ".ffn_out",
-                "matmul",
-                2.0 * s * i * h + s * h,
-                i * h + h,
-                s * i,
-                s * h,
-                out_cols=h,
-            ),
+            _dense(p + ".ffn_out", s, i, h),
             Kernel(p + ".add_norm2", "norm", 9.0 * s * h, 2 * h, 2 * s * h, s * h),
         ]
     # pooler (dense on [CLS]) as in BertModel; the task head is a few thousand FLOPs more

@@ -4,7 +4,7 @@ with no operator between the layers to undo it (the analysis ``mixing`` plans it
 A layer that computes its output channels from slices of a constant weight (Conv, MatMul, Gemm,
 an embedding Gather: a *producer*) can compute them in any order, the weight's output axis
 permuted. That order then travels with the activation through every operator that treats the
-channels of the axis alike (``_HANDLERS``):
+channels of the axis alike (``HANDLERS``):
 
 - elementwise ops (ReLU, Clip, Sigmoid, Erf, ..., Add, Mul, Div, Where): a constant operand with a
   channel axis of that size is permuted the same way; an operand of size 1 there broadcasts; two
@@ -32,13 +32,21 @@ chance level the recovery check allows: see docs/protect.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
 import onnx_ir as ir
 
-from modelpress.protect.compress_graph import is_constant
+from modelpress.ir.match import REDUCTIONS
+from modelpress.protect.channel_ops import (
+    ELEMENTWISE,
+    HANDLERS,
+    PRODUCERS,
+    SAME_RANK,
+    Refused,
+    attr,
+    carried,
+    const_array,
+)
 
 DEFAULT = ("", "ai.onnx")
 
@@ -80,38 +88,14 @@ class Plan:
         return any(b.users for b in self.boundaries if b.group == group)
 
 
-class _Refused(Exception):
-    """The node cannot carry its inputs' permutation: they are put back in order before it."""
-
-
-def const_array(value: ir.Value | None) -> np.ndarray | None:
-    if value is None or not is_constant(value):
-        return None
-    tensor = ir.convenience.get_const_tensor(value)
-    return None if tensor is None else tensor.numpy()
-
-
 def _rank(v: ir.Value) -> int | None:
     return None if v.shape is None else len(v.shape)
 
 
-def _ints(node: ir.Node, name: str, index: int) -> list[int] | None:
-    """An int list given as attribute ``name`` or as constant input ``index``."""
-    attr = node.attributes.get(name)
-    if attr is not None:
-        return list(attr.value)
-    if len(node.inputs) > index and node.inputs[index] is not None:
-        a = const_array(node.inputs[index])
-        return None if a is None else [int(x) for x in a.reshape(-1)]
-    return None
+class Walk:
+    """One walk over the main graph: the groups (a union-find over producers), each permuted
+    value's (group, negative axis), the edits and the boundaries; the handlers' working state."""
 
-
-def _attr(node: ir.Node, name: str, default):
-    a = node.attributes.get(name)
-    return default if a is None else a.value
-
-
-class _Walk:
     def __init__(self, graph: ir.Graph, excluded: set[ir.Node]):
         self.graph = graph
         self.excluded = excluded
@@ -153,15 +137,15 @@ class _Walk:
         ranks = [self.rank(v) for v in node.inputs if v is not None]
         op = node.op_type
         r = None
-        if op in _ELEMENTWISE:
+        if op in ELEMENTWISE:
             for axis in {self.flat[v] for v in node.inputs if v in self.flat}:
                 if all(self.dim(v, axis) == 1 for v in node.inputs if v is not None):
                     self.flat[out] = axis
-        if op in _ELEMENTWISE and ranks and None not in ranks:
+        if op in ELEMENTWISE and ranks and None not in ranks:
             r = max(ranks)
-        elif op in _REDUCE and ranks and _attr(node, "keepdims", 1):
+        elif op in REDUCTIONS and ranks and attr(node, "keepdims", 1):
             r = ranks[0]
-        elif op in _SAME_RANK and ranks:
+        elif op in SAME_RANK and ranks:
             r = ranks[0]
         elif op == "MatMul" and len(ranks) == 2 and None not in ranks and min(ranks) >= 2:
             r = max(ranks)
@@ -204,12 +188,12 @@ class _Walk:
     # the handlers' tools: pending edits and joins, committed when the handler succeeds
     def edit(self, node: ir.Node, index: int, axis: int, group: int) -> None:
         if const_array(node.inputs[index]) is None:
-            raise _Refused
+            raise Refused
         self.pending.append(Edit(node, index, axis, group))
 
     def join(self, a: int, b: int) -> None:
         if self.n(a) != self.n(b):
-            raise _Refused
+            raise Refused
         self.joins.append((a, b))
 
     def run(self) -> Plan:
@@ -221,7 +205,7 @@ class _Walk:
             if permuted:
                 self._consume(node, permuted)
             if node not in self.excluded and node.domain in DEFAULT:
-                start = _PRODUCERS.get(node.op_type)
+                start = PRODUCERS.get(node.op_type)
                 if start is not None and node.outputs[0] not in self.state:
                     self.pending = []
                     found = start(self, node)
@@ -247,13 +231,13 @@ class _Walk:
         return Plan({g: self.size[g] for g in roots}, edits, bounds, producers)
 
     def _consume(self, node: ir.Node, permuted: list[tuple[int, ir.Value]]) -> None:
-        handler = _HANDLERS.get(node.op_type) if node.domain in DEFAULT else None
+        handler = HANDLERS.get(node.op_type) if node.domain in DEFAULT else None
         self.pending, self.joins = [], []
         outputs = None
         if handler is not None:
             try:
                 outputs = handler(self, node, [(i, v, *self.state[v]) for i, v in permuted])
-            except _Refused:
+            except Refused:
                 outputs = None
         if outputs is None:
             for _, v in permuted:
@@ -268,325 +252,9 @@ class _Walk:
             if len(node.outputs) > index:
                 self.state[node.outputs[index]] = st
         for index, out in enumerate(node.outputs):  # outputs the handler does not carry
-            if index not in outputs and out.uses() and index in _carried(node):
+            if index not in outputs and out.uses() and index in carried(node):
                 for _, v in permuted:
                     self.bound(v, node)
-
-
-def _carried(node: ir.Node) -> set[int]:
-    """Outputs that would depend on the channel order if the handler gave them no state: the
-    handlers return every output they do not refuse, so only MaxPool's indices are checked."""
-    return {1} if node.op_type == "MaxPool" else set()
-
-
-# -- consumers ---------------------------------------------------------------------------------
-Handler = Callable[[_Walk, ir.Node, list[tuple[int, ir.Value, int, int]]], dict | None]
-
-
-def _broadcast(w: _Walk, node: ir.Node, permuted, *, only: set[int] | None = None) -> tuple:
-    """Every permuted input on one axis; the other inputs broadcast there or are constants
-    permuted along it. Returns ``(group, axis)``."""
-    _, _, g, axis = permuted[0]
-    n = w.n(g)
-    for _, _, g2, a2 in permuted[1:]:
-        if a2 != axis:
-            raise _Refused
-        w.join(g, g2)
-    carried = {i for i, *_ in permuted}
-    for i, v in enumerate(node.inputs):
-        if v is None or i in carried or (only is not None and i not in only):
-            continue
-        d = w.dim(v, axis)
-        if d == 1:
-            continue
-        if d != n:
-            raise _Refused
-        w.edit(node, i, w.rank(v) + axis, g)
-    return g, axis
-
-
-def _elementwise(w, node, permuted):
-    st = _broadcast(w, node, permuted)
-    return {i: st for i in range(len(node.outputs))}
-
-
-def _channel_axis(w, v: ir.Value, axis: int) -> None:
-    r = w.rank(v)
-    if r is None or r < 2 or r + axis != 1:
-        raise _Refused
-
-
-def _normalization(count: int):
-    def handle(w, node, permuted):
-        (i, v, g, axis), *rest = permuted
-        if i != 0 or rest:
-            raise _Refused
-        _channel_axis(w, v, axis)
-        for k in range(1, count + 1):
-            w.edit(node, k, 0, g)
-        if any(o.uses() for o in node.outputs[1:]):
-            raise _Refused
-        return {0: (g, axis)}
-
-    return handle
-
-
-def _layer_norm(w, node, permuted):
-    (i, v, g, axis), *rest = permuted
-    r = w.rank(v)
-    if i != 0 or rest or r is None:
-        raise _Refused
-    start = _attr(node, "axis", -1) % r
-    if r + axis < start:  # normalized over later axes only: the parameters do not see it
-        return {k: (g, axis) for k in range(len(node.outputs))}
-    if start != r - 1:
-        raise _Refused
-    _broadcast(w, node, [(i, v, g, axis)], only={1, 2})
-    return {0: (g, axis)}
-
-
-def _conv(w, node, permuted):
-    (i, v, g, axis), *rest = permuted
-    if i != 0 or rest:
-        raise _Refused
-    _channel_axis(w, v, axis)
-    weight = const_array(node.inputs[1])
-    if weight is None:
-        raise _Refused
-    groups, n = _attr(node, "group", 1), w.n(g)
-    if groups == 1:
-        w.edit(node, 1, 1, g)
-        return {}
-    if groups == n and weight.shape[0] == n and weight.shape[1] == 1:  # depthwise
-        w.edit(node, 1, 0, g)
-        if len(node.inputs) > 2 and node.inputs[2] is not None:
-            w.edit(node, 2, 0, g)
-        return {0: (g, axis)}
-    raise _Refused
-
-
-def _matmul(w, node, permuted):
-    (i, v, g, axis), *rest = permuted
-    weight = const_array(node.inputs[1])
-    if i != 0 or rest or weight is None or weight.ndim != 2:
-        raise _Refused
-    if axis == -1:
-        w.edit(node, 1, 0, g)
-        return {}
-    if axis < -2:  # a batch axis
-        return {0: (g, axis)}
-    raise _Refused
-
-
-def _gemm(w, node, permuted):
-    (i, v, g, axis), *rest = permuted
-    weight = const_array(node.inputs[1])
-    if i != 0 or rest or weight is None or axis != -1 or _attr(node, "transA", 0):
-        raise _Refused
-    w.edit(node, 1, 1 if _attr(node, "transB", 0) else 0, g)
-    return {}
-
-
-def _gather(w, node, permuted):
-    (i, v, g, axis), *rest = permuted
-    r, k = w.rank(v), w.rank(node.inputs[1])
-    if i != 0 or rest or r is None or k is None:
-        raise _Refused
-    at, pa = _attr(node, "axis", 0) % r, r + axis
-    if at == pa:
-        raise _Refused
-    out = pa if pa < at else pa + k - 1
-    return {0: (g, out - (r + k - 1))}
-
-
-def _reduce(w, node, permuted):
-    (i, v, g, axis), *rest = permuted
-    r = w.rank(v)
-    if i != 0 or rest:
-        raise _Refused
-    axes = _ints(node, "axes", 1)
-    if axes is None or not axes:
-        if axes is not None and _attr(node, "noop_with_empty_axes", 0):
-            return {0: (g, axis)}
-        if len(node.inputs) > 1 and node.inputs[1] is not None and axes is None:
-            raise _Refused  # axes computed at run time
-        return {}  # every axis: the order does not matter
-    if any(a >= 0 for a in axes):
-        if r is None:
-            raise _Refused
-        axes = [a - r if a >= 0 else a for a in axes]
-    keep = _attr(node, "keepdims", 1)
-    if axis in axes:
-        if keep:
-            w.flat[node.outputs[0]] = axis
-        return {}
-    if keep:
-        return {0: (g, axis)}
-    return {0: (g, axis + sum(a > axis for a in axes))}
-
-
-def _pool(w, node, permuted):
-    (i, v, g, axis), *rest = permuted
-    if i != 0 or rest:
-        raise _Refused
-    _channel_axis(w, v, axis)
-    if len(node.outputs) > 1 and node.outputs[1].uses():
-        raise _Refused  # MaxPool's indices count channels
-    return {0: (g, axis)}
-
-
-def _transpose(w, node, permuted):
-    (i, v, g, axis), *_ = permuted
-    r = w.rank(v)
-    if r is None:
-        raise _Refused
-    perm = list(_attr(node, "perm", list(range(r))[::-1]))
-    return {0: (g, perm.index(r + axis) - r)}
-
-
-def _same_product(a: list, b: list) -> bool:
-    def split(dims):
-        ints = [d for d in dims if isinstance(d, int)]
-        syms = sorted(str(d) for d in dims if not isinstance(d, int))
-        return int(np.prod(ints)) if ints else 1, syms
-
-    if any(d is None or (not isinstance(d, int) and str(d) in ("", "None")) for d in a + b):
-        return False
-    return split(a) == split(b)
-
-
-def _reshape_like(w, node, permuted):
-    """Reshape, Flatten, Squeeze, Unsqueeze: the axis stays whole when the output has an axis of
-    its size with the same product of dimensions before it."""
-    (i, v, g, axis), *rest = permuted
-    out = node.outputs[0]
-    if i != 0 or rest or v.shape is None or out.shape is None:
-        raise _Refused
-    dims, out_dims = list(v.shape), list(out.shape)
-    pa, n = len(dims) + axis, w.n(g)
-    for j, d in enumerate(out_dims):
-        if d == n and _same_product(dims[:pa], out_dims[:j]):
-            return {0: (g, j - len(out_dims))}
-    raise _Refused
-
-
-def _pad(w, node, permuted):
-    (i, v, g, axis), *rest = permuted
-    r = w.rank(v)
-    if i != 0 or rest or r is None or (len(node.inputs) > 3 and node.inputs[3] is not None):
-        raise _Refused
-    pads = _ints(node, "pads", 1)
-    pa = r + axis
-    if pads is None or len(pads) != 2 * r or pads[pa] or pads[pa + r]:
-        raise _Refused
-    return {0: (g, axis)}
-
-
-def _slice(w, node, permuted):
-    (i, v, g, axis), *rest = permuted
-    r = w.rank(v)
-    if i != 0 or rest or r is None:
-        raise _Refused
-    starts = _ints(node, "starts", 1)
-    axes = _ints(node, "axes", 3)
-    if starts is None or (axes is None and len(node.inputs) > 3 and node.inputs[3] is not None):
-        raise _Refused
-    axes = list(range(len(starts))) if axes is None else axes
-    if (r + axis) in [a % r for a in axes]:
-        raise _Refused
-    return {0: (g, axis)}
-
-
-_UNARY = """Relu LeakyRelu Elu Selu Celu Sigmoid HardSigmoid Tanh Erf Gelu HardSwish Mish Softplus
-Softsign Exp Log Abs Neg Sqrt Reciprocal Floor Ceil Round Sign Sin Cos Identity Cast Dropout
-IsNaN IsInf Not ThresholdedRelu Shrink Clip""".split()
-_BINARY = """Add Sub Mul Div Pow Max Min Sum Mean Where PRelu Equal Less Greater LessOrEqual
-GreaterOrEqual And Or Xor BitShift Mod""".split()
-_REDUCE = """ReduceMean ReduceSum ReduceMax ReduceMin ReduceProd ReduceL1 ReduceL2 ReduceSumSquare
-ReduceLogSum ReduceLogSumExp""".split()
-
-_ELEMENTWISE = set(_UNARY + _BINARY)
-_SAME_RANK = {
-    *"Transpose Softmax LogSoftmax LayerNormalization BatchNormalization Conv Pad Slice".split(),
-    *"InstanceNormalization MaxPool AveragePool GlobalAveragePool GlobalMaxPool Erf".split(),
-}
-
-_HANDLERS: dict[str, Handler] = {
-    "Shape": lambda w, node, p: {},  # the shape does not depend on the order
-    "Size": lambda w, node, p: {},
-    **{op: _elementwise for op in _UNARY + _BINARY},
-    **{op: _reduce for op in _REDUCE},
-    **{op: _pool for op in "MaxPool AveragePool LpPool GlobalAveragePool GlobalMaxPool".split()},
-    **{op: _reshape_like for op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze")},
-    "GlobalLpPool": _pool,
-    "BatchNormalization": _normalization(4),
-    "InstanceNormalization": _normalization(2),
-    "LayerNormalization": _layer_norm,
-    "Softmax": lambda w, node, p: {0: p[0][2:]} if len(p) == 1 and p[0][0] == 0 else None,
-    "LogSoftmax": lambda w, node, p: {0: p[0][2:]} if len(p) == 1 and p[0][0] == 0 else None,
-    "Conv": _conv,
-    "MatMul": _matmul,
-    "Gemm": _gemm,
-    "Gather": _gather,
-    "Transpose": _transpose,
-    "Pad": _pad,
-    "Slice": _slice,
-}
-
-
-# -- producers: (channels, the output's negative axis, [(input, axis) of the weights]) -----------
-def _start_conv(w, node):
-    weight = const_array(node.inputs[1]) if len(node.inputs) > 1 else None
-    if weight is None or weight.ndim < 3 or _attr(node, "group", 1) != 1:
-        return None
-    n = weight.shape[0]
-    edits = [(1, 0)]
-    if len(node.inputs) > 2 and node.inputs[2] is not None:
-        bias = const_array(node.inputs[2])
-        if bias is None or bias.shape != (n,):
-            return None
-        edits.append((2, 0))
-    return (n, 1 - weight.ndim, edits) if n >= 2 else None
-
-
-def _start_matmul(w, node):
-    weight = const_array(node.inputs[1])
-    if weight is None or weight.ndim != 2 or weight.shape[1] < 2:
-        return None
-    return weight.shape[1], -1, [(1, 1)]
-
-
-def _start_gemm(w, node):
-    weight = const_array(node.inputs[1])
-    if weight is None or weight.ndim != 2:
-        return None
-    trans = _attr(node, "transB", 0)
-    n = weight.shape[0] if trans else weight.shape[1]
-    edits = [(1, 0 if trans else 1)]
-    if len(node.inputs) > 2 and node.inputs[2] is not None:
-        bias = const_array(node.inputs[2])
-        if bias is None:
-            return None
-        if bias.shape[-1:] == (n,) and bias.size == n:
-            edits.append((2, bias.ndim - 1))
-        elif bias.size != 1:
-            return None
-    return (n, -1, edits) if n >= 2 else None
-
-
-def _start_embedding(w, node):
-    table = const_array(node.inputs[0])
-    if table is None or table.ndim != 2 or _attr(node, "axis", 0) != 0 or table.shape[1] < 2:
-        return None
-    return table.shape[1], -1, [(0, 1)]
-
-
-_PRODUCERS = {
-    "Conv": _start_conv,
-    "MatMul": _start_matmul,
-    "Gemm": _start_gemm,
-    "Gather": _start_embedding,
-}
 
 
 def plan(graph: ir.Graph, *, rounds: int = 8) -> Plan:
@@ -596,7 +264,7 @@ def plan(graph: ir.Graph, *, rounds: int = 8) -> Plan:
     that giving it up leaves no weight unpermuted."""
     excluded: set[ir.Node] = set()
     for _ in range(rounds):
-        result = _Walk(graph, excluded).run()
+        result = Walk(graph, excluded).run()
         drop = set()
         for g, nodes in result.producers.items():
             if not result.costly(g):

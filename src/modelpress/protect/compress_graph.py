@@ -22,6 +22,8 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from modelpress.ir.stats import subgraphs
+
 MIN_CAP = 6
 MAX_CAP = 24
 _WEIGHTED = {
@@ -139,12 +141,8 @@ def find_groups(
 def reads(node: ir.Node):
     """The values ``node`` reads, its subgraphs' reads of enclosing scopes included."""
     yield from (v for v in node.inputs if v is not None)
-    for attr in node.attributes.values():
-        if attr.type == ir.AttributeType.GRAPH:
-            yield from outer_reads(attr.value)
-        elif attr.type == ir.AttributeType.GRAPHS:
-            for g in attr.value:
-                yield from outer_reads(g)
+    for g in subgraphs(node):
+        yield from outer_reads(g)
 
 
 def outer_reads(graph: ir.Graph) -> list[ir.Value]:

@@ -17,6 +17,8 @@ import string
 import numpy as np
 import onnx_ir as ir
 
+from modelpress.ir.stats import all_graphs
+
 _ALPHABET = np.array(list(string.ascii_lowercase + string.digits))
 
 
@@ -38,7 +40,7 @@ class Namer:
 def all_names(model: ir.Model) -> set[str]:
     """Every name string in ``model``: values, nodes, graphs, functions, metadata keys and values."""
     names: set[str] = set()
-    for graph in _graphs(model):
+    for graph in all_graphs(model):
         names.add(graph.name or "")
         for v in [*graph.inputs, *graph.outputs, *graph.initializers.values()]:
             names.add(v.name or "")
@@ -51,30 +53,6 @@ def all_names(model: ir.Model) -> set[str]:
     names.update(model.metadata_props.values())
     names.discard("")
     return names
-
-
-def _graphs(model: ir.Model):
-    yield from model.graphs()
-    for f in model.functions.values():
-        yield f.graph
-        for node in f:
-            yield from subgraphs(node)
-
-
-def subgraphs(node: ir.Node):
-    """Every graph nested in ``node``'s attributes, at any depth."""
-    for attr in node.attributes.values():
-        graphs = (
-            [attr.value]
-            if attr.type == ir.AttributeType.GRAPH
-            else attr.value
-            if attr.type == ir.AttributeType.GRAPHS
-            else []
-        )
-        for g in graphs:
-            yield g
-            for inner in g:
-                yield from subgraphs(inner)
 
 
 def _clear(item) -> None:
@@ -106,7 +84,7 @@ def rename(model: ir.Model, namer: Namer, *, rename_io: bool) -> dict[str, str]:
             value.type = None
             value.shape = None
 
-    for graph in list(_graphs(model)):
+    for graph in list(all_graphs(model)):
         visible = graph is main  # shapes inside the (encrypted) library may stay
         graph.name = namer()
         _clear(graph)

@@ -5,7 +5,7 @@
    in a private domain; the weights it reads are stored perturbed (keyed noise and mapping) in the
    visible graph, smaller constants move into the function;
 3. ``expand``: decoys, extra edges from unrelated tensors and a cancelling chain of opaque
-   predicates are added;
+   predicates are added (``type_decoys``: in runtime mode, decoys of the model's op types);
 4. ``names``: every name becomes a random token, and doc strings, metadata and the shapes of
    intermediate values are cleared;
 5. ``library``: the functions (runtime mode) or the original structure (storage mode) are sealed
@@ -29,14 +29,16 @@ import onnx_ir as ir
 
 from modelpress.errors import OptionError
 from modelpress.ir.shapes import ensure_types
+from modelpress.ir.stats import iter_nodes
 from modelpress.passes.constant_folding import FoldConstants
 from modelpress.protect import library as lib
 from modelpress.protect import mixing, signature, weights
 from modelpress.protect.compress_graph import find_groups
 from modelpress.protect.correlation import Targets, standardized
-from modelpress.protect.expand import expand, type_decoys
-from modelpress.protect.names import Namer, all_names, rename, subgraphs
+from modelpress.protect.expand import expand
+from modelpress.protect.names import Namer, all_names, rename
 from modelpress.protect.optypes import DECODE_DOMAIN, Visible, const_tensor, extract
+from modelpress.protect.type_decoys import type_decoys
 
 MIN_OPSET = 7
 MIN_HIDDEN = 16  # runtime mode: smaller constants (shapes, axes, scalars) stay in the library
@@ -55,17 +57,7 @@ class Obfuscated:
 
 def _used_domains(functions: list[ir.Function]) -> set[str]:
     """The domains of the nodes in ``functions`` (their subgraphs included)."""
-    found: set[str] = set()
-
-    def visit(graph) -> None:
-        for node in graph:
-            found.add(node.domain)
-            for sub in subgraphs(node):
-                visit(sub)
-
-    for f in functions:
-        visit(f.graph)
-    return found
+    return {node.domain for f in functions for node in iter_nodes(f.graph)}
 
 
 def _rename_functions(
@@ -79,18 +71,12 @@ def _rename_functions(
     functions = list(work.functions.values())
     work.functions.clear()
 
-    def visit(graph) -> None:
-        for node in graph:
+    for graph in [work.graph, *(f.graph for f in [*functions, *callers])]:
+        for node in iter_nodes(graph):
             new = renames.get((node.domain, node.op_type, node.overload))
             if new:
                 node.domain, node.op_type = new
                 node.overload = ""
-            for sub in subgraphs(node):
-                visit(sub)
-
-    visit(work.graph)
-    for f in [*functions, *callers]:
-        visit(f.graph)
     for f in functions:
         f.domain, f.name = renames[f.identifier()]
         f.overload = ""

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import onnx_ir as ir
 
+from modelpress.ir.stats import iter_nodes, subgraphs
 from modelpress.protect.compress_graph import is_constant, reads
 
 DECODE_DOMAIN = "mpk.decode"
@@ -54,23 +55,6 @@ class Anonymous:
     function: ir.Function
 
 
-def _nested_nodes(node: ir.Node) -> list[ir.Node]:
-    out = []
-    for attr in node.attributes.values():
-        graphs = (
-            [attr.value]
-            if attr.type == ir.AttributeType.GRAPH
-            else attr.value
-            if attr.type == ir.AttributeType.GRAPHS
-            else []
-        )
-        for g in graphs:
-            for inner in g:
-                out.append(inner)
-                out.extend(_nested_nodes(inner))
-    return out
-
-
 def const_tensor(value: ir.Value) -> ir.TensorProtocol:
     tensor = ir.convenience.get_const_tensor(value)
     assert tensor is not None, value
@@ -91,7 +75,7 @@ def extract(
     members = set(nodes)
     inside = set(nodes)
     for n in nodes:
-        inside.update(_nested_nodes(n))
+        inside.update(m for sub in subgraphs(n) for m in iter_nodes(sub))
 
     externals: list[ir.Value] = []
     seen: set[ir.Value] = set()

@@ -26,6 +26,8 @@ import onnx_ir as ir
 
 from modelpress.errors import ModelLoadError
 from modelpress.ir import from_bytes, model_bytes
+from modelpress.ir.files import existing_file
+from modelpress.ir.stats import all_graphs
 
 PAYLOAD_MAGIC = b"MPKMODEL"
 LOCATION = "mpk:payload"
@@ -200,13 +202,10 @@ def load_original(path: str | os.PathLike) -> ir.Model:
     a protobuf tensor copies it again, and any one of them keeps the whole message alive), and
     the message let go: an inline model then takes its size in memory once."""
     model = load_lazily(path)
-    functions = [f.graph for f in model.functions.values()]
-    graphs = [g for g in model.graphs()] + [s for f in functions for s in _all_graphs(f)]
-    for graph in graphs:
-        if isinstance(graph, ir.Graph):
-            for value in graph.initializers.values():
-                if value.const_value is not None:
-                    value.const_value = _owned(value.const_value)
+    for graph in all_graphs(model):
+        for value in graph.initializers.values():
+            if value.const_value is not None:
+                value.const_value = _owned(value.const_value)
         for node in graph:
             for name, attr in list(node.attributes.items()):
                 if attr.type == ir.AttributeType.TENSOR:
@@ -217,24 +216,9 @@ def load_original(path: str | os.PathLike) -> ir.Model:
     return model
 
 
-def _all_graphs(graph) -> Iterator:
-    yield graph
-    for node in graph:
-        for attr in node.attributes.values():
-            if attr.type == ir.AttributeType.GRAPH:
-                yield from _all_graphs(attr.value)
-            elif attr.type == ir.AttributeType.GRAPHS:
-                for g in attr.value:
-                    yield from _all_graphs(g)
-
-
 def load_lazily(path: str | os.PathLike) -> ir.Model:
     """An ONNX file whose external data stays on disk until streamed (for models over 2 GB)."""
-    from pathlib import Path
-
-    p = Path(path)
-    if not p.is_file():
-        raise ModelLoadError(f"{p}: no such file")
+    p = existing_file(path, what="an .onnx file", error=ModelLoadError)
     try:
         return ir.load(p)
     except Exception as exc:  # protobuf and onnx_ir raise many types for a file that is not ONNX

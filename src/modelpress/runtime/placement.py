@@ -20,7 +20,7 @@ import onnx_ir as ir
 
 from modelpress.errors import OptionError
 from modelpress.ir.shapes import infer_shapes
-from modelpress.ir.stats import iter_nodes
+from modelpress.ir.stats import iter_nodes, subgraphs
 from modelpress.runtime.devices import choose, normalize
 
 HOST = "cpu"
@@ -96,27 +96,18 @@ def _nbytes(value: ir.Value) -> int | None:
 def _reads(node: ir.Node, graph: ir.Graph) -> list[ir.Value]:
     """The values of ``graph`` that ``node`` reads: its inputs, and those its subgraphs capture."""
     values = [v for v in node.inputs if v is not None]
-
-    for attr in node.attributes.values():
-        subgraphs = (
-            [attr.value]
-            if attr.type == ir.AttributeType.GRAPH
-            else attr.value
-            if attr.type == ir.AttributeType.GRAPHS
-            else []
-        )
-        for sub in subgraphs:
-            for inner in iter_nodes(sub):
-                for v in inner.inputs:
-                    if v is not None and v.graph is graph:
-                        values.append(v)
-                    elif (
-                        v is not None
-                        and v.graph is None
-                        and v.producer() is not None
-                        and v.producer().graph is graph
-                    ):
-                        values.append(v)
+    for sub in subgraphs(node):
+        for inner in iter_nodes(sub):
+            for v in inner.inputs:
+                if v is not None and v.graph is graph:
+                    values.append(v)
+                elif (
+                    v is not None
+                    and v.graph is None
+                    and v.producer() is not None
+                    and v.producer().graph is graph
+                ):
+                    values.append(v)
     return values
 
 

@@ -211,6 +211,16 @@ def _variants(mode: str, methods: list[str] | None) -> tuple[dict, ...]:
     return ({},)
 
 
+def _training_points(step: str, option: str, values: tuple) -> tuple[dict, ...]:
+    """The points of a training step (``prune``, ``distill``): one a value of its ``option``,
+    each with the least training the search allows; none when the step is not registered."""
+    accepted = STEPS[step].options() if step in STEPS else {}
+    if option not in accepted:
+        return ()
+    least = {"min_train_steps": MIN_TRAIN_STEPS} if "min_train_steps" in accepted else {}
+    return tuple({option: v, **least} for v in values)
+
+
 def build_space(
     *,
     gpu: bool,
@@ -251,18 +261,9 @@ def build_space(
     if not train_options:
         chosen_modes = [m for m in chosen_modes if m not in TRAINING_MODES]
     chosen_levels = sorted(set(levels)) if levels else [lv for lv in known_levels if lv]
-    prune: tuple[dict, ...] = ()
-    if train_options and "prune" in STEPS and (not modes or FLOAT in modes):
-        accepted = STEPS["prune"].options()
-        if "ratio" in accepted:
-            least = {"min_train_steps": MIN_TRAIN_STEPS} if "min_train_steps" in accepted else {}
-            prune = tuple({"ratio": r, **least} for r in PRUNE_RATIOS)
-    distill: tuple[dict, ...] = ()
-    if train_options and "distill" in STEPS and (not modes or FLOAT in modes):
-        accepted = STEPS["distill"].options()
-        if "width" in accepted:
-            least = {"min_train_steps": MIN_TRAIN_STEPS} if "min_train_steps" in accepted else {}
-            distill = tuple({"width": w, **least} for w in DISTILL_WIDTHS)
+    trains = bool(train_options) and (not modes or FLOAT in modes)
+    prune = _training_points("prune", "ratio", PRUNE_RATIOS) if trains else ()
+    distill = _training_points("distill", "width", DISTILL_WIDTHS) if trains else ()
     return Space(
         levels=tuple(chosen_levels),
         default_level=default_level if default_level in chosen_levels else chosen_levels[0],

@@ -22,7 +22,7 @@ import onnx_ir as ir
 
 from modelpress.errors import InputError
 from modelpress.ir.feeds import numpy_dtype
-from modelpress.ir.match import const_array
+from modelpress.ir.match import COMPARISONS, const_array
 from modelpress.ir.shapes import dim_name, static_dim
 
 # The most memory one generated input set may take.
@@ -84,7 +84,6 @@ def _index_bound(value: ir.Value, depth: int = 0) -> int | None:
 
 
 # Comparisons whose constant operand says which values an integer input is meant to take.
-_COMPARISONS = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"}
 
 
 def compared_constants(value: ir.Value, depth: int = 0) -> list[int]:
@@ -93,7 +92,7 @@ def compared_constants(value: ir.Value, depth: int = 0) -> list[int]:
     for node, idx in value.uses():
         if node.domain not in ("", "ai.onnx"):
             continue
-        if node.op_type in _COMPARISONS and len(node.inputs) == 2:
+        if node.op_type in COMPARISONS and len(node.inputs) == 2:
             const = const_array(node.inputs[1 - idx])
             if const is not None and const.size == 1 and np.issubdtype(const.dtype, np.number):
                 c = const.reshape(()).item()

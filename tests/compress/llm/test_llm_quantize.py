@@ -168,3 +168,54 @@ def test_bad_input(folder):
     with pytest.raises(ModelSaveError, match="must not be the input"):
         quantize_llm(src, src)
     assert not (folder / "x").exists()
+
+
+def test_measured_int4_cost_equals_a_model_with_that_weight_rounded(folder, tmp_path):
+    """``sensitivity.measure`` feeds the rounded weight through an overridable initializer; the
+    same KL must come out of a saved model whose weight was rounded, scored separately."""
+    from modelpress.compress.llm import sensitivity
+    from modelpress.compress.llm.calibrate import text_windows
+    from modelpress.ir import save
+
+    src = folder / "float"
+    model = load(src / llm.MODEL_FILE)
+    body = quantizable_matmuls(model)[:-1]
+    cost = sensitivity.measure(
+        src, model, body, TEXT, block_size=32, symmetric=False, seq_len=48, windows=2
+    )
+    assert set(cost) == {n.name for n in body} and all(c > 0 for c in cost.values())
+    assert len(model.graph.inputs) == len(load(src / llm.MODEL_FILE).graph.inputs)
+    worst = max(cost, key=cost.get)
+    node = next(n for n in body if n.name == worst)
+    w = node.inputs[1].const_value.numpy().astype(np.float32)
+    w_hat = sensitivity.rounded(w, bits=4, block_size=32, symmetric=False)
+    node.inputs[1].const_value = ir.tensor(w_hat, name=node.inputs[1].name)
+    out = tmp_path / "rounded"
+    out.mkdir()
+    for f in src.iterdir():
+        if not f.name.startswith(llm.MODEL_FILE):
+            (out / f.name).write_bytes(f.read_bytes())
+    save(model, out / llm.MODEL_FILE, external_data=True)
+    ref = Decoder.open(src, threads=1, optimize="basic")
+    test = Decoder.open(out, threads=1, optimize="basic")
+    kl, count = 0.0, 0
+    for ids in text_windows(ref, TEXT, seq_len=48, samples=2):
+        p = sensitivity._log_softmax(ref.logits(ids))
+        q = sensitivity._log_softmax(test.logits(ids))
+        kl += float(np.sum(np.exp(p) * (p - q)))
+        count += len(ids)
+    assert cost[worst] == pytest.approx(kl / count, rel=1e-3)
+    # the MatMuls kept at 8 bits are the ones measured costliest, and their cost is reported
+    r = quantize_llm(
+        src,
+        folder / "int4_mixed",
+        data=folder / "text.txt",
+        seq_len=48,
+        samples=4,
+        method="rtn",
+        int8_layers=2,
+    )
+    eight = {layer.name for layer in r.layers if layer.bits == 8 and layer.n != VOCAB}
+    reported = {layer.name: layer.int4_cost for layer in r.layers if layer.n != VOCAB}
+    assert all(c is not None and c > 0 for c in reported.values())
+    assert eight == set(sorted(reported, key=reported.get)[-2:])

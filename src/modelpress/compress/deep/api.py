@@ -36,8 +36,9 @@ import onnx_ir as ir
 
 from modelpress.compress.deep import half, kmeans, mpz
 from modelpress.compress.prune import unstructured as unstr
-from modelpress.compress.train import TrainConfig, TrainData, TrainResult
+from modelpress.compress.train import TeacherLoss, TrainConfig, TrainData, TrainResult
 from modelpress.compress.train.finetune import finetune
+from modelpress.compress.train.results import result_dict
 from modelpress.errors import OptionError
 from modelpress.ir.feeds import as_model
 from modelpress.ir.graph import copy_model
@@ -72,17 +73,11 @@ class DeepResult:
         return self.stages[-1]["ratio"]
 
     def to_dict(self) -> dict:
+        # the file's size and ratio, not its bytes
         return {
-            "sparsity": self.sparsity,
-            "bits": self.bits,
+            **result_dict(self, skip=("model", "data")),
             "size": len(self.data),
             "ratio": self.ratio,
-            "stages": self.stages,
-            "parts": self.parts,
-            "seconds": round(self.seconds, 3),
-            "training": [t.to_dict() for t in self.training],
-            "check": self.check.to_dict() if self.check else None,
-            "notes": self.notes,
         }
 
 
@@ -91,6 +86,8 @@ def deep_compress(
     *,
     data,
     labels_key: str | None = None,
+    image=None,
+    limit: int | None = None,
     sparsity: float = 0.9,
     bits: int = 5,
     scope: str = "global",
@@ -99,8 +96,6 @@ def deep_compress(
     alpha: float | None = None,
     temperature: float = 1.0,
     soft: str = "auto",
-    image=None,
-    limit: int | None = None,
     optimize_graph: bool = True,
     float16: bool = True,
     progress: Progress | None = None,
@@ -139,9 +134,7 @@ def deep_compress(
             train_part,
             teacher=original,
             config=train_config,
-            soft=soft,
-            alpha=alpha,
-            temperature=temperature,
+            loss=TeacherLoss(soft=soft, alpha=alpha, temperature=temperature),
             held_out=held,
             prepare=prepare,
             progress=stage_progress(stage),

@@ -24,10 +24,18 @@ import torch
 from modelpress.compress.distill import features as feats
 from modelpress.compress.prune.api import param_count, prune
 from modelpress.compress.prune.depgraph import probe_shapes
-from modelpress.compress.train import TrainConfig, TrainData, TrainResult, build_objective, fit
+from modelpress.compress.train import (
+    TeacherLoss,
+    TrainConfig,
+    TrainData,
+    TrainResult,
+    build_objective,
+    fit,
+)
 from modelpress.compress.train import module as modules
 from modelpress.compress.train.batchnorm import recalibrate
 from modelpress.compress.train.loop import to_tensors
+from modelpress.compress.train.results import result_dict
 from modelpress.errors import InputError, OptionError
 from modelpress.ir.feeds import as_model
 from modelpress.ir.io import model_bytes
@@ -52,18 +60,7 @@ class DistillResult:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {
-            "student": self.student,
-            "params_teacher": self.params_teacher,
-            "params_student": self.params_student,
-            "size_teacher": self.size_teacher,
-            "size_student": self.size_student,
-            "seconds": round(self.seconds, 3),
-            "features": [list(p) for p in self.features],
-            "training": self.training.to_dict() if self.training else None,
-            "check": self.check.to_dict() if self.check else None,
-            "notes": self.notes,
-        }
+        return result_dict(self)
 
 
 def _check_interface(teacher: ir.Model, student: ir.Model) -> None:
@@ -100,14 +97,14 @@ def distill(
     student=None,
     width: float | None = None,
     labels_key: str | None = None,
+    image=None,
+    limit: int | None = None,
     temperature: float = 4.0,
     alpha: float | None = None,
     soft: str = "auto",
     features: str = "auto",
     feature_weight: float = 1.0,
     train: TrainConfig | None = None,
-    image=None,
-    limit: int | None = None,
     progress: Progress | None = None,
 ) -> DistillResult:
     """Distill ``teacher`` into ``student`` (a model or path) or into its ``width`` reduction."""
@@ -154,9 +151,7 @@ def distill(
         s_model,
         labels=dataset.has_labels,
         teacher=frozen,
-        soft=soft,
-        alpha=alpha,
-        temperature=temperature,
+        loss=TeacherLoss(soft=soft, alpha=alpha, temperature=temperature),
         features=pairs,
         feature_weight=feature_weight,
     )

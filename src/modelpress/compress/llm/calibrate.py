@@ -100,22 +100,27 @@ def collect(
         model.graph.outputs.append(v)
         added.append(v)
     try:
-        with tempfile.TemporaryDirectory(prefix="modelpress-calib-") as tmp:
-            path = Path(tmp) / llm.MODEL_FILE
-            save(model, path, external_data=True)
-            base = Decoder.open(folder, threads=threads)
-            so = ort_backend.session_options(optimize="basic", intra_op_threads=threads)
-            session = ort_backend.session(path, options=so)
-            decoder = Decoder(folder, base.config, session, base.tokenizer, base.input_names)
-            stats = {name: InputStats() for name in names}
-            windows = text_windows(decoder, text, seq_len=seq_len, samples=samples)
-            tokens = 0
-            for i, ids in enumerate(windows):
-                outs = session.run(names, decoder.feeds(ids[None]))
-                for name, x in zip(names, outs):
-                    stats[name].add(x, i % 2)
-                tokens += len(ids)
+        decoder = decoder_of(folder, model, threads=threads)
     finally:
         for v in added:
             model.graph.outputs.remove(v)
+    stats = {name: InputStats() for name in names}
+    tokens = 0
+    for i, ids in enumerate(text_windows(decoder, text, seq_len=seq_len, samples=samples)):
+        outs = decoder.session.run(names, decoder.feeds(ids[None]))
+        for name, x in zip(names, outs):
+            stats[name].add(x, i % 2)
+        tokens += len(ids)
     return stats, tokens
+
+
+def decoder_of(folder: Path, model: ir.Model, *, threads: int | None = None) -> Decoder:
+    """``folder``'s decoder (tokenizer, config) running ``model`` as it is now (an edited copy
+    of the folder's graph), under ONNX Runtime's basic optimizations."""
+    base = Decoder.open(folder, threads=threads)
+    with tempfile.TemporaryDirectory(prefix="modelpress-calib-") as tmp:
+        path = Path(tmp) / llm.MODEL_FILE
+        save(model, path, external_data=True)
+        so = ort_backend.session_options(optimize="basic", intra_op_threads=threads)
+        session = ort_backend.session(path, options=so)  # holds its weights: the file can go
+    return Decoder(folder, base.config, session, base.tokenizer, base.input_names)

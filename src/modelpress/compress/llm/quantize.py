@@ -36,9 +36,10 @@ Statistics come from the float model, all layers at once (``calibrate.py``): one
 text. ``stages`` > 1 (sequential calibration): the body MatMuls, in graph order, are cut into
 that many runs, and the inputs of each run after the first are measured again through the runs
 already quantized (one more pass over the text each), so that a layer is fitted to the inputs it
-will see. ``int8_layers``: that many body MatMuls, those with the largest relative output error
-under 4-bit rounding to nearest on the calibration inputs, are written at 8 bits (symmetric)
-instead: a larger file, said in the result's layers.
+will see. ``int8_layers``: that many body MatMuls, those whose 4-bit rounding costs the model the most
+(measured end to end on the calibration text, ``sensitivity.py``; without text, the largest
+relative weight error), are written at 8 bits (symmetric) instead: a larger file, said in the
+result's layers with each measured cost.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.compress.llm import awq, calibrate
+from modelpress.compress.llm import awq, calibrate, sensitivity
 from modelpress.compress.llm.gptq import gptq
 from modelpress.compress.llm.grid import (
     block_grid,
@@ -88,6 +89,7 @@ class LayerReport:
     alpha: float  # the AWQ exponent of its input (0: unscaled)
     rel_error: float | None  # output error / output energy on the calibration text
     errors: dict = field(default_factory=dict)  # candidate → held-out output error
+    int4_cost: float | None = None  # KL per token with this weight alone at int4 (measured)
 
 
 @dataclass
@@ -287,6 +289,22 @@ def quantize_llm(
                 "the calibration text fills one window: methods judged on the text they fit"
             )
     weights = {n.name: const_array(n.inputs[1]).astype(np.float32).copy() for n in nodes}
+    cost: dict[str, float] = {}
+    wide: set[str] = set()
+    if bits == 4 and int8_layers > 0 and text is not None:
+        cost = sensitivity.measure(
+            src,
+            model,
+            body,
+            text,
+            block_size=block_size,
+            symmetric=symmetric,
+            threads=threads,
+            progress=progress,
+        )
+        wide = sensitivity.choose(cost, int8_layers)
+    elif bits == 4 and int8_layers > 0:
+        wide = _most_sensitive(body, weights, int8_layers, block_size)
 
     # AWQ scales, group by group from the last: a fold into a fused gate|up weight must land
     # before that weight's own group is searched.
@@ -325,7 +343,6 @@ def quantize_llm(
     # MatMulNBits takes float zero points (4 bits on CPU); DequantizeLinear integer ones only
     float_zp = float_zero_points and not standard and not symmetric and bits == 4
     head_bits = EMBEDDINGS[embeddings]
-    wide = _most_sensitive(body, weights, stats, int8_layers, block_size) if bits == 4 else set()
     todo = [(n, 8 if n.name in wide else bits) for n in body]
     todo += [(n, head_bits) for n in head if head_bits is not None]
     stage_of = _stages(body, stages) if stats and stages > 1 else {}
@@ -375,6 +392,7 @@ def quantize_llm(
                 group_alpha.get(x.name, 0.0),
                 rel,
                 errors,
+                cost.get(node.name),
             )
         )
         if progress:
@@ -435,27 +453,15 @@ def quantize_llm(
     )
 
 
-def _most_sensitive(body, weights, stats, count: int, block_size: int) -> set[str]:
-    """The ``count`` body MatMuls with the largest relative output error rounded to nearest at
-    4 bits (min/max float grids) on the calibration inputs (by size of weight without them)."""
-    if count <= 0:
-        return set()
+def _most_sensitive(body, weights, count: int, block_size: int) -> set[str]:
+    """Without calibration text: the ``count`` body MatMuls with the largest relative weight
+    error rounded to nearest at 4 bits (``sensitivity.py`` measures it end to end with text)."""
     score = {}
     for n in body:
-        w, st = weights[n.name], stats.get(n.inputs[0].name)
-        scale, zp = block_grid(
-            w, bits=4, block_size=block_size, symmetric=False, float_zero_point=True
-        )
-        w_hat = dequantize_codes(
-            codes_on_grid(w, scale, zp, 4, block_size), scale, zp, 4, block_size
-        )
-        if st is None:
-            score[n.name] = float(np.sum((w_hat - w) ** 2) / max(np.sum(w * w), 1e-30))
-            continue
-        h = st.hessian()
-        energy = float(np.sum((h @ w.astype(np.float64)) * w))
-        score[n.name] = output_error(w, w_hat, h) / max(energy, 1e-30)
-    return set(sorted(score, key=score.get, reverse=True)[:count])
+        w = weights[n.name]
+        w_hat = sensitivity.rounded(w, bits=4, block_size=block_size, symmetric=False)
+        score[n.name] = float(np.sum((w_hat - w) ** 2) / max(np.sum(w * w), 1e-30))
+    return sensitivity.choose(score, count)
 
 
 def _stages(body: list[ir.Node], count: int) -> dict[str, int]:

@@ -1,5 +1,5 @@
 """The walk of the dependency analysis: the helpers rules call (the registry is ``registry.py``), and the
-grouping of coupled values (see ``depgraph.py`` for the model, ``rules.py`` for each op's rule).
+grouping of coupled values (see ``depgraph.py`` for the model, ``rules/`` for each op's rule).
 
 A rule reads its node's inputs' tracks and concrete shapes, gives its outputs tracks, joins units
 that must be removed together, and records the constant entries (``Slice``) and shape constants

@@ -26,9 +26,10 @@ from modelpress.compress.prune import calibration as calib
 from modelpress.compress.prune import structured
 from modelpress.compress.prune import unstructured as unstr
 from modelpress.compress.prune.importance import METHODS, taylor_terms
-from modelpress.compress.train import TrainConfig, TrainData, TrainResult
+from modelpress.compress.train import TeacherLoss, TrainConfig, TrainData, TrainResult
 from modelpress.compress.train.batchnorm import recalibrate
 from modelpress.compress.train.finetune import finetune
+from modelpress.compress.train.results import result_dict
 from modelpress.errors import InputError, OptionError, renamed
 from modelpress.ir.feeds import as_model
 from modelpress.ir.graph import copy_model
@@ -61,20 +62,7 @@ class PruneResult:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {
-            "kind": self.kind,
-            "importance": self.importance,
-            "params_before": self.params_before,
-            "params_after": self.params_after,
-            "size_before": self.size_before,
-            "size_after": self.size_after,
-            "sparsity": self.sparsity,
-            "seconds": round(self.seconds, 3),
-            "rounds": self.rounds,
-            "training": [t.to_dict() for t in self.training],
-            "check": self.check.to_dict() if self.check else None,
-            "notes": self.notes,
-        }
+        return result_dict(self)
 
 
 def param_count(model: ir.Model) -> int:
@@ -96,6 +84,8 @@ def prune(
     *,
     data=None,
     labels_key: str | None = None,
+    image=None,
+    limit: int | None = None,
     ratio: float | None = None,
     head_ratio: float | None = None,
     sparsity: float | None = None,
@@ -111,8 +101,6 @@ def prune(
     alpha: float | None = None,
     temperature: float = 1.0,
     soft: str = "auto",
-    image=None,
-    limit: int | None = None,
     recalibrate_bn: bool = True,
     progress: Progress | None = None,
     steps: int | None = None,
@@ -152,6 +140,7 @@ def prune(
         else None
     )
     config = _config(train, dataset, importance)
+    loss = TeacherLoss(soft=soft, alpha=alpha, temperature=temperature)
     train_part, held = (
         dataset.split(config.val_fraction, seed=config.seed)
         if dataset is not None and config
@@ -185,9 +174,7 @@ def prune(
             train_part,
             teacher=original,
             config=config,
-            soft=soft,
-            alpha=alpha,
-            temperature=temperature,
+            loss=loss,
             held_out=held,
             prepare=prepare,
             progress=_training_progress(progress, stage),
@@ -203,15 +190,7 @@ def prune(
             step_h = _step_ratio(hr, i, rounds) if hr is not None else None
             taylor = None
             if importance == "taylor":
-                taylor = _taylor(
-                    current,
-                    original,
-                    train_part,
-                    config or DEFAULT_TRAINING,
-                    alpha,
-                    temperature,
-                    soft,
-                )
+                taylor = _taylor(current, original, train_part, config or DEFAULT_TRAINING, loss)
             if progress:
                 progress(f"pruning {i}/{rounds}", 0, 0, None)
             current, report = structured.prune_step(
@@ -320,17 +299,13 @@ def _taylor(
     original,
     data: TrainData,
     config: TrainConfig,
-    alpha,
-    temperature,
-    soft,
+    loss: TeacherLoss,
     batches: int = 8,
 ):
     from modelpress.compress.train.finetune import teacher_objective
     from modelpress.compress.train.loop import batch_loss
 
-    objective = teacher_objective(
-        model, data, original, soft=soft, alpha=alpha, temperature=temperature
-    )
+    objective = teacher_objective(model, data, original, loss=loss)
     rng = np.random.default_rng(config.seed)
     chosen = []
     for batch in data.batches(config.batch_size, rng=rng):

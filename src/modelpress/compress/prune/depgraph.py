@@ -5,7 +5,7 @@ The analysis tracks *units* along one axis of each tensor: a Conv's output chann
 weight MatMul's output features. A tracked value has a ``Track(axis, size, units)``: its axis
 ``axis`` (of length ``size``) is cut into ``units`` contiguous blocks, and removing unit ``u``
 removes the block ``[u * block, (u + 1) * block)`` of that axis. Nodes are visited in topological
-order and each op's rule (``rules.py``) says how units flow from its inputs to its outputs:
+order and each op's rule (``rules/``) says how units flow from its inputs to its outputs:
 
 - *sources* (Conv, ConvTranspose, Gemm, MatMul with a constant weight) start a new track on their
   output and own the weight rows (and bias entries) of each unit;

@@ -1,4 +1,4 @@
-"""The registry of the dependency analysis's op rules (``rules.py``): ``RULES[op_type]`` is
+"""The registry of the dependency analysis's op rules (``rules/``): ``RULES[op_type]`` is
 ``fn(analyzer, node)``; a rule that cannot follow its tracked inputs raises ``Refuse``."""
 
 from __future__ import annotations
@@ -26,3 +26,8 @@ def rule(*ops: str):
         return fn
 
     return register
+
+
+def norm_axis(axis: int, rank: int) -> int:
+    """``axis`` counted from the front (ONNX allows ``-rank <= axis < 0``)."""
+    return axis + rank if axis < 0 else axis

@@ -11,23 +11,22 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from modelpress.compress.quantize.modes import MODES, Built, Mode, Options, Prepared, register
+from modelpress.compress.quantize.modes import Built, Options, Prepared, register
+from modelpress.compress.quantize.static import StaticMode
 from modelpress.errors import OptionError, require
 
 
 @register
-class QatMode(Mode):
+class QatMode(StaticMode):
+    """Static mode's plan, observers and int8 forms, then training: it needs what static mode
+    needs (calibration data, an observer) and writes the same int8 layers."""
+
     name = "qat"
     order = 5
     help = "static int8 (or w4a8 with --bits 4) fine-tuned with fake quantization on the data"
-    needs_calibration = True
-    uses_observer = True
     nothing_to_quantize = (
         "it trains what static mode quantizes: Conv, Gemm and MatMul with constant weights"
     )
-
-    def int8_layers(self, model, options: Options) -> bool:
-        return MODES["static"].int8_layers(model, options)
 
     def prepare(self, model, cal, opt: Options, progress) -> Prepared:
         require("torch", extra="torch", purpose="quantization-aware training")
@@ -37,7 +36,7 @@ class QatMode(Mode):
             raise OptionError("qat mode needs training data (data)")
         if opt.bits not in (8, 4):
             raise OptionError(f"qat: {opt.bits}-bit weights; choose 8 or 4 (w4a8)")
-        static = MODES["static"].prepare(
+        static = super().prepare(
             model, cal, replace(opt, gptq=False, bias_correction=False, bits=8), progress
         )
         start = static.build(opt.exclude)

@@ -16,7 +16,7 @@ is kept.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 
 import numpy as np
@@ -126,6 +126,23 @@ def _check_finite(feeds: dict[str, np.ndarray], *, source: str) -> None:
             raise InputError(f"{source}: input {name!r} has {bad} NaN or infinite value(s)")
 
 
+def fetching(model: ir.Model, names: Iterable[str]) -> ir.Model:
+    """``model``, or a copy of it that also returns the values ``names`` (a graph input is fed,
+    not fetched; a value of unknown type is taken for float32, the activations observed)."""
+    present = {v.name for v in (*model.graph.inputs, *model.graph.outputs)}
+    extra = [n for n in dict.fromkeys(names) if n not in present]
+    if not extra:
+        return model
+    m = copy_model(model)
+    values = values_by_name(m.graph)
+    for name in extra:
+        v = values[name]
+        if v.type is None:
+            v.type = ir.TensorType(ir.DataType.FLOAT)
+        m.graph.outputs.append(v)
+    return m
+
+
 def collect(
     model: ir.Model,
     cal: CalibrationSet,
@@ -136,19 +153,9 @@ def collect(
     """Run every calibration batch through ``model`` and give each observed tensor to its observers
     (anything with ``observe(x)``); returns the number of batches."""
 
-    m = copy_model(model)
-    graph_inputs = {v.name for v in m.graph.inputs}
-    vals = values_by_name(m.graph)
-    present = {v.name for v in m.graph.outputs}
+    graph_inputs = {v.name for v in model.graph.inputs}
     fetched = [n for n in observers if n not in graph_inputs]
-    for name in fetched:
-        if name not in present:
-            v = vals[name]
-            if v.type is None:
-                v.type = ir.TensorType(ir.DataType.FLOAT)
-            m.graph.outputs.append(v)
-            present.add(name)
-    sess = session(m, optimize="disabled")
+    sess = session(fetching(model, fetched), optimize="disabled")
     n = 0
     if progress:
         progress(0, cal.total)

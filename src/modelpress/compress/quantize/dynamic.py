@@ -19,14 +19,7 @@ import onnx_ir as ir
 
 from modelpress.compress.quantize import pairs
 from modelpress.compress.quantize.layers import constant, gather_tables, plain_linear, weight_nodes
-from modelpress.compress.quantize.modes import (
-    Built,
-    Mode,
-    Options,
-    Prepared,
-    node_outputs,
-    register,
-)
+from modelpress.compress.quantize.modes import Built, Mode, Options, Prepared, register
 from modelpress.compress.quantize.qparams import PerChannel, PerTensor, quantize, weight_qparams
 from modelpress.compress.quantize.smoothing import attention_like, calibrate, kn_weight, smooth
 from modelpress.ir.graph import copy_model, remove_unused_initializers, swap_node
@@ -192,7 +185,7 @@ class DynamicMode(Mode):
                 smoothing=factors,
                 pair_safe=opt.pair_safe,
             )
-            return Built(q, done, node_outputs(model, done))
+            return Built.at_outputs(model, q, done)
 
         tables = [n.name for n in table_layers(model.graph)]
         return Prepared(build, [n.name for n in nodes] + tables, notes)

@@ -21,14 +21,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.compress.quantize.modes import (
-    Built,
-    Mode,
-    Options,
-    Prepared,
-    node_outputs,
-    register,
-)
+from modelpress.compress.quantize.modes import Built, Mode, Options, Prepared, register
 from modelpress.ir.graph import add_initializer, copy_model, remove_unused_initializers
 from modelpress.ir.match import const_array
 from modelpress.ir.opset import newest_opset, op_schema
@@ -356,7 +349,7 @@ class _HalfMode(Mode):
         def build(exclude):
             q, kept = apply(model, dtype=self.dtype, keep_nodes=exclude)
             done = [n for n in names if n not in set(kept)]
-            return Built(q, done, node_outputs(model, done))
+            return Built.at_outputs(model, q, done)
 
         note = schema_note(model, self.dtype)
         return Prepared(build, names, [note] if note else [])

@@ -53,6 +53,14 @@ class Built:
     # the float model that ``layers`` and ``pairs`` name, when the mode rewrote it (exactly) first
     reference: ir.Model | None = None
 
+    @classmethod
+    def at_outputs(
+        cls, reference: ir.Model, model: ir.Model, layers: list[str], notes: list[str] | None = None
+    ) -> Built:
+        """``model`` with ``layers`` quantized, each compared with ``reference`` (the float model
+        the mode worked on) at its first output, which keeps its name."""
+        return cls(model, layers, node_outputs(reference, layers), notes or [], reference)
+
 
 Builder = Callable[[frozenset[str]], Built]
 # A mode may rank layers by sensitivity more cheaply than quantizing them one at a time.

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.ir.graph import copy_model
+from modelpress.compress.quantize.calibration import fetching
 from modelpress.ir.match import values_by_name
 from modelpress.runtime.ort import session
 from modelpress.verify.metrics import relative_error, sqnr_db
@@ -65,18 +65,7 @@ def runner(model: ir.Model, *, outputs: Iterable[str] = (), optimize: str = "all
     """A function ``feeds → outputs by name`` for ``model``, with extra tensors fetched as outputs."""
 
     extra = [n for n in outputs if n not in {v.name for v in model.graph.outputs}]
-    m = model
-    if extra:
-        m = copy_model(model)
-        vals = values_by_name(m.graph)
-        for name in extra:
-            v = vals[name]
-            if v.is_graph_input():
-                continue
-            if v.type is None:
-                v.type = ir.TensorType(ir.DataType.FLOAT)
-            m.graph.outputs.append(v)
-    sess = session(m, optimize=optimize)
+    sess = session(fetching(model, extra), optimize=optimize)
     names = [o.name for o in sess.get_outputs()]
     inputs = {i.name for i in sess.get_inputs()}
 

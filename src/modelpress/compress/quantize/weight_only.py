@@ -41,14 +41,7 @@ from modelpress.compress.quantize.layers import (
     plain_linear,
     weight_nodes,
 )
-from modelpress.compress.quantize.modes import (
-    Built,
-    Mode,
-    Options,
-    Prepared,
-    node_outputs,
-    register,
-)
+from modelpress.compress.quantize.modes import Built, Mode, Options, Prepared, register
 from modelpress.compress.quantize.qdq import dq_constant
 from modelpress.compress.quantize.qparams import (
     PerChannel,
@@ -475,7 +468,7 @@ class WeightOnlyMode(Mode):
                     quantized=solved,
                 )
             # (4 bits wrote Gemms as MatMul + Add first: the report compares against that model)
-            return Built(q, done, node_outputs(model, done), built_notes, reference=model)
+            return Built.at_outputs(model, q, done, built_notes)
 
         def rank(batches):
             wanted = {n.inputs[0].name for n in nodes if n.op_type in ("MatMul", "Gemm")}

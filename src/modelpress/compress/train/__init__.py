@@ -12,7 +12,12 @@ require("torch", extra="torch", purpose="training (pruning, distillation, QAT, D
 from modelpress.compress.train.data import Batch, TrainData  # noqa: E402
 from modelpress.compress.train.loop import TrainConfig, TrainResult, evaluate, fit  # noqa: E402
 from modelpress.compress.train.module import export, teacher, trainable  # noqa: E402
-from modelpress.compress.train.objective import FeaturePair, Objective, build_objective  # noqa: E402
+from modelpress.compress.train.objective import (  # noqa: E402
+    FeaturePair,
+    Objective,
+    TeacherLoss,
+    build_objective,
+)
 
 __all__ = [
     "Batch",
@@ -20,6 +25,7 @@ __all__ = [
     "Objective",
     "TrainConfig",
     "TrainData",
+    "TeacherLoss",
     "TrainResult",
     "build_objective",
     "evaluate",

@@ -25,7 +25,7 @@ from modelpress.compress.train import module as modules
 from modelpress.compress.train.budget import score
 from modelpress.compress.train.data import TrainData
 from modelpress.compress.train.loop import Progress, TrainConfig, TrainResult, fit
-from modelpress.compress.train.objective import build_objective
+from modelpress.compress.train.objective import TeacherLoss, build_objective
 from modelpress.verify.metrics import compare
 
 
@@ -34,21 +34,12 @@ def teacher_objective(
     data: TrainData,
     teacher: ir.Model | None,
     *,
-    soft: str = "auto",
-    alpha: float | None = None,
-    temperature: float = 1.0,
+    loss: TeacherLoss | None = None,
 ):
     """What ``model`` learns on ``data``: its labels, the outputs of ``teacher`` (run frozen), or
-    both mixed (``build_objective``)."""
+    both mixed by ``loss`` (``build_objective``)."""
     frozen = modules.teacher(teacher) if teacher is not None else None
-    return build_objective(
-        model,
-        labels=data.has_labels,
-        teacher=frozen,
-        soft=soft,
-        alpha=alpha,
-        temperature=temperature,
-    )
+    return build_objective(model, labels=data.has_labels, teacher=frozen, loss=loss)
 
 
 def finetune(
@@ -57,9 +48,7 @@ def finetune(
     *,
     teacher: ir.Model | None,
     config: TrainConfig,
-    soft: str = "auto",
-    alpha: float | None = None,
-    temperature: float = 1.0,
+    loss: TeacherLoss | None = None,
     prepare: Callable[[nn.Module], list[nn.Parameter] | None] | None = None,
     after_step: Callable[[nn.Module], None] | None = None,
     progress: Progress | None = None,
@@ -75,9 +64,7 @@ def finetune(
         data, held_out = data.split(config.val_fraction, seed=config.seed)
     student = modules.trainable(model)
     params = prepare(student) if prepare is not None else None
-    objective = teacher_objective(
-        model, data, teacher, soft=soft, alpha=alpha, temperature=temperature
-    )
+    objective = teacher_objective(model, data, teacher, loss=loss)
     hook = (lambda: after_step(student)) if after_step is not None else None
     result = fit(
         student,

@@ -34,6 +34,17 @@ from modelpress.verify.metrics import output_is_logits
 SOFT_LOSSES = ("auto", "kl", "mse", "cosine")
 
 
+@dataclass(frozen=True)
+class TeacherLoss:
+    """The loss against a teacher's outputs and its mix with the labels' hard loss: ``soft``, one
+    of ``SOFT_LOSSES``, at ``temperature``, weighed by ``alpha`` when labels exist too (None: 0.5).
+    What pruning, distillation and Deep Compression all take from their callers."""
+
+    soft: str = "auto"
+    alpha: float | None = None
+    temperature: float = 1.0
+
+
 def _soft(kind: str, s: torch.Tensor, t: torch.Tensor, temperature: float) -> torch.Tensor:
     if kind == "kl":
         axis = 1 if s.dim() > 1 else 0
@@ -144,17 +155,17 @@ def build_objective(
     *,
     labels: bool,
     teacher: nn.Module | None,
-    soft: str = "auto",
-    alpha: float | None = None,
-    temperature: float = 1.0,
+    loss: TeacherLoss | None = None,
     features: list[FeaturePair] | None = None,
     feature_weight: float = 1.0,
 ) -> Objective:
     """The objective for a model with these data: labels, a teacher, or both.
 
-    ``alpha`` weighs the soft loss when both exist (default 0.5); 0 trains on labels alone, 1 on the
-    teacher alone. Raises ``InputError`` when neither labels nor a teacher are given.
+    ``loss.alpha`` weighs the soft loss when both exist (default 0.5); 0 trains on labels alone,
+    1 on the teacher alone. Raises ``InputError`` when neither labels nor a teacher are given.
     """
+    loss = loss or TeacherLoss()
+    soft, temperature = loss.soft, loss.temperature
     if soft not in SOFT_LOSSES:
         raise OptionError(f"soft loss {soft!r}: choose one of {', '.join(SOFT_LOSSES)}")
     if temperature <= 0:
@@ -175,7 +186,7 @@ def build_objective(
             kinds.append("kl" if output_is_logits(model, i) else "mse")
         else:
             kinds.append(soft)
-    a = 0.5 if alpha is None else float(alpha)
+    a = 0.5 if loss.alpha is None else float(loss.alpha)
     if not 0 <= a <= 1:
         raise OptionError(f"alpha {a}: the soft loss's weight is in [0, 1]")
     use_teacher = teacher is not None and (not labels or a > 0)

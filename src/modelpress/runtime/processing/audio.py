@@ -27,11 +27,10 @@ from modelpress.runtime.processing.fields import (
     as_choice,
     as_int,
     as_name,
-    convert_fields,
     fail,
     read_item,
 )
-from modelpress.runtime.processing.signature import Tensor, pick_input
+from modelpress.runtime.processing.signature import Tensor, one_input
 
 FORMATS = ("wav", "s16le", "s32le", "f32le", "u8")
 SUFFIXES = (".wav", ".pcm", ".raw")
@@ -64,8 +63,7 @@ class AudioPre:
     def declare(
         cls, raw: dict[str, Any], model_inputs: list[Tensor], *, base: Path | None = None
     ) -> AudioPre:
-        f = convert_fields(raw, KEYS, where="pre")
-        target = pick_input(f.get("input"), model_inputs, kind="audio")
+        f, target = one_input(raw, KEYS, model_inputs, kind="audio")
         if target.dtype.kind != "f":
             raise fail(
                 "pre.input",

@@ -34,11 +34,10 @@ from modelpress.runtime.processing.fields import (
     as_floats,
     as_name,
     as_size,
-    convert_fields,
     fail,
     read_item,
 )
-from modelpress.runtime.processing.signature import Tensor, pick_input
+from modelpress.runtime.processing.signature import Tensor, one_input
 
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos")
 COLORS = ("rgb", "bgr", "gray")
@@ -59,10 +58,6 @@ KEYS = {
     "layout": as_choice(LAYOUTS),
     "dtype": as_choice(DTYPES),
 }
-
-
-def _pil():
-    return require("PIL.Image", extra="image", purpose="image pre-processing")
 
 
 @dataclass(frozen=True)
@@ -86,8 +81,7 @@ class ImagePre:
         cls, raw: dict[str, Any], model_inputs: list[Tensor], *, base: Path | None = None
     ) -> ImagePre:
         """The declaration ``raw`` with its defaults taken from the model, checked against it."""
-        f = convert_fields(raw, KEYS, where="pre")
-        target = pick_input(f.get("input"), model_inputs, kind="image")
+        f, target = one_input(raw, KEYS, model_inputs, kind="image")
         dims = target.dims
         if dims is not None and len(dims) != 4:
             raise fail(
@@ -191,7 +185,7 @@ class ImagePre:
 
     def decode(self, item: bytes | os.PathLike, *, label: str = "item") -> np.ndarray:
         """Decoded, resized and cropped pixels, ``uint8`` (H, W, C)."""
-        Image = _pil()
+        Image = require("PIL.Image", extra="image", purpose="image pre-processing")
         data = read_item(item, label=label, kind="image")
         try:
             with Image.open(io.BytesIO(data), formats=FORMATS) as img:

@@ -97,14 +97,9 @@ class Post:
                     f"ranking classes needs a (batch, classes) output, {target.describe()} is not",
                 )
         classes = dims[-1] if dims else None
-        if labels is not None:
-            if not labels or not all(labels):
-                raise fail("post.labels", "every class needs a label: one non-empty line per class")
-            if classes is not None and len(labels) != classes:
-                raise fail(
-                    "post.labels",
-                    f"{len(labels)} labels for {classes} classes in the model's output {target.describe()}",
-                )
+        if labels is not None and not (labels and all(labels)):
+            raise fail("post.labels", "every class needs a label: one non-empty line per class")
+        _check_labels(labels, classes, target)
         if topk is not None and classes is not None and topk > classes:
             raise fail(
                 "post.topk",
@@ -141,11 +136,8 @@ class Post:
             head = 5 if layout == "yolov5" else 4
             if isinstance(width, int) and width <= head:
                 raise fail("post.boxes", f"{target.describe()} has no class scores for {layout}")
-            if labels is not None and isinstance(width, int) and len(labels) != width - head:
-                raise fail(
-                    "post.labels",
-                    f"{len(labels)} labels for {width - head} classes in {target.describe()}",
-                )
+            if isinstance(width, int):
+                _check_labels(labels, width - head, target)
         return cls(
             output=target.name,
             sigmoid=f.get("sigmoid", False),
@@ -238,3 +230,12 @@ def _labels(values: list | tuple) -> tuple[str, ...]:
     if not all(isinstance(v, str) for v in values):
         raise fail("post.labels", "a list of labels must hold strings")
     return tuple(values)
+
+
+def _check_labels(labels: tuple[str, ...] | None, classes: int | None, target: Tensor) -> None:
+    """One label per class of the model's output ``target`` (when both are known)."""
+    if labels is not None and classes is not None and len(labels) != classes:
+        raise fail(
+            "post.labels",
+            f"{len(labels)} labels for {classes} classes in the model's output {target.describe()}",
+        )

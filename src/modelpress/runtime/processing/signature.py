@@ -10,7 +10,7 @@ import onnx_ir as ir
 
 from modelpress.ir.feeds import numpy_dtype
 from modelpress.ir.shapes import static_dim
-from modelpress.runtime.processing.fields import fail
+from modelpress.runtime.processing.fields import convert_fields, fail
 
 
 @dataclass(frozen=True)
@@ -58,3 +58,12 @@ def pick_input(name: str | None, model_inputs: list[Tensor], *, kind: str) -> Te
             "pre.input", f"the model has {len(model_inputs)} inputs ({names}); name the {kind} one"
         )
     return model_inputs[0]
+
+
+def one_input(
+    raw: dict, keys: dict, model_inputs: list[Tensor], *, kind: str
+) -> tuple[dict, Tensor]:
+    """The fields of a pre-processing that feeds one input: ``raw`` converted by ``keys``, and the
+    model input they name (``input``; by default the model's only one)."""
+    f = convert_fields(raw, keys, where="pre")
+    return f, pick_input(f.get("input"), model_inputs, kind=kind)

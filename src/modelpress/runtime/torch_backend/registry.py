@@ -137,21 +137,17 @@ class NodeContext:
 
     def ints(self, i: int, t: torch.Tensor | None) -> list[int] | None:
         """Input ``i`` as a list of ints: from Python when known, else read from the tensor."""
-        if t is None:
-            return None
-        value = self._python_value(i)
-        if value is not None:
-            return [int(v) for v in value]
-        return [int(v) for v in t.reshape(-1).tolist()]
+        return self._numbers(i, t, int)
 
     def floats(self, i: int, t: torch.Tensor | None) -> list[float] | None:
         """Input ``i`` as a list of floats (from Python when known)."""
+        return self._numbers(i, t, float)
+
+    def _numbers(self, i: int, t: torch.Tensor | None, kind: type) -> list | None:
         if t is None:
             return None
         value = self._python_value(i)
-        if value is not None:
-            return [float(v) for v in value]
-        return [float(v) for v in t.reshape(-1).tolist()]
+        return [kind(v) for v in (t.reshape(-1).tolist() if value is None else value)]
 
     def scalar(self, i: int, t: torch.Tensor | None) -> float | int | bool | None:
         """Input ``i`` (a one-element tensor) as a Python number."""

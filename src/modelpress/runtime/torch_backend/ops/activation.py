@@ -11,15 +11,15 @@ import math
 import torch
 import torch.nn.functional as F
 
+from modelpress.runtime.torch_backend.ops.elementwise import unary
 from modelpress.runtime.torch_backend.registry import axis_of, op
 
 _SELU_ALPHA = 1.67326319217681884765625
 _SELU_GAMMA = 1.05070102214813232421875
 
-
-@op("Relu")
-def relu(ctx, x):
-    return torch.relu(x)
+# activations that are one torch function of x
+for _name, _fn in {"Relu": torch.relu, "Sigmoid": torch.sigmoid, "Tanh": torch.tanh}.items():
+    op(_name)(unary(_fn))
 
 
 @op("LeakyRelu")
@@ -32,11 +32,6 @@ def prelu(ctx, x, slope):
     return torch.where(x < 0, x * slope, x)
 
 
-@op("Sigmoid")
-def sigmoid(ctx, x):
-    return torch.sigmoid(x)
-
-
 @op("HardSigmoid")
 def hard_sigmoid(ctx, x):
     return torch.clamp(ctx.attr("alpha", 0.2) * x + ctx.attr("beta", 0.5), 0, 1)
@@ -45,11 +40,6 @@ def hard_sigmoid(ctx, x):
 @op("HardSwish")
 def hard_swish(ctx, x):
     return x * torch.clamp(x / 6 + 0.5, 0, 1)
-
-
-@op("Tanh")
-def tanh(ctx, x):
-    return torch.tanh(x)
 
 
 @op("Elu")

@@ -36,12 +36,13 @@ _UNARY = {
 }
 
 
-def _unary(fn):
+def unary(fn):
+    """The kernel of an op that is ``fn`` of its one input."""
     return lambda ctx, x: fn(x)
 
 
 for _name, _fn in _UNARY.items():
-    op(_name)(_unary(_fn))
+    op(_name)(unary(_fn))
 
 _BINARY = {
     "Add": torch.add,

@@ -1,0 +1,127 @@
+"""Option groups that every command shares: one name for one idea.
+
+| idea | option(s) |
+| --- | --- |
+| the model | positional ``MODEL`` (.onnx; .mpk with a key; .mpz) |
+| where the result goes | ``-o/--output`` |
+| the command's record | ``--json FILE`` |
+| the command's page | ``--report FILE.html`` (model card and charts; ``modelpress report`` joins several) |
+| samples to run the model on | ``--data PATH`` (+ ``--labels-key``, ``--batch-size``, ``--limit``) |
+| shapes of dynamic inputs | ``--dim NAME=SIZE`` and ``--shape NAME=D1xD2...`` (repeatable) |
+| where the model runs | ``--backend``, ``--device``, ``--place``, ``--strict``, ``--log-placement`` |
+| the key of a protected model | ``--key-file`` / ``--key-env`` |
+
+Options that take several values are repeatable (``--exclude a --exclude b``) or take one
+comma-separated value (``--exclude a,b``), so none of them swallows a positional argument. Old
+names stay as hidden aliases for one release (``--inputs`` and ``--calib`` for ``--data``).
+
+The groups live one concept a module, and commands use them as ``options.<name>``:
+``command`` (the parser, defaults in the help, lists, switches, old spellings, field names said as
+flags), ``files`` (model, key, output, record, page), ``data`` (samples, shapes), ``running``
+(backend, device, Ray, batching), ``training`` (training data, training, budget), ``search``
+(what a search may spend).
+"""
+
+from __future__ import annotations
+
+from modelpress.cli.options.command import (
+    FIELD_FLAGS,
+    OLD_SPELLINGS,
+    add_command,
+    add_list,
+    add_old_spellings,
+    add_switch,
+    add_with_default,
+    flags_of,
+    hidden_alias,
+    in_flags,
+    keywords,
+    listed,
+    require_positive,
+    speaks_flags,
+)
+from modelpress.cli.options.data import (
+    add_data,
+    add_image_folder,
+    add_inputs,
+    add_shapes,
+    dims,
+    image_preprocess,
+    shapes,
+)
+from modelpress.cli.options.files import (
+    Recorder,
+    add_key,
+    add_model,
+    add_output,
+    add_record,
+    add_report,
+    open_model,
+)
+from modelpress.cli.options.running import (
+    add_batching,
+    add_device,
+    add_ray,
+    batching_rule,
+    placement,
+)
+from modelpress.cli.options.search import (
+    add_search_budget,
+    parse_duration,
+    search_args,
+)
+from modelpress.cli.options.training import (
+    add_budget,
+    add_scope,
+    add_training,
+    add_training_data,
+    budget,
+    training_args,
+    training_config,
+)
+
+__all__ = [
+    "FIELD_FLAGS",
+    "flags_of",
+    "in_flags",
+    "speaks_flags",
+    "add_command",
+    "add_with_default",
+    "add_list",
+    "hidden_alias",
+    "OLD_SPELLINGS",
+    "add_old_spellings",
+    "add_switch",
+    "keywords",
+    "listed",
+    "require_positive",
+    "add_model",
+    "add_output",
+    "add_record",
+    "add_report",
+    "add_key",
+    "open_model",
+    "Recorder",
+    "add_data",
+    "add_image_folder",
+    "add_inputs",
+    "add_shapes",
+    "dims",
+    "image_preprocess",
+    "shapes",
+    "add_device",
+    "add_ray",
+    "add_batching",
+    "batching_rule",
+    "placement",
+    "add_training_data",
+    "add_training",
+    "add_budget",
+    "add_scope",
+    "budget",
+    "training_args",
+    "training_config",
+    "add_search_budget",
+    "parse_duration",
+    "search_args",
+]
