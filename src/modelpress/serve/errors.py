@@ -12,6 +12,7 @@ reference number that the client's message repeats, never to the client.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import re
 from collections.abc import Callable
@@ -36,6 +37,19 @@ class Overloaded(RequestError):
     def __init__(self, message: str, retry_after_s: int = 1):
         super().__init__(503, message)
         self.retry_after_s = retry_after_s
+
+
+def json_object(raw: bytes, what: str, *, error: type[RequestError] = RequestError) -> dict:
+    """The JSON object in ``raw``, or ``error`` (400) saying what is wrong with ``what``."""
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise error(400, f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise error(400, f"{what} is nested too deeply") from None
+    if not isinstance(doc, dict):
+        raise error(400, f"{what} must be a JSON object")
+    return doc
 
 
 def logged(detail: str) -> int:

@@ -40,7 +40,7 @@ from modelpress.runtime.generate import Request as GenerationRequest
 from modelpress.runtime.generate import SamplingParams, Scheduler
 from modelpress.runtime.generate.chat import check_messages
 from modelpress.serve.body import read_body
-from modelpress.serve.errors import RequestError, logged
+from modelpress.serve.errors import RequestError, json_object, logged
 
 COMPLETION_DEFAULT_TOKENS = 16  # OpenAI's default for /v1/completions
 MAX_STOP = 4  # OpenAI's limit
@@ -451,15 +451,7 @@ async def _body(state, request: Request) -> dict:
         timeout_s=options.body_timeout_s,
         why="the context (--max-context)",
     )
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise OpenAIError(400, f"the body is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise OpenAIError(400, "the body is nested too deeply") from None
-    if not isinstance(body, dict):
-        raise OpenAIError(400, "the body must be a JSON object")
-    return body
+    return json_object(raw, "the body", error=OpenAIError)
 
 
 class _Reply:

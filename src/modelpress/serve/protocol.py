@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from modelpress.serve.errors import RequestError
+from modelpress.serve.errors import RequestError, json_object
 
 # v2 datatype names and the numpy types they travel as (little-endian on the wire).
 DATATYPES: dict[str, np.dtype] = {
@@ -203,14 +203,7 @@ def _cached_header(header: bytes) -> _Header:
 
 
 def _read_header(header: bytes) -> _Header:
-    try:
-        doc = json.loads(header)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RequestError(400, f"the request header is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise RequestError(400, "the request header is nested too deeply") from None
-    if not isinstance(doc, dict):
-        raise RequestError(400, "the request must be a JSON object")
+    doc = json_object(header, "the request header")
     inputs = doc.get("inputs")
     if not isinstance(inputs, list) or not inputs:
         raise RequestError(400, "the request has no 'inputs' list")

@@ -192,6 +192,39 @@ def test_a_prompt_prefilled_in_chunks_gives_the_same_tokens(llama):
     assert chunked.run([request])[0].token_ids == whole.token_ids
 
 
+def test_slots_reused_after_requests_leave_give_the_solo_tokens(llama):
+    """Rows leave at different steps and waiting requests take their places in the store's
+    buffers, which ONNX Runtime writes each step's cache into: every answer equals its solo run,
+    and the empty batch keeps no buffer."""
+    from modelpress.runtime.generate import Request, SamplingParams, Scheduler
+
+    _, folder = llama
+    llm = open_llm(folder, threads=1)
+    lengths = [3, 9, 5, 12, 7]
+    requests = [
+        Request(prompt=p, params=SamplingParams(max_tokens=n, ignore_eos=True))
+        for p, n in zip(PROMPTS, lengths)
+    ]
+    scheduler = Scheduler(llm, max_seqs=2)
+    engine, decoder = scheduler.engine, llm.decoder
+    written = []
+
+    def spy(*args, present=None):
+        out = decoder(*args, present=present)
+        if args[0].shape[1] == 1:  # a decode step (a prompt is prefilled alone, not in place)
+            written.append(present is not None and out[1][0] is present[0][0])
+        return out
+
+    spy.writes_present = True
+    engine.decoder = spy
+    batched = scheduler.run(requests)
+    solo = [Scheduler(llm, max_seqs=1).run([r])[0] for r in requests]
+    assert [r.token_ids for r in batched] == [r.token_ids for r in solo]
+    assert [len(r.token_ids) for r in batched] == lengths
+    assert written and all(written)  # every decode step wrote its present in place
+    assert engine.cache.rows == 0 and engine.cache.store.reserved_bytes() == 0
+
+
 @pytest.mark.slow  # the CPU's roofs are measured: about a minute here
 def test_advise_measures_an_llm_folder_beside_its_estimate(llama, tmp_path, capsys):
     _, folder = llama

@@ -67,20 +67,6 @@ class TextStream:
         self._events.close()
 
 
-def _params(
-    max_tokens, temperature, top_k, top_p, repetition_penalty, seed, stop
-) -> SamplingParams:
-    return SamplingParams(
-        max_tokens=max_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        repetition_penalty=repetition_penalty,
-        seed=seed,
-        stop=tuple([stop] if isinstance(stop, str) else stop),
-    )
-
-
 class Generator:
     """An LLM folder ready to generate (``llm``: its path, or an ``LLM`` from ``open_llm``)."""
 
@@ -101,18 +87,16 @@ class Generator:
         *,
         messages: list[dict] | None = None,
         chat_template: bool = True,
-        max_tokens: int = 128,
-        temperature: float | None = None,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        repetition_penalty: float | None = None,
-        seed: int | None = None,
-        stop: tuple[str, ...] | list[str] | str = (),
+        **sampling,
     ) -> TextStream:
-        """One prompt (or conversation) streamed as text pieces."""
-        params = _params(max_tokens, temperature, top_k, top_p, repetition_penalty, seed, stop)
+        """One prompt (or conversation) streamed as text pieces; ``sampling``: the fields of
+        ``SamplingParams`` (``max_tokens``, ``temperature``, ``top_k``, ``top_p``,
+        ``repetition_penalty``, ``seed``, ``stop``, ``ignore_eos``)."""
         request = Request(
-            prompt=prompt, messages=messages, params=params, chat_template=chat_template
+            prompt=prompt,
+            messages=messages,
+            params=SamplingParams(**sampling),
+            chat_template=chat_template,
         )
         return TextStream(self.scheduler.stream(request))
 
@@ -122,16 +106,11 @@ class Generator:
         *,
         messages: list[list[dict]] | None = None,
         chat_template: bool = True,
-        max_tokens: int = 128,
-        temperature: float | None = None,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        repetition_penalty: float | None = None,
-        seed: int | None = None,
-        stop: tuple[str, ...] | list[str] | str = (),
+        **sampling,
     ) -> GenerateResult:
-        """Several prompts (or conversations: ``messages``, a list of message lists) at once."""
-        params = _params(max_tokens, temperature, top_k, top_p, repetition_penalty, seed, stop)
+        """Several prompts (or conversations: ``messages``, a list of message lists) at once;
+        ``sampling`` as for ``stream``."""
+        params = SamplingParams(**sampling)
         if isinstance(prompts, str):
             prompts = [prompts]
         if (prompts is None) == (messages is None):
@@ -156,24 +135,10 @@ def generate(
     threads: int | None = None,
     max_seqs: int = 8,
     chat_template: bool = True,
-    max_tokens: int = 128,
-    temperature: float | None = None,
-    top_k: int | None = None,
-    top_p: float | None = None,
-    repetition_penalty: float | None = None,
-    seed: int | None = None,
-    stop: tuple[str, ...] | list[str] | str = (),
+    **sampling,
 ) -> GenerateResult:
-    """Generate from ``prompts`` (or ``messages``) with the LLM folder ``llm``."""
+    """Generate from ``prompts`` (or ``messages``) with the LLM folder ``llm``; ``sampling``: the
+    fields of ``SamplingParams`` (``max_tokens``, ``temperature``, ``seed``, ``stop``, ...)."""
     return Generator(llm, threads=threads, max_seqs=max_seqs).generate(
-        prompts,
-        messages=messages,
-        chat_template=chat_template,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        repetition_penalty=repetition_penalty,
-        seed=seed,
-        stop=stop,
+        prompts, messages=messages, chat_template=chat_template, **sampling
     )

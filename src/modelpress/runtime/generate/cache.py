@@ -15,6 +15,11 @@ The two layouts of ``ir.llm``:
   the columns past the longest row.
 
 Holes hold zeros: a masked score gets no weight, and zero values keep ``0 * value`` finite.
+
+The batch's cache has a ``store`` (``kv_store.KVStore``): a step's present, a join's and a
+leave's result are written into its spare buffers (``spare``), never concatenated anew. A cache
+without one (a prompt being prefilled, the groups of ``Engine._groups``) takes the arrays it is
+given.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from modelpress.ir.llm import KV_LAYOUTS
+from modelpress.ir.llm import KV_LAYOUTS, DecoderConfig
+from modelpress.runtime.generate.kv_store import KVStore
 
 KV_DTYPES = {"float32": np.float32, "float16": np.float16}
 
@@ -35,20 +41,23 @@ class KVCache:
     values: list[np.ndarray]
     mask: np.ndarray  # [rows, columns] int64
     lengths: np.ndarray  # [rows] int64: real entries of each row
+    store: KVStore | None = None
 
     @classmethod
-    def empty(
-        cls, *, layers: int, kv_heads: int, head_dim: int, dtype: str, layout: str, rows: int = 0
-    ) -> KVCache:
-        assert layout in KV_LAYOUTS, layout
-        shape = (rows, kv_heads, 0, head_dim)
-        np_dtype = KV_DTYPES[dtype]
+    def empty(cls, config: DecoderConfig, *, rows: int = 0, stored: bool = False) -> KVCache:
+        """An empty cache of ``rows`` for the decoder of ``config``; ``stored``: in a ``KVStore``
+        (the running batch's cache)."""
+        assert config.kv_layout in KV_LAYOUTS, config.kv_layout
+        shape = (rows, config.num_kv_heads, 0, config.head_dim)
+        dtype = KV_DTYPES[config.kv_dtype]
+        layers = config.num_layers
         return cls(
-            layout=layout,
-            keys=[np.zeros(shape, np_dtype) for _ in range(layers)],
-            values=[np.zeros(shape, np_dtype) for _ in range(layers)],
+            layout=config.kv_layout,
+            keys=[np.zeros(shape, dtype) for _ in range(layers)],
+            values=[np.zeros(shape, dtype) for _ in range(layers)],
             mask=np.zeros((rows, 0), np.int64),
             lengths=np.zeros(rows, np.int64),
+            store=KVStore(2 * layers, dtype) if stored else None,
         )
 
     @property
@@ -74,11 +83,43 @@ class KVCache:
             mask = (columns < (self.lengths + new)[:, None]).astype(np.int64)
         return mask, positions
 
+    def spare(self, new: int = 1) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+        """Where a step that feeds ``new`` tokens a row may write its present keys and values
+        (None without a store)."""
+        if self.store is None:
+            return None
+        return self._target(self.rows, self.columns + new)
+
+    def _target(self, rows: int, columns: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Arrays for a cache of ``rows`` x ``columns``: the store's spare side, or new ones."""
+        layers = len(self.keys)
+        shape = (rows, self.keys[0].shape[1], columns, self.keys[0].shape[3]) if layers else ()
+        if self.store is None:
+            arrays = [np.empty(shape, self.keys[0].dtype) for _ in range(2 * layers)]
+        else:
+            arrays = self.store.spare(shape)
+        return arrays[:layers], arrays[layers:]
+
+    def _adopt(self, keys: list[np.ndarray], values: list[np.ndarray]) -> None:
+        """Make ``keys`` and ``values`` the cache: in the store they are copied to its spare side
+        first unless they are there already (a decoder that wrote its present where asked)."""
+        keys, values = list(keys), list(values)
+        store = self.store
+        if store is not None and keys and not store.holds(keys + values):
+            rows, _, columns, _ = keys[0].shape
+            mine_k, mine_v = self._target(rows, columns)
+            for out, a in zip(mine_k + mine_v, keys + values):
+                out[...] = a
+            keys, values = mine_k, mine_v
+        if store is not None and keys:
+            store.flip()
+        self.keys, self.values = keys, values
+
     def advance(
         self, keys: list[np.ndarray], values: list[np.ndarray], mask: np.ndarray, new: int = 1
     ) -> None:
         """Take a step's ``present`` arrays as the cache; ``mask``: the step's attention mask."""
-        self.keys, self.values = list(keys), list(values)
+        self._adopt(keys, values)
         self.lengths = self.lengths + new
         columns = keys[0].shape[2] if keys else mask.shape[1]
         if self.layout == "append":
@@ -93,25 +134,33 @@ class KVCache:
         """Append the rows of ``other`` (e.g. a prefilled prompt) after this cache's rows."""
         assert other.layout == self.layout
         width = max(self.columns, other.columns)
-        mine, theirs = self._padded(width), other._padded(width)
-        self.keys = [np.concatenate([a, b], axis=0) for a, b in zip(mine[0], theirs[0])]
-        self.values = [np.concatenate([a, b], axis=0) for a, b in zip(mine[1], theirs[1])]
-        self.mask = np.concatenate([mine[2], theirs[2]], axis=0)
+        keys, values = self._target(self.rows + other.rows, width)
+        for out, mine, theirs in zip(
+            keys + values, self.keys + self.values, other.keys + other.values
+        ):
+            self._place(out[: self.rows], mine)
+            self._place(out[self.rows :], theirs)
+        self.mask = np.concatenate(
+            [self._padded(self.mask, width), other._padded(other.mask, width)]
+        )
         self.lengths = np.concatenate([self.lengths, other.lengths])
+        self._adopt(keys, values)
 
-    def _padded(self, width: int):
-        extra = width - self.columns
-        if extra == 0:
-            return self.keys, self.values, self.mask
-        left = self.layout == "append"  # append: holes on the left; left_aligned: on the right
-        pad = ((0, 0), (0, 0), (extra, 0) if left else (0, extra), (0, 0))
-        keys = [np.pad(a, pad) for a in self.keys]
-        values = [np.pad(a, pad) for a in self.values]
-        mask = np.pad(self.mask, ((0, 0), (extra, 0) if left else (0, extra)))
-        return keys, values, mask
+    def _place(self, out: np.ndarray, a: np.ndarray) -> None:
+        """``a`` into the wider ``out``, the holes zeros: on the left (``append``) or on the
+        right (``left_aligned``)."""
+        extra = out.shape[2] - a.shape[2]
+        real = slice(extra, None) if self.layout == "append" else slice(0, a.shape[2])
+        holes = slice(0, extra) if self.layout == "append" else slice(a.shape[2], None)
+        out[:, :, real] = a
+        out[:, :, holes] = 0
+
+    def _padded(self, mask: np.ndarray, width: int) -> np.ndarray:
+        extra = width - mask.shape[1]
+        return np.pad(mask, ((0, 0), (extra, 0) if self.layout == "append" else (0, extra)))
 
     def take(self, rows) -> KVCache:
-        """A new cache of ``rows`` (copied), with all the columns."""
+        """A new cache of ``rows`` (copied, without a store), with all the columns."""
         rows = np.asarray(rows, dtype=np.int64)
         return KVCache(
             self.layout,
@@ -120,6 +169,11 @@ class KVCache:
             self.mask[rows],
             self.lengths[rows],
         )
+
+    def assign(self, other: KVCache) -> None:
+        """Hold ``other``'s rows instead of this cache's (copied into the store, if any)."""
+        self.mask, self.lengths = other.mask, other.lengths
+        self._adopt(other.keys, other.values)
 
     def leave(self, rows: list[int]) -> None:
         """Drop ``rows`` and then the columns that are holes in every row left."""
@@ -136,11 +190,13 @@ class KVCache:
             cols = slice(None)
         elif self.layout == "left_aligned" or (len(cols) and cols[-1] - cols[0] + 1 == len(cols)):
             cols = slice(int(cols[0]), int(cols[-1]) + 1) if len(cols) else slice(0, 0)
-
-        def take(a):
-            return np.ascontiguousarray(a[keep][:, :, cols])
-
-        self.keys = [take(a) for a in self.keys]
-        self.values = [take(a) for a in self.values]
         self.mask = np.ascontiguousarray(self.mask[keep][:, cols])
         self.lengths = self.lengths[keep]
+        keys, values = self._target(len(keep), self.mask.shape[1])
+        for out, a in zip(keys + values, self.keys + self.values):
+            np.take(a[:, :, cols], keep, axis=0, out=out, mode="clip")
+        self._adopt(keys, values)
+        if self.store is not None and keys:
+            # the pages past what the next step writes go back (all of them when no row is left)
+            _, heads, columns, dim = keys[0].shape
+            self.store.trim(len(keep) * heads * (columns + 1) * dim)

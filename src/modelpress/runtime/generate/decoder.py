@@ -6,7 +6,11 @@ from the numpy arrays where they lie and the outputs stay in the buffers ONNX Ru
 read back as numpy views (no copy of the cache on either side of a step). Without it a step is a
 plain ``session.run`` (kept to measure the difference: ``benchmarks/bench_llm.py``). A prompt
 of several tokens on a decoder with ``logits_to_keep`` (``ir.llm``) asks for its last position's
-logits only: the LM head skips the others (a fifth of SmolLM2-135M's prefill time for 256 tokens).
+logits only: the LM head skips the others (a fifth of SmolLM2-135M's prefill time for 256 tokens),
+and ONNX Runtime's arena gives back what such a run took (a long prompt's activations) when it
+ends. Given ``present`` (arrays of the step's present shapes: the batch cache's spare buffers,
+``kv_store.py``), a bound step writes the present keys and values there instead of into arrays
+ONNX Runtime allocates.
 
 Any callable with ``__call__``'s signature is a decoder: the scheduler's tests drive fake ones.
 """
@@ -31,6 +35,8 @@ _ONE = np.array(1, np.int64)
 
 
 class OrtDecoder:
+    writes_present = True  # takes ``present=`` (``Engine``)
+
     def __init__(self, session, config: DecoderConfig, *, binding: bool = True) -> None:
         self.session = session
         self.config = config
@@ -48,6 +54,7 @@ class OrtDecoder:
         overridable = {i.name for i in session.get_overridable_initializers()}
         self.last_only = LOGITS_TO_KEEP in names | overridable  # ``ir.llm``: the head on the last
         self.outputs = [LOGITS, *(n for pair in self.present for n in pair)]
+        self.run_options = _shrinking_arena()
 
     def __call__(
         self,
@@ -56,8 +63,10 @@ class OrtDecoder:
         position_ids: np.ndarray,
         keys: list[np.ndarray],
         values: list[np.ndarray],
+        present: tuple[list[np.ndarray], list[np.ndarray]] | None = None,
     ) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
-        """``(logits of each row's last token [rows, vocab], present keys, present values)``."""
+        """``(logits of each row's last token [rows, vocab], present keys, present values)``;
+        ``present``: where to write the present keys and values (bound steps only)."""
         feeds = {INPUT_IDS: input_ids, ATTENTION_MASK: attention_mask}
         if self.has_positions:
             feeds[POSITION_IDS] = position_ids
@@ -66,7 +75,10 @@ class OrtDecoder:
         if self.last_only and input_ids.shape[1] > 1:
             # a prompt: the LM head on its last position only (``logits_to_keep``, an
             # overridable initializer, which IO binding cannot bind: a plain run)
-            outs = self.session.run(self.outputs, {**feeds, LOGITS_TO_KEEP: _ONE})
+            feeds[LOGITS_TO_KEEP] = _ONE
+            outs = self.session.run(self.outputs, feeds, self.run_options)
+        elif self.binding and present is not None:
+            return self._run_into(feeds, *present)
         elif self.binding:
             outs = self._run_bound(feeds)
         else:
@@ -82,3 +94,24 @@ class OrtDecoder:
             io.bind_output(name, "cpu")
         self.session.run_with_iobinding(io)
         return [v.numpy() for v in io.get_outputs()]
+
+    def _run_into(self, feeds: dict[str, np.ndarray], keys: list, values: list):
+        io = self.session.io_binding()
+        for name, array in feeds.items():
+            io.bind_cpu_input(name, np.ascontiguousarray(array))
+        io.bind_output(LOGITS, "cpu")
+        for (k_name, v_name), k, v in zip(self.present, keys, values):
+            for name, array in ((k_name, k), (v_name, v)):
+                io.bind_output(name, "cpu", 0, array.dtype, array.shape, array.ctypes.data)
+        self.session.run_with_iobinding(io)
+        logits = io.get_outputs()[0].numpy()
+        return logits[:, -1, :], keys, values
+
+
+def _shrinking_arena():
+    """Run options that return the CPU arena's free memory to the system after the run."""
+    import onnxruntime as ort
+
+    options = ort.RunOptions()
+    options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+    return options

@@ -4,8 +4,13 @@
 ``running[i]``). ``prefill(sequences)`` runs each new prompt alone (batch 1, nothing padded, so
 a prompt's cache is what a solo run computes; a prompt longer than ``prefill_chunk`` tokens goes
 through in chunks), chooses its first token and joins its cache to the batch; ``decode()`` runs
-one step for every running row and chooses each row's next token with that row's own sampling. A sequence that finishes leaves at once (its rows and the columns
-no row uses any more are dropped); ``cancel(ids)`` ends sequences from outside.
+one step for every running row and chooses each row's next token with that row's own sampling.
+A sequence that finishes leaves at once (its rows and the columns no row uses any more are
+dropped); ``cancel(ids)`` ends sequences from outside.
+
+The batch's cache lives in a ``KVStore`` (``cache.py``): a decoder whose ``writes_present`` is
+true (``OrtDecoder``) is handed the store's spare buffers as ``present`` and writes the step's
+cache there; any other decoder returns new arrays, which the cache copies in.
 
 The engine is synchronous and single-threaded; ``scheduler.py`` decides when to call it.
 """
@@ -27,25 +32,17 @@ class Engine:
         self.decoder = decoder
         self.config = config
         self.prefill_chunk = prefill_chunk
-        self.cache = self._empty()
+        self.cache = self._empty(stored=True)
         self.running: list[Sequence] = []
         self.steps = 0  # decode steps run (for tests and metrics)
 
-    def _empty(self, rows: int = 0) -> KVCache:
-        c = self.config
-        return KVCache.empty(
-            layers=c.num_layers,
-            kv_heads=c.num_kv_heads,
-            head_dim=c.head_dim,
-            dtype=c.kv_dtype,
-            layout=c.kv_layout,
-            rows=rows,
-        )
+    def _empty(self, rows: int = 0, *, stored: bool = False) -> KVCache:
+        return KVCache.empty(self.config, rows=rows, stored=stored)
 
     def reset(self) -> list[Sequence]:
         """Drop every running sequence and the cache (after a failure); the dropped ones."""
         running, self.running = self.running, []
-        self.cache = self._empty()
+        self.cache = self._empty(stored=True)
         return running
 
     def prefill(self, sequences: list[Sequence]) -> list[Event]:
@@ -88,14 +85,15 @@ class Engine:
             cache = self.cache if len(groups) == 1 else self.cache.take(rows)
             ids = np.asarray([[self.running[i].token_ids[-1]] for i in rows], dtype=np.int64)
             mask, positions = cache.step_inputs(new=1)
-            logits, keys, values = self.decoder(ids, mask, positions, cache.keys, cache.values)
+            logits, keys, values = self._step(ids, mask, positions, cache)
             cache.advance(keys, values, mask, new=1)
             steps.append((logits, cache))
         if len(groups) > 1:  # back together, the rows in the groups' order
             self.running = [self.running[i] for i in np.concatenate(groups)]
-            self.cache = steps[0][1]
+            merged = steps[0][1]
             for _, cache in steps[1:]:
-                self.cache.join(cache)
+                merged.join(cache)
+            self.cache.assign(merged)
         logits = np.concatenate([logits for logits, _ in steps], axis=0)
         self.steps += 1
         events += [
@@ -104,6 +102,12 @@ class Engine:
         ]
         self._retire([i for i, s in enumerate(self.running) if s.finished])
         return events
+
+    def _step(self, ids, mask, positions, cache: KVCache):
+        present = cache.spare(new=ids.shape[1])
+        if present is None or not getattr(self.decoder, "writes_present", False):
+            return self.decoder(ids, mask, positions, cache.keys, cache.values)
+        return self.decoder(ids, mask, positions, cache.keys, cache.values, present=present)
 
     def _groups(self) -> list[np.ndarray]:
         """The rows that may share a step: all of them, except around ``prefill_again_after``:

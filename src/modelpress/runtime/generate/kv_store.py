@@ -1,0 +1,99 @@
+"""Where the batch's KV cache lives: two buffers per cache array, written in turn.
+
+A decode step reads the cache (``past``) and writes a new one, one column longer (``present``),
+so both exist while the step runs. ``KVStore`` keeps, for each of the cache's arrays (a layer's
+keys or values), two flat buffers: the cache is a view of the first ``rows * kv_heads * columns
+* head_dim`` elements of one of them (its ``active`` side), and the step's ``present`` is bound
+(ONNX Runtime's IO binding) to the same prefix of the other (``spare``), which then becomes the
+active side. Joining and leaving write their result into the spare side the same way. Nothing
+is allocated per step and nothing is concatenated: the resident cache is twice the largest cache
+the batch has needed, where ONNX Runtime's outputs and numpy's copies used to leave about two and
+a half times that behind in the heap, never given back.
+
+The buffers are private anonymous memory maps: a page becomes resident when first written, so a
+buffer may be reserved larger than it is used, and when the batch shrinks the pages past what the
+next step needs go back to the system (``madvise(MADV_DONTNEED)``); an empty batch drops them all.
+"""
+
+from __future__ import annotations
+
+import mmap
+
+import numpy as np
+
+_PAGE = mmap.PAGESIZE
+_MIN_BYTES = 1 << 20  # the smallest buffer reserved (address space, not resident memory)
+_PRIVATE = (
+    mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+    if hasattr(mmap, "MAP_PRIVATE") and hasattr(mmap, "MAP_ANONYMOUS")
+    else None
+)
+
+
+class _Buffer:
+    """One flat buffer: a private anonymous map and a numpy array over it."""
+
+    def __init__(self, elements: int, dtype: np.dtype) -> None:
+        nbytes = max(_MIN_BYTES, elements * dtype.itemsize)
+        nbytes = -(-nbytes // _PAGE) * _PAGE
+        if _PRIVATE is None:  # no private anonymous maps (Windows): plain memory, kept
+            self.map = None
+            self.array = np.zeros(nbytes // dtype.itemsize, dtype)
+        else:
+            self.map = mmap.mmap(-1, nbytes, flags=_PRIVATE)
+            self.array = np.frombuffer(self.map, dtype)
+        self.nbytes = nbytes
+
+    def release_from(self, nbytes: int) -> None:
+        """Give the pages from ``nbytes`` on back to the system (they read as zeros after)."""
+        start = -(-nbytes // _PAGE) * _PAGE
+        if start < self.nbytes and self.map is not None and hasattr(mmap, "MADV_DONTNEED"):
+            self.map.madvise(mmap.MADV_DONTNEED, start, self.nbytes - start)
+
+
+class KVStore:
+    """Two buffers for each of ``arrays`` cache arrays of ``dtype``."""
+
+    def __init__(self, arrays: int, dtype) -> None:
+        self.arrays = arrays
+        self.dtype = np.dtype(dtype)
+        self._sides: list[list[_Buffer | None]] = [[None] * arrays, [None] * arrays]
+        self._spare = 0
+
+    def spare(self, shape: tuple[int, ...]) -> list[np.ndarray]:
+        """Arrays of ``shape`` over the spare side (contents undefined), one per cache array."""
+        elements = int(np.prod(shape))
+        if elements == 0:
+            return [np.zeros(shape, self.dtype) for _ in range(self.arrays)]
+        side = self._sides[self._spare]
+        out = []
+        for i, buffer in enumerate(side):
+            if buffer is None or buffer.array.size < elements:
+                # twice what is asked: address space only, and a growing batch reallocates less
+                side[i] = buffer = _Buffer(2 * elements, self.dtype)
+            out.append(buffer.array[:elements].reshape(shape))
+        return out
+
+    def holds(self, arrays: list[np.ndarray]) -> bool:
+        """Whether ``arrays`` are the spare side's (a step that wrote its present there)."""
+        side = self._sides[self._spare]
+        return len(arrays) == self.arrays and all(
+            b is not None and np.may_share_memory(a, b.array) for a, b in zip(arrays, side)
+        )
+
+    def flip(self) -> None:
+        """The spare side, just written, holds the cache now."""
+        self._spare = 1 - self._spare
+
+    def trim(self, elements: int) -> None:
+        """Give back the pages past the first ``elements`` of every buffer (a smaller batch)."""
+        if elements == 0:
+            self._sides = [[None] * self.arrays, [None] * self.arrays]
+            return
+        for side in self._sides:
+            for buffer in side:
+                if buffer is not None:
+                    buffer.release_from(elements * self.dtype.itemsize)
+
+    def reserved_bytes(self) -> int:
+        return sum(b.nbytes for side in self._sides for b in side if b is not None)
