@@ -23,27 +23,20 @@ from typing import Any, ClassVar
 import numpy as np
 
 from modelpress.errors import InputError, require
-from modelpress.runtime.processing.fields import (
-    as_bool,
-    as_choice,
-    as_int,
-    as_name,
-    convert_fields,
-    fail,
-    read_text_file,
-)
+from modelpress.runtime.processing import fields
+from modelpress.runtime.processing.fields import convert_fields, fail, read_text_file
 from modelpress.runtime.processing.signature import Tensor
 
 KEYS = {
     "tokenizer": lambda field, v: v,  # a path, read by ``declare`` (stored as tokenizer_json)
-    "tokenizer_json": as_name,
-    "max_length": as_int,
-    "padding": as_choice(("longest", "max_length")),
-    "truncation": as_bool,
-    "pad_id": lambda field, v: as_int(field, v, minimum=0),
-    "ids": as_name,
-    "mask": as_name,
-    "types": as_name,
+    "tokenizer_json": fields.as_name,
+    "max_length": fields.as_int,
+    "padding": fields.as_choice(("longest", "max_length")),
+    "truncation": fields.as_bool,
+    "pad_id": lambda field, v: fields.as_int(field, v, minimum=0),
+    "ids": fields.as_name,
+    "mask": fields.as_name,
+    "types": fields.as_name,
 }
 DEFAULT_MAX_LENGTH = 512
 ROLES = (("ids", "input_ids"), ("mask", "attention_mask"), ("types", "token_type_ids"))
