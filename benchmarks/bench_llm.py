@@ -427,7 +427,7 @@ def _row_order(row: dict) -> tuple:
     if v[0] == "float32":
         return (m, 0, 0, 0, "")
     block = next(int(t[1:]) for t in v if t[0] == "b" and t[1:].isdigit())
-    return (m, 1, block, v[0] == "int4", v[-1] != "rtn", row["variant"])
+    return (m, 1, block, v[0] == "int4", "rtn" not in v, row["variant"])
 
 
 def _agreement(row: dict) -> str:
