@@ -1,5 +1,6 @@
 """What a card does under load, by hand: sustained clocks of power-limited cards, activations
-kept in the L2 cache, 8-bit work on cards whose 8-bit units are slower, eager inference."""
+kept in the L2 cache, 8-bit work on cards whose 8-bit units are slower, eager inference, fused
+attention."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from modelpress.advisor.catalog import load_catalog
 from modelpress.advisor.clocks import sustained_clock
 from modelpress.advisor.efficiency import Efficiency
 from modelpress.advisor.estimate import estimate, roof_for
+from modelpress.advisor.launches import fuses_attention, launches
 from modelpress.profile import get_workload
 from modelpress.profile.workload import Kernel, Workload
 
@@ -136,3 +138,27 @@ def test_a_kernels_fixed_cost_follows_the_clock(catalog):
         e = estimate(w, catalog.find(name), task="infer", precision="fp16", batch=1, eff=eff)
         work = e.latency_ms * 1e-3 - 100 * 5e-6 * 1410 / mhz
         assert 0 <= work < 1e-9, name
+
+
+def test_fused_attention_on_turing_and_later(catalog):
+    # TensorRT's fused multi-head attention kernels exist for sm75 and later, not Volta's sm70
+    assert [fuses_attention(catalog.find(n)) for n in ("T4", "A30", "H100 SXM5 80GB")] == [True] * 3
+    assert not fuses_attention(catalog.find("V100 SXM2 16GB"))
+    assert not fuses_attention(catalog.find("MI300X"))
+    s, h, heads, layers = 128, 768, 12, 12
+    w = get_workload("bert-base", seq=s)
+    plain = launches(w.kernels, fuse=True)
+    fused = launches(w.kernels, fuse=True, attention=True)
+    # per layer: scores (softmax folded in) and context become one kernel
+    assert len(plain) - len(fused) == layers
+    assert launches(w.kernels, fuse=False, attention=True) == launches(w.kernels, fuse=False)
+    core = [r for r in fused if r.kind == "matmul" and not r.weights]
+    assert len(core) == layers
+    first = core[0]
+    # both products' FLOPs; reads Q, K, V and writes the context: the probabilities stay on chip
+    assert first.flops == pytest.approx(2 * (2.0 * s * s * h) + 5.0 * heads * s * s)
+    assert first.acts == pytest.approx(4 * s * h)
+    assert (first.out, first.cols, first.split_k) == (s * h, h // heads, False)
+    # an LLM's attention is one kernel already: nothing to merge
+    llm = get_workload("llama-2-7b", seq=128, gen_tokens=16)
+    assert launches(llm.kernels, fuse=True, attention=True) == launches(llm.kernels, fuse=True)

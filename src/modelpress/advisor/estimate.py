@@ -44,7 +44,7 @@ from modelpress.advisor.catalog import GPU
 from modelpress.advisor.clocks import kernel_overhead_s
 from modelpress.advisor.dispatch import autocast_casts, overlapped
 from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY, Efficiency
-from modelpress.advisor.launches import Launch, launches
+from modelpress.advisor.launches import Launch, fuses_attention, launches
 from modelpress.advisor.memory import MAX_BATCH, Footprint
 from modelpress.advisor.roof import Roof, roof_for
 from modelpress.advisor.waves import gemm_utilisation
@@ -132,7 +132,7 @@ def _kernel_costs(rows: list[Launch], batch: float, on: Target, how: PassMode = 
     scale, split = how.scale, how.split
     c_mult = eff.eager if how.eager and scale > 1 else 1.0
     bw = roof.bandwidth_gbs * 1e9 * eff.bandwidth * c_mult
-    for kind, flops, weights, acts, out, cols in rows:
+    for kind, flops, weights, acts, out, cols, splits in rows:
         n_launch = 2 if (scale > 1 and weights) else 1  # input- and weight-gradient kernels
         if kind in TENSOR_KINDS:
             # the conv factor is the cost of feeding tensor cores from an implicit GEMM; FP32
@@ -143,7 +143,10 @@ def _kernel_costs(rows: list[Launch], batch: float, on: Target, how: PassMode = 
             if roof.sm_count and cols and out and scale == 1:
                 # a tensor-parallel device computes its share of the output columns
                 rate *= gemm_utilisation(
-                    out * batch, cols / split, roof.sm_count, depth=flops / (2 * out)
+                    out * batch,
+                    cols / split,
+                    roof.sm_count,
+                    depth=flops / (2 * out) if splits else 0.0,
                 )
         else:
             rate = roof.vector_tflops * 1e12 * roof.gemm_ceiling * c_mult
@@ -222,7 +225,9 @@ def kernel_points(
     return [
         KernelPoint(kind, f, b, max(t_c, t_m) + over)
         for kind, f, b, t_c, t_m, _ in _kernel_costs(
-            launches(kernels, fuse=True), batch, Target(roof, eff, width)
+            launches(kernels, fuse=True, attention=fuses_attention(gpu)),
+            batch,
+            Target(roof, eff, width),
         )
     ]
 
@@ -348,7 +353,7 @@ def _estimate(
         if is_mixed(precision):
             notes.append("mixed precision: fp32 master weights and optimizer state")
     else:
-        rows = launches(workload.kernels, fuse=not eager)
+        rows = launches(workload.kernels, fuse=not eager, attention=fuses_attention(gpu))
         casts = autocast_casts(rows, precision) if eager else 0
         how = PassMode(split=split, eager=eager)
         fwd = _time(rows, batch, on, how, casts=casts)
@@ -364,7 +369,7 @@ def _estimate(
             )
         replicas = num_gpus if split == 1 else 1
         if workload.is_generative:
-            dec_rows = launches(workload.decode, fuse=not eager)
+            dec_rows = launches(workload.decode, fuse=not eager, attention=fuses_attention(gpu))
             dec_casts = autocast_casts(dec_rows, precision) if eager else 0
             step_t = _time(dec_rows, batch, on, how, casts=dec_casts)
             dec_comm = comm / max(workload.tokens_per_sample, 1) if split > 1 else 0.0

@@ -4,13 +4,28 @@ A compiled engine (TensorRT, ONNX Runtime) folds an elementwise op or a BatchNor
 kernel into that kernel's epilogue: no launch, no extra trip to memory, only its FLOPs (a
 residual add still reads its second input). Eager passes (PyTorch op by op, training) launch
 every op. Kernels of kind ``free`` (reshapes, views) launch nothing in either.
+
+Fused attention (``attention=True``): on a device whose engine has fused multi-head attention
+kernels, a compiled engine runs an encoder's attention core, scores = Q·Kᵀ, softmax, context =
+P·V, as one kernel that keeps the scores on chip (TensorRT's fMHA plugin, FlashAttention): one
+launch instead of two, and the B·heads·s² probabilities never go to memory; its reduction is not
+split (a softmax row needs all of it), its tiles are those of the context product's output. It is recognised by
+its shape, a weightless matrix product (softmax folded in) followed by another, so a workload
+need not name it. Which devices have such kernels is the catalog's architecture
+(``fuses_attention``): TensorRT ships them for Turing (sm75) and later
+(``plugin/bertQKVToContextPlugin``: sm75, sm80, sm86, sm87, sm90 kernels, none for Volta's sm70),
+so on a V100 the same engine launches the core as two GEMMs (softmax fused into the first).
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+from modelpress.advisor.catalog import GPU
 from modelpress.profile.workload import Kernel
+
+# NVIDIA architectures with fused multi-head attention kernels in TensorRT (sm75 and later)
+FUSED_ATTENTION_ARCHITECTURES = ("Turing", "Ampere", "Ada Lovelace", "Hopper", "Blackwell")
 
 
 class Launch(NamedTuple):
@@ -22,12 +37,23 @@ class Launch(NamedTuple):
     acts: float  # activation elements read and written, per sample
     out: float  # output elements, per sample
     cols: float  # output width of a matrix-like kernel (0: unknown)
+    split_k: bool = True  # may the library split its reduction (not a fused softmax's rows)
 
 
-def launches(kernels: tuple[Kernel, ...], *, fuse: bool) -> list[Launch]:
+def fuses_attention(gpu: GPU) -> bool:
+    """Whether a compiled engine on ``gpu`` runs attention as one fused kernel (module rule)."""
+    return gpu.vendor == "NVIDIA" and gpu.architecture.startswith(FUSED_ATTENTION_ARCHITECTURES)
+
+
+def _product(k: Kernel) -> bool:
+    return k.kind == "matmul" and not k.weight_elems
+
+
+def launches(kernels: tuple[Kernel, ...], *, fuse: bool, attention: bool = False) -> list[Launch]:
     """The kernels launched for ``kernels``, with the epilogue fusion of a compiled engine when
-    ``fuse`` (module rule)."""
+    ``fuse`` and its fused attention when ``attention`` too (module rule)."""
     rows: list[list] = []
+    last: Kernel | None = None  # the kernel that opened the last row
     for k in kernels:
         if k.kind == "free":
             continue
@@ -35,10 +61,21 @@ def launches(kernels: tuple[Kernel, ...], *, fuse: bool) -> list[Launch]:
             rows[-1][1] += k.flops
             rows[-1][3] += max(0.0, k.in_elems - k.out_elems)
             continue
+        if fuse and attention and rows and last is not None and _product(last) and _product(k):
+            # scores (softmax folded in) and context in one kernel: the probabilities stay on
+            # chip, neither written by the first product nor read by the second
+            row = rows[-1]
+            row[1] += k.flops
+            row[3] += k.in_elems + k.out_elems - 2 * row[4]
+            row[4], row[5] = k.out_elems, k.out_cols
+            row.append(False)  # each softmax row needs its whole reduction: no split-K
+            last = None
+            continue
         rows.append(
             [k.kind, k.flops, k.weight_elems, k.in_elems + k.out_elems, k.out_elems, k.out_cols]
         )
+        last = k
     return [Launch(*r) for r in rows]
 
 
-__all__ = ["Launch", "launches"]
+__all__ = ["FUSED_ATTENTION_ARCHITECTURES", "Launch", "fuses_attention", "launches"]
