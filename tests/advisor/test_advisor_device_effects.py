@@ -162,3 +162,23 @@ def test_fused_attention_on_turing_and_later(catalog):
     # an LLM's attention is one kernel already: nothing to merge
     llm = get_workload("llama-2-7b", seq=128, gen_tokens=16)
     assert launches(llm.kernels, fuse=True, attention=True) == launches(llm.kernels, fuse=True)
+
+
+def test_a_part_filled_device_draws_less_power(catalog):
+    # one GEMM whose output (2560 x 128, K = 128: no split-K) is 20 tiles of 128² or 80 of 64²
+    # at half rate: half of a T4's 40 SMs' worth of work at a time, so the card draws about half
+    # the power of a full load and sustains a higher clock (activity = busy share x time share)
+    t4 = catalog.find("T4")
+    rows, cols, depth = 2560, 128, 128
+    mm = Kernel(
+        "mm", "matmul", 2.0 * rows * cols * depth, 0.0, rows * depth, rows * cols, False, cols
+    )
+    w = Workload("k", (mm,), params=0.0, sample="row")
+    e = estimate(w, t4, task="infer", precision="fp16", batch=1, eff=EFF)
+    compute_s = mm.flops / (65e12 * 0.8 * 0.5 * 0.5)  # at boost, half the device's rate
+    first = compute_s + 10e-6 * 1410 / 1590
+    clock = sustained_clock(t4, EFF.clock_headroom, activity=0.5 * compute_s / first)
+    expected = compute_s / clock.fraction + 10e-6 * 1410 / clock.mhz
+    assert e.latency_ms == pytest.approx(expected * 1e3, rel=1e-9)
+    full = sustained_clock(t4, EFF.clock_headroom, activity=compute_s / first)
+    assert clock.mhz > 1.2 * full.mhz  # 2^(1/3) = 1.26 times the clock of a full device

@@ -9,7 +9,10 @@ for the kernel's kind; vector ops use the FP32 vector peak. See ``efficiency.py`
   width is known (``Kernel.out_cols``) reaches the share of the device its output tiles (and
   the slices of a deep reduction) keep busy, on devices whose SM count the catalog has.
 - Clocks: peaks are scaled to the clock the card sustains at the pass's load (``clocks.py``); the
-  pass is timed at boost first to measure that load (the share of its time spent in kernels).
+  pass is timed at boost first to measure that load (the share of its time spent in kernels,
+  a compute-bound kernel's time weighted by the share of the device its tiles keep busy).
+- Fused attention (``launches.py``): on Turing and later a compiled engine runs an encoder's
+  scores, softmax and context as one kernel (TensorRT's fMHA), the probabilities on chip.
 - L2: the part of a kernel's activations (input and output, whole batch) that fits in the L2
   cache stays on chip between producer and consumer; only the rest goes to DRAM. Weights always
   come from DRAM (a pass reads each once).
@@ -66,6 +69,7 @@ class PassTime:
     memory_s: float  # in kernels limited by bandwidth
     overhead_s: float  # fixed per-kernel cost
     kernels: int
+    idle_s: float = 0.0  # of compute_s, the share of the device its tiles leave idle
 
     @property
     def bound(self) -> str:
@@ -124,7 +128,8 @@ FORWARD = PassMode()
 
 
 def _kernel_costs(rows: list[Launch], batch: float, on: Target, how: PassMode = FORWARD):
-    """Per launched kernel: (kind, FLOPs, bytes, compute s, memory s, launches)."""
+    """Per launched kernel: (kind, FLOPs, bytes, compute s, memory s, launches, share of the
+    device its tiles keep busy)."""
     # ``eager`` (fitted on training) covers what slows training kernels beyond missing fusion:
     # autograd's backward kernels, BatchNorm statistics. Eager inference runs the same forward
     # kernels as an engine, only unfused and dispatched op by op: no factor.
@@ -140,16 +145,19 @@ def _kernel_costs(rows: list[Launch], batch: float, on: Target, how: PassMode = 
             # Winograd for 3x3 layers)
             factor = 1.0 if kind == "conv" and roof.precision_used == "fp32" else getattr(eff, kind)
             rate = roof.tensor_tflops * 1e12 * roof.gemm_ceiling * factor * c_mult
+            busy = 1.0
             if roof.sm_count and cols and out and scale == 1:
                 # a tensor-parallel device computes its share of the output columns
-                rate *= gemm_utilisation(
+                busy = gemm_utilisation(
                     out * batch,
                     cols / split,
                     roof.sm_count,
                     depth=flops / (2 * out) if splits else 0.0,
                 )
+                rate *= busy
         else:
             rate = roof.vector_tflops * 1e12 * roof.gemm_ceiling * c_mult
+            busy = 1.0
         f = scale * flops * batch / split
         # activations that fit in the L2 cache stay on chip between producer and consumer; only
         # the part of the kernel's input and output that does not fit goes to DRAM
@@ -157,7 +165,7 @@ def _kernel_costs(rows: list[Launch], batch: float, on: Target, how: PassMode = 
         if kind == "memory" and scale == 1:
             weights = min(weights, out * batch)  # a gather reads the rows it writes
         b = scale * weights * width / split + act_bytes
-        yield kind, f, b, f / rate, b / bw, n_launch
+        yield kind, f, b, f / rate, b / bw, n_launch, busy
 
 
 def _time(
@@ -172,11 +180,12 @@ def _time(
     """Time of one pass over ``batch`` samples run as ``how`` says; an eager pass dispatches
     ``casts`` more ops (autocast) from the host: summed with the GPU's time in ``training``,
     else overlapped with it."""
-    compute = memory = 0.0
+    compute = memory = idle = 0.0
     count = 0
-    for _, _, _, t_c, t_m, n_launch in _kernel_costs(rows, batch, on, how):
+    for _, _, _, t_c, t_m, n_launch, busy in _kernel_costs(rows, batch, on, how):
         if t_c >= t_m:
             compute += t_c
+            idle += t_c * (1.0 - busy)
         else:
             memory += t_m
         count += n_launch
@@ -189,7 +198,7 @@ def _time(
     else:
         gpu = compute + memory + count * kernel_overhead_s(eff.kernel_overhead_us, clock_mhz)
         overhead = overlapped(count, gpu, eff.eager_overhead_us) - compute - memory
-    return PassTime(compute + memory + overhead, compute, memory, overhead, count)
+    return PassTime(compute + memory + overhead, compute, memory, overhead, count, idle)
 
 
 @dataclass(frozen=True)
@@ -224,7 +233,7 @@ def kernel_points(
     over = kernel_overhead_s(eff.kernel_overhead_us, roof.clock_mhz)
     return [
         KernelPoint(kind, f, b, max(t_c, t_m) + over)
-        for kind, f, b, t_c, t_m, _ in _kernel_costs(
+        for kind, f, b, t_c, t_m, *_ in _kernel_costs(
             launches(kernels, fuse=True, attention=fuses_attention(gpu)),
             batch,
             Target(roof, eff, width),
@@ -394,7 +403,7 @@ def _estimate(
             )
         else:
             seconds = fwd.seconds + comm
-            activity = (fwd.compute_s + fwd.memory_s) / seconds
+            activity = (fwd.compute_s + fwd.memory_s - fwd.idle_s) / seconds
             throughput = replicas * batch / seconds
             latency = seconds
             flops = workload.flops_per_sample * batch
