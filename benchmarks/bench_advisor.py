@@ -47,7 +47,7 @@ import numpy as np
 from advisor_page import markdown  # beside this script: the page's layout and reading
 from scipy.optimize import least_squares
 
-from modelpress.advisor import waves
+from modelpress.advisor import launches, waves
 from modelpress.advisor.batching import analyse
 from modelpress.advisor.catalog import Catalog, load_catalog
 from modelpress.advisor.curve import estimate_curve
@@ -316,6 +316,12 @@ def _ablations(data: Data, base: Efficiency, fitted: Efficiency) -> dict:
     with _patched(waves, "SPLIT_K_MIN_DEPTH", math.inf):
         out["no split-K (one slice of the reduction per tile)"] = _ablation(data, base, ())
     print("  ablation: no split-K", file=sys.stderr)
+    # every engine as Volta's: attention's two products launched apart, probabilities in memory
+    with _patched(launches, "FUSED_ATTENTION_ARCHITECTURES", ()):
+        out["no fused attention (scores and context as two kernels everywhere)"] = _ablation(
+            data, base, ()
+        )
+    print("  ablation: no fused attention", file=sys.stderr)
     return out
 
 

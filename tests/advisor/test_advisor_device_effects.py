@@ -149,8 +149,13 @@ def test_fused_attention_on_turing_and_later(catalog):
     w = get_workload("bert-base", seq=s)
     plain = launches(w.kernels, fuse=True)
     fused = launches(w.kernels, fuse=True, attention=True)
-    # per layer: scores (softmax folded in) and context become one kernel
-    assert len(plain) - len(fused) == layers
+    # without fused attention the softmax is a kernel of its own (a row reduction is no GEMM
+    # epilogue): scores, softmax, context; with it the three are one kernel
+    assert len(plain) - len(fused) == 2 * layers
+    assert sum(1 for r in plain if r.kind == "reduce") == layers
+    assert not any(r.kind == "reduce" for r in fused)
+    # an elementwise epilogue (GELU) still folds into its GEMM in both
+    assert len(plain) == len(launches(w.kernels, fuse=False)) - layers
     assert launches(w.kernels, fuse=False, attention=True) == launches(w.kernels, fuse=False)
     core = [r for r in fused if r.kind == "matmul" and not r.weights]
     assert len(core) == layers

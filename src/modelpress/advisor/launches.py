@@ -5,6 +5,10 @@ kernel into that kernel's epilogue: no launch, no extra trip to memory, only its
 residual add still reads its second input). Eager passes (PyTorch op by op, training) launch
 every op. Kernels of kind ``free`` (reshapes, views) launch nothing in either.
 
+A reduction over rows (softmax) is not an epilogue: a GEMM's output tile holds part of each row,
+so an engine without fused attention launches it as a kernel of its own (TensorRT's unfused
+attention on Volta: a batched GEMM, a softmax kernel, a batched GEMM).
+
 Fused attention (``attention=True``): on a device whose engine has fused multi-head attention
 kernels, a compiled engine runs an encoder's attention core, scores = Q·Kᵀ, softmax, context =
 P·V, as one kernel that keeps the scores on chip (TensorRT's fMHA plugin, FlashAttention): one
@@ -57,7 +61,10 @@ def launches(kernels: tuple[Kernel, ...], *, fuse: bool, attention: bool = False
     for k in kernels:
         if k.kind == "free":
             continue
-        if fuse and k.fusable and rows:
+        # a row reduction (softmax) needs whole rows, which a GEMM tile does not hold: it folds
+        # only into a fused attention kernel
+        into_attention = attention and last is not None and _product(last)
+        if fuse and k.fusable and rows and (k.kind != "reduce" or into_attention):
             rows[-1][1] += k.flops
             rows[-1][3] += max(0.0, k.in_elems - k.out_elems)
             continue
