@@ -19,8 +19,8 @@ Method:
 3. Held out: leave one GPU out (each GPU's rows predicted by a fit that never saw that GPU) and
    leave one source out (each source family of inference rows predicted by a fit without it).
    The target (median |error| <= 15%, no miss over 1.5x) is checked on these predictions.
-4. Ablations: the fit and its error again without the sustained-clock model and without the L2
-   model, to show what each cause accounts for.
+4. Ablations: the fit and its error again without the sustained-clock model, the L2 model,
+   split-K and fused attention, to show what each cause accounts for.
 5. The service planner's queue analysis against a discrete-event simulation written here.
 6. This CPU: ``advise --calibrate`` on zoo models.
 
