@@ -160,8 +160,10 @@ def test_fused_attention_on_turing_and_later(catalog):
     core = [r for r in fused if r.kind == "matmul" and not r.weights]
     assert len(core) == layers
     first = core[0]
-    # both products' FLOPs; reads Q, K, V and writes the context: the probabilities stay on chip
-    assert first.flops == pytest.approx(2 * (2.0 * s * s * h) + 5.0 * heads * s * s)
+    # both products' FLOPs on the tensor cores, the softmax's on the vector units; reads Q, K, V
+    # and writes the context: the probabilities stay on chip
+    assert first.flops == pytest.approx(2 * (2.0 * s * s * h))
+    assert first.vector_flops == pytest.approx(5.0 * heads * s * s)
     assert first.acts == pytest.approx(4 * s * h)
     assert (first.out, first.cols, first.split_k) == (s * h, h // heads, False)
     # an LLM's attention is one kernel already: nothing to merge

@@ -41,11 +41,11 @@ class Efficiency:
     attention: float = 0.60
     bandwidth: float = 0.85
     # fitted by benchmarks/bench_advisor.py on the published training and inference rows
-    kernel_overhead_us: float = 7.878  # at 1410 MHz
+    kernel_overhead_us: float = 7.859  # at 1410 MHz
     eager: float = 0.673
-    eager_overhead_us: float = 58.105
+    eager_overhead_us: float = 58.1
     # sustained clock under load = min(boost, clock_headroom x base x activity^-1/3); clocks.py
-    clock_headroom: float = 1.369
+    clock_headroom: float = 1.377
 
     def to_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

@@ -12,7 +12,8 @@ for the kernel's kind; vector ops use the FP32 vector peak. See ``efficiency.py`
   pass is timed at boost first to measure that load (the share of its time spent in kernels,
   a compute-bound kernel's time weighted by the share of the device its tiles keep busy).
 - Fused attention (``launches.py``): on Turing and later a compiled engine runs an encoder's
-  scores, softmax and context as one kernel (TensorRT's fMHA), the probabilities on chip.
+  scores, softmax and context as one kernel (TensorRT's fMHA), the probabilities on chip, the
+  softmax at the vector rate; elsewhere the softmax is a kernel of its own.
 - L2: the part of a kernel's activations (input and output, whole batch) that fits in the L2
   cache stays on chip between producer and consumer; only the rest goes to DRAM. Weights always
   come from DRAM (a pass reads each once).
@@ -137,7 +138,7 @@ def _kernel_costs(rows: list[Launch], batch: float, on: Target, how: PassMode = 
     scale, split = how.scale, how.split
     c_mult = eff.eager if how.eager and scale > 1 else 1.0
     bw = roof.bandwidth_gbs * 1e9 * eff.bandwidth * c_mult
-    for kind, flops, weights, acts, out, cols, splits in rows:
+    for kind, flops, weights, acts, out, cols, splits, vector_flops in rows:
         n_launch = 2 if (scale > 1 and weights) else 1  # input- and weight-gradient kernels
         if kind in TENSOR_KINDS:
             # the conv factor is the cost of feeding tensor cores from an implicit GEMM; FP32
@@ -159,13 +160,17 @@ def _kernel_costs(rows: list[Launch], batch: float, on: Target, how: PassMode = 
             rate = roof.vector_tflops * 1e12 * roof.gemm_ceiling * c_mult
             busy = 1.0
         f = scale * flops * batch / split
+        # a fused kernel's vector work (attention's softmax) runs beside its tensor work, not in it
+        t_vector = (
+            scale * vector_flops * batch / split / (roof.vector_tflops * 1e12 * roof.gemm_ceiling)
+        )
         # activations that fit in the L2 cache stay on chip between producer and consumer; only
         # the part of the kernel's input and output that does not fit goes to DRAM
         act_bytes = max(0.0, scale * acts * batch * width / split - roof.l2_bytes)
         if kind == "memory" and scale == 1:
             weights = min(weights, out * batch)  # a gather reads the rows it writes
         b = scale * weights * width / split + act_bytes
-        yield kind, f, b, f / rate, b / bw, n_launch, busy
+        yield kind, f, b, f / rate + t_vector, b / bw, n_launch, busy
 
 
 def _time(

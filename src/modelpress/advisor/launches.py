@@ -13,7 +13,12 @@ Fused attention (``attention=True``): on a device whose engine has fused multi-h
 kernels, a compiled engine runs an encoder's attention core, scores = Q·Kᵀ, softmax, context =
 P·V, as one kernel that keeps the scores on chip (TensorRT's fMHA plugin, FlashAttention): one
 launch instead of two, and the B·heads·s² probabilities never go to memory; its reduction is not
-split (a softmax row needs all of it), its tiles are those of the context product's output. It is recognised by
+split (a softmax row needs all of it), its tiles are those of the context product's output. The
+softmax's exponentials and sums run on the vector units between the two products of each tile
+(``Launch.vector_flops``, timed at the vector rate and added to the tensor time): the tensor
+cores wait on them (FlashAttention-3's paper puts the H100's exponential rate at 3.9 TFLOPS
+against 989 for FP16 matrix products; its Hopper-only kernels overlap the two, which this model
+does not assume on any card). It is recognised by
 its shape, a weightless matrix product (softmax folded in) followed by another, so a workload
 need not name it. Which devices have such kernels is the catalog's architecture
 (``fuses_attention``): TensorRT ships them for Turing (sm75) and later
@@ -42,6 +47,7 @@ class Launch(NamedTuple):
     out: float  # output elements, per sample
     cols: float  # output width of a matrix-like kernel (0: unknown)
     split_k: bool = True  # may the library split its reduction (not a fused softmax's rows)
+    vector_flops: float = 0.0  # FLOPs on the vector units, not overlapped with the tensor work
 
 
 def fuses_attention(gpu: GPU) -> bool:
@@ -64,7 +70,10 @@ def launches(kernels: tuple[Kernel, ...], *, fuse: bool, attention: bool = False
         # a row reduction (softmax) needs whole rows, which a GEMM tile does not hold: it folds
         # only into a fused attention kernel
         into_attention = attention and last is not None and _product(last)
-        if fuse and k.fusable and rows and (k.kind != "reduce" or into_attention):
+        if fuse and k.kind == "reduce" and k.fusable and rows and into_attention:
+            rows[-1][7] += k.flops  # the softmax's exponentials, on the vector units
+            continue
+        if fuse and k.fusable and rows and k.kind != "reduce":
             rows[-1][1] += k.flops
             rows[-1][3] += max(0.0, k.in_elems - k.out_elems)
             continue
@@ -75,11 +84,20 @@ def launches(kernels: tuple[Kernel, ...], *, fuse: bool, attention: bool = False
             row[1] += k.flops
             row[3] += k.in_elems + k.out_elems - 2 * row[4]
             row[4], row[5] = k.out_elems, k.out_cols
-            row.append(False)  # each softmax row needs its whole reduction: no split-K
+            row[6] = False  # each softmax row needs its whole reduction: no split-K
             last = None
             continue
         rows.append(
-            [k.kind, k.flops, k.weight_elems, k.in_elems + k.out_elems, k.out_elems, k.out_cols]
+            [
+                k.kind,
+                k.flops,
+                k.weight_elems,
+                k.in_elems + k.out_elems,
+                k.out_elems,
+                k.out_cols,
+                True,
+                0.0,
+            ]
         )
         last = k
     return [Launch(*r) for r in rows]
