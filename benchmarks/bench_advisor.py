@@ -318,7 +318,7 @@ def _ablations(data: Data, base: Efficiency, fitted: Efficiency) -> dict:
     print("  ablation: no split-K", file=sys.stderr)
     # every engine as Volta's: attention's two products launched apart, probabilities in memory
     with _patched(launches, "FUSED_ATTENTION_ARCHITECTURES", ()):
-        out["no fused attention (scores and context as two kernels everywhere)"] = _ablation(
+        out["no fused attention (scores, softmax, context: three kernels everywhere)"] = _ablation(
             data, base, ()
         )
     print("  ablation: no fused attention", file=sys.stderr)
