@@ -19,8 +19,8 @@ Method:
 3. Held out: leave one GPU out (each GPU's rows predicted by a fit that never saw that GPU) and
    leave one source out (each source family of inference rows predicted by a fit without it).
    The target (median |error| <= 15%, no miss over 1.5x) is checked on these predictions.
-4. Ablations: the fit and its error again without the sustained-clock model and without the L2
-   model, to show what each cause accounts for.
+4. Ablations: the fit and its error again without the sustained-clock model, the L2 model,
+   split-K and fused attention, to show what each cause accounts for.
 5. The service planner's queue analysis against a discrete-event simulation written here.
 6. This CPU: ``advise --calibrate`` on zoo models.
 
@@ -47,7 +47,7 @@ import numpy as np
 from advisor_page import markdown  # beside this script: the page's layout and reading
 from scipy.optimize import least_squares
 
-from modelpress.advisor import waves
+from modelpress.advisor import launches, waves
 from modelpress.advisor.batching import analyse
 from modelpress.advisor.catalog import Catalog, load_catalog
 from modelpress.advisor.curve import estimate_curve
@@ -316,6 +316,12 @@ def _ablations(data: Data, base: Efficiency, fitted: Efficiency) -> dict:
     with _patched(waves, "SPLIT_K_MIN_DEPTH", math.inf):
         out["no split-K (one slice of the reduction per tile)"] = _ablation(data, base, ())
     print("  ablation: no split-K", file=sys.stderr)
+    # every engine as Volta's: attention's two products launched apart, probabilities in memory
+    with _patched(launches, "FUSED_ATTENTION_ARCHITECTURES", ()):
+        out["no fused attention (scores, softmax, context: three kernels everywhere)"] = _ablation(
+            data, base, ()
+        )
+    print("  ablation: no fused attention", file=sys.stderr)
     return out
 
 

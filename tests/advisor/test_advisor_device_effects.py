@@ -1,5 +1,6 @@
 """What a card does under load, by hand: sustained clocks of power-limited cards, activations
-kept in the L2 cache, 8-bit work on cards whose 8-bit units are slower, eager inference."""
+kept in the L2 cache, 8-bit work on cards whose 8-bit units are slower, eager inference, fused
+attention."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from modelpress.advisor.catalog import load_catalog
 from modelpress.advisor.clocks import sustained_clock
 from modelpress.advisor.efficiency import Efficiency
 from modelpress.advisor.estimate import estimate, roof_for
+from modelpress.advisor.launches import fuses_attention, launches
 from modelpress.profile import get_workload
 from modelpress.profile.workload import Kernel, Workload
 
@@ -136,3 +138,54 @@ def test_a_kernels_fixed_cost_follows_the_clock(catalog):
         e = estimate(w, catalog.find(name), task="infer", precision="fp16", batch=1, eff=eff)
         work = e.latency_ms * 1e-3 - 100 * 5e-6 * 1410 / mhz
         assert 0 <= work < 1e-9, name
+
+
+def test_fused_attention_on_turing_and_later(catalog):
+    # TensorRT's fused multi-head attention kernels exist for sm75 and later, not Volta's sm70
+    assert [fuses_attention(catalog.find(n)) for n in ("T4", "A30", "H100 SXM5 80GB")] == [True] * 3
+    assert not fuses_attention(catalog.find("V100 SXM2 16GB"))
+    assert not fuses_attention(catalog.find("MI300X"))
+    s, h, heads, layers = 128, 768, 12, 12
+    w = get_workload("bert-base", seq=s)
+    plain = launches(w.kernels, fuse=True)
+    fused = launches(w.kernels, fuse=True, attention=True)
+    # without fused attention the softmax is a kernel of its own (a row reduction is no GEMM
+    # epilogue): scores, softmax, context; with it the three are one kernel
+    assert len(plain) - len(fused) == 2 * layers
+    assert sum(1 for r in plain if r.kind == "reduce") == layers
+    assert not any(r.kind == "reduce" for r in fused)
+    # an elementwise epilogue (GELU) still folds into its GEMM in both
+    assert len(plain) == len(launches(w.kernels, fuse=False)) - layers
+    assert launches(w.kernels, fuse=False, attention=True) == launches(w.kernels, fuse=False)
+    core = [r for r in fused if r.kind == "matmul" and not r.weights]
+    assert len(core) == layers
+    first = core[0]
+    # both products' FLOPs on the tensor cores, the softmax's on the vector units; reads Q, K, V
+    # and writes the context: the probabilities stay on chip
+    assert first.flops == pytest.approx(2 * (2.0 * s * s * h))
+    assert first.vector_flops == pytest.approx(5.0 * heads * s * s)
+    assert first.acts == pytest.approx(4 * s * h)
+    assert (first.out, first.cols, first.split_k) == (s * h, h // heads, False)
+    # an LLM's attention is one kernel already: nothing to merge
+    llm = get_workload("llama-2-7b", seq=128, gen_tokens=16)
+    assert launches(llm.kernels, fuse=True, attention=True) == launches(llm.kernels, fuse=True)
+
+
+def test_a_part_filled_device_draws_less_power(catalog):
+    # one GEMM whose output (2560 x 128, K = 128: no split-K) is 20 tiles of 128² or 80 of 64²
+    # at half rate: half of a T4's 40 SMs' worth of work at a time, so the card draws about half
+    # the power of a full load and sustains a higher clock (activity = busy share x time share)
+    t4 = catalog.find("T4")
+    rows, cols, depth = 2560, 128, 128
+    mm = Kernel(
+        "mm", "matmul", 2.0 * rows * cols * depth, 0.0, rows * depth, rows * cols, False, cols
+    )
+    w = Workload("k", (mm,), params=0.0, sample="row")
+    e = estimate(w, t4, task="infer", precision="fp16", batch=1, eff=EFF)
+    compute_s = mm.flops / (65e12 * 0.8 * 0.5 * 0.5)  # at boost, half the device's rate
+    first = compute_s + 10e-6 * 1410 / 1590
+    clock = sustained_clock(t4, EFF.clock_headroom, activity=0.5 * compute_s / first)
+    expected = compute_s / clock.fraction + 10e-6 * 1410 / clock.mhz
+    assert e.latency_ms == pytest.approx(expected * 1e3, rel=1e-9)
+    full = sustained_clock(t4, EFF.clock_headroom, activity=compute_s / first)
+    assert clock.mhz > 1.2 * full.mhz  # 2^(1/3) = 1.26 times the clock of a full device

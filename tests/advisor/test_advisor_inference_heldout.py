@@ -166,7 +166,9 @@ def test_padding_free_scales_with_real_tokens():
     gpu = load_catalog().find("H100 SXM")
     fast = estimate(half, gpu, task="infer", precision="int8", batch=256)
     slow = estimate(padded, gpu, task="infer", precision="int8", batch=256)
-    assert 2.0 < fast.throughput / slow.throughput < 2.6  # compute-bound: ≈ FLOP ratio
+    # compute-bound: about the FLOP ratio (2.06), less the fixed cost of as many kernels
+    flop_ratio = padded.flops_per_sample / half.flops_per_sample
+    assert 0.9 * flop_ratio < fast.throughput / slow.throughput <= flop_ratio
 
 
 @pytest.mark.parametrize(

@@ -37,15 +37,15 @@ class Efficiency:
     gemm_ceiling: float = 0.811
     simt_ceiling: float = 0.90
     matmul: float = 0.85
-    conv: float = 0.988
+    conv: float = 1.0
     attention: float = 0.60
     bandwidth: float = 0.85
     # fitted by benchmarks/bench_advisor.py on the published training and inference rows
-    kernel_overhead_us: float = 7.588  # at 1410 MHz
-    eager: float = 0.668
-    eager_overhead_us: float = 58.065
+    kernel_overhead_us: float = 7.859  # at 1410 MHz
+    eager: float = 0.673
+    eager_overhead_us: float = 58.1
     # sustained clock under load = min(boost, clock_headroom x base x activity^-1/3); clocks.py
-    clock_headroom: float = 1.458
+    clock_headroom: float = 1.377
 
     def to_dict(self) -> dict[str, float]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

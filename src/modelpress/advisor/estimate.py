@@ -9,7 +9,11 @@ for the kernel's kind; vector ops use the FP32 vector peak. See ``efficiency.py`
   width is known (``Kernel.out_cols``) reaches the share of the device its output tiles (and
   the slices of a deep reduction) keep busy, on devices whose SM count the catalog has.
 - Clocks: peaks are scaled to the clock the card sustains at the pass's load (``clocks.py``); the
-  pass is timed at boost first to measure that load (the share of its time spent in kernels).
+  pass is timed at boost first to measure that load (the share of its time spent in kernels,
+  a compute-bound kernel's time weighted by the share of the device its tiles keep busy).
+- Fused attention (``launches.py``): on Turing and later a compiled engine runs an encoder's
+  scores, softmax and context as one kernel (TensorRT's fMHA), the probabilities on chip, the
+  softmax at the vector rate; elsewhere the softmax is a kernel of its own.
 - L2: the part of a kernel's activations (input and output, whole batch) that fits in the L2
   cache stays on chip between producer and consumer; only the rest goes to DRAM. Weights always
   come from DRAM (a pass reads each once).
@@ -44,7 +48,7 @@ from modelpress.advisor.catalog import GPU
 from modelpress.advisor.clocks import kernel_overhead_s
 from modelpress.advisor.dispatch import autocast_casts, overlapped
 from modelpress.advisor.efficiency import DEFAULT_EFFICIENCY, Efficiency
-from modelpress.advisor.launches import Launch, launches
+from modelpress.advisor.launches import Launch, fuses_attention, launches
 from modelpress.advisor.memory import MAX_BATCH, Footprint
 from modelpress.advisor.roof import Roof, roof_for
 from modelpress.advisor.waves import gemm_utilisation
@@ -66,6 +70,7 @@ class PassTime:
     memory_s: float  # in kernels limited by bandwidth
     overhead_s: float  # fixed per-kernel cost
     kernels: int
+    idle_s: float = 0.0  # of compute_s, the share of the device its tiles leave idle
 
     @property
     def bound(self) -> str:
@@ -124,7 +129,8 @@ FORWARD = PassMode()
 
 
 def _kernel_costs(rows: list[Launch], batch: float, on: Target, how: PassMode = FORWARD):
-    """Per launched kernel: (kind, FLOPs, bytes, compute s, memory s, launches)."""
+    """Per launched kernel: (kind, FLOPs, bytes, compute s, memory s, launches, share of the
+    device its tiles keep busy)."""
     # ``eager`` (fitted on training) covers what slows training kernels beyond missing fusion:
     # autograd's backward kernels, BatchNorm statistics. Eager inference runs the same forward
     # kernels as an engine, only unfused and dispatched op by op: no factor.
@@ -132,7 +138,7 @@ def _kernel_costs(rows: list[Launch], batch: float, on: Target, how: PassMode = 
     scale, split = how.scale, how.split
     c_mult = eff.eager if how.eager and scale > 1 else 1.0
     bw = roof.bandwidth_gbs * 1e9 * eff.bandwidth * c_mult
-    for kind, flops, weights, acts, out, cols in rows:
+    for kind, flops, weights, acts, out, cols, splits, vector_flops in rows:
         n_launch = 2 if (scale > 1 and weights) else 1  # input- and weight-gradient kernels
         if kind in TENSOR_KINDS:
             # the conv factor is the cost of feeding tensor cores from an implicit GEMM; FP32
@@ -140,21 +146,31 @@ def _kernel_costs(rows: list[Launch], batch: float, on: Target, how: PassMode = 
             # Winograd for 3x3 layers)
             factor = 1.0 if kind == "conv" and roof.precision_used == "fp32" else getattr(eff, kind)
             rate = roof.tensor_tflops * 1e12 * roof.gemm_ceiling * factor * c_mult
+            busy = 1.0
             if roof.sm_count and cols and out and scale == 1:
                 # a tensor-parallel device computes its share of the output columns
-                rate *= gemm_utilisation(
-                    out * batch, cols / split, roof.sm_count, depth=flops / (2 * out)
+                busy = gemm_utilisation(
+                    out * batch,
+                    cols / split,
+                    roof.sm_count,
+                    depth=flops / (2 * out) if splits else 0.0,
                 )
+                rate *= busy
         else:
             rate = roof.vector_tflops * 1e12 * roof.gemm_ceiling * c_mult
+            busy = 1.0
         f = scale * flops * batch / split
+        # a fused kernel's vector work (attention's softmax) runs beside its tensor work, not in it
+        t_vector = (
+            scale * vector_flops * batch / split / (roof.vector_tflops * 1e12 * roof.gemm_ceiling)
+        )
         # activations that fit in the L2 cache stay on chip between producer and consumer; only
         # the part of the kernel's input and output that does not fit goes to DRAM
         act_bytes = max(0.0, scale * acts * batch * width / split - roof.l2_bytes)
         if kind == "memory" and scale == 1:
             weights = min(weights, out * batch)  # a gather reads the rows it writes
         b = scale * weights * width / split + act_bytes
-        yield kind, f, b, f / rate, b / bw, n_launch
+        yield kind, f, b, f / rate + t_vector, b / bw, n_launch, busy
 
 
 def _time(
@@ -169,11 +185,12 @@ def _time(
     """Time of one pass over ``batch`` samples run as ``how`` says; an eager pass dispatches
     ``casts`` more ops (autocast) from the host: summed with the GPU's time in ``training``,
     else overlapped with it."""
-    compute = memory = 0.0
+    compute = memory = idle = 0.0
     count = 0
-    for _, _, _, t_c, t_m, n_launch in _kernel_costs(rows, batch, on, how):
+    for _, _, _, t_c, t_m, n_launch, busy in _kernel_costs(rows, batch, on, how):
         if t_c >= t_m:
             compute += t_c
+            idle += t_c * (1.0 - busy)
         else:
             memory += t_m
         count += n_launch
@@ -186,7 +203,7 @@ def _time(
     else:
         gpu = compute + memory + count * kernel_overhead_s(eff.kernel_overhead_us, clock_mhz)
         overhead = overlapped(count, gpu, eff.eager_overhead_us) - compute - memory
-    return PassTime(compute + memory + overhead, compute, memory, overhead, count)
+    return PassTime(compute + memory + overhead, compute, memory, overhead, count, idle)
 
 
 @dataclass(frozen=True)
@@ -221,8 +238,10 @@ def kernel_points(
     over = kernel_overhead_s(eff.kernel_overhead_us, roof.clock_mhz)
     return [
         KernelPoint(kind, f, b, max(t_c, t_m) + over)
-        for kind, f, b, t_c, t_m, _ in _kernel_costs(
-            launches(kernels, fuse=True), batch, Target(roof, eff, width)
+        for kind, f, b, t_c, t_m, *_ in _kernel_costs(
+            launches(kernels, fuse=True, attention=fuses_attention(gpu)),
+            batch,
+            Target(roof, eff, width),
         )
     ]
 
@@ -348,7 +367,7 @@ def _estimate(
         if is_mixed(precision):
             notes.append("mixed precision: fp32 master weights and optimizer state")
     else:
-        rows = launches(workload.kernels, fuse=not eager)
+        rows = launches(workload.kernels, fuse=not eager, attention=fuses_attention(gpu))
         casts = autocast_casts(rows, precision) if eager else 0
         how = PassMode(split=split, eager=eager)
         fwd = _time(rows, batch, on, how, casts=casts)
@@ -364,7 +383,7 @@ def _estimate(
             )
         replicas = num_gpus if split == 1 else 1
         if workload.is_generative:
-            dec_rows = launches(workload.decode, fuse=not eager)
+            dec_rows = launches(workload.decode, fuse=not eager, attention=fuses_attention(gpu))
             dec_casts = autocast_casts(dec_rows, precision) if eager else 0
             step_t = _time(dec_rows, batch, on, how, casts=dec_casts)
             dec_comm = comm / max(workload.tokens_per_sample, 1) if split > 1 else 0.0
@@ -389,7 +408,7 @@ def _estimate(
             )
         else:
             seconds = fwd.seconds + comm
-            activity = (fwd.compute_s + fwd.memory_s) / seconds
+            activity = (fwd.compute_s + fwd.memory_s - fwd.idle_s) / seconds
             throughput = replicas * batch / seconds
             latency = seconds
             flops = workload.flops_per_sample * batch
