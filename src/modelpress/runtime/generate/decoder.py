@@ -10,7 +10,12 @@ logits only: the LM head skips the others (a fifth of SmolLM2-135M's prefill tim
 and ONNX Runtime's arena gives back what such a run took (a long prompt's activations) when it
 ends. Given ``present`` (arrays of the step's present shapes: the batch cache's spare buffers,
 ``kv_store.py``), a bound step writes the present keys and values there instead of into arrays
-ONNX Runtime allocates.
+ONNX Runtime allocates. With ``share`` (the default) a decoder of the ``left_aligned`` layout
+(ONNX Runtime's GroupQueryAttention, ``convert --ops ort``) says ``shares_kv``: the engine then
+passes the same buffers, of a capacity larger than the cache, as a step's past and present, and
+GroupQueryAttention writes only the new entries into them (its share-buffer mode: it compares
+the pointers; the attention mask's width gives ``total_sequence_length``, and the present's length
+is the larger of that and the buffers' capacity, so both bindings have the same shape).
 
 Any callable with ``__call__``'s signature is a decoder: the scheduler's tests drive fake ones.
 """
@@ -37,10 +42,13 @@ _ONE = np.array(1, np.int64)
 class OrtDecoder:
     writes_present = True  # takes ``present=`` (``Engine``)
 
-    def __init__(self, session, config: DecoderConfig, *, binding: bool = True) -> None:
+    def __init__(
+        self, session, config: DecoderConfig, *, binding: bool = True, share: bool = True
+    ) -> None:
         self.session = session
         self.config = config
         self.binding = binding
+        self.shares_kv = binding and share and config.kv_layout == "left_aligned"
         names = {i.name for i in session.get_inputs()}
         self.past = [past_names(i) for i in range(config.num_layers)]
         self.present = [present_names(i) for i in range(config.num_layers)]

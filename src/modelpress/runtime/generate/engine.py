@@ -32,12 +32,17 @@ class Engine:
         self.decoder = decoder
         self.config = config
         self.prefill_chunk = prefill_chunk
+        # share mode (``cache.py``): a ``left_aligned`` decoder that binds past and present to
+        # the same buffers (``OrtDecoder.shares_kv``)
+        self.shared = bool(getattr(decoder, "shares_kv", False)) and config.kv_layout == (
+            "left_aligned"
+        )
         self.cache = self._empty(stored=True)
         self.running: list[Sequence] = []
         self.steps = 0  # decode steps run (for tests and metrics)
 
     def _empty(self, rows: int = 0, *, stored: bool = False) -> KVCache:
-        return KVCache.empty(self.config, rows=rows, stored=stored)
+        return KVCache.empty(self.config, rows=rows, stored=stored, shared=stored and self.shared)
 
     def reset(self) -> list[Sequence]:
         """Drop every running sequence and the cache (after a failure); the dropped ones."""
@@ -53,6 +58,7 @@ class Engine:
             event = seq.add(choose(logits[0], seq.params, seq.rng, seq.seen))
             events.append(event)
             if not seq.finished:
+                self.cache.reserve(_need([*self.running, seq]))
                 self.cache.join(cache)
                 self.running.append(seq)
         return events
@@ -104,8 +110,13 @@ class Engine:
         return events
 
     def _step(self, ids, mask, positions, cache: KVCache):
+        if not getattr(self.decoder, "writes_present", False):
+            return self.decoder(ids, mask, positions, cache.keys, cache.values)
+        shared = cache.in_place(new=ids.shape[1])
+        if shared is not None:  # past and present: the same buffers, written in place
+            return self.decoder(ids, mask, positions, *shared, present=shared)
         present = cache.spare(new=ids.shape[1])
-        if present is None or not getattr(self.decoder, "writes_present", False):
+        if present is None:
             return self.decoder(ids, mask, positions, cache.keys, cache.values)
         return self.decoder(ids, mask, positions, cache.keys, cache.values, present=present)
 
@@ -138,6 +149,7 @@ class Engine:
             logits, cache = self._prefill(seq.prompt_ids + seq.token_ids)
             events.append(seq.add(choose(logits[0], seq.params, seq.rng, seq.seen)))
             if not seq.finished:
+                self.cache.reserve(_need([*self.running, seq]))
                 self.cache.join(cache)
                 self.running.append(seq)
         return events
@@ -152,6 +164,12 @@ class Engine:
 
     def _retire(self, rows: list[int]) -> None:
         if rows:
-            self.cache.leave(rows)
             gone = set(rows)
             self.running = [s for i, s in enumerate(self.running) if i not in gone]
+            self.cache.reserve(_need(self.running))
+            self.cache.leave(rows)
+
+
+def _need(sequences: list[Sequence]) -> int:
+    """The cache columns ``sequences`` may come to hold: the longest prompt plus tokens to come."""
+    return max((len(s.prompt_ids) + s.params.max_tokens for s in sequences), default=0)
