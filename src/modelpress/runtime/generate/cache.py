@@ -125,6 +125,12 @@ class KVCache:
             store.reserve = max(store.reserve, min(store.limit, 2 * store.capacity()), columns)
             self._adopt(self.keys, self.values)  # copied into the spare side, laid out anew
         full = store.full()
+        if (self.lengths < self.columns).any():
+            # the columns this step adds are holes in the shorter rows: zeros, as everywhere
+            # (the spare side's layout held other rows' entries there; GroupQueryAttention does
+            # not read past a row's length, a copy of the rows might)
+            for a in full:
+                a[:, :, self.columns : columns] = 0
         layers = len(self.keys)
         return full[:layers], full[layers:]
 
