@@ -19,7 +19,10 @@ Sections (``--only SECTION``, repeatable; each rewrites its own part of
       and int4 (the builder's defaults for ``-e cpu``);
     - ``llama.cpp``: ``llama-cpp-python`` on the same GGUF file (Q4_1 weights).
 
-    Each engine runs in its own process, loaded once; the runs are interleaved over ``--rounds``
+    With ``--cpu-time`` the times are each worker process's CPU time (``time.process_time``)
+    instead of the wall clock: with one thread a step's CPU time is its work, which a loaded
+    machine's preemption does not stretch (it still slows it a little: shared caches, memory
+    bandwidth). Each engine runs in its own process, loaded once; the runs are interleaved over ``--rounds``
     rounds and the page gives medians and the min-max spread. The prompt: the first 256 tokens of
     Python's license text, the same token ids for every engine. Time to first token is from the
     call to the first token id in hand (onnxruntime-genai's includes one decode step: its
@@ -148,6 +151,7 @@ def decode_prompt_ids(folder: Path, n: int = 256) -> list[int]:
 WORKER = r"""
 import json, sys, time
 engine, path, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
+clock = time.process_time if sys.argv[4:] == ["cpu"] else time.perf_counter  # --cpu-time
 
 if engine.startswith("modelpress"):
     from modelpress.runtime.generate import Request, SamplingParams, Scheduler, open_llm
@@ -157,10 +161,10 @@ if engine.startswith("modelpress"):
 
     def run(ids, n):
         request = Request(prompt_ids=ids, params=SamplingParams(max_tokens=n, ignore_eos=True))
-        start, times, tokens = time.perf_counter(), [], []
+        start, times, tokens = clock(), [], []
         for event in scheduler.stream(request):
             if event.token_id is not None:
-                times.append(time.perf_counter()); tokens.append(event.token_id)
+                times.append(clock()); tokens.append(event.token_id)
         return start, times, tokens
 
 elif engine.startswith("ogenai"):
@@ -174,12 +178,12 @@ elif engine.startswith("ogenai"):
     def run(ids, n):
         params = og.GeneratorParams(model)
         params.set_search_options(do_sample=False, max_length=len(ids) + n, min_length=len(ids) + n)
-        start, times, tokens = time.perf_counter(), [], []
+        start, times, tokens = clock(), [], []
         generator = og.Generator(model, params)
         generator.append_tokens(ids)
         while not generator.is_done() and len(tokens) < n:
             generator.generate_next_token()
-            tokens.append(int(generator.get_next_tokens()[0])); times.append(time.perf_counter())
+            tokens.append(int(generator.get_next_tokens()[0])); times.append(clock())
         return start, times, tokens
 
 elif engine == "llama.cpp":
@@ -189,9 +193,9 @@ elif engine == "llama.cpp":
 
     def run(ids, n):
         llm.reset()  # else generate() reuses the cached prefix of the last run: no prefill
-        start, times, tokens = time.perf_counter(), [], []
+        start, times, tokens = clock(), [], []
         for token in llm.generate(ids, top_k=1, top_p=1.0, temp=0.0, repeat_penalty=1.0, reset=True):
-            tokens.append(int(token)); times.append(time.perf_counter())
+            tokens.append(int(token)); times.append(clock())
             if len(tokens) == n:
                 break
         return start, times, tokens
@@ -209,14 +213,16 @@ for line in sys.stdin:
 
 
 class DecodeWorker:
-    def __init__(self, name: str, python: str, engine: str, path: Path, threads: int) -> None:
+    def __init__(
+        self, name: str, python: str, engine: str, path: Path, threads: int, cpu: bool = False
+    ) -> None:
         self.name = name
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
         env["PYTHONPATH"] = str(ROOT.parent / "src")
         if engine == "ogenai":  # its venv sees ours, and ours must not shadow its package
             env.pop("PYTHONPATH")
         self.proc = subprocess.Popen(
-            [python, "-c", WORKER, engine, str(path), str(threads)],
+            [python, "-c", WORKER, engine, str(path), str(threads), "cpu" if cpu else "wall"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -276,7 +282,10 @@ def section_decode(args) -> dict:
     except ImportError:
         notes.append("llama.cpp: llama-cpp-python is not installed")
     load = [os.getloadavg()[0]]
-    workers = [DecodeWorker(name, py, eng, path, args.threads) for name, py, eng, path in engines]
+    cpu = getattr(args, "cpu_time", False)
+    workers = [
+        DecodeWorker(name, py, eng, path, args.threads, cpu) for name, py, eng, path in engines
+    ]
     runs: dict[str, list[dict]] = {w.name: [] for w in workers}
     try:
         for w in workers:  # warm-up: first runs allocate and tune
@@ -313,6 +322,7 @@ def section_decode(args) -> dict:
         "prompt_tokens": len(ids),
         "decode_tokens": n,
         "load_average": load,
+        "clock": "each process's CPU time" if cpu else "wall clock",
         "rows": rows,
         "notes": notes,
     }
@@ -331,7 +341,8 @@ def decode_markdown(d: dict) -> str:
         f"Machine: {d['machine']}; {d['date']}; `{d['command']}`. {d['threads']} thread(s) for "
         f"every engine, a {d['prompt_tokens']}-token prompt (Python's license), "
         f"{d['decode_tokens']} greedy tokens a run, EOS ignored, {d['rounds']} interleaved "
-        f"rounds after a warm-up; medians with the min-max spread. 1-minute load average during "
+        f"rounds after a warm-up, timed by {d.get('clock', 'wall clock')}; medians with the "
+        "min-max spread. 1-minute load average during "
         f"the run: {', '.join(f'{x:.1f}' for x in d['load_average'])} (a shared machine: "
         "compare rows of one run, not across runs).",
         "",
