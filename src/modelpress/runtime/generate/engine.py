@@ -10,7 +10,11 @@ dropped); ``cancel(ids)`` ends sequences from outside.
 
 The batch's cache lives in a ``KVStore`` (``cache.py``): a decoder whose ``writes_present`` is
 true (``OrtDecoder``) is handed the store's spare buffers as ``present`` and writes the step's
-cache there; any other decoder returns new arrays, which the cache copies in.
+cache there; any other decoder returns new arrays, which the cache copies in. A decoder that
+``shares_kv`` (``OrtDecoder`` of a ``left_aligned`` folder) gets share mode instead: the store's
+buffers have room for each row's prompt plus ``max_tokens`` (``reserve``), a decode step is
+handed them as both past and present and writes only its new entries; the rows are copied only
+when they join or leave (or when the room runs out: it doubles).
 
 The engine is synchronous and single-threaded; ``scheduler.py`` decides when to call it.
 """
