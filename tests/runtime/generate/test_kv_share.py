@@ -1,7 +1,9 @@
 """Share mode (``cache.py``, ``kv_store.SharedKVStore``): on ``left_aligned`` decoders (ONNX
 Runtime's GroupQueryAttention) a step's past and present are the same buffers, written in place.
 Its greedy tokens against the two-sided path's (``open_llm(share=False)``), token for token: at
-batch 1, with rows of different lengths joining and leaving, and with buffers that must grow."""
+batch 1, with rows of different lengths joining and leaving, and with buffers that must grow;
+for llama, a GQA family (qwen2), Phi-3's long rope (rows stepped apart around its switch) and a
+sliding window with soft-capping (gemma2)."""
 
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ def _ort_folder(root, family):
     return out
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen2"])
+@pytest.fixture(scope="module", params=["llama", "qwen2", "phi3-longrope", "gemma2"])
 def folder(request, tmp_path_factory):
     return _ort_folder(tmp_path_factory.mktemp("share"), request.param)
 
@@ -74,9 +76,13 @@ def test_shared_buffers_give_the_same_greedy_tokens(folder, max_seqs):
     want = _tokens(plain, max_seqs=max_seqs)
     assert _tokens(shared, max_seqs=max_seqs) == want
     assert [len(t) for t in want] == MAX_TOKENS
-    # every decode step wrote in place (prompts go through the two-sided path, alone)
+    # every decode step wrote in place (prompts go through the two-sided path, alone), but
+    # those that run rows on either side of Phi-3's rope switch apart (copies of the rows)
     steps = shared.scheduler.engine.steps
-    assert steps > 0 and sum(written) == steps, (sum(written), steps)
+    if shared.llm.config.prefill_again_after is None:
+        assert steps > 0 and sum(written) == steps, (sum(written), steps)
+    else:
+        assert 0 < sum(written) <= steps
     assert store.full() is None  # every row left: the buffers went back
 
 
