@@ -32,7 +32,7 @@ Sections (``--only SECTION``, repeatable; each rewrites its own part of
 ``gguf``
     The same GGUF imported with its own Q4_1 blocks (``compress.llm.import_gguf_blocks``, no
     re-quantization) against llama.cpp's perplexity on the same file and text
-    (``llama-cpp-python``, built into ``benchmarks/_work/llama_cpp`` by ``--install-llama-cpp``).
+    (``llama-cpp-python``, in this venv or the one ``LLAMA_PYTHON`` names: it builds from source).
 
     .venv/bin/python benchmarks/bench_llm.py --only quality [--models smollm2 smollm2-rotated]
 
@@ -340,11 +340,12 @@ json.dump({"perplexity": math.exp(total / count), "tokens": count}, open(sys.arg
 
 def llama_cpp_perplexity(ids: np.ndarray, threads: int) -> dict | None:
     """llama.cpp's perplexity of the GGUF on the same token ids and windows (``LLAMA_PYTHON``:
-    the interpreter of a venv holding llama-cpp-python, default /tmp/llamacpp/bin/python)."""
+    the interpreter of a venv holding llama-cpp-python, default this one)."""
     import subprocess
 
-    python = os.environ.get("LLAMA_PYTHON", "/tmp/llamacpp/bin/python")
-    if not Path(python).exists():
+    python = os.environ.get("LLAMA_PYTHON", sys.executable)
+    probe = subprocess.run([python, "-c", "import llama_cpp"], capture_output=True)
+    if probe.returncode:
         return None
     script, inp, out = WORK / "llama_ppl.py", WORK / "llama_in.json", WORK / "llama_out.json"
     script.write_text(LLAMA_CPP_SCRIPT)
@@ -427,7 +428,7 @@ def _row_order(row: dict) -> tuple:
     if v[0] == "float32":
         return (m, 0, 0, 0, "")
     block = next(int(t[1:]) for t in v if t[0] == "b" and t[1:].isdigit())
-    return (m, 1, block, v[0] == "int4", v[-1] != "rtn", row["variant"])
+    return (m, 1, block, v[0] == "int4", "rtn" not in v, row["variant"])
 
 
 def _agreement(row: dict) -> str:

