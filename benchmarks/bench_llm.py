@@ -499,6 +499,9 @@ def main() -> None:
     ap.add_argument("--decode-llm", action="append", default=[], metavar="DIR")
     ap.add_argument("--install-peers", action="store_true")
     ap.add_argument(
+        "--cpu-time", action="store_true", help="decode: CPU time per process, not wall clock"
+    )
+    ap.add_argument(
         "--int8-layers", type=int, default=0, help="quality: body MatMuls kept at 8 bits (non-RTN)"
     )
     ap.add_argument(

@@ -1,6 +1,6 @@
 """The batch's KV cache in a two-sided store against the same cache of plain arrays: steps, rows
 joining and leaving give equal keys, values and masks, in both layouts; an empty batch gives its
-buffers back."""
+buffers back. The shared store (share mode) the same, its steps writing in place."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import pytest
 
 from modelpress.ir.llm import DecoderConfig
 from modelpress.runtime.generate.cache import KVCache
-from modelpress.runtime.generate.kv_store import KVStore
+from modelpress.runtime.generate.kv_store import KVStore, SharedKVStore
 
 LAYERS, HEADS, DIM = 2, 3, 4
 
 
-def _empty(layout, rows=0, stored=False):
+def _empty(layout, rows=0, stored=False, shared=False):
     config = DecoderConfig(
         family="llama",
         num_layers=LAYERS,
@@ -26,7 +26,7 @@ def _empty(layout, rows=0, stored=False):
         max_context=64,
         kv_layout=layout,
     )
-    return KVCache.empty(config, rows=rows, stored=stored)
+    return KVCache.empty(config, rows=rows, stored=stored, shared=shared)
 
 
 def _step(cache, rng, new=1, *, into_spare=False):
@@ -109,3 +109,65 @@ def test_the_store_writes_its_two_sides_in_turn_and_gives_pages_back():
     assert store.reserved_bytes() > 0
     store.trim(0)
     assert store.reserved_bytes() == 0
+
+
+def _step_in_place(cache, rng, new=1):
+    """``_step``'s fresh entries written the way GroupQueryAttention's share mode does: into the
+    whole buffers of ``in_place``, at each row's length, nothing else touched."""
+    mask, _ = cache.step_inputs(new=new)
+    keys, values = cache.in_place(new=new)
+    fresh = rng.standard_normal((2 * LAYERS, cache.rows, HEADS, new, DIM)).astype(np.float32)
+    for i, full in enumerate(keys + values):
+        assert full.flags.c_contiguous and full.shape[2] >= mask.shape[1]
+        for b, n in enumerate(cache.lengths):
+            full[b, :, n : n + new] = fresh[i, b]
+    cache.advance(keys, values, mask, new=new)
+
+
+def _step_plain(cache, rng, new=1):
+    mask, _ = cache.step_inputs(new=new)
+    fresh = rng.standard_normal((2 * LAYERS, cache.rows, HEADS, new, DIM)).astype(np.float32)
+    arrays = []
+    for i, past in enumerate(cache.keys + cache.values):
+        present = np.zeros((cache.rows, HEADS, mask.shape[1], DIM), np.float32)
+        present[:, :, : past.shape[2]] = past
+        for b, n in enumerate(cache.lengths):
+            present[b, :, n : n + new] = fresh[i, b]
+        arrays.append(present)
+    cache.advance(arrays[:LAYERS], arrays[LAYERS:], mask, new=new)
+
+
+@pytest.mark.parametrize("reserve", [0, 40])
+def test_a_shared_cache_equals_plain_arrays_and_grows_when_short(reserve):
+    """With ``reserve`` 0 every layout has one spare column and the steps double it; with 40
+    the layouts have room and the steps never copy."""
+    plain, shared = _empty("left_aligned"), _empty("left_aligned", shared=True)
+    store = shared.store
+    assert isinstance(store, SharedKVStore) and shared.spare() is None
+    script = [("join", 5), ("step",), ("join", 2), ("step",), ("step",), ("join", 9), ("step",)]
+    script += [("leave", [1]), ("step",), ("join", 3), ("leave", [0, 2]), ("step",), ("step",)]
+    script += [("step",)] * 6 + [("leave", [0, 1])]
+    relaid, capacities = [], []  # per step: whether it laid the buffers out anew
+    for op in script:
+        shared.reserve(reserve)
+        before = store.full()
+        for cache in (plain, shared):
+            rng = np.random.default_rng(len(cache.mask) * 100 + cache.columns)
+            if op[0] == "join":
+                cache.join(_prompt("left_aligned", op[1], rng))
+            elif op[0] == "step":
+                (_step_plain if cache is plain else _step_in_place)(cache, rng)
+            else:
+                cache.leave(op[1])
+        _same(plain, shared)
+        if shared.rows:
+            full = store.full()
+            assert all(np.shares_memory(a, f) for a, f in zip(shared.keys + shared.values, full))
+            capacities.append(store.capacity())
+            if op[0] == "step":
+                relaid.append(full[0] is not before[0])
+    if reserve:
+        assert set(capacities) == {40} and not any(relaid)
+    else:  # one spare column a layout: the steps doubled it, past the longest row's 9 + 9
+        assert any(relaid) and not all(relaid) and max(capacities) > 18
+    assert shared.rows == 0 and store.full() is None and store.reserved_bytes() == 0

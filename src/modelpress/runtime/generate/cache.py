@@ -19,7 +19,9 @@ Holes hold zeros: a masked score gets no weight, and zero values keep ``0 * valu
 The batch's cache has a ``store`` (``kv_store.KVStore``): a step's present, a join's and a
 leave's result are written into its spare buffers (``spare``), never concatenated anew. A cache
 without one (a prompt being prefilled, the groups of ``Engine._groups``) takes the arrays it is
-given.
+given. With ``shared`` (a ``left_aligned`` cache, ``kv_store.SharedKVStore``) the arrays are the
+first columns of buffers with room for more: ``in_place`` hands a step those whole buffers, to
+be bound as its past and its present, and the step's new entries are written there in place.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from modelpress.ir.llm import KV_LAYOUTS, DecoderConfig
-from modelpress.runtime.generate.kv_store import KVStore
+from modelpress.runtime.generate.kv_store import KVStore, SharedKVStore
 
 KV_DTYPES = {"float32": np.float32, "float16": np.float16}
 
@@ -44,20 +46,28 @@ class KVCache:
     store: KVStore | None = None
 
     @classmethod
-    def empty(cls, config: DecoderConfig, *, rows: int = 0, stored: bool = False) -> KVCache:
+    def empty(
+        cls, config: DecoderConfig, *, rows: int = 0, stored: bool = False, shared: bool = False
+    ) -> KVCache:
         """An empty cache of ``rows`` for the decoder of ``config``; ``stored``: in a ``KVStore``
-        (the running batch's cache)."""
+        (the running batch's cache); ``shared``: in a ``SharedKVStore`` (steps write in place;
+        ``left_aligned`` only)."""
         assert config.kv_layout in KV_LAYOUTS, config.kv_layout
         shape = (rows, config.num_kv_heads, 0, config.head_dim)
         dtype = KV_DTYPES[config.kv_dtype]
         layers = config.num_layers
+        if shared:
+            assert config.kv_layout == "left_aligned", config.kv_layout
+            store = SharedKVStore(2 * layers, dtype, limit=config.max_context)
+        else:
+            store = KVStore(2 * layers, dtype) if stored else None
         return cls(
             layout=config.kv_layout,
             keys=[np.zeros(shape, dtype) for _ in range(layers)],
             values=[np.zeros(shape, dtype) for _ in range(layers)],
             mask=np.zeros((rows, 0), np.int64),
             lengths=np.zeros(rows, np.int64),
-            store=KVStore(2 * layers, dtype) if stored else None,
+            store=store,
         )
 
     @property
@@ -85,10 +95,44 @@ class KVCache:
 
     def spare(self, new: int = 1) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
         """Where a step that feeds ``new`` tokens a row may write its present keys and values
-        (None without a store)."""
-        if self.store is None:
+        (None without a store, and with a shared one: its steps write ``in_place``)."""
+        if self.store is None or isinstance(self.store, SharedKVStore):
             return None
         return self._target(self.rows, self.columns + new)
+
+    def reserve(self, columns: int) -> None:
+        """The columns the rows will need (prompt plus the tokens to generate): a shared store
+        lays its buffers out with that room at the next join or leave."""
+        if isinstance(self.store, SharedKVStore):
+            self.store.reserve = columns
+
+    def in_place(self, new: int = 1) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+        """The whole buffers a step that feeds ``new`` tokens a row writes into in place, bound
+        as both its past and its present (a shared store; None otherwise, or past ``limit``).
+        Too small, they are laid out again with twice the room first (one copy)."""
+        store = self.store
+        if not isinstance(store, SharedKVStore) or not self.keys or self.rows == 0:
+            return None
+        columns = self.columns + new
+        full = store.full()
+        if (
+            full is None
+            or full[0].shape[2] < columns
+            or not np.shares_memory(self.keys[0], full[0])
+        ):
+            if columns > store.limit:
+                return None
+            store.reserve = max(store.reserve, min(store.limit, 2 * store.capacity()), columns)
+            self._adopt(self.keys, self.values)  # copied into the spare side, laid out anew
+        full = store.full()
+        if (self.lengths < self.columns).any():
+            # the columns this step adds are holes in the shorter rows: zeros, as everywhere
+            # (the spare side's layout held other rows' entries there; GroupQueryAttention does
+            # not read past a row's length, a copy of the rows might)
+            for a in full:
+                a[:, :, self.columns : columns] = 0
+        layers = len(self.keys)
+        return full[:layers], full[layers:]
 
     def _target(self, rows: int, columns: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Arrays for a cache of ``rows`` x ``columns``: the store's spare side, or new ones."""
@@ -119,9 +163,14 @@ class KVCache:
         self, keys: list[np.ndarray], values: list[np.ndarray], mask: np.ndarray, new: int = 1
     ) -> None:
         """Take a step's ``present`` arrays as the cache; ``mask``: the step's attention mask."""
-        self._adopt(keys, values)
+        if self.store is not None and self.store.written_in_place(list(keys) + list(values)):
+            width = mask.shape[1]  # the buffers of ``in_place``: the cache is their first columns
+            self.keys = [a[:, :, :width] for a in keys]
+            self.values = [a[:, :, :width] for a in values]
+        else:
+            self._adopt(keys, values)
         self.lengths = self.lengths + new
-        columns = keys[0].shape[2] if keys else mask.shape[1]
+        columns = self.keys[0].shape[2] if self.keys else mask.shape[1]
         if self.layout == "append":
             self.mask = mask
         else:

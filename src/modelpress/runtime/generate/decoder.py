@@ -10,12 +10,19 @@ logits only: the LM head skips the others (a fifth of SmolLM2-135M's prefill tim
 and ONNX Runtime's arena gives back what such a run took (a long prompt's activations) when it
 ends. Given ``present`` (arrays of the step's present shapes: the batch cache's spare buffers,
 ``kv_store.py``), a bound step writes the present keys and values there instead of into arrays
-ONNX Runtime allocates.
+ONNX Runtime allocates. With ``share`` (the default) a decoder of the ``left_aligned`` layout
+(ONNX Runtime's GroupQueryAttention, ``convert --ops ort``) says ``shares_kv``: the engine then
+passes the same buffers, of a capacity larger than the cache, as a step's past and present, and
+GroupQueryAttention writes only the new entries into them (its share-buffer mode: it compares
+the pointers; the attention mask's width gives ``total_sequence_length``, and the present's length
+is the larger of that and the buffers' capacity, so both bindings have the same shape).
 
 Any callable with ``__call__``'s signature is a decoder: the scheduler's tests drive fake ones.
 """
 
 from __future__ import annotations
+
+import weakref
 
 import numpy as np
 
@@ -32,15 +39,19 @@ from modelpress.ir.llm import (
 )
 
 _ONE = np.array(1, np.int64)
+_DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 
 
 class OrtDecoder:
     writes_present = True  # takes ``present=`` (``Engine``)
 
-    def __init__(self, session, config: DecoderConfig, *, binding: bool = True) -> None:
+    def __init__(
+        self, session, config: DecoderConfig, *, binding: bool = True, share: bool = True
+    ) -> None:
         self.session = session
         self.config = config
         self.binding = binding
+        self.shares_kv = binding and share and config.kv_layout == "left_aligned"
         names = {i.name for i in session.get_inputs()}
         self.past = [past_names(i) for i in range(config.num_layers)]
         self.present = [present_names(i) for i in range(config.num_layers)]
@@ -55,6 +66,10 @@ class OrtDecoder:
         self.last_only = LOGITS_TO_KEEP in names | overridable  # ``ir.llm``: the head on the last
         self.outputs = [LOGITS, *(n for pair in self.present for n in pair)]
         self.run_options = _shrinking_arena()
+        self.logits_dtype = _DTYPES.get(
+            next((o.type for o in session.get_outputs() if o.name == LOGITS), ""), np.float32
+        )
+        self._kept = None  # share mode: (the buffers, their IO binding), kept between steps
 
     def __call__(
         self,
@@ -77,6 +92,14 @@ class OrtDecoder:
             # overridable initializer, which IO binding cannot bind: a plain run)
             feeds[LOGITS_TO_KEEP] = _ONE
             outs = self.session.run(self.outputs, feeds, self.run_options)
+        elif (
+            self.binding
+            and present is not None
+            and present[0] is keys
+            and present[1] is values
+            and input_ids.shape[1] == 1
+        ):
+            return self._run_shared(feeds, keys, values)
         elif self.binding and present is not None:
             return self._run_into(feeds, *present)
         elif self.binding:
@@ -94,6 +117,36 @@ class OrtDecoder:
             io.bind_output(name, "cpu")
         self.session.run_with_iobinding(io)
         return [v.numpy() for v in io.get_outputs()]
+
+    def _run_shared(self, feeds: dict[str, np.ndarray], keys: list, values: list):
+        """A step whose past and present are the same buffers (share mode). Their bindings are
+        kept from step to step while the buffers stay the same objects: only the token ids, the
+        mask and the positions are bound anew."""
+        arrays = keys + values
+        kept = self._kept
+        if (
+            kept is None
+            or len(kept[0]) != len(arrays)
+            or any(a is not ref() for a, ref in zip(arrays, kept[0]))
+        ):
+            io = self.session.io_binding()
+            names = zip(self.past + self.past, self.present + self.present)
+            for i, ((past, present), array) in enumerate(zip(names, arrays)):
+                side = int(i >= len(keys))  # keys then values: a pair's first then second name
+                io.bind_input(past[side], "cpu", 0, array.dtype, array.shape, array.ctypes.data)
+                io.bind_output(present[side], "cpu", 0, array.dtype, array.shape, array.ctypes.data)
+            rows = keys[0].shape[0] if keys else feeds[INPUT_IDS].shape[0]
+            logits = np.empty((rows, 1, self.config.vocab_size), self.logits_dtype)
+            io.bind_output(LOGITS, "cpu", 0, logits.dtype, logits.shape, logits.ctypes.data)
+            # weak references: the binding must not keep a cache the engine let go of (a
+            # binding whose arrays are gone is never run: new arrays are bound first)
+            self._kept = kept = ([weakref.ref(a) for a in arrays], io, logits)
+        _, io, logits = kept
+        for name in (INPUT_IDS, ATTENTION_MASK, POSITION_IDS):
+            if name in feeds:
+                io.bind_cpu_input(name, np.ascontiguousarray(feeds[name]))
+        self.session.run_with_iobinding(io)
+        return logits[:, -1, :].copy(), keys, values
 
     def _run_into(self, feeds: dict[str, np.ndarray], keys: list, values: list):
         io = self.session.io_binding()

@@ -10,7 +10,11 @@ dropped); ``cancel(ids)`` ends sequences from outside.
 
 The batch's cache lives in a ``KVStore`` (``cache.py``): a decoder whose ``writes_present`` is
 true (``OrtDecoder``) is handed the store's spare buffers as ``present`` and writes the step's
-cache there; any other decoder returns new arrays, which the cache copies in.
+cache there; any other decoder returns new arrays, which the cache copies in. A decoder that
+``shares_kv`` (``OrtDecoder`` of a ``left_aligned`` folder) gets share mode instead: the store's
+buffers have room for each row's prompt plus ``max_tokens`` (``reserve``), a decode step is
+handed them as both past and present and writes only its new entries; the rows are copied only
+when they join or leave (or when the room runs out: it doubles).
 
 The engine is synchronous and single-threaded; ``scheduler.py`` decides when to call it.
 """
@@ -32,12 +36,17 @@ class Engine:
         self.decoder = decoder
         self.config = config
         self.prefill_chunk = prefill_chunk
+        # share mode (``cache.py``): a ``left_aligned`` decoder that binds past and present to
+        # the same buffers (``OrtDecoder.shares_kv``)
+        self.shared = bool(getattr(decoder, "shares_kv", False)) and config.kv_layout == (
+            "left_aligned"
+        )
         self.cache = self._empty(stored=True)
         self.running: list[Sequence] = []
         self.steps = 0  # decode steps run (for tests and metrics)
 
     def _empty(self, rows: int = 0, *, stored: bool = False) -> KVCache:
-        return KVCache.empty(self.config, rows=rows, stored=stored)
+        return KVCache.empty(self.config, rows=rows, stored=stored, shared=stored and self.shared)
 
     def reset(self) -> list[Sequence]:
         """Drop every running sequence and the cache (after a failure); the dropped ones."""
@@ -53,6 +62,7 @@ class Engine:
             event = seq.add(choose(logits[0], seq.params, seq.rng, seq.seen))
             events.append(event)
             if not seq.finished:
+                self.cache.reserve(_need([*self.running, seq]))
                 self.cache.join(cache)
                 self.running.append(seq)
         return events
@@ -104,8 +114,13 @@ class Engine:
         return events
 
     def _step(self, ids, mask, positions, cache: KVCache):
+        if not getattr(self.decoder, "writes_present", False):
+            return self.decoder(ids, mask, positions, cache.keys, cache.values)
+        shared = cache.in_place(new=ids.shape[1])
+        if shared is not None:  # past and present: the same buffers, written in place
+            return self.decoder(ids, mask, positions, *shared, present=shared)
         present = cache.spare(new=ids.shape[1])
-        if present is None or not getattr(self.decoder, "writes_present", False):
+        if present is None:
             return self.decoder(ids, mask, positions, cache.keys, cache.values)
         return self.decoder(ids, mask, positions, cache.keys, cache.values, present=present)
 
@@ -138,6 +153,7 @@ class Engine:
             logits, cache = self._prefill(seq.prompt_ids + seq.token_ids)
             events.append(seq.add(choose(logits[0], seq.params, seq.rng, seq.seen)))
             if not seq.finished:
+                self.cache.reserve(_need([*self.running, seq]))
                 self.cache.join(cache)
                 self.running.append(seq)
         return events
@@ -152,6 +168,12 @@ class Engine:
 
     def _retire(self, rows: list[int]) -> None:
         if rows:
-            self.cache.leave(rows)
             gone = set(rows)
             self.running = [s for i, s in enumerate(self.running) if i not in gone]
+            self.cache.reserve(_need(self.running))
+            self.cache.leave(rows)
+
+
+def _need(sequences: list[Sequence]) -> int:
+    """The cache columns ``sequences`` may come to hold: the longest prompt plus tokens to come."""
+    return max((len(s.prompt_ids) + s.params.max_tokens for s in sequences), default=0)

@@ -79,10 +79,12 @@ def open_llm(
     threads: int | None = None,
     binding: bool = True,
     spinning: bool | None = None,
+    share: bool = True,
 ) -> LLM:
     """Open the LLM folder ``folder`` for generation (``threads``: ONNX Runtime's intra-op
     threads, default all cores; ``binding``: IO binding for the steps; ``spinning``: let idle
-    worker threads spin between steps, ONNX Runtime's default when None)."""
+    worker threads spin between steps, ONNX Runtime's default when None; ``share``: a
+    ``left_aligned`` decoder's steps write the cache in place, ``decoder.py``)."""
     from modelpress.runtime.ort import session, session_options
 
     Tokenizer = require("tokenizers", extra="llm", purpose="generating text").Tokenizer
@@ -116,7 +118,9 @@ def open_llm(
         options.add_session_config_entry(
             "session.intra_op.allow_spinning", "1" if spinning else "0"
         )
-    decoder = OrtDecoder(session(p / MODEL_FILE, options=options), config, binding=binding)
+    decoder = OrtDecoder(
+        session(p / MODEL_FILE, options=options), config, binding=binding, share=share
+    )
     return LLM(p, config, decoder, tokenizer, tokenizer_config, chat_template)
 
 

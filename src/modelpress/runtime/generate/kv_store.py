@@ -13,6 +13,13 @@ a half times that behind in the heap, never given back.
 The buffers are private anonymous memory maps: a page becomes resident when first written, so a
 buffer may be reserved larger than it is used, and when the batch shrinks the pages past what the
 next step needs go back to the system (``madvise(MADV_DONTNEED)``); an empty batch drops them all.
+
+``SharedKVStore`` (share mode, ``left_aligned`` caches of ONNX Runtime's GroupQueryAttention):
+a side's buffers are laid out ``[rows, kv_heads, capacity, head_dim]`` (``full``), the cache's
+arrays are their first ``columns`` columns, and a decode step binds the active side's buffers as
+both its past and its present: GroupQueryAttention sees the same pointers and writes only the new
+entries, in place (its ``past_present_share_buffer`` mode). The two sides are used only when the
+layout changes: a join, a leave, or a capacity that is too small (then doubled).
 """
 
 from __future__ import annotations
@@ -81,6 +88,10 @@ class KVStore:
             b is not None and np.may_share_memory(a, b.array) for a, b in zip(arrays, side)
         )
 
+    def written_in_place(self, arrays: list[np.ndarray]) -> bool:
+        """Whether ``arrays`` are the active side's, written in place by a step (share mode)."""
+        return False
+
     def flip(self) -> None:
         """The spare side, just written, holds the cache now."""
         self._spare = 1 - self._spare
@@ -97,3 +108,47 @@ class KVStore:
 
     def reserved_bytes(self) -> int:
         return sum(b.nbytes for side in self._sides for b in side if b is not None)
+
+
+class SharedKVStore(KVStore):
+    """A ``KVStore`` whose sides are ``[rows, kv_heads, capacity, head_dim]`` buffers, written in
+    place by the steps; ``limit``: the largest capacity (the model's context)."""
+
+    def __init__(self, arrays: int, dtype, *, limit: int) -> None:
+        super().__init__(arrays, dtype)
+        self.limit = limit
+        self.reserve = 0  # the columns the running rows will need (``Engine``)
+        self._full: list[list[np.ndarray] | None] = [None, None]
+
+    def spare(self, shape: tuple[int, ...]) -> list[np.ndarray]:
+        """The spare side laid out for ``shape``'s rows with room for ``reserve`` columns (at
+        least one more than ``shape``'s, within ``limit``): views of its first columns."""
+        rows, heads, columns, dim = shape
+        capacity = max(columns, min(self.limit, max(self.reserve, columns + 1)))
+        full = super().spare((rows, heads, capacity, dim))
+        self._full[self._spare] = full
+        return [a[:, :, :columns] for a in full]
+
+    def full(self) -> list[np.ndarray] | None:
+        """The active side's whole buffers (None before the first layout)."""
+        return self._full[1 - self._spare]
+
+    def capacity(self) -> int:
+        full = self.full()
+        return int(full[0].shape[2]) if full else 0
+
+    def written_in_place(self, arrays: list[np.ndarray]) -> bool:
+        full = self.full()
+        return (
+            full is not None
+            and len(arrays) == len(full)
+            and all(a is b for a, b in zip(arrays, full))
+        )
+
+    def trim(self, elements: int) -> None:
+        full = self.full()
+        if elements and full:  # the rows' columns past ``elements`` are still in the layout
+            elements = max(elements, full[0].size)
+        if elements == 0:
+            self._full = [None, None]
+        super().trim(elements)
