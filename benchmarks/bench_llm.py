@@ -309,7 +309,8 @@ def section_quality(args) -> dict:
     }
 
 
-LLAMA_CPP_SCRIPT = r"""
+LLAMA_CPP_SCRIPT = (
+    r"""
 import json, math, sys
 import numpy as np
 from llama_cpp import Llama
@@ -317,25 +318,14 @@ args = json.load(open(sys.argv[1]))
 ids, window, stride = args["ids"], args["window"], args["stride"]
 llm = Llama(model_path=args["gguf"], n_ctx=window, logits_all=True, n_threads=args["threads"],
             n_batch=window, verbose=False)
-total, count, scored_to = 0.0, 0, 1
-for begin in range(0, len(ids) - 1, stride):
-    end = min(begin + window, len(ids))
-    if end <= scored_to:
-        continue
+
+def logits(window_ids):
     llm.reset()
-    llm.eval(ids[begin:end])
-    z = np.array(llm.scores[: end - begin], dtype=np.float64)
-    first = max(scored_to, begin + 1)
-    rows = z[first - 1 - begin : end - 1 - begin]
-    m = rows.max(axis=1, keepdims=True)
-    lse = m[:, 0] + np.log(np.exp(rows - m).sum(axis=1))
-    total -= float((rows[np.arange(len(rows)), ids[first:end]] - lse).sum())
-    count += end - first
-    scored_to = end
-    if end == len(ids):
-        break
-json.dump({"perplexity": math.exp(total / count), "tokens": count}, open(sys.argv[2], "w"))
+    llm.eval(window_ids)
+    return llm.scores[: len(window_ids)]
 """
+    + bench_llm_ogenai.PEER_PERPLEXITY
+)
 
 
 def llama_cpp_perplexity(ids: np.ndarray, threads: int) -> dict | None:

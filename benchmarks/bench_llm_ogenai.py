@@ -26,26 +26,15 @@ from bench_llm_decode import OGENAI_VENV, WORK, decode_hf_folder, decode_install
 
 ALGOS = {"rtn": "default", "k_quant_mixed": "k_quant_mixed"}
 
-PPL_SCRIPT = r"""
-import json, math, sys
-import numpy as np
-import onnxruntime_genai as og
-args = json.load(open(sys.argv[1]))
-ids, window, stride = args["ids"], args["window"], args["stride"]
-config = og.Config(args["folder"]); config.clear_providers()
-options = {"intra_op_num_threads": args["threads"], "inter_op_num_threads": 1}
-config.overlay(json.dumps({"model": {"decoder": {"session_options": options}}}))
-model = og.Model(config)
+# A peer's perplexity in its own interpreter: the script defines ``logits(window ids)`` (float
+# logits of every position) and this loop scores windows as ``verify.llm.perplexity_of_ids`` does.
+PEER_PERPLEXITY = r"""
 total, count, scored_to = 0.0, 0, 1
 for begin in range(0, len(ids) - 1, stride):
     end = min(begin + window, len(ids))
     if end <= scored_to:
         continue
-    params = og.GeneratorParams(model)
-    params.set_search_options(max_length=window + 1)
-    gen = og.Generator(model, params)
-    gen.append_tokens(ids[begin:end])
-    z = np.asarray(gen.get_output("logits"), dtype=np.float64)[0]
+    z = np.asarray(logits(ids[begin:end]), dtype=np.float64)
     first = max(scored_to, begin + 1)
     rows = z[first - 1 - begin : end - 1 - begin]
     m = rows.max(axis=1, keepdims=True)
@@ -57,6 +46,28 @@ for begin in range(0, len(ids) - 1, stride):
         break
 json.dump({"perplexity": math.exp(total / count), "tokens": count}, open(sys.argv[2], "w"))
 """
+
+PPL_SCRIPT = (
+    r"""
+import json, math, sys
+import numpy as np
+import onnxruntime_genai as og
+args = json.load(open(sys.argv[1]))
+ids, window, stride = args["ids"], args["window"], args["stride"]
+config = og.Config(args["folder"]); config.clear_providers()
+options = {"intra_op_num_threads": args["threads"], "inter_op_num_threads": 1}
+config.overlay(json.dumps({"model": {"decoder": {"session_options": options}}}))
+model = og.Model(config)
+
+def logits(window_ids):
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=window + 1)
+    gen = og.Generator(model, params)
+    gen.append_tokens(window_ids)
+    return gen.get_output("logits")[0]
+"""
+    + PEER_PERPLEXITY
+)
 
 ROTATE_SCRIPT = r"""
 import json, sys
