@@ -2,46 +2,56 @@
 
 The Python API uses the same words as the command line: ``open`` (every form a command reads),
 ``load``, ``save``, ``inspect``, ``convert``, ``optimize``, ``verify``, ``quantize``, ``prune``,
-``distill``, ``deep_compress``, ``Session`` (run), ``advise``, ``generate`` (an LLM folder); samples are ``data=`` everywhere.
-The heavier
-entry points load on first use so that ``import modelpress`` stays cheap.
+``distill``, ``deep_compress``, ``Session`` (run), ``advise``, ``generate`` (an LLM folder); samples
+are ``data=`` everywhere.
+
+Every entry point loads on first use: ``import modelpress`` (and with it every ``modelpress.*``
+module, the server's included) imports neither onnx_ir nor onnx, torch or transformers until a
+function that needs them is reached.
 """
 
 from __future__ import annotations
 
+import sys
+import types
+
+from modelpress.errors import ModelpressError, lazy_exports
+
 __version__ = "0.1.0"
 
-# eager: the subpackage `modelpress.convert` would otherwise shadow the function once imported
-from modelpress.convert import convert
-from modelpress.errors import ModelpressError
-from modelpress.ir import graph_stats as inspect
-from modelpress.ir import load, save
-from modelpress.passes import optimize
-from modelpress.verify import verify
-
 _LAZY = {
-    "Session": ("modelpress.runtime.session", "Session"),
-    "quantize": ("modelpress.compress", "quantize"),
-    "prune": ("modelpress.compress.prune.api", "prune"),
-    "distill": ("modelpress.compress.distill", "distill"),
-    "deep_compress": ("modelpress.compress.deep", "deep_compress"),
-    "advise": ("modelpress.advisor", "recommend"),
-    "generate": ("modelpress.runtime.generate", "generate"),
-    "Generator": ("modelpress.runtime.generate", "Generator"),
+    "convert": "modelpress.convert.api:convert",
+    "inspect": "modelpress.ir.stats:graph_stats",
+    "load": "modelpress.ir.io:load",
+    "save": "modelpress.ir.io:save",
+    "optimize": "modelpress.passes:optimize",
+    "verify": "modelpress.verify:verify",
+    "Session": "modelpress.runtime.session:Session",
+    "quantize": "modelpress.compress:quantize",
+    "prune": "modelpress.compress.prune.api:prune",
+    "distill": "modelpress.compress.distill:distill",
+    "deep_compress": "modelpress.compress.deep:deep_compress",
+    "advise": "modelpress.advisor:recommend",
+    "generate": "modelpress.runtime.generate:generate",
+    "Generator": "modelpress.runtime.generate:Generator",
 }
 
-__all__ = [
-    "ModelpressError",
-    "__version__",
-    "convert",
-    "inspect",
-    "load",
-    "open",
-    "optimize",
-    "save",
-    "verify",
-    *_LAZY,
-]
+
+class _Package(types.ModuleType):
+    """``modelpress`` itself. The import system binds a subpackage to its parent's attribute
+    once it is first imported; two subpackages share their name with the function the API gives
+    (``modelpress.convert``, ``modelpress.verify``): that name stays the function."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _LAZY and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+
+__all__ = ["ModelpressError", "__version__", "open", *_LAZY]
 
 
 def open(  # noqa: A001  (the word the commands use: modelpress.open(path))
@@ -61,6 +71,7 @@ def open(  # noqa: A001  (the word the commands use: modelpress.open(path))
 
     from modelpress.compress.deep import open_mpz
     from modelpress.errors import OptionError
+    from modelpress.ir.io import load
     from modelpress.protect import is_obfuscated, load_key, open_package, unlock
     from modelpress.protect.package import has_magic
 
@@ -84,12 +95,3 @@ def open(  # noqa: A001  (the word the commands use: modelpress.open(path))
             return model
         raise OptionError(f"{p}: an obfuscated model: give its key with `key`")
     return unlock(model, the_key(), name=str(p))
-
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        module, attr = _LAZY[name]
-        return getattr(importlib.import_module(module), attr)
-    raise AttributeError(f"module 'modelpress' has no attribute {name!r}")

@@ -56,6 +56,28 @@ def require(module: str, *, extra: str, purpose: str):
         raise MissingExtraError(module.split(".")[0], extra, purpose) from exc
 
 
+def lazy_exports(package: str, exports: dict[str, str]):
+    """``(__getattr__, __dir__)`` for a package whose names load their module on first use
+    (PEP 562): ``exports`` maps a name to ``"module"`` or ``"module:attribute"``. Importing the
+    package then imports nothing more, so that a process loads only what it runs (a server of LLM
+    folders never loads onnx or onnx_ir)."""
+    import importlib
+    import sys
+
+    def __getattr__(name: str):
+        if name not in exports:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        module, _, attribute = exports[name].partition(":")
+        value = getattr(importlib.import_module(module), attribute or name)
+        setattr(sys.modules[package], name, value)  # the next access finds it without this
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*vars(sys.modules[package]), *exports})
+
+    return __getattr__, __dir__
+
+
 def renamed(value, old_value, *, new: str, old: str):
     """The value of argument ``new`` given under its old name ``old`` (a DeprecationWarning), or
     under its own; an ``OptionError`` when both are given."""

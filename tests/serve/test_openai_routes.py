@@ -8,14 +8,17 @@ answers against the same request not streamed, concurrent answers against each o
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx2 as httpx  # the HTTP client the openai package is built on
 import openai
 import pytest
-from serve_testing import ServerProcess
+from serve_testing import ROOT, ServerProcess
 
 PROMPTS = [
     "The quick brown fox",
@@ -227,3 +230,68 @@ def test_a_client_that_disconnects_frees_its_slot(checkpoint):
         assert generated < 2 * 240
     finally:
         assert srv.stop() == 0
+
+
+# What ``modelpress serve LLM_DIR`` runs needs none of these (the folder's decoder goes to ONNX
+# Runtime as a file): loaded, onnx_ir alone (with sympy and onnx) was a third of the server's
+# resident memory before its first model byte.
+HEAVY = ("onnx_ir", "onnx", "sympy", "torch", "transformers", "tensorflow")
+
+# the real command in a child process; once it listens, one completion and one chat request,
+# then the modules it holds, then SIGTERM (the server drains and the command returns)
+_CHILD = """
+import json, os, signal, sys, threading, urllib.request
+import modelpress.serve.server as server
+from modelpress.cli.main import main
+
+real, seen = server.serve, {}
+
+
+def ask(host, port):
+    try:
+        for route, body in (
+            ("completions", {"prompt": "The lazy dog"}),
+            ("chat/completions", {"messages": [{"role": "user", "content": "Hello"}]}),
+        ):
+            data = json.dumps({"model": "tiny", "max_tokens": 3, **body}).encode()
+            headers = {"Content-Type": "application/json"}
+            req = urllib.request.Request(f"http://{host}:{port}/v1/{route}", data, headers)
+            seen[route] = json.loads(urllib.request.urlopen(req, timeout=60).read())["usage"]
+        seen["heavy"] = sorted(m for m in sys.argv[2].split(",") if m in sys.modules)
+    finally:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def serve(*args, on_started, **kwargs):
+    def started(host, port):
+        on_started(host, port)
+        threading.Thread(target=ask, args=(host, port)).start()
+
+    return real(*args, on_started=started, **kwargs)
+
+
+server.serve = serve
+code = main(["serve", sys.argv[1], "--port", "0"])
+print("SEEN", json.dumps(seen), code)
+"""
+
+
+def test_serving_an_llm_folder_loads_no_graph_tools_nor_torch(checkpoint):
+    """The whole command (parser, folder, app, two requests) in a fresh process: none of HEAVY
+    is imported (each would be loaded before anything else if a module on the path imported it)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(checkpoint[1]), ",".join(HEAVY)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    line = next(x for x in out.stdout.splitlines() if x.startswith("SEEN "))
+    seen, code = line[5:].rsplit(" ", 1)
+    seen = json.loads(seen)
+    assert code == "0"
+    assert seen["completions"]["completion_tokens"] >= 1, seen
+    assert seen["chat/completions"]["completion_tokens"] >= 1, seen
+    assert seen["heavy"] == [], f"the LLM server imported {seen['heavy']}"

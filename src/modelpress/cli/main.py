@@ -2,6 +2,8 @@
 
 Each subcommand lives in its own module with ``add_parser(subparsers)`` (which sets ``func``).
 A ``ModelpressError`` becomes one ``error:`` line on stderr and exit code 1, never a traceback.
+A command line that names its command loads that command's module alone: what the others import
+(onnx_ir, the optimizer, the report) stays out of, say, a server's memory.
 """
 
 from __future__ import annotations
@@ -41,23 +43,26 @@ COMMANDS = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of ``command`` alone (one of ``COMMANDS`` without
+    ``_cmd``)."""
     parser = argparse.ArgumentParser(
         prog="modelpress",
         description="Make a trained model ready for the hardware it runs on.",
     )
     parser.add_argument("--version", action="version", version=f"modelpress {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
+    for name in COMMANDS if command is None else [f"{command}_cmd"]:
         importlib.import_module(f"modelpress.cli.{name}").add_parser(sub)
-    for name, command in sub.choices.items():
-        add_old_spellings(name, command)
+    for name, sub_parser in sub.choices.items():
+        add_old_spellings(name, sub_parser)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    named = argv[0] if argv and f"{argv[0]}_cmd" in COMMANDS else None
+    parser = build_parser(named)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

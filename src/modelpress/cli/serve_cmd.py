@@ -18,7 +18,6 @@ from modelpress.errors import OptionError, require
 from modelpress.ir.llm import is_llm_folder
 from modelpress.serve.auth import read_key_file
 from modelpress.serve.options import ServeOptions
-from modelpress.serve.ray_serve import ModelSource, deploy
 from modelpress.serve.repository import Repository, model_name
 
 
@@ -227,11 +226,14 @@ def run(args) -> int:
 
         # no spinning: the runtime's idle threads would take the cores the event loop needs
         llms = [(name, open_llm(path, spinning=False)) for name, path in llm_named]
-    repo = Repository.open(
-        [(name, options.open_model(path, args)) for name, path in named],
-        **options.placement(args),
-        batching=args.batching,
-    )
+    # (LLM folders alone: an empty repository, and no ONNX Runtime backend or graph tools loaded)
+    repo = Repository([])
+    if named:
+        repo = Repository.open(
+            [(name, options.open_model(path, args)) for name, path in named],
+            **options.placement(args),
+            batching=args.batching,
+        )
     for m in repo.models.values():
         if not m.batchable and args.max_batch > 1:
             err_console.print(
@@ -290,6 +292,7 @@ def run(args) -> int:
 
 
 def _run_ray(args, named, settings, recorder) -> int:
+    from modelpress.serve.ray_serve import ModelSource, deploy
 
     sources = [ModelSource(name, options.open_model(path, args)) for name, path in named]
     deployment = deploy(

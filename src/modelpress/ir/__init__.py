@@ -1,33 +1,29 @@
 """The in-memory model: load and save ONNX files, shapes, and graph statistics.
 
 This layer is the project's one boundary to protobuf: everything else works on ``onnx_ir.Model``.
+The names below load their module (and onnx, onnx_ir) on first use, so that ``ir.llm`` and
+``ir.files`` serve a process that never touches a graph (``modelpress serve LLM_DIR``).
 """
 
-from modelpress.ir.io import (
-    from_bytes,
-    from_proto,
-    load,
-    load_proto,
-    model_bytes,
-    parse,
-    save,
-    to_proto,
-)
-from modelpress.ir.shapes import infer_shapes, parse_shapes
-from modelpress.ir.stats import GraphStats, graph_stats, iter_nodes
+from __future__ import annotations
 
-__all__ = [
-    "GraphStats",
-    "from_bytes",
-    "from_proto",
-    "graph_stats",
-    "infer_shapes",
-    "iter_nodes",
-    "load",
-    "load_proto",
-    "model_bytes",
-    "parse",
-    "parse_shapes",
-    "save",
-    "to_proto",
-]
+from modelpress.errors import lazy_exports
+
+_LAZY = {
+    "from_bytes": "modelpress.ir.io",
+    "from_proto": "modelpress.ir.io",
+    "load": "modelpress.ir.io",
+    "load_proto": "modelpress.ir.io",
+    "model_bytes": "modelpress.ir.io",
+    "parse": "modelpress.ir.io",
+    "save": "modelpress.ir.io",
+    "to_proto": "modelpress.ir.io",
+    "infer_shapes": "modelpress.ir.shapes",
+    "parse_shapes": "modelpress.ir.shapes",
+    "GraphStats": "modelpress.ir.stats",
+    "graph_stats": "modelpress.ir.stats",
+    "iter_nodes": "modelpress.ir.stats",
+}
+
+__all__ = sorted(_LAZY)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

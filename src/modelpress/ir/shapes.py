@@ -1,10 +1,5 @@
-"""Input shapes from the command line, which dimensions are dynamic, and shape inference on the
-in-memory model.
-
-A dimension is *static* only when it is a positive integer. Exporters write dynamic dimensions as a
-name (``batch``), as nothing at all, as ``-1`` (Paddle) or as ``0``: none of those constrains the
-size of an input a user gives (``static_dim`` says which is which). A declared 0 is still what
-ONNX Runtime enforces, so inputs generated for it keep the 0.
+"""Input shapes from the command line, which dimensions are dynamic (``ir.dims``), and shape
+inference on the in-memory model.
 """
 
 from __future__ import annotations
@@ -21,30 +16,12 @@ import onnx_ir as ir
 import onnxruntime
 
 from modelpress.errors import OptionError
+from modelpress.ir.dims import dim_name as dim_name  # (their home is ir.dims, with no onnx)
+from modelpress.ir.dims import static_dim as static_dim
 from modelpress.ir.io import from_proto, to_proto
 from modelpress.ir.stats import iter_graphs, iter_nodes
 
 log = logging.getLogger(__name__)
-
-
-# Names exporters write for "unknown", not for a dimension two inputs share: paddle2onnx and others
-# write every unknown dimension as "?", so two of them are not one dimension.
-ANONYMOUS_NAMES = frozenset({"?", "-1", "None", "unknown"})
-
-
-def dim_name(dim: object) -> str | None:
-    """The name of a symbolic dimension (``batch``), None for a fixed or an anonymous one."""
-    value = getattr(dim, "value", dim if isinstance(dim, str) else None)
-    if not isinstance(value, str) or not value or value in ANONYMOUS_NAMES:
-        return None
-    return value
-
-
-def static_dim(dim: object) -> int | None:
-    """The size of a dimension when it is fixed (a positive integer), else None (dynamic)."""
-    if isinstance(dim, int) and not isinstance(dim, bool) and dim > 0:
-        return dim
-    return None
 
 
 def parse_shapes(specs: list[str] | None) -> dict[str, tuple[int, ...]]:

@@ -8,12 +8,14 @@ Backends are looked up by name (``ort``, ``torch``); the CLI's ``--backend`` cho
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-import onnx_ir as ir
 
 from modelpress.errors import OptionError
+
+if TYPE_CHECKING:  # (the registry is read by the command line's parsers: no onnx_ir for them)
+    import onnx_ir as ir
 
 
 class Prepared(Protocol):

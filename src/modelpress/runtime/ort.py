@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx_ir as ir
 import onnxruntime as ort
 
 from modelpress.errors import ModelLoadError
-from modelpress.ir import model_bytes
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
 
 OPT_LEVELS = {
     "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -76,6 +78,10 @@ def _lent(model: ir.Model, so: ort.SessionOptions, lend_bytes: int) -> tuple[byt
     (``add_external_initializers``: ONNX Runtime reads the arrays where they are, on the CPU), so
     a big model in memory is not held twice more (serialized, then parsed); small models and
     initializers that are also inputs (overridable) go in the bytes as usual."""
+    import onnx_ir as ir
+
+    from modelpress.ir.io import model_bytes
+
     graph = model.graph
     big = [
         v
@@ -139,13 +145,18 @@ def session(
     providers = providers or ["CPUExecutionProvider"]
     keep: list = []
     if isinstance(model, (str, os.PathLike)):
-        source: str | bytes = str(Path(model))
+        source: str | bytes = str(Path(model))  # (a file: onnx and onnx_ir stay unimported)
     elif isinstance(model, bytes):
         source = model
-    elif isinstance(model, ir.Model):
-        source, keep = _lent(model, so, LEND_BYTES if lend_bytes is None else lend_bytes)
     else:
-        source = model_bytes(model)
+        import onnx_ir as ir
+
+        from modelpress.ir.io import model_bytes
+
+        if isinstance(model, ir.Model):
+            source, keep = _lent(model, so, LEND_BYTES if lend_bytes is None else lend_bytes)
+        else:
+            source = model_bytes(model)
     try:
         sess = ort.InferenceSession(source, sess_options=so, providers=providers)
         sess._modelpress_lent = keep  # ONNX Runtime reads those arrays for the session's life

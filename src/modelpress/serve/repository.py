@@ -19,18 +19,21 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx_ir as ir
 
 from modelpress.errors import OptionError
-from modelpress.ir.shapes import dim_name, infer_shapes, static_dim
-from modelpress.runtime.ort_backend import OrtBackend, OrtOptions
-from modelpress.runtime.processing import Processing
-from modelpress.runtime.session import Session
+from modelpress.ir.dims import dim_name, static_dim
 from modelpress.serve.errors import RequestError
 from modelpress.serve.protocol import datatype_name
-from modelpress.verify.batching import decide_batching
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+# The graph's tools (onnx_ir, shape inference, sessions, the batching check) are imported where an
+# ONNX model is opened: a server of LLM folders alone holds an empty repository and never loads
+# them (they are a third of its resident size).
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
@@ -98,6 +101,8 @@ class ServedModel:
         self.outputs = [_spec(v) for v in graph.outputs]
         if any(o.shape is None for o in self.outputs):
             self.outputs = _inferred_outputs(model, self.outputs)
+        from modelpress.verify.batching import decide_batching
+
         # one decision for serve and run (verify.batching): by evidence when there is a session
         run = (lambda feeds: session.run(feeds, check=False)) if session is not None else None
         rule = decide_batching(model, run, override=batching)
@@ -264,6 +269,7 @@ class ServedModel:
 
 def _inferred_outputs(model: ir.Model, outputs: list[TensorSpec]) -> list[TensorSpec]:
     """Output shapes from shape inference, where the file does not declare them."""
+    from modelpress.ir.shapes import infer_shapes
 
     try:
         inferred = {v.name: _spec(v) for v in infer_shapes(model).graph.outputs}
@@ -323,6 +329,9 @@ class Repository:
     ) -> Repository:
         """Sessions for ``(name, model)`` pairs on the given backend and device, each model with the
         processing it declares (``runtime.processing``), when it declares one."""
+        from modelpress.runtime.ort_backend import OrtBackend, OrtOptions
+        from modelpress.runtime.processing import Processing
+        from modelpress.runtime.session import Session
 
         if backend == "ort":
             # idle runtime threads must not spin on the cores the event loop needs between runs
@@ -330,8 +339,9 @@ class Repository:
         served = []
         for name, model in models:
             session = Session(model, backend=backend, device=device, place=place, strict=strict)
+            processing = Processing.from_model(model)
             served.append(
-                ServedModel(name, model, session, processing=_processing(model), batching=batching)
+                ServedModel(name, model, session, processing=processing, batching=batching)
             )
         return cls(served)
 
@@ -341,7 +351,3 @@ class Repository:
         for m in self.models.values():
             out += [f"{m.name}: {w}" for w in getattr(m.session, "warnings", [])]
         return out
-
-
-def _processing(model: ir.Model):
-    return Processing.from_model(model)

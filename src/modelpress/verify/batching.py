@@ -21,15 +21,20 @@ Without a way to run the model, the graph rule decides.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx_ir as ir
 
 from modelpress.errors import ModelpressError, OptionError
-from modelpress.ir.shapes import static_dim
-from modelpress.runtime.batch.split import METADATA_KEY, WHOLE_TENSOR_OPS, BatchRule, batch_rule
-from modelpress.verify.fit import fit_inputs
+from modelpress.ir.dims import static_dim
 
+if TYPE_CHECKING:
+    import onnx_ir as ir
+
+    from modelpress.runtime.batch.split import BatchRule
+
+# (the graph's tools are imported by the functions: the command line reads OVERRIDES for its
+# choices, and a server of LLM folders alone never loads onnx_ir)
 OVERRIDES = ("auto", "per-sample", "whole")
 Runner = Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]
 
@@ -40,6 +45,10 @@ def decide_batching(
     model: ir.Model, run: Runner | None = None, *, override: str | None = None
 ) -> BatchRule:
     """How ``model`` may be batched (see the module docstring); ``run(feeds) -> outputs``."""
+    import onnx_ir as ir
+
+    from modelpress.runtime.batch.split import METADATA_KEY, WHOLE_TENSOR_OPS, BatchRule, batch_rule
+
     if override not in (None, "auto"):
         if override not in OVERRIDES:
             raise OptionError(f"`batching` {override!r}: choose one of {', '.join(OVERRIDES)}")
@@ -65,6 +74,11 @@ def decide_batching(
 
 
 def _evidence(model: ir.Model, run: Runner) -> BatchRule:
+    import onnx_ir as ir
+
+    from modelpress.runtime.batch.split import BatchRule
+    from modelpress.verify.fit import fit_inputs
+
     names = [v.name for v in model.graph.inputs if v.name not in model.graph.initializers]
     leading = {
         v.shape[0].value for v in model.graph.inputs if isinstance(v.shape[0], ir.SymbolicDim)

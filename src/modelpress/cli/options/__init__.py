@@ -19,65 +19,75 @@ The groups live one concept a module, and commands use them as ``options.<name>`
 ``command`` (the parser, defaults in the help, lists, switches, old spellings, field names said as
 flags), ``files`` (model, key, output, record, page), ``data`` (samples, shapes), ``running``
 (backend, device, Ray, batching), ``training`` (training data, training, budget), ``search``
-(what a search may spend).
+(what a search may spend). A name loads its module on first use: a command's parser loads only
+the groups it uses (``serve`` does not load ``training``, whose choices come from the pruning
+code).
 """
 
 from __future__ import annotations
 
-from modelpress.cli.options.command import (
-    FIELD_FLAGS,
-    OLD_SPELLINGS,
-    add_command,
-    add_list,
-    add_old_spellings,
-    add_switch,
-    add_with_default,
-    flags_of,
-    hidden_alias,
-    in_flags,
-    keywords,
-    listed,
-    require_positive,
-    speaks_flags,
-)
-from modelpress.cli.options.data import (
-    add_data,
-    add_image_folder,
-    add_inputs,
-    add_shapes,
-    dims,
-    image_preprocess,
-    shapes,
-)
-from modelpress.cli.options.files import (
-    Recorder,
-    add_key,
-    add_model,
-    add_output,
-    add_record,
-    add_report,
-    open_model,
-)
-from modelpress.cli.options.running import (
-    add_batching,
-    add_device,
-    add_ray,
-    batching_rule,
-    placement,
-)
-from modelpress.cli.options.search import (
-    add_search_budget,
-    parse_duration,
-    search_args,
-)
-from modelpress.cli.options.training import (
-    add_budget,
-    add_scope,
-    add_training,
-    add_training_data,
-    budget,
-    training_args,
-    training_config,
+from modelpress.errors import lazy_exports
+
+_GROUPS = {
+    "command": (
+        "FIELD_FLAGS",
+        "OLD_SPELLINGS",
+        "add_command",
+        "add_list",
+        "add_old_spellings",
+        "add_switch",
+        "add_with_default",
+        "flags_of",
+        "hidden_alias",
+        "in_flags",
+        "keywords",
+        "listed",
+        "require_positive",
+        "speaks_flags",
+    ),
+    "data": (
+        "add_data",
+        "add_image_folder",
+        "add_inputs",
+        "add_shapes",
+        "dims",
+        "image_preprocess",
+        "shapes",
+    ),
+    "files": (
+        "Recorder",
+        "add_key",
+        "add_model",
+        "add_output",
+        "add_record",
+        "add_report",
+        "open_model",
+    ),
+    "running": (
+        "add_batching",
+        "add_device",
+        "add_ray",
+        "batching_rule",
+        "placement",
+    ),
+    "search": (
+        "add_search_budget",
+        "parse_duration",
+        "search_args",
+    ),
+    "training": (
+        "add_budget",
+        "add_scope",
+        "add_training",
+        "add_training_data",
+        "budget",
+        "training_args",
+        "training_config",
+    ),
+}
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {name: f"{__name__}.{group}" for group, names in _GROUPS.items() for name in names},
 )
 
 __all__ = [

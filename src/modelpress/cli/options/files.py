@@ -9,8 +9,6 @@ import time
 
 import modelpress
 from modelpress.ir.files import output_dir
-from modelpress.report.cards import model_card
-from modelpress.report.page import write_report
 from modelpress.report.record import Record
 
 
@@ -96,6 +94,7 @@ class Recorder:
         return bool(getattr(self.args, "json", None) or getattr(self.args, "report", None))
 
     def record(self, result: dict, *, models: dict | None = None, charts: dict | None = None):
+        from modelpress.report.cards import model_card  # (the advisor, the profiler: onnx_ir)
 
         cards = {
             role: m if isinstance(m, dict) else model_card(m, name=role)
@@ -121,6 +120,7 @@ class Recorder:
         page = getattr(self.args, "report", None)
         if not page:
             return
+        from modelpress.report.page import write_report  # (matplotlib)
 
         record = self.record(result, models=models, charts=charts)
         write_report([record], page, title=f"modelpress {self.command}")
