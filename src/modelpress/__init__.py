@@ -15,25 +15,25 @@ from __future__ import annotations
 import sys
 import types
 
-from modelpress.errors import ModelpressError, lazy_exports
+from modelpress.errors import ModelpressError
 
 __version__ = "0.1.0"
 
 _LAZY = {
-    "convert": "modelpress.convert.api:convert",
-    "inspect": "modelpress.ir.stats:graph_stats",
-    "load": "modelpress.ir.io:load",
-    "save": "modelpress.ir.io:save",
-    "optimize": "modelpress.passes:optimize",
-    "verify": "modelpress.verify:verify",
-    "Session": "modelpress.runtime.session:Session",
-    "quantize": "modelpress.compress:quantize",
-    "prune": "modelpress.compress.prune.api:prune",
-    "distill": "modelpress.compress.distill:distill",
-    "deep_compress": "modelpress.compress.deep:deep_compress",
-    "advise": "modelpress.advisor:recommend",
-    "generate": "modelpress.runtime.generate:generate",
-    "Generator": "modelpress.runtime.generate:Generator",
+    "convert": ("modelpress.convert.api", "convert"),
+    "inspect": ("modelpress.ir.stats", "graph_stats"),
+    "load": ("modelpress.ir.io", "load"),
+    "save": ("modelpress.ir.io", "save"),
+    "optimize": ("modelpress.passes", "optimize"),
+    "verify": ("modelpress.verify", "verify"),
+    "Session": ("modelpress.runtime.session", "Session"),
+    "quantize": ("modelpress.compress", "quantize"),
+    "prune": ("modelpress.compress.prune.api", "prune"),
+    "distill": ("modelpress.compress.distill", "distill"),
+    "deep_compress": ("modelpress.compress.deep", "deep_compress"),
+    "advise": ("modelpress.advisor", "recommend"),
+    "generate": ("modelpress.runtime.generate", "generate"),
+    "Generator": ("modelpress.runtime.generate", "Generator"),
 }
 
 
@@ -49,7 +49,6 @@ class _Package(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _Package
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
 
 __all__ = ["ModelpressError", "__version__", "open", *_LAZY]
 
@@ -95,3 +94,14 @@ def open(  # noqa: A001  (the word the commands use: modelpress.open(path))
             return model
         raise OptionError(f"{p}: an obfuscated model: give its key with `key`")
     return unlock(model, the_key(), name=str(p))
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        module, attribute = _LAZY[name]
+        value = getattr(importlib.import_module(module), attribute)
+        globals()[name] = value  # the next access finds it without this function
+        return value
+    raise AttributeError(f"module 'modelpress' has no attribute {name!r}")

@@ -56,26 +56,27 @@ def require(module: str, *, extra: str, purpose: str):
         raise MissingExtraError(module.split(".")[0], extra, purpose) from exc
 
 
-def lazy_exports(package: str, exports: dict[str, str]):
-    """``(__getattr__, __dir__)`` for a package whose names load their module on first use
-    (PEP 562): ``exports`` maps a name to ``"module"`` or ``"module:attribute"``. Importing the
-    package then imports nothing more, so that a process loads only what it runs (a server of LLM
-    folders never loads onnx or onnx_ir)."""
+def lazy_exports(package: str, modules: dict[str, list[str]]):
+    """``(__getattr__, __dir__, __all__)`` for a package whose names load their module on first
+    use (PEP 562): ``modules`` maps a module of the package (``"io"`` for ``<package>.io``) to the
+    names it gives. Importing the package then imports nothing more, so that a process loads only
+    what it runs (a server of LLM folders never loads onnx or onnx_ir)."""
     import importlib
     import sys
 
+    home = {name: f"{package}.{module}" for module, names in modules.items() for name in names}
+
     def __getattr__(name: str):
-        if name not in exports:
+        if name not in home:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        module, _, attribute = exports[name].partition(":")
-        value = getattr(importlib.import_module(module), attribute or name)
+        value = getattr(importlib.import_module(home[name]), name)
         setattr(sys.modules[package], name, value)  # the next access finds it without this
         return value
 
     def __dir__() -> list[str]:
-        return sorted({*vars(sys.modules[package]), *exports})
+        return sorted({*vars(sys.modules[package]), *home})
 
-    return __getattr__, __dir__
+    return __getattr__, __dir__, sorted(home)
 
 
 def renamed(value, old_value, *, new: str, old: str):

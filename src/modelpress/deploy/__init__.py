@@ -12,18 +12,12 @@ from __future__ import annotations
 
 from modelpress.errors import lazy_exports
 
-_LAZY = {
-    "DeployResult": "modelpress.deploy.api",
-    "deploy": "modelpress.deploy.api",
-    "TOLERANCE": "modelpress.deploy.check",
-    "PlanCheck": "modelpress.deploy.check",
-    "check_option": "modelpress.deploy.check",
-    "ServerCost": "modelpress.deploy.overhead",
-    "calibrate": "modelpress.deploy.overhead",
-    "ServeSettings": "modelpress.deploy.settings",
-    "is_folder": "modelpress.deploy.settings",
-    "read_folder": "modelpress.deploy.settings",
-}
-
-__all__ = sorted(_LAZY)
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "api": ["DeployResult", "deploy"],
+        "check": ["TOLERANCE", "PlanCheck", "check_option"],
+        "overhead": ["ServerCost", "calibrate"],
+        "settings": ["ServeSettings", "is_folder", "read_folder"],
+    },
+)

@@ -9,21 +9,20 @@ from __future__ import annotations
 
 from modelpress.errors import lazy_exports
 
-_LAZY = {
-    "from_bytes": "modelpress.ir.io",
-    "from_proto": "modelpress.ir.io",
-    "load": "modelpress.ir.io",
-    "load_proto": "modelpress.ir.io",
-    "model_bytes": "modelpress.ir.io",
-    "parse": "modelpress.ir.io",
-    "save": "modelpress.ir.io",
-    "to_proto": "modelpress.ir.io",
-    "infer_shapes": "modelpress.ir.shapes",
-    "parse_shapes": "modelpress.ir.shapes",
-    "GraphStats": "modelpress.ir.stats",
-    "graph_stats": "modelpress.ir.stats",
-    "iter_nodes": "modelpress.ir.stats",
-}
-
-__all__ = sorted(_LAZY)
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "io": [
+            "from_bytes",
+            "from_proto",
+            "load",
+            "load_proto",
+            "model_bytes",
+            "parse",
+            "save",
+            "to_proto",
+        ],
+        "shapes": ["infer_shapes", "parse_shapes"],
+        "stats": ["GraphStats", "graph_stats", "iter_nodes"],
+    },
+)

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 from modelpress.errors import lazy_exports
 
-_LAZY = {
-    "TOLERANCES": "modelpress.verify.compare",
-    "OutputDiff": "modelpress.verify.compare",
-    "VerifyResult": "modelpress.verify.compare",
-    "compare_arrays": "modelpress.verify.compare",
-    "run_model": "modelpress.verify.compare",
-    "verify": "modelpress.verify.compare",
-    "generate_inputs": "modelpress.verify.inputs",
-}
-
-__all__ = sorted(_LAZY)
-__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "compare": [
+            "TOLERANCES",
+            "OutputDiff",
+            "VerifyResult",
+            "compare_arrays",
+            "run_model",
+            "verify",
+        ],
+        "inputs": ["generate_inputs"],
+    },
+)
