@@ -13,8 +13,10 @@ Memory (issue 26: the int4 server's resident size ≤ 1.5x the int4 file size pl
 the server's resident set after loading and a warm-up (``VmRSS``) and its high-water mark over
 the whole run (``VmHWM``), from ``/proc/<pid>/status``; beside them the model file's size, the KV
 cache the run needed at most (16 streams of prompt + answer tokens, float32) and the resident set
-of a process that imports the serving stack with no model (the interpreter, ONNX Runtime,
-FastAPI, tokenizers): what a model of any size pays.
+of a process that imports what ``modelpress serve`` imports before its first model (the
+interpreter, numpy, ONNX Runtime, FastAPI and uvicorn, tokenizers, the command's own modules):
+what a model of any size pays. Whether the server loaded onnx (and with it onnx_ir, which a
+server of LLM folders needs neither of) is read from its memory map (``onnx``'s C extension).
 
 Before the rounds each of the 16 prompts runs alone, one after the other: its answer is the
 reference every stream of the 16-stream rounds must equal (greedy, exactly), and the resident set
@@ -196,10 +198,11 @@ def _status_kb(pid: int, field: str) -> int:
 
 
 def _stack_rss_mb() -> float:
-    """Resident MB of a process that imports what a server holds before any model."""
+    """Resident MB of a process that imports what ``modelpress serve`` holds before any model."""
     code = (
-        "import onnxruntime, fastapi, uvicorn, tokenizers, numpy;"
-        "import modelpress.serve, modelpress.runtime.generate;"
+        "from modelpress.cli.main import build_parser; build_parser('serve');"
+        "import modelpress.cli.serve_cmd, modelpress.serve.server, modelpress.serve.openai_routes;"
+        "import modelpress.runtime.generate, onnxruntime, tokenizers, uvloop, httptools;"
         "print(open('/proc/self/status').read())"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
@@ -224,8 +227,14 @@ def _memory(folder: Path, pid: int, loaded_kb: int, tokens: int) -> dict:
         "kv_run_mb": kv / 1e6,
         "kv_budget_mb": budget / 1e6,
         "stack_mb": _stack_rss_mb(),
+        "onnx_loaded": _holds_onnx(pid),
         "quantization": config.get("quantization"),
     }
+
+
+def _holds_onnx(pid: int) -> bool:
+    """Whether the process has loaded onnx (its C extension is mapped; onnx_ir imports onnx)."""
+    return "onnx_cpp2py_export" in Path(f"/proc/{pid}/maps").read_text()
 
 
 def _solo(port: int, tokens: int, pid: int) -> tuple[list[str], list[float]]:
@@ -378,20 +387,30 @@ def _memory_lines(m: dict) -> list[str]:
     seq = m["sequential_rss_mb"]
     budget = 1.5 * m["file_mb"] + m["kv_run_mb"]
     model_part = m["rss_peak_mb"] - m["stack_mb"]
+    onnx = m.get("onnx_loaded")
     return [
         "Memory:",
         "",
         "| model file MB | KV cache of the run MB | server RSS loaded MB | server RSS peak MB "
-        "| serving stack alone MB | peak - stack MB | 1.5x file + KV MB |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| peak - loaded MB | serving stack alone MB | peak - stack MB | 1.5x file + KV MB |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
         f"| {m['file_mb']:.1f} | {m['kv_run_mb']:.1f} | {m['rss_loaded_mb']:.1f} "
-        f"| {m['rss_peak_mb']:.1f} | {m['stack_mb']:.1f} | {model_part:.1f} | {budget:.1f} |",
+        f"| {m['rss_peak_mb']:.1f} | {m['rss_peak_mb'] - m['rss_loaded_mb']:.1f} "
+        f"| {m['stack_mb']:.1f} | {model_part:.1f} | {budget:.1f} |",
         "",
+        *(
+            [f"onnx (and so onnx_ir) in the server's memory: {'yes' if onnx else 'no'}.", ""]
+            if onnx is not None
+            else []
+        ),
         f"Peak resident set {m['rss_peak_mb'] / budget:.2f}x of 1.5x the file plus the KV cache "
         f"the run needed ({model_part / budget:.2f}x without the serving stack's own "
         f"{m['stack_mb']:.0f} MB); against 1.5x the file plus the configured KV budget "
         f"(16 sequences of the model's whole context, {m['kv_budget_mb']:.0f} MB): "
-        f"{m['rss_peak_mb'] / (1.5 * m['file_mb'] + m['kv_budget_mb']):.2f}x. Resident MB after "
+        f"{m['rss_peak_mb'] / (1.5 * m['file_mb'] + m['kv_budget_mb']):.2f}x. Loaded, the server "
+        f"holds {(m['rss_loaded_mb'] - m['stack_mb']) / m['file_mb']:.2f}x the file beside the "
+        f"stack; the 16 streams added {(m['rss_peak_mb'] - m['rss_loaded_mb']) / m['kv_run_mb']:.2f}x "
+        "the KV cache of the run. Resident MB after "
         f"each of the {len(seq)} requests run one after the other: "
         f"{', '.join(f'{x:.0f}' for x in seq)}.",
         "",
