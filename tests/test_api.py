@@ -62,3 +62,22 @@ def test_open_reads_every_form_the_commands_read(tmp_path):
     with pytest.raises(OptionError, match="an obfuscated model: give its key"):
         modelpress.open(tmp_path / "o.onnx")
     assert modelpress.open(tmp_path / "o.onnx", runnable=False) is not None
+
+
+def test_lazily_given_names_resolve_and_are_listed():
+    """Packages whose names load on first use (``errors.lazy_exports``) give every name of their
+    ``__all__``, list it in ``dir()``, and refuse an unknown one with AttributeError."""
+    import pytest
+
+    for package in (
+        "modelpress.ir",
+        "modelpress.verify",
+        "modelpress.deploy",
+        "modelpress.cli.options",
+    ):
+        module = importlib.import_module(package)
+        for name in module.__all__:
+            assert getattr(module, name) is not None, (package, name)
+        assert set(module.__all__) <= set(dir(module)), package
+        with pytest.raises(AttributeError, match="no attribute 'nope'"):
+            module.nope  # noqa: B018

@@ -226,14 +226,16 @@ def run(args) -> int:
 
         # no spinning: the runtime's idle threads would take the cores the event loop needs
         llms = [(name, open_llm(path, spinning=False)) for name, path in llm_named]
-    # (LLM folders alone: an empty repository, and no ONNX Runtime backend or graph tools loaded)
-    repo = Repository([])
-    if named:
-        repo = Repository.open(
+    # (LLM folders alone: an empty repository, without the graph tools that open ONNX models)
+    repo = (
+        Repository.open(
             [(name, options.open_model(path, args)) for name, path in named],
             **options.placement(args),
             batching=args.batching,
         )
+        if named
+        else Repository([])
+    )
     for m in repo.models.values():
         if not m.batchable and args.max_batch > 1:
             err_console.print(

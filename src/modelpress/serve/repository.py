@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 # The graph's tools (onnx_ir, shape inference, sessions, the batching check) are imported where an
 # ONNX model is opened: a server of LLM folders alone holds an empty repository and never loads
-# them (they are a third of its resident size).
+# them (with onnx and sympy, 50 MB of resident memory: benchmarks/results/serve_llm.md).
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
@@ -92,6 +92,8 @@ class ServedModel:
         processing=None,
         batching: str | None = None,
     ):
+        from modelpress.verify.batching import decide_batching
+
         self.name = name
         self.version = version
         self.session = session  # anything with run(feeds) -> outputs (runtime.session.Session)
@@ -101,8 +103,6 @@ class ServedModel:
         self.outputs = [_spec(v) for v in graph.outputs]
         if any(o.shape is None for o in self.outputs):
             self.outputs = _inferred_outputs(model, self.outputs)
-        from modelpress.verify.batching import decide_batching
-
         # one decision for serve and run (verify.batching): by evidence when there is a session
         run = (lambda feeds: session.run(feeds, check=False)) if session is not None else None
         rule = decide_batching(model, run, override=batching)
