@@ -22,6 +22,7 @@ Any callable with ``__call__``'s signature is a decoder: the scheduler's tests d
 
 from __future__ import annotations
 
+import operator
 import weakref
 
 import numpy as np
@@ -85,6 +86,14 @@ class OrtDecoder:
         feeds = {INPUT_IDS: input_ids, ATTENTION_MASK: attention_mask}
         if self.has_positions:
             feeds[POSITION_IDS] = position_ids
+        if (
+            self.binding
+            and present is not None
+            and present[0] is keys
+            and present[1] is values
+            and input_ids.shape[1] == 1
+        ):  # share mode: the cache stays bound from step to step
+            return self._run_shared(feeds, keys, values)
         for (k_name, v_name), k, v in zip(self.past, keys, values):
             feeds[k_name], feeds[v_name] = k, v
         if self.last_only and input_ids.shape[1] > 1:
@@ -92,14 +101,6 @@ class OrtDecoder:
             # overridable initializer, which IO binding cannot bind: a plain run)
             feeds[LOGITS_TO_KEEP] = _ONE
             outs = self.session.run(self.outputs, feeds, self.run_options)
-        elif (
-            self.binding
-            and present is not None
-            and present[0] is keys
-            and present[1] is values
-            and input_ids.shape[1] == 1
-        ):
-            return self._run_shared(feeds, keys, values)
         elif self.binding and present is not None:
             return self._run_into(feeds, *present)
         elif self.binding:
@@ -121,13 +122,15 @@ class OrtDecoder:
     def _run_shared(self, feeds: dict[str, np.ndarray], keys: list, values: list):
         """A step whose past and present are the same buffers (share mode). Their bindings are
         kept from step to step while the buffers stay the same objects: only the token ids, the
-        mask and the positions are bound anew."""
+        mask and the positions are bound anew. The logits returned are a view of the bound
+        output buffer, not a copy: valid until the next step (``Engine`` chooses from them
+        first)."""
         arrays = keys + values
         kept = self._kept
         if (
             kept is None
             or len(kept[0]) != len(arrays)
-            or any(a is not ref() for a, ref in zip(arrays, kept[0]))
+            or not all(map(operator.is_, arrays, [ref() for ref in kept[0]]))
         ):
             io = self.session.io_binding()
             names = zip(self.past + self.past, self.present + self.present)
@@ -146,7 +149,7 @@ class OrtDecoder:
             if name in feeds:
                 io.bind_cpu_input(name, np.ascontiguousarray(feeds[name]))
         self.session.run_with_iobinding(io)
-        return logits[:, -1, :].copy(), keys, values
+        return logits[:, -1, :], keys, values
 
     def _run_into(self, feeds: dict[str, np.ndarray], keys: list, values: list):
         io = self.session.io_binding()

@@ -97,14 +97,16 @@ class Engine:
             mask, positions = cache.step_inputs(new=1)
             logits, keys, values = self._step(ids, mask, positions, cache)
             cache.advance(keys, values, mask, new=1)
-            steps.append((logits, cache))
+            # a share-mode decoder's logits are its output buffer, rewritten by the next step
+            steps.append((logits.copy() if len(groups) > 1 else logits, cache))
         if len(groups) > 1:  # back together, the rows in the groups' order
             self.running = [self.running[i] for i in np.concatenate(groups)]
             merged = steps[0][1]
             for _, cache in steps[1:]:
                 merged.join(cache)
             self.cache.assign(merged)
-        logits = np.concatenate([logits for logits, _ in steps], axis=0)
+        if len(steps) > 1:
+            logits = np.concatenate([logits for logits, _ in steps], axis=0)
         self.steps += 1
         events += [
             seq.add(choose(logits[i], seq.params, seq.rng, seq.seen))
