@@ -126,14 +126,14 @@ class Engine:
             return self.decoder(ids, mask, positions, cache.keys, cache.values)
         return self.decoder(ids, mask, positions, cache.keys, cache.values, present=present)
 
-    def _groups(self) -> list[np.ndarray]:
+    def _groups(self) -> list:
         """The rows that may share a step: all of them, except around ``prefill_again_after``:
         the graph takes the rope switch on the batch's largest position, so rows on either side
         of it must run apart."""
-        rows = np.arange(len(self.running))
         limit = self.config.prefill_again_after
         if limit is None:
-            return [rows]
+            return [range(len(self.running))]
+        rows = np.arange(len(self.running))
         below = self.cache.lengths < limit
         if below.all() or not below.any():
             return [rows]
