@@ -110,10 +110,17 @@ class KVCache:
     # -- a step -------------------------------------------------------------------------------
 
     def step_inputs(self, new: int = 1) -> tuple[np.ndarray, np.ndarray]:
-        """``attention_mask`` and ``position_ids`` for a step that feeds ``new`` tokens a row."""
-        positions = self.lengths[:, None] + np.arange(new, dtype=np.int64)[None, :]
+        """``attention_mask`` and ``position_ids`` for a step that feeds ``new`` tokens a row
+        (read only: one token's positions are a view of ``lengths``, which is replaced, never
+        changed in place)."""
+        if new == 1:
+            positions = self.lengths[:, None]
+        else:
+            positions = self.lengths[:, None] + np.arange(new, dtype=np.int64)[None, :]
         if self.layout == "append":
             mask = np.concatenate([self.mask, np.ones((self.rows, new), np.int64)], axis=1)
+        elif self.rows and int(self.lengths.min()) == self.columns:  # no holes: all ones
+            mask = np.ones((self.rows, self.columns + new), np.int64)
         else:
             columns = np.arange(self.columns + new, dtype=np.int64)[None, :]
             mask = (columns < (self.lengths + new)[:, None]).astype(np.int64)
@@ -151,7 +158,7 @@ class KVCache:
             store.reserve = max(store.reserve, min(store.limit, 2 * store.capacity()), columns)
             self._adopt(self.keys, self.values)  # copied into the spare side, laid out anew
         full = store.full()
-        if (self.lengths < self.columns).any():
+        if int(self.lengths.min()) < self.columns:
             # the columns this step adds are holes in the shorter rows: zeros, as everywhere
             # (the spare side's layout held other rows' entries there; GroupQueryAttention does
             # not read past a row's length, a copy of the rows might)

@@ -121,10 +121,11 @@ class OrtDecoder:
 
     def _run_shared(self, feeds: dict[str, np.ndarray], keys: list, values: list):
         """A step whose past and present are the same buffers (share mode). Their bindings are
-        kept from step to step while the buffers stay the same objects: only the token ids, the
-        mask and the positions are bound anew. The logits returned are a view of the bound
-        output buffer, not a copy: valid until the next step (``Engine`` chooses from them
-        first)."""
+        kept from step to step while the buffers stay the same objects, and so are those of
+        the token ids and positions (buffers of the decoder's, the step's values copied in):
+        only the mask, one column wider each step, is bound anew. The logits returned are a
+        view of the bound output buffer, not a copy: valid until the next step (``Engine``
+        chooses from them first)."""
         arrays = keys + values
         kept = self._kept
         if (
@@ -141,13 +142,18 @@ class OrtDecoder:
             rows = keys[0].shape[0] if keys else feeds[INPUT_IDS].shape[0]
             logits = np.empty((rows, 1, self.config.vocab_size), self.logits_dtype)
             io.bind_output(LOGITS, "cpu", 0, logits.dtype, logits.shape, logits.ctypes.data)
+            steps = {n: np.zeros((rows, 1), np.int64) for n in (INPUT_IDS, POSITION_IDS)}
+            for name, array in steps.items():
+                if name in feeds:
+                    io.bind_input(name, "cpu", 0, array.dtype, array.shape, array.ctypes.data)
             # weak references: the binding must not keep a cache the engine let go of (a
             # binding whose arrays are gone is never run: new arrays are bound first)
-            self._kept = kept = ([weakref.ref(a) for a in arrays], io, logits)
-        _, io, logits = kept
-        for name in (INPUT_IDS, ATTENTION_MASK, POSITION_IDS):
-            if name in feeds:
-                io.bind_cpu_input(name, np.ascontiguousarray(feeds[name]))
+            self._kept = kept = ([weakref.ref(a) for a in arrays], io, logits, steps)
+        _, io, logits, steps = kept
+        steps[INPUT_IDS][...] = feeds[INPUT_IDS]
+        if POSITION_IDS in feeds:
+            steps[POSITION_IDS][...] = feeds[POSITION_IDS]
+        io.bind_cpu_input(ATTENTION_MASK, np.ascontiguousarray(feeds[ATTENTION_MASK]))
         self.session.run_with_iobinding(io)
         return logits[:, -1, :], keys, values
 

@@ -139,7 +139,7 @@ def choose(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator,
     if params.repetition_penalty is not None and params.repetition_penalty != 1:
         logits = apply_repetition_penalty(logits, seen, params.repetition_penalty)
     if params.greedy:
-        return int(np.argmax(logits))
+        return int(logits.argmax())
     ids, probs = distribution(logits, params)
     u = rng.random()
     index = int(np.searchsorted(np.cumsum(probs), u, side="right"))
