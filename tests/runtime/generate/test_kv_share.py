@@ -128,7 +128,7 @@ def test_the_buffers_are_bound_as_past_and_present(folder):
     assert full[0][0].shape[2] > cache.columns + 1  # room reserved for the tokens to come
     logits, keys, values = llm.decoder(token, mask, positions, *full, present=full)
     assert keys[0] is full[0][0]
-    np.testing.assert_allclose(logits, plain_logits, rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(logits, plain_logits)  # the wide mask changes no bit
     for layer, (k, old, new) in enumerate(zip(keys, before, plain_keys)):
         for b, n in enumerate(lengths):
             np.testing.assert_array_equal(k[b, :, :n], old[b, :, :n], err_msg=f"layer {layer}")

@@ -121,11 +121,14 @@ class OrtDecoder:
 
     def _run_shared(self, feeds: dict[str, np.ndarray], keys: list, values: list):
         """A step whose past and present are the same buffers (share mode). Their bindings are
-        kept from step to step while the buffers stay the same objects, and so are those of
-        the token ids and positions (buffers of the decoder's, the step's values copied in):
-        only the mask, one column wider each step, is bound anew. The logits returned are a
-        view of the bound output buffer, not a copy: valid until the next step (``Engine``
-        chooses from them first)."""
+        kept from step to step while the buffers stay the same objects, and so are those of the
+        token ids, the positions and the mask: buffers of the decoder's, the step's values
+        copied in, so a step binds nothing. The mask's buffer is as wide as the cache buffers
+        (ones up to each row's length plus one, zeros after): GroupQueryAttention reads each
+        row's length from it (``seqlens_k``) and needs its width (``total_sequence_length``) only
+        to cover them; the logits and the cache come out bit for bit as with the step's own
+        mask (tested). The logits returned are a view of the bound output buffer, not a copy:
+        valid until the next step (``Engine`` chooses from them first)."""
         arrays = keys + values
         kept = self._kept
         if (
@@ -143,17 +146,22 @@ class OrtDecoder:
             logits = np.empty((rows, 1, self.config.vocab_size), self.logits_dtype)
             io.bind_output(LOGITS, "cpu", 0, logits.dtype, logits.shape, logits.ctypes.data)
             steps = {n: np.zeros((rows, 1), np.int64) for n in (INPUT_IDS, POSITION_IDS)}
+            steps[ATTENTION_MASK] = np.zeros((rows, keys[0].shape[2]), np.int64)
             for name, array in steps.items():
                 if name in feeds:
                     io.bind_input(name, "cpu", 0, array.dtype, array.shape, array.ctypes.data)
             # weak references: the binding must not keep a cache the engine let go of (a
             # binding whose arrays are gone is never run: new arrays are bound first)
-            self._kept = kept = ([weakref.ref(a) for a in arrays], io, logits, steps)
-        _, io, logits, steps = kept
+            self._kept = kept = [[weakref.ref(a) for a in arrays], io, logits, steps, 0]
+        _, io, logits, steps, width = kept
         steps[INPUT_IDS][...] = feeds[INPUT_IDS]
         if POSITION_IDS in feeds:
             steps[POSITION_IDS][...] = feeds[POSITION_IDS]
-        io.bind_cpu_input(ATTENTION_MASK, np.ascontiguousarray(feeds[ATTENTION_MASK]))
+        mask = feeds[ATTENTION_MASK]
+        steps[ATTENTION_MASK][:, : mask.shape[1]] = mask
+        if mask.shape[1] < width:  # narrower than the last step's: no ones left past it
+            steps[ATTENTION_MASK][:, mask.shape[1] : width] = 0
+        kept[4] = mask.shape[1]
         self.session.run_with_iobinding(io)
         return logits[:, -1, :], keys, values
 
