@@ -15,7 +15,9 @@ ONNX Runtime allocates. With ``share`` (the default) a decoder of the ``left_ali
 passes the same buffers, of a capacity larger than the cache, as a step's past and present, and
 GroupQueryAttention writes only the new entries into them (its share-buffer mode: it compares
 the pointers; the attention mask's width gives ``total_sequence_length``, and the present's length
-is the larger of that and the buffers' capacity, so both bindings have the same shape).
+is the larger of that and the buffers' capacity, so both bindings have the same shape). Such a
+step binds nothing: the cache, the logits, the token ids, the positions and a mask as wide as the
+buffers stay bound while the buffers do, and a step copies its values in (``_run_shared``).
 
 Any callable with ``__call__``'s signature is a decoder: the scheduler's tests drive fake ones.
 """
