@@ -36,8 +36,9 @@ Sections (``--only SECTION``, repeatable; each rewrites its own part of
 
     .venv/bin/python benchmarks/bench_llm.py --only quality [--models smollm2 smollm2-rotated]
 
-``decode``, ``decode_batch``
-    Decode tokens/s and time to first token against onnxruntime-genai and llama.cpp, and
+``decode``, ``decode_profile``, ``decode_batch``
+    Decode tokens/s and time to first token against onnxruntime-genai and llama.cpp, where a
+    decode step's time goes (ONNX Runtime's profile beside onnxruntime-genai's graph), and
     continuous batching inside the engine: ``bench_llm_decode.py`` says how.
 """
 
@@ -55,7 +56,14 @@ from pathlib import Path
 
 import bench_llm_ogenai
 import numpy as np
-from bench_llm_decode import float_folder, gguf_path, machine, section_decode, section_decode_batch
+from bench_llm_decode import (
+    float_folder,
+    gguf_path,
+    machine,
+    section_decode,
+    section_decode_batch,
+    section_decode_profile,
+)
 
 ROOT = Path(__file__).resolve().parent
 WORK = ROOT / "_work" / "llm"
@@ -434,6 +442,7 @@ SECTIONS = {
     "gguf": section_gguf,
     # decode speed and batching: benchmarks/bench_llm_decode.py (documented there)
     "decode": section_decode,
+    "decode_profile": section_decode_profile,
     "decode_batch": section_decode_batch,
 }
 
@@ -467,7 +476,7 @@ def render(data: dict) -> str:
         if q.get("notes"):
             lines += [*(f"- {n}" for n in q["notes"]), ""]
     for key, value in data.items():
-        own_page = ("quality", "decode", "decode_batch")  # decode: llm_decode.md
+        own_page = ("quality", "decode", "decode_profile", "decode_batch")  # llm_decode.md
         if key not in own_page and isinstance(value, dict) and "markdown" in value:
             lines += [value["markdown"], ""]
     return "\n".join(lines)
@@ -504,7 +513,7 @@ def main() -> None:
     global FRESH_STATISTICS
     FRESH_STATISTICS = args.fresh_statistics
     if args.threads is None:
-        args.threads = 1 if set(args.only) <= {"decode", "decode_batch"} else 2
+        args.threads = 1 if set(args.only) <= {"decode", "decode_profile", "decode_batch"} else 2
     WORK.mkdir(parents=True, exist_ok=True)
     path = RESULTS / "llm.json"
     for name in args.only:

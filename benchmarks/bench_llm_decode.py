@@ -29,13 +29,21 @@ Sections (``--only SECTION``, repeatable; each rewrites its own part of
     ``generate_next_token`` runs the model on the token it picks). The page is also written alone
     as ``benchmarks/results/llm_decode.md``.
 
+``decode_profile``
+    Where a decode step's time goes: one step at past 256, batch 1, share mode, for
+    onnxruntime-genai's int4 graph (``_work/llm/ogenai-int4``, in a plain ONNX Runtime session)
+    and each ``left_aligned`` ``--decode-llm`` folder: step times (the thread's CPU time) from
+    unprofiled sessions, then ONNX Runtime's profile (``enable_profiling``) per op type and per
+    role (projections, attention, norms, LM head, ...), side by side.
+
 ``decode_batch``
     Continuous batching inside the engine: 16 greedy requests one at a time and all at once
     (``Scheduler(max_seqs=16)``), aggregate tokens/s and whether each batched answer equals its
     solo answer, for the converted model and each ``--decode-llm`` folder (appended to
     ``llm_decode.md``).
 
-    .venv/bin/python benchmarks/bench_llm.py --only decode --only decode_batch [--threads 1]
+    .venv/bin/python benchmarks/bench_llm.py --only decode --only decode_profile \
+        --only decode_batch [--threads 1] [--decode-llm DIR ...]
 """
 
 from __future__ import annotations
@@ -327,11 +335,31 @@ def section_decode(args) -> dict:
         "notes": notes,
     }
     data["markdown"] = decode_markdown(data)
-    page = RESULTS / "llm_decode.md"
-    marker = "## Continuous batching in the engine"
-    rest = page.read_text().partition(marker) if page.exists() else ("", "", "")
-    page.write_text(data["markdown"] + "\n" + (f"\n{marker}{rest[2]}" if rest[1] else ""))
+    write_page_section(data["markdown"])
     return data
+
+
+PAGE_ORDER = (  # the sections of llm_decode.md, by the start of their titles
+    "## Decode speed at batch 1",
+    "## Where a decode step's time goes",
+    "## Continuous batching in the engine",
+)
+
+
+def write_page_section(markdown: str) -> None:
+    """Put ``markdown`` (one section, titled as one of ``PAGE_ORDER``) into llm_decode.md in
+    place of the section of the same title, keeping the others (notes under them included)."""
+    page = RESULTS / "llm_decode.md"
+    text = page.read_text() if page.exists() else ""
+    sections: dict[str, str] = {}
+    for chunk in ("\n" + text).split("\n## ")[1:]:
+        chunk = "## " + chunk
+        key = next((t for t in PAGE_ORDER if chunk.startswith(t)), chunk.split("\n", 1)[0])
+        sections[key] = chunk.rstrip()
+    key = next(t for t in PAGE_ORDER if markdown.startswith(t))
+    sections[key] = markdown.rstrip()
+    order = [t for t in PAGE_ORDER if t in sections] + [k for k in sections if k not in PAGE_ORDER]
+    page.write_text("\n\n".join(sections[k] for k in order) + "\n")
 
 
 def decode_markdown(d: dict) -> str:
@@ -358,6 +386,202 @@ def decode_markdown(d: dict) -> str:
         )
     lines += ["", *(f"- {note}" for note in d["notes"])]
     return "\n".join(lines).rstrip()
+
+
+# --- decode_profile: where a decode step's time goes -----------------------------------------
+
+PROFILE_PAST = 256
+# (what a node does, matched on its op type or name; the first that matches)
+PROFILE_ROLES = (
+    ("LM head", lambda op, name: "lm_head" in name),
+    ("q, k, v projection", lambda op, name: "qkv_proj" in name),
+    ("o projection", lambda op, name: "o_proj" in name),
+    (
+        "gate, up projection",
+        lambda op, name: op == "MatMulNBits" and ("gate" in name or "up_" in name),
+    ),
+    ("down projection", lambda op, name: "down_proj" in name),
+    ("attention (GroupQueryAttention, rope inside)", lambda op, name: op == "GroupQueryAttention"),
+    ("norms (residual adds fused)", lambda op, name: "Normalization" in op),
+    ("SiLU and gate*up (and Split)", lambda op, name: "mlp" in name),
+    ("the rest (mask, lengths, embedding, slices)", lambda op, name: True),
+)
+
+
+def _role(op: str, name: str) -> str:
+    return next(role for role, match in PROFILE_ROLES if match(op, name))
+
+
+class _StepSession:
+    """One decoder at batch 1 in share mode: past and present bound to the same buffers of
+    ``PROFILE_PAST + 64`` columns, a step at past ``PROFILE_PAST``."""
+
+    def __init__(self, folder: Path, threads: int, profile: str | None) -> None:
+        import numpy as np
+        import onnxruntime as ort
+
+        from modelpress.ir.llm import past_names, present_names, read_config
+
+        so = ort.SessionOptions()
+        so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+        so.log_severity_level = 3
+        if profile:
+            so.enable_profiling, so.profile_file_prefix = True, profile
+        self.session = ort.InferenceSession(str(folder / "model.onnx"), so)
+        names = {i.name for i in self.session.get_inputs()}
+        if (folder / "modelpress_llm.json").exists():
+            c = read_config(folder)
+            layers, heads, dim, vocab = c.num_layers, c.num_kv_heads, c.head_dim, c.vocab_size
+        else:  # onnxruntime-genai's folder
+            d = json.loads((folder / "genai_config.json").read_text())["model"]
+            layers, heads = d["decoder"]["num_hidden_layers"], d["decoder"]["num_key_value_heads"]
+            dim, vocab = d["decoder"]["head_size"], d["vocab_size"]
+        shape = (1, heads, PROFILE_PAST + 64, dim)
+        self.buffers = [np.zeros(shape, np.float32) for _ in range(2 * layers)]
+        io = self.io = self.session.io_binding()
+        for i in range(layers):
+            for side, past, present in zip((0, 1), past_names(i), present_names(i)):
+                b = self.buffers[2 * i + side]
+                io.bind_input(past, "cpu", 0, np.float32, shape, b.ctypes.data)
+                io.bind_output(present, "cpu", 0, np.float32, shape, b.ctypes.data)
+        self.logits = np.empty((1, 1, vocab), np.float32)
+        io.bind_output("logits", "cpu", 0, np.float32, self.logits.shape, self.logits.ctypes.data)
+        self.feeds = {
+            "input_ids": np.array([[42]], np.int64),
+            "attention_mask": np.ones((1, PROFILE_PAST + 1), np.int64),
+            "position_ids": np.array([[PROFILE_PAST]], np.int64),
+        }
+        for name, array in self.feeds.items():
+            if name in names:
+                io.bind_cpu_input(name, array)
+        self.times: list[float] = []
+
+    def steps(self, n: int) -> None:
+        for _ in range(n):
+            start = time.thread_time()  # one thread: ONNX Runtime runs on the caller's
+            self.session.run_with_iobinding(self.io)
+            self.times.append(time.thread_time() - start)
+
+    def kernels(self) -> dict[str, tuple[str, float]]:
+        """Each node's median kernel time (us) over the profiled steps, and its op type."""
+        events = json.loads(Path(self.session.end_profiling()).read_text())
+        times: dict[str, list[float]] = {}
+        ops: dict[str, str] = {}
+        for e in events:
+            if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+                node = e["name"][: -len("_kernel_time")]
+                times.setdefault(node, []).append(e["dur"])
+                ops[node] = e["args"]["op_name"]
+        return {n: (ops[n], statistics.median(t)) for n, t in times.items()}
+
+
+def section_decode_profile(args) -> dict:
+    """A decode step at past 256, batch 1, share mode, ``--threads`` threads: onnxruntime-genai's
+    int4 graph (in a plain ONNX Runtime session) beside each ``left_aligned`` ``--decode-llm``
+    folder. Step times (the thread's CPU time) from sessions without profiling, interleaved;
+    then ONNX Runtime's profile of as many steps per graph, interleaved: per op type and per
+    role (what a node does), the sum over nodes of each node's median kernel time."""
+    sys.path.insert(0, str(ROOT.parent / "src"))
+    from modelpress.ir.llm import read_config
+
+    folders = []
+    if (WORK / "ogenai-int4" / "genai_config.json").exists():
+        folders.append(("onnxruntime-genai int4", WORK / "ogenai-int4"))
+    folders += [
+        (f"modelpress {Path(d).name}", Path(d))
+        for d in args.decode_llm
+        if read_config(Path(d)).kv_layout == "left_aligned"
+    ]
+    rounds, steps = 10 * args.rounds, 10
+    load = [os.getloadavg()[0]]
+    plain = [(name, _StepSession(f, args.threads, None)) for name, f in folders]
+    for _ in range(rounds):
+        for _, s in plain:
+            s.steps(steps)
+    load.append(os.getloadavg()[0])
+    step_ms = {n: [1000 * t for t in s.times[steps:]] for n, s in plain}  # less a warm-up
+    del plain
+    tmp = WORK / "profiles"
+    tmp.mkdir(exist_ok=True)
+    profiled = [(n, _StepSession(f, args.threads, str(tmp / "p"))) for n, f in folders]
+    for _ in range(rounds):
+        for _, s in profiled:
+            s.steps(steps)
+    load.append(os.getloadavg()[0])
+    rows = []
+    for name, s in profiled:
+        kernels = s.kernels()
+        by_op: dict[str, list] = {}
+        by_role: dict[str, list] = {}
+        for node, (op, us) in kernels.items():
+            for table, key in ((by_op, op), (by_role, _role(op, node))):
+                table.setdefault(key, [0.0, 0])
+                table[key][0] += us
+                table[key][1] += 1
+        t = sorted(step_ms[name])
+        rows.append(
+            {
+                "graph": name,
+                "step_ms": statistics.median(t),
+                "step_ms_quartiles": [t[len(t) // 4], t[3 * len(t) // 4]],
+                "kernels_us": sum(us for _, us in kernels.values()),
+                "by_op": by_op,
+                "by_role": by_role,
+            }
+        )
+    data = {
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": "benchmarks/bench_llm.py " + " ".join(sys.argv[1:]),
+        "threads": args.threads,
+        "steps": rounds * steps,
+        "load_average": load,
+        "rows": rows,
+    }
+    data["markdown"] = profile_markdown(data)
+    write_page_section(data["markdown"])
+    return data
+
+
+def profile_markdown(d: dict) -> str:
+    rows = d["rows"]
+    head = "| | " + " | ".join(r["graph"] for r in rows) + " |"
+    rule = "| --- |" + " --- |" * len(rows)
+    lines = [
+        "## Where a decode step's time goes (ONNX Runtime's profile, batch 1, past 256)",
+        "",
+        f"Machine: {d['machine']}; {d['date']}; `{d['command']}`. {d['threads']} thread(s); "
+        f"a decode step at past {PROFILE_PAST} with past and present bound to the same buffers "
+        f"(share mode), {d['steps']} steps per graph, the graphs interleaved. Step: the thread's "
+        "CPU time of a step without profiling (median, quartiles); below, from a second, "
+        "profiled session of each: the sum over nodes of each node's median kernel time, us "
+        "(nodes). 1-minute load average: "
+        f"{', '.join(f'{x:.1f}' for x in d['load_average'])}.",
+        "",
+        head,
+        rule,
+        "| step ms (no profiling) | "
+        + " | ".join(
+            f"{r['step_ms']:.2f} ({r['step_ms_quartiles'][0]:.2f}-{r['step_ms_quartiles'][1]:.2f})"
+            for r in rows
+        )
+        + " |",
+        "| kernels, sum us | " + " | ".join(f"{r['kernels_us']:.0f}" for r in rows) + " |",
+    ]
+    for key, names in (
+        ("by_role", [role for role, _ in PROFILE_ROLES]),
+        ("by_op", sorted({op for r in rows for op in r["by_op"]})),
+    ):
+        names = [n for n in names if any(n in r[key] for r in rows)]
+        names.sort(key=lambda n: -max(r[key].get(n, [0, 0])[0] for r in rows))
+        lines += ["", head.replace("| |", f"| {'what' if key == 'by_role' else 'op type'} |", 1)]
+        lines.append(rule)
+        for n in names:
+            cells = [r[key].get(n) for r in rows]
+            lines.append(
+                f"| {n} | " + " | ".join(f"{c[0]:.0f} ({c[1]})" if c else "-" for c in cells) + " |"
+            )
+    return "\n".join(lines)
 
 
 def section_decode_batch(args) -> dict:
@@ -427,15 +651,15 @@ def section_decode_batch(args) -> dict:
             f"{r['batched_tok_s'] / r['one_at_a_time_tok_s']:.1f}x | {r['equal_answers']}/16 |"
         )
     data["markdown"] = "\n".join(lines)
-    page = RESULTS / "llm_decode.md"
-    text = page.read_text() if page.exists() else ""
-    marker = "## Continuous batching in the engine"
-    text = text.split(marker)[0].rstrip() + "\n\n" + data["markdown"] + "\n"
-    page.write_text(text.lstrip())
+    write_page_section(data["markdown"])
     return data
 
 
-SECTIONS = {"decode": section_decode, "decode_batch": section_decode_batch}
+SECTIONS = {
+    "decode": section_decode,
+    "decode_profile": section_decode_profile,
+    "decode_batch": section_decode_batch,
+}
 
 
 def render(data: dict) -> str:

@@ -128,8 +128,51 @@ def test_the_buffers_are_bound_as_past_and_present(folder):
     assert full[0][0].shape[2] > cache.columns + 1  # room reserved for the tokens to come
     logits, keys, values = llm.decoder(token, mask, positions, *full, present=full)
     assert keys[0] is full[0][0]
-    np.testing.assert_allclose(logits, plain_logits, rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(logits, plain_logits)  # the wide mask changes no bit
     for layer, (k, old, new) in enumerate(zip(keys, before, plain_keys)):
         for b, n in enumerate(lengths):
             np.testing.assert_array_equal(k[b, :, :n], old[b, :, :n], err_msg=f"layer {layer}")
             np.testing.assert_allclose(k[b, :, n], new[b, :, n], rtol=0, atol=1e-6)
+
+
+def test_the_cache_is_the_first_columns_of_the_buffers_and_logits_the_bound_output(folder):
+    """After a step in place the cache's arrays are the buffers' first columns, sliced when
+    read (``cache._Columns``); a shared step's logits are its bound output buffer, rewritten
+    by the next step (the engine chooses from them first)."""
+    llm = open_llm(folder, threads=1)
+    engine = Generator(llm).scheduler.engine
+    from modelpress.runtime.generate.sampling import SamplingParams
+    from modelpress.runtime.generate.sequence import Sequence
+
+    seqs = [
+        Sequence(
+            str(i), llm.prompt_ids(p), SamplingParams(max_tokens=8), frozenset(), llm.tokenizer
+        )
+        for i, p in enumerate(PROMPTS[:2])
+    ]
+    engine.prefill(seqs)
+    engine.decode()
+    cache = engine.cache
+    full = cache.store.full()
+    layers = llm.config.num_layers
+    keys, values = cache.keys, cache.values
+    assert len(keys) == len(values) == layers
+    for i, (k, v) in enumerate(zip(keys, values)):
+        assert k.shape == (2, llm.config.num_kv_heads, cache.columns, llm.config.head_dim)
+        assert np.shares_memory(k, full[i]) and np.shares_memory(v, full[layers + i])
+        np.testing.assert_array_equal(k, full[i][:, :, : cache.columns])
+    both = keys + values
+    assert isinstance(both, list) and len(both) == 2 * layers
+    assert [a.shape for a in keys[0:2]] == [keys[0].shape, keys[1].shape]
+    np.testing.assert_array_equal(cache.mask.sum(axis=1), cache.lengths)
+    token = np.asarray([[s.token_ids[-1]] for s in seqs], dtype=np.int64)
+    mask, positions = cache.step_inputs(new=1)
+    shared = cache.in_place(new=1)
+    first, *_ = llm.decoder(token, mask, positions, *shared, present=shared)
+    kept = first.copy()
+    cache.advance(*shared, mask, new=1)
+    mask, positions = cache.step_inputs(new=1)
+    shared = cache.in_place(new=1)
+    second, *_ = llm.decoder(token, mask, positions, *shared, present=shared)
+    assert np.shares_memory(first, second)  # the same output buffer
+    assert not np.array_equal(kept, second)  # written anew (another position)

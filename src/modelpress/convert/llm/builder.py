@@ -245,8 +245,9 @@ class _Stream:
         self.g, self.spec, self.x, self.fused = g, spec, x, fused
         self.pending: str | None = None
 
-    def norm(self, name: str, w: np.ndarray, b: np.ndarray | None) -> str:
-        """The norm of the stream after adding what is pending."""
+    def norm(self, name: str, w: np.ndarray, b: np.ndarray | None, *, last: bool = False) -> str:
+        """The norm of the stream after adding what is pending (``last``: the final norm, whose
+        sum nothing reads: the fused node leaves that output out)."""
         g, spec = self.g, self.spec
         if self.pending is None:
             return norm(g, spec, self.x, name, w, b)
@@ -261,10 +262,9 @@ class _Stream:
             beta = g.init(f"{name}.bias", b if b is not None else np.zeros_like(w))
             op, inputs = "SkipLayerNormalization", [self.pending, self.x, weight, beta]
         h, self.x = f"{name}/out", f"{name}/residual"
+        outputs = [h] if last else [h, "", "", self.x]
         g.nodes.append(
-            helper.make_node(
-                op, inputs, [h, "", "", self.x], name=name, domain=MS, epsilon=spec.norm_eps
-            )
+            helper.make_node(op, inputs, outputs, name=name, domain=MS, epsilon=spec.norm_eps)
         )
         self.pending = None
         return h
@@ -355,7 +355,9 @@ def build_decoder(
     stream = _Stream(g, spec, x, fused=level == "ort")
     for i in range(spec.num_layers):
         _layer(g, spec, shared, stream, layer_weights(i), i)
-    x = stream.norm("model.norm", globals_["final_norm"], globals_.get("final_norm_bias"))
+    x = stream.norm(
+        "model.norm", globals_["final_norm"], globals_.get("final_norm_bias"), last=True
+    )
     inputs.append(helper.make_tensor_value_info(LOGITS_TO_KEEP, i64, []))
     x = _last_positions(g, x)
     if spec.final_softcap:

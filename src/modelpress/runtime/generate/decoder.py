@@ -15,13 +15,16 @@ ONNX Runtime allocates. With ``share`` (the default) a decoder of the ``left_ali
 passes the same buffers, of a capacity larger than the cache, as a step's past and present, and
 GroupQueryAttention writes only the new entries into them (its share-buffer mode: it compares
 the pointers; the attention mask's width gives ``total_sequence_length``, and the present's length
-is the larger of that and the buffers' capacity, so both bindings have the same shape).
+is the larger of that and the buffers' capacity, so both bindings have the same shape). Such a
+step binds nothing: the cache, the logits, the token ids, the positions and a mask as wide as the
+buffers stay bound while the buffers do, and a step copies its values in (``_run_shared``).
 
 Any callable with ``__call__``'s signature is a decoder: the scheduler's tests drive fake ones.
 """
 
 from __future__ import annotations
 
+import operator
 import weakref
 
 import numpy as np
@@ -85,6 +88,14 @@ class OrtDecoder:
         feeds = {INPUT_IDS: input_ids, ATTENTION_MASK: attention_mask}
         if self.has_positions:
             feeds[POSITION_IDS] = position_ids
+        if (
+            self.binding
+            and present is not None
+            and present[0] is keys
+            and present[1] is values
+            and input_ids.shape[1] == 1
+        ):  # share mode: the cache stays bound from step to step
+            return self._run_shared(feeds, keys, values)
         for (k_name, v_name), k, v in zip(self.past, keys, values):
             feeds[k_name], feeds[v_name] = k, v
         if self.last_only and input_ids.shape[1] > 1:
@@ -92,14 +103,6 @@ class OrtDecoder:
             # overridable initializer, which IO binding cannot bind: a plain run)
             feeds[LOGITS_TO_KEEP] = _ONE
             outs = self.session.run(self.outputs, feeds, self.run_options)
-        elif (
-            self.binding
-            and present is not None
-            and present[0] is keys
-            and present[1] is values
-            and input_ids.shape[1] == 1
-        ):
-            return self._run_shared(feeds, keys, values)
         elif self.binding and present is not None:
             return self._run_into(feeds, *present)
         elif self.binding:
@@ -120,14 +123,20 @@ class OrtDecoder:
 
     def _run_shared(self, feeds: dict[str, np.ndarray], keys: list, values: list):
         """A step whose past and present are the same buffers (share mode). Their bindings are
-        kept from step to step while the buffers stay the same objects: only the token ids, the
-        mask and the positions are bound anew."""
+        kept from step to step while the buffers stay the same objects, and so are those of the
+        token ids, the positions and the mask: buffers of the decoder's, the step's values
+        copied in, so a step binds nothing. The mask's buffer is as wide as the cache buffers
+        (ones up to each row's length plus one, zeros after): GroupQueryAttention reads each
+        row's length from it (``seqlens_k``) and needs its width (``total_sequence_length``) only
+        to cover them; the logits and the cache come out bit for bit as with the step's own
+        mask (tested). The logits returned are a view of the bound output buffer, not a copy:
+        valid until the next step (``Engine`` chooses from them first)."""
         arrays = keys + values
         kept = self._kept
         if (
             kept is None
             or len(kept[0]) != len(arrays)
-            or any(a is not ref() for a, ref in zip(arrays, kept[0]))
+            or not all(map(operator.is_, arrays, [ref() for ref in kept[0]]))
         ):
             io = self.session.io_binding()
             names = zip(self.past + self.past, self.present + self.present)
@@ -138,15 +147,25 @@ class OrtDecoder:
             rows = keys[0].shape[0] if keys else feeds[INPUT_IDS].shape[0]
             logits = np.empty((rows, 1, self.config.vocab_size), self.logits_dtype)
             io.bind_output(LOGITS, "cpu", 0, logits.dtype, logits.shape, logits.ctypes.data)
+            steps = {n: np.zeros((rows, 1), np.int64) for n in (INPUT_IDS, POSITION_IDS)}
+            steps[ATTENTION_MASK] = np.zeros((rows, keys[0].shape[2]), np.int64)
+            for name, array in steps.items():
+                if name in feeds:
+                    io.bind_input(name, "cpu", 0, array.dtype, array.shape, array.ctypes.data)
             # weak references: the binding must not keep a cache the engine let go of (a
             # binding whose arrays are gone is never run: new arrays are bound first)
-            self._kept = kept = ([weakref.ref(a) for a in arrays], io, logits)
-        _, io, logits = kept
-        for name in (INPUT_IDS, ATTENTION_MASK, POSITION_IDS):
-            if name in feeds:
-                io.bind_cpu_input(name, np.ascontiguousarray(feeds[name]))
+            self._kept = kept = [[weakref.ref(a) for a in arrays], io, logits, steps, 0]
+        _, io, logits, steps, width = kept
+        steps[INPUT_IDS][...] = feeds[INPUT_IDS]
+        if POSITION_IDS in feeds:
+            steps[POSITION_IDS][...] = feeds[POSITION_IDS]
+        mask = feeds[ATTENTION_MASK]
+        steps[ATTENTION_MASK][:, : mask.shape[1]] = mask
+        if mask.shape[1] < width:  # narrower than the last step's: no ones left past it
+            steps[ATTENTION_MASK][:, mask.shape[1] : width] = 0
+        kept[4] = mask.shape[1]
         self.session.run_with_iobinding(io)
-        return logits[:, -1, :].copy(), keys, values
+        return logits[:, -1, :], keys, values
 
     def _run_into(self, feeds: dict[str, np.ndarray], keys: list, values: list):
         io = self.session.io_binding()

@@ -97,14 +97,16 @@ class Engine:
             mask, positions = cache.step_inputs(new=1)
             logits, keys, values = self._step(ids, mask, positions, cache)
             cache.advance(keys, values, mask, new=1)
-            steps.append((logits, cache))
+            # a share-mode decoder's logits are its output buffer, rewritten by the next step
+            steps.append((logits.copy() if len(groups) > 1 else logits, cache))
         if len(groups) > 1:  # back together, the rows in the groups' order
             self.running = [self.running[i] for i in np.concatenate(groups)]
             merged = steps[0][1]
             for _, cache in steps[1:]:
                 merged.join(cache)
             self.cache.assign(merged)
-        logits = np.concatenate([logits for logits, _ in steps], axis=0)
+        if len(steps) > 1:
+            logits = np.concatenate([logits for logits, _ in steps], axis=0)
         self.steps += 1
         events += [
             seq.add(choose(logits[i], seq.params, seq.rng, seq.seen))
@@ -124,14 +126,14 @@ class Engine:
             return self.decoder(ids, mask, positions, cache.keys, cache.values)
         return self.decoder(ids, mask, positions, cache.keys, cache.values, present=present)
 
-    def _groups(self) -> list[np.ndarray]:
+    def _groups(self) -> list:
         """The rows that may share a step: all of them, except around ``prefill_again_after``:
         the graph takes the rope switch on the batch's largest position, so rows on either side
         of it must run apart."""
-        rows = np.arange(len(self.running))
         limit = self.config.prefill_again_after
         if limit is None:
-            return [rows]
+            return [range(len(self.running))]
+        rows = np.arange(len(self.running))
         below = self.cache.lengths < limit
         if below.all() or not below.any():
             return [rows]

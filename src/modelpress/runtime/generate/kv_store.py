@@ -25,6 +25,7 @@ layout changes: a join, a leave, or a capacity that is too small (then doubled).
 from __future__ import annotations
 
 import mmap
+import operator
 
 import numpy as np
 
@@ -140,9 +141,7 @@ class SharedKVStore(KVStore):
     def written_in_place(self, arrays: list[np.ndarray]) -> bool:
         full = self.full()
         return (
-            full is not None
-            and len(arrays) == len(full)
-            and all(a is b for a, b in zip(arrays, full))
+            full is not None and len(arrays) == len(full) and all(map(operator.is_, arrays, full))
         )
 
     def trim(self, elements: int) -> None:

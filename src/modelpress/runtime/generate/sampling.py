@@ -99,7 +99,7 @@ def _is_real(value) -> bool:
     )
 
 
-def apply_repetition_penalty(logits: np.ndarray, seen: np.ndarray, penalty: float) -> np.ndarray:
+def apply_repetition_penalty(logits: np.ndarray, seen, penalty: float) -> np.ndarray:
     """``logits`` (one row) with the tokens in ``seen`` penalized (a copy)."""
     out = np.array(logits, dtype=np.float32, copy=True)
     ids = np.unique(np.asarray(seen, dtype=np.int64))
@@ -133,15 +133,13 @@ def distribution(logits: np.ndarray, params: SamplingParams) -> tuple[np.ndarray
     return ids, probs
 
 
-def choose(
-    logits: np.ndarray, params: SamplingParams, rng: np.random.Generator, seen: np.ndarray
-) -> int:
+def choose(logits: np.ndarray, params: SamplingParams, rng: np.random.Generator, seen) -> int:
     """The next token of one sequence from its last ``logits`` row; ``seen``: its prompt and
-    generated ids (for the repetition penalty)."""
+    generated ids, an array or a list (read only for the repetition penalty)."""
     if params.repetition_penalty is not None and params.repetition_penalty != 1:
         logits = apply_repetition_penalty(logits, seen, params.repetition_penalty)
     if params.greedy:
-        return int(np.argmax(logits))
+        return int(logits.argmax())
     ids, probs = distribution(logits, params)
     u = rng.random()
     index = int(np.searchsorted(np.cumsum(probs), u, side="right"))

@@ -241,20 +241,27 @@ class Scheduler:
 
     def step(self) -> list[Event]:
         """One iteration: cancellations, admissions (prefill), one decode step."""
+        gone: list[Sequence] = []
         with self._cond:
             cancelled, self._cancelled = self._cancelled, set()
-            gone = [s for s in self._waiting if s.request_id in cancelled]
-            self._waiting = deque(s for s in self._waiting if s.request_id not in cancelled)
+            if cancelled:
+                gone = [s for s in self._waiting if s.request_id in cancelled]
+                self._waiting = deque(s for s in self._waiting if s.request_id not in cancelled)
         events = [s.end("cancelled") for s in gone]
         admitted: list[Sequence] = []
         try:
-            events += self.engine.cancel(cancelled)
-            with self._cond:
-                while self._waiting and len(self.engine.running) + len(admitted) < self.max_seqs:
-                    admitted.append(self._waiting.popleft())
+            if cancelled:
+                events += self.engine.cancel(cancelled)
+            if self._waiting:
+                with self._cond:
+                    while (
+                        self._waiting and len(self.engine.running) + len(admitted) < self.max_seqs
+                    ):
+                        admitted.append(self._waiting.popleft())
             for seq in admitted:
                 self.metrics.started(len(seq.prompt_ids))
-            events += self.engine.prefill(admitted)
+            if admitted:
+                events += self.engine.prefill(admitted)
             running = len(self.engine.running)
             start = time.perf_counter()
             decoded = self.engine.decode()

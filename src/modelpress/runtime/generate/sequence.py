@@ -5,8 +5,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from modelpress.runtime.generate.sampling import SamplingParams, new_rng
 from modelpress.runtime.generate.text import Detokenizer, StopMatcher
 
@@ -97,8 +95,9 @@ class Sequence:
         self._seen = list(self.prompt_ids)
 
     @property
-    def seen(self) -> np.ndarray:
-        return np.asarray(self._seen, dtype=np.int64)
+    def seen(self) -> list[int]:
+        """The prompt's and the generated ids (the list itself: read it, do not change it)."""
+        return self._seen
 
     @property
     def length(self) -> int:
