@@ -331,7 +331,7 @@ def _tuned(name: str, folder: Path, untuned: Path, variant: str, calib: Path, ar
     """``untuned`` tuned end to end against the float model on the calibration text
     (``compress.llm.tune_llm``, what ``quantize_llm(tune_steps=N)`` runs after quantizing):
     its folder and its row, the tuning's own KL numbers in it."""
-    from modelpress.compress.llm import tune_llm
+    from modelpress.compress.llm import TuneOptions, tune_llm
 
     out = untuned.with_name(f"{untuned.name}-tuned{args.tune_steps}")
     t0 = time.perf_counter()
@@ -344,10 +344,9 @@ def _tuned(name: str, folder: Path, untuned: Path, variant: str, calib: Path, ar
         untuned,
         out,
         data=calib,
-        steps=args.tune_steps,
-        seq_len=args.tune_window,
-        samples=args.tune_windows,
-        threads=args.threads,
+        options=TuneOptions(
+            args.tune_steps, args.tune_window, args.tune_windows, threads=args.threads
+        ),
         progress=progress,
     )
     row = {

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from modelpress.cli.main import main
-from modelpress.compress.llm import quantize_llm, tune_llm
+from modelpress.compress.llm import TuneOptions, quantize_llm, tune_llm
 from modelpress.compress.llm.tune import quantized_weights
 from modelpress.errors import OptionError
 from modelpress.ir import llm, load
@@ -140,10 +140,7 @@ def test_an_int4_folder_tuned_as_it_is(glass):
         tmp / "rtn",
         tmp / "rtn-tuned",
         data=tmp / "calib.txt",
-        steps=10,
-        seq_len=128,
-        samples=8,
-        threads=1,
+        options=TuneOptions(10, seq_len=128, samples=8, threads=1),
     )
     config = json.loads((tmp / "rtn-tuned" / llm.CONFIG_FILE).read_text())
     assert config["quantization"]["method"] == "rtn"

@@ -3,11 +3,12 @@ layer by measured error, then optionally tuned end to end against the float mode
 
 from modelpress.compress.llm.gguf_import import GGUFImportResult, import_gguf_blocks
 from modelpress.compress.llm.quantize import LLMQuantizeResult, quantize_llm
-from modelpress.compress.llm.tune import TuneReport, tune_llm
+from modelpress.compress.llm.tune import TuneOptions, TuneReport, tune_llm
 
 __all__ = [
     "GGUFImportResult",
     "LLMQuantizeResult",
+    "TuneOptions",
     "TuneReport",
     "import_gguf_blocks",
     "quantize_llm",

@@ -419,14 +419,12 @@ def quantize_llm(
     remove_unused_initializers(graph)
     tuning = None
     if tune_steps:
+        options = tune.TuneOptions(tune_steps, seq_len, samples, threads=threads)
         tuning = tune.tune_model(
             model,
             src,
             text,
-            steps=tune_steps,
-            seq_len=seq_len,
-            samples=samples,
-            threads=threads,
+            options,
             progress=(lambda i, n, _loss: progress(i, n)) if progress else None,
         )
         if not tuning.kept:

@@ -161,28 +161,38 @@ def _student_graph(model: ir.Model) -> tuple[ir.Model, list[str]]:
     return student, names
 
 
+@dataclass(frozen=True)
+class TuneOptions:
+    """How to tune: ``steps`` (one window each), windows of ``seq_len`` tokens, at most
+    ``samples`` of them (even: training, odd: held out); ``learning_rate`` ``None``: ``LR_SCALE /
+    sqrt(number of scales)``; ``threads`` for torch and ONNX Runtime."""
+
+    steps: int
+    seq_len: int = 512
+    samples: int = 32
+    learning_rate: float | None = None
+    threads: int | None = None
+
+
 def tune_model(
     model: ir.Model,
     folder: str | os.PathLike,
     text: str,
+    options: TuneOptions,
     *,
-    steps: int,
-    seq_len: int = 512,
-    samples: int = 32,
-    learning_rate: float | None = None,
-    threads: int | None = None,
     progress: Callable[[int, int, float], None] | None = None,
 ) -> TuneReport:
     """Tune the block scales of the quantized ``model`` (in place) against the float LLM folder
-    ``folder`` on ``text`` (module docstring); ``learning_rate`` ``None``: ``LR_SCALE /
-    sqrt(number of scales)``. ``progress(step, steps, loss)`` after each step."""
+    ``folder`` on ``text`` (module docstring). ``progress(step, steps, loss)`` after each step."""
     require("torch", extra="torch", purpose="tuning an int4 LLM")
     import torch
+
+    steps, threads, learning_rate = options.steps, options.threads, options.learning_rate
 
     start = time.perf_counter()
     check_tuning(steps, text)
     teacher = Decoder.open(folder, threads=threads)
-    windows = text_windows(teacher, text, seq_len=seq_len, samples=samples)
+    windows = text_windows(teacher, text, seq_len=options.seq_len, samples=options.samples)
     train, held = windows[0::2], windows[1::2] or windows[:1]
     old_threads = torch.get_num_threads()
     if threads:
@@ -295,11 +305,7 @@ def tune_llm(
     output: str | os.PathLike,
     *,
     data: str | os.PathLike,
-    steps: int,
-    seq_len: int = 512,
-    samples: int = 32,
-    learning_rate: float | None = None,
-    threads: int | None = None,
+    options: TuneOptions,
     progress: Callable[[int, int, float], None] | None = None,
 ) -> TuneReport:
     """Tune the quantized LLM folder ``quantized`` (made from the float folder ``folder``) on
@@ -310,17 +316,7 @@ def tune_llm(
     check_output(out, src)
     text = read_text(data)
     model = load(src / llm.MODEL_FILE)
-    report = tune_model(
-        model,
-        folder,
-        text,
-        steps=steps,
-        seq_len=seq_len,
-        samples=samples,
-        learning_rate=learning_rate,
-        threads=threads,
-        progress=progress,
-    )
+    report = tune_model(model, folder, text, options, progress=progress)
     quantization = {**config.quantization, "tuning": record(report)}
     write_folder(src, out, model, replace(config, quantization=quantization))
     return report
