@@ -58,7 +58,8 @@ def _held_out_kl(ref: Decoder, folder: Path, windows) -> float:
 
 
 def test_tuning_brings_int4_closer_to_float_on_unseen_text(glass):
-    """Measured: RTN 0.0103 nats/token from the float model, tuned (40 steps) about 0.0072."""
+    """Measured: RTN 0.0104 nats/token from the float model, tuned (40 steps) 0.0083 (the
+    held-out calibration windows: 0.0087 → 0.0059)."""
     tmp, tuned = glass
     ref = Decoder.open(tmp / "float", threads=1)
     ids = ref.encode(TEXT.read_text())[:1600]
