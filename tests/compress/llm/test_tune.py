@@ -149,6 +149,17 @@ def test_an_int4_folder_tuned_as_it_is(glass):
     assert report.weights == 17 and report.train_windows == report.held_out_windows == 4
 
 
+def test_cli_tunes_and_records_it(glass, capsys):
+    tmp, _ = glass
+    argv = ["quantize", str(tmp / "float"), "-o", str(tmp / "cli"), "--mode", "int4"]
+    argv += ["--algorithm", "rtn", "--data", str(tmp / "calib.txt"), "--window", "128"]
+    argv += ["--limit", "4", "--tune-steps", "4", "--json", str(tmp / "cli.json")]
+    assert main(argv) == 0
+    assert "tuned 26784 block scales of 17 weights in 4 steps" in capsys.readouterr().out
+    tuning = json.loads((tmp / "cli.json").read_text())["result"]["tuning"]
+    assert tuning["steps"] == 4 and tuning["train_windows"] == 2
+
+
 def test_bad_input_is_one_line(glass, capsys):
     tmp, _ = glass
     with pytest.raises(OptionError, match="`tune_steps` must be at least 0"):
