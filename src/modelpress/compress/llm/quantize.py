@@ -39,7 +39,9 @@ already quantized (one more pass over the text each), so that a layer is fitted 
 will see. ``int8_layers``: that many body MatMuls, those whose 4-bit rounding costs the model the most
 (measured end to end on the calibration text, ``sensitivity.py``; without text, the largest
 relative weight error), are written at 8 bits (symmetric) instead: a larger file, said in the
-result's layers with each measured cost.
+result's layers with each measured cost. ``tune_steps``: then every block scale is tuned end to
+end against the float model on the calibration text, the codes kept (``tune.py``; the result's
+``tuning`` says what it did; the scales are kept only if the held-out KL went down).
 """
 
 from __future__ import annotations
