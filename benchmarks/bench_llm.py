@@ -223,7 +223,6 @@ def section_quality(args) -> dict:
         greedy_paths,
         perplexity_of_ids,
         prompts_from_text,
-        top1_agreement,
     )
 
     text = held_out_text()
@@ -249,6 +248,7 @@ def section_quality(args) -> dict:
                 "size_mb": _mb(folder),
             }
         )
+        ROWS_SO_FAR.append(rows[-1])
         print(f"{name} float32: ppl {base.perplexity:.4f} ({base.tokens} tokens)", flush=True)
         for block in args.blocks:
             if args.ogenai:
@@ -264,47 +264,41 @@ def section_quality(args) -> dict:
             for method in args.methods:
                 suffix = f"-int8x{args.int8_layers}" if args.int8_layers else ""
                 out = WORK / f"{name}-int4-b{block}-{method}{suffix}"
-                t0 = time.perf_counter()
-                if method != "rtn" and stats is None:
-                    stats = _statistics(name, folder, calib, args.threads)
-                r = quantize_llm(
-                    folder,
-                    out,
-                    mode="int4",
-                    block_size=block,
-                    method=method,
-                    data=None if method == "rtn" else calib,
-                    embeddings="int8",
-                    threads=args.threads,
-                    samples=SAMPLES,
-                    statistics=None if method == "rtn" else stats,
-                    stages=1 if method == "rtn" else args.stages,
-                    int8_layers=args.int8_layers,
-                )
-                seconds = time.perf_counter() - t0
-                cand = Decoder.open(out, threads=args.threads)
-                p = perplexity_of_ids(cand, ids, window=WINDOW, stride=STRIDE)
-                agree = top1_agreement(ref, cand, prompts, steps=32, paths=paths)
-                row = {
-                    "model": name,
-                    "variant": f"int4 b{block} {method}"
+                variant = (
+                    f"int4 b{block} {method}"
                     + (f" {args.stages} stages" if method != "rtn" and args.stages > 1 else "")
-                    + (f" int8 x{args.int8_layers}" if args.int8_layers else ""),
-                    "perplexity": p.perplexity,
-                    "ratio": p.perplexity / base.perplexity,
-                    "top1_agreement": agree.top1_agreement,
-                    "tokens": p.tokens,
-                    "size_mb": _mb(out),
-                    "quantize_s": seconds,
-                    "methods_kept": r.methods_kept(),
-                    "awq_groups": sum(1 for layer in r.layers if layer.alpha > 0),
-                }
-                rows.append(row)
-                print(
-                    f"{name} {row['variant']}: ppl {p.perplexity:.4f} ({(row['ratio'] - 1) * 100:+.2f}%)"
-                    f" top1 {agree.top1_agreement:.3f} in {seconds:.0f} s kept {row['methods_kept']}",
-                    flush=True,
+                    + (f" int8 x{args.int8_layers}" if args.int8_layers else "")
                 )
+                scoring = (ref, ids, prompts, paths, args)
+                # tuned rows start from the untuned folder when an earlier run left (and scored) it
+                if not (args.tune_steps and (out / "modelpress_llm.json").exists()):
+                    t0 = time.perf_counter()
+                    if method != "rtn" and stats is None:
+                        stats = _statistics(name, folder, calib, args.threads)
+                    r = quantize_llm(
+                        folder,
+                        out,
+                        mode="int4",
+                        block_size=block,
+                        method=method,
+                        data=None if method == "rtn" else calib,
+                        embeddings="int8",
+                        threads=args.threads,
+                        samples=SAMPLES,
+                        statistics=None if method == "rtn" else stats,
+                        stages=1 if method == "rtn" else args.stages,
+                        int8_layers=args.int8_layers,
+                    )
+                    row = {
+                        "model": name,
+                        "variant": variant,
+                        "quantize_s": time.perf_counter() - t0,
+                        "methods_kept": r.methods_kept(),
+                        "awq_groups": sum(1 for layer in r.layers if layer.alpha > 0),
+                    }
+                    rows.append(_score(out, row, *scoring))
+                if args.tune_steps:
+                    rows.append(_score(*_tuned(name, folder, out, variant, calib, args), *scoring))
     return {
         "machine": machine(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -315,6 +309,64 @@ def section_quality(args) -> dict:
         "stride": STRIDE,
         "rows": rows,
     }
+
+
+def _score(folder: Path, row: dict, ref, ids, prompts, paths, args) -> dict:
+    """``row`` with the perplexity and top-1 agreement of the LLM folder ``folder``."""
+    from modelpress.verify.llm import Decoder, perplexity_of_ids, top1_agreement
+
+    cand = Decoder.open(folder, threads=args.threads)
+    p = perplexity_of_ids(cand, ids, window=WINDOW, stride=STRIDE)
+    agree = top1_agreement(ref, cand, prompts, steps=32, paths=paths)
+    base = next(r for r in ROWS_SO_FAR if r["model"] == row["model"] and r["variant"] == "float32")
+    row = {
+        **row,
+        "perplexity": p.perplexity,
+        "ratio": p.perplexity / base["perplexity"],
+        "top1_agreement": agree.top1_agreement,
+        "tokens": p.tokens,
+        "size_mb": _mb(folder),
+    }
+    print(
+        f"{row['model']} {row['variant']}: ppl {p.perplexity:.4f} ({(row['ratio'] - 1) * 100:+.2f}%)"
+        f" top1 {agree.top1_agreement:.3f} in {row.get('quantize_s', 0):.0f} s",
+        flush=True,
+    )
+    return row
+
+
+def _tuned(name: str, folder: Path, untuned: Path, variant: str, calib: Path, args):
+    """``untuned`` tuned end to end against the float model on the calibration text
+    (``compress.llm.tune_llm``, what ``quantize_llm(tune_steps=N)`` runs after quantizing):
+    its folder and its row, the tuning's own KL numbers in it."""
+    from modelpress.compress.llm import TuneOptions, tune_llm
+
+    out = untuned.with_name(f"{untuned.name}-tuned{args.tune_steps}")
+    t0 = time.perf_counter()
+
+    def progress(step, steps, loss):
+        print(f"  tune step {step}/{steps}: KL {loss:.4f} ({time.perf_counter() - t0:.0f} s)")
+
+    report = tune_llm(
+        folder,
+        untuned,
+        out,
+        data=calib,
+        options=TuneOptions(
+            args.tune_steps, args.tune_window, args.tune_windows, threads=args.threads
+        ),
+        progress=progress,
+    )
+    row = {
+        "model": name,
+        "variant": f"{variant} tuned {args.tune_steps}",
+        "quantize_s": time.perf_counter() - t0,
+        "tuning": report.to_dict(),
+    }
+    return out, row
+
+
+ROWS_SO_FAR: list[dict] = []  # the float rows, for the ratios
 
 
 LLAMA_CPP_SCRIPT = (
@@ -503,6 +555,15 @@ def main() -> None:
     ap.add_argument(
         "--int8-layers", type=int, default=0, help="quality: body MatMuls kept at 8 bits (non-RTN)"
     )
+    ap.add_argument(
+        "--tune-steps",
+        type=int,
+        default=0,
+        help="quality: also each method's folder tuned end to end for N steps (reused from an "
+        "earlier run when it is in _work)",
+    )
+    ap.add_argument("--tune-window", type=int, default=256, help="quality: tuning window tokens")
+    ap.add_argument("--tune-windows", type=int, default=16, help="quality: tuning windows")
     ap.add_argument(
         "--no-ogenai",
         dest="ogenai",

@@ -60,6 +60,7 @@ GLOSSARY = {
     "--activation-type": "the int8 type of activations",
     "--float-zero-points": "int4 blocks with each block's own float zero point",
     "--int8-layers": "how many LLM MatMuls most hurt by 4 bits stay at 8 bits",
+    "--tune-steps": "steps tuning an int4 LLM's block scales against the float model",
     "--algorithm": "how LLM weights are rounded to int4/int8 (AWQ, GPTQ, RTN)",
     "--alpha": "weight of the teacher's soft loss when labels exist too",
     "--api-key-file": "the file holding the API key callers must send",

@@ -71,6 +71,14 @@ def add_llm_options(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="int4: keep the N MatMuls most hurt by 4 bits at 8 bits (default 0; larger file)",
     )
+    g.add_argument(
+        "--tune-steps",
+        type=int,
+        default=0,
+        metavar="N",
+        help="then N steps tuning the block scales against the float model on --data "
+        "(distillation; kept only if the held-out KL drops; default 0: off)",
+    )
 
 
 def run_llm(args) -> int:
@@ -79,6 +87,10 @@ def run_llm(args) -> int:
     options.require_positive(args.stages, "--stages")
     if args.int8_layers < 0:
         raise OptionError("--int8-layers must be at least 0")
+    if args.tune_steps < 0:
+        raise OptionError("--tune-steps must be at least 0")
+    if args.tune_steps and not args.data:
+        raise OptionError("--tune-steps needs calibration text: give --data (a text file)")
     with counted("quantizing") as progress:
         result = quantize_llm(
             args.model,
@@ -96,6 +108,7 @@ def run_llm(args) -> int:
             stages=args.stages,
             int8_layers=args.int8_layers,
             float_zero_points=args.float_zero_points,
+            tune_steps=args.tune_steps,
             progress=progress,
         )
     t = Table(
@@ -113,6 +126,14 @@ def run_llm(args) -> int:
             "" if layer.rel_error is None else f"{layer.rel_error:.2e}",
         )
     console.print(t)
+    if result.tuning is not None:
+        r = result.tuning
+        console.print(
+            f"tuned {r.scales} block scales of {r.weights} weights in {r.steps} steps "
+            f"({r.seconds:.0f} s): KL from the float model {r.loss_before:.4g} → "
+            f"{r.loss_after:.4g} nats/token on the training windows, held out "
+            f"{r.held_out_before:.4g} → {r.held_out_after:.4g}" + ("" if r.kept else " (not kept)")
+        )
     for note in result.notes:
         console.print(f"note: {note}")
     console.print(

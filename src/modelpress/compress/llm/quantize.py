@@ -39,7 +39,9 @@ already quantized (one more pass over the text each), so that a layer is fitted 
 will see. ``int8_layers``: that many body MatMuls, those whose 4-bit rounding costs the model the most
 (measured end to end on the calibration text, ``sensitivity.py``; without text, the largest
 relative weight error), are written at 8 bits (symmetric) instead: a larger file, said in the
-result's layers with each measured cost.
+result's layers with each measured cost. ``tune_steps``: then every block scale is tuned end to
+end against the float model on the calibration text, the codes kept (``tune.py``; the result's
+``tuning`` says what it did; the scales are kept only if the held-out KL went down).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.compress.llm import awq, calibrate, sensitivity
+from modelpress.compress.llm import awq, calibrate, sensitivity, tune
 from modelpress.compress.llm.gptq import gptq
 from modelpress.compress.llm.grid import (
     block_grid,
@@ -107,6 +109,7 @@ class LLMQuantizeResult:
     size_before: int
     size_after: int
     seconds: float
+    tuning: tune.TuneReport | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -249,6 +252,7 @@ def quantize_llm(
     stages: int = 1,
     int8_layers: int = 0,
     float_zero_points: bool = False,
+    tune_steps: int = 0,
     progress: Callable[[int, int], None] | None = None,
 ) -> LLMQuantizeResult:
     """Quantize the LLM folder ``folder`` into ``output`` (module docstring).
@@ -256,13 +260,15 @@ def quantize_llm(
     ``statistics``: what ``calibrate.collect`` returned for this folder and ``data`` (to
     quantize one folder several ways on one calibration pass). ``stages`` > 1: sequential
     calibration; ``int8_layers``: that many body MatMuls kept at 8 bits; ``float_zero_points``:
-    asymmetric ``MatMulNBits`` grids with float zero points (module docstring)."""
+    asymmetric ``MatMulNBits`` grids with float zero points; ``tune_steps``: that many steps
+    of end-to-end tuning of the block scales against the float model on ``data`` (``tune.py``)."""
     start = time.perf_counter()
     _check_options(mode, block_size, method, embeddings, level, stages, int8_layers)
     src, out = Path(folder), Path(output)
     config = llm.read_config(src)
     check_output(out, src)
     text = read_text(data) if data is not None else None
+    tune.check_tuning(tune_steps, text)
     bits = MODES[mode]
     notes: list[str] = []
     if text is None and method != "rtn":
@@ -413,6 +419,21 @@ def quantize_llm(
             )
             swap_node(graph, node, new_nodes, y)
     remove_unused_initializers(graph)
+    tuning = None
+    if tune_steps:
+        options = tune.TuneOptions(tune_steps, seq_len, samples, threads=threads)
+        tuning = tune.tune_model(
+            model,
+            src,
+            text,
+            options,
+            progress=(lambda i, n, _loss: progress(i, n)) if progress else None,
+        )
+        if not tuning.kept:
+            notes.append(
+                f"tuning did not lower the held-out KL ({tuning.held_out_before:.4g} → "
+                f"{tuning.held_out_after:.4g} nats/token): the scales are kept as quantized"
+            )
     if standard:
         model, upgraded = at_opset(model, nbits.STANDARD_OPSET, "DequantizeLinear with blocks")
         notes += upgraded
@@ -430,6 +451,8 @@ def quantize_llm(
         "format": "DequantizeLinear+MatMul" if standard else "MatMulNBits",
         "calibration": {"file": str(data), "tokens": tokens} if tokens else None,
     }
+    if tuning is not None:
+        quantization["tuning"] = tune.record(tuning)
     new_config = replace(
         config,
         quantization=quantization,
@@ -450,6 +473,7 @@ def quantize_llm(
         size_before,
         _size(out),
         time.perf_counter() - start,
+        tuning,
     )
 
 

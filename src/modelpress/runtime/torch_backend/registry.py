@@ -188,6 +188,9 @@ _BITS_VIEW = {
 }
 
 
+_NIBBLES = {"int4": np.int8, "uint4": np.uint8}
+
+
 def from_numpy(array: np.ndarray) -> torch.Tensor:
     """A torch tensor (sharing memory where it can) for a numpy array, incl. ml_dtypes arrays."""
     array = np.asarray(array)
@@ -196,6 +199,8 @@ def from_numpy(array: np.ndarray) -> torch.Tensor:
     view = _BITS_VIEW.get(array.dtype.name)
     if view is not None:
         return torch.from_numpy(array.view(view[0])).view(view[1])
+    if array.dtype.name in _NIBBLES:  # 4-bit integers (ml_dtypes): one a byte, values as they are
+        return torch.from_numpy(array.astype(_NIBBLES[array.dtype.name]))
     if array.dtype == object or array.dtype.kind in "SUV":
         raise TypeError(f"arrays of dtype {array.dtype} have no torch equivalent")
     return torch.from_numpy(array)

@@ -2,6 +2,8 @@
 
 from modelpress.runtime.torch_backend.ops import (  # noqa: F401
     activation,
+    attention,
+    contrib,
     control,
     conv,
     elementwise,
