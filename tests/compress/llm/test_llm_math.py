@@ -279,3 +279,18 @@ def test_gptq_equals_brute_force_obq(act_order, static):
     d_ref = dequantize_codes(ref[0], ref[1].astype(np.float32), ref[2].astype(np.float32), 4, bs)
     e_got, e_ref = output_error(w, d_got + w, h), output_error(w, d_ref, h)
     assert e_got == pytest.approx(e_ref, rel=1e-3)
+
+
+def test_the_first_position_counts_first_weight_times():
+    """The attention sink's row in H (calibrate.collect(sink_weight=...)): weighting the first position of each
+    sequence by 5 is the same statistic as that row given 5 times."""
+    x = RNG.standard_normal((3, 7, 6))  # 3 sequences of 7 positions
+    weighted, repeated = InputStats(), InputStats()
+    weighted.add(x, 0, first_weight=5.0)
+    rows = np.concatenate([x.reshape(-1, 6), np.repeat(x[:, 0], 4, axis=0)])
+    repeated.add(rows, 0)
+    np.testing.assert_allclose(weighted.hessian(0), repeated.hessian(0), rtol=1e-12)
+    np.testing.assert_allclose(weighted.mean_abs(), repeated.mean_abs(), rtol=1e-12)
+    plain = InputStats()
+    plain.add(x, 0)
+    np.testing.assert_allclose(plain.hessian(0), x.reshape(-1, 6).T @ x.reshape(-1, 6) / 21)
