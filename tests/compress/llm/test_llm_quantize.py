@@ -219,3 +219,36 @@ def test_measured_int4_cost_equals_a_model_with_that_weight_rounded(folder, tmp_
     reported = {layer.name: layer.int4_cost for layer in r.layers if layer.n != VOCAB}
     assert all(c is not None and c > 0 for c in reported.values())
     assert eight == set(sorted(reported, key=reported.get)[-2:])
+
+
+def _quantization(path) -> dict:
+    return json.loads((path / llm.CONFIG_FILE).read_text())["quantization"]
+
+
+def test_auto_keeps_awq_scales_only_where_its_candidates_gain(folder, monkeypatch):
+    """AWQ's α is searched with rounding to nearest; ``auto`` then quantizes with GPTQ or the
+    clip search, so a group keeps its scales only if they lower the group's held-out error after
+    those candidates. A scaling that wrecks the grids (scales spread over 10⁴) is turned down
+    in every group by ``auto``, and kept by ``awq``, which does not judge it again."""
+    from modelpress.compress.llm import awq
+
+    def wrecking(weights, h_fit, h_eval, mean_abs, **_):
+        return 1.0, np.exp(np.random.default_rng(0).normal(0, 3, len(mean_abs))), {}
+
+    monkeypatch.setattr(awq, "search", wrecking)
+    opts = dict(data=folder / "text.txt", seq_len=64, samples=8)
+    auto = quantize_llm(folder / "float", folder / "auto_wreck", method="auto", **opts)
+    declined = _quantization(folder / "auto_wreck")
+    assert declined["awq_groups"] == 0 and declined["awq_groups_unscaled"] > 0
+    assert all(layer.alpha == 0 for layer in auto.layers)
+    kept = quantize_llm(folder / "float", folder / "awq_wreck", method="awq", **opts)
+    q = _quantization(folder / "awq_wreck")
+    assert q["awq_groups"] == declined["awq_groups_unscaled"] and q["awq_groups_unscaled"] == 0
+    assert any(layer.alpha > 0 for layer in kept.layers)
+    # what auto wrote is what it writes when the search finds no scaling at all
+    monkeypatch.setattr(awq, "search", lambda *a, **k: (0.0, None, {}))
+    quantize_llm(folder / "float", folder / "auto_plain", method="auto", **opts)
+    ids = Decoder.open(folder / "float").encode(TEXT)[:32]
+    np.testing.assert_array_equal(
+        _logits(folder / "auto_wreck", ids), _logits(folder / "auto_plain", ids)
+    )

@@ -7,7 +7,8 @@ and their rounding error (which ``|x|`` multiplies) shrinks. ``s = mean|x|^α`` 
 its geometric range is centred on 1), ``α`` from ``ALPHAS`` chosen by the output error of the
 whole group (every MatMul that reads ``x``) after rounding on min/max block grids, measured on
 the odd calibration windows; ``α = 0`` (no scaling) is always a candidate, so
-scaling is kept only where it measurably helps.
+scaling is kept only where it measurably helps rounding to nearest (``quantize.py``'s ``auto``
+judges it again after the quantizers it will actually use).
 
 ``x / s`` must cost nothing at run time, so ``1/s`` is folded into what produces ``x``:
 
