@@ -8,14 +8,9 @@ import pytest
 from modelpress.compress.llm import awq
 from modelpress.compress.llm.calibrate import InputStats
 from modelpress.compress.llm.gptq import gptq
-from modelpress.compress.llm.grid import (
-    block_grid,
-    codes_on_grid,
-    dequantize_codes,
-    output_error,
-    to_blocks,
-)
+from modelpress.compress.llm.grid import block_grid, codes_on_grid, dequantize_codes, to_blocks
 from modelpress.compress.llm.quantize import quantize_weight
+from modelpress.compress.quantize.gptq import output_error
 from modelpress.ir import model_bytes, nbits
 
 RNG = np.random.default_rng(0)

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.compress.llm.grid import block_grid, codes_on_grid, dequantize_codes, output_error
+from modelpress.compress.llm.grid import block_grid, codes_on_grid, dequantize_codes
+from modelpress.compress.quantize.gptq import output_error
 from modelpress.ir.match import const_array
 
 ALPHAS = tuple(round(a, 2) for a in np.linspace(0.0, 1.0, 11))

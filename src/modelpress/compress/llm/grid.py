@@ -246,9 +246,3 @@ def to_blocks(
         bits,
         block_size,
     )
-
-
-def output_error(w: np.ndarray, w_hat: np.ndarray, h: np.ndarray) -> float:
-    """``‖X(W − Ŵ)‖² / rows = tr((W − Ŵ)ᵀ H (W − Ŵ))`` for ``H = XᵀX / rows``."""
-    d = np.asarray(w_hat, np.float64) - w
-    return float(np.sum((np.asarray(h, np.float64) @ d) * d))

@@ -65,11 +65,11 @@ from modelpress.compress.llm.grid import (
     block_grid,
     codes_on_grid,
     dequantize_codes,
-    output_error,
     to_blocks,
     zero_point_form,
 )
 from modelpress.compress.llm.output import check_output, write_folder
+from modelpress.compress.quantize.gptq import output_error
 from modelpress.errors import OptionError
 from modelpress.ir import llm, load, nbits
 from modelpress.ir.graph import remove_unused_initializers, swap_node

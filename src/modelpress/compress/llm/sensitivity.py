@@ -1,6 +1,6 @@
 """Which MatMuls of an LLM carry its int4 loss: measured end to end, one weight at a time.
 
-A layer's own output error (``grid.output_error``) says how well a weight is rounded, not what the
+A layer's own output error (``compress.quantize.gptq.output_error``) says how well a weight is rounded, not what the
 rounding costs the model: an error early in the residual stream, or in a layer the rest of the
 network amplifies, costs more than the same error elsewhere.
 

@@ -207,7 +207,7 @@ def gptq(
 def output_error(w: np.ndarray, w_hat: np.ndarray, h: np.ndarray) -> float:
     """``‖X(W − Ŵ)‖² / rows = tr((W − Ŵ)ᵀ H (W − Ŵ))`` for ``W [K, N]`` and ``H = XᵀX / rows``."""
     d = np.asarray(w_hat, np.float64) - w
-    return float(np.sum((h @ d) * d))
+    return float(np.sum((np.asarray(h, np.float64) @ d) * d))
 
 
 class InputHessian:
