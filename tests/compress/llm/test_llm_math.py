@@ -7,7 +7,7 @@ import pytest
 
 from modelpress.compress.llm import awq
 from modelpress.compress.llm.calibrate import InputStats
-from modelpress.compress.llm.gptq import gptq
+from modelpress.compress.llm.gptq import DAMP, gptq
 from modelpress.compress.llm.grid import block_grid, codes_on_grid, dequantize_codes, to_blocks
 from modelpress.compress.llm.quantize import quantize_weight
 from modelpress.compress.quantize.gptq import output_error
@@ -255,7 +255,7 @@ def test_gptq_equals_brute_force_obq(act_order, static):
     w = (RNG.standard_normal((k, n)) * 0.1).astype(np.float32)
     grid = block_grid(w, bits=4, block_size=bs, symmetric=False, float_zero_point=True)
     ref = _gptq_brute_force(
-        w, h, bs=bs, act_order=act_order, damp=0.01, grid=grid if static else None
+        w, h, bs=bs, act_order=act_order, damp=DAMP, grid=grid if static else None
     )
     got = gptq(
         w,
