@@ -27,7 +27,9 @@ Sections (``--only SECTION``, repeatable; each rewrites its own part of
     (CPython 3.11 here), scored in disjoint windows of 512 tokens (``modelpress.verify.llm``;
     a shared 2-core machine, so the cheaper of its two window settings). Calibration text (never the held-out one): the docstrings of a
     fixed list of standard-library modules (``CALIBRATION_MODULES``), 16 windows of 512 tokens,
-    collected once per model and shared by every variant.
+    collected once per model and shared by every variant; with ``--calibration sampled`` the
+    non-RTN rows get no text, as a user who has none: ``quantize`` samples 16 windows of 512
+    tokens from the float model itself (``compress/llm/sampled.py``).
 
 ``gguf``
     The same GGUF imported with its own Q4_1 blocks (``compress.llm.import_gguf_blocks``, no
@@ -264,16 +266,20 @@ def section_quality(args) -> dict:
             for method in args.methods:
                 suffix = f"-int8x{args.int8_layers}" if args.int8_layers else ""
                 out = WORK / f"{name}-int4-b{block}-{method}{suffix}"
+                sampled = args.calibration == "sampled" and method != "rtn"
+                if sampled:
+                    out = out.with_name(out.name + "-sampled")
                 variant = (
                     f"int4 b{block} {method}"
                     + (f" {args.stages} stages" if method != "rtn" and args.stages > 1 else "")
                     + (f" int8 x{args.int8_layers}" if args.int8_layers else "")
+                    + (", no --data (sampled from the model)" if sampled else "")
                 )
                 scoring = (ref, ids, prompts, paths, args)
                 # tuned rows start from the untuned folder when an earlier run left (and scored) it
                 if not (args.tune_steps and (out / "modelpress_llm.json").exists()):
                     t0 = time.perf_counter()
-                    if method != "rtn" and stats is None:
+                    if method != "rtn" and stats is None and not sampled:
                         stats = _statistics(name, folder, calib, args.threads)
                     r = quantize_llm(
                         folder,
@@ -281,11 +287,11 @@ def section_quality(args) -> dict:
                         mode="int4",
                         block_size=block,
                         method=method,
-                        data=None if method == "rtn" else calib,
+                        data=None if method == "rtn" or sampled else calib,
                         embeddings="int8",
                         threads=args.threads,
                         samples=SAMPLES,
-                        statistics=None if method == "rtn" else stats,
+                        statistics=None if method == "rtn" or sampled else stats,
                         stages=1 if method == "rtn" else args.stages,
                         int8_layers=args.int8_layers,
                     )
@@ -544,6 +550,13 @@ def main() -> None:
         "--stages", type=int, default=1, help="sequential calibration stages (non-RTN rows)"
     )
     ap.add_argument("--fresh-statistics", action="store_true")
+    ap.add_argument(
+        "--calibration",
+        choices=["docstrings", "sampled"],
+        default="docstrings",
+        help="quality, non-RTN rows: the docstrings as --data, or no --data (quantize then "
+        "samples its calibration text from the model; its seconds include the sampling)",
+    )
     ap.add_argument("--threads", type=int, default=None, help="default: 2 (quality), 1 (decode)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--decode-tokens", type=int, default=48)

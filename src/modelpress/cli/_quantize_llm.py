@@ -22,7 +22,7 @@ def add_llm_options(p: argparse.ArgumentParser) -> None:
         "--algorithm",
         choices=METHODS,
         default="auto",
-        help="auto: per layer the least held-out error of AWQ-scaled clip search, GPTQ and GPTQ with act-order; rtn: round to nearest, the only one without --data",
+        help="auto: per layer the least held-out error of AWQ-scaled clip search, GPTQ and GPTQ with act-order; rtn: round to nearest, no calibration. Without --data, int4 calibrates on text sampled from the model itself",
     )
     g.add_argument(
         "--symmetric", action="store_true", help="int4 without zero points (default: asymmetric)"
@@ -89,7 +89,8 @@ def run_llm(args) -> int:
         raise OptionError("--int8-layers must be at least 0")
     if args.tune_steps < 0:
         raise OptionError("--tune-steps must be at least 0")
-    if args.tune_steps and not args.data:
+    sampled = (args.mode or "int4") == "int4" and args.algorithm != "rtn"
+    if args.tune_steps and not args.data and not sampled:
         raise OptionError("--tune-steps needs calibration text: give --data (a text file)")
     with counted("quantizing") as progress:
         result = quantize_llm(

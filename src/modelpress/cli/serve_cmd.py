@@ -245,6 +245,13 @@ def run(args) -> int:
             )
     for w in repo.warnings:
         err_console.print(f"warning: {w}")
+    for name, llm in llms:
+        if args.max_seqs > 1 and not llm.batch_invariant:
+            err_console.print(
+                f"note: {name}: int4 weights with the standard level's attention: a batched "
+                "greedy answer can differ from the same request alone (convert with --ops ort "
+                "for answers that do not depend on the batch)"
+            )
     if args.log_placement:
         for m in repo.models.values():
             for line in m.session.plan.log_lines():

@@ -165,10 +165,10 @@ def test_bad_input_is_one_line(glass, capsys):
     with pytest.raises(OptionError, match="`tune_steps` must be at least 0"):
         quantize_llm(tmp / "float", tmp / "x", data=tmp / "calib.txt", tune_steps=-1)
     with pytest.raises(OptionError, match="`tune_steps` needs calibration text"):
-        quantize_llm(tmp / "float", tmp / "x", tune_steps=3)
+        quantize_llm(tmp / "float", tmp / "x", method="rtn", tune_steps=3)
     assert not (tmp / "x").exists()
     argv = ["quantize", str(tmp / "float"), "-o", str(tmp / "x"), "--mode", "int4"]
-    assert main([*argv, "--tune-steps", "3"]) == 1
+    assert main([*argv, "--tune-steps", "3", "--algorithm", "rtn"]) == 1
     assert main([*argv, "--tune-steps", "-2", "--data", str(tmp / "calib.txt")]) == 1
     err = capsys.readouterr().err
     assert "error: --tune-steps needs calibration text: give --data" in err

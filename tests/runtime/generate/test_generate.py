@@ -89,6 +89,20 @@ def test_ort_level_left_aligned_cache_equals_transformers_batched_and_solo(tmp_p
     assert [r.token_ids for r in chunked] == [r.token_ids for r in batched]
 
 
+def test_int4_batched_equals_solo_at_the_ort_level_and_standard_says_it_may_not(llama, tmp_path):
+    from modelpress.compress.llm import quantize_llm
+    from modelpress.runtime.generate import open_llm
+
+    _, folder = _converted(tmp_path, "llama", level="ort")
+    quantize_llm(folder, tmp_path / "int4", method="rtn", threads=1)
+    gen = Generator(tmp_path / "int4", threads=1, max_seqs=len(PROMPTS))
+    assert gen.llm.batch_invariant
+    _batched_equals_solo(gen, gen.generate(PROMPTS, max_tokens=32).results)
+    quantize_llm(llama[1], tmp_path / "int4-standard", method="rtn", threads=1)
+    assert open_llm(llama[1]).batch_invariant
+    assert not open_llm(tmp_path / "int4-standard").batch_invariant
+
+
 def _batched_equals_solo(gen, batched):
     solo = [Generator(gen.llm, max_seqs=1).generate(p, max_tokens=32).results[0] for p in PROMPTS]
     assert [r.token_ids for r in batched] == [r.token_ids for r in solo]

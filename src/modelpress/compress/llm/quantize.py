@@ -20,8 +20,7 @@ but on weights not from such blocks rounding to nearest on them measured WORSE e
 
 How (``method``):
 
-- ``rtn``: each block's min/max range, rounded to nearest. The only choice without calibration
-  text, and then said in the notes.
+- ``rtn``: each block's min/max range, rounded to nearest; needs no calibration text.
 - ``awq``: activation-aware scales (``awq.py``) and the per-block grid search (``grid.py``,
   weighted by the calibration inputs), rounded to nearest.
 - ``gptq``: codes by GPTQ (``gptq.py``; ``act_order`` optional), each block's grid searched on
@@ -35,6 +34,10 @@ How (``method``):
   (on SmolLM2 with its residual stream rotated, most groups turn them down, and perplexity
   over float went from +27.2% to +25.1% at block 32 and from +47.4% to +34.5% at block 128;
   ``benchmarks/results/llm.md``). The per-layer errors are in the result.
+
+Calibration text: ``data``, a text file, best of the domain the model will serve. Without it,
+int4 calibrates on text sampled from the float model itself (``sampled.py``; said in the notes
+and in the folder's record), and int8 (a small loss without help) rounds to nearest.
 
 Statistics come from the float model, all layers at once (``calibrate.py``): one pass over the
 text. ``stages`` > 1 (sequential calibration): the body MatMuls, in graph order, are cut into
@@ -59,7 +62,7 @@ from pathlib import Path
 import numpy as np
 import onnx_ir as ir
 
-from modelpress.compress.llm import awq, calibrate, sensitivity, tune
+from modelpress.compress.llm import awq, calibrate, sampled, sensitivity, tune
 from modelpress.compress.llm.gptq import gptq
 from modelpress.compress.llm.grid import (
     block_grid,
@@ -292,9 +295,20 @@ def quantize_llm(
     config = llm.read_config(src)
     check_output(out, src)
     text = read_text(data) if data is not None else None
-    tune.check_tuning(tune_steps, text)
     bits = MODES[mode]
     notes: list[str] = []
+    source = {"file": str(data)} if text is not None else None
+    sample = text is None and method != "rtn" and bits == 4
+    tune.check_tuning(tune_steps, has_text=text is not None or sample)
+    if sample:
+        text = sampled.sampled_text(
+            src, windows=samples, seq_len=seq_len, seed=0, threads=threads, progress=progress
+        )
+        source = {"sampled": samples, "temperature": sampled.TEMPERATURE, "seed": 0}
+        notes.append(
+            f"no calibration text: {samples} windows sampled from the model itself "
+            "(give `data`, a text file of the domain it will serve, to calibrate on that)"
+        )
     if text is None and method != "rtn":
         notes.append(
             "no calibration text: weights rounded to nearest (RTN); give `data` (a text file) "
@@ -498,7 +512,7 @@ def quantize_llm(
         "awq_groups_unscaled": unscaled_groups,
         "embeddings": embeddings,
         "format": "DequantizeLinear+MatMul" if standard else "MatMulNBits",
-        "calibration": {"file": str(data), "tokens": tokens} if tokens else None,
+        "calibration": {**source, "tokens": tokens} if tokens and source else None,
     }
     if tuning is not None:
         quantization["tuning"] = tune.record(tuning)

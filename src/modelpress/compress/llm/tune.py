@@ -74,10 +74,10 @@ class TuneReport:
         return asdict(self)
 
 
-def check_tuning(steps: int, text: str | None) -> None:
+def check_tuning(steps: int, *, has_text: bool) -> None:
     if steps < 0:
         raise OptionError(f"`tune_steps` must be at least 0, got {steps}")
-    if steps and text is None:
+    if steps and not has_text:
         raise OptionError("`tune_steps` needs calibration text: give `data` (a text file)")
 
 
@@ -190,7 +190,7 @@ def tune_model(
     steps, threads, learning_rate = options.steps, options.threads, options.learning_rate
 
     start = time.perf_counter()
-    check_tuning(steps, text)
+    check_tuning(steps, has_text=text is not None)
     teacher = Decoder.open(folder, threads=threads)
     windows = text_windows(teacher, text, seq_len=options.seq_len, samples=options.samples)
     train, held = windows[0::2], windows[1::2] or windows[:1]

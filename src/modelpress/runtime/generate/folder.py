@@ -60,6 +60,16 @@ class LLM:
         text = "\n".join(str(m.get("content") or "") for m in messages)
         return self.encode(text, special=True)
 
+    @property
+    def batch_invariant(self) -> bool:
+        """Whether a row's logits are the same bits batched as alone. Not with int4
+        ``MatMulNBits`` (activations quantized per block: a last-bit difference can move a code)
+        under the standard level's attention, whose sums over a row behind the batch's hole
+        columns round differently; the ``ort`` level's attention runs each row over its own
+        length, and float weights keep such a difference in the last bits."""
+        quantized = self.config.quantization.get("format") == "MatMulNBits"
+        return not (quantized and self.config.kv_layout == "append")
+
     def encode(self, text: str, *, special: bool = True) -> list[int]:
         ids = list(self.tokenizer.encode(text, add_special_tokens=special).ids)
         bos = self.config.bos_token_id
