@@ -264,17 +264,16 @@ def section_quality(args) -> dict:
                     threads=args.threads,
                 )
             for method in args.methods:
-                suffix = f"-int8x{args.int8_layers}" if args.int8_layers else ""
+                suffix = "" if args.int8_layers is None else f"-int8x{args.int8_layers}"
                 out = WORK / f"{name}-int4-b{block}-{method}{suffix}"
                 sampled = args.calibration == "sampled" and method != "rtn"
                 if sampled:
                     out = out.with_name(out.name + "-sampled")
-                variant = (
-                    f"int4 b{block} {method}"
-                    + (f" {args.stages} stages" if method != "rtn" and args.stages > 1 else "")
-                    + (f" int8 x{args.int8_layers}" if args.int8_layers else "")
-                    + (", no --data (sampled from the model)" if sampled else "")
+                base = f"int4 b{block} {method}" + (
+                    f" {args.stages} stages" if method != "rtn" and args.stages > 1 else ""
                 )
+                tail = ", no --data (sampled from the model)" if sampled else ""
+                variant = base + (f" int8 x{args.int8_layers}" if args.int8_layers else "") + tail
                 scoring = (ref, ids, prompts, paths, args)
                 # tuned rows start from the untuned folder when an earlier run left (and scored) it
                 if not (args.tune_steps and (out / "modelpress_llm.json").exists()):
@@ -295,6 +294,8 @@ def section_quality(args) -> dict:
                         stages=1 if method == "rtn" else args.stages,
                         int8_layers=args.int8_layers,
                     )
+                    wide = sum(layer.bits == 8 for layer in r.layers[:-1])  # [-1]: the int8 head
+                    variant = base + (f" int8 x{wide}" if wide else "") + tail
                     row = {
                         "model": name,
                         "variant": variant,
@@ -566,7 +567,10 @@ def main() -> None:
         "--cpu-time", action="store_true", help="decode: CPU time per process, not wall clock"
     )
     ap.add_argument(
-        "--int8-layers", type=int, default=0, help="quality: body MatMuls kept at 8 bits (non-RTN)"
+        "--int8-layers",
+        type=int,
+        default=None,
+        help="quality: body MatMuls kept at 8 bits (default: quantize's, a tenth with text)",
     )
     ap.add_argument(
         "--tune-steps",
