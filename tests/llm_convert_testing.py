@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from modelpress.ir.llm import MODEL_FILE, past_names, present_names, read_config
+from modelpress.ir.llm import MODEL_FILE, past_feed, past_names, present_names, read_config
 
 
 class OrtDecoder:
@@ -24,15 +24,18 @@ class OrtDecoder:
         c = self.config
         self.outputs = ["logits"] + [n for i in range(c.num_layers) for n in present_names(i)]
 
-    def empty(self, batch: int) -> dict[str, np.ndarray]:
+    def empty(self, batch: int, room: int = 0) -> dict[str, np.ndarray]:
+        """An empty cache; ``room``: fed straight to a step of that many tokens (``past_feed``)."""
         c = self.config
-        shape = (batch, c.num_kv_heads, 0, c.head_dim)
-        return {n: np.zeros(shape, np.float32) for i in range(c.num_layers) for n in past_names(i)}
+        empty = np.zeros((batch, c.num_kv_heads, 0, c.head_dim), np.float32)
+        past = past_feed(c.kv_layout, empty, room) if room else empty
+        return {n: past for i in range(c.num_layers) for n in past_names(i)}
 
     def step(self, ids, mask, positions, cache):
+        room = {n: past_feed(self.config.kv_layout, a, ids.shape[1]) for n, a in cache.items()}
         out = self.sess.run(
             self.outputs,
-            {"input_ids": ids, "attention_mask": mask, "position_ids": positions, **cache},
+            {"input_ids": ids, "attention_mask": mask, "position_ids": positions, **room},
         )
         c = self.config
         new = {}

@@ -14,7 +14,8 @@ inputs
   ``input_ids``        int64 ``[batch, seq]``
   ``attention_mask``   int64 ``[batch, past + seq]``: 1 for a real token, 0 for a hole
   ``position_ids``     int64 ``[batch, seq]``: each token's position in its own sequence
-  ``past_key_values.{i}.key`` / ``.value``  ``[batch, kv_heads, past, head_dim]`` (``kv_dtype``)
+  ``past_key_values.{i}.key`` / ``.value``  ``[batch, kv_heads, past, head_dim]`` (``kv_dtype``;
+                       ``past + seq`` wide for ``in_place``, below)
   ``logits_to_keep``   int64 scalar, optional: an input with a default in the file (an
                        initializer of the same name, so ONNX Runtime lists it among
                        ``get_overridable_initializers``) that keeps every position; a driver that
@@ -27,12 +28,23 @@ outputs
 
 ``kv_layout`` says where a step writes its new keys and values:
 
-- ``append`` (the standard level): every row's new entries go at the end, after ``past``; holes
-  (padding of rows shorter than the batch's longest) may sit anywhere and are masked out by
-  ``attention_mask``. Any mask is valid, so rows may be left-padded or joined mid-way.
+- ``in_place`` (the standard level): row ``b`` holds its ``n_b`` real entries first, and the past
+  is as wide as the mask (``[batch, kv_heads, past + seq, head_dim]``: the step's room comes with
+  it, zeros or anything after a row's entries); the step writes its new entries at columns
+  ``n_b ..`` of the past, where ``n_b`` is the number of ones in the row's mask less ``seq``
+  (at least 0), and the present is that past. A driver may bind present and past to one buffer
+  (then only the new entries are written). Masks are ones followed by zeros.
 - ``left_aligned`` (ONNX Runtime's GroupQueryAttention): row ``b`` holds its ``n_b`` real entries
   first and the step writes its new ones at ``n_b``, where ``n_b`` is the number of ones in that
   row's mask before the new tokens. Masks must therefore be ones followed by zeros.
+- ``append`` (standard-level folders written before ``in_place``): every row's new entries go at
+  the end, after ``past``; holes (padding of rows shorter than the batch's longest) may sit
+  anywhere and are masked out by ``attention_mask``. Any mask is valid, so rows may be
+  left-padded or joined mid-way. A row's entries sit at other columns batched than alone, so
+  its logits may differ from its solo ones in the last bits.
+
+A left-aligned row's entries sit at the same columns whatever the batch: with the ``in_place``
+and ``left_aligned`` layouts a row's logits are bit for bit those it gets alone.
 
 The first step of a sequence (prefill) passes ``past`` of length 0.
 """
@@ -58,7 +70,8 @@ POSITION_IDS = "position_ids"
 LOGITS = "logits"
 LOGITS_TO_KEEP = "logits_to_keep"
 KEEP_ALL = 2**62  # logits_to_keep's default: more positions than any sequence has
-KV_LAYOUTS = ("append", "left_aligned")
+KV_LAYOUTS = ("append", "left_aligned", "in_place")
+LEFT_ALIGNED = ("left_aligned", "in_place")  # a row's entries are its first columns
 
 
 def past_names(layer: int) -> tuple[str, str]:
@@ -69,6 +82,18 @@ def past_names(layer: int) -> tuple[str, str]:
 def present_names(layer: int) -> tuple[str, str]:
     """Names of the key and value cache outputs of ``layer``."""
     return f"present.{layer}.key", f"present.{layer}.value"
+
+
+def past_feed(layout: str, cache, seq: int):
+    """What a step of ``seq`` tokens is fed as the past of one cache array ``cache`` (``[batch,
+    kv_heads, past, head_dim]``, numpy): ``cache`` itself, or for ``in_place`` ``cache`` with
+    ``seq`` zero columns after it (the step's room)."""
+    if layout != "in_place":
+        return cache
+    import numpy as np
+
+    room = np.zeros((*cache.shape[:2], seq, cache.shape[3]), cache.dtype)
+    return np.concatenate([cache, room], axis=2)
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,9 @@ class Decoder:
             llm.ATTENTION_MASK: np.ones((b, t), np.int64),
             llm.POSITION_IDS: np.broadcast_to(np.arange(t, dtype=np.int64), (b, t)).copy(),
         }
-        empty = np.zeros((b, c.num_kv_heads, 0, c.head_dim), np.dtype(c.kv_dtype))
+        empty = llm.past_feed(
+            c.kv_layout, np.zeros((b, c.num_kv_heads, 0, c.head_dim), np.dtype(c.kv_dtype)), t
+        )
         for i in range(c.num_layers):
             for name in llm.past_names(i):
                 feeds[name] = empty

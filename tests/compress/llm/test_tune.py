@@ -126,7 +126,7 @@ def test_written_folder_computes_the_torch_modules_logits(glass, level):
     for i in range(dec.config.num_layers):
         for past, present in zip(llm.past_names(i), llm.present_names(i)):
             if past in step:
-                step[past] = want[present]
+                step[past] = llm.past_feed(dec.config.kv_layout, want[present], 1)
     (ref2,) = session.run([llm.LOGITS], step)
     with torch.no_grad():
         got2 = module(**{k: torch.from_numpy(v) for k, v in step.items()})

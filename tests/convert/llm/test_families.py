@@ -74,7 +74,7 @@ def test_folder_and_config(converted):
     family, result, model = converted
     config = read_config(result.output)
     assert config.num_layers == model.config.num_hidden_layers
-    assert config.kv_layout == "append" and config.level == "standard"
+    assert config.kv_layout == "in_place" and config.level == "standard"
     assert result.verify is not None and result.verify.passed
     assert result.verify.steps == STEPS
     names = {p.name for p in result.output.iterdir()}
@@ -98,7 +98,7 @@ def test_logits_to_keep(converted):
         "input_ids": ids,
         "attention_mask": np.ones_like(ids),
         "position_ids": np.arange(ids.shape[1], dtype=np.int64)[None],
-        **decoder.empty(1),
+        **decoder.empty(1, room=ids.shape[1]),
     }
     (full,) = decoder.sess.run(["logits"], feeds)
     assert full.shape[1] == len(prompt)

@@ -89,18 +89,51 @@ def test_ort_level_left_aligned_cache_equals_transformers_batched_and_solo(tmp_p
     assert [r.token_ids for r in chunked] == [r.token_ids for r in batched]
 
 
-def test_int4_batched_equals_solo_at_the_ort_level_and_standard_says_it_may_not(llama, tmp_path):
-    from modelpress.compress.llm import quantize_llm
-    from modelpress.runtime.generate import open_llm
+@pytest.mark.parametrize("level", ["standard", "ort"])
+def test_int4_rows_get_the_same_logits_batched_as_alone(level, llama, tmp_path, monkeypatch):
+    """int4 (``MatMulNBits``, activations quantized per block) turns a last-bit difference into
+    another token: a row's logits must be the same bits in a batch of rows of other lengths,
+    joining and leaving, as alone, at every step, at both levels (left-aligned caches)."""
+    import dataclasses
 
-    _, folder = _converted(tmp_path, "llama", level="ort")
+    import numpy as np
+
+    from modelpress.compress.llm import quantize_llm
+    from modelpress.runtime.generate import Request, SamplingParams, Scheduler
+    from modelpress.runtime.generate import engine as engine_module
+
+    folder = llama[1] if level == "standard" else _converted(tmp_path, "llama", level="ort")[1]
     quantize_llm(folder, tmp_path / "int4", method="rtn", threads=1)
-    gen = Generator(tmp_path / "int4", threads=1, max_seqs=len(PROMPTS))
-    assert gen.llm.batch_invariant
-    _batched_equals_solo(gen, gen.generate(PROMPTS, max_tokens=32).results)
-    quantize_llm(llama[1], tmp_path / "int4-standard", method="rtn", threads=1)
-    assert open_llm(llama[1]).batch_invariant
-    assert not open_llm(tmp_path / "int4-standard").batch_invariant
+    llm = open_llm(tmp_path / "int4", threads=1)
+    assert llm.config.kv_layout == {"standard": "in_place", "ort": "left_aligned"}[level]
+    assert llm.batch_invariant
+    seen: dict[int, list] = {}
+    choose = engine_module.choose
+
+    def spy(logits, params, rng, previous):
+        seen.setdefault(id(params), []).append(np.array(logits))
+        return choose(logits, params, rng, previous)
+
+    monkeypatch.setattr(engine_module, "choose", spy)
+    params = [SamplingParams(max_tokens=n, ignore_eos=True) for n in (12, 5, 20, 9, 16)]
+
+    def run(max_seqs):
+        seen.clear()
+        requests = [Request(prompt=p, params=q) for p, q in zip(PROMPTS, params)]
+        tokens = [r.token_ids for r in Scheduler(llm, max_seqs=max_seqs).run(requests)]
+        return tokens, [seen[id(q)] for q in params]
+
+    solo_tokens, solo = run(1)
+    batched_tokens, batched = run(len(PROMPTS))
+    assert batched_tokens == solo_tokens
+    for a, b in zip(batched, solo):
+        assert len(a) == len(b) > 1
+        for step, (x, y) in enumerate(zip(a, b)):
+            np.testing.assert_array_equal(x, y, err_msg=f"step {step}")
+    # folders of the standard level written before ``in_place`` append the cache: not invariant
+    append = dataclasses.replace(llm.config, kv_layout="append")
+    monkeypatch.setattr(llm, "config", append)
+    assert not llm.batch_invariant
 
 
 def _batched_equals_solo(gen, batched):

@@ -1,9 +1,10 @@
-"""Share mode (``cache.py``, ``kv_store.SharedKVStore``): on ``left_aligned`` decoders (ONNX
-Runtime's GroupQueryAttention) a step's past and present are the same buffers, written in place.
+"""Share mode (``cache.py``, ``kv_store.SharedKVStore``): on left-aligned decoders (ONNX
+Runtime's GroupQueryAttention at the ``ort`` level, ScatterElements into the past at the standard
+level's ``in_place`` layout) a step's past and present are the same buffers, written in place.
 Its greedy tokens against the two-sided path's (``open_llm(share=False)``), token for token: at
 batch 1, with rows of different lengths joining and leaving, and with buffers that must grow;
-for llama, a GQA family (qwen2), Phi-3's long rope (rows stepped apart around its switch) and a
-sliding window with soft-capping (gemma2)."""
+for llama, a GQA family (qwen2), Phi-3's long rope (rows stepped apart around its switch), a
+sliding window with soft-capping (gemma2) and learned positions (gpt2, standard level)."""
 
 from __future__ import annotations
 
@@ -24,22 +25,35 @@ PROMPTS = [
 MAX_TOKENS = [12, 5, 20, 9, 16]  # rows leave at different steps
 
 
-def _ort_folder(root, family):
+def _folder(root, family, level):
     from modelpress.convert.llm import convert_llm
     from modelpress.zoo.llm import tiny_checkpoint
 
     ckpt = tiny_checkpoint(root / f"{family}-hf", family, seed=3)
-    out = root / f"{family}-ort-llm"
+    out = root / f"{family}-{level}-llm"
     try:
-        convert_llm(ckpt, output=out, level="ort", verify=False)
+        convert_llm(ckpt, output=out, level=level, verify=False)
     except ConversionError as exc:
-        pytest.skip(f"level 'ort' does not convert {family}: {exc}")
+        pytest.skip(f"level {level!r} does not convert {family}: {exc}")
     return out
 
 
-@pytest.fixture(scope="module", params=["llama", "qwen2", "phi3-longrope", "gemma2"])
+@pytest.fixture(
+    scope="module",
+    params=[
+        ("llama", "ort"),
+        ("qwen2", "ort"),
+        ("phi3-longrope", "ort"),
+        ("gemma2", "ort"),
+        ("llama", "standard"),
+        ("phi3-longrope", "standard"),
+        ("gemma2", "standard"),
+        ("gpt2", "standard"),
+    ],
+    ids="-".join,
+)
 def folder(request, tmp_path_factory):
-    return _ort_folder(tmp_path_factory.mktemp("share"), request.param)
+    return _folder(tmp_path_factory.mktemp("share"), *request.param)
 
 
 def _tokens(gen: Generator, *, max_seqs: int) -> list[list[int]]:

@@ -21,7 +21,7 @@ from modelpress.errors import OptionError
 from modelpress.ir.llm import MODEL_FILE, DecoderConfig
 
 LEVELS = ("standard", "ort")
-KV_LAYOUT = {"standard": "append", "ort": "left_aligned"}
+KV_LAYOUT = {"standard": "in_place", "ort": "left_aligned"}
 
 
 @dataclass

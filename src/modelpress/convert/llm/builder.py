@@ -1,15 +1,19 @@
 """Write the decoder's ONNX graph from a ``Spec`` and its weights, with standard ONNX ops (opset 23).
 
 The interface is ``modelpress.ir.llm``'s: ``input_ids``, ``attention_mask``, ``position_ids`` and
-``past_key_values.{i}.key|value`` in; ``logits`` and ``present.{i}.key|value`` out, new keys and
-values appended after ``past`` (``kv_layout="append"``).
+``past_key_values.{i}.key|value`` in; ``logits`` and ``present.{i}.key|value`` out, with
+``kv_layout="in_place"``: each row's entries are its first columns, the past is as wide as the
+mask (it has the step's room), and a step writes its new keys and values into the past at the
+row's next columns (``ScatterElements``); the present is that past. A driver that binds the
+present to the past's own buffer has the step write its few entries in place (ONNX Runtime's
+ScatterElements skips the copy when its input and output are one buffer), and a row's entries sit
+at the same columns whatever the batch, so its logits are those it gets alone, bit for bit.
 
-Which key a query sees (one float bias per kind of layer, computed once and shared): key ``t``
-(an index into ``past + seq``) is visible to the query at index ``past + s`` iff
-``attention_mask[b, t] == 1`` and ``t <= past + s``; on a sliding-window layer also
-``pos(q) - pos(t) < window``, where a token's position is the count of ones in the mask up to it,
-minus one (``CumSum(mask) - 1``: the position transformers gives a left-padded row), so holes do
-not count against the window. Rope angles come from ``position_ids`` as given.
+Which key a query sees (one float bias per kind of layer, computed once and shared): row ``b``'s
+step starts at column ``n_b = max(ones(mask[b]) - seq, 0)`` (0 for a prompt, whose padded rows
+have fewer ones than tokens), its token ``s`` sits at column ``n_b + s`` and sees key column
+``t`` iff ``t <= n_b + s`` and ``attention_mask[b, t] == 1``; on a sliding-window layer also
+``n_b + s - t < window`` (a column is a position). Rope angles come from ``position_ids`` as given.
 
 Weights the int4 pass may replace, each the ``B`` of a ``MatMul(x, B)`` stored ``[in, out]``:
 
@@ -26,10 +30,10 @@ the embedding table and its ``1 + w`` into the norm weights.
 
 Per layer: ``RMSNormalization`` (or ``LayerNormalization``), one MatMul for q|k|v, ``Split``,
 ``RotaryEmbedding`` on q and on k (cos/sin computed once per forward from ``position_ids``, so
-any position and Phi-3's long factors work without a table), ONNX's ``Attention`` (grouped-query
-heads, the cache appended to ``past``, the scale, Gemma 2's soft-capping before the mask, and the
-shared mask as a float bias), the o MatMul, one MatMul for gate|up, SiLU as ``x*Sigmoid(x)``,
-the down MatMul: about 17 nodes a layer.
+any position and Phi-3's long factors work without a table), k and v written into the cache
+(``ScatterElements``), ONNX's ``Attention`` on the whole cache (grouped-query heads, the scale,
+Gemma 2's soft-capping before the mask, and the shared mask as a float bias), the o MatMul, one
+MatMul for gate|up, SiLU as ``x*Sigmoid(x)``, the down MatMul: about 25 nodes a layer.
 """
 
 from __future__ import annotations
@@ -76,57 +80,53 @@ def _softcap(g: Graph, x: str, cap: float, name: str) -> str:
 
 
 class _Shared:
-    """What every layer reads: the attention bias per kind of layer, rope cos/sin per rope."""
+    """What every layer reads: where the step's entries go, the attention bias per kind of layer,
+    rope cos/sin per rope."""
 
     def __init__(self, g: Graph, spec: Spec):
         self.g, self.spec = g, spec
-        self._bias: dict[tuple[bool, int], str] = {}
+        self._bias: dict[bool, str] = {}
         self._rope: dict[tuple, tuple[str, str]] = {}
-        g_ = g
         mask = ATTENTION_MASK
-        total = g_.op("Shape", [mask], name="mask/total", start=1, end=2)  # [1]: past + seq
-        seq = g_.op("Shape", [INPUT_IDS], name="mask/seq", start=1, end=2)
-        past = g_.op("Sub", [total, seq], name="mask/past")
-        zero, one = g_.const(0), g_.const(1)
-        scalar = g_.const([0])
-        q_idx = g_.op(
-            "Range",
-            [
-                g_.op("Squeeze", [past, scalar], name="mask/past0"),
-                g_.op("Squeeze", [total, scalar], name="mask/total0"),
-                one,
-            ],
-            name="mask/q_idx",
+        zero, one, scalar = g.const(0), g.const(1), g.const([0])
+        batch = g.op("Shape", [INPUT_IDS], name="kv/batch", start=0, end=1)  # [1]
+        seq = g.op("Shape", [INPUT_IDS], name="kv/seq", start=1, end=2)  # [1]
+        total = g.op("Shape", [mask], name="kv/total", start=1, end=2)  # [1]: the cache's width
+        # n_b: the row's entries before this step (its ones, less the step's own; 0 for a
+        # prompt, whose padded rows have fewer ones than tokens)
+        ones = g.op("ReduceSum", [mask, one], name="kv/ones", keepdims=1)  # [B, 1]
+        start = g.op("Max", [g.op("Sub", [ones, seq], name="kv/sub"), zero], name="kv/start")
+        steps = g.op(
+            "Range", [zero, g.op("Squeeze", [seq, scalar], name="kv/seq0"), one], name="kv/steps"
         )
-        k_idx = g_.op(
-            "Range", [zero, g_.op("Squeeze", [total, scalar], name="mask/t0"), one], name="mask/k"
+        self.columns = g.op("Add", [start, steps], name="kv/columns")  # [B, S]: where they go
+        shape = g.op(
+            "Concat",
+            [batch, g.const([spec.num_kv_heads]), seq, g.const([spec.head_dim])],
+            name="kv/shape",
+            axis=0,
         )
-        causal = g_.op(
-            "LessOrEqual",
-            [k_idx, g_.op("Unsqueeze", [q_idx, g_.const([1])], name="mask/q_col")],
-            name="mask/causal",
-        )  # [S, T]
-        present = g_.op("Cast", [mask], name="mask/bool", to=TensorProto.BOOL)
-        present = g_.op("Unsqueeze", [present, g_.const([1, 2])], name="mask/b11t")  # [B,1,1,T]
-        self.visible = g_.op("And", [causal, present], name="mask/visible")  # [B,1,S,T]
-        self.past, self.total = past, total
+        self.index = g.op(  # [B, kv_heads, S, head_dim]: ScatterElements' indices on axis 2
+            "Expand",
+            [g.op("Unsqueeze", [self.columns, g.const([1, 3])], name="kv/col4"), shape],
+            name="kv/index",
+        )
+        keys = g.op(
+            "Range", [zero, g.op("Squeeze", [total, scalar], name="kv/total0"), one], name="kv/t"
+        )  # [T]
+        query = g.op("Unsqueeze", [self.columns, g.const([2])], name="kv/query")  # [B, S, 1]
+        causal = g.op("LessOrEqual", [keys, query], name="mask/causal")  # [B, S, T]
+        real = g.op("Cast", [mask], name="mask/bool", to=TensorProto.BOOL)
+        real = g.op("Unsqueeze", [real, g.const([1])], name="mask/b1t")  # [B, 1, T]
+        visible = g.op("And", [causal, real], name="mask/visible")  # [B, S, T]
+        self.visible = g.op("Unsqueeze", [visible, one], name="mask/visible4")  # [B, 1, S, T]
         if any(spec.sliding):
-            # positions of keys: ones counted up to each key, minus one; of queries: the same
-            # count at the query's own index
-            pos = g_.op("CumSum", [mask, g_.const(1)], name="mask/cumsum")
-            pos = g_.op("Sub", [pos, one], name="mask/pos")  # [B, T]
-            q_pos = g_.op("Slice", [pos, past, total, g_.const([1])], name="mask/q_pos")
-            diff = g_.op(
-                "Sub",
-                [
-                    g_.op("Unsqueeze", [q_pos, g_.const([2])], name="mask/q_pos_col"),
-                    g_.op("Unsqueeze", [pos, g_.const([1])], name="mask/k_pos_row"),
-                ],
-                name="mask/distance",
-            )  # [B, S, T]
-            near = g_.op("Less", [diff, g_.const(spec.sliding_window)], name="mask/near")
-            near = g_.op("Unsqueeze", [near, g_.const([1])], name="mask/near4")
-            self.visible_local = g_.op("And", [self.visible, near], name="mask/visible_local")
+            # a key's position is its column (rows are left-aligned): the query sees the keys
+            # fewer than ``window`` positions back, itself included
+            distance = g.op("Sub", [query, keys], name="mask/distance")  # [B, S, T]
+            near = g.op("Less", [distance, g.const(spec.sliding_window)], name="mask/near")
+            near = g.op("Unsqueeze", [near, one], name="mask/near4")
+            self.visible_local = g.op("And", [self.visible, near], name="mask/visible_local")
 
     def bias(self, local: bool) -> str:
         """``[B, 1, S, T]`` float: 0 where visible, the float32 minimum elsewhere."""
@@ -185,6 +185,12 @@ def _rotate(g: Graph, spec: Spec, x: str, heads: int, cos: str, sin: str, name: 
     return g.op("RotaryEmbedding", [x, cos, sin], name=name, **attrs)
 
 
+def _heads(g: Graph, x: str, heads: int, d: int, name: str) -> str:
+    """``[B, S, heads*d]`` as ``[B, heads, S, d]``."""
+    x = g.op("Reshape", [x, g.const([0, 0, heads, d])], name=f"{name}/Reshape")
+    return g.op("Transpose", [x], name=f"{name}/Transpose", perm=[0, 2, 1, 3])
+
+
 def _attention(g: Graph, spec: Spec, shared: _Shared, x: str, w: dict, i: int) -> str:
     p = f"model.layers.{i}.self_attn"
     nh, kvh, d = spec.num_heads, spec.num_kv_heads, spec.head_dim
@@ -198,22 +204,33 @@ def _attention(g: Graph, spec: Spec, shared: _Shared, x: str, w: dict, i: int) -
         q = _rotate(g, spec, q, nh, cos, sin, f"{p}/q_rope")
         k = _rotate(g, spec, k, kvh, cos, sin, f"{p}/k_rope")
     local = bool(spec.sliding and spec.sliding[i])
-    past_k, past_v = past_names(i)
-    present_k, present_v = present_names(i)
-    out = f"{p}/attention/out"
+    # the step's keys and values written into the past at each row's columns: the present is the
+    # past with them (``kv_layout`` ``in_place``), one buffer when the driver binds both to it
+    present = []
+    for new, past, out in zip((k, v), past_names(i), present_names(i)):
+        new = _heads(g, new, kvh, d, f"{p}/{out.rsplit('.', 1)[1]}_heads")
+        g.nodes.append(
+            helper.make_node(
+                "ScatterElements",
+                [past, shared.index, new],
+                [out],
+                name=f"{p}/{out.rsplit('.', 1)[1]}_write",
+                axis=2,
+            )
+        )
+        present.append(out)
     attrs = {"q_num_heads": nh, "kv_num_heads": kvh, "scale": float(spec.scale)}
     if spec.attn_softcap:
         attrs["softcap"] = float(spec.attn_softcap)  # applied before the mask, as in Gemma 2
-    g.nodes.append(
-        helper.make_node(
-            "Attention",
-            [q, k, v, shared.bias(local), past_k, past_v],
-            [out, present_k, present_v],
-            name=f"{p}/attention",
-            **attrs,
-        )
-    )
-    return linear(g, out, f"{p}.o_proj", w["o"], w.get("o_bias"))
+    y = g.op(
+        "Attention",
+        [_heads(g, q, nh, d, f"{p}/q_heads"), *present, shared.bias(local)],
+        name=f"{p}/attention",
+        **attrs,
+    )  # [B, heads, S, d]
+    y = g.op("Transpose", [y], name=f"{p}/attention/Transpose", perm=[0, 2, 1, 3])
+    y = g.op("Reshape", [y, g.const([0, 0, nh * d])], name=f"{p}/attention/Reshape")
+    return linear(g, y, f"{p}.o_proj", w["o"], w.get("o_bias"))
 
 
 def _mlp(g: Graph, spec: Spec, x: str, w: dict, i: int) -> str:
@@ -321,8 +338,8 @@ def build_decoder(
     spec: Spec, globals_: dict, layer_weights, *, level: str = "standard"
 ) -> onnx.ModelProto:
     """The decoder graph. ``layer_weights(i)`` hands layer ``i``'s canonical weights (one layer
-    at a time, so a large checkpoint is never held twice). ``level``: ``standard`` (ONNX ops) or
-    ``ort`` (ONNX Runtime's contrib ops, ``kv_layout`` ``left_aligned``: see ``ort_level``)."""
+    at a time, so a large checkpoint is never held twice). ``level``: ``standard`` (ONNX ops,
+    ``kv_layout`` ``in_place``) or ``ort`` (ONNX Runtime's contrib ops, ``kv_layout`` ``left_aligned``: see ``ort_level``)."""
     g = Graph()
     f32, i64 = TensorProto.FLOAT, TensorProto.INT64
     inputs = [
@@ -332,9 +349,10 @@ def build_decoder(
     ]
     outputs = [helper.make_tensor_value_info(LOGITS, f32, ["batch", "seq", spec.vocab_size])]
     kv = ["batch", spec.num_kv_heads]
+    past = "past" if level == "ort" else "total"  # ``in_place``: the past has the step's room
     for i in range(spec.num_layers):
         for name in past_names(i):
-            inputs.append(helper.make_tensor_value_info(name, f32, [*kv, "past", spec.head_dim]))
+            inputs.append(helper.make_tensor_value_info(name, f32, [*kv, past, spec.head_dim]))
         for name in present_names(i):
             outputs.append(helper.make_tensor_value_info(name, f32, [*kv, "total", spec.head_dim]))
 

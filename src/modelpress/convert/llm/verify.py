@@ -35,6 +35,7 @@ from modelpress.ir.llm import (
     LOGITS,
     POSITION_IDS,
     DecoderConfig,
+    past_feed,
     past_names,
     present_names,
 )
@@ -114,6 +115,8 @@ class _Runner:
         return {n: np.zeros(shape, np.float32) for i in range(c.num_layers) for n in past_names(i)}
 
     def step(self, ids, mask, positions, cache):
+        layout, seq = self.config.kv_layout, ids.shape[1]
+        cache = {name: past_feed(layout, a, seq) for name, a in cache.items()}
         feeds = {INPUT_IDS: ids, ATTENTION_MASK: mask, POSITION_IDS: positions, **cache}
         names = [LOGITS] + [n for i in range(self.config.num_layers) for n in present_names(i)]
         out = dict(zip(names, self.sess.run(names, feeds)))
@@ -244,16 +247,12 @@ def check_decoder(
             if top[1] - top[0] > 2 * worst:  # not a tie within the measured error
                 mismatches += 1
 
-    # a padded batch: the short prompt sits after a hole (left-padded), or before one when the
-    # cache is left-aligned (its rows are ones followed by zeros)
+    # a padded batch: the short prompt right-padded (the cache is left-aligned: a row's mask is
+    # ones followed by zeros)
     short = _prompt_ids(ckpt, SHORT_PROMPT, config.vocab_size)[: max(1, n - 2)]
     pad = n - len(short)
-    if config.kv_layout == "left_aligned":
-        batch = np.array([prompt, short + [0] * pad], np.int64)
-        mask = np.array([[1] * n, [1] * len(short) + [0] * pad], np.int64)
-    else:
-        batch = np.array([prompt, [0] * pad + short], np.int64)
-        mask = np.array([[1] * n, [0] * pad + [1] * len(short)], np.int64)
+    batch = np.array([prompt, short + [0] * pad], np.int64)
+    mask = np.array([[1] * n, [1] * len(short) + [0] * pad], np.int64)
     positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
     got_b, _ = runner.step(batch, mask, positions, runner.empty_cache(2))
     exp_b = _torch_logits(ref, batch, mask)

@@ -4,7 +4,8 @@ Each layer's keys and values are numpy arrays ``[rows, kv_heads, columns, head_d
 ``mask`` (``[rows, columns]``, int64) says which columns of a row hold real entries. ``lengths``
 counts each row's real entries, which is also the position of its next token.
 
-The two layouts of ``ir.llm``:
+The layouts of ``ir.llm``, two here (``in_place`` is ``left_aligned`` to the cache: the step's
+room is the decoder's business, ``decoder.py``):
 
 - ``append``: a step writes every row's new entry in a new last column, so a row's real entries
   may sit anywhere and the mask marks them. A joining row is padded with hole columns on the
@@ -19,7 +20,7 @@ Holes hold zeros: a masked score gets no weight, and zero values keep ``0 * valu
 The batch's cache has a ``store`` (``kv_store.KVStore``): a step's present, a join's and a
 leave's result are written into its spare buffers (``spare``), never concatenated anew. A cache
 without one (a prompt being prefilled, the groups of ``Engine._groups``) takes the arrays it is
-given. With ``shared`` (a ``left_aligned`` cache, ``kv_store.SharedKVStore``) the arrays are the
+given. With ``shared`` (a left-aligned cache, ``kv_store.SharedKVStore``) the arrays are the
 first columns of buffers with room for more: ``in_place`` hands a step those whole buffers, to
 be bound as its past and its present, and the step's new entries are written there in place.
 """
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from modelpress.ir.llm import KV_LAYOUTS, DecoderConfig
+from modelpress.ir.llm import KV_LAYOUTS, LEFT_ALIGNED, DecoderConfig
 from modelpress.runtime.generate.kv_store import KVStore, SharedKVStore
 
 KV_DTYPES = {"float32": np.float32, "float16": np.float16}
@@ -77,14 +78,19 @@ class KVCache:
     ) -> KVCache:
         """An empty cache of ``rows`` for the decoder of ``config``; ``stored``: in a ``KVStore``
         (the running batch's cache); ``shared``: in a ``SharedKVStore`` (steps write in place;
-        ``left_aligned`` only)."""
+        left-aligned layouts only)."""
         assert config.kv_layout in KV_LAYOUTS, config.kv_layout
         shape = (rows, config.num_kv_heads, 0, config.head_dim)
         dtype = KV_DTYPES[config.kv_dtype]
         layers = config.num_layers
         if shared:
-            assert config.kv_layout == "left_aligned", config.kv_layout
-            store = SharedKVStore(2 * layers, dtype, limit=config.max_context)
+            assert config.kv_layout in LEFT_ALIGNED, config.kv_layout
+            store = SharedKVStore(
+                2 * layers,
+                dtype,
+                limit=config.max_context,
+                bounded=config.kv_layout == "in_place",  # its steps read every column
+            )
         else:
             store = KVStore(2 * layers, dtype) if stored else None
         return cls(
@@ -150,10 +156,10 @@ class KVCache:
         full = store.full()
         if (
             full is None
-            or full[0].shape[2] < columns
+            or full[0].shape[2] < columns + store.margin
             or not np.may_share_memory(self.keys[0], full[0])  # (each array its own buffer)
         ):
-            if columns > store.limit:
+            if columns + store.margin > store.limit:
                 return None
             store.reserve = max(store.reserve, min(store.limit, 2 * store.capacity()), columns)
             self._adopt(self.keys, self.values)  # copied into the spare side, laid out anew
@@ -205,7 +211,7 @@ class KVCache:
             columns = self.keys[0].shape[2] if self.keys else mask.shape[1]
         self.lengths = self.lengths + new
         # left_aligned: the step's mask (ones up to each row's length plus ``new``) is the new one
-        if self.layout == "left_aligned" and mask.shape[1] != columns:
+        if self.layout in LEFT_ALIGNED and mask.shape[1] != columns:
             self.mask = (np.arange(columns)[None, :] < self.lengths[:, None]).astype(np.int64)
         else:
             self.mask = mask
@@ -264,14 +270,14 @@ class KVCache:
             return
         keep = np.setdiff1d(np.arange(self.rows), np.asarray(rows, dtype=np.int64))
         used = self.mask[keep].any(axis=0) if len(keep) else np.zeros(self.columns, bool)
-        if self.layout == "left_aligned":
+        if self.layout in LEFT_ALIGNED:
             width = int(self.lengths[keep].max()) if len(keep) else 0
             cols = np.arange(width)
         else:
             cols = np.flatnonzero(used)
         if len(cols) == self.columns:
             cols = slice(None)
-        elif self.layout == "left_aligned" or (len(cols) and cols[-1] - cols[0] + 1 == len(cols)):
+        elif self.layout in LEFT_ALIGNED or (len(cols) and cols[-1] - cols[0] + 1 == len(cols)):
             cols = slice(int(cols[0]), int(cols[-1]) + 1) if len(cols) else slice(0, 0)
         self.mask = np.ascontiguousarray(self.mask[keep][:, cols])
         self.lengths = self.lengths[keep]

@@ -10,14 +10,17 @@ logits only: the LM head skips the others (a fifth of SmolLM2-135M's prefill tim
 and ONNX Runtime's arena gives back what such a run took (a long prompt's activations) when it
 ends. Given ``present`` (arrays of the step's present shapes: the batch cache's spare buffers,
 ``kv_store.py``), a bound step writes the present keys and values there instead of into arrays
-ONNX Runtime allocates. With ``share`` (the default) a decoder of the ``left_aligned`` layout
-(ONNX Runtime's GroupQueryAttention, ``convert --ops ort``) says ``shares_kv``: the engine then
-passes the same buffers, of a capacity larger than the cache, as a step's past and present, and
-GroupQueryAttention writes only the new entries into them (its share-buffer mode: it compares
-the pointers; the attention mask's width gives ``total_sequence_length``, and the present's length
-is the larger of that and the buffers' capacity, so both bindings have the same shape). Such a
-step binds nothing: the cache, the logits, the token ids, the positions and a mask as wide as the
-buffers stay bound while the buffers do, and a step copies its values in (``_run_shared``).
+ONNX Runtime allocates. With ``share`` (the default) a decoder of a left-aligned layout says
+``shares_kv``: the engine then passes the same buffers, of a capacity larger than the cache, as a
+step's past and present, and the step writes only the new entries into them: the ``left_aligned``
+layout's GroupQueryAttention (``convert --ops ort``) in its share-buffer mode (it compares the
+pointers; the attention mask's width gives ``total_sequence_length``, and the present's length is
+the larger of that and the buffers' capacity, so both bindings have the same shape), the
+``in_place`` layout's ScatterElements (the standard level) because its data and output are one
+buffer. Such a step binds nothing: the cache, the logits, the token ids, the positions and a mask
+as wide as the buffers stay bound while the buffers do, and a step copies its values in
+(``_run_shared``). Any other step of an ``in_place`` decoder feeds new arrays: the cache, the
+step's room and one masked column more (``MARGIN``), which a bound step writes in place.
 
 Any callable with ``__call__``'s signature is a decoder: the scheduler's tests drive fake ones.
 """
@@ -33,15 +36,21 @@ from modelpress.errors import InputError
 from modelpress.ir.llm import (
     ATTENTION_MASK,
     INPUT_IDS,
+    LEFT_ALIGNED,
     LOGITS,
     LOGITS_TO_KEEP,
     POSITION_IDS,
     DecoderConfig,
+    past_feed,
     past_names,
     present_names,
 )
 
 _ONE = np.array(1, np.int64)
+# ``in_place`` steps see a masked column past every row's last entry: ONNX Runtime's Attention
+# (MLAS) sums a row that fills its last column otherwise than one followed by a masked column
+# (measured: rows of 4k+3 columns), and a row fills the cache's width alone but not in a batch
+MARGIN = 1
 _DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 
 
@@ -54,7 +63,7 @@ class OrtDecoder:
         self.session = session
         self.config = config
         self.binding = binding
-        self.shares_kv = binding and share and config.kv_layout == "left_aligned"
+        self.shares_kv = binding and share and config.kv_layout in LEFT_ALIGNED
         names = {i.name for i in session.get_inputs()}
         self.past = [past_names(i) for i in range(config.num_layers)]
         self.present = [present_names(i) for i in range(config.num_layers)]
@@ -96,6 +105,11 @@ class OrtDecoder:
             and input_ids.shape[1] == 1
         ):  # share mode: the cache stays bound from step to step
             return self._run_shared(feeds, keys, values)
+        width = None
+        if self.config.kv_layout == "in_place":  # the past comes with the step's room
+            width = attention_mask.shape[1]
+            keys, values, feeds[ATTENTION_MASK] = _with_room(keys, values, attention_mask)
+            present = (keys, values) if self.binding else None  # written in place
         for (k_name, v_name), k, v in zip(self.past, keys, values):
             feeds[k_name], feeds[v_name] = k, v
         if self.last_only and input_ids.shape[1] > 1:
@@ -104,13 +118,15 @@ class OrtDecoder:
             feeds[LOGITS_TO_KEEP] = _ONE
             outs = self.session.run(self.outputs, feeds, self.run_options)
         elif self.binding and present is not None:
-            return self._run_into(feeds, *present)
+            outs = self._run_into(feeds, *present)
         elif self.binding:
             outs = self._run_bound(feeds)
         else:
             outs = self.session.run(self.outputs, feeds)
-        logits = outs[0][:, -1, :]
-        return logits, outs[1::2], outs[2::2]
+        logits, keys, values = outs[0][:, -1, :], outs[1::2], outs[2::2]
+        if width is not None:  # without the margin
+            keys, values = [a[:, :, :width] for a in keys], [a[:, :, :width] for a in values]
+        return logits, keys, values
 
     def _run_bound(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         io = self.session.io_binding()
@@ -176,8 +192,16 @@ class OrtDecoder:
             for name, array in ((k_name, k), (v_name, v)):
                 io.bind_output(name, "cpu", 0, array.dtype, array.shape, array.ctypes.data)
         self.session.run_with_iobinding(io)
-        logits = io.get_outputs()[0].numpy()
-        return logits[:, -1, :], keys, values
+        return [io.get_outputs()[0].numpy(), *(a for pair in zip(keys, values) for a in pair)]
+
+
+def _with_room(keys: list, values: list, mask: np.ndarray):
+    """An ``in_place`` step's past and mask: the cache, the step's room and ``MARGIN`` more zero
+    columns (new arrays: a bound step writes its present into them)."""
+    seq = mask.shape[1] - (keys[0].shape[2] if keys else 0)
+    keys = [past_feed("in_place", a, seq + MARGIN) for a in keys]
+    values = [past_feed("in_place", a, seq + MARGIN) for a in values]
+    return keys, values, np.pad(mask, ((0, 0), (0, MARGIN)))
 
 
 def _shrinking_arena():

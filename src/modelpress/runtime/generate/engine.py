@@ -11,7 +11,7 @@ dropped); ``cancel(ids)`` ends sequences from outside.
 The batch's cache lives in a ``KVStore`` (``cache.py``): a decoder whose ``writes_present`` is
 true (``OrtDecoder``) is handed the store's spare buffers as ``present`` and writes the step's
 cache there; any other decoder returns new arrays, which the cache copies in. A decoder that
-``shares_kv`` (``OrtDecoder`` of a ``left_aligned`` folder) gets share mode instead: the store's
+``shares_kv`` (``OrtDecoder`` of a left-aligned folder) gets share mode instead: the store's
 buffers have room for each row's prompt plus ``max_tokens`` (``reserve``), a decode step is
 handed them as both past and present and writes only its new entries; the rows are copied only
 when they join or leave (or when the room runs out: it doubles).
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from modelpress.ir.llm import DecoderConfig
+from modelpress.ir.llm import LEFT_ALIGNED, DecoderConfig
 from modelpress.runtime.generate.cache import KVCache
 from modelpress.runtime.generate.sampling import choose
 from modelpress.runtime.generate.sequence import Event, Sequence
@@ -36,10 +36,10 @@ class Engine:
         self.decoder = decoder
         self.config = config
         self.prefill_chunk = prefill_chunk
-        # share mode (``cache.py``): a ``left_aligned`` decoder that binds past and present to
+        # share mode (``cache.py``): a left-aligned decoder that binds past and present to
         # the same buffers (``OrtDecoder.shares_kv``)
-        self.shared = bool(getattr(decoder, "shares_kv", False)) and config.kv_layout == (
-            "left_aligned"
+        self.shared = bool(getattr(decoder, "shares_kv", False)) and (
+            config.kv_layout in LEFT_ALIGNED
         )
         self.cache = self._empty(stored=True)
         self.running: list[Sequence] = []

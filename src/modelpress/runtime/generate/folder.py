@@ -64,9 +64,10 @@ class LLM:
     def batch_invariant(self) -> bool:
         """Whether a row's logits are the same bits batched as alone. Not with int4
         ``MatMulNBits`` (activations quantized per block: a last-bit difference can move a code)
-        under the standard level's attention, whose sums over a row behind the batch's hole
-        columns round differently; the ``ort`` level's attention runs each row over its own
-        length, and float weights keep such a difference in the last bits."""
+        under the ``append`` layout of folders written before ``in_place``, where a row's
+        entries sit behind the batch's hole columns and its attention sums round differently;
+        the left-aligned layouts keep a row's entries at its own columns whatever the batch,
+        and float weights keep such a difference in the last bits."""
         quantized = self.config.quantization.get("format") == "MatMulNBits"
         return not (quantized and self.config.kv_layout == "append")
 

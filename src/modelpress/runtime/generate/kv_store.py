@@ -14,7 +14,8 @@ The buffers are private anonymous memory maps: a page becomes resident when firs
 buffer may be reserved larger than it is used, and when the batch shrinks the pages past what the
 next step needs go back to the system (``madvise(MADV_DONTNEED)``); an empty batch drops them all.
 
-``SharedKVStore`` (share mode, ``left_aligned`` caches of ONNX Runtime's GroupQueryAttention):
+``SharedKVStore`` (share mode, the left-aligned caches: ONNX Runtime's GroupQueryAttention, or
+the standard level's ScatterElements):
 a side's buffers are laid out ``[rows, kv_heads, capacity, head_dim]`` (``full``), the cache's
 arrays are their first ``columns`` columns, and a decode step binds the active side's buffers as
 both its past and its present: GroupQueryAttention sees the same pointers and writes only the new
@@ -113,11 +114,18 @@ class KVStore:
 
 class SharedKVStore(KVStore):
     """A ``KVStore`` whose sides are ``[rows, kv_heads, capacity, head_dim]`` buffers, written in
-    place by the steps; ``limit``: the largest capacity (the model's context)."""
+    place by the steps; ``limit``: the largest capacity (the model's context). ``bounded``: the
+    steps read the whole buffers (the ``in_place`` layout's Attention runs over every column,
+    masked or not), so room costs time: a layout gets at most twice its columns, and grows by
+    doubling when a step needs more, instead of the whole ``reserve`` at once (which suits
+    GroupQueryAttention, which reads each row's own length only). Such a store also keeps
+    ``margin`` (one) column past what a step writes (``decoder.MARGIN``)."""
 
-    def __init__(self, arrays: int, dtype, *, limit: int) -> None:
+    def __init__(self, arrays: int, dtype, *, limit: int, bounded: bool = False) -> None:
         super().__init__(arrays, dtype)
         self.limit = limit
+        self.bounded = bounded
+        self.margin = 1 if bounded else 0
         self.reserve = 0  # the columns the running rows will need (``Engine``)
         self._full: list[list[np.ndarray] | None] = [None, None]
 
@@ -125,7 +133,11 @@ class SharedKVStore(KVStore):
         """The spare side laid out for ``shape``'s rows with room for ``reserve`` columns (at
         least one more than ``shape``'s, within ``limit``): views of its first columns."""
         rows, heads, columns, dim = shape
-        capacity = max(columns, min(self.limit, max(self.reserve, columns + 1)))
+        need = columns + 1 + self.margin
+        room = max(self.reserve, need)
+        if self.bounded:
+            room = min(room, max(2 * columns, need))
+        capacity = max(columns, min(self.limit, room))
         full = super().spare((rows, heads, capacity, dim))
         self._full[self._spare] = full
         return [a[:, :, :columns] for a in full]
