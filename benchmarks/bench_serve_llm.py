@@ -229,6 +229,7 @@ def _memory(folder: Path, pid: int, loaded_kb: int, tokens: int) -> dict:
         "stack_mb": _stack_rss_mb(),
         "onnx_loaded": _holds_onnx(pid),
         "quantization": config.get("quantization"),
+        "kv_layout": config.get("kv_layout"),
     }
 
 
@@ -353,7 +354,8 @@ def _section(results: dict, reps: int) -> list[str]:
     )
     equal = sum(r["equal_solo"] for r in many)
     lines = [
-        f"## `{results['folder']}`: {_weights(results['memory'])}",
+        f"## `{results['folder']}`: {_weights(results['memory'])}"
+        + (f", cache `{layout}`" if (layout := results["memory"].get("kv_layout")) else ""),
         "",
         "| streams | tokens/s (all streams) | time to first token p50 ms | inter-token p50 ms "
         "| inter-token p99 ms | load average |",
