@@ -19,9 +19,9 @@ all-MiniLM-L6-v2 weights).
 * protection at ratios 0.1/0.3/0.6 (``metrics.py``, from the obfuscated file alone);
 * recovery: each runtime-mode package (ratio 0.1) opened with its key and given to ONNX Runtime's
   optimizer (BASIC, EXTENDED, ALL), the ONNX inliner, onnxsim and onnxslim
-  (``tests/protect/recovery.py``): the largest |Pearson r| of an original weight with any tensor
-  of the result against the chance level for its size, and the share of op types left at their
-  original count;
+  (``tests/protect/recovery.py``): the largest |Spearman r| of an original weight with any
+  tensor of the result against the chance level for its size, and the share of op types left at
+  their original count;
 * memory: peak RSS of ``protect`` (encrypt, obfuscate; the check after it included) and of
   opening a package, each in a fresh process, on a wide MLP built by code
   (``benchmarks/protect_memory.py``; ``--memory-mib``, 1100 by default: over 1 GB).
@@ -262,8 +262,9 @@ def bench_recovery(name: str, path: Path, key: bytes) -> list[dict]:
     original = onnx.load(str(path))
     weights = recovery.original_weights(original)
     rows = []
-    for tool, result in recovery.tool_results(open_package(package, key)).items():
-        worst = recovery.worst_correlation(weights, result)
+    results = recovery.tool_results(open_package(package, key))
+    for tool, result in results.items():
+        worst = recovery.worst_correlation(weights, result, family=len(results))
         rows.append(
             {
                 "model": name,
@@ -444,10 +445,16 @@ def write_report(report: dict) -> None:
             "",
             "Each package opened with its key; ONNX Runtime's optimizer at each level (its optimized graph saved, the "
             "run-time values given), the ONNX inliner, onnxsim and onnxslim (on the model as its library decrypts, the "
-            "run-time values being no part of it). `r`: the largest |Pearson r| between an original weight (16 elements "
-            "or more, in any axis order) and any tensor of the result of the same size; `chance`: the level chance reaches "
-            "for that size with probability 1e-3 over the pairs compared (Fisher, Bonferroni); `same count`: the share of "
-            "the original's op types found at their original count.",
+            "run-time values being no part of it). `r`: the largest |Spearman r| (rank correlation) between an original "
+            "weight (16 elements or more, in any axis order) and any tensor of the result of the same size; `chance`: the "
+            "level chance reaches for that size with probability 1e-3 over the pairs compared with the package, every "
+            "tool's result included (normal approximation, Bonferroni); `same count`: the share of the original's op "
+            "types found at their original count."
+            + (
+                f" Recovery measured {report['recovery_date']}."
+                if report.get("recovery_date")
+                else ""
+            ),
             "",
         ]
         lines += _md_table(
@@ -570,6 +577,9 @@ def summarize(report: dict) -> list[str]:
     return lines
 
 
+MODELS = ("resnet-digits", "mobilenet-digits", "bert-tiny", "minilm")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds, no MiniLM")
@@ -586,6 +596,11 @@ def main() -> None:
         "report, keeping its throughput and memory",
     )
     parser.add_argument(
+        "--recovery-only",
+        action="store_true",
+        help="measure recovery only, into protect.json's report",
+    )
+    parser.add_argument(
         "--rewrite",
         action="store_true",
         help="rewrite protect.md from protect.json, measuring nothing",
@@ -600,6 +615,20 @@ def main() -> None:
         write_report(report)
         print("\n".join(report["summary"]))
         return
+    if args.recovery_only:
+        report = json.loads((RESULTS / "protect.json").read_text())
+        WORK.mkdir(exist_ok=True)
+        key = os.urandom(32)
+        names = sorted({r["model"] for r in report.get("recovery", [])}, key=MODELS.index)
+        report["recovery"] = [
+            row
+            for name in names
+            for row in bench_recovery(name, zoo.build(name, WORK / f"{name}.onnx"), key)
+        ]
+        report["recovery_date"] = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        report["summary"] = summarize(report)
+        write_report(report)
+        return
     if args.rewrite:
         report = json.loads((RESULTS / "protect.json").read_text())
         report["summary"] = summarize(report)
@@ -609,7 +638,7 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     key = os.urandom(32)
     previous = json.loads((RESULTS / "protect.json").read_text()) if args.models_only else None
-    names = ["resnet-digits", "mobilenet-digits", "bert-tiny"] + ([] if args.quick else ["minilm"])
+    names = list(MODELS[:3]) + ([] if args.quick else [MODELS[3]])
     paths = {n: zoo.build(n, WORK / f"{n}.onnx") for n in names}
     recovered = []
     for name in names:  # before the global thread pool: onnxsim makes sessions of its own

@@ -8,8 +8,22 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 
 from modelpress.ir.llm import MODEL_FILE, past_feed, past_names, present_names, read_config
+
+
+def tiny_llm(root: Path, *, seed: int = 0, text: str | None = None, name: str = "float") -> Path:
+    """A tiny random llama converted into ``root / name`` (unverified: the convert tests verify);
+    ``text``: also written to ``root / "text.txt"``."""
+    convert = pytest.importorskip("modelpress.convert.llm")
+    zoo = pytest.importorskip("modelpress.zoo.llm")
+    convert.convert_llm(
+        zoo.tiny_checkpoint(root / "ckpt", "llama", seed=seed), output=root / name, verify=False
+    )
+    if text is not None:
+        (root / "text.txt").write_text(text)
+    return root / name
 
 
 class OrtDecoder:

@@ -9,10 +9,15 @@ also inputs, what the runtime feeds); the inliner, onnxsim and onnxslim on the m
 library decrypts it, the run-time values being no part of it (a folder given them as constants
 could fold what they feed; see docs/protect.md for what that gives and what it does not).
 
-The chance level: for two independent tensors of ``n`` elements, Pearson's r is close to normal
-with standard deviation ``1/sqrt(n - 1)`` (Fisher), so the largest |r| over ``pairs`` comparisons
-stays under ``z / sqrt(n - 1)`` with probability ``1 - alpha``, ``z`` the normal quantile of
-``1 - alpha / (2 pairs)`` (Bonferroni). ``alpha = 1e-3``.
+The statistic is Spearman's rank correlation: a weight that comes back (as it is, scaled,
+shifted or negated) ranks at |r| = 1 as with Pearson's r, but chance is the same for any values:
+for two independent tensors of ``n`` elements r is close to normal with standard deviation
+``1/sqrt(n - 1)`` whatever their distribution. (Pearson's r is not: a few large entries, as a
+32-channel bias or variance has, meeting at one index make it large by chance.) So the largest
+|r| over ``pairs`` comparisons stays under ``z / sqrt(n - 1)`` with probability ``1 - alpha``,
+``z`` the normal quantile of ``1 - alpha / (2 pairs)`` (Bonferroni), where ``pairs`` counts every
+comparison of the check: each weight in each axis order against each tensor of its size, in
+each tool's result (``family``). ``alpha = 1e-3``.
 """
 
 from __future__ import annotations
@@ -108,21 +113,34 @@ def _all_tensors(proto: onnx.ModelProto) -> list[np.ndarray]:
     ]
 
 
-def worst_correlation(weights: list[np.ndarray], proto: onnx.ModelProto) -> dict:
-    """The original weight that correlates most with a tensor of ``proto`` (any layout of the
-    weight), against the chance threshold for its size and the number of pairs compared."""
+def _ranks(arrays: list[np.ndarray]) -> list[np.ndarray]:
+    from scipy.stats import rankdata
+
+    return [rankdata(a.reshape(-1)) for a in arrays]  # ties share their mean rank
+
+
+def worst_correlation(
+    weights: list[np.ndarray], proto: onnx.ModelProto, *, family: int = 1
+) -> dict:
+    """The original weight whose rank correlation with a tensor of ``proto`` (any layout of the
+    weight) is furthest above the chance threshold for its size, Bonferroni over every pair
+    compared here times ``family`` (the results one check compares the weights with)."""
     found = _all_tensors(proto)
-    worst = {"r": 0.0, "threshold": 1.0, "n": 0, "margin": -1.0}
+    scored = []
     for w in weights:
         same = [a for a in found if a.size == w.size]
         if not same:
             continue
-        layouts = standardized([v for v in views(w)])
-        got = standardized(same)
+        layouts = standardized(_ranks(views(w)))
+        got = standardized(_ranks(same))
         r = float(np.abs(got @ layouts.T).max())
-        threshold = chance_threshold(w.size, len(same) * len(layouts))
+        scored.append((r, int(w.size), len(same) * len(layouts)))
+    pairs = family * sum(p for *_, p in scored)
+    worst = {"r": 0.0, "threshold": 1.0, "n": 0, "margin": -1.0}
+    for r, n, _ in scored:
+        threshold = chance_threshold(n, pairs)
         if r - threshold > worst["margin"]:
-            worst = {"r": r, "threshold": threshold, "n": int(w.size), "margin": r - threshold}
+            worst = {"r": r, "threshold": threshold, "n": n, "margin": r - threshold}
     return worst
 
 

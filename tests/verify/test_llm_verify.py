@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+from llm_convert_testing import tiny_llm
 
 from modelpress.errors import InputError
 from modelpress.verify.llm import (
@@ -20,12 +21,8 @@ TEXT = "Once upon a time there was a small model that ran on every CPU. " * 8
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    convert = pytest.importorskip("modelpress.convert.llm")
-    zoo = pytest.importorskip("modelpress.zoo.llm")
     tmp = tmp_path_factory.mktemp("llm")
-    ckpt = zoo.tiny_checkpoint(tmp / "ckpt", "llama", seed=1)
-    convert.convert_llm(ckpt, output=tmp / "float", verify=False)
-    (tmp / "text.txt").write_text(TEXT)
+    tiny_llm(tmp, seed=1, text=TEXT)
     return tmp
 
 

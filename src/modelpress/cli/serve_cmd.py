@@ -248,9 +248,9 @@ def run(args) -> int:
     for name, llm in llms:
         if args.max_seqs > 1 and not llm.batch_invariant:
             err_console.print(
-                f"note: {name}: int4 weights with the standard level's attention: a batched "
-                "greedy answer can differ from the same request alone (convert with --ops ort "
-                "for answers that do not depend on the batch)"
+                f"note: {name}: int4 weights over a cache appended by an earlier modelpress: "
+                "a batched greedy answer can differ from the same request alone (convert the "
+                "checkpoint again for answers that do not depend on the batch)"
             )
     if args.log_placement:
         for m in repo.models.values():

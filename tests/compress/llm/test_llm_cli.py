@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from llm_convert_testing import tiny_llm
 
 from modelpress.cli.main import main
 from modelpress.ir import llm
@@ -12,11 +13,8 @@ TEXT = "Quantization trades a little accuracy for speed and memory. Hello world!
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    convert = pytest.importorskip("modelpress.convert.llm")
-    zoo = pytest.importorskip("modelpress.zoo.llm")
     tmp = tmp_path_factory.mktemp("llm")
-    convert.convert_llm(zoo.tiny_checkpoint(tmp / "ckpt", "llama"), output=tmp / "f", verify=False)
-    (tmp / "text.txt").write_text(TEXT)
+    tiny_llm(tmp, text=TEXT, name="f")
     return tmp
 
 

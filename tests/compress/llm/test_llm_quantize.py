@@ -5,6 +5,7 @@ import json
 import numpy as np
 import onnx_ir as ir
 import pytest
+from llm_convert_testing import tiny_llm
 
 from modelpress.compress.llm import quantize_llm
 from modelpress.compress.llm.calibrate import collect, quantizable_matmuls
@@ -24,12 +25,8 @@ TEXT = (
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    convert = pytest.importorskip("modelpress.convert.llm")
-    zoo = pytest.importorskip("modelpress.zoo.llm")
     tmp = tmp_path_factory.mktemp("llm")
-    ckpt = zoo.tiny_checkpoint(tmp / "ckpt", "llama", seed=0)
-    convert.convert_llm(ckpt, output=tmp / "float", verify=False)
-    (tmp / "text.txt").write_text(TEXT)
+    tiny_llm(tmp, text=TEXT)
     return tmp
 
 

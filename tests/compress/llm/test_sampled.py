@@ -1,6 +1,7 @@
 """Calibration text sampled from the model itself (``compress/llm/sampled.py``)."""
 
 import pytest
+from llm_convert_testing import tiny_llm
 
 from modelpress.compress.llm.sampled import sample_windows, sampled_text
 from modelpress.errors import InputError
@@ -8,12 +9,7 @@ from modelpress.errors import InputError
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    convert = pytest.importorskip("modelpress.convert.llm")
-    zoo = pytest.importorskip("modelpress.zoo.llm")
-    tmp = tmp_path_factory.mktemp("sampled")
-    ckpt = zoo.tiny_checkpoint(tmp / "ckpt", "llama", seed=0)
-    convert.convert_llm(ckpt, output=tmp / "float", verify=False)
-    return tmp / "float"
+    return tiny_llm(tmp_path_factory.mktemp("sampled"))
 
 
 def test_windows_are_the_models_own_seeded_samples(folder):
