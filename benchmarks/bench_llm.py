@@ -38,7 +38,7 @@ Sections (``--only SECTION``, repeatable; each rewrites its own part of
 
     .venv/bin/python benchmarks/bench_llm.py --only quality [--models smollm2 smollm2-rotated]
 
-``decode``, ``decode_profile``, ``decode_batch``
+``decode``, ``decode_profile``, ``decode_batch``, ``decode_stall``
     Decode tokens/s and time to first token against onnxruntime-genai and llama.cpp, where a
     decode step's time goes (ONNX Runtime's profile beside onnxruntime-genai's graph), and
     continuous batching inside the engine: ``bench_llm_decode.py`` says how.
@@ -65,6 +65,7 @@ from bench_llm_decode import (
     section_decode,
     section_decode_batch,
     section_decode_profile,
+    section_decode_stall,
 )
 
 ROOT = Path(__file__).resolve().parent
@@ -503,6 +504,7 @@ SECTIONS = {
     "decode": section_decode,
     "decode_profile": section_decode_profile,
     "decode_batch": section_decode_batch,
+    "decode_stall": section_decode_stall,
 }
 
 
@@ -535,7 +537,13 @@ def render(data: dict) -> str:
         if q.get("notes"):
             lines += [*(f"- {n}" for n in q["notes"]), ""]
     for key, value in data.items():
-        own_page = ("quality", "decode", "decode_profile", "decode_batch")  # llm_decode.md
+        own_page = (
+            "quality",
+            "decode",
+            "decode_profile",
+            "decode_batch",
+            "decode_stall",
+        )  # llm_decode.md
         if key not in own_page and isinstance(value, dict) and "markdown" in value:
             lines += [value["markdown"], ""]
     return "\n".join(lines)
@@ -591,7 +599,8 @@ def main() -> None:
     global FRESH_STATISTICS
     FRESH_STATISTICS = args.fresh_statistics
     if args.threads is None:
-        args.threads = 1 if set(args.only) <= {"decode", "decode_profile", "decode_batch"} else 2
+        decode = {"decode", "decode_profile", "decode_batch", "decode_stall"}
+        args.threads = 1 if set(args.only) <= decode else 2
     WORK.mkdir(parents=True, exist_ok=True)
     path = RESULTS / "llm.json"
     for name in args.only:

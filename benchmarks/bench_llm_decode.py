@@ -37,13 +37,19 @@ Sections (``--only SECTION``, repeatable; each rewrites its own part of
     role (projections, attention, norms, LM head, ...), side by side.
 
 ``decode_batch``
-    Continuous batching inside the engine: 16 greedy requests one at a time and all at once
-    (``Scheduler(max_seqs=16)``), aggregate tokens/s and whether each batched answer equals its
-    solo answer, for the converted model and each ``--decode-llm`` folder (appended to
-    ``llm_decode.md``).
+    Continuous batching inside the engine: 16 greedy requests (prompts of 20 to 95 tokens) one
+    at a time and all at once (``Scheduler(max_seqs=16)``), aggregate tokens/s and whether each
+    batched answer equals its solo answer, for the converted model and each ``--decode-llm``
+    folder (appended to ``llm_decode.md``).
+
+``decode_stall``
+    A long prompt (2048 tokens) arriving while 4 greedy streams generate: the streams' longest
+    and median gap between two tokens after it arrived, and its own time to first token, with
+    the prompt prefilled 256 tokens a step (``prefill_chunk``, the default) and whole, for each
+    ``--decode-llm`` folder (the converted model without one).
 
     .venv/bin/python benchmarks/bench_llm.py --only decode --only decode_profile \
-        --only decode_batch [--threads 1] [--decode-llm DIR ...]
+        --only decode_batch --only decode_stall [--threads 1] [--decode-llm DIR ...]
 """
 
 from __future__ import annotations
@@ -350,6 +356,7 @@ PAGE_ORDER = (  # the sections of llm_decode.md, by the start of their titles
     "## Decode speed at batch 1",
     "## Where a decode step's time goes",
     "## Continuous batching in the engine",
+    "## A long prompt joining running streams",
 )
 
 
@@ -596,8 +603,8 @@ def section_decode_batch(args) -> dict:
     from modelpress.runtime.generate import Request, SamplingParams, Scheduler, open_llm
 
     folders = [float_folder(), *(Path(d) for d in args.decode_llm)]
-    ids = decode_prompt_ids(folders[0], 256 + 16 * 8)
-    prompts = [ids[8 * i : 8 * i + 64] for i in range(16)]
+    ids = decode_prompt_ids(folders[0], 300)
+    prompts = [ids[13 * i : 13 * i + 20 + 5 * i] for i in range(16)]  # 20 to 95 tokens
     n = 32
     rows = []
     for folder in folders:
@@ -636,7 +643,8 @@ def section_decode_batch(args) -> dict:
         "## Continuous batching in the engine: 16 requests at once against one at a time",
         "",
         f"Machine: {data['machine']}; {data['date']}; `{data['command']}`. {args.threads} "
-        f"thread(s); 16 greedy requests (64-token prompts from Python's license), {n} tokens "
+        f"thread(s); 16 greedy requests (prompts of 20 to 95 tokens from Python's license), {n} "
+        "tokens "
         f"each, through `Scheduler.run` with `max_seqs=1` and `max_seqs=16`, {args.rounds} "
         "interleaved rounds; aggregate tokens/s from the first prefill to the last token "
         "(medians, min-max).",
@@ -656,10 +664,96 @@ def section_decode_batch(args) -> dict:
     return data
 
 
+def section_decode_stall(args) -> dict:
+    """A 2048-token prompt joins 4 running greedy streams: their gaps between tokens after it
+    arrived and its time to first token, chunked (``prefill_chunk=256``) against whole."""
+    sys.path.insert(0, str(ROOT.parent / "src"))
+    from modelpress.runtime.generate import Request, SamplingParams, Scheduler, open_llm
+    from modelpress.runtime.generate.engine import PREFILL_CHUNK
+
+    folders = [Path(d) for d in args.decode_llm] or [float_folder()]
+    ids = decode_prompt_ids(folders[0], 2048)
+    long_ids, whole = ids[:2048], 4096
+    rows = []
+    for folder in folders:
+        llm = open_llm(folder, threads=args.threads)
+        got: dict[int, dict[str, list[float]]] = {PREFILL_CHUNK: {}, whole: {}}
+        for _ in range(args.rounds):
+            for chunk in (PREFILL_CHUNK, whole):
+                scheduler = Scheduler(llm, max_seqs=8, prefill_chunk=chunk)
+                times: dict[str, list[float]] = {}
+
+                def sink(event, times=times):
+                    times.setdefault(event.request_id, []).append(time.perf_counter())
+
+                params = SamplingParams(max_tokens=160, ignore_eos=True)
+                streams = [
+                    scheduler.add(
+                        Request(prompt_ids=ids[100 * i : 100 * i + 32], params=params), sink
+                    )
+                    for i in range(4)
+                ]
+                for _ in range(8):  # the streams run
+                    scheduler.step()
+                arrived = time.perf_counter()
+                prompt = Request(prompt_ids=long_ids, params=SamplingParams(max_tokens=2))
+                big = scheduler.add(prompt, sink)
+                while big.request_id not in times:
+                    scheduler.step()
+                scheduler.close()
+                gaps = [
+                    b - a
+                    for s in streams
+                    for a, b in zip(times[s.request_id], times[s.request_id][1:])
+                    if b > arrived
+                ]
+                for key, value in (
+                    ("longest_gap_ms", 1e3 * max(gaps)),
+                    ("median_gap_ms", 1e3 * statistics.median(gaps)),
+                    ("ttft_ms", 1e3 * (times[big.request_id][0] - arrived)),
+                ):
+                    got[chunk].setdefault(key, []).append(value)
+        for chunk, values in got.items():
+            rows.append(
+                {
+                    "model": folder.name,
+                    "prefill": f"{chunk} tokens a step" if chunk != whole else "whole",
+                    **{k: statistics.median(v) for k, v in values.items()},
+                    **{f"{k}_spread": [min(v), max(v)] for k, v in values.items()},
+                }
+            )
+    data = {**_header(args), "rounds": args.rounds, "rows": rows}
+    lines = [
+        "## A long prompt joining running streams (prefill in chunks)",
+        "",
+        f"Machine: {data['machine']}; {data['date']}; `{data['command']}`. {args.threads} "
+        "thread(s); 4 greedy streams (32-token prompts) run 8 steps, then a 2048-token prompt "
+        "(Python's license) arrives; the streams' gaps between two tokens after it arrived and "
+        f"its time to first token, {args.rounds} interleaved rounds (medians, min-max); the "
+        f"prompt prefilled {PREFILL_CHUNK} tokens between two decode steps of the streams "
+        "(`prefill_chunk`, the default) or whole before them (as before chunks were "
+        "interleaved).",
+        "",
+        "| model | prompt prefilled | streams' longest gap ms | streams' median gap ms "
+        "| its time to first token ms |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        cells = [
+            f"{r[k]:.0f} ({r[k + '_spread'][0]:.0f}-{r[k + '_spread'][1]:.0f})"
+            for k in ("longest_gap_ms", "median_gap_ms", "ttft_ms")
+        ]
+        lines.append(f"| {r['model']} | {r['prefill']} | {' | '.join(cells)} |")
+    data["markdown"] = "\n".join(lines)
+    write_page_section(data["markdown"])
+    return data
+
+
 SECTIONS = {
     "decode": section_decode,
     "decode_profile": section_decode_profile,
     "decode_batch": section_decode_batch,
+    "decode_stall": section_decode_stall,
 }
 
 

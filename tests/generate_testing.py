@@ -154,7 +154,7 @@ class LeftAlignedTorchDecoder(TorchDecoder):
     def __call__(self, input_ids, attention_mask, position_ids, keys, values):
         past = keys[0].shape[2] if keys else 0
         new = input_ids.shape[1]
-        if past == 0:
+        if past == 0 or attention_mask.all():  # no row shorter: appending is writing at n_b
             return super().__call__(input_ids, attention_mask, position_ids, keys, values)
         assert new == 1
         n = attention_mask.sum(axis=1) - new

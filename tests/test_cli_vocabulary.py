@@ -179,6 +179,7 @@ GLOSSARY = {
     "--pre": "pre-processing stored with the model",
     "--precision": "compute precision",
     "--prefetch": "prepared batches kept ready",
+    "--prefill-chunk": "prompt tokens run between two decode steps",
     "--profile-ops": "per-operator time from the runtime's profiler",
     "--prompt": "a prompt",
     "--prompts": "how many prompts top-1 agreement is measured on",

@@ -129,6 +129,14 @@ def add_parser(sub) -> None:
     )
     options.add_with_default(
         p,
+        "--prefill-chunk",
+        type=int,
+        default=256,
+        metavar="N",
+        help="LLM: prompt tokens run between two decode steps of the running streams",
+    )
+    options.add_with_default(
+        p,
         "--drain-timeout",
         type=float,
         default=30.0,
@@ -202,6 +210,7 @@ def run(args) -> int:
         body_timeout_s=args.body_timeout,
         max_seqs=args.max_seqs,
         max_context=args.max_context,
+        prefill_chunk=args.prefill_chunk,
     )
     named = [
         (model_name(path, names[i] if i < len(names) else None), path)

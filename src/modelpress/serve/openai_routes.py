@@ -273,7 +273,11 @@ def open_services(llms: list[tuple[str, object]], options, metrics) -> dict[str,
         )
         try:
             scheduler = Scheduler(
-                llm, max_seqs=options.max_seqs, max_context=options.max_context, metrics=hooks
+                llm,
+                max_seqs=options.max_seqs,
+                max_context=options.max_context,
+                metrics=hooks,
+                prefill_chunk=options.prefill_chunk,
             )
         except OptionError as exc:
             limit = llm.config.max_context

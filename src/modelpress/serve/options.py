@@ -25,7 +25,8 @@ class ServeOptions:
     ``body_timeout_s`` for its body (408).
 
     Decoder LLMs: ``max_seqs`` sequences generate at once (the rest wait); ``max_context`` tokens
-    of prompt and answer at most (None: the model's own)."""
+    of prompt and answer at most (None: the model's own); ``prefill_chunk`` prompt tokens a step
+    while others generate (the longest a new prompt holds the running streams up)."""
 
     max_batch: int = 32
     max_delay_ms: float = 2.0
@@ -41,6 +42,7 @@ class ServeOptions:
     body_timeout_s: float = 60.0
     max_seqs: int = 16
     max_context: int | None = None
+    prefill_chunk: int = 256
 
     def __post_init__(self) -> None:
         for flag, value in (
@@ -48,6 +50,7 @@ class ServeOptions:
             ("--max-queue", self.max_queue),
             ("--max-connections", self.max_connections),
             ("--max-seqs", self.max_seqs),
+            ("--prefill-chunk", self.prefill_chunk),
         ):
             if value < 1:
                 raise OptionError(f"{flag} must be at least 1")

@@ -131,7 +131,8 @@ def test_the_buffers_are_bound_as_past_and_present(folder):
         Sequence(str(i), x, SamplingParams(max_tokens=8), frozenset(), llm.tokenizer)
         for i, x in enumerate(ids)
     ]
-    engine.prefill(seqs)
+    engine.admit(seqs)
+    engine.prefill()
     cache = engine.cache
     before = [a.copy() for a in cache.keys]
     lengths = cache.lengths.copy()
@@ -164,7 +165,8 @@ def test_the_cache_is_the_first_columns_of_the_buffers_and_logits_the_bound_outp
         )
         for i, p in enumerate(PROMPTS[:2])
     ]
-    engine.prefill(seqs)
+    engine.admit(seqs)
+    engine.prefill()
     engine.decode()
     cache = engine.cache
     full = cache.store.full()

@@ -68,6 +68,44 @@ def test_batched_equals_solo_and_rows_join_and_leave(parts, layout):
     assert scheduler.engine.cache.rows == 0 and scheduler.engine.cache.columns == 0
 
 
+@pytest.mark.parametrize("layout", ["append", "left_aligned"])
+def test_a_long_prompt_runs_a_chunk_a_step_between_the_running_rows_steps(parts, layout):
+    """A prompt that arrives while others generate holds them up for one chunk a step, not
+    for its whole length; its answer and theirs are what each gets alone."""
+    llm = _llm(parts, layout)
+    chunk = 4
+    long_prompt = f"{PROMPTS[1]} {PROMPTS[0]} {PROMPTS[2]}"
+    n = len(llm.prompt_ids(long_prompt))
+    sizes = [chunk] * (n // chunk) + ([n % chunk] if n % chunk else [])
+    assert len(sizes) >= 4
+    running = _req(PROMPTS[0], len(sizes) + 8)
+    arriving = _req(long_prompt, 6)
+    scheduler = Scheduler(llm, max_seqs=2, prefill_chunk=chunk)
+    results = {}
+
+    def sink(event):
+        results.setdefault(event.request_id, []).append(event)
+
+    first = scheduler.add(running, sink)
+    scheduler.step()  # alone: its whole prompt (in chunks) and a first decode step
+    llm.decoder.calls.clear()
+    second = scheduler.add(arriving, sink)
+    while second.request_id not in results:
+        scheduler.step()
+        if not results.get(second.request_id):
+            assert scheduler.stats()["prefilling"] == 1
+    calls = [tuple(c) for c in llm.decoder.calls]
+    want = []
+    for i, size in enumerate(sizes):  # each chunk, then a decode step of the running rows
+        want += [(1, size), (2, 1) if i == len(sizes) - 1 else (1, 1)]
+    assert calls == want
+    while scheduler.engine.active:
+        scheduler.step()
+    for req, seq in ((running, first), (arriving, second)):
+        alone = Scheduler(llm, max_seqs=1, prefill_chunk=chunk).run([req])[0]
+        assert results[seq.request_id][-1].result.token_ids == alone.token_ids
+
+
 def test_seeded_sampling_is_the_same_batched_or_alone(parts):
     llm = _llm(parts)
     kw = dict(temperature=0.9, top_k=50, top_p=0.95, seed=3)
@@ -132,6 +170,9 @@ def test_limits_are_refused_naming_them(parts):
         Scheduler(llm, max_seqs=0)
     with pytest.raises(OptionError, match="`max_context`"):
         Scheduler(llm, max_context=10_000)
+    for bad in (0, 2.5, True):
+        with pytest.raises(OptionError, match="`prefill_chunk`"):
+            Scheduler(llm, prefill_chunk=bad)
     assert scheduler.stats()["waiting"] == 0
     full = Scheduler(llm, max_seqs=1, max_waiting=1)
     full.add(_req(PROMPTS[0], 4), print)

@@ -1,12 +1,16 @@
 """The batch of running sequences and one model step over it.
 
 ``Engine`` owns the batched ``KVCache`` and the sequences in its rows (row ``i`` of the cache is
-``running[i]``). ``prefill(sequences)`` runs each new prompt alone (batch 1, nothing padded, so
-a prompt's cache is what a solo run computes; a prompt longer than ``prefill_chunk`` tokens goes
-through in chunks), chooses its first token and joins its cache to the batch; ``decode()`` runs
-one step for every running row and chooses each row's next token with that row's own sampling.
-A sequence that finishes leaves at once (its rows and the columns no row uses any more are
-dropped); ``cancel(ids)`` ends sequences from outside.
+``running[i]``). ``admit(sequences)`` queues new prompts; ``prefill()`` runs them, each alone
+(batch 1, nothing padded, so a prompt's cache is what a solo run computes), in chunks of
+``prefill_chunk`` tokens from the prompt's start, at most ``prefill_chunk`` tokens a call while
+other sequences run (more chunks only while the batch is empty): a long prompt then holds the
+running rows up for one chunk between their decode steps, not for its whole length. A prompt
+whose last chunk ran chooses its first token and joins its cache to the batch. The chunks' bounds
+do not depend on what else runs, so neither does a prompt's cache. ``decode()`` runs one step
+for every running row and chooses each row's next token with that row's own sampling. A
+sequence that finishes leaves at once (its rows and the columns no row uses any more are
+dropped); ``cancel(ids)`` ends sequences from outside, prefilling ones included.
 
 The batch's cache lives in a ``KVStore`` (``cache.py``): a decoder whose ``writes_present`` is
 true (``OrtDecoder``) is handed the store's spare buffers as ``present`` and writes the step's
@@ -21,6 +25,8 @@ The engine is synchronous and single-threaded; ``scheduler.py`` decides when to 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from modelpress.ir.llm import LEFT_ALIGNED, DecoderConfig
@@ -28,7 +34,18 @@ from modelpress.runtime.generate.cache import KVCache
 from modelpress.runtime.generate.sampling import choose
 from modelpress.runtime.generate.sequence import Event, Sequence
 
-PREFILL_CHUNK = 512
+PREFILL_CHUNK = 256  # tokens of a prompt a step: the longest a prefill holds running rows up
+
+
+@dataclass
+class _Prefill:
+    """A prompt being prefilled: its sequence, the tokens to run and its cache so far."""
+
+    seq: Sequence
+    ids: list[int]
+    cache: KVCache
+    done: int = 0  # tokens run
+    logits: np.ndarray | None = None
 
 
 class Engine:
@@ -43,46 +60,64 @@ class Engine:
         )
         self.cache = self._empty(stored=True)
         self.running: list[Sequence] = []
+        self.prefilling: list[_Prefill] = []  # admitted, oldest first
         self.steps = 0  # decode steps run (for tests and metrics)
 
     def _empty(self, rows: int = 0, *, stored: bool = False) -> KVCache:
         return KVCache.empty(self.config, rows=rows, stored=stored, shared=stored and self.shared)
 
-    def reset(self) -> list[Sequence]:
-        """Drop every running sequence and the cache (after a failure); the dropped ones."""
-        running, self.running = self.running, []
-        self.cache = self._empty(stored=True)
-        return running
+    @property
+    def active(self) -> int:
+        """Sequences holding a slot: running or being prefilled."""
+        return len(self.running) + len(self.prefilling)
 
-    def prefill(self, sequences: list[Sequence]) -> list[Event]:
-        """Run each new prompt, choose its first token; the unfinished join the batch."""
-        events = []
-        for seq in sequences:
-            logits, cache = self._prefill(seq.prompt_ids)
-            event = seq.add(choose(logits[0], seq.params, seq.rng, seq.seen))
-            events.append(event)
+    def reset(self) -> list[Sequence]:
+        """Drop every sequence and the cache (after a failure); the dropped ones."""
+        dropped = [p.seq for p in self.prefilling] + self.running
+        self.running, self.prefilling = [], []
+        self.cache = self._empty(stored=True)
+        return dropped
+
+    def admit(self, sequences: list[Sequence]) -> None:
+        """Queue new prompts for ``prefill``."""
+        self.prefilling += [_Prefill(s, list(s.prompt_ids), self._empty(rows=1)) for s in sequences]
+
+    def prefill(self) -> list[Event]:
+        """Run the admitted prompts' next chunks (module docstring); a prompt run to its end
+        chooses its first token and, unfinished, joins the batch."""
+        events: list[Event] = []
+        budget = self.prefill_chunk if self.running else None
+        while self.prefilling and (budget is None or budget > 0):
+            p = self.prefilling[0]
+            ran = self._chunk(p)
+            if budget is not None:
+                budget -= ran
+            if p.done < len(p.ids):
+                continue
+            self.prefilling.pop(0)
+            seq = p.seq
+            events.append(seq.add(choose(p.logits[0], seq.params, seq.rng, seq.seen)))
             if not seq.finished:
                 self.cache.reserve(_need([*self.running, seq]))
-                self.cache.join(cache)
+                self.cache.join(p.cache)
                 self.running.append(seq)
         return events
 
-    def _prefill(self, token_ids: list[int]) -> tuple[np.ndarray, KVCache]:
-        """The last logits and the cache of ``token_ids`` run from an empty cache, alone."""
-        cache = self._empty(rows=1)
-        prompt = np.asarray([token_ids], dtype=np.int64)
-        # a long prompt goes through in chunks: the logits of a whole 8k-token prompt at once
-        # would take gigabytes ([tokens, vocab] floats), and only the last row is used; not past
-        # a rope switch (``prefill_again_after``): the chunks before it would be rotated apart
+    def _chunk(self, p: _Prefill) -> int:
+        """Run ``p``'s next chunk; the tokens it ran. Chunks start at multiples of
+        ``prefill_chunk`` (the logits of a whole 8k-token prompt at once would take gigabytes,
+        [tokens, vocab] floats, and only the last row is used); a sequence that will cross a
+        rope switch (``prefill_again_after``) runs whole: chunks before it would be rotated
+        apart."""
         chunk = self.prefill_chunk
-        if self.config.prefill_again_after is not None and len(token_ids) > chunk:
-            chunk = len(token_ids)
-        for start in range(0, prompt.shape[1], chunk):
-            ids = prompt[:, start : start + chunk]
-            mask, positions = cache.step_inputs(new=ids.shape[1])
-            logits, keys, values = self.decoder(ids, mask, positions, cache.keys, cache.values)
-            cache.advance(keys, values, mask, new=ids.shape[1])
-        return logits, cache
+        if self.config.prefill_again_after is not None and len(p.ids) > chunk:
+            chunk = len(p.ids)
+        ids = np.asarray([p.ids[p.done : p.done + chunk]], dtype=np.int64)
+        mask, positions = p.cache.step_inputs(new=ids.shape[1])
+        p.logits, keys, values = self.decoder(ids, mask, positions, p.cache.keys, p.cache.values)
+        p.cache.advance(keys, values, mask, new=ids.shape[1])
+        p.done += ids.shape[1]
+        return ids.shape[1]
 
     def decode(self) -> list[Event]:
         """One step for every running sequence."""
@@ -152,19 +187,23 @@ class Engine:
         self._retire(rows)
         events = []
         for seq in seqs:
-            logits, cache = self._prefill(seq.prompt_ids + seq.token_ids)
-            events.append(seq.add(choose(logits[0], seq.params, seq.rng, seq.seen)))
+            p = _Prefill(seq, seq.prompt_ids + seq.token_ids, self._empty(rows=1))
+            while p.done < len(p.ids):
+                self._chunk(p)
+            events.append(seq.add(choose(p.logits[0], seq.params, seq.rng, seq.seen)))
             if not seq.finished:
                 self.cache.reserve(_need([*self.running, seq]))
-                self.cache.join(cache)
+                self.cache.join(p.cache)
                 self.running.append(seq)
         return events
 
     def cancel(self, request_ids, *, reason: str = "cancelled", error: str | None = None):
-        """End the running sequences of ``request_ids``; their last events."""
+        """End the sequences of ``request_ids``, running or being prefilled; their last events."""
         wanted = set(request_ids)
+        events = [p.seq.end(reason, error) for p in self.prefilling if p.seq.request_id in wanted]
+        self.prefilling = [p for p in self.prefilling if p.seq.request_id not in wanted]
         rows = [i for i, s in enumerate(self.running) if s.request_id in wanted]
-        events = [self.running[i].end(reason, error) for i in rows]
+        events += [self.running[i].end(reason, error) for i in rows]
         self._retire(rows)
         return events
 

@@ -4,8 +4,10 @@ One ``Scheduler`` drives one model. Each iteration (``step()``) it
 
 1. ends the requests cancelled since the last step (a client that disconnected): a waiting one
    never starts, a running one leaves the batch and frees its slot for this very iteration;
-2. admits waiting requests, oldest first, while fewer than ``max_seqs`` run: each prompt is
-   prefilled and gets its first token (``Engine.prefill``);
+2. admits waiting requests, oldest first, while fewer than ``max_seqs`` run or are prefilled,
+   and runs the admitted prompts' next chunk (``Engine.prefill``: at most ``prefill_chunk``
+   tokens while others run, so a long prompt delays the running streams by one chunk a step,
+   not by its whole length); a prompt whose last chunk ran gets its first token and joins;
 3. runs one decode step over every running sequence; finished sequences leave the batch.
 
 Each request's events (``sequence.Event``: newly released text, the token, and on the last one
@@ -35,18 +37,15 @@ closed) cancels the request: its slot is free at the next step. ``metrics`` (``G
 counts requests, tokens and steps and calls the hooks it was given with time to first token,
 inter-token latency and step times. ``stats()`` is a snapshot for a health or metrics route.
 
-Batched equals solo: a prompt is prefilled alone (its cache is what a solo run computes), and a
-decode step differs from a solo one only by the other rows and by masked hole columns (zeros with
-no attention weight). Greedy tokens were equal token for token in every test (the tiny fp32
-models of each family, both KV layouts, rows joining and leaving) and for SmolLM2 fp32 16 of 16
-answers (``benchmarks/bench_llm.py --only decode_batch``); no tolerance is applied. A near-tie
-could still flip in principle: the matrix products of a batch may sum in another order than those
-of a single row. With int4 weights whose activations are quantized per block (``MatMulNBits``
-``accuracy_level`` 4) it does: the sums over a batch's masked hole columns round differently
-(about 1e-5 in fp32), the int8 rounding of the activations magnifies that (0.5 in the logits of
-SmolLM2 int4 for three hole columns), and of 16 SmolLM2 int4 answers of 64 tokens only 2 to 10
-equal their solo run (``benchmarks/results/serve_llm.md``; the same tokens before the cache had
-a store).
+Batched equals solo: a prompt is prefilled alone, in chunks whose bounds do not depend on the
+batch (its cache is what a solo run computes), and a decode step differs from a solo one only by
+the other rows and by masked columns (zeros with no attention weight). With the left-aligned
+caches (``ir.llm``: ``in_place``, ``left_aligned``) a row's entries sit at the same columns
+whatever the batch and every step sees a masked column after each row, and a row's logits are
+the same bits batched as alone (tested with int4 ``MatMulNBits`` weights, whose activations are
+quantized per block: the case where a last-bit difference does turn into another token). Folders
+of the older ``append`` layout put a row behind the batch's hole columns: its sums round
+otherwise, and int4 answers can differ from their solo run (``LLM.batch_invariant``).
 
 Without ``start()`` the scheduler is driven by its caller: ``run(requests)`` and ``stream(request)``
 call ``step()`` themselves (``Generator`` does this; no thread involved).
@@ -65,7 +64,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 
 from modelpress.errors import InputError, ModelpressError, OptionError
-from modelpress.runtime.generate.engine import Engine
+from modelpress.runtime.generate.engine import PREFILL_CHUNK, Engine
 from modelpress.runtime.generate.metrics import GenerationMetrics
 from modelpress.runtime.generate.sampling import SamplingParams
 from modelpress.runtime.generate.sequence import Event, GenerationResult, Sequence
@@ -99,13 +98,16 @@ class Scheduler:
         max_context: int | None = None,
         metrics: GenerationMetrics | None = None,
         max_waiting: int | None = None,
+        prefill_chunk: int = PREFILL_CHUNK,
     ) -> None:
         """``llm``: an ``LLM`` (``open_llm``), or any object with its ``decoder``, ``config``,
         ``tokenizer`` and ``prompt_ids``. ``max_waiting``: refuse a request (``QueueFullError``)
-        when that many already wait for a slot (None: no limit)."""
+        when that many already wait for a slot (None: no limit). ``prefill_chunk``: prompt
+        tokens run a step while other sequences run (``Engine``)."""
         config = llm.config
-        if not isinstance(max_seqs, int) or max_seqs < 1:
-            raise OptionError(f"`max_seqs` must be an integer of at least 1, got {max_seqs!r}")
+        for name, value in (("max_seqs", max_seqs), ("prefill_chunk", prefill_chunk)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise OptionError(f"`{name}` must be an integer of at least 1, got {value!r}")
         if max_context is None:
             max_context = config.max_context
         if not isinstance(max_context, int) or not 1 <= max_context <= config.max_context:
@@ -118,7 +120,7 @@ class Scheduler:
         self.max_context = max_context
         self.max_waiting = max_waiting
         self.metrics = metrics or GenerationMetrics()
-        self.engine = Engine(llm.decoder, config)
+        self.engine = Engine(llm.decoder, config, prefill_chunk=prefill_chunk)
         self._waiting: deque[Sequence] = deque()
         self._sinks: dict[str, Sink] = {}
         self._cancelled: set[str] = set()
@@ -254,14 +256,13 @@ class Scheduler:
                 events += self.engine.cancel(cancelled)
             if self._waiting:
                 with self._cond:
-                    while (
-                        self._waiting and len(self.engine.running) + len(admitted) < self.max_seqs
-                    ):
+                    while self._waiting and self.engine.active + len(admitted) < self.max_seqs:
                         admitted.append(self._waiting.popleft())
             for seq in admitted:
                 self.metrics.started(len(seq.prompt_ids))
-            if admitted:
-                events += self.engine.prefill(admitted)
+            self.engine.admit(admitted)
+            if self.engine.prefilling:
+                events += self.engine.prefill()
             running = len(self.engine.running)
             start = time.perf_counter()
             decoded = self.engine.decode()
@@ -270,13 +271,9 @@ class Scheduler:
             events += decoded
         except Exception as exc:  # a failed step ends what it was running, not the loop
             message = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-            running = {s.request_id for s in self.engine.running}
-            events += [
-                s.end("error", message)
-                for s in admitted
-                if not s.finished and s.request_id not in running
-            ]
-            events += self.engine.cancel(running, reason="error", error=message)
+            ids = {s.request_id for s in self.engine.running}
+            ids |= {p.seq.request_id for p in self.engine.prefilling}
+            events += self.engine.cancel(ids, reason="error", error=message)
         self._deliver(events)
         return events
 
@@ -314,7 +311,7 @@ class Scheduler:
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not (self._closed or self._waiting or self._cancelled or self.engine.running):
+                while not (self._closed or self._waiting or self._cancelled or self.engine.active):
                     self._cond.wait()
                 if self._closed:
                     break
@@ -362,6 +359,7 @@ class Scheduler:
             waiting = len(self._waiting)
         return {
             "running": len(self.engine.running),
+            "prefilling": len(self.engine.prefilling),
             "waiting": waiting,
             "max_seqs": self.max_seqs,
             "max_context": self.max_context,
