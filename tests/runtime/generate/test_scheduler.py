@@ -106,6 +106,34 @@ def test_a_long_prompt_runs_a_chunk_a_step_between_the_running_rows_steps(parts,
         assert results[seq.request_id][-1].result.token_ids == alone.token_ids
 
 
+def test_a_prompt_cancelled_while_it_is_prefilled_frees_its_slot(parts):
+    llm = _llm(parts)
+    scheduler = Scheduler(llm, max_seqs=2, prefill_chunk=2)
+    ended = {}
+
+    def sink(event):
+        if event.finished:
+            ended[event.request_id] = event.result
+
+    running = scheduler.add(_req(PROMPTS[0], 30), sink)
+    scheduler.step()
+    long = scheduler.add(_req(f"{PROMPTS[1]} {PROMPTS[3]}", 4), sink)
+    scheduler.step()
+    assert scheduler.stats()["prefilling"] == 1
+    waiting = scheduler.add(_req(PROMPTS[2], 3), sink)
+    scheduler.step()
+    assert waiting.request_id not in ended and scheduler.stats()["waiting"] == 1  # no slot
+    scheduler.cancel(long.request_id)
+    scheduler.step()
+    assert ended[long.request_id].finish_reason == "cancelled"
+    assert ended[long.request_id].token_ids == []
+    assert scheduler.stats()["waiting"] == 0  # the slot went to the waiting request at once
+    while scheduler.engine.active:
+        scheduler.step()
+    assert ended[waiting.request_id].token_ids == _solo(llm, _req(PROMPTS[2], 3)).token_ids
+    assert ended[running.request_id].token_ids == _solo(llm, _req(PROMPTS[0], 30)).token_ids
+
+
 def test_seeded_sampling_is_the_same_batched_or_alone(parts):
     llm = _llm(parts)
     kw = dict(temperature=0.9, top_k=50, top_p=0.95, seed=3)
