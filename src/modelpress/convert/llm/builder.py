@@ -94,7 +94,7 @@ class _Shared:
         total = g.op("Shape", [mask], name="kv/total", start=1, end=2)  # [1]: the cache's width
         # n_b: the row's entries before this step (its ones, less the step's own; 0 for a
         # prompt, whose padded rows have fewer ones than tokens)
-        ones = g.op("ReduceSum", [mask, one], name="kv/ones", keepdims=1)  # [B, 1]
+        ones = g.op("ReduceSum", [mask, g.const([1])], name="kv/ones", keepdims=1)  # [B, 1]
         start = g.op("Max", [g.op("Sub", [ones, seq], name="kv/sub"), zero], name="kv/start")
         steps = g.op(
             "Range", [zero, g.op("Squeeze", [seq, scalar], name="kv/seq0"), one], name="kv/steps"
@@ -119,13 +119,15 @@ class _Shared:
         real = g.op("Cast", [mask], name="mask/bool", to=TensorProto.BOOL)
         real = g.op("Unsqueeze", [real, g.const([1])], name="mask/b1t")  # [B, 1, T]
         visible = g.op("And", [causal, real], name="mask/visible")  # [B, S, T]
-        self.visible = g.op("Unsqueeze", [visible, one], name="mask/visible4")  # [B, 1, S, T]
+        self.visible = g.op(
+            "Unsqueeze", [visible, g.const([1])], name="mask/visible4"
+        )  # [B, 1, S, T]
         if any(spec.sliding):
             # a key's position is its column (rows are left-aligned): the query sees the keys
             # fewer than ``window`` positions back, itself included
             distance = g.op("Sub", [query, keys], name="mask/distance")  # [B, S, T]
             near = g.op("Less", [distance, g.const(spec.sliding_window)], name="mask/near")
-            near = g.op("Unsqueeze", [near, one], name="mask/near4")
+            near = g.op("Unsqueeze", [near, g.const([1])], name="mask/near4")
             self.visible_local = g.op("And", [self.visible, near], name="mask/visible_local")
 
     def bias(self, local: bool) -> str:
