@@ -10,7 +10,7 @@ logits only: the LM head skips the others (a fifth of SmolLM2-135M's prefill tim
 and ONNX Runtime's arena gives back what such a run took (a long prompt's activations) when it
 ends. Given ``present`` (arrays of the step's present shapes: the batch cache's spare buffers,
 ``kv_store.py``), a bound step writes the present keys and values there instead of into arrays
-ONNX Runtime allocates. With ``share`` (the default) a decoder of a left-aligned layout says
+ONNX Runtime allocates (not an ``in_place`` step: it writes into its own past, below). With ``share`` (the default) a decoder of a left-aligned layout says
 ``shares_kv``: the engine then passes the same buffers, of a capacity larger than the cache, as a
 step's past and present, and the step writes only the new entries into them: the ``left_aligned``
 layout's GroupQueryAttention (``convert --ops ort``) in its share-buffer mode (it compares the
