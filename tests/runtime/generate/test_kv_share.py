@@ -100,7 +100,10 @@ def test_shared_buffers_give_the_same_greedy_tokens(folder, max_seqs):
     assert store.full() is None  # every row left: the buffers went back
 
 
-def test_buffers_too_small_grow_by_doubling(folder):
+def test_buffers_too_small_grow_by_doubling(folder, monkeypatch):
+    from modelpress.runtime.generate import kv_store
+
+    monkeypatch.setattr(kv_store, "ALIGN", 2)  # widths small enough to grow here
     shared, plain = _pair(folder)
     engine = shared.scheduler.engine
     engine.cache.reserve = lambda columns: None  # no room planned: every layout is the minimum

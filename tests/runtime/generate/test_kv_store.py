@@ -171,3 +171,25 @@ def test_a_shared_cache_equals_plain_arrays_and_grows_when_short(reserve):
     else:  # one spare column a layout: the steps doubled it, past the longest row's 9 + 9
         assert any(relaid) and not all(relaid) and max(capacities) > 18
     assert shared.rows == 0 and store.full() is None and store.reserved_bytes() == 0
+
+
+def test_a_bounded_store_lays_out_aligned_widths_with_a_masked_column():
+    """The ``in_place`` layout's store: every width a multiple of ``ALIGN`` with at least one
+    column past the step's, at most about twice the columns whatever the reserve, and the whole
+    reserve short of ``limit`` for the unbounded store (GroupQueryAttention's)."""
+    from modelpress.runtime.generate.kv_store import ALIGN, aligned
+
+    bounded = SharedKVStore(2, np.float32, limit=10_000, bounded=True)
+    unbounded = SharedKVStore(2, np.float32, limit=10_000)
+    for columns in (1, 5, 62, 63, 64, 100, 500):
+        for reserve in (0, columns + 3, 5_000):
+            bounded.reserve = unbounded.reserve = reserve
+            bounded.spare((2, HEADS, columns, DIM))
+            bounded.flip()
+            capacity = bounded.capacity()
+            assert capacity % ALIGN == 0 and capacity >= columns + 2, (columns, reserve, capacity)
+            assert capacity <= aligned(max(2 * columns, columns + 1)), (columns, reserve, capacity)
+            unbounded.spare((2, HEADS, columns, DIM))
+            unbounded.flip()
+            assert unbounded.capacity() == max(reserve, columns + 1)
+    assert aligned(ALIGN - 1) == ALIGN and aligned(ALIGN) == 2 * ALIGN and aligned(1) == ALIGN

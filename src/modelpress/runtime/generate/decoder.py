@@ -20,7 +20,8 @@ the larger of that and the buffers' capacity, so both bindings have the same sha
 buffer. Such a step binds nothing: the cache, the logits, the token ids, the positions and a mask
 as wide as the buffers stay bound while the buffers do, and a step copies its values in
 (``_run_shared``). Any other step of an ``in_place`` decoder feeds new arrays: the cache, the
-step's room and one masked column more (``MARGIN``), which a bound step writes in place.
+step's room and masked columns up to the ``kv_store.aligned`` width, which a bound step writes in
+place.
 
 Any callable with ``__call__``'s signature is a decoder: the scheduler's tests drive fake ones.
 """
@@ -45,12 +46,9 @@ from modelpress.ir.llm import (
     past_names,
     present_names,
 )
+from modelpress.runtime.generate.kv_store import aligned
 
 _ONE = np.array(1, np.int64)
-# ``in_place`` steps see a masked column past every row's last entry: ONNX Runtime's Attention
-# (MLAS) sums a row that fills its last column otherwise than one followed by a masked column
-# (measured: rows of 4k+3 columns), and a row fills the cache's width alone but not in a batch
-MARGIN = 1
 _DTYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 
 
@@ -196,12 +194,13 @@ class OrtDecoder:
 
 
 def _with_room(keys: list, values: list, mask: np.ndarray):
-    """An ``in_place`` step's past and mask: the cache, the step's room and ``MARGIN`` more zero
-    columns (new arrays: a bound step writes its present into them)."""
-    seq = mask.shape[1] - (keys[0].shape[2] if keys else 0)
-    keys = [past_feed("in_place", a, seq + MARGIN) for a in keys]
-    values = [past_feed("in_place", a, seq + MARGIN) for a in values]
-    return keys, values, np.pad(mask, ((0, 0), (0, MARGIN)))
+    """An ``in_place`` step's past and mask: the cache, then zero columns up to the ``aligned``
+    width (the step's room and more; new arrays: a bound step writes its present into them)."""
+    past = keys[0].shape[2] if keys else 0
+    room = aligned(mask.shape[1]) - past
+    keys = [past_feed("in_place", a, room) for a in keys]
+    values = [past_feed("in_place", a, room) for a in values]
+    return keys, values, np.pad(mask, ((0, 0), (0, past + room - mask.shape[1])))
 
 
 def _shrinking_arena():
