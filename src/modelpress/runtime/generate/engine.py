@@ -16,7 +16,8 @@ The batch's cache lives in a ``KVStore`` (``cache.py``): a decoder whose ``write
 true (``OrtDecoder``) is handed the store's spare buffers as ``present`` and writes the step's
 cache there; any other decoder returns new arrays, which the cache copies in. A decoder that
 ``shares_kv`` (``OrtDecoder`` of a left-aligned folder) gets share mode instead: the store's
-buffers have room for each row's prompt plus ``max_tokens`` (``reserve``), a decode step is
+buffers have room for each row's prompt plus ``max_tokens`` (``reserve``; at most twice the
+rows' columns for ``in_place``, whose steps read every column: ``kv_store``), a decode step is
 handed them as both past and present and writes only its new entries; the rows are copied only
 when they join or leave (or when the room runs out: it doubles).
 
