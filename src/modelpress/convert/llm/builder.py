@@ -341,7 +341,8 @@ def build_decoder(
 ) -> onnx.ModelProto:
     """The decoder graph. ``layer_weights(i)`` hands layer ``i``'s canonical weights (one layer
     at a time, so a large checkpoint is never held twice). ``level``: ``standard`` (ONNX ops,
-    ``kv_layout`` ``in_place``) or ``ort`` (ONNX Runtime's contrib ops, ``kv_layout`` ``left_aligned``: see ``ort_level``)."""
+    ``kv_layout`` ``in_place``) or ``ort`` (ONNX Runtime's contrib ops, ``kv_layout``
+    ``left_aligned``: see ``ort_level``)."""
     g = Graph()
     f32, i64 = TensorProto.FLOAT, TensorProto.INT64
     inputs = [

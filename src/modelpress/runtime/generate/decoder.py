@@ -10,9 +10,10 @@ logits only: the LM head skips the others (a fifth of SmolLM2-135M's prefill tim
 and ONNX Runtime's arena gives back what such a run took (a long prompt's activations) when it
 ends. Given ``present`` (arrays of the step's present shapes: the batch cache's spare buffers,
 ``kv_store.py``), a bound step writes the present keys and values there instead of into arrays
-ONNX Runtime allocates (not an ``in_place`` step: it writes into its own past, below). With ``share`` (the default) a decoder of a left-aligned layout says
-``shares_kv``: the engine then passes the same buffers, of a capacity larger than the cache, as a
-step's past and present, and the step writes only the new entries into them: the ``left_aligned``
+ONNX Runtime allocates (not an ``in_place`` step: it writes into its own past, below). With
+``share`` (the default) a decoder of a left-aligned layout says ``shares_kv``: the engine then
+passes the same buffers, of a capacity larger than the cache, as a step's past and present, and
+the step writes only the new entries into them: the ``left_aligned``
 layout's GroupQueryAttention (``convert --ops ort``) in its share-buffer mode (it compares the
 pointers; the attention mask's width gives ``total_sequence_length``, and the present's length is
 the larger of that and the buffers' capacity, so both bindings have the same shape), the
@@ -122,7 +123,7 @@ class OrtDecoder:
         else:
             outs = self.session.run(self.outputs, feeds)
         logits, keys, values = outs[0][:, -1, :], outs[1::2], outs[2::2]
-        if width is not None:  # without the margin
+        if width is not None:  # the step's columns, without the aligned width's masked rest
             keys, values = [a[:, :, :width] for a in keys], [a[:, :, :width] for a in values]
         return logits, keys, values
 
