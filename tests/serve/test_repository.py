@@ -61,6 +61,7 @@ def test_cli_refusals_are_one_line(tmp_path, capsys):
         (["serve", path, "--api-key-file", str(tmp_path / "absent")], "error: --api-key-file"),
         (["serve", path, "--name", "a,b"], "error: --name gives 2 names for 1 models"),
         (["serve", path, "--max-batch", "0"], "error: --max-batch must be at least 1"),
+        (["serve", path, "--prefill-chunk", "0"], "error: --prefill-chunk must be at least 1"),
         (
             ["serve", path, path],
             "error: two models are named 'cnn': give them different --name values",
