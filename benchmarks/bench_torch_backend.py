@@ -190,7 +190,7 @@ def write_report(data):
         "",
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores (shared with other jobs), "
         f"torch {torch.__version__}, onnxruntime {data['ort_version']}, Python {platform.python_version()}. "
-        "No GPU: this task was not lent the GPU machine, so CUDA/MPS and a CPU-GPU split are not measured here.",
+        "CPU only: the backend on a GPU (node tests, a converted ResNet-50, a CPU-GPU split) is measured by `benchmarks/bench_gpu.py` (`gpu.md`).",
         "",
         "Command: `.venv/bin/python benchmarks/bench_torch_backend.py"
         + (" --no-compile" if not data["compile"] else "")

@@ -31,6 +31,7 @@ ORDER = [
     "deploy",
     "llm",
     "llm_decode",
+    "gpu",
 ]
 TITLES = {
     "optimize": "graph optimizer (issue: foundation and optimizer)",
@@ -50,6 +51,7 @@ TITLES = {
     "deploy": "deploy: the plan's promised p99 against the measured one",
     "llm": "decoder LLMs: int4 quality (perplexity, greedy agreement), GGUF import",
     "llm_decode": "decoder LLMs: decode speed against onnxruntime-genai and llama.cpp, batching",
+    "gpu": "the GPU paths on an H200, and the advisor's estimates against that GPU",
 }
 
 

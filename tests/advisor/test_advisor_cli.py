@@ -66,6 +66,35 @@ def test_json_fields_per_device(tmp_path, capsys):
     assert "A100 SXM4 80GB" in stdout
 
 
+def test_engine_eager_is_estimated_op_by_op(tmp_path, capsys):
+    # `--engine` reaches the ranking too, not only the service planner: eager PyTorch dispatches
+    # every op from the host, so its estimate equals the estimator's eager one, below compiled's
+    from modelpress.advisor.catalog import load_catalog
+    from modelpress.advisor.estimate import estimate
+    from modelpress.profile.workloads import get_workload
+
+    got = {}
+    for engine in ("eager", "compiled"):
+        out = tmp_path / f"{engine}.json"
+        argv = ["--workload", "resnet50", "--precision", "fp16", "--batch-size", "8"]
+        argv += ["--gpu", "L4", "--engine", engine, "--no-cpu", "--json", str(out)]
+        rc, _, _ = _advise(capsys, *argv)
+        assert rc == 0
+        got[engine] = json.loads(out.read_text())["result"]["devices"][0]["throughput"]
+    gpu = load_catalog().lookup("L4").gpu
+    for engine in ("eager", "compiled"):
+        expected = estimate(
+            get_workload("resnet50"),
+            gpu,
+            task="infer",
+            precision="fp16",
+            batch=8,
+            engine=engine,
+        ).throughput
+        assert got[engine] == pytest.approx(expected, rel=1e-9)
+    assert got["eager"] < 0.5 * got["compiled"]
+
+
 def test_training_llm_config_tokens(tmp_path, capsys):
     cfg = tmp_path / "config.json"
     cfg.write_text(

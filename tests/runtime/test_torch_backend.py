@@ -645,3 +645,52 @@ def test_concurrent_runs_with_different_shapes_do_not_interfere():
         ref = run_model(model, f)
         for name in ref:
             np.testing.assert_array_equal(got[name], ref[name])
+
+
+@pytest.mark.parametrize("saturate", [0, 1])
+@pytest.mark.parametrize("to", ["FLOAT8E4M3FN", "FLOAT8E5M2", "FLOAT8E4M3FNUZ", "FLOAT8E5M2FNUZ"])
+def test_float8_cast_overflow_follows_onnx_on_every_device(to, saturate):
+    # values at and around each type's largest finite value, its rounding ties, and infinities:
+    # PyTorch's own cast saturates on the CPU and gives NaN on CUDA, ONNX says which (saturate)
+    from onnx.reference import ReferenceEvaluator
+
+    from modelpress.ir import to_proto
+
+    elem = getattr(onnx.TensorProto, to)
+    top = float(torch.finfo(getattr(torch, "float8_" + to[6:].lower())).max)
+    x = np.array(
+        [
+            0.0,
+            -0.0,
+            1.0,
+            0.3,
+            top,
+            -top,
+            top * 1.03,
+            top * 1.0625,
+            top * 1.07,
+            top * 1.072,
+            top * 1.14,
+            -top * 1.15,
+            1e9,
+            np.inf,
+            -np.inf,
+            np.nan,
+        ],
+        np.float32,
+    )
+    model = _model(
+        [oh.make_node("Cast", ["x"], ["y"], to=elem, saturate=saturate)],
+        [_vi("x", onnx.TensorProto.FLOAT, [len(x)])],
+        [_vi("y", elem, [len(x)])],
+        {},
+        opset=21,
+    )
+    proto = to_proto(model)
+    expected = ReferenceEvaluator(proto).run(None, {"x": x})[0].astype(np.float32)
+    devices = ["cpu"] + (["cuda:0"] if torch.cuda.is_available() else [])
+    for device in devices:
+        module = to_torch(model, device=device)
+        with torch.no_grad():
+            got = module(x=torch.from_numpy(x).to(device)).float().cpu().numpy()
+        np.testing.assert_array_equal(got, expected, err_msg=f"{to} saturate={saturate} {device}")

@@ -8,7 +8,7 @@ counted apart: the backend rejects them with a clear error, and the pass rate is
 without them. The target is >= 95% of the claimed, representable cases.
 
 Run as a script for the summary and the failing cases:
-``.venv/bin/python tests/runtime/test_torch_node_tests.py``.
+``.venv/bin/python tests/runtime/test_torch_node_tests.py [DEVICE]`` (``cuda:0`` on a GPU).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ torch = pytest.importorskip("torch")
 
 from modelpress.ir import from_proto  # noqa: E402
 from modelpress.runtime.torch_backend import supported_ops, to_torch  # noqa: E402
+from modelpress.runtime.torch_backend.backend import ieee_fp32  # noqa: E402
 from modelpress.runtime.torch_backend.registry import TORCH_DTYPES, from_numpy, to_numpy  # noqa: E402
 
 TARGET = 0.95
@@ -74,12 +75,12 @@ def _array(a):
     return onnx.numpy_helper.to_array(a) if isinstance(a, onnx.TensorProto) else np.asarray(a)
 
 
-def _check_case(case) -> None:
-    module = to_torch(from_proto(case.model))
+def _check_case(case, device: str = "cpu") -> None:
+    module = to_torch(from_proto(case.model), device=device)
     names = [i.name for i in case.model.graph.input]
     for inputs, outputs in case.data_sets:
-        feeds = {n: from_numpy(_array(a)) for n, a in zip(names, inputs, strict=False)}
-        with torch.no_grad():
+        feeds = {n: from_numpy(_array(a)).to(device) for n, a in zip(names, inputs, strict=False)}
+        with torch.no_grad(), ieee_fp32():  # as TorchPrepared.run
             got = module.program.run(module, feeds)
         for g, expected in zip(got, outputs, strict=False):
             g, expected = to_numpy(g), _array(expected)
@@ -92,7 +93,8 @@ def _check_case(case) -> None:
 
 
 @cache
-def run_node_tests() -> NodeTestSummary:
+def run_node_tests(device: str = "cpu") -> NodeTestSummary:
+    """Every node test whose ops the backend claims, run on ``device`` (``cuda:0`` on a GPU)."""
     import onnx.backend.test.case.node as node_cases
 
     claimed = set(supported_ops())
@@ -111,7 +113,7 @@ def run_node_tests() -> NodeTestSummary:
             summary.unrepresentable.append(case.name)
             continue
         try:
-            _check_case(case)
+            _check_case(case, device)
         except Exception as exc:  # any failure is a failed case; the message says which
             text = str(exc).strip().splitlines()
             summary.failed.append(
@@ -165,7 +167,9 @@ def test_core_ops_pass_every_node_test():
 
 
 if __name__ == "__main__":
-    s = run_node_tests()
+    import sys
+
+    s = run_node_tests(sys.argv[1] if len(sys.argv) > 1 else "cpu")
     total = len(s.passed) + len(s.failed)
     print(f"claimed ops: {len(supported_ops())}")
     print(f"representable cases: {len(s.passed)}/{total} passed ({s.rate:.1%})")

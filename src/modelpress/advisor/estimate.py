@@ -460,6 +460,7 @@ def best_under_latency(
     num_gpus: int = 1,
     eff: Efficiency = DEFAULT_EFFICIENCY,
     cap: int = MAX_BATCH,
+    engine: str = "compiled",
 ) -> Estimate | None:
     """The inference batch (at most ``cap``) with the highest throughput whose latency meets
     ``latency_ms`` (None when even batch 1 misses it or nothing fits). Latency grows with the
@@ -473,7 +474,14 @@ def best_under_latency(
 
     def at(b: int) -> Estimate:
         return estimate(
-            workload, gpu, task="infer", precision=precision, batch=b, num_gpus=num_gpus, eff=eff
+            workload,
+            gpu,
+            task="infer",
+            precision=precision,
+            batch=b,
+            num_gpus=num_gpus,
+            eff=eff,
+            engine=engine,
         )
 
     first = at(1)

@@ -50,6 +50,7 @@ class Request:
     power_cap_w: float | None = None
     amount: float | None = None  # samples or tokens to process (training job size)
     optimizer: str = "adam"
+    engine: str = "compiled"  # inference on a compiled engine or eager PyTorch (estimate.ENGINES)
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,9 @@ def _evaluate(
         return Ranked(None, gpu, None, None, f"no {req.precision} compute figure in the catalog")
     if n > 1 and gpu.link_gbs(n) is None:
         return Ranked(None, gpu, None, None, f"no interconnect figure for {n} devices")
-    run = partial(estimate, workload, gpu, precision=req.precision, num_gpus=n, eff=eff)
+    run = partial(
+        estimate, workload, gpu, precision=req.precision, num_gpus=n, eff=eff, engine=req.engine
+    )
     if req.latency_ms is not None and req.task == "infer":
         est = best_under_latency(
             workload,
@@ -121,6 +124,7 @@ def _evaluate(
             num_gpus=n,
             eff=eff,
             cap=BATCH_CAP,
+            engine=req.engine,
         )
         if est is not None and req.batch and est.batch > req.batch:
             est = run(task="infer", batch=req.batch)

@@ -289,7 +289,14 @@ def run(args) -> int:
         batch=args.batch_size,
         amount=args.samples,
         **options.keywords(
-            args, "task", "precision", "num_gpus", "latency_ms", "power_cap_w", "optimizer"
+            args,
+            "task",
+            "precision",
+            "num_gpus",
+            "latency_ms",
+            "power_cap_w",
+            "optimizer",
+            "engine",
         ),
     )
     calibration = None

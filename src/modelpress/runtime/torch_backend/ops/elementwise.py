@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 
 import torch
 
@@ -162,14 +163,40 @@ def identity(ctx, x):
     return x
 
 
-_FLOAT8 = {torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz}
+FLOAT8 = (torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
+_MANTISSA_BITS = dict(zip(FLOAT8, (3, 2, 3, 2), strict=True))
+
+
+def to_float8(x, dtype, saturate: bool):
+    """``x`` cast to a float8 ``dtype`` by ONNX's rules, the same on every device (PyTorch's own
+    cast saturates on the CPU and does not on CUDA).
+
+    Rounding is to nearest even. With ``saturate`` a value past the largest finite one becomes it
+    (an infinity too); without, it becomes infinity in E5M2 and NaN in the types with none.
+    """
+    v = x.to(torch.float32)
+    top = float(torch.finfo(dtype).max)
+    clamped = torch.clamp(v, -top, top)  # NaN stays NaN
+    if saturate:
+        return clamped.to(dtype)
+    # past the largest finite value once rounded: beyond half a step above it, or at that tie
+    # when the largest value's mantissa is odd (ties go to even, here the next binade)
+    binade = 2.0 ** math.floor(math.log2(top))
+    step = binade * 2.0 ** -_MANTISSA_BITS[dtype]
+    odd = round((top - binade) / step) % 2 == 1
+    bound = top + step / 2
+    over = v.abs() >= bound if odd else v.abs() > bound
+    special = (
+        torch.copysign(torch.full_like(v, torch.inf), v)
+        if dtype == torch.float8_e5m2
+        else (torch.full_like(v, torch.nan))
+    )
+    return torch.where(over, special, clamped).to(dtype)
 
 
 def _cast(ctx, x, dtype):
-    if dtype in _FLOAT8 and ctx.attr("saturate", 1):
-        # saturate: values past the largest finite float8 (infinities included) become it
-        limit = torch.finfo(dtype).max
-        x = torch.where(torch.isnan(x), x, torch.clamp(x.to(torch.float32), -limit, limit))
+    if dtype in FLOAT8:
+        return to_float8(x, dtype, bool(ctx.attr("saturate", 1)))
     return x.to(dtype)
 
 

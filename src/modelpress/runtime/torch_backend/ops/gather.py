@@ -111,9 +111,17 @@ def topk(ctx, x, k=None):
     kk = ctx.attr("k") if ctx.opset < 10 else int(ctx.scalar(1, k))
     axis = axis_of(ctx.attr("axis", -1), x.dim())
     largest = bool(ctx.attr("largest", 1))
-    # a stable sort keeps the lower index first among equal values, as ONNX requires
-    values, idx = torch.sort(x, dim=axis, descending=largest, stable=True)
-    return values.narrow(axis, 0, kk), idx.narrow(axis, 0, kk)
+    # a stable sort keeps the lower index first among equal values, as ONNX requires. CUDA sorts
+    # no uint16/32/64: they are sorted by an int64 key of the same order, then mapped back.
+    key, back = x, None
+    if x.dtype in (torch.uint16, torch.uint32):
+        key, back = x.to(torch.int64), lambda k: k.to(x.dtype)
+    elif x.dtype == torch.uint64:
+        sign = -(2**63)  # flipping the top bit turns unsigned order into signed order
+        key, back = x.view(torch.int64) ^ sign, lambda k: (k ^ sign).view(torch.uint64)
+    values, idx = torch.sort(key, dim=axis, descending=largest, stable=True)
+    values = values.narrow(axis, 0, kk)
+    return (values if back is None else back(values)), idx.narrow(axis, 0, kk)
 
 
 @op("NonZero")

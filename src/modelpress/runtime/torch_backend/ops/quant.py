@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from modelpress.runtime.torch_backend.ops.elementwise import to_float8
 from modelpress.runtime.torch_backend.registry import axis_of, op, torch_dtype
 
 
@@ -48,7 +49,7 @@ def quantize_linear(ctx, x, scale, zero_point=None):
         y = x.to(torch.float32) / s.to(torch.float32)
         if zero_point is not None:
             y = y + _expand(zero_point, x, axis, block).to(torch.float32)
-        return y.to(dtype)
+        return to_float8(y, dtype, bool(ctx.attr("saturate", 1)))
     y = torch.round(x.to(torch.float32) / s.to(torch.float32))
     if zero_point is not None:
         y = y + _expand(zero_point, x, axis, block).to(torch.float32)
