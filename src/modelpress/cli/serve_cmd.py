@@ -255,11 +255,11 @@ def run(args) -> int:
     for w in repo.warnings:
         err_console.print(f"warning: {w}")
     for name, llm in llms:
-        if args.max_seqs > 1 and not llm.batch_invariant:
+        why = llm.batch_variance() if args.max_seqs > 1 else None
+        if why:
             err_console.print(
-                f"note: {name}: int4 weights over a cache appended by an earlier modelpress: "
-                "a batched greedy answer can differ from the same request alone (convert the "
-                "checkpoint again for answers that do not depend on the batch)"
+                f"note: {name}: a batched greedy answer can differ from the same request "
+                f"alone: {why}"
             )
     if args.log_placement:
         for m in repo.models.values():

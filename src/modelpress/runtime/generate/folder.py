@@ -25,6 +25,7 @@ from modelpress.ir.llm import (
 )
 from modelpress.runtime.generate.chat import ChatTemplate, read_chat_template
 from modelpress.runtime.generate.decoder import OrtDecoder
+from modelpress.runtime.generate.kernels import int4_rows_agree
 
 
 @dataclass
@@ -62,14 +63,41 @@ class LLM:
 
     @property
     def batch_invariant(self) -> bool:
-        """Whether a row's logits are the same bits batched as alone. Not with int4
-        ``MatMulNBits`` (activations quantized per block: a last-bit difference can move a code)
-        under the ``append`` layout of folders written before ``in_place``, where a row's
-        entries sit behind the batch's hole columns and its attention sums round differently;
-        the left-aligned layouts keep a row's entries at its own columns whatever the batch,
-        and float weights keep such a difference in the last bits."""
-        quantized = self.config.quantization.get("format") == "MatMulNBits"
-        return not (quantized and self.config.kv_layout == "append")
+        """Whether a row's logits are the same bits batched as alone (``batch_variance``)."""
+        return self.batch_variance() is None
+
+    def batch_variance(self) -> str | None:
+        """Why a batched greedy answer can differ from the same request alone, or None.
+
+        Float weights keep a difference in the last bits; int4 ``MatMulNBits`` (activations
+        quantized per block) can turn one into another code, so they are invariant only (1) over
+        a left-aligned cache, where a row's entries sit at its own columns whatever the batch
+        (not under the ``append`` layout of folders written before ``in_place``, where they sit
+        behind the batch's hole columns and attention sums round differently) and (2) where this
+        CPU's int4 kernel computes a lone row as it computes rows together
+        (``kernels.int4_rows_agree``)."""
+        q = self.config.quantization
+        if q.get("format") != "MatMulNBits":
+            return None
+        if self.config.kv_layout == "append":
+            return (
+                "int4 weights over a cache appended by an earlier modelpress (convert the "
+                "checkpoint again for answers that do not depend on the batch)"
+            )
+        if q.get("mode") == "gguf":
+            symmetric = "Q4_1" not in q.get("types", [])
+        else:
+            symmetric = bool(q.get("symmetric"))
+        session = getattr(self.decoder, "session", None)
+        threads = session.get_session_options().intra_op_num_threads if session else 1
+        if int4_rows_agree(
+            int(q.get("block_size", 32)), symmetric, threads=threads or os.cpu_count() or 1
+        ):
+            return None
+        return (
+            "this CPU's int4 kernel (ONNX Runtime's MatMulNBits) computes a lone row otherwise "
+            "than rows in a batch (--max-seqs 1 keeps every answer its solo one)"
+        )
 
     def encode(self, text: str, *, special: bool = True) -> list[int]:
         ids = list(self.tokenizer.encode(text, add_special_tokens=special).ids)
