@@ -1,5 +1,5 @@
 """Share mode (``cache.py``, ``kv_store.SharedKVStore``): on left-aligned decoders (ONNX
-Runtime's GroupQueryAttention at the ``ort`` level, ScatterElements into the past at the standard
+Runtime's GroupQueryAttention at the ``ort`` level, ScatterND into the past at the standard
 level's ``in_place`` layout) a step's past and present are the same buffers, written in place.
 Its greedy tokens against the two-sided path's (``open_llm(share=False)``), token for token: at
 batch 1, with rows of different lengths joining and leaving, and with buffers that must grow;

@@ -4,9 +4,9 @@ The interface is ``modelpress.ir.llm``'s: ``input_ids``, ``attention_mask``, ``p
 ``past_key_values.{i}.key|value`` in; ``logits`` and ``present.{i}.key|value`` out, with
 ``kv_layout="in_place"``: each row's entries are its first columns, the past is as wide as the
 mask (it has the step's room), and a step writes its new keys and values into the past at the
-row's next columns (``ScatterElements``); the present is that past. A driver that binds the
+row's next columns (``ScatterND``); the present is that past. A driver that binds the
 present to the past's own buffer has the step write its few entries in place (ONNX Runtime's
-ScatterElements skips the copy when its input and output are one buffer), and a row's entries sit
+ScatterND skips the copy when its input and output are one buffer), and a row's entries sit
 at the same columns whatever the batch, so its logits are those it gets alone, bit for bit.
 
 Which key a query sees (one float bias per kind of layer, computed once and shared): row ``b``'s
@@ -31,7 +31,7 @@ the embedding table and its ``1 + w`` into the norm weights.
 Per layer: ``RMSNormalization`` (or ``LayerNormalization``), one MatMul for q|k|v, ``Split``,
 ``RotaryEmbedding`` on q and on k (cos/sin computed once per forward from ``position_ids``, so
 any position and Phi-3's long factors work without a table), k and v written into the cache
-(``ScatterElements``), ONNX's ``Attention`` on the whole cache (the queries of each kv head
+(``ScatterND``), ONNX's ``Attention`` on the whole cache (the queries of each kv head
 grouped as one head's rows, the scale, Gemma 2's soft-capping before the mask, and the shared
 mask as a float bias), the o MatMul, one
 MatMul for gate|up, SiLU as ``x*Sigmoid(x)``, the down MatMul: about 25 nodes a layer.
@@ -101,16 +101,28 @@ class _Shared:
             "Range", [zero, g.op("Squeeze", [seq, scalar], name="kv/seq0"), one], name="kv/steps"
         )
         self.columns = g.op("Add", [start, steps], name="kv/columns")  # [B, S]: where they go
+        # ScatterND's indices [B, kv_heads, S, 3]: (row, head, column) of each written vector
         shape = g.op(
             "Concat",
-            [batch, g.const([spec.num_kv_heads]), seq, g.const([spec.head_dim])],
+            [batch, g.const([spec.num_kv_heads]), seq, g.const([1])],
             name="kv/shape",
             axis=0,
         )
-        self.index = g.op(  # [B, kv_heads, S, head_dim]: ScatterElements' indices on axis 2
-            "Expand",
-            [g.op("Unsqueeze", [self.columns, g.const([1, 3])], name="kv/col4"), shape],
+        rows = g.op(
+            "Range",
+            [zero, g.op("Squeeze", [batch, scalar], name="kv/batch0"), one],
+            name="kv/rows",
+        )
+        parts = [
+            g.op("Unsqueeze", [rows, g.const([1, 2, 3])], name="kv/row4"),
+            g.const(np.arange(spec.num_kv_heads, dtype=np.int64).reshape(1, -1, 1, 1)),
+            g.op("Unsqueeze", [self.columns, g.const([1, 3])], name="kv/col4"),
+        ]
+        self.index = g.op(
+            "Concat",
+            [g.op("Expand", [x, shape], name=f"kv/index{j}") for j, x in enumerate(parts)],
             name="kv/index",
+            axis=3,
         )
         keys = g.op(
             "Range", [zero, g.op("Squeeze", [total, scalar], name="kv/total0"), one], name="kv/t"
@@ -222,11 +234,10 @@ def _attention(g: Graph, spec: Spec, shared: _Shared, x: str, w: dict, i: int) -
         new = _heads(g, new, kvh, d, f"{p}/{out.rsplit('.', 1)[1]}_heads")
         g.nodes.append(
             helper.make_node(
-                "ScatterElements",
+                "ScatterND",
                 [past, shared.index, new],
                 [out],
                 name=f"{p}/{out.rsplit('.', 1)[1]}_write",
-                axis=2,
             )
         )
         present.append(out)

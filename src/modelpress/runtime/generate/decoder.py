@@ -17,7 +17,7 @@ the step writes only the new entries into them: the ``left_aligned``
 layout's GroupQueryAttention (``convert --ops ort``) in its share-buffer mode (it compares the
 pointers; the attention mask's width gives ``total_sequence_length``, and the present's length is
 the larger of that and the buffers' capacity, so both bindings have the same shape), the
-``in_place`` layout's ScatterElements (the standard level) because its data and output are one
+``in_place`` layout's ScatterND (the standard level) because its data and output are one
 buffer. Such a step binds nothing: the cache, the logits, the token ids, the positions and a mask
 as wide as the buffers stay bound while the buffers do, and a step copies its values in
 (``_run_shared``). Any other step of an ``in_place`` decoder feeds new arrays: the cache, the

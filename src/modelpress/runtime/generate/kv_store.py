@@ -15,7 +15,7 @@ buffer may be reserved larger than it is used, and when the batch shrinks the pa
 next step needs go back to the system (``madvise(MADV_DONTNEED)``); an empty batch drops them all.
 
 ``SharedKVStore`` (share mode, the left-aligned caches: ONNX Runtime's GroupQueryAttention, or
-the standard level's ScatterElements):
+the standard level's ScatterND):
 a side's buffers are laid out ``[rows, kv_heads, capacity, head_dim]`` (``full``), the cache's
 arrays are their first ``columns`` columns, and a decode step binds the active side's buffers as
 both its past and its present: GroupQueryAttention sees the same pointers and writes only the new
