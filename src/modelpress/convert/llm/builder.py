@@ -101,12 +101,10 @@ class _Shared:
             "Range", [zero, g.op("Squeeze", [seq, scalar], name="kv/seq0"), one], name="kv/steps"
         )
         self.columns = g.op("Add", [start, steps], name="kv/columns")  # [B, S]: where they go
-        # ScatterND's indices [B, kv_heads, S, 3]: (row, head, column) of each written vector
+        # ScatterND's indices [B, S, kv_heads, 3]: (row, head, column) of each written vector,
+        # in the order of the step's keys as they come ([B, S, kv_heads, head_dim]: no Transpose)
         shape = g.op(
-            "Concat",
-            [batch, g.const([spec.num_kv_heads]), seq, g.const([1])],
-            name="kv/shape",
-            axis=0,
+            "Concat", [batch, seq, g.const([spec.num_kv_heads, 1])], name="kv/shape", axis=0
         )
         rows = g.op(
             "Range",
@@ -115,8 +113,8 @@ class _Shared:
         )
         parts = [
             g.op("Unsqueeze", [rows, g.const([1, 2, 3])], name="kv/row4"),
-            g.const(np.arange(spec.num_kv_heads, dtype=np.int64).reshape(1, -1, 1, 1)),
-            g.op("Unsqueeze", [self.columns, g.const([1, 3])], name="kv/col4"),
+            g.const(np.arange(spec.num_kv_heads, dtype=np.int64).reshape(1, 1, -1, 1)),
+            g.op("Unsqueeze", [self.columns, g.const([2, 3])], name="kv/col4"),
         ]
         self.index = g.op(
             "Concat",
@@ -231,13 +229,14 @@ def _attention(g: Graph, spec: Spec, shared: _Shared, x: str, w: dict, i: int) -
     # past with them (``kv_layout`` ``in_place``), one buffer when the driver binds both to it
     present = []
     for new, past, out in zip((k, v), past_names(i), present_names(i)):
-        new = _heads(g, new, kvh, d, f"{p}/{out.rsplit('.', 1)[1]}_heads")
+        tag = out.rsplit(".", 1)[1]
+        new = g.op("Reshape", [new, g.const([0, 0, kvh, d])], name=f"{p}/{tag}_heads/Reshape")
         g.nodes.append(
             helper.make_node(
                 "ScatterND",
                 [past, shared.index, new],
                 [out],
-                name=f"{p}/{out.rsplit('.', 1)[1]}_write",
+                name=f"{p}/{tag}_write",
             )
         )
         present.append(out)
