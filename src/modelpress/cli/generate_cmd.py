@@ -145,6 +145,12 @@ def run(args) -> int:
         requests = [
             Request(messages=[{"role": "user", "content": t}], params=params) for t in args.prompt
         ]
+    why = llm.batch_variance() if len(requests) > 1 and args.max_seqs > 1 else None
+    if why:
+        err_console.print(
+            f"note: a greedy answer decoded beside others can differ from the same prompt alone: "
+            f"{why}"
+        )
     start = time.perf_counter()
     results = _stream(scheduler, requests, quiet=args.quiet)
     result = GenerateResult(str(llm.folder), results, params, time.perf_counter() - start)

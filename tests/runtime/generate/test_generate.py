@@ -190,6 +190,23 @@ def test_cli_streams_and_writes_the_record(llama, tmp_path, capsys):
     assert [p["token_ids"] for p in prompts] == [r.token_ids for r in greedy]
 
 
+def test_generate_says_when_an_answer_can_depend_on_the_batch(llama, tmp_path, capsys):
+    # blocks of 64: this CPU's int4 kernel may compute a lone row otherwise than rows together
+    # (AVX-512 here: rows in pairs); the note says so exactly when the probe finds it
+    from modelpress.compress.llm import quantize_llm
+    from modelpress.runtime.generate import kernels
+
+    _, folder = llama
+    quantize_llm(folder, tmp_path / "b64", method="rtn", block_size=64, threads=1)
+    agree = kernels.int4_rows_agree(64, False, threads=1)
+    argv = ["generate", str(tmp_path / "b64"), "--prompt", PROMPTS[0], "--prompt", PROMPTS[1]]
+    argv += ["--no-chat-template", "--max-tokens", "2", "--threads", "1"]
+    assert main(argv) == 0
+    assert ("lone row" in capsys.readouterr().err) == (not agree)
+    assert main([*argv, "--max-seqs", "1"]) == 0  # one at a time: every answer its solo one
+    assert "lone row" not in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [
