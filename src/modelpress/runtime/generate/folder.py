@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from modelpress.errors import InputError, ModelLoadError, OptionError, require
@@ -25,7 +25,7 @@ from modelpress.ir.llm import (
 )
 from modelpress.runtime.generate.chat import ChatTemplate, read_chat_template
 from modelpress.runtime.generate.decoder import OrtDecoder
-from modelpress.runtime.generate.kernels import int4_rows_agree
+from modelpress.runtime.generate.kernels import rows_agree
 
 
 @dataclass
@@ -36,6 +36,7 @@ class LLM:
     tokenizer: object  # tokenizers.Tokenizer
     tokenizer_config: dict
     chat_template: ChatTemplate | None
+    _rows_agree: bool | None = field(default=None, repr=False)  # ``batch_variance``, once
 
     def prompt_ids(
         self,
@@ -75,7 +76,7 @@ class LLM:
         (not under the ``append`` layout of folders written before ``in_place``, where they sit
         behind the batch's hole columns and attention sums round differently) and (2) where this
         CPU's int4 kernel computes a lone row as it computes rows together
-        (``kernels.int4_rows_agree``)."""
+        (``kernels.rows_agree``: the model itself, one step at one row and at two)."""
         q = self.config.quantization
         if q.get("format") != "MatMulNBits":
             return None
@@ -84,15 +85,9 @@ class LLM:
                 "int4 weights over a cache appended by an earlier modelpress (convert the "
                 "checkpoint again for answers that do not depend on the batch)"
             )
-        if q.get("mode") == "gguf":
-            symmetric = "Q4_1" not in q.get("types", [])
-        else:
-            symmetric = bool(q.get("symmetric"))
-        session = getattr(self.decoder, "session", None)
-        threads = session.get_session_options().intra_op_num_threads if session else 1
-        if int4_rows_agree(
-            int(q.get("block_size", 32)), symmetric, threads=threads or os.cpu_count() or 1
-        ):
+        if self._rows_agree is None:
+            self._rows_agree = rows_agree(self.decoder, self.config)
+        if self._rows_agree:
             return None
         return (
             "this CPU's int4 kernel (ONNX Runtime's MatMulNBits) computes a lone row otherwise "
