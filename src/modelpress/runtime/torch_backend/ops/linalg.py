@@ -61,8 +61,10 @@ def matmul_integer(ctx, a, b, a_zero=None, b_zero=None):
         else (a_zero.reshape(-1, 1) if a_zero.dim() == 1 and a_zero.numel() > 1 else a_zero),
     )
     b = _centered(b, b_zero)
-    if a.device.type != "cpu":
+    if a.device.type == "cuda":
         # CUDA has no integer matmul for int64; float64 holds every product and sum exactly
         # (8-bit operands: |sum| < 2^17 * K, far below 2^53)
         return torch.matmul(a.double(), b.double()).to(torch.int32)
+    if a.device.type != "cpu":  # MPS: neither int64 products nor float64
+        return torch.matmul(a.cpu(), b.cpu()).to(device=a.device, dtype=torch.int32)
     return torch.matmul(a, b).to(torch.int32)
