@@ -241,8 +241,8 @@ def _attention(g: Graph, spec: Spec, shared: _Shared, x: str, w: dict, i: int) -
         )
         present.append(out)
     # queries grouped by their kv head: [B, kvh, G*S, d] (head h reads kv head h // G), so that
-    # Attention runs as kvh heads over the cache as it is, instead of repeating each kv head
-    # G times per step (about 40% of its time at 256 columns, measured on SmolLM2's 9/3 heads)
+    # Attention runs as kvh plain heads: ONNX Runtime's grouped-query path took 52 us where the
+    # same work as plain heads takes 34 (SmolLM2's 9/3 heads, 272 columns, one thread)
     groups = nh // kvh
     attrs = {"q_num_heads": kvh, "kv_num_heads": kvh, "scale": float(spec.scale)}
     if spec.attn_softcap:
