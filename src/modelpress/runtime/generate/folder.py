@@ -76,7 +76,7 @@ class LLM:
         (not under the ``append`` layout of folders written before ``in_place``, where they sit
         behind the batch's hole columns and attention sums round differently) and (2) where this
         CPU's int4 kernel computes a lone row as it computes rows together
-        (``kernels.rows_agree``: the model itself, one step at one row and at two)."""
+        (``kernels.rows_agree``: the model itself, one-token steps of rows alone and together)."""
         q = self.config.quantization
         if q.get("format") != "MatMulNBits":
             return None
